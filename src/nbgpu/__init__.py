@@ -1,0 +1,49 @@
+"""nbgpu: see what your NVIDIA GPUs are doing, live, from inside a Jupyter notebook.
+
+``%load_ext nbgpu`` then ``%gpumon`` in a notebook; from Python, ``nbgpu.Sampler``.
+Nothing starts at import: no thread, no NVML call, no widget.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+
+from .errors import BadArgumentError, NbgpuError, NVMLUnavailableError, SourceError
+from .sampler import Sampler
+from .sources.simulated import SimulatedGPUs
+from .timeline import Timeline
+
+logging.getLogger("nbgpu").addHandler(logging.NullHandler())
+
+try:
+    __version__ = version("nbgpu")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0+unknown"
+
+__all__ = [
+    "BadArgumentError",
+    "NbgpuError",
+    "NVMLUnavailableError",
+    "Sampler",
+    "SimulatedGPUs",
+    "SourceError",
+    "Timeline",
+    "__version__",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext nbgpu``: register the magics and say which GPUs are visible."""
+    from .magics.extension import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext nbgpu``: stop the kernel's sampler and panels, remove the magics."""
+    from .magics.extension import unload
+
+    unload(ipython)

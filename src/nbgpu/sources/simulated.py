@@ -1,0 +1,517 @@
+"""Simulated GPUs: an in-process stand-in for the NVML library (the ``pynvml`` module).
+
+``SimulatedGPUs`` answers the NVML calls nbgpu makes with deterministic, realistic values
+(bursty training load, memory ramps, power following load, sample buffers at 20 ms and
+200 ms), so demos, CI and real GPUs all run the same NVML code path. Faults can be
+injected: a GPU lost mid-run, a metric not supported, the driver not loaded, any NVML
+error from any function. Everything it reports is named as simulated.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..errors import BadArgumentError
+
+SIMULATED = True  # module-level marker that NVMLSource looks for on the object
+
+SCENARIOS = ("steady", "input_bound", "leak", "oom", "imbalance", "throttle", "thin", "idle")
+_INIT_ERRORS = {"driver_not_loaded": 9, "library_not_found": 12, "no_permission": 4}
+
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_GPM_METRICS_GET_VERSION = 1
+_ERROR_NAMES = {
+    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
+    6: "Not Found", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
+    13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
+}
+
+
+class NVMLError(Exception):
+    """Simulated NVML error; ``value`` is the NVML return code, as in ``pynvml``."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _ERROR_NAMES.get(self.value, f"NVML error {self.value}")
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - mirrors pynvml's names
+    pass
+
+
+class NVMLError_NotFound(NVMLError):  # noqa: N801
+    pass
+
+
+class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+    pass
+
+
+_ERROR_CLASSES = {3: NVMLError_NotSupported, 6: NVMLError_NotFound, 15: NVMLError_GpuIsLost}
+
+
+def _error(code: int) -> NVMLError:
+    return _ERROR_CLASSES.get(code, NVMLError)(code)
+
+
+@dataclass
+class _Handle:
+    gpu: int
+    mig: int | None = None
+
+
+@dataclass
+class _Memory:
+    total: int
+    used: int
+    free: int
+
+
+@dataclass
+class _Util:
+    gpu: int
+    memory: int
+
+
+class _Value:
+    """Like pynvml's c_nvmlValue_t union: every member holds the same number."""
+
+    __slots__ = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+    def __init__(self, v: float) -> None:
+        self.dVal = float(v)
+        self.uiVal = self.ulVal = self.ullVal = self.sllVal = self.siVal = self.usVal = int(v)
+
+
+@dataclass
+class _Sample:
+    timeStamp: int  # noqa: N815 - NVML's field names
+    sampleValue: _Value  # noqa: N815
+
+
+@dataclass
+class _Process:
+    pid: int
+    usedGpuMemory: int  # noqa: N815
+
+
+class _GpmSample:
+    def __init__(self) -> None:
+        self.gpu = -1
+        self.t = math.nan
+
+
+@dataclass
+class _GpmSupport:
+    isSupportedDevice: int  # noqa: N815
+
+
+class _GpmMetric:
+    def __init__(self) -> None:
+        self.metricId = 0
+        self.nvmlReturn = 0
+        self.value = 0.0
+
+
+class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds
+    def __init__(self) -> None:
+        self.version = 1
+        self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [_GpmMetric() for _ in range(16)]
+
+
+def _noise(*keys: int) -> float:
+    """Deterministic pseudo-random number in [0, 1) from integer keys."""
+    h = 0x9E3779B1
+    for k in keys:
+        h = ((h ^ (k & 0xFFFFFFFF)) * 0x85EBCA6B) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        h ^= h >> 16
+    return h / 2**32
+
+
+class SimulatedGPUs:
+    """A deterministic stand-in for NVML with ``count`` GPUs.
+
+    Args:
+        count: number of GPUs (0 makes NVML report none).
+        seed: makes the noise reproducible; the same seed and clock give the same readings.
+        scenario: one of ``SCENARIOS``; shapes the load so diagnostics have something to find.
+        name: device name; always ends in "(simulated)".
+        clock: seconds since the epoch; a fake clock makes runs fully deterministic.
+        mig: ``{gpu: slices}`` puts those GPUs in MIG mode with that many instances.
+        gpm: whether GPM metrics (SM activity, occupancy, tensor, DRAM) are offered.
+        sample_buffers: whether ``nvmlDeviceGetSamples`` works (False: NotSupported).
+        unsupported: NVML function names that answer NotSupported on every GPU.
+        init_error: "driver_not_loaded", "library_not_found" or "no_permission" to make
+            ``nvmlInit`` fail the way it does on a machine without a usable driver.
+    """
+
+    SIMULATED = True
+    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+    NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
+
+    def __init__(self, count: int = 2, seed: int = 0, scenario: str = "steady",
+                 name: str = "NVIDIA H200", *, clock: Callable[[], float] = time.time,
+                 mig: dict[int, int] | None = None, gpm: bool = True, sample_buffers: bool = True,
+                 unsupported: Iterable[str] = ("nvmlDeviceGetFanSpeed",),
+                 init_error: str | None = None, mem_total_bytes: int = 143771 * 2**20,
+                 power_limit_w: float = 700.0) -> None:
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 64:
+            raise BadArgumentError(f"count must be a whole number from 0 to 64, got {count!r}")
+        if scenario not in SCENARIOS:
+            raise BadArgumentError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        if init_error is not None and init_error not in _INIT_ERRORS:
+            raise BadArgumentError(f"init_error must be one of {', '.join(_INIT_ERRORS)}")
+        self.count, self.seed, self.scenario = count, int(seed), scenario
+        self.name = name if name.endswith("(simulated)") else f"{name} (simulated)"
+        self.clock = clock
+        self.mig = dict(mig or {})
+        self.gpm = gpm
+        self.sample_buffers = sample_buffers
+        self.init_error = init_error
+        self.mem_total_bytes = int(mem_total_bytes)
+        self.power_limit_w = float(power_limit_w)
+        self.start_time = clock()
+        self._refcount = 0
+        self._lock = threading.Lock()
+        self._unsupported: set[tuple[str, int | None]] = {(f, None) for f in unsupported}
+        self._errors: dict[tuple[str, int | None], list] = {}
+        self._lost: set[int] = set()
+        self._energy: dict[int, tuple[float, float]] = {}
+        self.calls: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"SimulatedGPUs(count={self.count}, seed={self.seed}, scenario={self.scenario!r})"
+
+    # -- fault injection ---------------------------------------------------------------
+    def lose_gpu(self, gpu: int) -> None:
+        """From now on every call on ``gpu`` answers GPU_IS_LOST."""
+        self._lost.add(gpu)
+
+    def set_unsupported(self, function: str, gpu: int | None = None) -> None:
+        """Make ``function`` answer NotSupported (on ``gpu``, or on all GPUs)."""
+        self._unsupported.add((function, gpu))
+
+    def inject_error(self, function: str, code: int, gpu: int | None = None,
+                     times: int | None = None) -> None:
+        """Make ``function`` raise NVML error ``code`` (``times`` calls, or until cleared)."""
+        self._errors[(function, gpu)] = [code, times]
+
+    def clear_faults(self) -> None:
+        self._errors.clear()
+        self._lost.clear()
+
+    def _enter(self, function: str, handle: _Handle | None = None) -> None:
+        self.calls[function] = self.calls.get(function, 0) + 1
+        if self._refcount <= 0 and function not in ("nvmlInit", "nvmlShutdown"):
+            raise _error(NVML_ERROR_UNINITIALIZED)
+        gpu = None if handle is None else handle.gpu
+        if gpu is not None and gpu in self._lost:
+            raise _error(NVML_ERROR_GPU_IS_LOST)
+        for key in ((function, gpu), (function, None)):
+            if key in self._unsupported:
+                raise _error(NVML_ERROR_NOT_SUPPORTED)
+            fault = self._errors.get(key)
+            if fault is not None:
+                code, times = fault
+                if times is not None:
+                    fault[1] -= 1
+                    if fault[1] <= 0:
+                        del self._errors[key]
+                raise _error(code)
+
+    # -- the load model ------------------------------------------------------------------
+    def _t(self) -> float:
+        return self.clock() - self.start_time
+
+    def util_at(self, gpu: int, t: float) -> float:
+        """Percent of time a kernel ran on ``gpu`` around ``t`` seconds after start."""
+        s = self.scenario
+        if s == "idle" or (s == "imbalance" and gpu == self.count - 1):
+            return 2.0 * _noise(self.seed, gpu, int(t * 5))
+        if s == "input_bound":
+            phase = (t + 0.13 * gpu) % 1.0
+            return 100.0 if phase < 0.25 else 0.0
+        if t < 1.5:
+            return max(0.0, 10.0 * t)
+        k = int(t * 5)
+        base = 93.0 + 6.0 * (_noise(self.seed, gpu, k) - 0.5)
+        if (t % 8.0) < 0.6:  # a short evaluation / data pause every 8 s
+            base = 35.0 + 10 * _noise(self.seed, gpu, k, 1)
+        return min(100.0, base)
+
+    def util_window(self, gpu: int, t: float, window: float = 0.2) -> float:
+        """Mean utilisation over the ``window`` seconds before ``t`` (what NVML reports)."""
+        return sum(self.util_at(gpu, max(0.0, t - window * (i + 0.5) / 8)) for i in range(8)) / 8
+
+    def mem_used_at(self, gpu: int, t: float) -> float:
+        total = self.mem_total_bytes
+        base = 0.55e9
+        s = self.scenario
+        if s == "idle" or (s == "imbalance" and gpu == self.count - 1):
+            return base
+        if s == "oom":
+            return base + (0.965 * total - base) * min(1.0, t / 8.0)
+        ramp = min(1.0, t / 6.0)
+        used = base + 0.5 * total * ramp
+        if s == "leak":
+            used += 31e6 * t  # about +310 MB every 10 s, never freed
+        return min(used + 64e6 * _noise(self.seed, gpu, int(t)), total)
+
+    def power_at(self, gpu: int, t: float) -> float:
+        if self.scenario == "throttle":
+            return self.power_limit_w * (0.985 + 0.02 * _noise(self.seed, gpu, int(t * 50)))
+        util = self.util_window(gpu, t, 0.1) if self.scenario == "input_bound" else self.util_at(gpu, t)
+        idle = 75.0
+        p = idle + (self.power_limit_w * 0.86 - idle) * util / 100.0
+        return p + 8.0 * (_noise(self.seed, gpu, int(t * 50), 7) - 0.5)
+
+    def temp_at(self, gpu: int, t: float) -> float:
+        if self.scenario == "throttle":
+            return 86.0 + 1.5 * _noise(self.seed, gpu, int(t))
+        return 33.0 + 32.0 * self.power_at(gpu, t) / self.power_limit_w + _noise(self.seed, gpu, int(t))
+
+    # -- NVML functions --------------------------------------------------------------------
+    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
+        self.calls["nvmlInit"] = self.calls.get("nvmlInit", 0) + 1
+        if self.init_error:
+            raise _error(_INIT_ERRORS[self.init_error])
+        with self._lock:
+            self._refcount += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        with self._lock:
+            if self._refcount <= 0:
+                raise _error(NVML_ERROR_UNINITIALIZED)
+            self._refcount -= 1
+
+    @property
+    def initialised(self) -> bool:
+        """Whether someone holds an NVML reference (nvmlInit not yet paired)."""
+        return self._refcount > 0
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        self._enter("nvmlSystemGetDriverVersion")
+        return "580.00 (simulated)"
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetCount")
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:  # noqa: N802
+        self._enter("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < self.count:
+            raise _error(NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(index)
+
+    def nvmlDeviceGetName(self, h: _Handle) -> str:  # noqa: N802
+        self._enter("nvmlDeviceGetName", h)
+        if h.mig is not None:
+            return f"{self.name.replace(' (simulated)', '')} MIG 2g.35gb (simulated)"
+        return self.name
+
+    def nvmlDeviceGetUUID(self, h: _Handle) -> str:  # noqa: N802
+        self._enter("nvmlDeviceGetUUID", h)
+        n = int(_noise(self.seed, h.gpu, 99) * 2**32)
+        if h.mig is not None:
+            return f"MIG-sim{n:08x}-{h.gpu}-{h.mig}"
+        return f"GPU-sim{n:08x}-0000-0000-0000-{h.gpu:012d}"
+
+    def _mig_share(self, h: _Handle) -> float:
+        return 2.0 / 7.0 if h.mig is not None else 1.0
+
+    def nvmlDeviceGetMemoryInfo(self, h: _Handle) -> _Memory:  # noqa: N802
+        self._enter("nvmlDeviceGetMemoryInfo", h)
+        share = self._mig_share(h)
+        total = int(self.mem_total_bytes * share)
+        used = int(self.mem_used_at(h.gpu, self._t()) * share)
+        return _Memory(total=total, used=used, free=total - used)
+
+    def _util_supported(self, h: _Handle) -> None:
+        if h.mig is not None or h.gpu in self.mig:
+            raise _error(NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> _Util:  # noqa: N802
+        self._enter("nvmlDeviceGetUtilizationRates", h)
+        self._util_supported(h)
+        t = self._t()
+        u = self.util_window(h.gpu, t)
+        return _Util(gpu=int(round(u)), memory=int(round(u * 0.45)))
+
+    def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetTemperature", h)
+        return int(round(self.temp_at(h.gpu, self._t())))
+
+    def nvmlDeviceGetTemperatureThreshold(self, h: _Handle, kind: int) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetTemperatureThreshold", h)
+        return {0: 95, 1: 90, 2: 87, 3: 85}.get(kind, 90)
+
+    def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetPowerUsage", h)
+        if h.mig is not None:
+            raise _error(NVML_ERROR_NOT_SUPPORTED)
+        return int(self.power_at(h.gpu, self._t()) * 1000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: _Handle) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetEnforcedPowerLimit", h)
+        return int(self.power_limit_w * 1000)
+
+    def nvmlDeviceGetClockInfo(self, h: _Handle, clock_type: int) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetClockInfo", h)
+        if clock_type == 2:
+            return 3201
+        t = self._t()
+        if self.scenario == "throttle":
+            return 1410
+        return 1980 if self.util_at(h.gpu, t) > 5 else 345
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetCurrentClocksEventReasons", h)
+        t = self._t()
+        if self.scenario == "throttle":
+            return 0x4 | (0x20 if self.temp_at(h.gpu, t) > 86.5 else 0)
+        return 0x1 if self.util_at(h.gpu, t) < 5 else 0
+
+    def nvmlDeviceGetEncoderUtilization(self, h: _Handle) -> list[int]:  # noqa: N802
+        self._enter("nvmlDeviceGetEncoderUtilization", h)
+        return [0, 167000]
+
+    def nvmlDeviceGetDecoderUtilization(self, h: _Handle) -> list[int]:  # noqa: N802
+        self._enter("nvmlDeviceGetDecoderUtilization", h)
+        return [0, 167000]
+
+    def nvmlDeviceGetFanSpeed(self, h: _Handle) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetFanSpeed", h)
+        return 0
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: _Handle) -> int:  # noqa: N802
+        """Millijoules since "driver load": power integrated on a 20 ms grid."""
+        self._enter("nvmlDeviceGetTotalEnergyConsumption", h)
+        if h.mig is not None:
+            raise _error(NVML_ERROR_NOT_SUPPORTED)
+        t = self._t()
+        with self._lock:
+            t_done, joules = self._energy.get(h.gpu, (0.0, 5.0e6 + 1e5 * h.gpu))
+            step = 0.02
+            k = t_done
+            while k + step <= t:
+                k += step
+                joules += self.power_at(h.gpu, k) * step
+            self._energy[h.gpu] = (k, joules)
+        return int(joules * 1000)
+
+    def nvmlDeviceGetPcieThroughput(self, h: _Handle, counter: int) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetPcieThroughput", h)
+        u = self.util_at(h.gpu, self._t())
+        return int((900_000 if counter == 1 else 120_000) * (0.2 + u / 100.0))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[_Process]:  # noqa: N802
+        self._enter("nvmlDeviceGetComputeRunningProcesses", h)
+        used = int(self.mem_used_at(h.gpu, self._t()) * self._mig_share(h))
+        if used <= 0.6e9:
+            return []
+        return [_Process(pid=os.getpid(), usedGpuMemory=used - int(0.55e9))]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: _Handle) -> list[_Process]:  # noqa: N802
+        self._enter("nvmlDeviceGetGraphicsRunningProcesses", h)
+        return []
+
+    # Sample buffers, as on an H200: power every 20 ms (2.4 s kept), utilisation every 200 ms.
+    _BUFFERS = {0: (0.02, 120), 1: (0.2, 70), 2: (0.2, 70)}
+
+    def nvmlDeviceGetSamples(self, h: _Handle, sampling_type: int, last_seen_us: int):  # noqa: N802
+        self._enter("nvmlDeviceGetSamples", h)
+        if not self.sample_buffers or sampling_type not in self._BUFFERS:
+            raise _error(NVML_ERROR_NOT_SUPPORTED)
+        if h.mig is not None or (sampling_type != 0 and h.gpu in self.mig):
+            raise _error(NVML_ERROR_NOT_SUPPORTED)
+        period, kept = self._BUFFERS[sampling_type]
+        now = self.clock()
+        newest = math.floor((now - self.start_time) / period)
+        first = max(newest - kept + 1, 0)
+        samples = []
+        for k in range(first, newest + 1):
+            t_rel = k * period
+            ts = int(round((self.start_time + t_rel) * 1e6))
+            if ts <= last_seen_us:
+                continue
+            if sampling_type == 0:
+                v = self.power_at(h.gpu, t_rel) * 1000.0
+            else:
+                u = self.util_window(h.gpu, t_rel, period)
+                v = u if sampling_type == 1 else u * 0.45
+            samples.append(_Sample(ts, _Value(round(v))))
+        if not samples:
+            raise _error(NVML_ERROR_NOT_FOUND)
+        return 1, samples
+
+    def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:  # noqa: N802
+        self._enter("nvmlDeviceGetMigMode", h)
+        if h.mig is not None:
+            raise _error(NVML_ERROR_NOT_SUPPORTED)
+        on = 1 if h.gpu in self.mig else 0
+        return [on, on]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> int:  # noqa: N802
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", h)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Handle, index: int) -> _Handle:  # noqa: N802
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        if index >= self.mig.get(h.gpu, 0):
+            raise _error(NVML_ERROR_NOT_FOUND)
+        return _Handle(h.gpu, index)
+
+    def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> _GpmSupport:  # noqa: N802
+        self._enter("nvmlGpmQueryDeviceSupport", h)
+        return _GpmSupport(1 if self.gpm and h.mig is None else 0)
+
+    def nvmlGpmSampleAlloc(self) -> _GpmSample:  # noqa: N802
+        self._enter("nvmlGpmSampleAlloc")
+        return _GpmSample()
+
+    def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:  # noqa: N802
+        self._enter("nvmlGpmSampleFree")
+
+    def nvmlGpmSampleGet(self, h: _Handle, sample: _GpmSample) -> _GpmSample:  # noqa: N802
+        self._enter("nvmlGpmSampleGet", h)
+        sample.gpu, sample.t = h.gpu, self._t()
+        return sample
+
+    def nvmlGpmMetricsGet(self, get: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:  # noqa: N802
+        self._enter("nvmlGpmMetricsGet")
+        a, b = get.sample1, get.sample2
+        if a is None or b is None or a.gpu != b.gpu or not b.t > a.t:
+            raise _error(NVML_ERROR_INVALID_ARGUMENT)
+        n = 8
+        util = sum(self.util_at(b.gpu, a.t + (b.t - a.t) * (i + 0.5) / n) for i in range(n)) / n
+        thin = self.scenario == "thin"
+        values = {2: util * (0.18 if thin else 0.95), 3: util * (0.05 if thin else 0.14),
+                  5: util * (0.02 if thin else 0.6), 10: util * 0.35}
+        for m in get.metrics[: get.numMetrics]:
+            m.nvmlReturn, m.value = (0, values[m.metricId]) if m.metricId in values else (3, 0.0)
+        return get
+
+    def simulated_host(self, t: float) -> dict[str, float] | None:
+        """Host readings this scenario implies (input_bound keeps the CPU busy), else None."""
+        if self.scenario == "input_bound":
+            return {"proc_cpu_pct": 380.0 + 20 * _noise(self.seed, int(t)), "host_cpu_pct": 88.0}
+        if self.scenario == "idle":
+            return {"proc_cpu_pct": 3.0, "host_cpu_pct": 4.0}
+        return None
