@@ -1,0 +1,1 @@
+"""Static pictures of timelines (SVG) for saved notebooks and HTML reports."""

@@ -1,0 +1,210 @@
+"""A static SVG picture of a timeline DataFrame: the fallback that saved notebooks keep.
+
+Pure Python and numpy (no matplotlib, no browser), so it works in a kernel, in the CLI's
+HTML report and on machines without a display. One small chart per metric, stacked,
+one line per GPU, marks as labelled dashed rules, missing readings drawn as gaps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+from xml.sax.saxutils import escape
+
+import numpy as np
+
+from ..metrics import BY_NAME
+from ..store import decimate_minmax
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct")
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+PANEL_H = 90
+GAP_H = 26
+LEFT = 64
+RIGHT = 16
+TOP = 30
+BOTTOM = 30
+FONT = "font-family:sans-serif;font-size:11px"
+
+
+def _scale_for(metric: str, vmax: float) -> tuple[float, str]:
+    """Divisor and unit text that make the values of ``metric`` readable."""
+    unit = BY_NAME[metric].unit if metric in BY_NAME else ""
+    if unit in ("B", "B/s"):
+        for div, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if vmax >= div:
+                return div, prefix + unit
+        return 1.0, unit
+    if unit == "J" and vmax >= 1e4:
+        return 1e3, "kJ"
+    return 1.0, unit
+
+
+def _fmt(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}".rstrip("0").rstrip(".")
+    return f"{v:.2f}".rstrip("0").rstrip(".")
+
+
+def _fmt_duration(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.1f}h"
+    if s >= 120:
+        return f"{s / 60:.1f}m"
+    return f"{s:.3g}s"
+
+
+def _epoch(times) -> np.ndarray:
+    """Epoch seconds from a time column (datetime64, tz-aware or numbers)."""
+    arr = np.asarray(times)
+    if np.issubdtype(arr.dtype, np.number):
+        return arr.astype(np.float64)
+    import pandas as pd
+
+    ts = pd.to_datetime(pd.Series(times), utc=True)
+    return (ts.astype("int64").to_numpy() / 1e9).astype(np.float64)
+
+
+def _path(xs: np.ndarray, ys: np.ndarray) -> str:
+    """SVG path data; NaN starts a new sub-path, so gaps stay gaps."""
+    parts, pen_down = [], False
+    for x, y in zip(xs, ys, strict=True):
+        if math.isnan(y):
+            pen_down = False
+            continue
+        parts.append(f"{'L' if pen_down else 'M'}{x:.1f},{y:.1f}")
+        pen_down = True
+    return "".join(parts)
+
+
+def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
+                 marks: list[tuple[float, str]] | None = None, width: int = 720) -> str:
+    """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string.
+
+    Args:
+        df: one row per (time, gpu); NaN cells are gaps, absent columns are skipped.
+        metrics: columns to draw, one chart each; None draws those of ``DEFAULT_METRICS``
+            that have data.
+        marks: (epoch seconds, label) pairs drawn as dashed vertical rules on every chart.
+        width: picture width in pixels; lines are min/max-decimated to about this many points.
+    """
+    width = max(240, int(width))
+    plot_w = width - LEFT - RIGHT
+    has_rows = df is not None and len(df) and "time" in df.columns
+    if metrics is None:
+        metrics = [m for m in DEFAULT_METRICS if has_rows and m in df.columns and df[m].notna().any()]
+    else:
+        metrics = [m for m in metrics if has_rows and m in df.columns and df[m].notna().any()]
+    if not has_rows or not metrics:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="40" '
+                f'viewBox="0 0 {width} 40"><text x="8" y="24" style="{FONT}">'
+                "no GPU samples in this range</text></svg>")
+    t = _epoch(df["time"])
+    t0, t1 = float(np.nanmin(t)), float(np.nanmax(t))
+    mark_list = [(float(mt), str(label)) for mt, label in (marks or [])]
+    for mt, _ in mark_list:
+        t0, t1 = min(t0, mt), max(t1, mt)
+    span = max(t1 - t0, 1e-6)
+    gpus = list(dict.fromkeys(df["gpu"].tolist())) if "gpu" in df.columns else [None]
+    height = TOP + len(metrics) * (PANEL_H + GAP_H) - GAP_H + BOTTOM
+
+    def x_of(tt: np.ndarray | float):
+        return LEFT + (np.asarray(tt) - t0) / span * plot_w
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}">',
+           "<title>nbgpu timeline</title>",
+           f'<rect width="{width}" height="{height}" fill="white"/>']
+    # Legend: one colour per GPU.
+    x = LEFT
+    for i, gpu in enumerate(gpus):
+        color = COLORS[i % len(COLORS)]
+        name = "all" if gpu is None else f"GPU {gpu}"
+        out.append(f'<rect x="{x}" y="8" width="12" height="3" fill="{color}"/>'
+                   f'<text x="{x + 16}" y="14" style="{FONT}">{escape(name)}</text>')
+        x += 24 + 7 * len(name)
+    out.append(f'<text x="{width - RIGHT}" y="14" text-anchor="end" style="{FONT}">'
+               f"{escape(_fmt_duration(span))}</text>")
+    for p, metric in enumerate(metrics):
+        top = TOP + p * (PANEL_H + GAP_H)
+        bottom = top + PANEL_H
+        vals = df[metric].to_numpy(dtype=np.float64, na_value=np.nan)
+        finite = vals[~np.isnan(vals)]
+        vmin, vmax = float(finite.min()), float(finite.max())
+        percent = metric in BY_NAME and BY_NAME[metric].percent
+        lo = 0.0 if (percent or vmin >= 0) else vmin
+        hi = max(100.0, vmax) if percent else (vmax if vmax > lo else lo + 1.0)
+        hi = hi * 1.05 if not percent else hi
+        div, unit = _scale_for(metric, hi)
+        label = BY_NAME[metric].label if metric in BY_NAME else metric
+        out.append(f'<text x="{LEFT}" y="{top - 4}" style="{FONT};font-weight:bold">'
+                   f"{escape(label)}{' (' + escape(unit) + ')' if unit else ''}</text>")
+        out.append(f'<rect x="{LEFT}" y="{top}" width="{plot_w}" height="{PANEL_H}" '
+                   'fill="none" stroke="#ccc"/>')
+        for tick in _nice_ticks(lo / div, hi / div, 3):
+            y = bottom - (tick * div - lo) / (hi - lo) * PANEL_H
+            out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
+                       'stroke="#eee"/>'
+                       f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" style="{FONT}">'
+                       f"{_fmt(tick)}</text>")
+        for i, gpu in enumerate(gpus):
+            rows = np.ones(len(df), dtype=bool) if gpu is None else (df["gpu"] == gpu).to_numpy()
+            tt, vv = t[rows], vals[rows]
+            keep = ~np.isnan(vv)
+            tt, vv = tt[keep], vv[keep]
+            if not len(tt):
+                continue
+            tt, vv = decimate_minmax(tt, vv, max(16, plot_w // 2))
+            ys = bottom - (vv - lo) / (hi - lo) * PANEL_H
+            xs = x_of(tt)
+            gaps = _gap_breaks(tt)
+            if gaps.any():
+                xs = np.insert(xs, np.flatnonzero(gaps) + 1, np.nan)
+                ys = np.insert(ys, np.flatnonzero(gaps) + 1, np.nan)
+            color = COLORS[i % len(COLORS)]
+            if len(tt) == 1:
+                out.append(f'<circle cx="{xs[0]:.1f}" cy="{ys[0]:.1f}" r="2" fill="{color}"/>')
+            else:
+                out.append(f'<path d="{_path(xs, ys)}" fill="none" stroke="{color}" '
+                           'stroke-width="1.3"/>')
+        for mt, mlabel in mark_list:
+            mx = float(x_of(mt))
+            out.append(f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{bottom}" '
+                       'stroke="#555" stroke-dasharray="3,3"/>')
+            if p == 0:
+                out.append(f'<text x="{mx + 2:.1f}" y="{top + 10}" style="{FONT};fill:#333">'
+                           f"{escape(mlabel)}</text>")
+    base = TOP + len(metrics) * (PANEL_H + GAP_H) - GAP_H
+    for tick in _nice_ticks(0.0, span, 6):
+        tx = float(x_of(t0 + tick))
+        out.append(f'<text x="{tx:.1f}" y="{base + 16}" text-anchor="middle" style="{FONT}">'
+                   f"{escape(_fmt_duration(tick) if tick else '0')}</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _gap_breaks(t: np.ndarray) -> np.ndarray:
+    """True after a point followed by a pause much longer than the usual spacing."""
+    if len(t) < 3:
+        return np.zeros(len(t), dtype=bool)
+    dt = np.diff(t)
+    typical = float(np.median(dt))
+    return np.r_[dt > max(10 * typical, 5.0), False]
