@@ -102,9 +102,8 @@ class Stream:
                 arr[ch.n : ch.n + take] = np.nan if src is None else src[pos : pos + take]
             ch.n += take
             pos += take
-        if len(times):
-            self.rows += len(times)
-            self.last_time = float(times[-1])
+            self.rows += take
+            self.last_time = float(times[pos - 1])
 
     def _tail(self) -> _Chunk:
         if not self.chunks or self.chunks[-1].n == CHUNK_ROWS:
@@ -158,7 +157,8 @@ class Stream:
         decimated = np.zeros(len(times), dtype=bool)
         if coarse and self.coarse:
             first_full = self.chunks[0].times[0] if self.chunks and self.chunks[0].n else np.inf
-            ct, cc = _concat(list(self.coarse), list(self.columns), t0, min(t1, first_full))
+            oldest = max(t0, self.last_time - self.history_s)
+            ct, cc = _concat(list(self.coarse), list(self.columns), oldest, min(t1, first_full))
             ct_keep = ct < first_full
             if ct_keep.any():
                 times = np.concatenate([ct[ct_keep], times])

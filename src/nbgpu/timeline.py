@@ -39,8 +39,8 @@ def to_epoch(t: object) -> float:
             t = _dt.datetime.fromisoformat(t)
         except ValueError as exc:
             raise BadArgumentError(f"not an ISO time: {t!r}") from exc
-    if hasattr(t, "to_pydatetime"):
-        t = t.to_pydatetime()
+    if hasattr(t, "tz_localize") and hasattr(t, "value"):  # pandas.Timestamp, ns precision
+        return (t if t.tzinfo else t.tz_localize("UTC")).value / 1e9
     if isinstance(t, _dt.datetime):
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)

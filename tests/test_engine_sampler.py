@@ -1,0 +1,180 @@
+"""The sampler on simulated GPUs: API, native resolution, threads, bad input."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import nbgpu
+from nbgpu.sources.simulated import SimulatedGPUs
+
+
+def sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "nbgpu-sampler" and t.is_alive()]
+
+
+def test_devices_describe_each_gpu_and_its_metrics():
+    with nbgpu.Sampler(source=SimulatedGPUs(count=3, seed=1)) as s:
+        assert [d["index"] for d in s.devices] == [0, 1, 2]
+        d = s.devices[0]
+        assert "simulated" in d["name"]
+        assert d["uuid"].startswith("GPU-")
+        assert d["mem_total_bytes"] > 100e9
+        assert d["power_limit_w"] == 700.0
+        for metric in ("util_pct", "mem_util_pct", "mem_used_bytes", "temp_c", "power_w",
+                       "sm_clock_mhz", "energy_j", "sm_active_pct", "tensor_active_pct"):
+            assert metric in d["metrics"], metric
+
+
+def test_sim_source_by_name_has_two_gpus_and_says_simulated():
+    s = nbgpu.Sampler(source="sim")
+    try:
+        assert len(s.devices) == 2
+        assert s.simulated
+        assert "simulated" in s.source.describe()
+    finally:
+        s.stop()
+
+
+def test_timeline_has_the_documented_columns_and_utc_times():
+    with nbgpu.Sampler(source="sim", interval=0.1) as s:
+        time.sleep(1.2)
+    df = s.timeline.to_pandas()
+    for col in ("time", "gpu", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
+                "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "mem_clock_mhz",
+                "clock_event_reasons", "energy_j", "host_cpu_pct", "proc_rss_bytes"):
+        assert col in df.columns, col
+    assert str(df["time"].dt.tz) == "UTC"
+    assert set(df["gpu"]) == {0, 1}
+    assert not df.duplicated(["time", "gpu"]).any()
+    tick = df.dropna(subset=["mem_used_bytes"])
+    assert (tick["mem_used_bytes"] > 0).all()
+    assert tick["host_ram_total_bytes"].notna().all()
+
+
+def test_power_and_util_keep_native_resolution_with_a_slow_interval():
+    with nbgpu.Sampler(source="sim", interval=1.0) as s:
+        time.sleep(2.6)
+    t, _ = s.timeline.series(0, "power_w")
+    tu, _ = s.timeline.series(0, "util_pct")
+    assert np.median(np.diff(t)) == pytest.approx(0.02, abs=0.003)
+    assert np.median(np.diff(tu)) == pytest.approx(0.2, abs=0.02)
+    tm, _ = s.timeline.series(0, "mem_used_bytes")
+    assert 2 <= len(tm) <= 4  # cheap polled reads stay at the 1 s interval
+
+
+def test_polling_fallback_where_a_card_has_no_sample_buffer():
+    with nbgpu.Sampler(source=SimulatedGPUs(sample_buffers=False), interval=0.1) as s:
+        time.sleep(0.8)
+    t, v = s.timeline.series(0, "power_w")
+    assert len(t) >= 5
+    assert np.median(np.diff(t)) == pytest.approx(0.1, abs=0.03)
+    assert (v > 0).all()
+
+
+def test_between_slices_time_and_accepts_datetimes():
+    with nbgpu.Sampler(source="sim", interval=0.1) as s:
+        time.sleep(0.5)
+        t0 = time.time()
+        time.sleep(0.5)
+        t1 = time.time()
+        time.sleep(0.3)
+    part = s.timeline.between(t0, t1).to_pandas()
+    assert len(part)
+    assert part["time"].min().timestamp() >= t0
+    assert part["time"].max().timestamp() <= t1
+    import pandas as pd
+
+    again = s.timeline.between(pd.Timestamp(t0, unit="s", tz="UTC"), pd.Timestamp(t1, unit="s", tz="UTC"))
+    assert len(again.to_pandas()) == len(part)
+
+
+def test_latest_gives_newest_values_per_gpu():
+    with nbgpu.Sampler(source="sim", interval=0.1) as s:
+        time.sleep(0.6)
+        latest = s.latest()
+    assert [r["gpu"] for r in latest] == [0, 1]
+    assert 0 <= latest[0]["util_pct"] <= 100
+    assert latest[0]["power_w"] > 50
+    assert latest[0]["state"] == "running"
+    assert abs(latest[0]["time"] - time.time()) < 5
+
+
+def test_one_thread_per_sampler_and_stop_joins_it():
+    before = len(sampler_threads())
+    s = nbgpu.Sampler(source="sim", interval=0.1)
+    s.start()
+    s.start()  # a second start is a no-op
+    assert len(sampler_threads()) == before + 1
+    s.stop()
+    assert len(sampler_threads()) == before
+    assert not s.running
+
+
+def test_gpus_selection_keeps_only_those():
+    with nbgpu.Sampler(source=SimulatedGPUs(count=4), gpus=[1, 3], interval=0.1) as s:
+        time.sleep(0.3)
+    assert [d["index"] for d in s.devices] == [1, 3]
+    assert set(s.timeline.to_pandas()["gpu"]) == {1, 3}
+
+
+@pytest.mark.parametrize("interval", [0, -1, "fast", None, True, math.nan, math.inf])
+def test_bad_interval_is_a_value_error_and_starts_nothing(interval):
+    sim = SimulatedGPUs()
+    before = len(sampler_threads())
+    with pytest.raises(ValueError, match="interval"):
+        nbgpu.Sampler(source=sim, interval=interval)
+    assert len(sampler_threads()) == before
+    assert not sim.initialised
+
+
+def test_unknown_source_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown source 'cuda'.*'sim'"):
+        nbgpu.Sampler(source="cuda")
+    with pytest.raises(ValueError, match="source must be"):
+        nbgpu.Sampler(source=42)
+
+
+def test_gpu_index_out_of_range_is_a_value_error_and_releases_nvml():
+    sim = SimulatedGPUs(count=2)
+    with pytest.raises(ValueError, match=r"GPU index 7 is out of range.*2 GPU\(s\): 0 to 1"):
+        nbgpu.Sampler(source=sim, gpus=[7])
+    assert not sim.initialised
+
+
+def test_marks_land_on_the_timeline():
+    with nbgpu.Sampler(source="sim", interval=0.1) as s:
+        s.mark("epoch 1")
+        time.sleep(0.2)
+    assert [label for _, label in s.timeline.marks()] == ["epoch 1"]
+
+
+def test_same_seed_and_clock_give_the_same_readings():
+    clock = iter(np.arange(1000.0, 2000.0, 0.05)).__next__
+
+    def readings(seed: int) -> list[float]:
+        t = [1000.0]
+        sim = SimulatedGPUs(seed=seed, clock=lambda: t[0])
+        sim.nvmlInit()
+        h = sim.nvmlDeviceGetHandleByIndex(0)
+        out = []
+        for _ in range(30):
+            t[0] = clock()
+            out += [sim.nvmlDeviceGetPowerUsage(h), sim.nvmlDeviceGetMemoryInfo(h).used,
+                    sim.nvmlDeviceGetUtilizationRates(h).gpu]
+        return out
+
+    a = readings(5)
+    clock = iter(np.arange(1000.0, 2000.0, 0.05)).__next__
+    assert readings(5) == a
+    clock = iter(np.arange(1000.0, 2000.0, 0.05)).__next__
+    assert readings(6) != a
+
+
+def test_public_api_matches_all():
+    for name in nbgpu.__all__:
+        assert hasattr(nbgpu, name), name

@@ -1,0 +1,135 @@
+"""The bounded store, decimation, exports and imports without the notebook stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nbgpu
+from nbgpu.store import Store, decimate_minmax
+
+
+def fill(store: Store, seconds: float, hz: float, start: float = 1e9) -> None:
+    n = int(seconds * hz)
+    t = start + np.arange(n) / hz
+    v = (np.arange(n) % 100).astype(np.float64)
+    store.declare(0, "power", {"power_w": np.float32})
+    for i in range(0, n, 5000):
+        store.append_many(0, "power", t[i:i + 5000], {"power_w": v[i:i + 5000]})
+
+
+def test_old_rows_fold_into_buckets_and_memory_stays_bounded():
+    store = Store(full_res_s=60, bucket_s=10, history_s=600)
+    fill(store, seconds=1800, hz=50)
+    t, cols, decimated = store.read_stream(0, "power")
+    full = t[~decimated]
+    assert 60 <= full[-1] - full[0] <= 60 + 2 * 2048 / 50  # the last minute, + up to two chunks
+    coarse = t[decimated]
+    assert coarse[-1] - coarse[0] <= 600 + 10
+    assert np.median(np.diff(coarse)) == pytest.approx(10, abs=0.01)
+    # bucket means of a 0..99 sawtooth at 50 Hz over 10 s
+    assert np.nanmean(cols["power_w"][decimated]) == pytest.approx(49.5, abs=1)
+    one_hour = store.nbytes()
+    fill2 = Store(full_res_s=60, bucket_s=10, history_s=600)
+    fill(fill2, seconds=5400, hz=50)
+    assert fill2.nbytes() <= one_hour * 1.1  # longer runs do not grow the store
+
+
+def test_series_reads_coarse_then_full_resolution_in_time_order():
+    store = Store(full_res_s=30, bucket_s=5, history_s=3600)
+    fill(store, seconds=300, hz=20)
+    t, v = store.series(0, "power_w")
+    assert (np.diff(t) > 0).all()
+    assert t[0] < 1e9 + 10 and t[-1] > 1e9 + 299
+
+
+def test_decimate_minmax_keeps_peaks_and_bounds_points():
+    t = np.arange(100_000) / 1000.0
+    v = np.zeros_like(t)
+    v[54_321] = 99.0
+    v[70_000] = -5.0
+    dt, dv = decimate_minmax(t, v, 200)
+    assert len(dt) <= 400
+    assert dv.max() == 99.0 and dv.min() == -5.0
+    assert (np.diff(dt) > 0).all()
+
+
+def sampled() -> nbgpu.Sampler:
+    with nbgpu.Sampler(source="sim", interval=0.1) as s:
+        time.sleep(0.6)
+    return s
+
+
+def test_jsonl_uses_the_monitoring_script_keys_plus_extras(tmp_path):
+    s = sampled()
+    path = s.timeline.to_jsonl(str(tmp_path / "run.jsonl"))
+    records = [json.loads(line) for line in open(path)]
+    assert records
+    legacy = ("timestamp", "gpu_id", "gpu_util_percent", "memory_used_gb", "memory_total_gb",
+              "memory_util_percent", "temperature_c", "power_w")
+    last = records[-1]
+    for key in legacy:
+        assert key in last, key
+    assert last["memory_total_gb"] == pytest.approx(150.75, abs=0.1)
+    assert "sm_clock_mhz" in last and "energy_j" in last
+    pd.Timestamp(last["timestamp"])  # ISO time
+
+
+def test_csv_and_parquet_round_trip(tmp_path):
+    s = sampled()
+    df = s.timeline.to_pandas()
+    csv = pd.read_csv(s.timeline.to_csv(str(tmp_path / "run.csv")))
+    assert len(csv) == len(df) and list(csv.columns) == list(df.columns)
+    pq = pd.read_parquet(s.timeline.to_parquet(str(tmp_path / "run.parquet")))
+    assert len(pq) == len(df)
+    assert pq["power_w"].sum() == pytest.approx(df["power_w"].sum())
+
+
+def test_a_failed_export_leaves_the_old_file_untouched(tmp_path, monkeypatch):
+    s = sampled()
+    path = tmp_path / "run.jsonl"
+    path.write_text("precious\n")
+
+    def broken(*a, **k):
+        yield {"timestamp": "x"}
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr("nbgpu.export.jsonl_records", broken)
+    with pytest.raises(RuntimeError):
+        s.timeline.to_jsonl(str(path))
+    assert path.read_text() == "precious\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]
+
+
+def test_export_to_a_missing_folder_is_one_clear_error(tmp_path):
+    s = sampled()
+    with pytest.raises(nbgpu.NbgpuError, match="does not exist"):
+        s.timeline.to_csv(str(tmp_path / "nope" / "run.csv"))
+
+
+def test_core_imports_and_samples_without_the_notebook_stack():
+    code = (
+        "import sys\n"
+        "for m in ('IPython', 'ipywidgets', 'bqplot', 'ipykernel'): sys.modules[m] = None\n"
+        "import time, nbgpu\n"
+        "with nbgpu.Sampler(source='sim', interval=0.1) as s: time.sleep(0.3)\n"
+        "print(len(s.timeline.to_pandas()) > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_import_starts_nothing():
+    code = ("import threading, nbgpu, sys\n"
+            "print(threading.active_count(), 'pynvml' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["1", "False", "False"]
