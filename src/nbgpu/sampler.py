@@ -218,6 +218,12 @@ class Sampler:
             out.append(row)
         return out
 
+    def prometheus_text(self, hostname: str | None = None) -> str:
+        """Newest GPU readings as Prometheus text, with dcgm-exporter's names where it has them."""
+        from .exporter import prometheus_text
+
+        return prometheus_text(self, hostname)
+
     def latest_host(self) -> dict:
         """Newest host readings (empty if host sampling is off)."""
         if self._host is None:

@@ -1,0 +1,333 @@
+"""GPUs of many nodes read back from a Prometheus server through its HTTP API.
+
+``PrometheusSource("http://host:9090")`` finds every GPU series that dcgm-exporter or
+``nbgpu export`` feeds into that Prometheus and turns them into devices keyed
+``"host:gpu"`` (``"host:gpu/instance"`` for MIG), each with its ``host`` and the scrape
+``resolution_s``. Readings keep Prometheus' own sample times (one row per scrape).
+
+Prometheus down, slow or answering garbage never raises out of ``read`` and never blocks
+long: every request has a time limit and a size limit, failures back off (1 s doubling to
+30 s), and ``state`` ("ok" or "unreachable") with ``last_error`` tells the panel what is
+going on. Devices are found when the source opens; GPUs that appear later are not added.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import BadArgumentError, SourceError
+from ..metrics import BY_NAME
+from .base import Batch, DeviceEvent, Reading
+from .prometheus_names import BY_SERIES, FB_FREE, INFO_SERIES, is_blank, selector
+
+log = logging.getLogger("nbgpu")
+
+STREAM = "scrape"  # not "tick": rows arrive at Prometheus' times, not the sampler's
+DEFAULT_TIMEOUT_S = 3.0
+DEFAULT_MAX_BYTES = 16 * 2**20
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+DISCOVER_WINDOW_S = 300.0
+MAX_WINDOW_S = 600.0
+
+
+@dataclass
+class _Series:
+    """One GPU's rows from one read: {time: {metric: value}} plus the labels that named it."""
+
+    host: str
+    gpu: str
+    labels: dict[str, str] = field(default_factory=dict)
+    rows: dict[float, dict[str, float]] = field(default_factory=dict)
+    ranks: dict[str, int] = field(default_factory=dict)
+    simulated: bool = False
+
+
+def device_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
+    """(key, host, gpu) for a series' labels, or None when it names no GPU."""
+    gpu = labels.get("gpu")
+    if gpu is None or gpu == "":
+        return None
+    host = (labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or "?").strip()
+    local = gpu if not labels.get("GPU_I_ID") else f"{gpu}/{labels['GPU_I_ID']}"
+    return f"{host}:{local}", host, local
+
+
+def parse_matrix(payload: object) -> dict[str, _Series]:
+    """Rows per device key from a Prometheus query answer of type "matrix" (or "vector").
+
+    Raises ValueError when the answer is not what the Prometheus API documents.
+    """
+    if not isinstance(payload, dict) or payload.get("status") != "success":
+        err = payload.get("error") if isinstance(payload, dict) else None
+        raise ValueError(f"Prometheus answered an error: {err}" if err else "not a Prometheus API answer")
+    data = payload.get("data")
+    if not isinstance(data, dict) or data.get("resultType") not in ("matrix", "vector"):
+        raise ValueError("Prometheus answer has no matrix or vector result")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise ValueError("Prometheus answer has no result list")
+    out: dict[str, _Series] = {}
+    free: dict[str, dict[float, float]] = {}
+    for item in result:
+        labels = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(labels, dict):
+            raise ValueError("Prometheus result item without labels")
+        name = labels.get("__name__", "")
+        found = device_key(labels)
+        if found is None:
+            continue
+        key, host, gpu = found
+        series = out.setdefault(key, _Series(host, gpu))
+        if not series.labels or name == INFO_SERIES:
+            series.labels = {k: v for k, v in labels.items() if k != "__name__"}
+        if name == INFO_SERIES:
+            series.simulated = labels.get("simulated") == "true"
+            continue
+        points = item.get("values")
+        if points is None and "value" in item:
+            points = [item["value"]]
+        if not isinstance(points, list):
+            raise ValueError("Prometheus result item without values")
+        if name in FB_FREE:
+            target = free.setdefault(key, {})
+            for t, v in _points(points):
+                target[t] = v * FB_FREE[name]
+            continue
+        if name not in BY_SERIES:
+            continue
+        metric, factor, rank = BY_SERIES[name]
+        if series.ranks.get(metric, rank) < rank:
+            continue  # a better-named series already holds this metric
+        if series.ranks.get(metric, rank) > rank:
+            for row in series.rows.values():
+                row.pop(metric, None)
+        series.ranks[metric] = rank
+        for t, v in _points(points):
+            series.rows.setdefault(t, {})[metric] = v * factor
+    for key, by_time in free.items():  # total = used + free where no total is reported
+        series = out[key]
+        for t, f in by_time.items():
+            row = series.rows.get(t)
+            if row and "mem_used_bytes" in row and "mem_total_bytes" not in row:
+                row["mem_total_bytes"] = row["mem_used_bytes"] + f
+    for series in out.values():
+        name = series.labels.get("modelName") or series.labels.get("model_name") or ""
+        series.simulated = series.simulated or "(simulated)" in name
+    return out
+
+
+def _points(points: list) -> list[tuple[float, float]]:
+    """(time, value) pairs with blanks, NaN and unparsable values left out."""
+    out = []
+    for p in points:
+        try:
+            t, v = float(p[0]), float(p[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if not is_blank(v):
+            out.append((t, v))
+    return out
+
+
+def resolution_of(series: dict[str, _Series]) -> float:
+    """Typical seconds between scrapes (median spacing of sample times), NaN if unknown."""
+    gaps = []
+    for s in series.values():
+        t = np.array(sorted(s.rows))
+        if len(t) > 1:
+            gaps.extend(np.diff(t).tolist())
+    return float(np.median(gaps)) if gaps else math.nan
+
+
+class PrometheusSource:
+    """GPUs of every node a Prometheus server scrapes (dcgm-exporter or ``nbgpu export``).
+
+    Args:
+        url: the Prometheus server, e.g. "http://prometheus:9090".
+        timeout_s: the longest one request may take (connect plus answer).
+        max_bytes: the largest answer read; a bigger one counts as a failure.
+        poll_s: seconds between queries; None follows the scrape interval (at least 1 s).
+    """
+
+    kind = "prometheus"
+    simulated = False
+
+    def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 max_bytes: int = DEFAULT_MAX_BYTES, poll_s: float | None = None) -> None:
+        parts = urllib.parse.urlsplit(str(url).strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise BadArgumentError(f"Prometheus URL must look like http://HOST:9090, got {url!r}")
+        self.url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+        self.timeout_s, self.max_bytes, self.poll_s = float(timeout_s), int(max_bytes), poll_s
+        self.state = "closed"
+        self.last_error: str | None = None
+        self.last_success: float | None = None
+        self.failures = 0
+        self.resolution_s = math.nan
+        self._devices: dict[str, dict] = {}
+        self._metrics: dict[str, set[str]] = {}
+        self._last_t: dict[str, float] = {}
+        self._next_poll = 0.0
+        self._last_query = math.nan
+
+    # -- HTTP -------------------------------------------------------------------------------
+    def query(self, promql: str, at: float | None = None) -> dict:
+        """POST an instant query; the decoded answer, or SourceError within ``timeout_s``."""
+        form = {"query": promql, "timeout": f"{max(0.1, self.timeout_s - 0.2):.1f}"}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
+        body = urllib.parse.urlencode(form).encode()
+        req = urllib.request.Request(self.url + "/api/v1/query", data=body, method="POST",
+                                     headers={"Content-Type": "application/x-www-form-urlencoded",
+                                              "Accept": "application/json"})
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = self._read_bounded(resp, deadline)
+        except urllib.error.HTTPError as exc:
+            try:
+                raw = self._read_bounded(exc, deadline)
+                return json.loads(raw)  # Prometheus explains 4xx/5xx in JSON
+            except Exception:
+                raise SourceError(f"Prometheus at {self.url} answered HTTP {exc.code}") from exc
+        except SourceError:
+            raise
+        except (OSError, urllib.error.URLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SourceError(f"Prometheus at {self.url} is unreachable ({reason})") from exc
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise SourceError(f"Prometheus at {self.url} answered something that is not JSON") from exc
+
+    def _read_bounded(self, resp, deadline: float) -> bytes:
+        chunks, size = [], 0
+        while True:
+            if time.monotonic() > deadline:
+                raise SourceError(f"Prometheus at {self.url} answered too slowly (over {self.timeout_s:g} s)")
+            chunk = resp.read(65536)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise SourceError(f"Prometheus at {self.url} answered more than "
+                                  f"{self.max_bytes // 2**20} MiB; narrow what it scrapes")
+            chunks.append(chunk)
+
+    def _fetch(self, window_s: float, at: float) -> dict[str, _Series]:
+        ms = max(1000, int(window_s * 1000))
+        return parse_matrix(self.query(f"{selector()}[{ms}ms]", at))
+
+    # -- the source interface ------------------------------------------------------------------
+    def open(self) -> None:
+        """Find the GPUs Prometheus has seen lately; SourceError if it is unreachable or has none."""
+        now = time.time()
+        try:
+            found = self._fetch(DISCOVER_WINDOW_S, now)
+        except (SourceError, ValueError) as exc:
+            raise SourceError(f"{exc}; check the URL and that Prometheus is running, "
+                              "then try again") from exc
+        latest = max((max(s.rows) for s in found.values() if s.rows), default=math.nan)
+        recent = {k: s for k, s in found.items() if s.rows and max(s.rows) >= latest - 120}
+        if not recent:
+            raise SourceError(f"Prometheus at {self.url} has no recent GPU series (looked for "
+                              "dcgm-exporter's DCGM_FI_* and nbgpu_gpu_*); check that it scrapes "
+                              "dcgm-exporter or `nbgpu export`")
+        self.resolution_s = resolution_of(recent)
+        for key in sorted(recent, key=_natural):
+            s = recent[key]
+            metrics = {m for row in s.rows.values() for m in row}
+            self._metrics[key] = metrics & set(BY_NAME)
+            self._devices[key] = self._describe_device(key, s)
+            # Start just before the newest scrape so the panel has a value at once.
+            self._last_t[key] = sorted(s.rows)[-2] if len(s.rows) > 1 else min(s.rows) - 1e-3
+        self.simulated = all(d["simulated"] for d in self._devices.values())
+        self.state, self.last_success, self._last_query = "ok", now, now
+
+    def _describe_device(self, key: str, s: _Series) -> dict:
+        last = s.rows[max(s.rows)]
+        name = s.labels.get("modelName") or s.labels.get("model_name") or "unknown GPU"
+        return {
+            "index": key, "name": name, "uuid": s.labels.get("UUID") or s.labels.get("uuid", ""),
+            "mem_total_bytes": last.get("mem_total_bytes", math.nan),
+            "power_limit_w": last.get("power_limit_w", math.nan), "slowdown_temp_c": math.nan,
+            "mig": "/" in s.gpu, "parent": None, "simulated": s.simulated,
+            "host": s.host, "gpu": s.gpu, "resolution_s": self.resolution_s,
+            "metrics": sorted(self._metrics.get(key, ())),
+        }
+
+    def close(self) -> None:
+        self.state = "closed"
+
+    def describe(self) -> str:
+        hosts = sorted({d["host"] for d in self._devices.values()})
+        res = f", every {self.resolution_s:g} s" if self.resolution_s == self.resolution_s else ""
+        sim = " simulated" if self.simulated else ""
+        return (f"{len(self._devices)}{sim} GPU(s) on {len(hosts)} host(s) from Prometheus at "
+                f"{self.url}{res}")
+
+    def devices(self) -> list[dict]:
+        return [dict(d) for d in self._devices.values()]
+
+    def streams(self) -> dict[object, dict[str, dict[str, np.dtype]]]:
+        return {key: {STREAM: {m: BY_NAME[m].dtype for m in sorted(self._metrics[key])}}
+                for key in self._devices}
+
+    def read(self, now: float, due: frozenset[str] = frozenset()) -> Reading:
+        """Scrapes Prometheus stored since the last call; empty (never an exception) on failure."""
+        reading = Reading()
+        if self.state == "closed" or now < self._next_poll:
+            return reading
+        since = min(self._last_t.values(), default=now - DISCOVER_WINDOW_S)
+        window = min(MAX_WINDOW_S, max(now - since, 0.0) + 1.0)
+        try:
+            found = self._fetch(window, now)
+        except Exception as exc:  # down, slow, garbage: remember, back off, carry on
+            self._fail(now, exc, reading)
+            return reading
+        if self.state != "ok":
+            reading.events.append(DeviceEvent(None, "recovered", f"Prometheus at {self.url} answers again"))
+        self.state, self.last_error, self.failures, self.last_success = "ok", None, 0, now
+        self._next_poll = now + self._poll_every()
+        for key, s in found.items():
+            if key not in self._devices:
+                continue
+            times = np.array(sorted(t for t in s.rows if t > self._last_t[key]))
+            if not len(times):
+                continue
+            cols = {m: np.array([s.rows[t].get(m, np.nan) for t in times]) for m in self._metrics[key]}
+            reading.batches.append(Batch(key, STREAM, times, cols))
+            self._last_t[key] = float(times[-1])
+        return reading
+
+    def _poll_every(self) -> float:
+        if self.poll_s is not None:
+            return float(self.poll_s)
+        res = self.resolution_s if self.resolution_s == self.resolution_s else 5.0
+        return min(15.0, max(1.0, res / 2))
+
+    def _fail(self, now: float, exc: BaseException, reading: Reading) -> None:
+        self.failures += 1
+        message = str(exc)
+        if not isinstance(exc, SourceError):
+            message = f"bad answer from Prometheus at {self.url}: {exc}"
+        if self.state != "unreachable":
+            log.warning("source unreachable: %s", message)
+            reading.events.append(DeviceEvent(None, "error", f"source unreachable: {message}"))
+        self.state, self.last_error = "unreachable", message
+        self._next_poll = now + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self.failures - 1))
+
+
+def _natural(key: str) -> tuple:
+    host, _, gpu = key.rpartition(":")
+    return (host, [int(p) if p.isdigit() else p for p in gpu.split("/")])

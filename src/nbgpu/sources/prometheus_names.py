@@ -1,0 +1,63 @@
+"""Which Prometheus series carry which nbgpu metric: dcgm-exporter (old and new names) and nbgpu.
+
+Each nbgpu metric maps to the series names that hold it, best first, with the factor that
+turns the series' unit into nbgpu's. dcgm-exporter writes "no value" as DCGM's blank
+sentinels (2**31-16 and up, 2**63-16 and up, 2**47 and a few above); those are missing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..exporter.text import FAMILIES
+
+MIB = 2.0**20
+
+# nbgpu metric -> [(series name, multiply the series value by this)], best first.
+SERIES: dict[str, list[tuple[str, float]]] = {}
+for _fam in FAMILIES:
+    SERIES.setdefault(_fam.metric, []).append((_fam.name, 1.0 / _fam.scale))
+_OLDER: dict[str, list[tuple[str, float]]] = {
+    "util_pct": [("dcgm_gpu_utilization", 1.0)],
+    "mem_util_pct": [("dcgm_mem_copy_utilization", 1.0)],
+    "mem_used_bytes": [("dcgm_fb_used", MIB)],
+    "mem_total_bytes": [("DCGM_FI_DEV_FB_TOTAL", MIB)],
+    "temp_c": [("dcgm_gpu_temp", 1.0)],
+    "power_w": [("DCGM_FI_DEV_POWER_USAGE_INSTANT", 1.0), ("dcgm_power_usage", 1.0)],
+    "power_limit_w": [("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1.0), ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 1.0)],
+    "sm_clock_mhz": [("dcgm_sm_clock", 1.0)],
+    "mem_clock_mhz": [("dcgm_memory_clock", 1.0)],
+    "clock_event_reasons": [("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1.0)],
+    "energy_j": [("dcgm_total_energy_consumption", 1e-3)],
+    "enc_util_pct": [("dcgm_enc_utilization", 1.0)],
+    "dec_util_pct": [("dcgm_dec_utilization", 1.0)],
+}
+for _metric, _names in _OLDER.items():
+    SERIES.setdefault(_metric, []).extend(_names)
+
+# Series combined into a metric afterwards: free framebuffer gives the total with "used".
+FB_FREE = {"DCGM_FI_DEV_FB_FREE": MIB, "dcgm_fb_free": MIB}
+INFO_SERIES = "nbgpu_gpu_info"
+
+# series name -> (nbgpu metric, factor, priority: lower wins when two series say the same)
+BY_SERIES: dict[str, tuple[str, float, int]] = {
+    name: (metric, factor, rank) for metric, names in SERIES.items()
+    for rank, (name, factor) in enumerate(names)
+}
+
+
+def selector() -> str:
+    """A PromQL series selector matching every series this module understands."""
+    names = sorted(set(BY_SERIES) | set(FB_FREE) | {INFO_SERIES})
+    return '{__name__=~"' + "|".join(names) + '"}'
+
+
+def is_blank(value: float) -> bool:
+    """Whether ``value`` is one of DCGM's "blank / not found / not supported" sentinels."""
+    if math.isnan(value) or math.isinf(value):
+        return True
+    if 2147483632.0 <= value <= 2147483647.0:  # DCGM_INT32_BLANK .. INT32 max
+        return True
+    if value >= 9223372036854775792.0:  # DCGM_INT64_BLANK and up
+        return True
+    return 140737488355328.0 <= value <= 140737488355343.0  # DCGM_FP64_BLANK + 0..15
