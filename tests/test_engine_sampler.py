@@ -133,7 +133,7 @@ def test_bad_interval_is_a_value_error_and_starts_nothing(interval):
 
 
 def test_unknown_source_is_a_value_error():
-    with pytest.raises(ValueError, match="unknown source 'cuda'.*'sim'"):
+    with pytest.raises(ValueError, match=r"unknown source 'cuda'.*'sim'"):
         nbgpu.Sampler(source="cuda")
     with pytest.raises(ValueError, match="source must be"):
         nbgpu.Sampler(source=42)

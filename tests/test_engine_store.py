@@ -45,7 +45,7 @@ def test_old_rows_fold_into_buckets_and_memory_stays_bounded():
 def test_series_reads_coarse_then_full_resolution_in_time_order():
     store = Store(full_res_s=30, bucket_s=5, history_s=3600)
     fill(store, seconds=300, hz=20)
-    t, v = store.series(0, "power_w")
+    t, _ = store.series(0, "power_w")
     assert (np.diff(t) > 0).all()
     assert t[0] < 1e9 + 10 and t[-1] > 1e9 + 299
 
@@ -70,7 +70,8 @@ def sampled() -> nbgpu.Sampler:
 def test_jsonl_uses_the_monitoring_script_keys_plus_extras(tmp_path):
     s = sampled()
     path = s.timeline.to_jsonl(str(tmp_path / "run.jsonl"))
-    records = [json.loads(line) for line in open(path)]
+    with open(path) as fh:
+        records = [json.loads(line) for line in fh]
     assert records
     legacy = ("timestamp", "gpu_id", "gpu_util_percent", "memory_used_gb", "memory_total_gb",
               "memory_util_percent", "temperature_c", "power_w")

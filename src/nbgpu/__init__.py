@@ -23,8 +23,8 @@ except PackageNotFoundError:  # running from a source tree
 
 __all__ = [
     "BadArgumentError",
-    "NbgpuError",
     "NVMLUnavailableError",
+    "NbgpuError",
     "Sampler",
     "SimulatedGPUs",
     "SourceError",

@@ -27,7 +27,7 @@ MAX_FULL_RES_ROWS = 600_000
 class _Chunk:
     """A fixed-size block of rows: float64 times and one typed array per column."""
 
-    __slots__ = ("times", "cols", "n")
+    __slots__ = ("cols", "n", "times")
 
     def __init__(self, columns: dict[str, np.dtype], rows: int) -> None:
         self.times = np.empty(rows, dtype=np.float64)
@@ -295,7 +295,7 @@ def decimate_minmax(t: np.ndarray, v: np.ndarray, buckets: int) -> tuple[np.ndar
     starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
     ends = np.r_[starts[1:], n]
     keep = []
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=True):
         seg = v[s:e]
         if np.isnan(seg).all():
             keep.append(s)

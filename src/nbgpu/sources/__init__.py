@@ -9,8 +9,17 @@ from .simulated import SimulatedGPUs
 
 SOURCE_CHOICES = "'auto', 'nvml', 'sim', 'prometheus=URL', a SimulatedGPUs or a source object"
 
-__all__ = ["Batch", "DeviceEvent", "Reading", "Source", "NVMLSource", "SimulatedGPUs",
-           "resolve_source", "open_source", "SOURCE_CHOICES"]
+__all__ = [
+    "SOURCE_CHOICES",
+    "Batch",
+    "DeviceEvent",
+    "NVMLSource",
+    "Reading",
+    "SimulatedGPUs",
+    "Source",
+    "open_source",
+    "resolve_source",
+]
 
 
 def resolve_source(source: object) -> Source:

@@ -83,11 +83,11 @@ def unavailable(nvml, exc: BaseException | None, what: str) -> NVMLUnavailableEr
     )
 
 
-class _Unsupported(Exception):
+class _UnsupportedError(Exception):
     pass
 
 
-class _Lost(Exception):
+class _LostError(Exception):
     pass
 
 
@@ -225,32 +225,32 @@ class NVMLSource:
         }
         dev = _Device(key=key, handle=handle, info=info)
         if parent is None:
-            for stream, (stype, metric, _) in _BUFFERS.items():
+            for stream, (stype, _metric, _scale) in _BUFFERS.items():
                 try:
                     nvml.nvmlDeviceGetSamples(handle, stype, 0)
                     dev.buffers[stream] = 0
                 except Exception as exc:
                     if _code(exc) == ERR_NOT_FOUND:  # supported, nothing buffered yet
                         dev.buffers[stream] = 0
-        for metric, reader in _READERS:
-            if parent is not None and metric in _PARENT_ONLY:
+        for group, reader in _READERS:
+            if parent is not None and group in _PARENT_ONLY:
                 continue
             try:
                 reader(self, dev)
-                dev.caps.update(_metric_names(metric))
+                dev.caps.update(_metric_names(group))
             except Exception as exc:
-                log.debug("GPU %s: %s not available (%s)", key, metric, _text(nvml, exc))
+                log.debug("GPU %s: %s not available (%s)", key, group, _text(nvml, exc))
         for stream in list(dev.buffers):
             if BY_NAME_FROM_BUFFER[stream] not in dev.caps:
                 dev.caps.add(BY_NAME_FROM_BUFFER[stream])
         if parent is None and self._gpm_supported(dev):
             dev.caps.update(_GPM_METRICS.values())
-        for slow, names in (("energy", ("energy_j",)), ("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"))):
+        for slow in ("energy", "pcie"):
             if parent is not None:
                 continue
             try:
                 _SLOW[slow](self, dev)
-                dev.caps.update(names)
+                dev.caps.update(_SLOW_METRICS[slow])
             except Exception:
                 pass
         return dev
@@ -293,7 +293,7 @@ class NVMLSource:
                 continue
             try:
                 self._read_device(dev, now, due, reading)
-            except _Lost as exc:
+            except _LostError as exc:
                 dev.lost = True
                 reading.events.append(DeviceEvent(dev.key, "lost", f"GPU {dev.key} was lost: {exc}"))
         if "pcie" in due:
@@ -306,11 +306,11 @@ class NVMLSource:
         except Exception as exc:
             code = _code(exc)
             if code in _LOST:
-                raise _Lost(_text(self._nvml, exc)) from exc
+                raise _LostError(_text(self._nvml, exc)) from exc
             if code in _UNSUPPORTED:
                 dev.caps.difference_update(_metric_names(metric))
                 self._log_once(dev.key, metric, f"GPU {dev.key}: {metric} no longer supported")
-                raise _Unsupported(metric) from exc
+                raise _UnsupportedError(metric) from exc
             dev.errors += 1
             self.last_error = f"GPU {dev.key} {metric}: {_text(self._nvml, exc)}"
             self._log_once(dev.key, metric, self.last_error)
@@ -332,14 +332,14 @@ class NVMLSource:
                 continue
             try:
                 row.update(self._call(dev, metric, reader, self, dev))
-            except _Lost:
+            except _LostError:
                 raise
             except Exception:
                 continue
         if dev.gpm_prev is not None and "sm_active_pct" in dev.caps:
             try:
                 row.update(self._call(dev, "gpm", self._read_gpm, dev))
-            except _Lost:
+            except _LostError:
                 raise
             except Exception:
                 pass
@@ -350,7 +350,7 @@ class NVMLSource:
                 continue
             try:
                 row.update(self._call(dev, slow, fn, self, dev))
-            except _Lost:
+            except _LostError:
                 raise
             except Exception:
                 pass
@@ -375,7 +375,7 @@ class NVMLSource:
         except Exception as exc:
             code = _code(exc)
             if code in _LOST:
-                raise _Lost(_text(self._nvml, exc)) from exc
+                raise _LostError(_text(self._nvml, exc)) from exc
             if code in _UNSUPPORTED:  # no buffer on this card: poll this metric instead
                 del dev.buffers[stream]
                 return None

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import BadArgumentError
 
@@ -48,15 +49,15 @@ class NVMLError(Exception):
         return _ERROR_NAMES.get(self.value, f"NVML error {self.value}")
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - mirrors pynvml's names
+class NVMLError_NotSupported(NVMLError):  # noqa: N801, N818 - pynvml's names
     pass
 
 
-class NVMLError_NotFound(NVMLError):  # noqa: N801
+class NVMLError_NotFound(NVMLError):  # noqa: N801, N818 - pynvml's names
     pass
 
 
-class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+class NVMLError_GpuIsLost(NVMLError):  # noqa: N801, N818 - pynvml's names
     pass
 
 
@@ -89,7 +90,7 @@ class _Util:
 class _Value:
     """Like pynvml's c_nvmlValue_t union: every member holds the same number."""
 
-    __slots__ = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+    __slots__ = ("dVal", "siVal", "sllVal", "uiVal", "ulVal", "ullVal", "usVal")
 
     def __init__(self, v: float) -> None:
         self.dVal = float(v)
@@ -163,7 +164,7 @@ class SimulatedGPUs:
     """
 
     SIMULATED = True
-    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t  # noqa: N815 - pynvml's name
     NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
 
     def __init__(self, count: int = 2, seed: int = 0, scenario: str = "steady",
@@ -352,11 +353,11 @@ class SimulatedGPUs:
         self._util_supported(h)
         t = self._t()
         u = self.util_window(h.gpu, t)
-        return _Util(gpu=int(round(u)), memory=int(round(u * 0.45)))
+        return _Util(gpu=round(u), memory=round(u * 0.45))
 
     def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:  # noqa: N802
         self._enter("nvmlDeviceGetTemperature", h)
-        return int(round(self.temp_at(h.gpu, self._t())))
+        return round(self.temp_at(h.gpu, self._t()))
 
     def nvmlDeviceGetTemperatureThreshold(self, h: _Handle, kind: int) -> int:  # noqa: N802
         self._enter("nvmlDeviceGetTemperatureThreshold", h)
@@ -433,7 +434,7 @@ class SimulatedGPUs:
         return []
 
     # Sample buffers, as on an H200: power every 20 ms (2.4 s kept), utilisation every 200 ms.
-    _BUFFERS = {0: (0.02, 120), 1: (0.2, 70), 2: (0.2, 70)}
+    _BUFFERS: ClassVar[dict[int, tuple[float, int]]] = {0: (0.02, 120), 1: (0.2, 70), 2: (0.2, 70)}
 
     def nvmlDeviceGetSamples(self, h: _Handle, sampling_type: int, last_seen_us: int):  # noqa: N802
         self._enter("nvmlDeviceGetSamples", h)
@@ -448,7 +449,7 @@ class SimulatedGPUs:
         samples = []
         for k in range(first, newest + 1):
             t_rel = k * period
-            ts = int(round((self.start_time + t_rel) * 1e6))
+            ts = round((self.start_time + t_rel) * 1e6)
             if ts <= last_seen_us:
                 continue
             if sampling_type == 0:
