@@ -1,0 +1,58 @@
+"""Start-up: ``import nbgpu`` in a fresh interpreter, and ``%load_ext nbgpu`` + ``%gpumon``
+to the panel's first update in a real kernel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from . import SRC_DIR
+from .registry import Context
+from .report import Outcome, Target, UnavailableError
+from .stats import median
+
+IMPORT_TARGET_S = 0.3
+FIRST_UPDATE_TARGET_S = 1.5
+_IMPORT_SNIPPET = ("import time; t = time.perf_counter(); import nbgpu; "
+                   "print(time.perf_counter() - t)")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC_DIR), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_import(ctx: Context) -> Outcome:
+    """Median of several fresh-interpreter imports (the interpreter's own start excluded)."""
+    repeats = 3 if ctx.quick else 9
+    import_s, process_s = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _IMPORT_SNIPPET], env=_env(), capture_output=True,
+                              text=True, timeout=60, check=True)
+        process_s.append(time.perf_counter() - t0)
+        import_s.append(float(done.stdout.strip().splitlines()[-1]))
+    out = Outcome(raw={"import_s": import_s, "process_s": process_s, "repeats": repeats})
+    out.targets.append(Target("import nbgpu (median)", median(import_s), "s", "<=", IMPORT_TARGET_S))
+    out.figure("whole interpreter run (median)", median(process_s), "s")
+    return out
+
+
+def run_first_update(ctx: Context) -> Outcome:
+    """Time from sending ``%load_ext nbgpu`` + ``%gpumon`` to the first widget update."""
+    from .kernel_probe import first_panel_update
+
+    try:
+        res = first_panel_update(_env(), repeats=1 if ctx.quick else 3)
+    except ImportError as exc:
+        raise UnavailableError(f"jupyter_client/ipykernel not installed: {exc}") from exc
+    out = Outcome(raw=res)
+    if res.get("unavailable"):
+        raise UnavailableError(res["unavailable"])
+    out.targets.append(Target("%load_ext + %gpumon to first panel update (median)",
+                              median(res["first_update_s"]), "s", "<=", FIRST_UPDATE_TARGET_S))
+    out.figure("to panel displayed (median)", median(res["displayed_s"]), "s")
+    return out

@@ -1,0 +1,70 @@
+"""Store memory for 24 h at defaults with 8 GPUs, by synthetic appends at the real rates.
+
+The sampler's own store (streams declared by the NVML source over 8 simulated GPUs) is
+fed rows on a fake clock: power 50 Hz, utilisation and memory utilisation 5 Hz, the tick
+stream 2 Hz (interval 0.5 s) per GPU, and host readings 2 Hz. ``Store.nbytes()`` is read
+along the way; the run goes past 24 h to show the figure stops growing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .registry import Context
+from .report import Outcome, Target
+
+TARGET_MB = 64.0
+RATES_HZ = {"power": 50.0, "util": 5.0, "memutil": 5.0, "tick": 2.0}
+HOST_RATE_HZ = 2.0
+BATCH_S = 10.0  # rows go in as 10 s batches (the sampler drains every 0.5 s; the store doesn't care)
+
+
+def _rows(store, device: object, stream: str, t0: float, t1: float, rate_hz: float, rng) -> None:
+    times = np.arange(np.ceil(t0 * rate_hz), np.ceil(t1 * rate_hz)) / rate_hz
+    if not len(times):
+        return
+    cols = store._streams[(device, stream)].columns
+    store.append_many(device, stream, times, {c: rng.random(len(times)) * 100 for c in cols})
+
+
+def run(ctx: Context) -> Outcome:
+    import nbgpu
+    from nbgpu.sources.host import HOST_KEY
+
+    hours = 25.0
+    sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=8, seed=0))
+    store = sampler.store
+    streams = {(d, s) for d in store.devices() for s in store.streams_of(d)}
+    rng = np.random.default_rng(0)
+    start = 1.7e9
+    checkpoints = {1: None, 2: None, 6: None, 12: None, 24: None, hours: None}
+    peak = 0
+    t0_wall = time.perf_counter()
+    t = 0.0
+    while t < hours * 3600:
+        t1 = t + BATCH_S
+        for device, stream in streams:
+            rate = HOST_RATE_HZ if device == HOST_KEY else RATES_HZ[stream]
+            _rows(store, device, stream, start + t, start + t1, rate, rng)
+        t = t1
+        if int(t) % 600 == 0:
+            peak = max(peak, store.nbytes())
+        for h in checkpoints:
+            if checkpoints[h] is None and t >= h * 3600:
+                checkpoints[h] = store.nbytes()
+    wall = time.perf_counter() - t0_wall
+    sampler.stop()
+    mb = {f"{h:g}h": v / 2**20 for h, v in checkpoints.items()}
+    out = Outcome(raw={"gpus": 8, "rates_hz": RATES_HZ, "host_rate_hz": HOST_RATE_HZ,
+                       "streams": sorted(f"{d}/{s}" for d, s in streams), "nbytes_mb_at": mb,
+                       "peak_mb_sampled_every_10min": peak / 2**20,
+                       "full_res_s": store.full_res_s, "bucket_s": store.bucket_s,
+                       "history_s": store.history_s, "simulated_hours": hours, "wall_s": wall})
+    out.targets.append(Target("store memory at 24 h, 8 GPUs", mb["24h"], "MB", "<=", TARGET_MB))
+    out.figure(f"store memory at {hours:g} h", mb[f"{hours:g}h"], "MB")
+    out.figure("store memory at 1 h", mb["1h"], "MB")
+    out.notes.append("MB = 2**20 bytes of numpy arrays as counted by Store.nbytes(); Python object "
+                     "overhead of the chunk lists is not included.")
+    return out

@@ -1,0 +1,157 @@
+"""The monitors compared in the overhead benchmark, each with ``start()`` and ``stop()``.
+
+- ``none``: nothing watches the GPU.
+- ``nbgpu``: ``nbgpu.Sampler`` at its defaults.
+- ``nbgpu_panel``: the same plus the live panel's refresh path, driven without a browser.
+- ``naive_50hz``: the widely copied monitoring script's loop: a daemon thread that calls
+  four NVML getters per GPU every 20 ms (the power resolution nbgpu reaches) and keeps
+  the readings in a list.
+- ``nvitop``: nvitop's ``ResourceMetricCollector`` at its default interval, daemonized.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class Monitor:
+    """Something that watches the GPUs from a background thread while a loop runs."""
+
+    name = "none"
+    available = True
+    reason = ""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> dict:
+        """Stop watching; returns facts worth keeping (readings taken, errors)."""
+        return {}
+
+
+class NbgpuMonitor(Monitor):
+    """``nbgpu.Sampler(source, gpus)`` at default interval and read schedule."""
+
+    name = "nbgpu"
+
+    def __init__(self, source: object = "nvml", gpus: list[int] | None = None) -> None:
+        self.source, self.gpus = source, gpus
+        self.sampler = None
+
+    def start(self) -> None:
+        import nbgpu
+
+        self.sampler = nbgpu.Sampler(source=self.source, gpus=self.gpus).start()
+
+    def stop(self) -> dict:
+        s, self.sampler = self.sampler, None
+        s.stop()
+        return {"ticks": s.ticks, "errors": s.errors, "interval_s": s.interval}
+
+
+class NbgpuPanelMonitor(NbgpuMonitor):
+    """The sampler plus the panel's refresh code, called at the panel's own refresh rate."""
+
+    name = "nbgpu_panel"
+
+    def __init__(self, source: object = "nvml", gpus: list[int] | None = None) -> None:
+        super().__init__(source, gpus)
+        from .panel_driver import find_panel
+
+        self.panel_api = find_panel()
+        self.available = self.panel_api.available
+        self.reason = self.panel_api.reason
+        self.driver = None
+
+    def start(self) -> None:
+        super().start()
+        self.driver = self.panel_api.drive(self.sampler)
+
+    def stop(self) -> dict:
+        facts = self.driver.stop() if self.driver is not None else {}
+        self.driver = None
+        facts.update(super().stop())
+        return facts
+
+
+class NaivePollMonitor(Monitor):
+    """A daemon thread: utilisation, memory, temperature and power of each GPU every ``period_s``."""
+
+    name = "naive_50hz"
+
+    def __init__(self, nvml=None, gpus: list[int] | None = None, period_s: float = 0.02) -> None:
+        self.nvml, self.gpus, self.period_s = nvml, gpus, period_s
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.records: list[dict] = []
+
+    def start(self) -> None:
+        if self.nvml is None:
+            import pynvml
+
+            self.nvml = pynvml
+        nvml = self.nvml
+        nvml.nvmlInit()
+        indices = self.gpus if self.gpus is not None else range(nvml.nvmlDeviceGetCount())
+        handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in indices]
+        self._stop.clear()
+        self.records = []
+
+        def poll() -> None:
+            while not self._stop.is_set():
+                for i, h in handles:
+                    util = nvml.nvmlDeviceGetUtilizationRates(h)
+                    mem = nvml.nvmlDeviceGetMemoryInfo(h)
+                    self.records.append({
+                        "timestamp": time.time(), "gpu_id": i, "gpu_util_percent": util.gpu,
+                        "memory_util_percent": util.memory, "memory_used_gb": mem.used / 1e9,
+                        "temperature_c": nvml.nvmlDeviceGetTemperature(h, 0),
+                        "power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0})
+                time.sleep(self.period_s)
+
+        self._thread = threading.Thread(target=poll, name="naive-gpu-poll", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._thread = None
+        self.nvml.nvmlShutdown()
+        return {"readings": len(self.records), "period_s": self.period_s}
+
+
+class NvitopMonitor(Monitor):
+    """nvitop's ``ResourceMetricCollector`` (default interval) collecting in a daemon thread."""
+
+    name = "nvitop"
+
+    def __init__(self) -> None:
+        try:
+            from nvitop import ResourceMetricCollector
+        except ImportError:
+            self.available, self.reason = False, "nvitop not installed"
+            return
+        self._cls = ResourceMetricCollector
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.collections = 0
+
+    def start(self) -> None:
+        self._stop.clear()
+        self.collections = 0
+
+        def on_collect(metrics: dict) -> bool:
+            self.collections += 1
+            return not self._stop.is_set()
+
+        self.collector = self._cls()
+        self._thread = self.collector.daemonize(on_collect=on_collect)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._thread = None
+        return {"collections": self.collections, "interval_s": getattr(self.collector, "interval", None)}

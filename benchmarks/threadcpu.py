@@ -1,0 +1,68 @@
+"""CPU time of the sampler's own thread, measured from inside it (a listener) and from /proc."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+
+def _proc_thread_cpu_s(tid: int) -> float | None:
+    """utime + stime of one thread of this process from /proc (None where unavailable)."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class ThreadCpuProbe:
+    """A sampler listener that records the sampler thread's CPU time at every tick."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.first: tuple[float, float] | None = None  # (wall, thread cpu)
+        self.last: tuple[float, float] | None = None
+        self.calls = 0
+        self.tid: int | None = None
+        self._proc_first: float | None = None
+
+    def __call__(self, sampler: object, now: float) -> None:
+        point = (time.perf_counter(), time.thread_time())
+        with self._lock:
+            if self.first is None:
+                self.first = point
+                self.tid = threading.get_native_id()
+                self._proc_first = _proc_thread_cpu_s(self.tid)
+            self.last = point
+            self.calls += 1
+
+    def result(self) -> dict:
+        """CPU seconds per wall second between the first and the last tick seen."""
+        with self._lock:
+            if self.first is None or self.last is None or self.last[0] <= self.first[0]:
+                return {"ticks": self.calls, "cpu_s_per_s": float("nan")}
+            wall = self.last[0] - self.first[0]
+            cpu = self.last[1] - self.first[1]
+            out = {"ticks": self.calls, "wall_s": wall, "thread_cpu_s": cpu, "cpu_s_per_s": cpu / wall}
+            proc_now = _proc_thread_cpu_s(self.tid) if self.tid else None
+            if proc_now is not None and self._proc_first is not None:
+                out["proc_cpu_s"] = proc_now - self._proc_first
+            return out
+
+
+def measure(sampler, seconds: float) -> dict:
+    """Run a started-or-not sampler for ``seconds`` and return its thread's CPU use."""
+    probe = ThreadCpuProbe()
+    sampler.add_listener(probe)
+    was_running = sampler.running
+    sampler.start()
+    time.sleep(seconds)
+    result = probe.result()
+    sampler.remove_listener(probe)
+    if not was_running:
+        sampler.stop()
+    result["errors"] = sampler.errors
+    result["last_error"] = sampler.last_error
+    return result
