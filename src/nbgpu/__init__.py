@@ -10,6 +10,7 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from .errors import BadArgumentError, NbgpuError, NVMLUnavailableError, SourceError
+from .profiles import capture, history, mark, track
 from .sampler import Sampler
 from .sources.simulated import SimulatedGPUs
 from .timeline import Timeline
@@ -30,7 +31,11 @@ __all__ = [
     "SourceError",
     "Timeline",
     "__version__",
+    "capture",
+    "history",
     "load_ipython_extension",
+    "mark",
+    "track",
     "unload_ipython_extension",
 ]
 

@@ -1,0 +1,331 @@
+"""``nbgpu.capture()``: the GPU profile of a block of code.
+
+A capture only notes its start and end times and asks the sampler thread for an energy
+reading at each edge; everything else is read from the sampler's store afterwards, so
+entering and leaving a capture never calls NVML. It reuses the kernel's running sampler
+(or any running one) and starts a sampler of its own only when none runs.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+from ..sampler import Sampler, running_samplers
+from .summary import combine, summarize
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..timeline import Timeline
+
+OWN_SAMPLER_INTERVAL_S = 0.2
+EDGE_WAIT_S = 0.5
+
+_active: list[Capture] = []  # open captures, outermost first
+
+
+def pick_sampler() -> Sampler | None:
+    """The kernel's shared sampler if it runs, else the most recently started running one."""
+    from .. import session
+
+    shared = session.shared_sampler()
+    if shared is not None and shared.running:
+        return shared
+    running = running_samplers()
+    if not running:
+        return None
+    return max(running, key=lambda s: s.started_at or 0.0)
+
+
+def active_captures() -> list[Capture]:
+    """Captures currently open, outermost first."""
+    return list(_active)
+
+
+def status_of(exc_type: type[BaseException] | None) -> str:
+    """"ok", "interrupted" (KeyboardInterrupt) or "failed" (any other exception)."""
+    if exc_type is None:
+        return "ok"
+    if issubclass(exc_type, KeyboardInterrupt):
+        return "interrupted"
+    return "failed"
+
+
+def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
+    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read).
+
+    Returns False on timeout or if the sampler is not running; the summary then extends
+    the nearest readings to the edge instead.
+    """
+    if not sampler.running:
+        return False
+    deadline = time.monotonic() + timeout_s
+    keys = [d["index"] for d in sampler.devices if d["index"] not in sampler.lost]
+    while True:
+        pending = [k for k in keys if not sampler.store.last(k, "mem_used_bytes")[0] >= t
+                   and not sampler.store.last(k, "energy_j")[0] >= t]
+        if not pending:
+            return True
+        if time.monotonic() >= deadline or not sampler.running:
+            return False
+        time.sleep(0.005)
+
+
+class _TorchStats:
+    """PyTorch allocator figures of a block, read only if the user's code imported torch."""
+
+    def __init__(self) -> None:
+        self.floor: dict[int, float] = {}
+        self.result: dict[int, dict[str, float]] = {}
+
+    @staticmethod
+    def cuda():
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None) if torch is not None else None
+        try:
+            if cuda is not None and cuda.is_initialized():
+                return cuda
+        except Exception:
+            return None
+        return None
+
+    def start(self, outer: list[Capture]) -> None:
+        cuda = self.cuda()
+        if cuda is None:
+            return
+        for i in range(cuda.device_count()):
+            peak = float(cuda.max_memory_allocated(i))
+            for cap in outer:  # resetting the counter must not lose an outer block's peak
+                cap._torch.floor[i] = max(cap._torch.floor.get(i, 0.0), peak)
+            cuda.reset_peak_memory_stats(i)
+
+    def finish(self) -> None:
+        cuda = self.cuda()
+        if cuda is None:
+            return
+        for i in range(cuda.device_count()):
+            self.result[i] = {
+                "torch_peak_allocated_bytes": max(float(cuda.max_memory_allocated(i)),
+                                                  self.floor.get(i, 0.0)),
+                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
+                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
+                "torch_uuid": _torch_uuid(cuda, i),
+            }
+
+
+def _torch_uuid(cuda, i: int) -> str:
+    try:
+        uuid = str(cuda.get_device_properties(i).uuid)
+    except Exception:
+        return ""
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+class Capture:
+    """The GPU profile of one block: timeline, per-GPU summary, marks, alerts, report.
+
+    Args:
+        sampler: the sampler to read; None reuses the running shared sampler (or any
+            running one) and otherwise starts one for the block, stopped at its end.
+        source, interval: used only when a sampler has to be started (default "auto", 0.2 s).
+        gpus: GPU indices to summarise; None means all.
+        label: a name shown in the report and history.
+    """
+
+    def __init__(self, sampler: Sampler | None = None, *, source: object = None,
+                 interval: float | None = None, gpus: list | None = None, label: str = "") -> None:
+        self.sampler = sampler
+        self._source, self._interval = source, interval
+        self.gpus = list(gpus) if gpus is not None else None
+        self.label = label
+        self.start_time = math.nan
+        self.end_time = math.nan
+        self.status = "running"
+        self.error: str | None = None
+        self.owns_sampler = False
+        self.trackers: list = []
+        self._torch = _TorchStats()
+        self._summary: pd.DataFrame | None = None
+        self._alerts: list | None = None
+
+    def __repr__(self) -> str:
+        dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
+        return f"<nbgpu.Capture {self.label or 'block'} {dur} {self.status}>"
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def __enter__(self) -> Capture:
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.finish(status_of(exc_type), exc)
+        return False  # the block's exception, if any, goes on unchanged
+
+    def start(self) -> Capture:
+        """Note the start time and ask for an energy reading; starts a sampler if none runs."""
+        if self.sampler is None:
+            self.sampler = pick_sampler()
+        if self.sampler is None or not self.sampler.running:
+            if self.sampler is None:
+                self.sampler = Sampler(self._source or "auto", self._interval or OWN_SAMPLER_INTERVAL_S)
+            self.sampler.start()
+            self.owns_sampler = True
+        self._torch.start(list(_active))
+        self.start_time = time.time()
+        self.sampler.request("energy")
+        _active.append(self)
+        return self
+
+    def finish(self, status: str = "ok", exc: BaseException | None = None, wait: bool = True) -> None:
+        """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""
+        if not math.isnan(self.end_time):
+            return
+        self.end_time = time.time()
+        self.status = status
+        if exc is not None:
+            self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        if self in _active:
+            _active.remove(self)
+        try:
+            self._torch.finish()
+        except Exception:
+            pass
+        sampler = self.sampler
+        if sampler is None:
+            return
+        sampler.request("energy")
+        if wait or self.owns_sampler:
+            wait_for_edge(sampler, self.end_time)
+        if self.owns_sampler:
+            sampler.stop()
+
+    # -- results ----------------------------------------------------------------------------
+    @property
+    def duration_s(self) -> float:
+        end = time.time() if math.isnan(self.end_time) else self.end_time
+        return end - self.start_time
+
+    def _range(self) -> tuple[float, float]:
+        return self.start_time, (time.time() if math.isnan(self.end_time) else self.end_time)
+
+    @property
+    def window(self) -> Timeline:
+        """The sampler's timeline narrowed to this block."""
+        t0, t1 = self._range()
+        return self.sampler.timeline.between(t0, t1)
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """Every reading inside the block, one row per (time, gpu), as ``Timeline.to_pandas()``."""
+        df = self.window.to_pandas()
+        if self.gpus is not None and len(df):
+            df = df[df["gpu"].isin(self.gpus)].reset_index(drop=True)
+        return df
+
+    @property
+    def marks(self) -> list[tuple[float, str]]:
+        """(epoch seconds, label) of the marks inside the block."""
+        return self.window.marks()
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns."""
+        if self._summary is not None:
+            return self._summary
+        t0, t1 = self._range()
+        df = summarize(self.sampler.timeline, t0, t1, self.status, self.gpus)
+        df.insert(0, "label", self.label)
+        self._add_torch(df)
+        alerts = self.alerts
+        df["alerts"] = [
+            "; ".join(f"{a.severity}: {a.message}" for a in alerts if a.gpu is None or a.gpu == g)
+            for g in df["gpu"]
+        ]
+        if not math.isnan(self.end_time):
+            self._summary = df  # final: cache it
+        return df
+
+    def _add_torch(self, df: pd.DataFrame) -> None:
+        figures = self._torch.result
+        if not figures:
+            return
+        by_uuid = {f["torch_uuid"]: f for f in figures.values() if f["torch_uuid"]}
+        uuids = {d["index"]: d.get("uuid", "") for d in self.sampler.devices}
+        import os
+
+        same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(df)
+        for col in ("torch_peak_allocated_bytes", "torch_allocated_end_bytes", "torch_reserved_end_bytes"):
+            values = []
+            for pos, gpu in enumerate(df["gpu"]):
+                fig = by_uuid.get(uuids.get(gpu, ""))
+                if fig is None and same_order:
+                    fig = figures.get(pos)
+                values.append(fig[col] if fig else math.nan)
+            df[col] = values
+
+    @property
+    def totals(self) -> dict[str, object]:
+        """One row for all GPUs together (sums of power/energy, maxima of peaks)."""
+        return combine(self.summary)
+
+    @property
+    def alerts(self) -> list:
+        """Alerts of the sampler's diagnostics that overlap the block (empty if none run)."""
+        if self._alerts is not None:
+            return self._alerts
+        get = getattr(self.sampler, "alert_list", None)
+        if not callable(get):
+            return []
+        t0, t1 = self._range()
+        try:
+            found = [a for a in get() if a.start <= t1 and (a.end is None or a.end >= t0)]
+        except Exception:
+            return []
+        if self.gpus is not None:
+            found = [a for a in found if a.gpu is None or a.gpu in self.gpus]
+        if not math.isnan(self.end_time):
+            self._alerts = found
+        return found
+
+    @property
+    def iterations(self) -> pd.DataFrame:
+        """Per-iteration summary rows of every ``nbgpu.track`` loop run inside the block."""
+        import pandas as pd
+
+        frames = [t.summary() for t in self.trackers]
+        frames = [f for f in frames if len(f)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def one_line(self) -> str:
+        """The short summary line, e.g. ``GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · …``."""
+        from .report import one_line
+
+        return one_line(self.summary, self.status)
+
+    def report(self):
+        """Display the cell report (interactive chart + static fallbacks); returns it."""
+        from IPython.display import display
+
+        from .report import CellReport
+
+        rep = CellReport(self)
+        display(rep)
+        return rep
+
+    def _repr_html_(self) -> str:
+        from .report import static_html
+
+        return static_html(self)
+
+
+def capture(sampler: Sampler | None = None, *, source: object = None, interval: float | None = None,
+            gpus: list | None = None, label: str = "") -> Capture:
+    """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``.
+
+    Reuses the running sampler; without one, starts a sampler for the block (``source``,
+    ``interval``) and stops it at the end. The block's exception, if any, is never caught.
+    """
+    return Capture(sampler, source=source, interval=interval, gpus=gpus, label=label)

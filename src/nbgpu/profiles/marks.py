@@ -1,0 +1,115 @@
+"""``nbgpu.mark`` and ``nbgpu.track``: labelled moments on every timeline.
+
+A mark is an event in each running sampler's store, so the live panel, cell reports and
+exports all see it. ``track`` marks each iteration of a loop and can summarise each one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..sampler import Sampler, running_samplers
+from .capture import active_captures, pick_sampler
+from .summary import summarize
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def mark(label: str) -> int:
+    """Put a labelled mark on the timeline of every running sampler; returns how many."""
+    samplers = running_samplers()
+    for s in samplers:
+        s.mark(str(label))
+    return len(samplers)
+
+
+class Tracker:
+    """Iterates like the wrapped iterable, marking the start of each iteration.
+
+    ``summary()`` gives one row per (iteration, GPU) with the same columns as a capture's
+    summary, plus ``iteration`` and ``mark``.
+    """
+
+    def __init__(self, iterable: Iterable | None, label: str = "epoch", start: int = 0,
+                 sampler: Sampler | None = None) -> None:
+        self.iterable = iterable
+        self.label = str(label)
+        self.start = int(start)
+        self.sampler = sampler
+        self.spans: list[tuple[int, str, float, float, str]] = []  # (i, mark, t0, t1, status)
+        self._open: tuple[int, str, float] | None = None
+        for cap in active_captures():
+            cap.trackers.append(self)
+
+    def __len__(self) -> int:
+        return len(self.iterable)  # type: ignore[arg-type]
+
+    def begin(self, i: int) -> None:
+        """Start iteration ``i``: close the previous one and mark this one on every timeline."""
+        now = time.time()
+        if self.sampler is None:
+            self.sampler = pick_sampler()
+        if self._open is not None:
+            self.spans.append((*self._open, now, "done"))
+        text = f"{self.label} {i}"
+        mark(text)
+        self._open = (i, text, now)
+
+    def end(self, status: str = "done") -> None:
+        """Close the running iteration, if any."""
+        if self._open is not None:
+            self.spans.append((*self._open, time.time(), status))
+            self._open = None
+
+    def __iter__(self) -> Iterator[Any]:
+        status = "done"
+        try:
+            for i, item in enumerate(self.iterable, self.start):
+                self.begin(i)
+                yield item
+        except GeneratorExit:  # the loop stopped early (break or an exception in its body)
+            status = "stopped"
+            raise
+        finally:
+            self.end(status)
+
+    def summary(self, per_gpu: bool = True) -> pd.DataFrame:
+        """One row per iteration (and GPU): duration, memory, utilisation, power, energy…"""
+        import pandas as pd
+
+        if self.sampler is None or not self.spans:
+            return pd.DataFrame()
+        frames = []
+        for i, text, t0, t1, status in self.spans:
+            df = summarize(self.sampler.timeline, t0, t1, "ok" if status == "done" else status)
+            df.insert(0, "iteration", i)
+            df.insert(1, "mark", text)
+            frames.append(df)
+        out = pd.concat(frames, ignore_index=True)
+        if per_gpu:
+            return out
+        from .summary import combine
+
+        rows = []
+        for (i, text), part in out.groupby(["iteration", "mark"], sort=False):
+            row = {"iteration": i, "mark": text, "start": part["start"].iloc[0]}
+            row.update(combine(part))
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    @property
+    def durations_s(self) -> list[float]:
+        return [t1 - t0 if math.isfinite(t1) else math.nan for _, _, t0, t1, _ in self.spans]
+
+
+def track(iterable: Iterable, label: str = "epoch", start: int = 0) -> Tracker:
+    """Iterate ``iterable``, marking each iteration ("epoch 0", "epoch 1", …) on every timeline.
+
+    ``for epoch in nbgpu.track(range(n)):`` works like ``range(n)``; keep the tracker
+    (``t = nbgpu.track(...)``) to call ``t.summary()`` for one row per iteration and GPU.
+    """
+    return Tracker(iterable, label, start)

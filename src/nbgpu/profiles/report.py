@@ -1,0 +1,238 @@
+"""How a profile is shown: the one-line summary, the HTML table and the cell report.
+
+The cell report is an interactive chart (bqplot) whose display data also carries a static
+SVG picture and an HTML table, so a notebook saved without widget state still shows the
+profile on GitHub, nbviewer and in ``jupyter nbconvert --to html``.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import TYPE_CHECKING
+
+from ..render.svg import svg_timeline
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .capture import Capture
+
+WIDGET_MAX_POINTS = 20_000  # per line; longer series are min/max-decimated (peaks kept)
+REPORT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct",
+                  "tensor_active_pct", "mem_util_pct", "sm_clock_mhz", "pcie_rx_bytes_per_s",
+                  "pcie_tx_bytes_per_s")
+
+
+def fmt_duration(s: float) -> str:
+    """``1m12s``, ``2.04s``, ``1h03m``."""
+    if s is None or not math.isfinite(s):
+        return "–"
+    if s < 60:
+        return f"{s:.2f}s" if s < 10 else f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def fmt_bytes(b: float, signed: bool = False) -> str:
+    """Bytes as GB/MB text (decimal units, as nvidia-smi's GB)."""
+    if b is None or not math.isfinite(b):
+        return "–"
+    sign = "+" if signed and b >= 0 else ""
+    for div, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(b) >= div:
+            return f"{sign}{b / div:.1f} {unit}"
+    return f"{sign}{b:.0f} B"
+
+
+def fmt_energy(j: float) -> str:
+    if j is None or not math.isfinite(j):
+        return "–"
+    if j >= 1e6:
+        return f"{j / 1e6:.2f} MJ"
+    if j >= 1e3:
+        return f"{j / 1e3:.1f} kJ"
+    return f"{j:.0f} J"
+
+
+def _num(v: float, unit: str, digits: int = 0) -> str:
+    return "–" if v is None or not math.isfinite(v) else f"{v:.{digits}f}{unit}"
+
+
+def one_line(summary: pd.DataFrame, status: str = "ok") -> str:
+    """``GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · 612 W · 44.1 kJ`` for each GPU.
+
+    More than two GPUs are folded into one line over all of them.
+    """
+    if summary is None or not len(summary):
+        return "no GPU readings"
+    rows = [r for _, r in summary.iterrows()]
+    tail = "" if status == "ok" else f" · {status.upper()}"
+    if len(rows) > 2:
+        from .summary import combine
+
+        c = combine(summary)
+        rows = [dict(c, gpu=f"{len(summary)} GPUs ")]
+    parts = []
+    for r in rows:
+        delta = r["mem_delta_bytes"]
+        sign = "+" if delta >= 0 else "-"
+        delta_txt = "" if not math.isfinite(delta) else f" ({sign}{abs(delta) / 1e9:.1f})"
+        gpu = r["gpu"]
+        name = gpu if isinstance(gpu, str) and gpu.endswith(" ") else f"GPU{gpu} "
+        bits = [f"{name}{fmt_duration(r['duration_s'])}",
+                f"util {_num(r['util_mean_pct'], '%')}",
+                f"peak {fmt_bytes(r['mem_peak_bytes'])}{delta_txt}",
+                _num(r["power_mean_w"], " W"),
+                fmt_energy(r["energy_j"])]
+        if isinstance(r.get("throttle_reasons"), str) and r["throttle_reasons"]:
+            bits.append("throttled")
+        parts.append(" · ".join(bits))
+    return " | ".join(parts) + tail
+
+
+def summary_html(summary: pd.DataFrame) -> str:
+    """The per-GPU summary as a small HTML table (works without a kernel or JavaScript)."""
+    if summary is None or not len(summary):
+        return "<p>No GPU readings in this block.</p>"
+    has_sm = summary["sm_active_mean_pct"].notna().any()
+    has_torch = "torch_peak_allocated_bytes" in summary.columns
+    head = ["GPU", "duration", "memory start → end", "peak", "Δ", "util mean / max"]
+    head += ["SM active"] if has_sm else []
+    head += ["power mean / max", "energy", "temp max", "throttling"]
+    head += ["torch peak alloc / reserved"] if has_torch else []
+    head += ["status"]
+    out = ['<table class="nbgpu-summary" style="border-collapse:collapse;font-size:12px">',
+           "<thead><tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{escape(h)}</th>'
+                                   for h in head) + "</tr></thead><tbody>"]
+    for _, r in summary.iterrows():
+        cells = [f"{r['gpu']} {escape(str(r['name']))}", fmt_duration(r["duration_s"]),
+                 f"{fmt_bytes(r['mem_start_bytes'])} → {fmt_bytes(r['mem_end_bytes'])}",
+                 fmt_bytes(r["mem_peak_bytes"]), fmt_bytes(r["mem_delta_bytes"], signed=True),
+                 f"{_num(r['util_mean_pct'], '%')} / {_num(r['util_max_pct'], '%')}"]
+        if has_sm:
+            cells.append(_num(r["sm_active_mean_pct"], "%"))
+        cells += [f"{_num(r['power_mean_w'], ' W')} / {_num(r['power_max_w'], ' W')}",
+                  f"{fmt_energy(r['energy_j'])} ({r['energy_source']})",
+                  _num(r["temp_max_c"], " °C"),
+                  escape(r["throttle_reasons"]) if r["throttle_reasons"] else "none"]
+        if has_torch:
+            cells.append(f"{fmt_bytes(r['torch_peak_allocated_bytes'])} / "
+                         f"{fmt_bytes(r['torch_reserved_end_bytes'])}")
+        cells.append(escape(str(r["status"])))
+        out.append("<tr>" + "".join(f'<td style="padding:2px 8px">{c}</td>' for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    notes = sorted({n for n in summary["resolution_note"] if isinstance(n, str) and n})
+    alerts = sorted({a for a in summary.get("alerts", []) if isinstance(a, str) and a})
+    for a in alerts:
+        out.append(f'<p style="margin:2px 0;color:#a33">⚠ {escape(a)}</p>')
+    for n in notes:
+        out.append(f'<p style="margin:2px 0;color:#666">{escape(n)}</p>')
+    return "".join(out)
+
+
+def _title(cap: Capture) -> str:
+    label = f"{cap.label} · " if cap.label else ""
+    status = "" if cap.status == "ok" else f" · {cap.status}"
+    src = " · simulated GPUs" if cap.sampler is not None and cap.sampler.simulated else ""
+    return f"GPU profile · {label}{fmt_duration(cap.duration_s)}{status}{src}"
+
+
+def static_svg(cap: Capture) -> str:
+    return svg_timeline(cap.timeline, marks=cap.marks)
+
+
+def static_html(cap: Capture, svg: str | None = None) -> str:
+    """Title, SVG picture and summary table of a capture, as one self-contained HTML block."""
+    svg = static_svg(cap) if svg is None else svg
+    error = f'<p style="margin:2px 0;color:#a33">{escape(cap.error)}</p>' if cap.error else ""
+    return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
+            f"<div>{svg}</div>{summary_html(cap.summary)}</div>")
+
+
+def compact_html(cap: Capture, svg: str | None = None) -> str:
+    """The one-line summary; a click opens the picture and table (no kernel needed)."""
+    svg = static_svg(cap) if svg is None else svg
+    return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
+            f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary)}</details>")
+
+
+class CellReport:
+    """A capture's report: interactive chart in a live kernel, static SVG + table everywhere."""
+
+    def __init__(self, cap: Capture, interactive: bool = True) -> None:
+        self.cap = cap
+        self.interactive = interactive
+        self.widget = None
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        svg = static_svg(self.cap)
+        bundle = {
+            "text/plain": f"{_title(self.cap)}\n{self.cap.one_line()}",
+            "text/html": static_html(self.cap, svg),
+            "image/svg+xml": svg,
+        }
+        if self.interactive:
+            try:
+                self.widget = build_widget(self.cap)
+                view = self.widget._repr_mimebundle_()
+            except Exception:  # no widget front end (plain IPython, scripts)
+                view = None
+            if view and "application/vnd.jupyter.widget-view+json" in view:
+                bundle["application/vnd.jupyter.widget-view+json"] = \
+                    view["application/vnd.jupyter.widget-view+json"]
+        return bundle
+
+
+def build_widget(cap: Capture):
+    """The interactive report: a metric picker and a bqplot chart, one line per GPU, marks."""
+    import bqplot as bq
+    import ipywidgets as w
+    import numpy as np
+
+    from ..store import decimate_minmax
+
+    df = cap.timeline
+    metrics = [m for m in REPORT_METRICS if m in df.columns and df[m].notna().any()]
+    gpus = list(dict.fromkeys(df["gpu"].tolist())) if len(df) else []
+    x_sc, y_sc = bq.DateScale(), bq.LinearScale()
+    mark_sc = bq.LinearScale(min=0.0, max=1.0)
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    lines = [bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([]), scales={"x": x_sc, "y": y_sc},
+                      colors=[colors[i % len(colors)]], labels=[f"GPU {g}"], display_legend=True)
+             for i, g in enumerate(gpus)]
+    t_ms = df["time"].to_numpy().astype("datetime64[ms]") if len(df) else None
+    marks = cap.marks
+    rules = []
+    if marks:
+        mx = np.array([[np.datetime64(int(t * 1000), "ms")] * 2 for t, _ in marks])
+        rules.append(bq.Lines(x=mx, y=np.array([[0.0, 1.0]] * len(marks)), scales={"x": x_sc, "y": mark_sc},
+                              colors=["#555"], line_style="dashed"))
+        rules.append(bq.Label(x=mx[:, 0], y=np.full(len(marks), 0.95), text=[lb for _, lb in marks],
+                              scales={"x": x_sc, "y": mark_sc}, colors=["#333"], font_weight="normal",
+                              default_size=11))
+    ax_y = bq.Axis(scale=y_sc, orientation="vertical", tick_format=".3~s")
+    fig = bq.Figure(marks=lines + rules, axes=[bq.Axis(scale=x_sc, label="time (UTC)"), ax_y],
+                    layout=w.Layout(width="100%", height="280px"),
+                    fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20},
+                    legend_location="top-left")
+    picker = w.Dropdown(options=metrics, value=metrics[0] if metrics else None, description="metric")
+
+    def show(metric: str | None) -> None:
+        if metric is None or t_ms is None:
+            return
+        ax_y.label = metric
+        with fig.hold_sync():
+            for line, g in zip(lines, gpus, strict=True):
+                rows = (df["gpu"] == g).to_numpy()
+                v = df[metric].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+                ok = ~np.isnan(v)
+                t = t_ms[rows][ok]
+                tt, vv = decimate_minmax(t.astype(np.float64), v[ok], WIDGET_MAX_POINTS // 2)
+                line.x, line.y = tt.astype(np.int64).astype("datetime64[ms]"), vv
+
+    picker.observe(lambda change: show(change["new"]), names="value")
+    show(picker.value)
+    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, fig,
+                   w.HTML(summary_html(cap.summary))])
