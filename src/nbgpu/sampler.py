@@ -59,6 +59,8 @@ class Sampler:
         host: also sample host CPU/RAM of the machine and of this process tree.
         energy_every_s, pcie_every_s, procs_every_s: how often the costly reads run.
         full_res_s, bucket_s, history_s: store bounds (see ``nbgpu.store``).
+        diagnostics: run the diagnostics rules (``alert_list()``, ``alerts``, ``on_alert``).
+        thresholds: ``nbgpu.Thresholds`` or a dict of the thresholds to change; None: defaults.
     """
 
     def __init__(self, source: object = "auto", interval: float = DEFAULT_INTERVAL_S,
@@ -66,7 +68,8 @@ class Sampler:
                  energy_every_s: float = 2.0, pcie_every_s: float = 5.0,
                  procs_every_s: float = 2.0, full_res_s: float | None = None,
                  bucket_s: float | None = None, history_s: float | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, diagnostics: bool = True,
+                 thresholds: object = None) -> None:
         self.interval = check_interval(interval)
         self._every = {"energy": check_interval(energy_every_s, "energy_every_s"),
                        "pcie": check_interval(pcie_every_s, "pcie_every_s"),
@@ -103,6 +106,12 @@ class Sampler:
         self._closed = False
         self._urgent: set[str] = set()
         self._listeners: list[Callable[[Sampler, float], None]] = []
+        self.diagnostics = None  # the DiagnosticsEngine naming problems (nbgpu.diagnostics)
+        if diagnostics:
+            from .diagnostics import DiagnosticsEngine
+
+            self.diagnostics = DiagnosticsEngine(thresholds)
+            self.add_listener(self.diagnostics)
 
     @staticmethod
     def _select(devices: list[dict], gpus: Iterable[int] | None) -> set | None:
@@ -201,6 +210,27 @@ class Sampler:
     def remove_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         if fn in self._listeners:
             self._listeners.remove(fn)
+
+    def alert_list(self) -> list:
+        """Diagnostics alerts so far (``nbgpu.Alert``), oldest first; ``end`` is None while on."""
+        if self.diagnostics is None:
+            return []
+        if self.stopped_at is not None and not self.running:
+            self.diagnostics.close_all()
+        return self.diagnostics.alert_list()
+
+    @property
+    def alerts(self):
+        """``alert_list()`` as a DataFrame: rule, severity, gpu, start, end, message, ..."""
+        from .diagnostics import alerts_frame
+
+        return alerts_frame(self.alert_list())
+
+    def on_alert(self, fn: Callable) -> None:
+        """Call ``fn(alert)`` in the sampler thread when an alert opens or escalates."""
+        if self.diagnostics is None:
+            raise BadArgumentError("this Sampler was created with diagnostics=False; no alerts")
+        self.diagnostics.on_alert(fn)
 
     def latest(self) -> list[dict]:
         """Newest value of every metric of every GPU, with its device info and state."""

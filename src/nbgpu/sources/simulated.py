@@ -265,8 +265,10 @@ class SimulatedGPUs:
         total = self.mem_total_bytes
         base = 0.55e9
         s = self.scenario
-        if s == "idle" or (s == "imbalance" and gpu == self.count - 1):
+        if s == "idle":
             return base
+        if s == "imbalance" and gpu == self.count - 1:  # a rank that holds its model, gets no work
+            return base + 0.1 * total * min(1.0, t / 6.0)
         if s == "oom":
             return base + (0.965 * total - base) * min(1.0, t / 8.0)
         ramp = min(1.0, t / 6.0)

@@ -1,0 +1,16 @@
+"""Diagnostics: name the problem, not just the number.
+
+Each ``Sampler`` runs a ``DiagnosticsEngine`` in its thread. Rules (OOM risk, memory leak,
+input-bound, idle, imbalance, throttling, busy-but-thin) read the recent store, and each
+episode raises one ``Alert``. ``memory_owners(sampler)`` says whose memory it is.
+"""
+
+from __future__ import annotations
+
+from .alerts import SEVERITIES, Alert, alerts_frame
+from .engine import RULE_FUNCTIONS, DiagnosticsEngine
+from .owners import MemoryOwners, memory_owners
+from .thresholds import RULES, Thresholds
+
+__all__ = ["RULES", "RULE_FUNCTIONS", "SEVERITIES", "Alert", "DiagnosticsEngine", "MemoryOwners",
+           "Thresholds", "alerts_frame", "memory_owners"]

@@ -1,0 +1,123 @@
+"""Alerts and the episodes behind them: one alert per episode, no flapping.
+
+A rule reports, at each evaluation, a ``Finding`` per GPU whose condition holds now.
+``Episodes`` turns those into ``Alert`` objects: the first finding opens an alert, later
+findings refresh its evidence (and may raise its severity), and the alert ends only
+after no finding has come for ``clear_after_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SEVERITIES = ("info", "warning", "critical")
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass
+class Alert:
+    """A diagnosed problem on one GPU over a time span (epoch seconds; ``end`` None while on)."""
+
+    rule: str
+    severity: str
+    gpu: object
+    start: float
+    end: float | None
+    message: str
+    suggestion: str
+    evidence: dict = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.end is None
+
+    def __str__(self) -> str:
+        when = _dt.datetime.fromtimestamp(self.start, _dt.timezone.utc).strftime("%H:%M:%S")
+        state = "ongoing" if self.end is None else f"{self.end - self.start:.0f} s"
+        return f"[{self.severity}] {self.rule} GPU {self.gpu} since {when} UTC ({state}): {self.message}"
+
+
+@dataclass
+class Finding:
+    """What a rule sees on one GPU right now: the alert it would raise."""
+
+    rule: str
+    gpu: object
+    severity: str
+    message: str
+    suggestion: str
+    evidence: dict
+
+
+class Episodes:
+    """Open, refresh and close alerts from findings; keeps the newest ``max_alerts``."""
+
+    def __init__(self, clear_after_s: float, max_alerts: int = 1000) -> None:
+        self.clear_after_s = clear_after_s
+        self.max_alerts = max_alerts
+        self.alerts: list[Alert] = []
+        self._open: dict[tuple[str, object], Alert] = {}
+        self._seen: dict[tuple[str, object], float] = {}
+
+    def update(self, findings: list[Finding], now: float, rules: set[str]) -> list[Alert]:
+        """Apply one evaluation of ``rules``; returns alerts that were opened or escalated."""
+        changed = []
+        for f in findings:
+            key = (f.rule, f.gpu)
+            self._seen[key] = now
+            alert = self._open.get(key)
+            if alert is None:
+                alert = Alert(f.rule, f.severity, f.gpu, now, None, f.message, f.suggestion,
+                              dict(f.evidence))
+                self._open[key] = alert
+                self.alerts.append(alert)
+                changed.append(alert)
+                continue
+            escalated = _RANK[f.severity] > _RANK[alert.severity]
+            if _RANK[f.severity] >= _RANK[alert.severity]:
+                alert.message, alert.suggestion = f.message, f.suggestion
+                alert.evidence = dict(f.evidence)
+            if escalated:
+                alert.severity = f.severity
+                changed.append(alert)
+        for key, alert in list(self._open.items()):
+            if key[0] in rules and now - self._seen[key] >= self.clear_after_s:
+                alert.end = self._seen[key]
+                del self._open[key]
+        if len(self.alerts) > self.max_alerts:
+            self.alerts = [a for a in self.alerts if a.end is None] + \
+                [a for a in self.alerts if a.end is not None][-self.max_alerts // 2:]
+        return changed
+
+    def close_all(self, now: float) -> None:
+        """End every open alert (the sampler stopped)."""
+        for key, alert in self._open.items():
+            alert.end = self._seen.get(key, now)
+        self._open.clear()
+
+    def snapshot(self) -> list[Alert]:
+        """Copies of all alerts, oldest first (safe to read while the sampler runs)."""
+        return [dataclasses.replace(a, evidence=dict(a.evidence)) for a in list(self.alerts)]
+
+
+def alerts_frame(alerts: list[Alert]) -> pd.DataFrame:
+    """Alerts as a DataFrame: one row each, UTC ``start``/``end``, ``duration_s``, ``active``."""
+    import pandas as pd
+
+    cols = ["rule", "severity", "gpu", "start", "end", "duration_s", "active", "message",
+            "suggestion", "evidence"]
+    rows = [{"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": a.start,
+             "end": a.end, "duration_s": None if a.end is None else a.end - a.start,
+             "active": a.end is None, "message": a.message, "suggestion": a.suggestion,
+             "evidence": a.evidence} for a in alerts]
+    df = pd.DataFrame(rows, columns=cols)
+    df["start"] = pd.to_datetime(df["start"].astype("float64"), unit="s", utc=True)
+    df["end"] = pd.to_datetime(df["end"].astype("float64"), unit="s", utc=True)
+    df["duration_s"] = df["duration_s"].astype("float64")
+    return df

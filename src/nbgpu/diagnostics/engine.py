@@ -1,0 +1,165 @@
+"""The diagnostics engine: runs the rules in the sampler thread, at most once a second.
+
+It reads only the store (never NVML), turns rule findings into alerts through
+``Episodes`` and calls the ``on_alert`` callbacks, whose exceptions are caught and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .alerts import Alert, Episodes, Finding, alerts_frame
+from .owners import attribute, gpus_in_use, tree_pids
+from .rules_card import busy_thin, throttling
+from .rules_load import idle, imbalance, input_bound
+from .rules_memory import memory_leak, oom_risk
+from .thresholds import Thresholds
+from .window import Context, Window
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..sampler import Sampler
+
+log = logging.getLogger("nbgpu")
+
+RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
+    "oom_risk": oom_risk,
+    "memory_leak": memory_leak,
+    "input_bound": input_bound,
+    "idle": idle,
+    "imbalance": imbalance,
+    "throttling": throttling,
+    "busy_thin": busy_thin,
+}
+PIDS_EVERY_S = 10.0
+
+
+class DiagnosticsEngine:
+    """Names problems from a sampler's recent readings; add it with ``sampler.add_listener``.
+
+    Args:
+        thresholds: a ``Thresholds``, a dict of the fields to change, or None for defaults.
+    """
+
+    def __init__(self, thresholds: Thresholds | dict | None = None) -> None:
+        self.thresholds = Thresholds.from_any(thresholds)
+        self._episodes = Episodes(self.thresholds.clear_after_s)
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[Alert], None]] = []
+        self._last_eval = -math.inf
+        self._cells = 0
+        self._cell_since: float | None = None
+        self._mark_cache: dict = {}
+        self._pids: tuple[float, set[int]] = (-math.inf, set())
+        self.evaluations = 0
+        self.callback_errors = 0
+        self.last_callback_error: str | None = None
+
+    # -- what the rest of nbgpu tells it --------------------------------------------------
+    def cell_running(self, running: bool = True) -> None:
+        """Say a cell (or capture) started or ended; the idle rule only judges while one runs."""
+        with self._lock:
+            self._cells = self._cells + 1 if running else max(0, self._cells - 1)
+            if self._cells == 0:
+                self._cell_since = None
+
+    @property
+    def in_cell(self) -> bool:
+        return self._cells > 0
+
+    def on_alert(self, fn: Callable[[Alert], None]) -> None:
+        """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
+        if not callable(fn):
+            from ..errors import BadArgumentError
+
+            raise BadArgumentError(f"on_alert needs a function taking an Alert, got {fn!r}")
+        self._callbacks.append(fn)
+
+    # -- results -------------------------------------------------------------------------
+    def alert_list(self) -> list[Alert]:
+        """Copies of every alert so far, oldest first; ``end is None`` while ongoing."""
+        with self._lock:
+            return self._episodes.snapshot()
+
+    def alerts(self) -> pd.DataFrame:
+        """``alert_list()`` as a DataFrame."""
+        return alerts_frame(self.alert_list())
+
+    def close_all(self, now: float | None = None) -> None:
+        """End the ongoing alerts (the sampler stopped)."""
+        with self._lock:
+            self._episodes.close_all(now if now is not None else self._last_eval)
+
+    # -- the listener ----------------------------------------------------------------------
+    def __call__(self, sampler: Sampler, now: float) -> None:
+        """Listener entry: evaluate if ``eval_every_s`` has passed since the last time."""
+        if now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
+            return
+        self._last_eval = now
+        self.evaluate(sampler, now)
+
+    def _my_pids(self, now: float) -> set[int]:
+        at, pids = self._pids
+        if now - at >= PIDS_EVERY_S or now < at:
+            try:
+                pids = tree_pids()
+            except Exception:
+                pids = pids or set()
+            self._pids = (now, pids)
+        return pids
+
+    def context(self, sampler: Sampler, now: float) -> Context:
+        """What the rules see now: recent readings, GPUs in use, marks, cell state."""
+        th = self.thresholds
+        stale = max(th.stale_after_s, 2.5 * sampler.interval)
+        window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval))
+        devices = [d for d in sampler.devices if d["index"] not in sampler.lost]
+        processes = getattr(sampler.source, "processes", None)
+        processes = None if processes is None else dict(processes)
+        mine = self._my_pids(now)
+        status, _ = attribute(processes, mine)
+        in_use = gpus_in_use(processes, mine, status)
+        if in_use is not None and not in_use:
+            listed = any(processes.values()) if processes else False
+            in_use = set() if listed else None
+        if self._cells and self._cell_since is None:
+            self._cell_since = now
+        with sampler.store.lock:
+            events = list(sampler.store.events)
+        marks = [(e.time, e.label) for e in events if e.kind == "mark" and e.time <= now]
+        if len(self._mark_cache) > 512:
+            self._mark_cache.clear()
+        in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
+        return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._mark_cache)
+
+    def evaluate(self, sampler: Sampler, now: float) -> list[Alert]:
+        """Run every enabled rule once; returns the alerts opened or escalated by this run."""
+        ctx = self.context(sampler, now)
+        enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}
+        findings: list[Finding] = []
+        for name in enabled:
+            try:
+                findings += RULE_FUNCTIONS[name](ctx)
+            except Exception:
+                log.debug("diagnostics rule %s failed", name, exc_info=True)
+        with self._lock:
+            changed = self._episodes.update(findings, now, enabled)
+            self.evaluations += 1
+        for alert in changed:
+            self._notify(alert)
+        return changed
+
+    def _notify(self, alert: Alert) -> None:
+        for fn in list(self._callbacks):
+            try:
+                fn(alert)
+            except Exception as exc:  # a callback never kills the sampler
+                self.callback_errors += 1
+                self.last_callback_error = f"on_alert {getattr(fn, '__name__', fn)}: {exc}"
+                if self.callback_errors == 1:
+                    log.warning("%s (further callback errors are only counted)", self.last_callback_error)

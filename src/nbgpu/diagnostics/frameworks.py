@@ -1,0 +1,75 @@
+"""What PyTorch and TensorFlow say about their GPU memory, if the kernel already imported them.
+
+nbgpu never imports either framework and never starts CUDA: PyTorch is asked only once
+``torch.cuda.is_initialized()``, TensorFlow only once its eager context is running.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def torch_memory() -> list[dict]:
+    """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None:
+        return []
+    try:
+        if not cuda.is_initialized():
+            return []
+        out = []
+        for i in range(cuda.device_count()):
+            uuid = ""
+            try:
+                uuid = str(getattr(cuda.get_device_properties(i), "uuid", "") or "")
+            except Exception:
+                pass
+            out.append({"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": uuid,
+                        "allocated_bytes": float(cuda.memory_allocated(i)),
+                        "reserved_bytes": float(cuda.memory_reserved(i))})
+        return out
+    except Exception:
+        return []
+
+
+def tensorflow_memory() -> list[dict]:
+    """Per GPU of TensorFlow's running context: ``get_memory_info`` current and peak bytes."""
+    tf = sys.modules.get("tensorflow")
+    eager = sys.modules.get("tensorflow.python.eager.context")
+    if tf is None or eager is None:
+        return []
+    try:
+        if not getattr(eager.context(), "_initialized", False):  # asking would start it
+            return []
+        count = len(tf.config.list_physical_devices("GPU"))
+    except Exception:
+        return []
+    out = []
+    for i in range(count):
+        try:
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+        except Exception:
+            continue
+        out.append({"framework": "tensorflow", "device": f"GPU:{i}", "index": i, "uuid": "",
+                    "allocated_bytes": float(info.get("current", 0)),
+                    "peak_bytes": float(info.get("peak", 0))})
+    return out
+
+
+def nvml_index_of(entry: dict, devices: list[dict]) -> object:
+    """The NVML GPU key a framework device is, by UUID, else by CUDA_VISIBLE_DEVICES, else index."""
+    uuid = entry.get("uuid", "")
+    if uuid:
+        u = uuid.lower().removeprefix("gpu-")
+        for d in devices:
+            if str(d.get("uuid", "")).lower().removeprefix("gpu-") == u:
+                return d["index"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        parts = [p.strip() for p in visible.split(",") if p.strip()]
+        if entry["index"] < len(parts) and parts[entry["index"]].isdigit():
+            return int(parts[entry["index"]])
+        return None
+    return entry["index"]

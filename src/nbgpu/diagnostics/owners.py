@@ -1,0 +1,206 @@
+"""Whose memory it is: this kernel and its children, other processes, PID-namespace trouble.
+
+NVML lists the processes on each GPU by host PID. Inside a container's PID namespace those
+numbers may not be ours at all, so attribution is checked before anything is attributed.
+Other people's command lines and user names are shown only when explicitly asked for.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .frameworks import nvml_index_of, tensorflow_memory, torch_memory
+from .window import fmt_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..sampler import Sampler
+
+OK, NONE_LISTED, MISMATCH, UNKNOWN = "ok", "none_listed", "pid_namespace_mismatch", "unknown"
+
+
+def tree_pids() -> set[int]:
+    """This process and all its descendants (DataLoader workers, subprocesses)."""
+    import psutil
+
+    pids = {os.getpid()}
+    try:
+        pids.update(c.pid for c in psutil.Process().children(recursive=True))
+    except psutil.Error:
+        pass
+    return pids
+
+
+def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0.0,
+              pid_exists: Callable[[int], bool] | None = None) -> tuple[str, str]:
+    """(status, explanation) of whether NVML's PIDs can be matched to this kernel's.
+
+    ``framework_bytes`` is GPU memory a framework says this process holds; if NVML lists
+    none of our PIDs while it is positive, the PIDs cannot be ours to compare.
+    """
+    if processes is None:
+        return UNKNOWN, "this source reports no process lists"
+    listed = {p["pid"] for procs in processes.values() for p in procs}
+    if listed & mine:
+        return OK, ""
+    if pid_exists is None:
+        import psutil
+
+        pid_exists = psutil.pid_exists
+    if not listed:
+        if framework_bytes > 0:
+            return MISMATCH, ("NVML lists no process although this kernel holds "
+                              f"{fmt_bytes(framework_bytes)} of GPU memory; the process lists are "
+                              "hidden here (a container's PID namespace or missing permission)")
+        return NONE_LISTED, "NVML lists no process on any GPU"
+    here = [pid for pid in listed if pid_exists(pid)]
+    if not here:
+        return MISMATCH, (f"none of the {len(listed)} PID(s) NVML lists exist in this PID namespace "
+                          "(NVML reports host PIDs; this looks like a container), so their memory "
+                          "cannot be attributed to this kernel or to others")
+    if framework_bytes > 0:
+        return MISMATCH, ("this kernel holds " f"{fmt_bytes(framework_bytes)} of GPU memory but NVML "
+                          "lists none of its PIDs (NVML reports host PIDs; this looks like a "
+                          "container's PID namespace), so the listed processes are not attributed")
+    return OK, ""
+
+
+def gpus_in_use(processes: dict | None, mine: set[int], status: str) -> set | None:
+    """GPUs this kernel's processes hold memory on; None when that cannot be told."""
+    if status != OK or processes is None:
+        return None
+    return {gpu for gpu, procs in processes.items() if any(p["pid"] in mine for p in procs)}
+
+
+def _command(pid: int) -> tuple[str, str]:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return " ".join(p.cmdline())[:200], p.username()
+    except (psutil.Error, OSError):
+        return "", ""
+
+
+@dataclass
+class MemoryOwners:
+    """Per GPU: this kernel's processes, other processes (aggregated), notes and framework figures."""
+
+    rows: list[dict]
+    notes: list[str]
+    status: str
+    frameworks: list[dict] = field(default_factory=list)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per (GPU, owner): ``who``, ``pid``, ``processes``, ``used_bytes``, ..."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=["gpu", "who", "pid", "processes", "used_bytes",
+                                                "command", "user"])
+
+    def __str__(self) -> str:
+        lines = []
+        for r in self.rows:
+            pid = f" (pid {r['pid']})" if r.get("pid") is not None else ""
+            n = f" ×{r['processes']}" if (r.get("processes") or 1) > 1 else ""
+            used = "unknown" if math.isnan(r["used_bytes"]) else fmt_bytes(r["used_bytes"])
+            cmd = f"  {r['command']}" if r.get("command") else ""
+            lines.append(f"GPU {r['gpu']}: {r['who']}{pid}{n}: {used}{cmd}")
+        return "\n".join(lines + self.notes) or "no GPU memory in use"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        body = "".join(
+            f"<tr><td>{html.escape(str(r['gpu']))}</td><td>{'<b>' if r['who'] != 'other processes' else ''}"
+            f"{html.escape(r['who'])}</td><td>{'' if r.get('pid') is None else r['pid']}</td>"
+            f"<td>{'unknown' if math.isnan(r['used_bytes']) else fmt_bytes(r['used_bytes'])}</td></tr>"
+            for r in self.rows)
+        notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
+        return (f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>"
+                f"{notes}")
+
+
+def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> list[str]:
+    notes = []
+    for e in entries:
+        gpu = nvml_index_of(e, devices)
+        where = f"GPU {gpu} ({e['framework']} {e['device']})" if gpu is not None else \
+            f"{e['framework']} {e['device']}"
+        nvml = ours.get(gpu)
+        nvml_text = f", NVML {fmt_bytes(nvml)} for this kernel" if nvml else ""
+        if "reserved_bytes" in e:
+            spare = e["reserved_bytes"] - e["allocated_bytes"]
+            text = (f"{where}: {fmt_bytes(e['allocated_bytes'])} allocated, "
+                    f"{fmt_bytes(e['reserved_bytes'])} reserved{nvml_text}")
+            if spare >= 256e6:
+                text += (f"; {fmt_bytes(spare)} reserved but unallocated, "
+                         "`torch.cuda.empty_cache()` returns it")
+        else:
+            text = (f"{where}: {fmt_bytes(e['allocated_bytes'])} in use, peak "
+                    f"{fmt_bytes(e.get('peak_bytes', math.nan))}{nvml_text}")
+        notes.append(text)
+    return notes
+
+
+def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3.0) -> MemoryOwners:
+    """Who holds the memory of each GPU: this kernel and its children, then everyone else.
+
+    Args:
+        sampler: a Sampler whose source keeps NVML process lists (read every few seconds).
+        show_others: also list other processes one by one with command line and user name
+            (off by default: on a shared server those belong to other people).
+        wait_s: if no process list was read yet and the sampler runs, wait this long for one.
+    """
+    source = sampler.source
+    processes = getattr(source, "processes", None)
+    if processes is not None and not processes and sampler.running:
+        sampler.request("procs")
+        deadline = time.monotonic() + wait_s
+        while not source.processes and time.monotonic() < deadline:
+            time.sleep(0.05)
+    processes = None if processes is None else dict(source.processes)
+    mine = tree_pids()
+    frameworks = torch_memory() + tensorflow_memory()
+    held = sum(e.get("reserved_bytes", e["allocated_bytes"]) for e in frameworks)
+    status, why = attribute(processes, mine, held)
+    notes = [why] if why else []
+    rows, ours = [], {}
+    for dev in sampler.devices:
+        gpu = dev["index"]
+        procs = (processes or {}).get(gpu, [])
+        others = []
+        for p in sorted(procs, key=lambda p: -(p["used_bytes"] if p["used_bytes"] == p["used_bytes"] else 0)):
+            if status == OK and p["pid"] in mine:
+                who = "this kernel" if p["pid"] == os.getpid() else "child process"
+                command, _ = _command(p["pid"])
+                rows.append({"gpu": gpu, "who": who, "pid": p["pid"], "processes": 1,
+                             "used_bytes": p["used_bytes"], "command": command, "user": ""})
+                if p["used_bytes"] == p["used_bytes"]:
+                    ours[gpu] = ours.get(gpu, 0.0) + p["used_bytes"]
+            else:
+                others.append(p)
+        if not others:
+            continue
+        label = "other processes" if status == OK else "unattributed processes"
+        if show_others:
+            for p in others:
+                command, user = _command(p["pid"]) if status == OK else ("", "")
+                rows.append({"gpu": gpu, "who": label, "pid": p["pid"], "processes": 1,
+                             "used_bytes": p["used_bytes"], "command": command, "user": user})
+        else:
+            used = [p["used_bytes"] for p in others]
+            known = [u for u in used if u == u]
+            rows.append({"gpu": gpu, "who": label, "pid": None, "processes": len(others),
+                         "used_bytes": float(sum(known)) if known else math.nan,
+                         "command": "", "user": ""})
+    if status == NONE_LISTED:
+        notes.append("No process holds GPU memory, or NVML does not show them here.")
+    notes += _framework_notes(frameworks, sampler.devices, ours)
+    return MemoryOwners(rows, notes, status, frameworks)

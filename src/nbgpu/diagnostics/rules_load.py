@@ -1,0 +1,86 @@
+"""Load rules: input-bound, idle / sync-bound and imbalance across GPUs."""
+
+from __future__ import annotations
+
+import math
+
+from .alerts import Finding
+from .window import Context, fmt_gpus
+
+INPUT_HINT = ("Feed the GPU faster: DataLoader(num_workers=4 or more, pin_memory=True, "
+              "persistent_workers=True, prefetch_factor=2 or more) with .to(device, non_blocking=True); "
+              "move decoding and augmentation to the GPU or precompute them; with tf.data, "
+              "num_parallel_calls and .prefetch(tf.data.AUTOTUNE). If one core is pegged launching "
+              "small kernels, use larger batches or CUDA graphs.")
+IDLE_HINT = ("The cell is waiting, not computing: file or network I/O, a lock, sleep, a "
+             "host-device sync in a loop (.item(), .cpu(), print of a tensor) or another process. "
+             "A profiler (torch.profiler, py-spy dump) shows where it waits.")
+IMBALANCE_HINT = ("Check that every GPU gets its share: DistributedSampler and per-rank batch sizes, "
+                  "a rank stuck in I/O or waiting at a barrier, an uneven model-parallel split, "
+                  "tensors created on cuda:0 by default.")
+
+
+def input_bound(ctx: Context) -> list[Finding]:
+    """Utilisation below 50 % while this kernel's processes keep the CPU busy: a starved GPU."""
+    th, out = ctx.thresholds, []
+    span = th.input_window_s
+    cpu = ctx.window.host_mean("proc_cpu_pct", span)
+    if not cpu >= th.input_cpu_busy_pct:
+        return out
+    for dev in ctx.used_gpus():
+        util = ctx.window.mean(dev["index"], "util_pct", span)
+        if not (th.input_min_util_pct <= util < th.input_util_below_pct):
+            continue
+        message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
+                   f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU is waiting for input")
+        out.append(Finding("input_bound", dev["index"], "warning", message, INPUT_HINT, {
+            "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
+    return out
+
+
+def idle(ctx: Context) -> list[Finding]:
+    """Utilisation and CPU both low while a cell runs: the code waits (I/O, sync, sleep)."""
+    th, out = ctx.thresholds, []
+    span = th.idle_window_s
+    if th.idle_only_in_cell and ctx.in_cell_s < span:
+        return out
+    cpu = ctx.window.host_mean("proc_cpu_pct", span)
+    if not cpu < th.idle_cpu_below_pct:
+        return out
+    for dev in ctx.used_gpus():
+        util = ctx.window.mean(dev["index"], "util_pct", span)
+        if not util < th.idle_util_below_pct:
+            continue
+        during = "while a cell runs, " if ctx.in_cell_s else ""
+        message = (f"GPU {dev['index']} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
+                   f"{during}over {span:.0f} s: the code is waiting on something")
+        out.append(Finding("idle", dev["index"], "info", message, IDLE_HINT, {
+            "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span,
+            "in_cell_s": round(ctx.in_cell_s, 1)}))
+    return out
+
+
+def imbalance(ctx: Context) -> list[Finding]:
+    """GPUs of this kernel differ in mean utilisation by more than 20 points, sustained."""
+    th, span = ctx.thresholds, ctx.thresholds.imbalance_window_s
+    means = {d["index"]: ctx.window.mean(d["index"], "util_pct", span) for d in ctx.used_gpus()}
+    means = {g: u for g, u in means.items() if not math.isnan(u)}
+    if len(means) < 2:
+        return []
+    top = max(means.values())
+    lagging = [g for g, u in means.items() if u < top - th.imbalance_gap_pct]
+    busy = [g for g in means if g not in lagging]
+    if not lagging:
+        return []
+    busy_mean = sum(means[g] for g in busy) / len(busy)
+    plural = "are" if len(busy) > 1 else "is"
+    out = []
+    for g in lagging:
+        state = "idle" if means[g] < 10 else "underused"
+        message = (f"GPU {g} {state} ({means[g]:.0f} %) while {'GPUs' if len(busy) > 1 else 'GPU'} "
+                   f"{fmt_gpus(busy)} {plural} busy ({busy_mean:.0f} %) over {span:.0f} s")
+        out.append(Finding("imbalance", g, "warning", message, IMBALANCE_HINT, {
+            "util_pct": round(means[g], 1), "busy_gpus": busy, "busy_util_pct": round(busy_mean, 1),
+            "gap_pct": round(top - means[g], 1), "window_s": span,
+            "gpus_compared": sorted(means, key=str)}))
+    return out

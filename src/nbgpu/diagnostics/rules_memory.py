@@ -1,0 +1,154 @@
+"""Memory rules: OOM risk (memory nearly full) and memory creep (a leak)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import numpy as np
+
+from .alerts import Finding
+from .window import Context, fmt_bytes, held_for
+
+OOM_HINT = ("Free what you no longer need (del the tensors, then torch.cuda.empty_cache()), lower the "
+            "batch size, use mixed precision or gradient checkpointing; "
+            "nbgpu.diagnostics.memory_owners(sampler) shows whose memory it is.")
+LEAK_HINT = ("Something keeps GPU tensors alive: a list of losses or outputs kept with their graph "
+             "(store loss.item() or .detach().cpu() instead), a growing cache, tensors in global "
+             "variables. Compare torch.cuda.memory_allocated() across epochs. If a model or data "
+             "set is being loaded, this stops on its own.")
+
+
+def _total_bytes(ctx: Context, dev: dict) -> float:
+    total = dev.get("mem_total_bytes", math.nan)
+    if not (total and total > 0):
+        _, v = ctx.window.series(dev["index"], "mem_total_bytes", 60.0)
+        total = float(v[-1]) if len(v) else math.nan
+    return total
+
+
+def oom_risk(ctx: Context) -> list[Finding]:
+    """Memory above 90 % of the card for a moment (warning), above 95 % for 10 s (critical)."""
+    th, out = ctx.thresholds, []
+    span = max(th.oom_warning_after_s, th.oom_critical_after_s) + 5.0
+    for dev in ctx.gpus(whole_only=False):
+        gpu = dev["index"]
+        t, used = ctx.window.series(gpu, "mem_used_bytes", span)
+        total = _total_bytes(ctx, dev)
+        if len(t) < 2 or not total > 0 or t[-1] < ctx.now - ctx.window.stale_after_s:
+            continue
+        frac = used / total
+        crit_s = held_for(t, frac > th.oom_critical_fraction, ctx.now)
+        warn_s = held_for(t, frac > th.oom_warning_fraction, ctx.now)
+        if crit_s >= th.oom_critical_after_s:
+            severity, level, held = "critical", th.oom_critical_fraction, crit_s
+        elif warn_s >= th.oom_warning_after_s:
+            severity, level, held = "warning", th.oom_warning_fraction, warn_s
+        else:
+            continue
+        message = (f"GPU {gpu} memory at {100 * frac[-1]:.0f} % ({fmt_bytes(used[-1])} of "
+                   f"{fmt_bytes(total)}), above {100 * level:.0f} % for {held:.0f} s: "
+                   "the next allocation may fail with CUDA out of memory")
+        out.append(Finding("oom_risk", gpu, severity, message, OOM_HINT, {
+            "mem_used_bytes": float(used[-1]), "mem_total_bytes": float(total),
+            "used_fraction": round(float(frac[-1]), 4), "above_fraction": level,
+            "held_s": round(held, 1)}))
+    return out
+
+
+def _segments_rising(t: np.ndarray, v: np.ndarray, t0: float, t1: float, n: int) -> float | None:
+    """Rise from the first to the last of ``n`` time slices if every slice beats the last."""
+    edges = np.linspace(t0, t1, n + 1)
+    medians = []
+    for a, b in itertools.pairwise(edges):
+        part = v[(t >= a) & (t < b) if b < t1 else (t >= a)]
+        if not len(part):
+            return None
+        medians.append(float(np.median(part)))
+    steps = np.diff(medians)
+    total = medians[-1] - medians[0]
+    if total <= 0 or (steps < 0.25 * total / (n - 1)).any():
+        return None
+    return total
+
+
+def _trend_leak(ctx: Context, gpu: object) -> dict | None:
+    th = ctx.thresholds
+    for span in th.leak_windows_s:
+        got = ctx.window.recent(gpu, "mem_used_bytes", span)
+        if got is None:
+            continue
+        t, v = got
+        n = th.leak_segments
+        rise = _segments_rising(t, v, ctx.now - span, ctx.now, n)
+        if rise is None:
+            continue
+        per_min = rise / (span * (n - 1) / n) * 60.0
+        if rise >= th.leak_min_growth_bytes and per_min >= th.leak_min_rate_bytes_per_min:
+            return {"window_s": span, "rise_bytes": rise, "rate_bytes_per_min": per_min,
+                    "mem_used_bytes": float(v[-1])}
+    return None
+
+
+def _unit_of(labels: list[str]) -> str:
+    """The word the marks share ("epoch 3", "epoch 4" -> "epoch"), else "mark"."""
+    words = [m.group(0).lower() if (m := re.match(r"[A-Za-z_]+", lab.strip())) else None
+             for lab in labels]
+    if None in words or len(set(words)) != 1:
+        return "mark"
+    return words[0]
+
+
+def _mark_leak(ctx: Context, gpu: object) -> dict | None:
+    th = ctx.thresholds
+    marks = ctx.marks[-th.leak_marks:]
+    if len(marks) < th.leak_marks:
+        return None
+    key = (gpu, tuple(m[0] for m in marks))
+    if key in ctx.mark_cache:
+        return ctx.mark_cache[key]
+    t, v = ctx.window.store.series(gpu, "mem_used_bytes", marks[0][0] - 5.0, marks[-1][0] + 0.001)
+    at = []
+    for tm, _ in marks:
+        sel = v[(t <= tm + 0.001) & (t >= tm - 2.0)]
+        if not len(sel):
+            ctx.mark_cache[key] = None
+            return None
+        at.append(float(np.median(sel[-3:])))
+    steps = np.diff(at)
+    mean_step = float(np.mean(steps))
+    found = None
+    if mean_step >= th.leak_min_per_mark_bytes and (steps >= 0.25 * mean_step).all():
+        span = marks[-1][0] - marks[0][0]
+        found = {"per_mark_bytes": mean_step, "unit": _unit_of([m[1] for m in marks]),
+                 "marks": [m[1] for m in marks], "mem_at_marks_bytes": at,
+                 "rate_bytes_per_min": (at[-1] - at[0]) / span * 60.0 if span > 0 else math.nan,
+                 "mem_used_bytes": at[-1]}
+    ctx.mark_cache[key] = found
+    return found
+
+
+def memory_leak(ctx: Context) -> list[Finding]:
+    """Memory rising at every mark (epoch), or steadily through a window, never falling back."""
+    out = []
+    for dev in ctx.gpus(whole_only=False):
+        gpu = dev["index"]
+        by_mark, trend = _mark_leak(ctx, gpu), _trend_leak(ctx, gpu)
+        if by_mark is None and trend is None:
+            continue
+        if by_mark is not None:
+            n = len(by_mark["marks"])
+            rate = f"+{fmt_bytes(by_mark['per_mark_bytes'])} per {by_mark['unit']}"
+            message = (f"GPU {gpu} memory rose at each of the last {n} {by_mark['unit']}s: {rate} "
+                       f"(now {fmt_bytes(by_mark['mem_used_bytes'])})")
+            evidence = dict(by_mark, method="marks")
+        else:
+            rate = f"+{fmt_bytes(trend['rate_bytes_per_min'])} per minute"
+            message = (f"GPU {gpu} memory rising steadily: {rate}, +{fmt_bytes(trend['rise_bytes'])} "
+                       f"over the last {trend['window_s']:.0f} s without falling back "
+                       f"(now {fmt_bytes(trend['mem_used_bytes'])})")
+            evidence = dict(trend, method="trend")
+        evidence["rate"] = rate
+        out.append(Finding("memory_leak", gpu, "warning", message, LEAK_HINT, evidence))
+    return out

@@ -1,0 +1,118 @@
+"""Recent readings for the rules: cached slices of the store, with coverage checks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..sources.host import HOST_KEY
+from ..store import Store
+from .thresholds import Thresholds
+
+
+class Window:
+    """Reads the last seconds of a metric once per evaluation and says if they suffice.
+
+    A series "covers" a span when it starts near the span's beginning (so a rule never
+    judges 10 s from 2 s of data) and its newest reading is fresh (a lost GPU is silent).
+    """
+
+    def __init__(self, store: Store, now: float, stale_after_s: float, tolerance_s: float) -> None:
+        self.store, self.now = store, now
+        self.stale_after_s, self.tolerance_s = stale_after_s, tolerance_s
+        self._cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def series(self, device: object, metric: str, span_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of the last ``span_s`` seconds, NaN dropped; may be short."""
+        key = (device, metric, span_s)
+        if key not in self._cache:
+            try:
+                self._cache[key] = self.store.series(device, metric, self.now - span_s, self.now)
+            except KeyError:
+                self._cache[key] = (np.empty(0), np.empty(0))
+        return self._cache[key]
+
+    def covered(self, t: np.ndarray, span_s: float) -> bool:
+        """Whether ``t`` spans the whole window and ends with a fresh reading."""
+        return (len(t) >= 3 and t[0] <= self.now - span_s + self.tolerance_s
+                and t[-1] >= self.now - self.stale_after_s)
+
+    def recent(self, device: object, metric: str, span_s: float):
+        """(times, values) of the last ``span_s`` seconds if they cover it, else None."""
+        t, v = self.series(device, metric, span_s)
+        return (t, v) if self.covered(t, span_s) else None
+
+    def mean(self, device: object, metric: str, span_s: float) -> float:
+        """Time-weighted mean over the window (NaN if not covered)."""
+        got = self.recent(device, metric, span_s)
+        if got is None:
+            return math.nan
+        t, v = got
+        if len(t) < 2 or t[-1] <= t[0]:
+            return float(np.mean(v))
+        dt = np.diff(np.r_[t, self.now])
+        dt = np.minimum(dt, np.median(dt) * 4)  # a gap does not make one reading count for long
+        return float(np.sum(v * dt) / np.sum(dt))
+
+    def host_mean(self, metric: str, span_s: float) -> float:
+        return self.mean(HOST_KEY, metric, span_s)
+
+
+def held_for(t: np.ndarray, ok: np.ndarray, now: float) -> float:
+    """Seconds the condition ``ok`` has held up to now (0 if the newest reading fails it)."""
+    if not len(t) or not ok[-1]:
+        return 0.0
+    bad = np.flatnonzero(~ok)
+    start = t[bad[-1] + 1] if len(bad) else t[0]
+    return float(now - start)
+
+
+@dataclass
+class Context:
+    """Everything one evaluation of the rules may look at."""
+
+    now: float
+    window: Window
+    devices: list[dict]
+    thresholds: Thresholds
+    in_cell_s: float  # seconds a cell has been running; 0 if none
+    gpus_in_use: set | None  # GPUs this kernel's processes use; None: unknown (all)
+    attribution: str = "unknown"
+    marks: list[tuple[float, str]] = field(default_factory=list)
+    mark_cache: dict = field(default_factory=dict)
+
+    def gpus(self, whole_only: bool = True) -> list[dict]:
+        """Devices to judge (whole GPUs only unless told otherwise)."""
+        return [d for d in self.devices if not (whole_only and d.get("mig"))]
+
+    def used_gpus(self) -> list[dict]:
+        """Whole GPUs this kernel uses (all of them when that cannot be told)."""
+        return [d for d in self.gpus() if self.gpus_in_use is None or d["index"] in self.gpus_in_use]
+
+
+def fmt_bytes(n: float) -> str:
+    """Decimal bytes as people read them: 310 MB, 4.1 GB."""
+    a = abs(n)
+    if a >= 1e12:
+        return f"{n / 1e12:.2f} TB"
+    if a >= 1e9:
+        return f"{n / 1e9:.1f} GB"
+    if a >= 1e6:
+        return f"{n / 1e6:.0f} MB"
+    return f"{n / 1e3:.0f} kB"
+
+
+def fmt_gpus(keys: list) -> str:
+    """GPU keys as text with ranges: [0, 1, 2, 5] -> "0–2, 5"."""
+    ints = sorted(k for k in keys if isinstance(k, int))
+    parts, i = [], 0
+    while i < len(ints):
+        j = i
+        while j + 1 < len(ints) and ints[j + 1] == ints[j] + 1:
+            j += 1
+        parts.append(f"{ints[i]}–{ints[j]}" if j - i >= 2 else ", ".join(map(str, ints[i:j + 1])))
+        i = j + 1
+    parts += [str(k) for k in keys if not isinstance(k, int)]
+    return ", ".join(parts)
