@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
+from .diagnostics import Alert, Thresholds
 from .errors import BadArgumentError, NbgpuError, NVMLUnavailableError, SourceError
 from .profiles import capture, history, mark, track
 from .sampler import Sampler
@@ -23,12 +24,14 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0+unknown"
 
 __all__ = [
+    "Alert",
     "BadArgumentError",
     "NVMLUnavailableError",
     "NbgpuError",
     "Sampler",
     "SimulatedGPUs",
     "SourceError",
+    "Thresholds",
     "Timeline",
     "__version__",
     "capture",
