@@ -1,0 +1,141 @@
+"""The ``nbgpu`` command: record, report, demo and export, each a small module.
+
+Every sub-command says what it does in ``--help``; bad arguments print one line and
+exit with code 2; failures print one line saying what failed and what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import BadArgumentError, NbgpuError
+
+SOURCE_HELP = "where readings come from: auto (NVML), nvml, sim (simulated GPUs) or prometheus=URL"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit code 2), not the whole usage text."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _source(value: str) -> str:
+    v = value.strip()
+    if v in ("auto", "nvml", "sim") or (v.startswith("prometheus=") and len(v) > len("prometheus=")):
+        return v
+    raise argparse.ArgumentTypeError(f"unknown source {value!r}; use auto, nvml, sim or prometheus=URL")
+
+
+def _seconds(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= 3600:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds > 0 and <= 3600")
+    return v
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or not 0 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0-65535)")
+    return int(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``nbgpu`` and its sub-commands."""
+    from .. import __version__
+
+    p = _Parser(prog="nbgpu", description="Watch NVIDIA GPUs: record a command's GPU timeline, "
+                "turn it into an HTML report, export readings to Prometheus, or open the demo notebook.",
+                epilog="Run `nbgpu COMMAND --help` for the options of a command.")
+    p.add_argument("--version", action="version", version=f"nbgpu {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    r = sub.add_parser("record", help="run a command and record the GPU timeline while it runs",
+                       description="Run CMD, sample the GPUs while it runs and write the timeline to a "
+                       "file as it grows (flushed every second). Exits with CMD's exit code. On a "
+                       "terminal it shows a live status line per GPU; otherwise only a final summary.",
+                       epilog="example: nbgpu record -o run.jsonl -- python train.py --epochs 3")
+    r.add_argument("--source", type=_source, default="auto", help=SOURCE_HELP + " (default: auto)")
+    r.add_argument("--interval", type=_seconds, default=0.5, metavar="S",
+                   help="seconds between readings (default: 0.5)")
+    r.add_argument("-o", "--output", default="nbgpu-run.jsonl", metavar="FILE",
+                   help="output file, .jsonl, .csv or .parquet (default: nbgpu-run.jsonl)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no live status and no summary")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command to run, after --")
+
+    rep = sub.add_parser("report", help="turn a recorded run into one self-contained HTML file",
+                         description="Read a run written by `nbgpu record` (.jsonl, .csv or .parquet) "
+                         "and write one HTML file with the plots, a per-GPU summary, alerts and marks. "
+                         "It needs no network and no JavaScript.",
+                         epilog="example: nbgpu report run.jsonl -o report.html")
+    rep.add_argument("run", metavar="RUN", help="the recorded file")
+    rep.add_argument("-o", "--output", default=None, metavar="FILE",
+                     help="the HTML file to write (default: RUN with .html)")
+    rep.add_argument("--title", default=None, help="title of the report")
+
+    d = sub.add_parser("demo", help="open the quickstart notebook in JupyterLab",
+                       description="Start JupyterLab on notebooks/quickstart.ipynb, bound to 127.0.0.1, "
+                       "and print its URL. Without a GPU the notebook uses simulated GPUs.")
+    d.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
+    d.add_argument("--port", type=_port, default=0, help="port for JupyterLab (default: a free one)")
+
+    e = sub.add_parser("export", help="serve current GPU readings to Prometheus",
+                       description="Serve the GPUs' current readings at http://HOST:PORT/metrics in the "
+                       "Prometheus text format, with dcgm-exporter's metric names where it has them. "
+                       "GPU metrics only. Runs until Ctrl-C.",
+                       epilog="example: nbgpu export --port 9464   (then scrape 127.0.0.1:9464)")
+    e.add_argument("--source", type=_source, default="auto", help=SOURCE_HELP + " (default: auto)")
+    e.add_argument("--interval", type=_seconds, default=1.0, metavar="S",
+                   help="seconds between readings (default: 1)")
+    e.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    e.add_argument("--port", type=_port, default=9464, help="port to listen on (default: 9464)")
+    e.add_argument("--hostname", default=None, help="the Hostname label (default: this machine's name)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``nbgpu`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "record":
+            from .record import run_record
+
+            cmd = list(args.cmd)
+            if cmd and cmd[0] == "--":
+                cmd = cmd[1:]
+            if not cmd:
+                parser.exit(2, "nbgpu record: error: no command to run; put it after -- "
+                            "(see `nbgpu record --help`)\n")
+            return run_record(cmd, args.source, args.interval, args.output, args.quiet)
+        if args.command == "report":
+            from .report import run_report
+
+            return run_report(args.run, args.output, args.title)
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args.port, not args.no_browser)
+        from .export import run_export
+
+        return run_export(args.source, args.interval, args.host, args.port, args.hostname)
+    except BadArgumentError as exc:
+        print(f"nbgpu {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except NbgpuError as exc:
+        print(f"nbgpu {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

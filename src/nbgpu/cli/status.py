@@ -1,0 +1,88 @@
+"""Text for people: the live one-line status per GPU and the end-of-run summary."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..metrics import THROTTLE_BITS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..sampler import Sampler
+
+
+def _num(v: object, fmt: str = "{:.0f}", unit: str = "") -> str:
+    if v is None or not isinstance(v, (int, float)) or v != v:
+        return "–"
+    return fmt.format(v) + unit
+
+
+def status_lines(sampler: Sampler) -> list[str]:
+    """One line per GPU with its newest util, memory, power and temperature."""
+    lines = []
+    for row in sampler.latest():
+        used, total = row.get("mem_used_bytes"), row.get("mem_total_bytes")
+        mem = f"{_num(used and used / 1e9, '{:.1f}')}/{_num(total and total / 1e9, '{:.0f}')} GB"
+        power = f"{_num(row.get('power_w'))}/{_num(row.get('power_limit_w'))} W"
+        state = "  LOST" if row["state"] == "lost" else ""
+        lines.append(f"GPU {row['gpu']:<4} util {_num(row.get('util_pct'), '{:3.0f}', '%')}  mem {mem:<16}"
+                     f" power {power:<12} {_num(row.get('temp_c'), '{:.0f}', '°C')}{state}")
+    return lines
+
+
+def summarize_frame(df: pd.DataFrame) -> list[dict]:
+    """Per-GPU figures of a run's DataFrame (``time``, ``gpu``, metric columns); NaN when unknown."""
+    out = []
+    if df.empty:
+        return out
+    for gpu, g in df.groupby("gpu", sort=False):
+        t = g["time"].astype("int64").to_numpy() / 1e9
+
+        def col(name: str, g: pd.DataFrame = g) -> np.ndarray:
+            return g[name].to_numpy(dtype=np.float64) if name in g else np.full(len(g), np.nan)
+
+        def agg(fn, name: str) -> float:
+            v = col(name)
+            return float(fn(v[~np.isnan(v)])) if (~np.isnan(v)).any() else math.nan
+
+        energy = math.nan
+        e = col("energy_j")
+        ok = ~np.isnan(e)
+        if ok.sum() >= 2:
+            energy = float(e[ok][-1] - e[ok][0])
+        else:
+            p = col("power_w")
+            okp = ~np.isnan(p)
+            if okp.sum() >= 2:
+                tp, pp = t[okp], p[okp]
+                energy = float(np.sum((tp[1:] - tp[:-1]) * (pp[1:] + pp[:-1]) / 2))
+        bits = col("clock_event_reasons")
+        bits = bits[~np.isnan(bits)].astype(np.int64)
+        out.append({
+            "gpu": gpu, "duration_s": float(t.max() - t.min()) if len(t) else math.nan,
+            "util_mean_pct": agg(np.mean, "util_pct"), "util_max_pct": agg(np.max, "util_pct"),
+            "mem_peak_bytes": agg(np.max, "mem_used_bytes"),
+            "mem_total_bytes": agg(np.max, "mem_total_bytes"),
+            "power_mean_w": agg(np.mean, "power_w"), "power_max_w": agg(np.max, "power_w"),
+            "energy_j": energy, "temp_max_c": agg(np.max, "temp_c"),
+            "throttled": bool(len(bits) and (bits & THROTTLE_BITS).any()),
+        })
+    return out
+
+
+def summary_text(rows: list[dict]) -> list[str]:
+    """The summary as lines of text, one per GPU."""
+    lines = []
+    for r in rows:
+        mem = r["mem_peak_bytes"] / 1e9 if r["mem_peak_bytes"] == r["mem_peak_bytes"] else math.nan
+        lines.append(
+            f"GPU {r['gpu']}: util mean {_num(r['util_mean_pct'], '{:.0f}', '%')} "
+            f"max {_num(r['util_max_pct'], '{:.0f}', '%')}, mem peak {_num(mem, '{:.1f}', ' GB')}, "
+            f"power mean {_num(r['power_mean_w'], '{:.0f}', ' W')}, "
+            f"energy {_num(r['energy_j'], '{:.0f}', ' J')}, "
+            f"temp max {_num(r['temp_max_c'], '{:.0f}', '°C')}" + (", THROTTLED" if r["throttled"] else ""))
+    return lines

@@ -1,0 +1,270 @@
+"""Writing a sampler's timeline to a file while it grows, so a crash loses about a second.
+
+``Recorder(sampler, "run.jsonl")`` appends the rows that arrived since the last
+``flush()`` (call it about once a second) and ends with ``close()``. JSON lines carry the
+same keys as ``Timeline.to_jsonl`` (each record filled with its GPU's latest values),
+plus event lines (``"event"``: run, mark, lost, alert, ...) that log readers can skip.
+CSV gets a fixed header of every metric the source offers. Parquet cannot be appended
+safely, so rows go to ``<path>.partial.jsonl`` while recording and the Parquet file is
+written from the whole timeline on ``close()`` (after a crash, the journal holds the data).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .errors import BadArgumentError
+from .export import LEGACY_KEYS
+from .metrics import GPU_METRICS, HOST_METRICS
+from .sources.host import HOST_KEY
+
+if TYPE_CHECKING:
+    from .sampler import Sampler
+
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+
+
+def iso(t: float) -> str:
+    """Epoch seconds as ISO 8601 UTC text."""
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
+
+
+def format_of(path: str) -> str:
+    """"jsonl", "csv" or "parquet" from the file name, or BadArgumentError."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in FORMATS:
+        raise BadArgumentError(f"cannot tell the format of {path!r}; "
+                               "end the name in .jsonl, .csv or .parquet")
+    return FORMATS[ext]
+
+
+class Recorder:
+    """Appends a running sampler's new rows and events to ``path`` on every ``flush()``.
+
+    Args:
+        sampler: the sampler whose timeline is written (started or not).
+        path: output file; the format follows the extension (.jsonl, .csv, .parquet).
+        header: extra fields for the first JSON line (the command, for instance).
+    """
+
+    def __init__(self, sampler: Sampler, path: str, header: dict | None = None) -> None:
+        self.sampler = sampler
+        self.path = os.fspath(path)
+        self.format = format_of(self.path)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise BadArgumentError(f"cannot write {self.path}: folder {folder} does not exist")
+        self.journal = self.path + ".partial.jsonl" if self.format == "parquet" else self.path
+        self._fh = open(self.journal, "w", encoding="utf-8", newline="")  # noqa: SIM115 - closed in close()
+        self._marks: dict[tuple[object, str], float] = {}
+        self._seen_events: set[int] = set()
+        self._alerts_written: set[tuple] = set()
+        self._last: dict[object, dict] = {}
+        self.rows_written = 0
+        self.closed = False
+        self._columns = self._csv_columns()
+        if self.format == "csv":
+            self._fh.write(",".join(self._columns) + "\n")
+        else:
+            self._event({"event": "run", "label": "started", "source": sampler.source.describe(),
+                         "interval_s": sampler.interval,
+                         "devices": [{k: d.get(k) for k in ("index", "name", "uuid", "host")}
+                                     for d in sampler.devices], **(header or {})},
+                        t=sampler.started_at or _now())
+        self._fh.flush()
+
+    def _csv_columns(self) -> list[str]:
+        store = self.sampler.store
+        have = {m for d in self.sampler.devices for m in store.metrics_of(d["index"])}
+        cols = ["time", "gpu"] + [m.name for m in GPU_METRICS if m.name in have]
+        if HOST_KEY in store.devices():
+            cols += [m.name for m in HOST_METRICS]
+        return cols
+
+    # -- rows -------------------------------------------------------------------------------
+    def _read_new(self, device: object, stream: str, t1: float) -> tuple[np.ndarray, dict]:
+        """Rows of one stream after the newest one written, up to ``t1``; advances the mark."""
+        done = self._marks.get((device, stream), -np.inf)
+        if done >= t1:
+            return np.empty(0), {}
+        t, cols, _ = self.sampler.store.read_stream(device, stream, done, t1, coarse=False)
+        keep = t > done
+        if not keep.all():
+            t, cols = t[keep], {k: v[keep] for k, v in cols.items()}
+        if len(t):
+            self._marks[(device, stream)] = float(t[-1])
+        return t, cols
+
+    def _device_rows(self, device: object, cap: float, final: bool) -> tuple[np.ndarray, dict]:
+        """New rows of one GPU: one per sampler tick, buffered samples averaged into their tick.
+
+        NVML's sample buffers (power every 20 ms, utilisation every 200 ms) would make a
+        line every 20 ms per GPU; a tick row with the mean of the samples since the previous
+        tick keeps files small and the energy right. Sources without ticks (Prometheus)
+        keep their own sample times.
+        """
+        streams = self.sampler.store.streams_of(device)
+        if "tick" not in streams:
+            parts = [self._read_new(device, s, np.inf) for s in streams]
+            return _union(parts)
+        t, cols = self._read_new(device, "tick", cap)
+        if not len(t):
+            return t, cols
+        cols = {k: v.astype(np.float64) for k, v in cols.items()}
+        for stream in streams:
+            if stream == "tick":
+                continue
+            bt, bcols = self._read_new(device, stream, np.inf if final else t[-1])
+            if not len(bt):
+                continue
+            slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
+            slot = np.minimum(slot, len(t) - 1)
+            for name, values in bcols.items():
+                sums = np.bincount(slot, weights=np.nan_to_num(values.astype(np.float64)), minlength=len(t))
+                counts = np.bincount(slot, weights=~np.isnan(values), minlength=len(t))
+                mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+                base = cols.get(name, np.full(len(t), np.nan))
+                cols[name] = np.where(counts > 0, mean, base)
+        return t, cols
+
+    def _rows(self, final: bool) -> list[tuple[float, object, dict]]:
+        """(time, gpu, {column: value}) of everything new, sorted by time."""
+        store = self.sampler.store
+        has_host = HOST_KEY in store.devices()
+        # Host rows are appended last in a tick: capping tick rows at the newest host row
+        # keeps every tick row together with its host reading.
+        cap = np.inf if final or not has_host else store.last(HOST_KEY, "host_ram_total_bytes")[0]
+        if cap != cap:
+            return []
+        host: dict[float, dict] = {}
+        if has_host:
+            ht, hcols = self._read_new(HOST_KEY, "tick", cap)
+            for i, when in enumerate(ht.tolist()):
+                host[when] = {k: float(v[i]) for k, v in hcols.items()}
+        out = []
+        for dev in self.sampler.devices:
+            t, cols = self._device_rows(dev["index"], cap, final)
+            names = list(cols)
+            arrays = [cols[n].tolist() for n in names]
+            for i, when in enumerate(t.tolist()):
+                row = {n: a[i] for n, a in zip(names, arrays, strict=True)}
+                extra = host.get(when)
+                if extra:
+                    row.update(extra)
+                out.append((when, dev["index"], row))
+        out.sort(key=lambda r: r[0])
+        return out
+
+    def _write_rows(self, rows: list[tuple[float, object, dict]]) -> None:
+        if self.format == "csv":
+            writer = csv.writer(self._fh, lineterminator="\n")
+            for when, gpu, row in rows:
+                writer.writerow([iso(when), gpu] + [_csv_value(row.get(c)) for c in self._columns[2:]])
+            return
+        lines = []
+        for when, gpu, row in rows:
+            last = self._last.setdefault(gpu, {})
+            for key, value in row.items():
+                if value == value:  # not NaN
+                    last[key] = value
+            lines.append(json.dumps(jsonl_record(when, gpu, last), allow_nan=False))
+        self._fh.write("\n".join(lines) + "\n")
+
+    # -- events -----------------------------------------------------------------------------
+    def _event(self, fields: dict, t: float) -> None:
+        self._fh.write(json.dumps({"timestamp": iso(t), **fields}, default=str, allow_nan=False) + "\n")
+
+    def _write_events(self, final: bool) -> None:
+        if self.format == "csv":
+            return
+        with self.sampler.store.lock:
+            events = list(self.sampler.store.events)
+        for ev in events:
+            if id(ev) in self._seen_events:
+                continue
+            self._seen_events.add(id(ev))
+            self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
+        alert_list = getattr(self.sampler, "alert_list", None)
+        if not callable(alert_list):
+            return
+        try:
+            alerts = alert_list()
+        except Exception:
+            return
+        for a in alerts:
+            key = (a.rule, a.gpu, a.start)
+            if key in self._alerts_written or (a.end is None and not final):
+                continue
+            self._alerts_written.add(key)
+            self._event({"event": "alert", "rule": a.rule, "severity": a.severity, "gpu_id": a.gpu,
+                         "start": iso(a.start), "end": None if a.end is None else iso(a.end),
+                         "message": a.message, "suggestion": a.suggestion}, a.start)
+
+    # -- public -----------------------------------------------------------------------------
+    def flush(self, final: bool = False) -> int:
+        """Write what arrived since the last flush and hand it to the OS; returns rows written."""
+        if self.closed:
+            return 0
+        rows = self._rows(final)
+        n = len(rows)
+        if n:
+            self._write_rows(rows)
+        self._write_events(final)
+        self._fh.flush()
+        self.rows_written += n
+        return n
+
+    def close(self) -> str:
+        """Write the rest (and the Parquet file); returns the path of the finished file."""
+        if self.closed:
+            return self.path
+        self.flush(final=True)
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        self.closed = True
+        if self.format == "parquet":
+            self.sampler.timeline.to_parquet(self.path)
+            os.unlink(self.journal)
+        return self.path
+
+
+def jsonl_record(t: float, gpu: object, values: dict) -> dict:
+    """One JSON line: the keys of ``nbgpu.export.jsonl_records`` (legacy keys first)."""
+    rec: dict = {"timestamp": iso(t), "gpu_id": gpu}
+    for key, (col, scale) in LEGACY_KEYS.items():
+        if col in values:
+            rec[key] = round(values[col] * scale, 6)
+    rec.update(values)
+    return rec
+
+
+def _csv_value(v: object) -> object:
+    return "" if v is None or v != v else v
+
+
+def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
+    """Rows of several streams of one device on the union of their times (NaN elsewhere)."""
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        return np.empty(0), {}
+    times = np.unique(np.concatenate([p[0] for p in parts]))
+    cols: dict[str, np.ndarray] = {}
+    for t, c in parts:
+        idx = np.searchsorted(times, t)
+        for name, values in c.items():
+            target = cols.setdefault(name, np.full(len(times), np.nan))
+            ok = ~np.isnan(values.astype(np.float64))
+            target[idx[ok]] = values[ok]
+    return times, cols
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
