@@ -1,0 +1,136 @@
+"""What the live panel can show, and the checks on its settings (shared by the magics).
+
+A *column* is one sparkline per GPU row plus its current value as text. Each column
+names the metrics it draws and how a value maps onto its fixed vertical scale.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import BadArgumentError
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric column of the panel.
+
+    ``metrics`` are GPU metric names drawn as lines in each GPU's band (two lines share a
+    band, e.g. SM and tensor activity); ``host`` is the host metric drawn in the host row
+    under this column, if any. ``percent`` columns use a fixed 0–100 scale.
+    """
+
+    key: str
+    title: str
+    metrics: tuple[str, ...]
+    colors: tuple[str, ...]
+    host: str | None = None
+    percent: bool = False
+    help: str = ""
+
+
+COLUMNS: dict[str, Column] = {c.key: c for c in (
+    Column("util", "util", ("util_pct",), ("#22a559",), host="host_cpu_pct", percent=True,
+           help="time a kernel was running (host row: CPU of the machine)"),
+    Column("mem", "memory", ("mem_used_bytes",), ("#3b82f6",), host="host_ram_used_bytes",
+           help="device memory used of total (host row: RAM of the machine)"),
+    Column("power", "power", ("power_w",), ("#e8890c",), host="proc_cpu_pct",
+           help="board power against its limit (host row: CPU of this kernel, % of one core)"),
+    Column("temp", "temp", ("temp_c",), ("#e5484d",), host="proc_rss_bytes",
+           help="GPU temperature, 0–100 °C (host row: RAM of this kernel)"),
+    Column("sm", "SM · tensor", ("sm_active_pct", "tensor_active_pct"), ("#8b5cf6", "#d9468f"),
+           percent=True, help="SM activity and tensor-core activity (NVML GPM, Hopper and newer)"),
+    Column("membw", "mem bw", ("mem_util_pct",), ("#0ea5a4",), percent=True,
+           help="time device memory was read or written"),
+    Column("occupancy", "occupancy", ("sm_occupancy_pct",), ("#7c6fd6",), percent=True,
+           help="resident warps of the maximum (GPM)"),
+    Column("dram", "DRAM bw", ("dram_bw_pct",), ("#0891b2",), percent=True,
+           help="DRAM bandwidth of the maximum (GPM)"),
+    Column("clocks", "SM clock", ("sm_clock_mhz",), ("#a16207",),
+           help="streaming multiprocessor clock"),
+    Column("pcie", "PCIe", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), ("#2563eb", "#db2777"),
+           help="PCIe receive and transmit throughput"),
+    Column("codec", "enc · dec", ("enc_util_pct", "dec_util_pct"), ("#65a30d", "#c2410c"),
+           percent=True, help="video encoder and decoder utilisation"),
+)}
+ALIASES = {"tensor": "sm", "memory": "mem", "temperature": "temp", "utilization": "util",
+           "utilisation": "util", "clock": "clocks"}
+DEFAULT_COLUMNS = ("util", "mem", "power", "temp")
+OPTIONAL_DEFAULTS = ("sm",)  # added by default when some GPU reports them
+
+DEFAULT_WINDOW_S = 60.0
+DEFAULT_REFRESH_S = 1.0
+MIN_REFRESH_S = 0.25  # at most 4 updates a second per widget
+WINDOW_CHOICES_S = (30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+
+
+def check_metrics(metrics: object) -> tuple[str, ...] | None:
+    """Column keys from "util,mem" or a list; None keeps the defaults. BadArgumentError if unknown."""
+    if metrics is None:
+        return None
+    items = metrics.split(",") if isinstance(metrics, str) else metrics
+    if not isinstance(items, Iterable):
+        raise BadArgumentError(f"metrics must be a comma-separated list, got {metrics!r}")
+    out: list[str] = []
+    for item in items:
+        key = str(item).strip().lower()
+        key = ALIASES.get(key, key)
+        if key not in COLUMNS:
+            raise BadArgumentError(f"unknown metric {str(item).strip()!r}; choose from "
+                                   f"{', '.join(COLUMNS)}")
+        if key not in out:
+            out.append(key)
+    if not out:
+        raise BadArgumentError(f"metrics is empty; choose from {', '.join(COLUMNS)}")
+    return tuple(out)
+
+
+def _seconds(value: object, name: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise BadArgumentError(f"{name} must be a number of seconds from {lo:g} to {hi:g}, "
+                               f"got {value!r}")
+    if not lo <= float(value) <= hi:
+        raise BadArgumentError(f"{name} must be from {lo:g} to {hi:g} seconds, got {value!r}")
+    return float(value)
+
+
+def check_window(window_s: object) -> float:
+    """Seconds of history shown: 5 s to 24 h."""
+    return _seconds(window_s, "window", 5.0, 86400.0)
+
+
+def check_refresh(refresh_s: object) -> float:
+    """Seconds between panel refreshes: 0.25 s (4 a second, the most) to 60 s."""
+    return _seconds(refresh_s, "refresh", MIN_REFRESH_S, 60.0)
+
+
+def check_gpus(gpus: object, available: list[object]) -> tuple[object, ...] | None:
+    """GPU indices from "0,2" or a list, each one of ``available``; None shows all."""
+    if gpus is None:
+        return None
+    items = gpus.split(",") if isinstance(gpus, str) else ([gpus] if isinstance(gpus, int) else gpus)
+    allowed = ", ".join(str(a) for a in available) if available else "none (no GPUs)"
+    out: list[object] = []
+    for item in items:
+        text = str(item).strip()
+        match = [a for a in available if str(a) == text]
+        if isinstance(item, bool) or not match:
+            raise BadArgumentError(f"GPU {text!r} is not on this machine; it has {len(available)} "
+                                   f"GPU(s): {allowed}")
+        if match[0] not in out:
+            out.append(match[0])
+    if not out:
+        raise BadArgumentError(f"gpus is empty; choose from {allowed}")
+    return tuple(out)
+
+
+def resolve_columns(chosen: tuple[str, ...] | None, reported: set[str]) -> list[Column]:
+    """Columns to draw: the chosen ones, or the defaults plus those the cards report."""
+    if chosen is not None:
+        return [COLUMNS[k] for k in chosen]
+    keys = list(DEFAULT_COLUMNS)
+    keys += [k for k in OPTIONAL_DEFAULTS if reported & set(COLUMNS[k].metrics)]
+    return [COLUMNS[k] for k in keys]

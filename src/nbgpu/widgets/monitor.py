@@ -1,0 +1,537 @@
+"""``GPUMonitor``: the live panel behind ``%gpumon`` (ipywidgets + bqplot only).
+
+The panel reads the sampler's store on its own timer thread; the sampler never calls
+it, so an error in the panel cannot stop sampling. Each refresh sends at most one
+message per widget (a line's x and y together), skips entirely when the store has not
+changed, and sends the same amount whatever the sample rate: one ``Lines`` mark per
+metric holds every GPU's sparkline, decimated to about two points per pixel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import weakref
+
+import ipywidgets as widgets
+import numpy as np
+from bqplot import Figure, Label, LinearScale, Lines
+
+from .. import session
+from ..errors import BadArgumentError, NVMLUnavailableError
+from ..sources.host import HOST_KEY
+from . import registry, text
+from .bands import Trace, baselines, pack, rules
+from .columns import (
+    DEFAULT_REFRESH_S,
+    DEFAULT_WINDOW_S,
+    WINDOW_CHOICES_S,
+    Column,
+    check_gpus,
+    check_metrics,
+    check_refresh,
+    check_window,
+    resolve_columns,
+)
+from .hostonly import HostOnlySource
+from .traffic import Traffic
+
+log = logging.getLogger("nbgpu")
+
+SPARK_PX = 84
+LABEL_PX = 170
+VALUE_PX = 74
+BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
+HOST_COLOR = "#0d9488"
+LOST_COLOR = "#9ca3af"
+RULE_COLOR = "#8a8a8a"
+BASE_COLOR = "#8a8a8a"
+
+
+def _window_label(s: float) -> str:
+    return f"{s / 3600:g} h" if s >= 3600 else (f"{s / 60:g} min" if s >= 60 else f"{s:g} s")
+
+
+class _ColumnView:
+    """The widgets of one metric column: title, figure (base, lines, rules) and values."""
+
+    def __init__(self, col: Column, traces: list[tuple[int, object, str, str]], bands: int,
+                 sx: LinearScale, sy: LinearScale, window_s: float, with_labels: bool) -> None:
+        self.col = col
+        self.traces = traces  # (band, device key, metric, color)
+        scales = {"x": sx, "y": sy}
+        bx, by = baselines(bands, window_s)
+        self.base = Lines(x=bx, y=by, scales=scales, colors=[BASE_COLOR], opacities=[0.35],
+                          stroke_width=0.6)
+        x0 = np.full((max(1, len(traces)), 2), -window_s, np.float32)
+        self.lines = Lines(x=x0, y=np.full_like(x0, np.nan), scales=scales,
+                           colors=[t[3] for t in traces] or ["#888"], stroke_width=1.4)
+        self.rules = Lines(x=x0[:1], y=np.full_like(x0[:1], np.nan), scales=scales,
+                           colors=[RULE_COLOR], line_style="dashed", stroke_width=1)
+        marks = [self.base, self.lines, self.rules]
+        self.labels = None
+        if with_labels:
+            self.labels = Label(x=[-window_s], y=[float(bands)], text=[""], scales=scales,
+                                colors=[RULE_COLOR], default_size=9, font_unit="px",
+                                align="start", x_offset=2, y_offset=9, visible=False)
+            marks.append(self.labels)
+        height = f"{bands * text.ROW_PX}px"
+        self.figure = Figure(
+            marks=marks, scale_x=sx, scale_y=sy, padding_x=0.0, padding_y=0.0,
+            fig_margin={"top": 0, "bottom": 0, "left": 0, "right": 0},
+            min_aspect_ratio=1e-4, max_aspect_ratio=1e4, animation_duration=0,
+            background_style={"fill": "none"}, display_toolbar=False,
+            layout=widgets.Layout(width=f"{SPARK_PX}px", height=height, min_width=f"{SPARK_PX}px",
+                                  min_height=height, margin="0", padding="0", overflow="hidden"))
+        self.values = widgets.HTML(layout=widgets.Layout(width=f"{VALUE_PX}px", margin="0"))
+        self.title = widgets.HTML(text.title_html(col.title, col.help),
+                                  layout=widgets.Layout(margin="0 0 2px 0"))
+        self.box = widgets.VBox([self.title, widgets.HBox([self.figure, self.values],
+                                                          layout=widgets.Layout(margin="0"))],
+                                layout=widgets.Layout(margin="0 6px 0 0"))
+        self.had_rules = False
+
+    def widgets(self) -> list:
+        out = [self.base, self.lines, self.rules, self.figure, self.values, self.title, self.box]
+        return out + ([self.labels] if self.labels is not None else [])
+
+
+class GPUMonitor(widgets.VBox):
+    """Live panel of every GPU (and the host): sparklines plus current values.
+
+    Args:
+        source: where readings come from ("auto", "nvml", "sim", "prometheus=URL", a
+            ``SimulatedGPUs``). None keeps the kernel's running sampler (or "auto").
+            Without a usable NVML, "auto" falls back to a panel of the host alone that
+            says why no GPU is visible.
+        interval: seconds between the sampler's ticks; None keeps the running one.
+            Changing ``source`` or ``interval`` restarts the kernel's shared sampler and
+            every panel follows it.
+        gpus: GPU indices to show (e.g. ``[0, 2]`` or ``"0,2"``); None shows all.
+        window_s: seconds of history shown (5 s to 24 h).
+        metrics: columns to show (e.g. ``"util,mem,power,temp,sm"``); None shows util,
+            memory, power and temperature, plus SM/tensor activity where reported.
+        refresh_s: seconds between panel updates (0.25 s to 60 s).
+        sampler: draw this ``Sampler`` instead of the kernel's shared one.
+        start: begin updating at once.
+    """
+
+    def __init__(self, source: object = None, interval: float | None = None, *,
+                 gpus: object = None, window_s: float = DEFAULT_WINDOW_S, metrics: object = None,
+                 refresh_s: float = DEFAULT_REFRESH_S, sampler=None, start: bool = True,
+                 **kwargs) -> None:
+        self.window_s = check_window(window_s)
+        self.refresh_s = check_refresh(refresh_s)
+        self._chosen = check_metrics(metrics)
+        if sampler is not None and (source is not None or interval is not None):
+            raise BadArgumentError("give either sampler= or source=/interval=, not both")
+        kwargs.setdefault("layout", widgets.Layout(
+            border="1px solid var(--jp-border-color2,#ccc)", padding="4px 8px", width="fit-content",
+            max_width="100%", overflow="auto"))
+        super().__init__(**kwargs)
+        self._lock = threading.RLock()
+        self.traffic = Traffic()
+        self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
+        self.last_error: str | None = None
+        self._thread: threading.Thread | None = None
+        self._halt = threading.Event()
+        self._paused = False
+        self._closed = False
+        self._last_key: tuple | None = None
+        self._parts: list = []
+        self._shared = sampler is None
+        if sampler is None:
+            sampler = _shared_sampler(source, interval)
+        self.sampler = sampler
+        self._attach(sampler, gpus, strict=True)
+        registry.add(self)
+        if self._shared:
+            ref = weakref.ref(self)
+
+            def repoint(old, new) -> None:
+                mon = ref()
+                if mon is not None and not mon._closed and mon.sampler is old:
+                    mon._attach(new, mon._gpus, strict=False)
+
+            session.on_replace(repoint)
+        if start:
+            self.start()
+
+    # -- public ---------------------------------------------------------------------------
+    @property
+    def timeline(self):
+        """The sampler's ``Timeline``: ``mon.timeline.to_pandas()`` gives the data."""
+        return self.sampler.timeline
+
+    @property
+    def running(self) -> bool:
+        """Whether this panel is updating (its timer thread is alive)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> GPUMonitor:
+        """Start (or resume) updates; restarts the sampler if it was stopped. Returns self."""
+        with self._lock:
+            if self._closed:
+                raise BadArgumentError("this panel was closed; create a new one with nbgpu.GPUMonitor()")
+            if not self.sampler.running:
+                if self._shared:
+                    new = _shared_sampler(None, None)
+                    if new is not self.sampler:
+                        self._attach(new, self._gpus, strict=False)
+                else:
+                    self.sampler.start()
+            if self.running:
+                return self
+            self._halt = threading.Event()
+            self._thread = threading.Thread(target=self._loop, args=(self._halt,),
+                                            name="nbgpu-panel", daemon=True)
+            self._thread.start()
+        self._draw_header()
+        return self
+
+    def stop(self) -> None:
+        """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on.
+
+        ``%gpumon stop`` stops the sampler and every panel.
+        """
+        thread, self._thread = self._thread, None
+        self._halt.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        if not self._closed:
+            try:
+                self._draw_header()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Stop updates and remove the panel and all its widgets."""
+        self.stop()
+        with self._lock:
+            self._closed = True
+            registry.discard(self)
+            for w in self._parts:
+                w.close()
+            self._parts = []
+        super().close()
+
+    def pause(self, paused: bool = True) -> None:
+        """Freeze (or unfreeze) the drawing; the sampler keeps recording."""
+        self._pause_button.value = bool(paused)
+
+    def set_window(self, window_s: float) -> None:
+        """Show the last ``window_s`` seconds (5 s to 24 h) and redraw now."""
+        window_s = check_window(window_s)
+        if window_s not in [v for _, v in self._window_box.options]:
+            self._window_box.options = [*self._window_box.options, (_window_label(window_s), window_s)]
+        self._window_box.value = window_s
+
+    def refresh(self, force: bool = False) -> bool:
+        """Redraw from the store now; returns False when skipped (nothing new, or paused).
+
+        The timer thread calls this; benchmarks may call it directly. ``traffic`` counts
+        what was sent.
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            s = self.sampler
+            alerts = self._active_alerts()
+            key = (s.store.generation, s.running, tuple(s.lost), self._paused, self.window_s,
+                   tuple((a.rule, a.gpu, a.start) for a in alerts))
+            if not force and (self._paused or key == self._last_key):
+                self.stats["skipped"] += 1
+                self._draw_header()
+                return False
+            self._last_key = key
+            self._draw(alerts)
+            self.stats["refreshes"] += 1
+            return True
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("updating" if self.running else "stopped")
+        return (f"<nbgpu.GPUMonitor {len(self._rows)} row(s), window {self.window_s:g}s, every "
+                f"{self.refresh_s:g}s, {state}; sampler {self.sampler!r}>")
+
+    # -- building -------------------------------------------------------------------------
+    def _attach(self, sampler, gpus: object, strict: bool) -> None:
+        """Point the panel at ``sampler`` and (re)build its widgets."""
+        with self._lock:
+            top = [d["index"] for d in sampler.devices if not d.get("mig")]
+            try:
+                self._gpus = check_gpus(gpus, top)
+            except BadArgumentError:
+                if strict:
+                    raise
+                self._gpus = None
+            self.sampler = sampler
+            shown = [d for d in sampler.devices
+                     if self._gpus is None or (d.get("parent") if d.get("mig") else d["index"]) in self._gpus]
+            has_host = HOST_KEY in sampler.store.devices()
+            self._rows: list[dict] = list(shown) + ([{"index": HOST_KEY}] if has_host else [])
+            reported: set[str] = set()
+            for d in shown:
+                reported |= set(d.get("metrics", ()))
+            self._columns = resolve_columns(self._chosen, reported if shown else {"none"})
+            self._describe = _describe(sampler)
+            self._build()
+            self._last_key = None
+
+    def _build(self) -> None:
+        old = self._parts
+        bands = max(1, len(self._rows))
+        self._sx = LinearScale(min=-self.window_s, max=0.0)
+        self._sy = LinearScale(min=0.0, max=float(bands))
+        self._header = widgets.HTML(layout=widgets.Layout(flex="1 1 auto", margin="0 8px 0 0"))
+        self._pause_button = widgets.ToggleButton(
+            value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
+            "sampling goes on", layout=widgets.Layout(width="76px", height="24px"))
+        self._pause_button.observe(self._on_pause, "value")
+        options = [(_window_label(v), v) for v in WINDOW_CHOICES_S]
+        if self.window_s not in WINDOW_CHOICES_S:
+            options.append((_window_label(self.window_s), self.window_s))
+        self._window_box = widgets.Dropdown(options=options, value=self.window_s,
+                                            tooltip="seconds of history shown",
+                                            layout=widgets.Layout(width="86px", height="24px"))
+        self._window_box.observe(self._on_window, "value")
+        style = widgets.HTML(text.STYLE, layout=widgets.Layout(width="0", height="0", margin="0"))
+        controls = widgets.HBox([style, self._header, self._pause_button, self._window_box],
+                                layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
+        self._labels = widgets.HTML(layout=widgets.Layout(width=f"{LABEL_PX}px", margin="0"))
+        label_title = widgets.HTML(text.title_html("", ""), layout=widgets.Layout(margin="0 0 2px 0"))
+        label_box = widgets.VBox([label_title, self._labels], layout=widgets.Layout(margin="0"))
+        self._views: list[_ColumnView] = []
+        for i, col in enumerate(self._columns):
+            self._views.append(_ColumnView(col, self._traces(col), bands, self._sx, self._sy,
+                                           self.window_s, with_labels=(i == 0)))
+        grid = widgets.HBox([label_box] + [v.box for v in self._views],
+                            layout=widgets.Layout(margin="0", overflow="visible"))
+        parts = [style, self._sx, self._sy, self._header, self._pause_button, self._window_box, controls,
+                 self._labels, label_title, label_box, grid]
+        for v in self._views:
+            parts.extend(v.widgets())
+        for w in parts:
+            self.traffic.watch(w)
+        self._parts = parts
+        self.children = [controls, grid]
+        for w in old:
+            w.close()
+
+    def _traces(self, col: Column) -> list[tuple[int, object, str, str]]:
+        out = []
+        for band, dev in enumerate(self._rows):
+            key = dev["index"]
+            if key == HOST_KEY:
+                if col.host is not None:
+                    out.append((band, key, col.host, HOST_COLOR))
+                continue
+            reported = dev.get("metrics")
+            for metric, color in zip(col.metrics, col.colors, strict=True):
+                if reported is None or metric in reported:
+                    out.append((band, key, metric, color))
+        return out
+
+    # -- drawing --------------------------------------------------------------------------
+    def _draw(self, alerts: list) -> None:
+        s = self.sampler
+        now = time.time()
+        t0 = now - self.window_s
+        latest = {r["gpu"]: r for r in s.latest()}
+        host = s.latest_host()
+        bands = max(1, len(self._rows))
+        gap_s = max(3.0 * s.interval, 3.0)
+        marks = s.timeline.marks()
+        rx, ry, labels = rules(marks, bands, now, self.window_s)
+        for view in self._views:
+            traces = []
+            for band, key, metric, _ in view.traces:
+                t, v = s.store.series(key, metric, t0, now)
+                info = self._rows[band]
+                traces.append(Trace(band, t, v, self._scale(view.col, metric, info,
+                                                            latest.get(key, {}), host, v)))
+            x, y = pack(traces, bands, now, self.window_s, BUCKETS, gap_s)
+            with view.lines.hold_sync():
+                view.lines.x, view.lines.y = x, y
+            colors = [LOST_COLOR if key in s.lost else c for _, key, _, c in view.traces] or ["#888"]
+            if colors != list(view.lines.colors):
+                view.lines.colors = colors
+            if labels or view.had_rules:
+                with view.rules.hold_sync():
+                    view.rules.x, view.rules.y = rx, ry
+                if view.labels is not None:
+                    with view.labels.hold_sync():
+                        if labels:
+                            view.labels.x = rx[:, 0]
+                            view.labels.y = np.full(len(labels), float(bands), np.float32)
+                            view.labels.text = labels
+                        view.labels.visible = bool(labels)
+                view.had_rules = bool(labels)
+            view.values.value = text.values_html(self._values(view.col, latest, host))
+        self._labels.value = text.label_html(self._label_rows(latest, host, alerts))
+        self._draw_header()
+
+    def _scale(self, col: Column, metric: str, info: dict, row: dict, host: dict, v: np.ndarray) -> float:
+        """The value at the top of a band: fixed for percentages, the card's limits otherwise."""
+        if metric.endswith("_pct") and metric != "proc_cpu_pct":
+            return 100.0
+        if metric == "proc_cpu_pct":
+            return 100.0 * (os.cpu_count() or 1)
+        if metric == "mem_used_bytes":
+            return _first(row.get("mem_total_bytes"), info.get("mem_total_bytes"))
+        if metric == "power_w":
+            return _first(row.get("power_limit_w"), info.get("power_limit_w"),
+                          float(np.nanmax(v)) if len(v) else np.nan)
+        if metric == "temp_c":
+            return 100.0
+        if metric in ("host_ram_used_bytes", "proc_rss_bytes"):
+            return _first(host.get("host_ram_total_bytes"))
+        return float(np.nanmax(v)) if len(v) else 1.0
+
+    def _values(self, col: Column, latest: dict, host: dict) -> list[tuple[str, str, bool]]:
+        out = []
+        stale = not self.sampler.running
+        for dev in self._rows:
+            key = dev["index"]
+            if key == HOST_KEY:
+                out.append((text.host_value(col, host), text.host_tooltip(col), stale))
+                continue
+            reported = dev.get("metrics")
+            if reported is not None and not set(col.metrics) & set(reported):
+                out.append(("n/a", f"GPU {key} does not report this", True))
+                continue
+            out.append((text.gpu_value(col, latest.get(key, {}), dev), col.help,
+                        stale or key in self.sampler.lost))
+        return out
+
+    def _label_rows(self, latest: dict, host: dict, alerts: list) -> list[dict]:
+        rows = []
+        for dev in self._rows:
+            key = dev["index"]
+            if key == HOST_KEY:
+                total = host.get("host_ram_total_bytes")
+                detail = f"{os.cpu_count() or '?'} CPUs · {text.gib(total)} GiB · kernel CPU, RAM"
+                rows.append({"title": "host", "name": socket.gethostname(), "detail": detail,
+                             "alerts": _badges([a for a in alerts if a.gpu is None])})
+                continue
+            row = latest.get(key, {})
+            bits = []
+            if dev.get("mig"):
+                bits.append(f"MIG slice of GPU {dev.get('parent')}")
+            clock = row.get("sm_clock_mhz")
+            if text._ok(clock):
+                bits.append(f"{clock:.0f} MHz")
+            rx, tx = row.get("pcie_rx_bytes_per_s"), row.get("pcie_tx_bytes_per_s")
+            if text._ok(rx) or text._ok(tx):
+                bits.append(f"PCIe ↓{text.rate(rx)} ↑{text.rate(tx)}")
+            lost = key in self.sampler.lost
+            if lost:
+                bits = [time.strftime("lost at %H:%M:%S", time.localtime(self.sampler.lost[key]))]
+            name = str(dev.get("name", "")).replace(" (simulated)", "")
+            rows.append({"title": f"GPU {key}", "name": name, "detail": " · ".join(bits),
+                         "lost": lost, "alerts": _badges([a for a in alerts if a.gpu == key])})
+        return rows
+
+    def _active_alerts(self) -> list:
+        fn = getattr(self.sampler, "alert_list", None)
+        if fn is None:
+            return []
+        try:
+            return [a for a in fn() if getattr(a, "end", None) is None]
+        except Exception as exc:
+            self.last_error = f"alerts: {exc}"
+            return []
+
+    def _draw_header(self) -> None:
+        s = self.sampler
+        if self._closed:
+            return
+        if not s.running:
+            state, color = "■ sampler stopped", "var(--jp-error-color1,#d32f2f)"
+        elif not self.running:
+            state, color = "■ panel stopped", "var(--jp-ui-font-color2,#777)"
+        elif self._paused:
+            state, color = "⏸ paused", "var(--jp-warn-color1,#e08600)"
+        else:
+            state, color = "● live", "var(--jp-success-color1,#2e7d32)"
+        notes = []
+        if isinstance(s.source, HostOnlySource):
+            notes.append(f"No GPU visible: {_plain_reason(s.source.reason)} Try %gpumon --source sim "
+                         "for simulated GPUs.")
+        if s.lost:
+            notes.append(f"Lost GPU(s): {', '.join(str(k) for k in s.lost)}.")
+        if s.errors:
+            notes.append(f"{s.errors} sampler error(s); last: {s.last_error}")
+        if self.last_error:
+            notes.append(f"panel error: {self.last_error}")
+        describe = f"{self._describe} · every {s.interval:g} s"
+        self._header.value = text.header_html(describe, s.simulated, state, color, " ".join(notes))
+
+    # -- events and the timer thread ---------------------------------------------------------
+    def _on_pause(self, change) -> None:
+        self._paused = bool(change["new"])
+        self._pause_button.description = "resume" if self._paused else "pause"
+        self._pause_button.icon = "play" if self._paused else "pause"
+        if self._paused:
+            self._draw_header()
+        else:
+            self.refresh(force=True)
+
+    def _on_window(self, change) -> None:
+        with self._lock:
+            self.window_s = float(change["new"])
+            self._sx.min = -self.window_s
+            for view in self._views:
+                bx, by = baselines(max(1, len(self._rows)), self.window_s)
+                with view.base.hold_sync():
+                    view.base.x, view.base.y = bx, by
+            self.refresh(force=True)
+
+    def _loop(self, halt: threading.Event) -> None:
+        if halt.wait(min(0.3, self.refresh_s)):
+            return
+        while not self._closed:
+            try:
+                self.refresh()
+            except Exception as exc:  # a view error is shown, never raised into the sampler
+                self.stats["errors"] += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.debug("panel refresh failed", exc_info=True)
+            if halt.wait(self.refresh_s):
+                return
+
+
+def _badges(alerts: list) -> list[tuple[str, str, str]]:
+    """(severity, rule, tooltip) of each alert: the tooltip is its message and suggestion."""
+    return [(a.severity, a.rule, f"{a.message} {a.suggestion}".strip()) for a in alerts]
+
+
+def _first(*values: object) -> float:
+    for v in values:
+        if isinstance(v, (int, float)) and np.isfinite(v) and v > 0:
+            return float(v)
+    return np.nan
+
+
+def _describe(sampler) -> str:
+    try:
+        return sampler.source.describe()
+    except Exception:
+        return f"{len(sampler.devices)} device(s)"
+
+
+def _plain_reason(reason: str) -> str:
+    """The NVML error without the Python-API hint (the panel gives the magic's own hint)."""
+    return reason.split("; or use source='sim'")[0].rstrip(".") + "."
+
+
+def _shared_sampler(source: object, interval: float | None):
+    """The kernel's shared sampler; "auto" without NVML becomes a host-only sampler."""
+    try:
+        return session.ensure_sampler(source, interval)
+    except NVMLUnavailableError as exc:
+        if source not in (None, "auto"):
+            raise
+        return session.ensure_sampler(HostOnlySource(str(exc)), interval)

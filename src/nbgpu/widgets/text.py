@@ -1,0 +1,156 @@
+"""Text of the panel: current values and the HTML of labels, values and the header.
+
+Colours come from JupyterLab's CSS variables (with fallbacks for other front ends), so
+the panel reads in light and dark themes alike. Nothing here touches a widget.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from .columns import Column
+
+ROW_PX = 30
+SEVERITY_COLORS = {"critical": "var(--jp-error-color1,#d32f2f)",
+                   "warning": "var(--jp-warn-color1,#e08600)",
+                   "info": "var(--jp-info-color1,#0288d1)"}
+# Sent once per panel; the HTML sent on every refresh only names these classes.
+STYLE = f"""<style>
+.nbgpu-p{{font-family:var(--jp-ui-font-family,system-ui,sans-serif);
+font-size:var(--jp-ui-font-size1,12px);color:var(--jp-ui-font-color1,#222);line-height:1.15}}
+.nbgpu-r{{height:{ROW_PX}px;display:flex;flex-direction:column;justify-content:center;
+overflow:hidden;white-space:nowrap}}
+.nbgpu-r>div{{overflow:hidden;text-overflow:ellipsis}}
+.nbgpu-m{{color:var(--jp-ui-font-color2,#777)}}
+.nbgpu-n{{font-variant-numeric:tabular-nums}}
+.nbgpu-v{{text-align:right;padding-right:6px}}
+.nbgpu-d{{font-size:10px}}
+.nbgpu-b{{color:#fff;border-radius:3px;padding:0 4px;margin-left:4px;font-size:10px;font-weight:600}}
+.nbgpu-t{{font-size:11px;white-space:nowrap}}
+</style>"""
+GIB = 2.0**30
+
+
+def _ok(v: object) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def pct(v: object) -> str:
+    return f"{v:.0f} %" if _ok(v) else "–"
+
+
+def gib(v: object) -> str:
+    if not _ok(v):
+        return "–"
+    g = v / GIB
+    return f"{g:.1f}" if g < 10 else f"{g:.0f}"
+
+
+def used_of(used: object, total: object) -> str:
+    """"40/140 GiB" (or "40 GiB" when the total is unknown)."""
+    if not _ok(used):
+        return "–"
+    return f"{gib(used)}/{gib(total)} GiB" if _ok(total) else f"{gib(used)} GiB"
+
+
+def rate(v: object) -> str:
+    """Bytes a second, short: "1.2 GB/s", "340 MB/s"."""
+    if not _ok(v):
+        return "–"
+    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if v >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v:.0f} B/s"
+
+
+def gpu_value(col: Column, row: dict, info: dict) -> str:
+    """Current value of ``col`` for a GPU from its latest readings (``Sampler.latest()`` row)."""
+    vals = [row.get(m, math.nan) for m in col.metrics]
+    if not any(_ok(v) for v in vals):
+        return "–"
+    k = col.key
+    if k == "mem":
+        return used_of(vals[0], row.get("mem_total_bytes", info.get("mem_total_bytes")))
+    if k == "power":
+        limit = row.get("power_limit_w", info.get("power_limit_w"))
+        return f"{vals[0]:.0f}/{limit:.0f} W" if _ok(limit) and _ok(vals[0]) else \
+            (f"{vals[0]:.0f} W" if _ok(vals[0]) else "–")
+    if k == "temp":
+        return f"{vals[0]:.0f} °C"
+    if k == "clocks":
+        return f"{vals[0]:.0f} MHz"
+    if k == "pcie":
+        return f"↓{rate(vals[0])} ↑{rate(vals[1])}"
+    if col.percent and len(vals) == 2:
+        return " · ".join(f"{v:.0f}" if _ok(v) else "–" for v in vals) + " %"
+    return pct(vals[0])
+
+
+def host_value(col: Column, host: dict) -> str:
+    """Current value of the host row under ``col`` ("" where the column has no host metric)."""
+    if col.host is None:
+        return ""
+    v = host.get(col.host, math.nan)
+    if col.host == "host_ram_used_bytes":
+        return used_of(v, host.get("host_ram_total_bytes"))
+    if col.host == "proc_rss_bytes":
+        return f"{gib(v)} GiB" if _ok(v) else "–"
+    return pct(v)
+
+
+def host_tooltip(col: Column) -> str:
+    return {"host_cpu_pct": "CPU of the whole machine",
+            "host_ram_used_bytes": "RAM in use on the machine",
+            "proc_cpu_pct": "CPU of this kernel and its child processes (% of one core)",
+            "proc_rss_bytes": "RAM of this kernel and its child processes"}.get(col.host or "", "")
+
+
+def values_html(texts: list[tuple[str, str, bool]]) -> str:
+    """One column of values, a row each: (text, tooltip, muted)."""
+    rows = "".join(f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}" '
+                   f'title="{html.escape(tip)}">{html.escape(text)}</div>' for text, tip, muted in texts)
+    return f'<div class="nbgpu-p">{rows}</div>'
+
+
+def badge(text: str, background: str, tip: str = "") -> str:
+    return (f'<span class="nbgpu-b" style="background:{background}" title="{html.escape(tip)}">'
+            f'{html.escape(text)}</span>')
+
+
+def label_html(rows: list[dict]) -> str:
+    """The left column: per row a title line (index, name, badges) and a muted detail line."""
+    out = []
+    for r in rows:
+        badges = ""
+        if r.get("lost"):
+            badges += badge("LOST", "var(--jp-error-color1,#d32f2f)",
+                            "this GPU stopped answering (fell off the bus or was reset)")
+        for severity, rule, tip in r.get("alerts", ()):
+            badges += badge("⚠ " + rule, SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"]), tip)
+        name = html.escape(r.get("name", ""))
+        detail = html.escape(r.get("detail", "")) or "&nbsp;"
+        out.append(f'<div class="nbgpu-r"><div><b>{html.escape(str(r["title"]))}</b> '
+                   f'<span title="{name}">{name}</span>{badges}</div>'
+                   f'<div class="nbgpu-m nbgpu-n nbgpu-d">{detail}</div></div>')
+    return f'<div class="nbgpu-p" style="padding-right:8px">{"".join(out)}</div>'
+
+
+def header_html(describe: str, simulated: bool, state: str, state_color: str, note: str = "") -> str:
+    """The top line: what is monitored, a SIMULATED badge, the state, and any warning."""
+    sim = badge("SIMULATED", "var(--jp-warn-color0,#c45500)",
+                "these GPUs are simulated: the numbers are made up, for demos and tests") \
+        if simulated else ""
+    state_html = (f'<span style="color:{state_color};font-weight:600;margin-left:8px">'
+                  f'{html.escape(state)}</span>')
+    note_html = (f'<div class="nbgpu-m" style="font-size:11px;white-space:normal">{html.escape(note)}</div>'
+                 if note else "")
+    return (f'<div class="nbgpu-p" style="line-height:1.4"><b>nbgpu</b> '
+            f'<span class="nbgpu-m">{html.escape(describe)}</span>{sim}{state_html}{note_html}</div>')
+
+
+def title_html(text: str, tip: str) -> str:
+    """A column title (static)."""
+    body = html.escape(text) or "&nbsp;"
+    return f'<div class="nbgpu-p nbgpu-m nbgpu-t" title="{html.escape(tip)}">{body}</div>'
+
