@@ -34,13 +34,20 @@ def status_lines(sampler: Sampler) -> list[str]:
     return lines
 
 
+def epoch_seconds(times: pd.Series) -> np.ndarray:
+    """Seconds since the epoch of a UTC datetime column, whatever its precision."""
+    import pandas as pd
+
+    return (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+
+
 def summarize_frame(df: pd.DataFrame) -> list[dict]:
     """Per-GPU figures of a run's DataFrame (``time``, ``gpu``, metric columns); NaN when unknown."""
     out = []
     if df.empty:
         return out
     for gpu, g in df.groupby("gpu", sort=False):
-        t = g["time"].astype("int64").to_numpy() / 1e9
+        t = epoch_seconds(g["time"])
 
         def col(name: str, g: pd.DataFrame = g) -> np.ndarray:
             return g[name].to_numpy(dtype=np.float64) if name in g else np.full(len(g), np.nan)

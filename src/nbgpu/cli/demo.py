@@ -1,0 +1,77 @@
+"""``nbgpu demo``: JupyterLab on the quickstart notebook, bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import NbgpuError
+
+NOTEBOOK = Path("notebooks") / "quickstart.ipynb"
+
+
+def find_notebook() -> Path:
+    """The quickstart notebook: under the current folder, else in nbgpu's source tree."""
+    here = Path.cwd() / NOTEBOOK
+    if here.exists():
+        return here
+    tree = Path(__file__).resolve().parents[3] / NOTEBOOK
+    if tree.exists():
+        return tree
+    raise NbgpuError(f"{NOTEBOOK} was not found here or beside nbgpu's sources; run `nbgpu demo` "
+                     "from the nbgpu repository folder")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def demo_command(notebook: Path, port: int, token: str, browser: bool) -> list[str]:
+    """The JupyterLab command line: 127.0.0.1 only, a fixed token, the notebook's folder as root."""
+    root = notebook.parent.parent
+    cmd = [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+           "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
+           f"--IdentityProvider.token={token}", f"--ServerApp.open_browser={browser}",
+           f"--LabApp.default_url=/lab/tree/{notebook.relative_to(root).as_posix()}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    return cmd
+
+
+def run_demo(port: int = 0, browser: bool = True) -> int:
+    """Start JupyterLab on the quickstart notebook, print its URL and wait until it exits."""
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError as exc:
+        raise NbgpuError("JupyterLab is not installed; run `pip install 'nbgpu[demo]'`") from exc
+    notebook = find_notebook()
+    port = port or _free_port()
+    token = secrets.token_hex(16)
+    cmd = demo_command(notebook, port, token, browser)
+    rel = notebook.relative_to(notebook.parent.parent).as_posix()
+    print(f"nbgpu demo: open http://127.0.0.1:{port}/lab/tree/{rel}?token={token}", flush=True)
+    print("nbgpu demo: press Ctrl-C to stop JupyterLab", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

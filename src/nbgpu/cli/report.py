@@ -1,0 +1,226 @@
+"""``nbgpu report``: one self-contained HTML file from a recorded run.
+
+Plots are inline SVG (``nbgpu.render.svg.svg_timeline``), styles are inline, and there is
+no script and no link to fetch, so a CI job can attach the file and any browser opens it
+offline. A run cut short (the recorder was killed) still reports: a torn last line is
+skipped and counted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import NbgpuError
+from ..export import LEGACY_KEYS, atomic_path
+from ..metrics import BY_NAME
+from .status import epoch_seconds, summarize_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
+                "proc_cpu_pct")
+
+
+@dataclass
+class Run:
+    """A recorded run: its rows, its events (run header, marks, alerts, ...) and skipped lines."""
+
+    frame: pd.DataFrame
+    events: list[dict] = field(default_factory=list)
+    skipped_lines: int = 0
+    path: str = ""
+
+    @property
+    def header(self) -> dict:
+        return next((e for e in self.events if e.get("event") == "run"), {})
+
+    def marks(self) -> list[tuple[float, str]]:
+        return [(_epoch(e["timestamp"]), str(e.get("label", ""))) for e in self.events
+                if e.get("event") == "mark"]
+
+    def alerts(self) -> list[dict]:
+        return [e for e in self.events if e.get("event") == "alert"]
+
+
+def _epoch(text: str) -> float:
+    return _dt.datetime.fromisoformat(text).timestamp()
+
+
+def _utc_ns(times: pd.Series) -> pd.Series:
+    """ISO text or datetimes as UTC nanosecond timestamps (what the plots expect)."""
+    import pandas as pd
+
+    return pd.to_datetime(times, utc=True, format="ISO8601").astype("datetime64[ns, UTC]")
+
+
+def load_run(path: str) -> Run:
+    """Read a run written by ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet``."""
+    import pandas as pd
+
+    if not os.path.exists(path):
+        raise NbgpuError(f"no such file: {path}; give the file `nbgpu record -o` wrote")
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".csv":
+        df = pd.read_csv(path)
+        df["time"] = _utc_ns(df["time"])
+        return Run(df, path=path)
+    if ext == ".parquet":
+        df = pd.read_parquet(path)
+        df["time"] = _utc_ns(df["time"])
+        return Run(df, path=path)
+    rows, events, skipped = [], [], 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                skipped += 1  # a line torn by a crash
+                continue
+            if not isinstance(rec, dict) or "timestamp" not in rec:
+                skipped += 1
+            elif "event" in rec:
+                events.append(rec)
+            else:
+                rows.append(rec)
+    if not rows and not events:
+        raise NbgpuError(f"{path} holds no nbgpu records; give the file `nbgpu record -o` wrote")
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.drop(columns=[k for k in LEGACY_KEYS if k not in BY_NAME and k in df.columns])
+        df = df.rename(columns={"gpu_id": "gpu"})
+        df.insert(0, "time", _utc_ns(df.pop("timestamp")))
+    else:
+        df = pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"), "gpu": pd.Series(dtype=object)})
+    return Run(df, events, skipped, path)
+
+
+def _fmt(v: object, digits: int = 0, unit: str = "", scale: float = 1.0) -> str:
+    if v is None or not isinstance(v, (int, float)) or v != v:
+        return "–"
+    return f"{v * scale:,.{digits}f}{unit}"
+
+
+def _when(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(run: Run, title: str | None = None) -> str:
+    """The report of ``run`` as one HTML document (no scripts, no external resources)."""
+    from ..render.svg import svg_timeline
+
+    df, head = run.frame, run.header
+    names = {str(d.get("index")): d.get("name", "") for d in head.get("devices", [])}
+    esc = html.escape
+    title = title or f"nbgpu run: {os.path.basename(run.path)}"
+    parts = [f"<h1>{esc(title)}</h1>"]
+    info = []
+    if head.get("command"):
+        info.append(("command", " ".join(map(str, head["command"]))))
+    if head.get("source"):
+        info.append(("source", head["source"]))
+    if len(df):
+        t = epoch_seconds(df["time"])
+        info.append(("from", _when(float(t.min()))))
+        info.append(("duration", f"{float(t.max() - t.min()):.1f} s"))
+    exits = [e["label"] for e in run.events if e.get("event") == "mark" and "exited" in str(e.get("label"))]
+    if exits:
+        info.append(("result", exits[-1]))
+    if run.skipped_lines:
+        info.append(("note", f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"))
+    if any("(simulated)" in str(n) for n in names.values()):
+        info.append(("note", "SIMULATED GPUs: these numbers are made up for demos and tests"))
+    parts.append("<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in info) + "</dl>")
+
+    parts.append("<h2>Summary per GPU</h2>")
+    rows = []
+    for s in summarize_frame(df):
+        rows.append([esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))),
+                     _fmt(s["duration_s"], 1, " s"), _fmt(s["util_mean_pct"], 0, " %"),
+                     _fmt(s["util_max_pct"], 0, " %"), _fmt(s["mem_peak_bytes"], 1, " GB", 1e-9),
+                     _fmt(s["power_mean_w"], 0, " W"), _fmt(s["power_max_w"], 0, " W"),
+                     _fmt(s["energy_j"], 0, " J"), _fmt(s["temp_max_c"], 0, " °C"),
+                     "yes" if s["throttled"] else "no"])
+    parts.append(_table(["GPU", "name", "duration", "util mean", "util max", "memory peak", "power mean",
+                         "power max", "energy", "temp max", "throttled"], rows) if rows
+                 else "<p>No GPU samples were recorded.</p>")
+
+    parts.append("<h2>Timeline</h2>")
+    plot_df = df.copy()
+    if "gpu" in plot_df:
+        plot_df["gpu"] = plot_df["gpu"].astype(str)
+    metrics = [m for m in PLOT_METRICS if m in df.columns]
+    parts.append(f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>')
+
+    parts.append("<h2>Alerts</h2>")
+    alerts = run.alerts()
+    if alerts:
+        parts.append(_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
+            [esc(str(a.get("severity", ""))), esc(str(a.get("gpu_id", ""))), esc(str(a.get("start", ""))),
+             esc(str(a.get("end") or "still active at the end")), esc(str(a.get("message", ""))),
+             esc(str(a.get("suggestion", "")))] for a in alerts]))
+    else:
+        parts.append("<p>No alerts were recorded.</p>")
+
+    parts.append("<h2>Marks and events</h2>")
+    events = [e for e in run.events if e.get("event") not in ("run", "alert")]
+    if events:
+        parts.append(_table(["time", "kind", "GPU", "label"], [
+            [esc(str(e["timestamp"])), esc(str(e.get("event"))),
+             esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
+            for e in events]))
+    else:
+        parts.append("<p>No marks or events.</p>")
+    return _PAGE.format(title=esc(title), body="\n".join(parts))
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em auto; max-width: 960px; color: #222; }}
+h1 {{ font-size: 1.5em; }} h2 {{ font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }}
+dl {{ display: grid; grid-template-columns: max-content auto; gap: .2em 1em; }} dt {{ color: #666; }}
+dd {{ margin: 0; font-family: monospace; }}
+table {{ border-collapse: collapse; font-size: .9em; }}
+th, td {{ border: 1px solid #ddd; padding: .25em .6em; text-align: right; }}
+th {{ background: #f4f4f4; }} td:nth-child(2) {{ text-align: left; }}
+.plot svg {{ max-width: 100%; height: auto; }}
+</style></head>
+<body>
+{body}
+<p style="color:#888;font-size:.8em">Written by nbgpu.</p>
+</body></html>
+"""
+
+
+def run_report(path: str, output: str | None = None, title: str | None = None) -> int:
+    """Write the HTML report of ``path``; returns the exit code."""
+    run = load_run(path)
+    out = output or os.path.splitext(path)[0] + ".html"
+    page = render_html(run, title)
+    with atomic_path(out) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(page)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # readable like any file the user writes
+    n = run.frame["gpu"].nunique() if len(run.frame) else 0
+    print(f"nbgpu report: {os.path.abspath(out)} ({n} GPU(s), {len(run.frame)} rows)", file=sys.stderr)
+    return 0
+
+
+__all__ = ["Run", "load_run", "render_html", "run_report"]
