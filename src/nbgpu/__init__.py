@@ -26,6 +26,7 @@ except PackageNotFoundError:  # running from a source tree
 __all__ = [
     "Alert",
     "BadArgumentError",
+    "GPUMonitor",
     "NVMLUnavailableError",
     "NbgpuError",
     "Sampler",
@@ -41,6 +42,15 @@ __all__ = [
     "track",
     "unload_ipython_extension",
 ]
+
+
+def __getattr__(name: str):
+    """``nbgpu.GPUMonitor`` imports ipywidgets and bqplot only when first asked for."""
+    if name == "GPUMonitor":
+        from .widgets.monitor import GPUMonitor
+
+        return GPUMonitor
+    raise AttributeError(f"module 'nbgpu' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython) -> None:

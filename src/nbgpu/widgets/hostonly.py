@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import session
+from ..errors import NVMLUnavailableError
 from ..sources.base import Reading
 
 
@@ -33,3 +35,21 @@ class HostOnlySource:
 
     def describe(self) -> str:
         return "no GPU visible"
+
+
+def shared_or_host_only(source: object, interval: float | None):
+    """The kernel's shared sampler; "auto" without NVML becomes a host-only sampler.
+
+    Other sources that fail raise as usual (``NVMLUnavailableError`` for "nvml").
+    """
+    try:
+        return session.ensure_sampler(source, interval)
+    except NVMLUnavailableError as exc:
+        if source not in (None, "auto"):
+            raise
+        return session.ensure_sampler(HostOnlySource(str(exc)), interval)
+
+
+def plain_reason(reason: str) -> str:
+    """The NVML error without its Python-API hint (the magics give their own hint)."""
+    return reason.split("; or use source='sim'")[0].rstrip(".") + "."

@@ -21,7 +21,7 @@ import numpy as np
 from bqplot import Figure, Label, LinearScale, Lines
 
 from .. import session
-from ..errors import BadArgumentError, NVMLUnavailableError
+from ..errors import BadArgumentError
 from ..sources.host import HOST_KEY
 from . import registry, text
 from .bands import Trace, baselines, pack, rules
@@ -36,7 +36,7 @@ from .columns import (
     check_window,
     resolve_columns,
 )
-from .hostonly import HostOnlySource
+from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
@@ -144,7 +144,7 @@ class GPUMonitor(widgets.VBox):
         self._parts: list = []
         self._shared = sampler is None
         if sampler is None:
-            sampler = _shared_sampler(source, interval)
+            sampler = shared_or_host_only(source, interval)
         self.sampler = sampler
         self._attach(sampler, gpus, strict=True)
         registry.add(self)
@@ -178,7 +178,7 @@ class GPUMonitor(widgets.VBox):
                 raise BadArgumentError("this panel was closed; create a new one with nbgpu.GPUMonitor()")
             if not self.sampler.running:
                 if self._shared:
-                    new = _shared_sampler(None, None)
+                    new = shared_or_host_only(None, None)
                     if new is not self.sampler:
                         self._attach(new, self._gpus, strict=False)
                 else:
@@ -458,7 +458,7 @@ class GPUMonitor(widgets.VBox):
             state, color = "● live", "var(--jp-success-color1,#2e7d32)"
         notes = []
         if isinstance(s.source, HostOnlySource):
-            notes.append(f"No GPU visible: {_plain_reason(s.source.reason)} Try %gpumon --source sim "
+            notes.append(f"No GPU visible: {plain_reason(s.source.reason)} Try %gpumon --source sim "
                          "for simulated GPUs.")
         if s.lost:
             notes.append(f"Lost GPU(s): {', '.join(str(k) for k in s.lost)}.")
@@ -520,18 +520,3 @@ def _describe(sampler) -> str:
         return sampler.source.describe()
     except Exception:
         return f"{len(sampler.devices)} device(s)"
-
-
-def _plain_reason(reason: str) -> str:
-    """The NVML error without the Python-API hint (the panel gives the magic's own hint)."""
-    return reason.split("; or use source='sim'")[0].rstrip(".") + "."
-
-
-def _shared_sampler(source: object, interval: float | None):
-    """The kernel's shared sampler; "auto" without NVML becomes a host-only sampler."""
-    try:
-        return session.ensure_sampler(source, interval)
-    except NVMLUnavailableError as exc:
-        if source not in (None, "auto"):
-            raise
-        return session.ensure_sampler(HostOnlySource(str(exc)), interval)

@@ -1,0 +1,1 @@
+"""IPython glue: ``%load_ext nbgpu``, ``%gpumon`` and ``%%gpumon`` over the public API."""

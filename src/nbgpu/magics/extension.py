@@ -1,0 +1,63 @@
+"""Load and unload the IPython extension: register the magics, say which GPUs are visible.
+
+Unloading stops every panel's updates, cell profiling and the kernel's sampler, so
+``%reload_ext nbgpu`` and ``%unload_ext nbgpu`` leave no thread or panel running.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .. import __version__, session
+from ..errors import NbgpuError
+
+log = logging.getLogger("nbgpu")
+
+
+def load_message() -> str:
+    """One line: how many GPUs, their names and the driver; or why none are visible."""
+    from ..sources import open_source
+    from ..widgets.hostonly import HostOnlySource, plain_reason
+
+    shared = session.shared_sampler()
+    if shared is not None and shared.running and not isinstance(shared.source, HostOnlySource):
+        return f"nbgpu {__version__}: {shared.source.describe()}. %gpumon shows the live panel."
+    try:
+        src = open_source("auto")
+    except NbgpuError as exc:
+        return (f"nbgpu {__version__}: no GPU visible: {plain_reason(str(exc))} "
+                "Try %gpumon --source sim for simulated GPUs.")
+    try:
+        return f"nbgpu {__version__}: {src.describe()}. %gpumon shows the live panel."
+    finally:
+        src.close()
+
+
+def load(ipython) -> None:
+    """Register ``%gpumon``/``%%gpumon`` and print the one-line GPU summary."""
+    from .gpumon import GPUMonMagics
+
+    ipython.register_magics(GPUMonMagics)
+    print(load_message())
+
+
+def unload(ipython) -> None:
+    """Stop panels, cell profiling and the sampler; remove the magics."""
+    from ..widgets import registry
+
+    for panel in registry.panels():
+        panel.stop()
+        registry.discard(panel)
+    try:
+        from ..profiles.cells import disable_cell_mode
+
+        disable_cell_mode(ipython)
+    except ImportError:
+        pass
+    except Exception as exc:
+        log.warning("nbgpu: could not turn off cell profiling: %s", exc)
+    session.reset()
+    magics = ipython.magics_manager.magics
+    for kind in ("line", "cell"):
+        magics[kind].pop("gpumon", None)
+    ipython.magics_manager.registry.pop("GPUMonMagics", None)

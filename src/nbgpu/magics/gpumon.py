@@ -1,0 +1,129 @@
+"""``%gpumon`` (live panel, stop, status, per-cell mode) and ``%%gpumon`` (profile one cell)."""
+
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.display import display
+
+from .. import session
+from ..errors import NbgpuError
+from ..widgets.columns import check_gpus
+from ..widgets.hostonly import shared_or_host_only
+from .options import Options, help_text, parse_cell_line, parse_line
+
+
+def _available_gpus(opts: Options, prog: str) -> list[object]:
+    """GPU indices of the source the options name, found without starting anything."""
+    shared = session.shared_sampler()
+    if shared is not None and shared.running and opts.source is None:
+        return [d["index"] for d in shared.devices if not d.get("mig")]
+    from ..sources import open_source
+
+    try:
+        src = open_source(opts.source or "auto")
+    except NbgpuError as exc:
+        raise UsageError(f"{prog}: --gpus given but {exc}") from None
+    try:
+        return [d["index"] for d in src.devices() if not d.get("mig")]
+    finally:
+        src.close()
+
+
+def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
+    if opts.gpus is None:
+        return None
+    try:
+        return check_gpus(opts.gpus, _available_gpus(opts, prog))
+    except NbgpuError as exc:
+        raise UsageError(f"{prog}: {exc}") from None
+
+
+def _sampler(opts: Options, prog: str):
+    try:
+        return shared_or_host_only(opts.source, opts.interval)
+    except NbgpuError as exc:
+        raise UsageError(f"{prog}: {exc}") from None
+
+
+def status_text() -> str:
+    """What runs: the sampler, the panels and per-cell profiling."""
+    from ..widgets import registry
+
+    s = session.shared_sampler()
+    if s is None:
+        lines = ["sampler: not started (%gpumon starts it)"]
+    else:
+        state = "running" if s.running else "stopped"
+        lines = [f"sampler: {state}, {s.source.describe()}, every {s.interval:g} s, {s.ticks} ticks, "
+                 f"{s.errors} error(s)" + (f" (last: {s.last_error})" if s.last_error else "")]
+        if s.lost:
+            lines.append(f"lost GPUs: {', '.join(str(k) for k in s.lost)}")
+    panels = registry.panels()
+    updating = sum(1 for p in panels if p.running)
+    lines.append(f"panels: {updating} updating, {len(panels) - updating} stopped")
+    try:
+        from ..profiles.cells import cell_mode_enabled
+
+        lines.append(f"per-cell profiles: {'on' if cell_mode_enabled() else 'off'}")
+    except ImportError:
+        pass
+    return "\n".join("nbgpu " + line for line in lines)
+
+
+@magics_class
+class GPUMonMagics(Magics):
+    """The ``gpumon`` line and cell magics."""
+
+    @line_cell_magic
+    def gpumon(self, line: str = "", cell: str | None = None):
+        if cell is not None:
+            return self._profile_cell(line, cell)
+        opts = parse_line(line)
+        if opts.action == "stop":
+            from ..widgets import registry
+
+            n = registry.stop_all()
+            session.stop_shared()
+            print(f"nbgpu: stopped the sampler and {n} panel(s); %gpumon starts again.")
+            return None
+        if opts.action == "status":
+            print(status_text())
+            return None
+        gpus = _gpus(opts, "%gpumon")
+        if opts.cells is not None:
+            self._cells(opts)
+            return None
+        from ..widgets.monitor import GPUMonitor
+
+        _sampler(opts, "%gpumon")  # start or re-point the shared sampler; the panel follows it
+        try:
+            mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
+                             refresh_s=opts.refresh_s)
+        except NbgpuError as exc:
+            raise UsageError(f"%gpumon: {exc}") from None
+        display(mon)
+        return None
+
+    gpumon.__doc__ = help_text()
+
+    def _cells(self, opts: Options) -> None:
+        from ..profiles.cells import disable_cell_mode, enable_cell_mode
+
+        if opts.cells == "off":
+            disable_cell_mode(self.shell)
+            print("nbgpu: per-cell profiles off (nbgpu.history() keeps the ones made).")
+            return
+        _sampler(opts, "%gpumon")
+        kwargs = {} if opts.cells_min_s is None else {"min_duration_s": opts.cells_min_s}
+        enable_cell_mode(self.shell, lambda: shared_or_host_only(None, None), **kwargs)
+        print("nbgpu: profiling every cell; %gpumon --cells off stops, nbgpu.history() lists them.")
+
+    def _profile_cell(self, line: str, cell: str):
+        opts = parse_cell_line(line)
+        gpus = _gpus(opts, "%%gpumon")
+        from ..profiles.cells import run_profiled_cell
+
+        sampler = _sampler(opts, "%%gpumon")
+        run_profiled_cell(self.shell, cell, sampler, gpus=list(gpus) if gpus else None)
+        return None

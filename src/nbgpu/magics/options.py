@@ -1,0 +1,179 @@
+"""The options of ``%gpumon`` and ``%%gpumon``, parsed and checked in one place.
+
+Every mistake becomes one ``UsageError`` line that names what was wrong and what is
+allowed; the help text (``%gpumon?``) is generated from the same parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass
+
+from IPython.core.error import UsageError
+
+from ..errors import BadArgumentError
+from ..sampler import check_interval
+from ..widgets.columns import (
+    COLUMNS,
+    DEFAULT_REFRESH_S,
+    DEFAULT_WINDOW_S,
+    check_metrics,
+    check_refresh,
+    check_window,
+)
+
+ACTIONS = ("start", "stop", "status")
+SOURCES = "auto, nvml, sim or prometheus=URL"
+
+
+@dataclass
+class Options:
+    """What a ``%gpumon`` line asked for; None means "not given" (keep what runs)."""
+
+    action: str = "start"
+    source: str | None = None
+    interval: float | None = None
+    window_s: float = DEFAULT_WINDOW_S
+    gpus: str | None = None
+    metrics: tuple[str, ...] | None = None
+    refresh_s: float = DEFAULT_REFRESH_S
+    cells: str | None = None
+    cells_min_s: float | None = None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line) instead of printing and exiting."""
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments"):
+            allowed = ", ".join(sorted({s for a in self._actions for s in a.option_strings}))
+            message += f"; allowed options: {allowed}"
+        raise UsageError(f"{self.prog}: {message} (see {self.prog}?)")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        raise UsageError(message or f"{self.prog}: see {self.prog}? for the options")
+
+
+def _wrap(check):
+    """An argparse type from one of nbgpu's checks (BadArgumentError → argparse's message)."""
+    def convert(text: str):
+        try:
+            return check(text)
+        except BadArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = check.__name__
+    return convert
+
+
+def _number(check):
+    def convert(text: str):
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadArgumentError(f"expected a number of seconds, got {text!r}") from None
+        return check(value)
+    convert.__name__ = check.__name__
+    return _wrap(convert)
+
+
+def _source(text: str) -> str:
+    spec = text.strip()
+    if spec in ("auto", "nvml", "sim", "simulated") or (spec.startswith("prometheus=") and len(spec) > 11):
+        return spec
+    raise BadArgumentError(f"unknown source {text!r}; use {SOURCES}")
+
+
+def _gpus(text: str) -> str:
+    items = [t.strip() for t in text.split(",")]
+    if not items or any(not t for t in items):
+        raise BadArgumentError(f"gpus must be indices separated by commas, like 0,2; got {text!r}")
+    return ",".join(items)
+
+
+def _cells(text: str) -> str:
+    if text not in ("on", "off"):
+        raise BadArgumentError(f"--cells takes on or off, got {text!r}")
+    return text
+
+
+def _min_s(value: float) -> float:
+    if not 0 <= value <= 86400:
+        raise BadArgumentError(f"--cells-min must be from 0 to 86400 seconds, got {value:g}")
+    return value
+
+
+def _add_sampler_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", type=_wrap(_source), default=None, metavar="SRC",
+                   help=f"where readings come from: {SOURCES} (default: what runs, else auto). "
+                        "Changing it restarts the kernel's one sampler; open panels follow.")
+    p.add_argument("--interval", type=_number(check_interval), default=None, metavar="S",
+                   help="seconds between sampler ticks (default: what runs, else 0.5). Changing it "
+                        "restarts the kernel's one sampler; open panels follow.")
+    p.add_argument("--gpus", type=_wrap(_gpus), default=None, metavar="LIST",
+                   help="GPU indices to show, like 0,2 (default: all)")
+
+
+def line_parser() -> argparse.ArgumentParser:
+    """The parser of ``%gpumon`` (line magic)."""
+    p = _Parser(prog="%gpumon", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Show a live panel of the GPUs (and host CPU/RAM), updating while "
+                            "other cells run.\nAll panels share the kernel's one sampler thread.",
+                epilog="Actions: start (default) opens a panel; stop stops the sampler and every "
+                       "panel;\nstatus prints what runs.\n\n"
+                       "Cell magic: %%gpumon [--source SRC] [--interval S] [--gpus LIST] profiles "
+                       "the cell\nbelow it and shows its timeline and summary.\n\nMetrics: "
+                       + ", ".join(f"{c.key} ({c.help})" for c in COLUMNS.values()))
+    p.add_argument("action", nargs="?", default="start", choices=ACTIONS,
+                   help="start (default), stop or status")
+    _add_sampler_options(p)
+    p.add_argument("--window", type=_number(check_window), default=DEFAULT_WINDOW_S, metavar="S",
+                   dest="window_s", help=f"seconds of history shown, 5 to 86400 (default "
+                                         f"{DEFAULT_WINDOW_S:g}); per panel")
+    p.add_argument("--metrics", type=_wrap(check_metrics), default=None, metavar="LIST",
+                   help="columns to show, like util,mem,power,temp,sm (default: util, mem, power, "
+                        "temp, plus sm where reported); per panel")
+    p.add_argument("--refresh", type=_number(check_refresh), default=DEFAULT_REFRESH_S,
+                   metavar="S", dest="refresh_s",
+                   help=f"seconds between panel updates, 0.25 to 60 (default {DEFAULT_REFRESH_S:g}); "
+                        "per panel")
+    p.add_argument("--cells", type=_wrap(_cells), nargs="?", const="on", default=None,
+                   metavar="on|off", help="profile every cell from now on (off: stop)")
+    p.add_argument("--cells-min", type=_number(_min_s), default=None, metavar="S",
+                   dest="cells_min_s", help="with --cells: show a summary only for cells that ran "
+                                            "at least S seconds")
+    return p
+
+
+def cell_parser() -> argparse.ArgumentParser:
+    """The parser of the ``%%gpumon`` line (cell magic)."""
+    p = _Parser(prog="%%gpumon", add_help=False,
+                description="Profile the cell below: timeline and summary of its GPU use.")
+    _add_sampler_options(p)
+    return p
+
+
+def _split(line: str, prog: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{prog}: cannot read the options ({exc}); see {prog}?") from None
+
+
+def parse_line(line: str) -> Options:
+    """Options of a ``%gpumon`` line; UsageError for anything wrong."""
+    ns = line_parser().parse_args(_split(line, "%gpumon"))
+    if ns.cells_min_s is not None and ns.cells is None:
+        ns.cells = "on"
+    return Options(**vars(ns))
+
+
+def parse_cell_line(line: str) -> Options:
+    """Options of a ``%%gpumon`` line; UsageError for anything wrong."""
+    ns = cell_parser().parse_args(_split(line, "%%gpumon"))
+    return Options(**vars(ns))
+
+
+def help_text() -> str:
+    """``%gpumon?``: every option of the line and cell magics."""
+    return line_parser().format_help()
