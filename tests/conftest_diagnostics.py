@@ -52,3 +52,38 @@ def drive(s: Sampler, clock: FakeClock, seconds: float, step: float | None = Non
 def fired(s: Sampler, rule: str | None = None) -> list:
     """Alerts so far (of one rule if given)."""
     return [a for a in s.diagnostics.alert_list() if rule is None or a.rule == rule]
+
+
+class ShapedGPUs(SimulatedGPUs):
+    """Simulated GPUs whose load curves a test replaces: ``fn(gpu, t, default)`` each."""
+
+    def __init__(self, *, mem=None, util=None, power=None, temp=None, reasons=None, host=None,
+                 **kw) -> None:
+        super().__init__(**kw)
+        self._fns = {"mem": mem, "util": util, "power": power, "temp": temp, "reasons": reasons}
+        self._host_fn = host
+
+    def _shape(self, name: str, base, gpu: int, t: float):
+        fn = self._fns[name]
+        return base(gpu, t) if fn is None else fn(gpu, t, base(gpu, t))
+
+    def mem_used_at(self, gpu: int, t: float) -> float:
+        return self._shape("mem", super().mem_used_at, gpu, t)
+
+    def util_at(self, gpu: int, t: float) -> float:
+        return self._shape("util", super().util_at, gpu, t)
+
+    def power_at(self, gpu: int, t: float) -> float:
+        return self._shape("power", super().power_at, gpu, t)
+
+    def temp_at(self, gpu: int, t: float) -> float:
+        return self._shape("temp", super().temp_at, gpu, t)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):  # noqa: N802 - NVML's name
+        bits = super().nvmlDeviceGetCurrentClocksEventReasons(h)
+        fn = self._fns["reasons"]
+        return bits if fn is None else fn(h.gpu, self._t(), bits)
+
+    def simulated_host(self, t: float):
+        base = super().simulated_host(t)
+        return base if self._host_fn is None else self._host_fn(t, base)

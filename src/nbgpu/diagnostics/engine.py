@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -39,6 +40,16 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
 PIDS_EVERY_S = 10.0
 
 
+def _capture_active(sampler: Sampler) -> bool:
+    """Whether an ``nbgpu.capture()`` (or a profiled cell) on this sampler is open."""
+    module = sys.modules.get("nbgpu.profiles.capture")
+    active = getattr(module, "active_captures", None)
+    try:
+        return active is not None and any(getattr(c, "sampler", None) is sampler for c in active())
+    except Exception:
+        return False
+
+
 class DiagnosticsEngine:
     """Names problems from a sampler's recent readings; add it with ``sampler.add_listener``.
 
@@ -62,7 +73,7 @@ class DiagnosticsEngine:
 
     # -- what the rest of nbgpu tells it --------------------------------------------------
     def cell_running(self, running: bool = True) -> None:
-        """Say a cell (or capture) started or ended; the idle rule only judges while one runs."""
+        """Say a cell started or ended; the idle rule judges only while a cell or capture runs."""
         with self._lock:
             self._cells = self._cells + 1 if running else max(0, self._cells - 1)
             if self._cells == 0:
@@ -70,6 +81,7 @@ class DiagnosticsEngine:
 
     @property
     def in_cell(self) -> bool:
+        """Whether someone said a cell runs (captures are also seen at each evaluation)."""
         return self._cells > 0
 
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
@@ -127,8 +139,11 @@ class DiagnosticsEngine:
         if in_use is not None and not in_use:
             listed = any(processes.values()) if processes else False
             in_use = set() if listed else None
-        if self._cells and self._cell_since is None:
-            self._cell_since = now
+        if self._cells or _capture_active(sampler):
+            if self._cell_since is None:
+                self._cell_since = now
+        else:
+            self._cell_since = None
         with sampler.store.lock:
             events = list(sampler.store.events)
         marks = [(e.time, e.label) for e in events if e.kind == "mark" and e.time <= now]

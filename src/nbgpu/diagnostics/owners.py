@@ -140,7 +140,7 @@ def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> li
             text = (f"{where}: {fmt_bytes(e['allocated_bytes'])} allocated, "
                     f"{fmt_bytes(e['reserved_bytes'])} reserved{nvml_text}")
             if spare >= 256e6:
-                text += (f"; {fmt_bytes(spare)} reserved but unallocated, "
+                text += (f". {fmt_bytes(spare)} reserved but unallocated; "
                          "`torch.cuda.empty_cache()` returns it")
         else:
             text = (f"{where}: {fmt_bytes(e['allocated_bytes'])} in use, peak "

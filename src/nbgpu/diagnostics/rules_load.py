@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+
+import numpy as np
 
 from .alerts import Finding
 from .window import Context, fmt_gpus
@@ -15,6 +18,7 @@ INPUT_HINT = ("Feed the GPU faster: DataLoader(num_workers=4 or more, pin_memory
 IDLE_HINT = ("The cell is waiting, not computing: file or network I/O, a lock, sleep, a "
              "host-device sync in a loop (.item(), .cpu(), print of a tensor) or another process. "
              "A profiler (torch.profiler, py-spy dump) shows where it waits.")
+IMBALANCE_PARTS = 3  # the window is judged in this many parts; a GPU must lag in each
 IMBALANCE_HINT = ("Check that every GPU gets its share: DistributedSampler and per-rank batch sizes, "
                   "a rank stuck in I/O or waiting at a barrier, an uneven model-parallel split, "
                   "tensors created on cuda:0 by default.")
@@ -67,8 +71,17 @@ def imbalance(ctx: Context) -> list[Finding]:
     means = {g: u for g, u in means.items() if not math.isnan(u)}
     if len(means) < 2:
         return []
+    lagging = set(means)
+    for a, b in itertools.pairwise(np.linspace(ctx.now - span, ctx.now, IMBALANCE_PARTS + 1)):
+        part = {}
+        for g in means:  # the same GPU must lag in every part of the window: sustained
+            t, v = ctx.window.series(g, "util_pct", span)
+            sel = v[(t >= a) & (t <= b)]
+            part[g] = float(np.mean(sel)) if len(sel) else math.nan
+        top = max(part.values())
+        lagging &= {g for g, u in part.items() if u < top - th.imbalance_gap_pct}
     top = max(means.values())
-    lagging = [g for g, u in means.items() if u < top - th.imbalance_gap_pct]
+    lagging = sorted((g for g in lagging if means[g] < top - th.imbalance_gap_pct), key=str)
     busy = [g for g in means if g not in lagging]
     if not lagging:
         return []

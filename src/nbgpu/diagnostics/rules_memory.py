@@ -70,6 +70,10 @@ def _segments_rising(t: np.ndarray, v: np.ndarray, t0: float, t1: float, n: int)
     total = medians[-1] - medians[0]
     if total <= 0 or (steps < 0.25 * total / (n - 1)).any():
         return None
+    last = v[t >= edges[-2]]  # still rising at the end, not a finished warm-up
+    half = len(last) // 2
+    if half < 1 or np.median(last[half:]) - np.median(last[:half]) < total / (n - 1) / 8:
+        return None
     return total
 
 

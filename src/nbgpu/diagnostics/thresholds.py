@@ -55,7 +55,8 @@ class Thresholds:
     idle_only_in_cell: bool = _t(True, "raise idle only while a cell (or capture) is running")
 
     imbalance_window_s: float = _t(15.0, "window (s) over which mean utilisations are compared")
-    imbalance_gap_pct: float = _t(20.0, "points of mean utilisation between GPUs that count as imbalance")
+    imbalance_gap_pct: float = _t(20.0, "points of mean utilisation between GPUs that count as imbalance "
+                                          "(in each third of the window)")
 
     throttle_window_s: float = _t(10.0, "window (s) for the throttling rule")
     throttle_min_share: float = _t(0.5, "share of readings with a throttle reason that counts")

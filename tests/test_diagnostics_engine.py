@@ -1,0 +1,144 @@
+"""The engine in the sampler: episodes, callbacks, thresholds, the Sampler API, cost."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import nbgpu
+from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
+from nbgpu.diagnostics import RULES, Thresholds
+
+TOTAL = 143771 * 2**20
+
+
+def test_a_long_leak_is_one_alert_per_gpu_that_stays_open():
+    s, clock = sim_sampler("leak")
+    drive(s, clock, 150)
+    alerts = fired(s)
+    assert sorted(a.gpu for a in alerts) == [0, 1]
+    assert all(a.rule == "memory_leak" and a.end is None for a in alerts)
+
+
+def test_condition_flickering_shorter_than_clear_after_keeps_one_alert():
+    # memory above 95 % with 4 s dips to 50 % every 20 s: one critical episode, no flapping
+    shaped = ShapedGPUs(count=1, mem=lambda g, t, m: (0.5 if t % 20 >= 16 else 0.97) * TOTAL)
+    s, clock = sim_sampler(source=shaped)
+    drive(s, clock, 120)
+    alerts = fired(s, "oom_risk")
+    assert len(alerts) == 1 and alerts[0].end is None
+
+
+def test_escalation_updates_the_same_alert_and_calls_back_twice():
+    seen = []
+    s, clock = sim_sampler("oom", count=1)
+    s.on_alert(lambda a: seen.append((a.rule, a.severity)))
+    drive(s, clock, 30)
+    (a,) = fired(s)
+    assert a.severity == "critical"
+    assert seen == [("oom_risk", "warning"), ("oom_risk", "critical")]
+
+
+def test_a_failing_callback_is_counted_and_the_others_still_run():
+    got = []
+
+    def broken(alert):
+        raise RuntimeError("boom")
+
+    s, clock = sim_sampler("throttle", count=1)
+    s.on_alert(broken)
+    s.on_alert(got.append)
+    drive(s, clock, 20)
+    assert [a.rule for a in got] == ["throttling"]
+    assert s.diagnostics.callback_errors == 1
+    assert "boom" in s.diagnostics.last_callback_error
+    assert s.errors == 0
+
+
+def test_on_alert_rejects_what_is_not_callable():
+    s, _ = sim_sampler()
+    with pytest.raises(ValueError, match="on_alert needs a function"):
+        s.on_alert("print")
+
+
+def test_alerts_dataframe_has_the_documented_columns():
+    s, clock = sim_sampler("input_bound")
+    drive(s, clock, 20)
+    df = s.alerts
+    for col in ("rule", "severity", "gpu", "start", "end", "duration_s", "active", "message",
+                "suggestion", "evidence"):
+        assert col in df.columns
+    assert str(df["start"].dt.tz) == "UTC"
+    assert df["active"].all() and df["end"].isna().all()
+    assert list(df["gpu"]) == [0, 1]
+
+
+def test_rules_run_at_most_once_a_second():
+    s, clock = sim_sampler("steady")
+    drive(s, clock, 10, step=0.1)
+    assert 9 <= s.diagnostics.evaluations <= 11
+
+
+def test_diagnostics_can_be_switched_off():
+    s, clock = sim_sampler("oom", diagnostics=False)
+    drive(s, clock, 30)
+    assert s.diagnostics is None and s.alert_list() == [] and len(s.alerts) == 0
+    with pytest.raises(ValueError, match="diagnostics=False"):
+        s.on_alert(print)
+
+
+def test_thresholds_reject_unknown_names_and_bad_values():
+    with pytest.raises(ValueError, match=r"unknown threshold.*oom_warn"):
+        Thresholds.from_any({"oom_warn": 0.5})
+    with pytest.raises(ValueError, match="oom_warning_fraction must be a number"):
+        Thresholds(oom_warning_fraction=-1)
+    with pytest.raises(ValueError, match="unknown rule"):
+        Thresholds(disabled=("oom",))
+    with pytest.raises(ValueError):
+        nbgpu.Sampler(nbgpu.SimulatedGPUs(), thresholds={"nope": 1})
+
+
+def test_every_threshold_is_documented_in_code_and_in_the_readme_section():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "readme" / "diagnostics.md").read_text()
+    for row in Thresholds.table():
+        assert len(row["help"]) > 15
+        assert f"`{row['name']}`" in doc, row["name"]
+    for rule in RULES:
+        assert f"`{rule}`" in doc
+
+
+def test_a_capture_counts_as_a_running_cell_for_idle(monkeypatch):
+    import importlib
+
+    s, clock = sim_sampler("idle")
+    capture_module = importlib.import_module("nbgpu.profiles.capture")
+
+    class FakeCapture:
+        sampler = s
+
+    monkeypatch.setattr(capture_module, "active_captures", lambda: [FakeCapture()])
+    drive(s, clock, 15)
+    assert {a.rule for a in fired(s)} == {"idle"}
+    monkeypatch.setattr(capture_module, "active_captures", lambda: [])
+    drive(s, clock, 30)
+    assert all(a.end is not None for a in fired(s))
+
+
+def test_live_sampler_raises_calls_back_from_its_thread_and_ends_alerts_on_stop():
+    shaped = ShapedGPUs(count=1, mem=lambda g, t, m: 0.97 * TOTAL)
+    calls = []
+    th = {"oom_warning_after_s": 0.3, "oom_critical_after_s": 0.6, "eval_every_s": 0.1}
+    with nbgpu.Sampler(shaped, interval=0.05, thresholds=th) as s:
+        s.on_alert(lambda a: calls.append((a.severity, __import__("threading").current_thread().name)))
+        deadline = time.time() + 10
+        while time.time() < deadline and not any(a.severity == "critical" for a in s.alert_list()):
+            time.sleep(0.05)
+        assert s.running
+        active = s.alert_list()
+    assert [a.severity for a in active] == ["critical"] and active[0].end is None
+    assert calls[-1] == ("critical", "nbgpu-sampler")
+    (ended,) = s.alert_list()
+    assert ended.end is not None

@@ -1,0 +1,112 @@
+"""Whose memory it is: this kernel highlighted, others aggregated, PID-namespace mismatch."""
+
+from __future__ import annotations
+
+import os
+import types
+
+from conftest_diagnostics import drive, sim_sampler
+from nbgpu.diagnostics import memory_owners
+from nbgpu.diagnostics.owners import MISMATCH, OK, attribute
+
+GONE_PID = 4_194_000  # above the usual pid_max: no process has it here
+
+
+def test_this_kernel_is_found_on_each_gpu_with_its_memory():
+    s, clock = sim_sampler("steady")
+    drive(s, clock, 10)
+    owners = memory_owners(s)
+    assert owners.status == OK
+    mine = [r for r in owners.rows if r["who"] == "this kernel"]
+    assert [r["gpu"] for r in mine] == [0, 1]
+    assert all(r["pid"] == os.getpid() and r["used_bytes"] > 1e9 for r in mine)
+    df = owners.to_pandas()
+    assert list(df["who"]) == ["this kernel", "this kernel"]
+    assert "this kernel" in str(owners) and "<table>" in owners._repr_html_()
+
+
+def test_other_processes_are_aggregated_without_names_unless_asked():
+    s, clock = sim_sampler("steady")
+    drive(s, clock, 3)
+    s.source.processes = {0: [{"pid": os.getpid(), "used_bytes": 4e9},
+                              {"pid": 1, "used_bytes": 10e9}, {"pid": GONE_PID, "used_bytes": 2.4e9}],
+                          1: []}
+    owners = memory_owners(s)
+    other = [r for r in owners.rows if r["who"] == "other processes"]
+    assert len(other) == 1
+    assert other[0]["processes"] == 2 and other[0]["used_bytes"] == 12.4e9
+    assert other[0]["pid"] is None and other[0]["command"] == "" and other[0]["user"] == ""
+    shown = memory_owners(s, show_others=True)
+    others = [r for r in shown.rows if r["who"] == "other processes"]
+    assert sorted(r["pid"] for r in others) == [1, GONE_PID]
+
+
+def test_pids_that_do_not_exist_here_are_a_namespace_mismatch_not_someone_else():
+    s, clock = sim_sampler("steady")
+    drive(s, clock, 3)
+    s.source.processes = {0: [{"pid": GONE_PID, "used_bytes": 40e9}],
+                          1: [{"pid": GONE_PID + 1, "used_bytes": 3e9}]}
+    owners = memory_owners(s)
+    assert owners.status == MISMATCH
+    assert any("PID namespace" in n for n in owners.notes)
+    assert {r["who"] for r in owners.rows} == {"unattributed processes"}
+    assert not any(r["who"] in ("this kernel", "other processes") for r in owners.rows)
+
+
+def test_framework_memory_without_our_pid_is_a_mismatch():
+    procs = {0: [{"pid": 1, "used_bytes": 8e9}]}
+    status, why = attribute(procs, {os.getpid()}, framework_bytes=8e9, pid_exists=lambda p: True)
+    assert status == MISMATCH and "8.0 GB" in why
+    status, _ = attribute(procs, {os.getpid()}, framework_bytes=0.0, pid_exists=lambda p: True)
+    assert status == OK
+
+
+def test_rules_fall_back_to_all_gpus_under_a_mismatch():
+    s, clock = sim_sampler("imbalance", count=4)
+    drive(s, clock, 3)
+    s.source.processes = {g: [{"pid": GONE_PID + g, "used_bytes": 5e9}] for g in range(4)}
+    s._every["procs"] = 1e9
+    drive(s, clock, 30)
+    ctx = s.diagnostics.context(s, clock.t)
+    assert ctx.attribution == MISMATCH and ctx.gpus_in_use is None
+    assert [a.gpu for a in s.diagnostics.alert_list()] == [3]
+
+
+def _fake_torch(uuid: str, allocated: float, reserved: float, initialised: bool = True):
+    calls = []
+
+    def record(name, value):
+        def fn(*a):
+            calls.append(name)
+            return value
+        return fn
+
+    props = types.SimpleNamespace(uuid=uuid)
+    cuda = types.SimpleNamespace(
+        is_initialized=record("is_initialized", initialised), device_count=record("device_count", 1),
+        get_device_properties=record("props", props), memory_allocated=record("allocated", allocated),
+        memory_reserved=record("reserved", reserved))
+    return types.SimpleNamespace(cuda=cuda), calls
+
+
+def test_torch_reserved_but_unallocated_memory_is_explained(monkeypatch):
+    s, clock = sim_sampler("steady", count=1)
+    drive(s, clock, 10)
+    uuid = s.devices[0]["uuid"].removeprefix("GPU-")
+    torch, _ = _fake_torch(uuid, allocated=10.2e9, reserved=14.3e9)
+    monkeypatch.setitem(__import__("sys").modules, "torch", torch)
+    owners = memory_owners(s)
+    (note,) = [n for n in owners.notes if "torch" in n]
+    assert note.startswith("GPU 0 (torch cuda:0): 10.2 GB allocated, 14.3 GB reserved, NVML")
+    assert "4.1 GB reserved but unallocated; `torch.cuda.empty_cache()` returns it" in note
+    assert owners.status == OK
+
+
+def test_torch_without_cuda_started_is_not_asked_anything_else(monkeypatch):
+    s, clock = sim_sampler("steady", count=1)
+    drive(s, clock, 3)
+    torch, calls = _fake_torch("", 0, 0, initialised=False)
+    monkeypatch.setitem(__import__("sys").modules, "torch", torch)
+    owners = memory_owners(s)
+    assert calls == ["is_initialized"]
+    assert not any("torch" in n for n in owners.notes)
