@@ -202,7 +202,7 @@ def build_widget(cap: Capture):
     lines = [bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([]), scales={"x": x_sc, "y": y_sc},
                       colors=[colors[i % len(colors)]], labels=[f"GPU {g}"], display_legend=True)
              for i, g in enumerate(gpus)]
-    t_ms = df["time"].to_numpy().astype("datetime64[ms]") if len(df) else None
+    t_ms = (df["time"].astype("int64").to_numpy() // 1_000_000).astype("datetime64[ms]") if len(df) else None
     marks = cap.marks
     rules = []
     if marks:
@@ -212,7 +212,7 @@ def build_widget(cap: Capture):
         rules.append(bq.Label(x=mx[:, 0], y=np.full(len(marks), 0.95), text=[lb for _, lb in marks],
                               scales={"x": x_sc, "y": mark_sc}, colors=["#333"], font_weight="normal",
                               default_size=11))
-    ax_y = bq.Axis(scale=y_sc, orientation="vertical", tick_format=".3~s")
+    ax_y = bq.Axis(scale=y_sc, side="left", tick_format=".3~s")
     fig = bq.Figure(marks=lines + rules, axes=[bq.Axis(scale=x_sc, label="time (UTC)"), ax_y],
                     layout=w.Layout(width="100%", height="280px"),
                     fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20},

@@ -1,0 +1,133 @@
+"""nbgpu.capture, mark and track on a running simulated sampler (no kernel needed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import nbgpu
+from conftest_profiles import clean_profiles_fixture, sim_sampler_fixture  # noqa: F401 - fixtures
+from nbgpu import Sampler, SimulatedGPUs, session
+from nbgpu.profiles.summary import integrate_power_j
+from nbgpu.sampler import running_samplers
+
+
+def test_capture_reuses_the_running_sampler(sim_sampler):
+    threads = threading.active_count()
+    with nbgpu.capture() as cap:
+        time.sleep(0.6)
+        assert threading.active_count() == threads  # no sampler of its own
+    assert cap.sampler is sim_sampler and not cap.owns_sampler
+    s = cap.summary
+    assert list(s["gpu"]) == [0, 1]
+    assert (s["status"] == "ok").all()
+    assert s["duration_s"].iloc[0] == pytest.approx(0.6, abs=0.1)
+    tl = cap.timeline
+    assert len(tl) > 10
+    t0, t1 = (tl["time"].astype("int64") / 1e9).agg(["min", "max"])
+    assert cap.start_time <= t0 and t1 <= cap.end_time
+
+
+def test_capture_prefers_the_shared_sampler(sim_sampler):
+    shared = session.ensure_sampler(SimulatedGPUs(count=1), 0.1)
+    with nbgpu.capture() as cap:
+        time.sleep(0.2)
+    assert cap.sampler is shared
+    assert list(cap.summary["gpu"]) == [0]
+
+
+def test_capture_starts_and_stops_its_own_sampler(clean_profiles):
+    assert running_samplers() == []
+    with nbgpu.capture(source="sim", interval=0.1) as cap:
+        time.sleep(0.5)
+        assert cap.sampler.running
+    assert cap.owns_sampler and not cap.sampler.running
+    assert running_samplers() == []
+    s = cap.summary
+    assert len(s) == 2 and s["samples"].min() > 3
+    assert (s["energy_source"] == "counter").all()
+    assert (s["energy_j"] > 0).all()
+
+
+def test_energy_counter_agrees_with_integrated_power(sim_sampler):
+    with nbgpu.capture() as cap:
+        time.sleep(1.5)
+    for _, row in cap.summary.iterrows():
+        t, p = sim_sampler.timeline.series(row["gpu"], "power_w")
+        integrated = integrate_power_j(t, p, cap.start_time, cap.end_time)
+        assert row["energy_source"] == "counter"
+        assert row["energy_j"] == pytest.approx(integrated, rel=0.02)
+
+
+def test_exception_propagates_unchanged_and_is_recorded(sim_sampler):
+    err = ValueError("boom")
+    with pytest.raises(ValueError) as info, nbgpu.capture() as cap:
+        raise err
+    assert info.value is err
+    assert cap.status == "failed" and "ValueError: boom" in cap.error
+    assert (cap.summary["status"] == "failed").all()
+    with pytest.raises(KeyboardInterrupt), nbgpu.capture() as cap2:
+        raise KeyboardInterrupt
+    assert cap2.status == "interrupted"
+
+
+def test_nested_captures(sim_sampler):
+    with nbgpu.capture(label="outer") as outer:
+        time.sleep(0.3)
+        with nbgpu.capture(label="inner") as inner:
+            time.sleep(0.3)
+        time.sleep(0.3)
+    assert outer.start_time < inner.start_time < inner.end_time < outer.end_time
+    assert inner.duration_s == pytest.approx(0.3, abs=0.08)
+    assert outer.duration_s == pytest.approx(0.9, abs=0.15)
+    assert (outer.summary["energy_j"] > inner.summary["energy_j"]).all()
+
+
+def test_mark_reaches_every_running_sampler(sim_sampler):
+    other = Sampler(SimulatedGPUs(count=1), interval=0.2).start()
+    try:
+        assert nbgpu.mark("checkpoint") == 2
+        for s in (sim_sampler, other):
+            assert [label for _, label in s.timeline.marks()] == ["checkpoint"]
+    finally:
+        other.stop()
+
+
+def test_track_marks_iterations_and_summarises_each(sim_sampler):
+    with nbgpu.capture() as cap:
+        tracker = nbgpu.track(range(3), label="epoch")
+        seen = [i for i in tracker if time.sleep(0.25) is None]
+    assert seen == [0, 1, 2]
+    assert [label for _, label in cap.marks] == ["epoch 0", "epoch 1", "epoch 2"]
+    rows = tracker.summary()
+    assert len(rows) == 6  # 3 iterations x 2 GPUs
+    assert list(rows["iteration"].unique()) == [0, 1, 2]
+    assert rows["duration_s"].between(0.2, 0.4).all()
+    per_iter = tracker.summary(per_gpu=False)
+    assert len(per_iter) == 3 and (per_iter["gpus"] == 2).all()
+    assert len(cap.iterations) == 6
+
+
+def test_track_records_a_loop_left_early(sim_sampler):
+    tracker = nbgpu.track(["a", "b", "c"], label="step")
+    with pytest.raises(RuntimeError):
+        for item in tracker:
+            if item == "b":
+                raise RuntimeError("stop")
+    assert [(i, status) for i, _, _, _, status in tracker.spans] == [(0, "done"), (1, "stopped")]
+
+
+def test_alerts_overlapping_the_block_are_listed(clean_profiles):
+    s = Sampler(SimulatedGPUs(count=1, scenario="throttle"), interval=0.1,
+                thresholds={"throttle_window_s": 1.0, "eval_every_s": 0.2}).start()
+    try:
+        with nbgpu.capture() as cap:
+            time.sleep(3.0)
+    finally:
+        s.stop()
+    assert cap.alerts, "the throttle scenario should raise an alert"
+    assert all(a.start <= cap.end_time for a in cap.alerts)
+    assert cap.summary["alerts"].iloc[0]
+    assert "sw_power_cap" in cap.summary["throttle_reasons"].iloc[0]

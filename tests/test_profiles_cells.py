@@ -1,0 +1,143 @@
+"""Cell mode and %%gpumon's runner on an in-process IPython shell (hooks, history, cost)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import time
+import tracemalloc
+from collections import deque
+
+import pytest
+from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult, InteractiveShell
+
+import nbgpu
+from conftest_profiles import clean_profiles_fixture, sim_sampler_fixture  # noqa: F401 - fixtures
+from nbgpu.profiles import cells
+from nbgpu.profiles import history as history_module  # the function; records live in the module
+from nbgpu.profiles.history import records
+
+
+@pytest.fixture
+def shell(clean_profiles):
+    sh = InteractiveShell.instance()
+    yield sh
+    cells.disable_cell_mode(sh)
+
+
+def test_cell_mode_records_one_row_per_cell(shell, sim_sampler):
+    cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=0.2)
+    shell.run_cell("import time\nx = 1", store_history=True)
+    shell.run_cell("time.sleep(0.3)", store_history=True)
+    result = shell.run_cell("raise ValueError('bad input')", store_history=True)
+    shell.run_cell("y = 2", store_history=True)
+    cells.disable_cell_mode(shell)
+    shell.run_cell("z = 3", store_history=True)  # not recorded any more
+    assert isinstance(result.error_in_exec, ValueError)
+    assert str(result.error_in_exec) == "bad input"
+    h = nbgpu.history()
+    assert list(h["first_line"]) == ["import time", "time.sleep(0.3)",
+                                     "raise ValueError('bad input')", "y = 2"]
+    assert list(h["status"]) == ["ok", "ok", "failed", "ok"]
+    assert h["execution_count"].is_monotonic_increasing
+    assert h["duration_s"].iloc[1] == pytest.approx(0.3, abs=0.1)
+    assert "ValueError: bad input" in h["error"].iloc[2]
+    for col in ("mem_peak_bytes", "util_mean_pct", "energy_j", "temp_max_c", "alerts"):
+        assert col in h.columns
+    assert h["energy_j"].iloc[1] > 0
+    per_gpu = history_module(per_gpu=True)
+    assert len(per_gpu) == 8 and set(per_gpu["gpu"]) == {0, 1}
+
+
+def test_short_cells_stay_quiet_long_ones_print_a_line(shell, sim_sampler, capsys):
+    cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=0.3)
+    shell.run_cell("a = 1", store_history=True)
+    assert "GPU0" not in capsys.readouterr().out
+    shell.run_cell("import time; time.sleep(0.4)", store_history=True)
+    out = capsys.readouterr().out
+    assert "GPU0 0.4" in out and "util" in out and "GPU1" in out
+
+
+def test_interrupted_cell_is_marked(shell, sim_sampler):
+    cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=10)
+    shell.run_cell("raise KeyboardInterrupt", store_history=True)
+    assert nbgpu.history()["status"].tolist() == ["interrupted"]
+
+
+def test_a_failing_sampler_never_breaks_cells(shell, clean_profiles):
+    def broken():
+        raise nbgpu.NVMLUnavailableError("NVML is not available (test)")
+
+    cells.enable_cell_mode(shell, broken, min_duration_s=0)
+    result = shell.run_cell("q = 41 + 1", store_history=True)
+    assert result.success and shell.user_ns["q"] == 42
+    assert len(nbgpu.history()) == 0
+
+
+def test_silent_executions_are_not_recorded(shell, sim_sampler):
+    cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=10)
+    shell.run_cell("w = 1", silent=True)
+    shell.run_cell("w = 2", store_history=False)
+    assert len(nbgpu.history()) == 0
+
+
+def test_hooks_are_cheap_leave_no_threads_and_bounded_memory(shell, sim_sampler):
+    cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=60)
+    mode = cells._mode
+    threads = threading.active_count()
+    costs = []
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for i in range(1000):
+        info = ExecutionInfo(f"x = {i}", True, False, True, f"cell-{i}")
+        result = ExecutionResult(info)
+        result.execution_count = i + 1
+        t = time.perf_counter()
+        mode.pre_run_cell(info)
+        mode.post_run_cell(result)
+        costs.append(time.perf_counter() - t)
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(d.size_diff for d in after.compare_to(before, "filename")
+                if "nbgpu/profiles" in str(d.traceback))
+    costs.sort()
+    assert costs[len(costs) // 2] < 0.005 and costs[int(len(costs) * 0.95)] < 0.005, costs[-5:]
+    assert threading.active_count() == threads
+    assert len(records()) == 1000
+    assert grown < 2_000 * 1000, f"{grown} bytes for 1000 cells"
+    assert records()[-1].cell_id == "cell-999"
+
+
+def test_history_is_bounded(shell, sim_sampler, monkeypatch):
+    monkeypatch.setattr(sys.modules["nbgpu.profiles.history"], "_records", deque(maxlen=5))
+    cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=60)
+    for i in range(12):
+        shell.run_cell(f"v = {i}", store_history=True)
+    assert nbgpu.history()["first_line"].tolist() == [f"v = {i}" for i in range(7, 12)]
+
+
+def test_run_profiled_cell_reports_and_reraises(shell, sim_sampler, capsys):
+    cap = cells.run_profiled_cell(shell, "import time\ntime.sleep(0.3)\n6 * 7", sim_sampler)
+    out = capsys.readouterr().out
+    assert "42" in out and "GPU profile" in out
+    assert cap.status == "ok" and cap.duration_s == pytest.approx(0.3, abs=0.1)
+    err = None
+    try:
+        cells.run_profiled_cell(shell, "raise ZeroDivisionError('nope')", sim_sampler)
+    except ZeroDivisionError as exc:
+        err = exc
+    assert err is not None and str(err) == "nope"
+    h = nbgpu.history()
+    assert h["status"].tolist() == ["ok", "failed"]
+    assert h["first_line"].tolist() == ["import time", "raise ZeroDivisionError('nope')"]
+
+
+def test_profiled_cell_inside_cell_mode_is_recorded_once(shell, sim_sampler):
+    cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=60)
+    shell.user_ns["_s"] = sim_sampler
+    shell.run_cell("from nbgpu.profiles.cells import run_profiled_cell as _r\n"
+                   "_r(get_ipython(), 'import time; time.sleep(0.1)', _s)", store_history=True)
+    assert len(nbgpu.history()) == 1

@@ -1,0 +1,122 @@
+"""Summaries computed from hand-made stores: energy, memory edges, throttling, notes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nbgpu.metrics import BY_NAME
+from nbgpu.profiles.report import fmt_duration, one_line, summary_html
+from nbgpu.profiles.summary import combine, energy_j, integrate_power_j, summarize
+from nbgpu.store import Store
+from nbgpu.timeline import Timeline
+
+T0 = 1_800_000_000.0
+
+
+def make_timeline(power=None, energy=None, mem=None, reasons=None, util=None) -> Timeline:
+    """A timeline of GPU 0 from lists of (seconds after T0, value)."""
+    store = Store()
+    cols = {"power_w": power, "energy_j": energy, "mem_used_bytes": mem,
+            "clock_event_reasons": reasons, "util_pct": util}
+    for name, rows in cols.items():
+        if rows is None:
+            continue
+        store.declare(0, name, {name: BY_NAME[name].dtype})
+        t = np.array([T0 + r[0] for r in rows], dtype=np.float64)
+        store.append_many(0, name, t, {name: np.array([r[1] for r in rows], dtype=np.float64)})
+    return Timeline(store, [{"index": 0, "name": "test GPU", "uuid": "GPU-x"}])
+
+
+def test_integrated_power_of_constant_and_ramp():
+    t = np.arange(0.0, 10.01, 0.02)
+    assert integrate_power_j(t, np.full_like(t, 100.0), 2.0, 4.0) == pytest.approx(200.0)
+    # A ramp 0 → 1000 W over 10 s: ∫ from 2 to 4 of 100·t dt = 50·(16 − 4) = 600 J.
+    assert integrate_power_j(t, 100.0 * t, 2.0, 4.0) == pytest.approx(600.0, rel=1e-6)
+    # Samples only inside the range: the first/last value is held to the edges.
+    inner = np.array([3.0, 3.5])
+    assert integrate_power_j(inner, np.array([50.0, 50.0]), 2.0, 4.0) == pytest.approx(100.0)
+    assert math.isnan(integrate_power_j(t[:0], t[:0], 2.0, 4.0))
+
+
+def test_energy_counter_is_moved_to_the_edges_with_power():
+    power = [(k * 0.02, 100.0) for k in range(0, 301)]  # 100 W for 6 s
+    energy = [(0.9, 1000.0 + 90.0), (3.2, 1000.0 + 320.0)]  # counter readings outside [1, 3]
+    tl = make_timeline(power=power, energy=energy)
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 3.0, 0)
+    assert source == "counter"
+    assert joules == pytest.approx(200.0, rel=1e-6)
+
+
+def test_energy_counter_wins_over_inconsistent_power():
+    # The counter says 300 J over 2 s; power readings say 100 W (200 J). The counter is used.
+    tl = make_timeline(power=[(0.0, 100.0), (4.0, 100.0)], energy=[(1.0, 5000.0), (3.0, 5300.0)])
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 3.0, 0)
+    assert (source, joules) == ("counter", pytest.approx(300.0))
+
+
+def test_energy_falls_back_to_power_then_to_none():
+    tl = make_timeline(power=[(k * 0.5, 200.0) for k in range(10)])
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 2.0, 0)
+    assert (source, joules) == ("power", pytest.approx(200.0))
+    tl = make_timeline(mem=[(0.0, 1e9)])
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 2.0, 0)
+    assert source == "none" and math.isnan(joules)
+
+
+def test_memory_edges_peak_and_delta():
+    mem = [(0.5, 1e9), (1.5, 5e9), (2.0, 9e9), (2.5, 4e9), (3.1, 3e9)]
+    s = summarize(make_timeline(mem=mem), T0 + 1.0, T0 + 3.0).iloc[0]
+    assert s["mem_start_bytes"] == 1e9  # newest reading at or before the start
+    assert s["mem_end_bytes"] == 3e9  # first reading at or after the end
+    assert s["mem_peak_bytes"] == 9e9
+    assert s["mem_delta_bytes"] == 2e9
+    assert s["duration_s"] == pytest.approx(2.0)
+
+
+def test_throttle_reasons_and_durations():
+    reasons = [(0.0, 0), (1.5, 0x4), (2.0, 0x4 | 0x20), (2.5, 0x1), (3.5, 0)]
+    s = summarize(make_timeline(reasons=reasons), T0 + 1.0, T0 + 3.0).iloc[0]
+    assert s["throttle_s"] == pytest.approx(1.0)  # 1.5 → 2.5
+    assert s["throttle_reasons"] == "sw_power_cap 1.0s, sw_thermal 0.5s"
+    quiet = summarize(make_timeline(reasons=[(0.0, 0x1)]), T0 + 1.0, T0 + 3.0).iloc[0]
+    assert quiet["throttle_reasons"] == "" and quiet["throttle_s"] == 0.0
+
+
+def test_util_power_means_and_coarse_note():
+    util = [(0.0 + k, 50.0 + 10 * k) for k in range(5)]  # one sample a second
+    power = [(k * 2.0, 300.0) for k in range(3)]  # one sample every 2 s
+    s = summarize(make_timeline(util=util, power=power), T0 + 0.5, T0 + 3.5).iloc[0]
+    assert s["util_mean_pct"] == pytest.approx(np.mean([60, 70, 80]))
+    assert s["util_max_pct"] == 80.0
+    assert s["power_mean_w"] == 300.0
+    assert "power: 1 sample(s)" in s["resolution_note"]
+    assert math.isnan(s["sm_active_mean_pct"])  # not reported: NaN, never 0
+
+
+def test_one_line_and_table_text():
+    tl = make_timeline(power=[(k * 0.1, 600.0) for k in range(800)],
+                       mem=[(0.0, 38.1e9), (40.0, 41.2e9), (75.0, 41.2e9)],
+                       util=[(k, 87.0) for k in range(80)])
+    df = summarize(tl, T0 + 1.0, T0 + 73.0)
+    line = one_line(df)
+    assert line == "GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · 600 W · 43.2 kJ"
+    assert one_line(df, "failed").endswith("· FAILED")
+    html = summary_html(df)
+    assert "<table" in html and "43.2 kJ (power)" in html and "41.2 GB" in html
+    assert fmt_duration(3725) == "1h02m"
+
+
+def test_combine_sums_energy_and_takes_max_peak():
+    tl = make_timeline(power=[(k * 0.1, 100.0) for k in range(50)], mem=[(0.0, 1e9), (5.0, 2e9)])
+    one = summarize(tl, T0 + 1.0, T0 + 3.0)
+    import pandas as pd
+
+    two = pd.concat([one, one.assign(gpu=1, mem_peak_bytes=7e9)], ignore_index=True)
+    c = combine(two)
+    assert c["gpus"] == 2
+    assert c["energy_j"] == pytest.approx(400.0)
+    assert c["mem_peak_bytes"] == 7e9
+    assert c["power_mean_w"] == pytest.approx(200.0)
