@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
         sampler.stop()
         raise
     sampler.start()
+    started, cpu_start = time.monotonic(), cpu_seconds()
     sampler.mark("command started")
     interrupted = []
 
@@ -89,10 +91,18 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
         sampler.stop()
         path = recorder.close()
         if not quiet:
-            _print_summary(sampler, path, recorder.rows_written)
+            wall_s = time.monotonic() - started
+            cpu_pct = 100.0 * (cpu_seconds() - cpu_start) / max(wall_s, 1e-9)
+            _print_summary(sampler, path, recorder.rows_written, wall_s, cpu_pct)
 
 
-def _print_summary(sampler: Sampler, path: str, rows: int) -> None:
+def cpu_seconds() -> float:
+    """CPU seconds this process (the recorder, not the command it runs) has used so far."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def _print_summary(sampler: Sampler, path: str, rows: int, wall_s: float, cpu_pct: float) -> None:
     df = sampler.timeline.to_pandas(host=False)
     lines = summary_text(summarize_frame(df))
     label = " (SIMULATED)" if sampler.simulated else ""
@@ -100,3 +110,5 @@ def _print_summary(sampler: Sampler, path: str, rows: int) -> None:
           f"{os.path.abspath(path)}", file=sys.stderr)
     for line in lines:
         print("  " + line, file=sys.stderr)
+    print(f"  recorder CPU: {cpu_pct:.2f}% of one core while the command ran ({wall_s:.1f} s)",
+          file=sys.stderr)
