@@ -12,20 +12,19 @@ from collections.abc import Iterator
 import pytest
 
 from nbgpu import Sampler, SimulatedGPUs, session
-from nbgpu.profiles import cells
-from nbgpu.profiles.history import clear as clear_history
+from nbgpu.profiles import cells, history
 from nbgpu.sampler import running_samplers
 
 
 @pytest.fixture(name="clean_profiles")
 def clean_profiles_fixture() -> Iterator[None]:
     """No cell mode, no history, no shared sampler before and after; stray samplers stopped."""
-    clear_history()
+    history.clear()
     session.reset()
     yield
     if cells._mode is not None:
         cells.disable_cell_mode(cells._mode.shell)
-    clear_history()
+    history.clear()
     session.reset()
     for s in running_samplers():
         s.stop()

@@ -15,7 +15,6 @@ from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult, Intera
 import nbgpu
 from conftest_profiles import clean_profiles_fixture, sim_sampler_fixture  # noqa: F401 - fixtures
 from nbgpu.profiles import cells
-from nbgpu.profiles import history as history_module  # the function; records live in the module
 from nbgpu.profiles.history import records
 
 
@@ -46,7 +45,7 @@ def test_cell_mode_records_one_row_per_cell(shell, sim_sampler):
     for col in ("mem_peak_bytes", "util_mean_pct", "energy_j", "temp_max_c", "alerts"):
         assert col in h.columns
     assert h["energy_j"].iloc[1] > 0
-    per_gpu = history_module(per_gpu=True)
+    per_gpu = nbgpu.history(per_gpu=True)
     assert len(per_gpu) == 8 and set(per_gpu["gpu"]) == {0, 1}
 
 

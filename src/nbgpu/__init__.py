@@ -11,7 +11,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .diagnostics import Alert, Thresholds
 from .errors import BadArgumentError, NbgpuError, NVMLUnavailableError, SourceError
-from .profiles import capture, history, mark, track
+from .profiles import capture, mark, track
+from .profiles.history import history
 from .sampler import Sampler
 from .sources.simulated import SimulatedGPUs
 from .timeline import Timeline

@@ -102,7 +102,7 @@ class _CellMode:
         add_record(CellRecord(getattr(result, "execution_count", None),
                                          _cell_id(self.shell, info),
                                          getattr(info, "raw_cell", "") or "", cap))
-        if long_enough:
+        if long_enough and cap.sampler.devices:  # no GPU visible: nothing worth a line
             try:
                 _show_one_line(cap)
             except Exception as exc:  # never disturb the user's cell over a summary

@@ -1,0 +1,94 @@
+"""%%gpumon and %gpumon --cells in a real IPython kernel on simulated GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest_profiles import kernel_fixture  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.kernel
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+@pytest.fixture(scope="module")
+def loaded(kernel):
+    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time")
+    assert reply["status"] == "ok", outputs
+    return kernel
+
+
+def displays(outputs: list[dict]) -> list[dict]:
+    return [o for o in outputs if o["msg_type"] == "display_data"]
+
+
+def test_gpumon_cell_of_two_seconds(loaded):
+    reply, outputs = loaded.run("%%gpumon --source sim --interval 0.1\ntime.sleep(2)\n'done'")
+    assert reply["status"] == "ok", outputs
+    results = [o for o in outputs if o["msg_type"] == "execute_result"]
+    assert results and results[0]["data"]["text/plain"] == "'done'"
+    reports = [o for o in displays(outputs) if "image/svg+xml" in o["data"]]
+    assert len(reports) == 1
+    data = reports[0]["data"]
+    assert WIDGET in data  # the interactive chart, with static fallbacks beside it
+    assert data["image/svg+xml"].startswith("<svg") and "GPU 1" in data["image/svg+xml"]
+    assert '<table class="nbgpu-summary"' in data["text/html"] and "<svg" in data["text/html"]
+    assert "GPU0 2.0" in data["text/plain"]
+    rec = loaded.value(
+        "(lambda r, c: {'duration': c.duration_s, 'status': c.status, 'start': c.start_time, "
+        "'end': c.end_time, 'summary_s': c.summary['duration_s'].tolist(), "
+        "'times': (c.timeline['time'].astype('int64') / 1e9).tolist(), "
+        "'energy': c.summary['energy_source'].tolist()})"
+        "(nbgpu.profiles.history.records()[-1], nbgpu.profiles.history.records()[-1].capture)")
+    assert rec["status"] == "ok"
+    assert rec["summary_s"] == [pytest.approx(2.0, abs=0.15)] * 2
+    inside = [t for t in rec["times"] if rec["start"] <= t <= rec["end"]]
+    assert len(inside) == len(rec["times"]) > 20
+    assert rec["energy"] == ["counter", "counter"]
+
+
+def test_marks_are_in_the_report(loaded):
+    reply, outputs = loaded.run("%%gpumon\ntime.sleep(0.3)\nnbgpu.mark('warm-up done')\ntime.sleep(0.3)")
+    assert reply["status"] == "ok", outputs
+    data = next(o for o in displays(outputs) if "image/svg+xml" in o["data"])["data"]
+    assert "warm-up done" in data["image/svg+xml"]
+    marks = loaded.value("[m[1] for m in nbgpu.profiles.history.records()[-1].capture.marks]")
+    assert marks == ["warm-up done"]
+
+
+def test_raising_gpumon_cell_keeps_its_error_and_gets_a_failed_profile(loaded):
+    reply, outputs = loaded.run("%%gpumon\ntime.sleep(0.2)\n1 / 0")
+    assert reply["status"] == "error" and reply["ename"] == "ZeroDivisionError"
+    errors = [o for o in outputs if o["msg_type"] == "error"]
+    assert errors and errors[0]["ename"] == "ZeroDivisionError" and errors[0]["evalue"] == "division by zero"
+    report = [o for o in displays(outputs) if "image/svg+xml" in o["data"]]
+    assert report and "failed" in report[0]["data"]["text/html"]
+    assert loaded.value("nbgpu.history()['status'].iloc[-1]") == "failed"
+
+
+def test_bad_option_is_one_usage_error_and_the_body_does_not_run(loaded):
+    reply, _ = loaded.run("%%gpumon --interval fast\nran_body = True")
+    assert reply["status"] == "error" and reply["ename"] == "UsageError"
+    assert loaded.value("'ran_body' in globals()") is False
+
+
+def test_cells_mode_gives_one_history_row_per_cell(loaded):
+    loaded.run("nbgpu.profiles.history.clear()")
+    reply, outputs = loaded.run("%gpumon --cells --cells-min 0.5")
+    assert reply["status"] == "ok", outputs
+    _, quiet = loaded.run("x = 1", cell_id="cell-a")
+    assert not displays(quiet)
+    _, loud = loaded.run("time.sleep(0.7)", cell_id="cell-b")
+    lines = displays(loud)
+    assert len(lines) == 1 and "GPU0 0.7" in lines[0]["data"]["text/plain"]
+    assert "<details" in lines[0]["data"]["text/html"] and "<svg" in lines[0]["data"]["text/html"]
+    reply, _ = loaded.run("raise RuntimeError('oops')", cell_id="cell-c")
+    assert reply["status"] == "error" and reply["ename"] == "RuntimeError"
+    loaded.run("%gpumon --cells off")
+    loaded.run("y = 2")  # not profiled any more
+    h = loaded.value("nbgpu.history()[['cell_id', 'first_line', 'status', 'duration_s']]"
+                     ".to_dict('records')")
+    assert [(r["cell_id"], r["first_line"], r["status"]) for r in h] == [
+        ("cell-a", "x = 1", "ok"), ("cell-b", "time.sleep(0.7)", "ok"),
+        ("cell-c", "raise RuntimeError('oops')", "failed")]
+    assert h[1]["duration_s"] == pytest.approx(0.7, abs=0.15)
