@@ -241,3 +241,12 @@ def test_a_disabled_rule_never_fires():
 def test_thresholds_change_what_fires():
     s = run("input_bound", 40, thresholds={"input_util_below_pct": 20.0})
     assert fired(s, "input_bound") == []
+
+
+def test_a_model_loading_across_the_first_marks_is_not_a_leak():
+    # the steady scenario loads 72 GB over 6 s; epochs of 2.5 s mark the ramp three times
+    s, clock = sim_sampler("steady", count=1)
+    for i in range(8):
+        s.mark(f"epoch {i}")
+        drive(s, clock, 2.5)
+    assert fired(s, "memory_leak") == []

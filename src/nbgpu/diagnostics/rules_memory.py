@@ -123,7 +123,7 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
     steps = np.diff(at)
     mean_step = float(np.mean(steps))
     found = None
-    if mean_step >= th.leak_min_per_mark_bytes and (steps >= 0.25 * mean_step).all():
+    if mean_step >= th.leak_min_per_mark_bytes and (steps >= 0.5 * mean_step).all():
         span = marks[-1][0] - marks[0][0]
         found = {"per_mark_bytes": mean_step, "unit": _unit_of([m[1] for m in marks]),
                  "marks": [m[1] for m in marks], "mem_at_marks_bytes": at,
