@@ -1,0 +1,65 @@
+"""Smoke run of ``python -m benchmarks --quick``: it completes and writes the results JSON.
+
+Timings are not asserted (this machine's figures are not the point); the structure is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TOP_KEYS = {"schema", "device", "driver", "gpu_count", "command", "quick", "started_utc", "host",
+            "packages", "targets", "benchmarks"}
+TARGET_KEYS = {"name", "value", "unit", "target", "met", "benchmark"}
+
+
+def _names() -> list[tuple[str, str]]:
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.registry import all_benchmarks
+    finally:
+        sys.path.remove(str(REPO))
+    return [(b.name, b.part) for b in all_benchmarks()]
+
+
+def test_quick_run_writes_results_json(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "src"),
+                                                                   os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1, files
+    assert files[0].name.endswith("-quick.json")
+    doc = json.loads(files[0].read_text())
+    assert doc.keys() >= TOP_KEYS
+    assert doc["quick"] is True and doc["command"].startswith("python -m benchmarks --quick")
+    assert doc["packages"]["nbgpu"]
+    records = doc["benchmarks"]
+    gpu_here = doc["gpu_count"] > 0
+    for name, part in _names():
+        rec = records[name]
+        assert rec["status"] in ("ok", "skipped"), (name, rec)
+        if rec["status"] == "skipped":
+            assert rec["reason"], name
+        if part == "gpu" and not gpu_here:
+            assert rec["status"] == "skipped" and "no usable GPU" in rec["reason"]
+        if part == "cpu" and name in ("sim_sampler_cpu", "store_24h", "import_time"):
+            assert rec["status"] == "ok", (name, rec)
+    for t in doc["targets"]:
+        assert t.keys() >= TARGET_KEYS
+        assert t["met"] in (True, False, None)
+    assert any(t["benchmark"] == "store_24h" for t in doc["targets"])
+    assert "targets" in done.stdout and "wrote" in done.stdout
+
+
+def test_unknown_benchmark_name_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "nope", "--out", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "unknown benchmark(s): nope" in done.stdout
+    assert not list(tmp_path.glob("*.json"))
