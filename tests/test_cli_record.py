@@ -154,6 +154,26 @@ def test_recorder_keys_match_timeline_to_jsonl(tmp_path):
     assert len(mine) <= 2 * (s.ticks + 1)
 
 
+def test_recorder_writes_alerts_once(tmp_path):
+    from nbgpu import Alert
+
+    s = Sampler(SimulatedGPUs(count=2), interval=0.2)
+    t0 = time.time()
+    alerts = [Alert("memory_leak", "warning", 0, t0, t0 + 1, "memory grows", "free caches"),
+              Alert("idle_gpu", "info", 1, t0, None, "GPU 1 idle", "use it")]
+    s.alert_list = lambda: list(alerts)
+    rec = Recorder(s, str(tmp_path / "a.jsonl"))
+    s.start()
+    time.sleep(0.5)
+    rec.flush()
+    rec.flush()
+    s.stop()
+    rec.close()
+    _, events = read_lines(tmp_path / "a.jsonl")
+    written = [(e["rule"], e["gpu_id"], e["end"] is None) for e in events if e["event"] == "alert"]
+    assert written == [("memory_leak", 0, False), ("idle_gpu", 1, True)]
+
+
 def test_live_status_on_a_terminal_and_quiet_in_a_pipe(tmp_path):
     master, slave = pty.openpty()
     proc = subprocess.Popen([*NBGPU, "record", "--source", "sim", "-o", str(tmp_path / "a.jsonl"), "--",

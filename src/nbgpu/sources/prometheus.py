@@ -288,8 +288,10 @@ class PrometheusSource:
         reading = Reading()
         if self.state == "closed" or now < self._next_poll:
             return reading
-        since = min(self._last_t.values(), default=now - DISCOVER_WINDOW_S)
-        window = min(MAX_WINDOW_S, max(now - since, 0.0) + 1.0)
+        # Ask only for what is new since the last answer (plus two scrapes of overlap), so a
+        # node that went quiet does not make every query reach far back.
+        res = self.resolution_s if self.resolution_s == self.resolution_s else 5.0
+        window = min(MAX_WINDOW_S, max(now - self._last_query, 0.0) + max(2 * res, 2.0))
         try:
             found = self._fetch(window, now)
         except Exception as exc:  # down, slow, garbage: remember, back off, carry on
@@ -298,6 +300,7 @@ class PrometheusSource:
         if self.state != "ok":
             reading.events.append(DeviceEvent(None, "recovered", f"Prometheus at {self.url} answers again"))
         self.state, self.last_error, self.failures, self.last_success = "ok", None, 0, now
+        self._last_query = now
         self._next_poll = now + self._poll_every()
         for key, s in found.items():
             if key not in self._devices:
