@@ -15,7 +15,7 @@ from .marks import Tracker
 def _first_module(*names: str):
     """The first of ``names`` already imported, else the first that imports."""
     for name in names:
-        if name in sys.modules:
+        if sys.modules.get(name) is not None:
             return sys.modules[name]
     errors = []
     for name in names:
