@@ -110,8 +110,8 @@ class MemoryOwners:
             pid = f" (pid {r['pid']})" if r.get("pid") is not None else ""
             n = f" ×{r['processes']}" if (r.get("processes") or 1) > 1 else ""
             used = "unknown" if math.isnan(r["used_bytes"]) else fmt_bytes(r["used_bytes"])
-            cmd = f"  {r['command']}" if r.get("command") else ""
-            lines.append(f"GPU {r['gpu']}: {r['who']}{pid}{n}: {used}{cmd}")
+            user = f" user {r['user']}" if r.get("user") else ""
+            lines.append(f"GPU {r['gpu']}: {r['who']}{pid}{n}: {used}{user}")
         return "\n".join(lines + self.notes) or "no GPU memory in use"
 
     def _repr_html_(self) -> str:
