@@ -85,8 +85,9 @@ def test_killed_recorder_leaves_all_but_the_last_second(tmp_path):
     rows, events = read_lines(out)
     assert events[0]["event"] == "run"
     newest = max(pd.Timestamp(r["timestamp"]).timestamp() for r in rows)
-    # Flushed every second; the newest tick waits for its host reading: at most ~2 s lost.
-    assert killed_at - newest < 2.2, killed_at - newest
+    # Flushed every second, and the newest tick waits for its host reading, so about 1.5 s
+    # is lost at most. The bound leaves room for a busy CI machine.
+    assert killed_at - newest < 2.5, killed_at - newest
     per_gpu = pd.DataFrame(rows).groupby("gpu_id")["timestamp"].count()
     assert set(per_gpu.index) == {0, 1} and per_gpu.min() >= 6
 

@@ -113,14 +113,20 @@ class Recorder:
         if "tick" not in streams:
             parts = [self._read_new(device, s, np.inf) for s in streams]
             return _union(parts)
+        first = (device, "tick") not in self._marks
         t, cols = self._read_new(device, "tick", cap)
         if not len(t):
             return t, cols
+        # NVML hands over seconds of samples from before the start: keep one interval's worth.
+        floor = t[0] - self.sampler.interval if first else -np.inf
         cols = {k: v.astype(np.float64) for k, v in cols.items()}
         for stream in streams:
             if stream == "tick":
                 continue
             bt, bcols = self._read_new(device, stream, np.inf if final else t[-1])
+            if len(bt) and bt[0] <= floor:
+                keep = bt > floor
+                bt, bcols = bt[keep], {k: v[keep] for k, v in bcols.items()}
             if not len(bt):
                 continue
             slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
