@@ -6,6 +6,7 @@ It reads only the store (never NVML), turns rule findings into alerts through
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -172,7 +173,7 @@ class DiagnosticsEngine:
     def _notify(self, alert: Alert) -> None:
         for fn in list(self._callbacks):
             try:
-                fn(alert)
+                fn(dataclasses.replace(alert, evidence=dict(alert.evidence)))
             except Exception as exc:  # a callback never kills the sampler
                 self.callback_errors += 1
                 self.last_callback_error = f"on_alert {getattr(fn, '__name__', fn)}: {exc}"

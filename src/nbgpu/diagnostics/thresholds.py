@@ -73,9 +73,8 @@ class Thresholds:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "disabled":
-                if isinstance(value, str):
-                    value = (value,)
-                    object.__setattr__(self, "disabled", value)
+                value = (value,) if isinstance(value, str) else tuple(value)
+                object.__setattr__(self, "disabled", value)
                 unknown = [r for r in value if r not in RULES]
                 if unknown:
                     raise BadArgumentError(f"unknown rule(s) in disabled: {', '.join(map(str, unknown))}; "
