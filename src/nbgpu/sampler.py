@@ -236,8 +236,8 @@ class Sampler:
         """Newest value of every metric of every GPU, with its device info and state."""
         out = []
         for dev in self.devices:
-            row = {"gpu": dev["index"], "name": dev["name"],
-                   "state": "lost" if dev["index"] in self.lost else ("running" if self.running else "stopped")}
+            state = "lost" if dev["index"] in self.lost else ("running" if self.running else "stopped")
+            row = {"gpu": dev["index"], "name": dev["name"], "state": state}
             newest = np.nan
             for metric in self.store.metrics_of(dev["index"]):
                 t, v = self.store.last(dev["index"], metric)
