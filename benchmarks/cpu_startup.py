@@ -46,7 +46,8 @@ def run_first_update(ctx: Context) -> Outcome:
     from .kernel_probe import first_panel_update
 
     try:
-        res = first_panel_update(_env(), repeats=1 if ctx.quick else 3)
+        res = first_panel_update(_env(), repeats=1 if ctx.quick else 3,
+                                 source=None if ctx.gpus.usable else "sim")
     except ImportError as exc:
         raise UnavailableError(f"jupyter_client/ipykernel not installed: {exc}") from exc
     out = Outcome(raw=res)

@@ -230,18 +230,22 @@ def run_peak_memory(ctx: Context) -> Outcome:
         sampler.stop()
         pynvml.nvmlShutdown()
     _, m = sampler.timeline.between(t0, t1).series(0, "mem_used_bytes")
-    nb_peak = float(np.max(m)) if len(m) else math.nan
+    timeline_peak = float(np.max(m)) if len(m) else math.nan
+    nb_peak = float(cap.summary.iloc[0]["mem_peak_bytes"]) if cap is not None else timeline_peak
     context_overhead = nvml_used0 - reserved0
     expected = context_overhead + max_reserved
     gib = 2**30
     raw = {"nvml_used_before_bytes": nvml_used0, "torch_reserved_before_bytes": reserved0,
            "context_and_others_bytes": context_overhead, "torch_max_reserved_bytes": max_reserved,
            "expected_peak_bytes": expected, "nbgpu_peak_bytes": nb_peak,
+           "nbgpu_peak_from": "nbgpu.capture summary mem_peak_bytes" if cap is not None else
+           "max of the timeline's mem_used_bytes (nbgpu.capture unavailable)",
+           "timeline_peak_bytes": timeline_peak,
            "nvml_used_at_peak_direct_bytes": nvml_used_peak_direct, "mem_points_in_block": len(m),
            "hold_s": hold_s}
     out = Outcome(raw=raw)
     if cap is not None:
-        cols = [c for c in cap.summary.columns if "mem" in c and ("peak" in c or "max" in c)]
+        cols = [c for c in cap.summary.columns if "mem" in c or c.startswith("torch_")]
         raw["capture_summary_memory"] = {c: cap.summary.iloc[0][c] for c in cols}
     out.figure("nbgpu peak memory", nb_peak / gib, "GiB")
     out.figure("torch max_memory_reserved + context and others", expected / gib, "GiB")

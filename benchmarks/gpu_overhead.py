@@ -83,6 +83,8 @@ def _targets(out: Outcome, label: str, launch: dict, compute: dict) -> None:
         note = "" if naive > 0 else "naive polling showed no slowdown in this run: ratio undefined"
         out.targets.append(Target(f"{mon} slowdown / naive 50 Hz slowdown, launch-bound{label}", ratio, "",
                                   "<=", round(NAIVE_FRACTION_TARGET, 4), note=note))
+    out.figure(f"run-to-run noise (robust sigma), launch-bound{label}", launch["noise_pct"], "%")
+    out.figure(f"run-to-run noise (robust sigma), compute-bound{label}", compute["noise_pct"], "%")
     for mon, v in ls.items():
         if mon not in ("nbgpu", "nbgpu_panel"):
             out.figure(f"{mon} slowdown, launch-bound{label}", v, "%")
@@ -94,7 +96,7 @@ def _targets(out: Outcome, label: str, launch: dict, compute: dict) -> None:
 def overhead(gpus: list[int], devices: list[str], quick: bool, nvml=None, source: object = "nvml",
              label: str = "") -> Outcome:
     """Measure both loops on ``devices`` with monitors watching ``gpus``; build the outcome."""
-    repeats, seconds = (2, 0.8) if quick else (5, 2.0)
+    repeats, seconds = (2, 0.8) if quick else (5, 1.5)
     monitors = monitors_for(gpus, nvml, source)
     raw: dict = {"repeats": repeats, "seconds_per_repeat": seconds, "warmup_s": WARMUP_S,
                  "devices": devices, "monitored_gpus": gpus}
