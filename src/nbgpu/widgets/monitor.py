@@ -41,9 +41,9 @@ from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
 
-SPARK_PX = 84
-LABEL_PX = 170
-VALUE_PX = 74
+SPARK_PX = 76
+LABEL_PX = 150
+VALUE_PX = 72
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
 HOST_COLOR = "#0d9488"
 LOST_COLOR = "#9ca3af"
@@ -85,13 +85,16 @@ class _ColumnView:
             min_aspect_ratio=1e-4, max_aspect_ratio=1e4, animation_duration=0,
             background_style={"fill": "none"}, display_toolbar=False,
             layout=widgets.Layout(width=f"{SPARK_PX}px", height=height, min_width=f"{SPARK_PX}px",
-                                  min_height=height, margin="0", padding="0", overflow="hidden"))
-        self.values = widgets.HTML(layout=widgets.Layout(width=f"{VALUE_PX}px", margin="0"))
+                                  min_height=height, margin="0", padding="0", overflow="hidden",
+                                  flex="0 0 auto"))
+        self.figure.add_class("nbgpu-spark")
+        self.values = widgets.HTML(layout=widgets.Layout(width=f"{VALUE_PX}px", margin="0",
+                                                         flex="0 0 auto"))
         self.title = widgets.HTML(text.title_html(col.title, col.help),
                                   layout=widgets.Layout(margin="0 0 2px 0"))
         self.box = widgets.VBox([self.title, widgets.HBox([self.figure, self.values],
                                                           layout=widgets.Layout(margin="0"))],
-                                layout=widgets.Layout(margin="0 6px 0 0"))
+                                layout=widgets.Layout(margin="0 4px 0 0", flex="0 0 auto"))
         self.had_rules = False
 
     def widgets(self) -> list:
@@ -132,6 +135,7 @@ class GPUMonitor(widgets.VBox):
             border="1px solid var(--jp-border-color2,#ccc)", padding="4px 8px", width="fit-content",
             max_width="100%", overflow="auto"))
         super().__init__(**kwargs)
+        self.add_class("nbgpu-panel")
         self._lock = threading.RLock()
         self.traffic = Traffic()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
@@ -276,7 +280,7 @@ class GPUMonitor(widgets.VBox):
             for d in shown:
                 reported |= set(d.get("metrics", ()))
             self._columns = resolve_columns(self._chosen, reported if shown else {"none"})
-            self._describe = _describe(sampler)
+            self._describe = _describe(sampler).replace(" (simulated)", "")
             self._build()
             self._last_key = None
 
@@ -288,21 +292,24 @@ class GPUMonitor(widgets.VBox):
         self._header = widgets.HTML(layout=widgets.Layout(flex="1 1 auto", margin="0 8px 0 0"))
         self._pause_button = widgets.ToggleButton(
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
-            "sampling goes on", layout=widgets.Layout(width="76px", height="24px"))
+            "sampling goes on", layout=widgets.Layout(width="96px", height="24px", flex="0 0 auto"))
         self._pause_button.observe(self._on_pause, "value")
         options = [(_window_label(v), v) for v in WINDOW_CHOICES_S]
         if self.window_s not in WINDOW_CHOICES_S:
             options.append((_window_label(self.window_s), self.window_s))
         self._window_box = widgets.Dropdown(options=options, value=self.window_s,
                                             tooltip="seconds of history shown",
-                                            layout=widgets.Layout(width="86px", height="24px"))
+                                            layout=widgets.Layout(width="90px", height="24px",
+                                                                  flex="0 0 auto"))
         self._window_box.observe(self._on_window, "value")
         style = widgets.HTML(text.STYLE, layout=widgets.Layout(width="0", height="0", margin="0"))
         controls = widgets.HBox([style, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
-        self._labels = widgets.HTML(layout=widgets.Layout(width=f"{LABEL_PX}px", margin="0"))
+        self._labels = widgets.HTML(layout=widgets.Layout(width=f"{LABEL_PX}px", margin="0",
+                                                          flex="0 0 auto"))
         label_title = widgets.HTML(text.title_html("", ""), layout=widgets.Layout(margin="0 0 2px 0"))
-        label_box = widgets.VBox([label_title, self._labels], layout=widgets.Layout(margin="0"))
+        label_box = widgets.VBox([label_title, self._labels],
+                                 layout=widgets.Layout(margin="0", flex="0 0 auto"))
         self._views: list[_ColumnView] = []
         for i, col in enumerate(self._columns):
             self._views.append(_ColumnView(col, self._traces(col), bands, self._sx, self._sy,
@@ -412,7 +419,7 @@ class GPUMonitor(widgets.VBox):
             key = dev["index"]
             if key == HOST_KEY:
                 total = host.get("host_ram_total_bytes")
-                detail = f"{os.cpu_count() or '?'} CPUs · {text.gib(total)} GiB · kernel CPU, RAM"
+                detail = f"{os.cpu_count() or '?'} CPUs · {text.gib(total)} GiB RAM"
                 rows.append({"title": "host", "name": socket.gethostname(), "detail": detail,
                              "alerts": _badges([a for a in alerts if a.gpu is None])})
                 continue

@@ -24,7 +24,7 @@ overflow:hidden;white-space:nowrap}}
 .nbgpu-r>div{{overflow:hidden;text-overflow:ellipsis}}
 .nbgpu-m{{color:var(--jp-ui-font-color2,#777)}}
 .nbgpu-n{{font-variant-numeric:tabular-nums}}
-.nbgpu-v{{text-align:right;padding-right:6px}}
+.nbgpu-v{{text-align:right;padding-right:4px;font-size:var(--jp-ui-font-size0,11px)}}
 .nbgpu-d{{font-size:10px}}
 .nbgpu-b{{color:#fff;border-radius:3px;padding:0 4px;margin-left:4px;font-size:10px;font-weight:600}}
 .nbgpu-t{{font-size:11px;white-space:nowrap}}

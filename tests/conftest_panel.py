@@ -1,0 +1,222 @@
+"""Helpers for the panel tests: a real kernel that records widget traffic, a real Jupyter
+server (JupyterLab or Notebook 7) on 127.0.0.1, and headless Chromium."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+# -- a real kernel ------------------------------------------------------------------------------
+@dataclass
+class Sent:
+    """One widget message seen on IOPub: when, which widget, which state keys, its buffers."""
+
+    time: float
+    comm_id: str
+    keys: tuple[str, ...]
+    buffers: tuple[bytes, ...]
+
+
+@dataclass
+class KernelSession:
+    """A kernel started with jupyter_client; every IOPub message is kept with its arrival time."""
+
+    km: object
+    kc: object
+    models: dict[str, str] = field(default_factory=dict)  # comm_id -> model name
+    updates: list[Sent] = field(default_factory=list)
+    outputs: list[dict] = field(default_factory=list)
+
+    def _take(self, msg: dict) -> None:
+        kind, content = msg["msg_type"], msg["content"]
+        now = time.monotonic()
+        if kind == "comm_open":
+            self.models[content["comm_id"]] = content.get("data", {}).get("state", {}).get("_model_name", "")
+        elif kind == "comm_msg" and content.get("data", {}).get("method") == "update":
+            state = content["data"].get("state", {})
+            self.updates.append(Sent(now, content["comm_id"], tuple(sorted(state)),
+                                     tuple(bytes(b) for b in msg.get("buffers", ()))))
+        elif kind in ("stream", "error", "execute_result", "display_data"):
+            self.outputs.append(msg)
+
+    def drain(self, seconds: float) -> None:
+        """Read IOPub for ``seconds``."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            try:
+                self._take(self.kc.get_iopub_msg(timeout=min(left, 0.2)))
+            except queue.Empty:
+                pass
+
+    def run(self, code: str, timeout: float = 60.0) -> dict:
+        """Execute ``code``, keep IOPub flowing meanwhile; returns the execute reply content."""
+        msg_id = self.kc.execute(code)
+        end = time.monotonic() + timeout
+        reply = None
+        idle = False
+        while time.monotonic() < end and not (reply and idle):
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+                self._take(msg)
+                if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+                        and msg["content"]["execution_state"] == "idle"):
+                    idle = True
+            except queue.Empty:
+                pass
+            if reply is None:
+                try:
+                    r = self.kc.get_shell_msg(timeout=0.01)
+                    if r["parent_header"].get("msg_id") == msg_id:
+                        reply = r
+                except queue.Empty:
+                    pass
+        assert reply is not None, f"no reply to {code!r} within {timeout} s"
+        return reply["content"]
+
+    def value(self, expression: str):
+        """Evaluate ``expression`` in the kernel and return it (must be a Python literal)."""
+        content = self.run(f"__nbgpu_test_value = repr({expression})")
+        assert content["status"] == "ok", content
+        reply = self.run("print(__nbgpu_test_value)")
+        assert reply["status"] == "ok"
+        text = [m["content"]["text"] for m in self.outputs if m["msg_type"] == "stream"][-1]
+        import ast
+
+        return ast.literal_eval(text.strip())
+
+    def lines_ids(self) -> set[str]:
+        return {cid for cid, name in self.models.items() if name == "LinesModel"}
+
+
+@contextlib.contextmanager
+def kernel_session():
+    """A fresh python3 kernel of this interpreter, shut down afterwards."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=90)
+    try:
+        yield KernelSession(km, kc)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+# -- a real Jupyter server ------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_notebook(path: Path, cells: list[str]) -> None:
+    """A minimal nbformat-4 notebook of code cells."""
+    nb = {"cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "outputs": [],
+                     "execution_count": None, "source": src} for i, src in enumerate(cells)],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                      "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+
+
+@dataclass
+class Server:
+    base: str
+    token: str
+    root: Path
+
+    def url(self, app: str, notebook: str) -> str:
+        where = "lab/tree" if app == "jupyterlab" else "notebooks"
+        return f"{self.base}/{where}/{notebook}?token={self.token}"
+
+    def api(self, path: str, method: str = "GET"):
+        req = urllib.request.Request(f"{self.base}{path}?token={self.token}", method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+
+@contextlib.contextmanager
+def jupyter_server(app: str, root: Path, theme: str | None = None):
+    """Start ``jupyterlab`` or ``notebook`` on 127.0.0.1 serving ``root``; stop it afterwards."""
+    token = "nbgpu-test"
+    port = free_port()
+    settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    if theme:
+        (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(root / ".settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"),
+               JUPYTER_RUNTIME_DIR=str(root / ".runtime"))
+    cmd = [sys.executable, "-m", app, "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.token={token}",
+           f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True", "--expose-app-in-browser"]
+    log = open(root / ".server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = Server(f"http://127.0.0.1:{port}", token, root)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                server.api("/api/status")
+                break
+            except OSError as exc:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = (root / ".server.log").read_text()[-2000:]
+                    raise RuntimeError(f"{app} did not start: {tail}") from exc
+                time.sleep(0.3)
+        yield server
+    finally:
+        with contextlib.suppress(Exception):
+            for k in server.api("/api/kernels"):
+                server.api(f"/api/kernels/{k['id']}", method="DELETE")
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+@contextlib.contextmanager
+def chromium_page(profile_dir: Path, width: int = 1280, height: int = 800):
+    """A page of headless Debian Chromium driven by Playwright, with a fresh profile."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(profile_dir), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": width, "height": height})
+        try:
+            yield ctx.pages[0] if ctx.pages else ctx.new_page()
+        finally:
+            ctx.close()
+
+
+def run_all_cells(page, timeout_ms: int = 90_000) -> None:
+    """Wait for the open notebook and its kernel, then start "run all cells" (not awaited)."""
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+        " && window.jupyterapp.shell.currentWidget.sessionContext", timeout=timeout_ms)
+    page.evaluate("""async () => {
+        const w = window.jupyterapp.shell.currentWidget;
+        await w.context.ready;
+        await w.sessionContext.ready;
+        window.jupyterapp.commands.execute('notebook:run-all-cells');
+    }""")
