@@ -8,11 +8,10 @@ then is steady state instead of growing as the window fills.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections import Counter
 
-from .panel_driver import find_panel
+from .panel_driver import find_panel, prefill
 from .registry import Context
 from .report import Outcome, Target, UnavailableError
 
@@ -20,27 +19,6 @@ MAX_UPDATES_PER_WIDGET_S = 4.0
 MAX_BYTES_PER_S = 50_000
 RATE_INDEPENDENCE = 0.10  # messages/s at 0.1 s within 10 % of those at 0.5 s
 WARMUP_S = 1.5
-BUFFER_RATES_HZ = {"power": 50.0, "util": 5.0, "memutil": 5.0}
-
-
-def prefill(sampler, seconds: float) -> int:
-    """Append ``seconds`` of synthetic history, ending now, at the sampler's real rates."""
-    import numpy as np
-
-    store = sampler.store
-    now = time.time()
-    rng = np.random.default_rng(0)
-    rows = 0
-    for device in store.devices():
-        for stream in store.streams_of(device):
-            rate = BUFFER_RATES_HZ.get(stream, 1.0 / sampler.interval)
-            times = now - seconds + np.arange(int(seconds * rate)) / rate
-            cols = store._streams[(device, stream)].columns
-            store.append_many(device, stream, times, {c: rng.random(len(times)) * 50 for c in cols})
-            rows += len(times)
-    return rows
-
-
 def _measure(api, interval: float, seconds: float) -> dict:
     import nbgpu
 
@@ -48,7 +26,7 @@ def _measure(api, interval: float, seconds: float) -> dict:
 
     log = install()
     sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=8, seed=0), interval=interval)
-    window_s = float(inspect.signature(api.cls).parameters["window_s"].default)
+    window_s = api.default_window_s()
     prefilled = prefill(sampler, window_s + 5.0)
     sampler.start()
     run = api.drive(sampler)

@@ -2,7 +2,10 @@
 
 - ``none``: nothing watches the GPU.
 - ``nbgpu``: ``nbgpu.Sampler`` at its defaults.
-- ``nbgpu_panel``: the same plus the live panel's refresh path, driven without a browser.
+- ``nbgpu_panel``: the same plus the live panel (``GPUMonitor``) updating from its own
+  timer at its default refresh rate, its messages going to a recording comm instead of a
+  browser; the store is first given a full window of synthetic history so the panel does
+  the work of one that has been open for a while.
 - ``naive_50hz``: the widely copied monitoring script's loop: a daemon thread that calls
   four NVML getters per GPU every 20 ms (the power resolution nbgpu reaches) and keeps
   the readings in a list.
@@ -42,7 +45,12 @@ class NbgpuMonitor(Monitor):
     def start(self) -> None:
         import nbgpu
 
-        self.sampler = nbgpu.Sampler(source=self.source, gpus=self.gpus).start()
+        self.sampler = nbgpu.Sampler(source=self.source, gpus=self.gpus)
+        self._before_start(self.sampler)
+        self.sampler.start()
+
+    def _before_start(self, sampler) -> None:
+        pass
 
     def stop(self) -> dict:
         s, self.sampler = self.sampler, None
@@ -63,6 +71,11 @@ class NbgpuPanelMonitor(NbgpuMonitor):
         self.available = self.panel_api.available
         self.reason = self.panel_api.reason
         self.driver = None
+
+    def _before_start(self, sampler) -> None:
+        from .panel_driver import prefill
+
+        prefill(sampler, self.panel_api.default_window_s() + 5.0)
 
     def start(self) -> None:
         super().start()

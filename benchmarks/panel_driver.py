@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
+import inspect
+import time
 from dataclasses import dataclass
+
+BUFFER_RATES_HZ = {"power": 50.0, "util": 5.0, "memutil": 5.0}
+
+
+def prefill(sampler, seconds: float) -> int:
+    """Append ``seconds`` of synthetic history, ending now, at the sampler's real rates.
+
+    A panel opened on this store draws full sparklines at once, as one open for a while
+    does, so its refresh cost and traffic are those of the steady state.
+    """
+    import numpy as np
+
+    store = sampler.store
+    now = time.time()
+    rng = np.random.default_rng(0)
+    rows = 0
+    for device in store.devices():
+        for stream in store.streams_of(device):
+            rate = BUFFER_RATES_HZ.get(stream, 1.0 / sampler.interval)
+            times = now - seconds + np.arange(int(seconds * rate)) / rate
+            cols = store._streams[(device, stream)].columns
+            store.append_many(device, stream, times, {c: rng.random(len(times)) * 50 for c in cols})
+            rows += len(times)
+    return rows
 
 
 @dataclass
@@ -13,8 +39,6 @@ class PanelRun:
     t0: float
 
     def stop(self) -> dict:
-        import time
-
         from .comm_recorder import LOG
 
         t1 = time.perf_counter()
@@ -34,10 +58,12 @@ class PanelAPI:
     reason: str = ""
     cls: object = None
 
+    def default_window_s(self) -> float:
+        """Seconds of history the panel shows by default."""
+        return float(inspect.signature(self.cls).parameters["window_s"].default)
+
     def drive(self, sampler, **kwargs) -> PanelRun:
         """Open a panel on ``sampler`` (default refresh rate) and let its timer run."""
-        import time
-
         from .comm_recorder import install
 
         if not self.available:
