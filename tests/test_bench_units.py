@@ -1,0 +1,77 @@
+"""The benchmark package's own logic: targets, statistics, the table, and the overhead
+machinery run on CPU torch with simulated GPUs (the GPU machine runs it for real)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import stats  # noqa: E402
+from benchmarks.report import Outcome, Target, outcome_json, table  # noqa: E402
+
+
+def test_target_met_follows_its_operator_and_nan_is_not_evaluable() -> None:
+    assert Target("a", 0.4, "%", "<=", 0.5).met is True
+    assert Target("a", 0.6, "%", "<=", 0.5).met is False
+    assert Target("a", 10.0, "ms", "<", 10.0).met is False
+    assert Target("a", math.nan, "", "<=", 1.0).met is None
+    assert Target("a", 1.0, "ms", "<=", 2.0).target == "<= 2 ms"
+    with pytest.raises(ValueError, match="op must be one of"):
+        Target("a", 1.0, "", "==", 1.0)
+
+
+def test_statistics() -> None:
+    assert stats.median([3.0, 1.0, math.nan, 2.0]) == 2.0
+    assert math.isnan(stats.median([]))
+    assert stats.slowdown_pct(100.0, 99.0) == pytest.approx(1.0)
+    assert stats.slowdown_pct(100.0, 101.0) == pytest.approx(-1.0)
+    assert stats.median_spacing_s([0.0, 0.02, 0.04, 0.1]) == pytest.approx(0.02)
+    assert stats.robust_sigma_pct([100.0, 100.0, 100.0]) == 0.0
+    assert stats.robust_sigma_pct([99.0, 100.0, 101.0]) == pytest.approx(1.4826, rel=1e-3)
+
+
+def test_json_record_and_table_show_a_missed_target() -> None:
+    out = Outcome(raw={"x": [1.0, math.nan]})
+    out.targets.append(Target("spacing", 30.0, "ms", "<=", 25.0))
+    out.figure("points", 12.0, "")
+    rec = outcome_json("ok", 1.23456, out)
+    assert rec["raw"]["x"] == [1.0, None]
+    assert rec["targets"][0]["met"] is False and rec["targets"][0]["target"] == "<= 25 ms"
+    text = table({"res": rec, "gone": outcome_json("skipped", 0.0, None, "no GPU here")})
+    lines = text.splitlines()
+    assert any("spacing" in ln and ln.rstrip().endswith("NO") for ln in lines)
+    assert any("gone" in ln and "skipped" in ln and "no GPU here" in ln for ln in lines)
+
+
+def test_overhead_machinery_on_cpu_with_simulated_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from benchmarks.gpu_loops import ComputeBound, LaunchBound
+    from benchmarks.gpu_overhead import measure_loop, monitors_for, summarise
+
+    monkeypatch.setattr("benchmarks.gpu_overhead.WARMUP_S", 0.05)
+
+    import nbgpu
+
+    monitors = monitors_for([0], nvml=nbgpu.SimulatedGPUs(count=1), source=nbgpu.SimulatedGPUs(count=1))
+    names = [m.name for m in monitors]
+    assert names == ["none", "nbgpu", "nbgpu_panel", "naive_50hz", "nvitop"]
+    for loop in (LaunchBound(["cpu"]), ComputeBound(["cpu"], size=64)):
+        res = measure_loop(loop, monitors, repeats=2, seconds=0.05)
+        ran = [m.name for m in monitors if m.available]
+        assert set(res["steps_per_s"]) == set(ran)
+        assert all(len(v) == 2 and all(r > 0 for r in v) for v in res["steps_per_s"].values())
+        assert res["order"][0] != res["order"][1]  # the order rotates between repeats
+        summary = summarise(loop.name, res)
+        assert set(summary["slowdown_pct"]) == set(ran) - {"none"}
+        facts = res["monitor_facts"]
+        assert all(f["ticks"] >= 1 for f in facts["nbgpu"])
+        assert all(f["readings"] >= 1 for f in facts["naive_50hz"])
+        if "nbgpu_panel" in facts:
+            assert all(f["panel_errors"] == 0 for f in facts["nbgpu_panel"])
