@@ -185,6 +185,14 @@ class CellReport:
         return bundle
 
 
+def _metric_label(metric: str) -> str:
+    """``util (%)``, ``memory (B)``: the metric table's label and unit."""
+    from ..metrics import BY_NAME
+
+    m = BY_NAME.get(metric)
+    return f"{m.label} ({m.unit})" if m else metric
+
+
 def build_widget(cap: Capture):
     """The interactive report: a metric picker and a bqplot chart, one line per GPU, marks."""
     import bqplot as bq
@@ -213,16 +221,18 @@ def build_widget(cap: Capture):
                               scales={"x": x_sc, "y": mark_sc}, colors=["#333"], font_weight="normal",
                               default_size=11))
     ax_y = bq.Axis(scale=y_sc, side="left", tick_format=".3~s")
-    fig = bq.Figure(marks=lines + rules, axes=[bq.Axis(scale=x_sc, label="time (UTC)"), ax_y],
+    ax_x = bq.Axis(scale=x_sc, label="time (UTC)", tick_format="%H:%M:%S")
+    fig = bq.Figure(marks=lines + rules, axes=[ax_x, ax_y],
                     layout=w.Layout(width="100%", height="280px"),
                     fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20},
                     legend_location="top-left")
-    picker = w.Dropdown(options=metrics, value=metrics[0] if metrics else None, description="metric")
+    picker = w.Dropdown(options=[(_metric_label(m), m) for m in metrics],
+                        value=metrics[0] if metrics else None, description="metric")
 
     def show(metric: str | None) -> None:
         if metric is None or t_ms is None:
             return
-        ax_y.label = metric
+        ax_y.label = _metric_label(metric)
         with fig.hold_sync():
             for line, g in zip(lines, gpus, strict=True):
                 rows = (df["gpu"] == g).to_numpy()

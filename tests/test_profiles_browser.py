@@ -1,0 +1,105 @@
+"""The cell report and the --cells line in JupyterLab, driven through headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import nbformat
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on 127.0.0.1 serving a notebook with a %%gpumon and a --cells cell."""
+    root = tmp_path_factory.mktemp("lab")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext nbgpu\nimport time, nbgpu"),
+        nbformat.v4.new_code_cell("%%gpumon --source sim --interval 0.1\n"
+                                  "time.sleep(0.8)\nnbgpu.mark('halfway')\ntime.sleep(0.8)"),
+        nbformat.v4.new_code_cell("%gpumon --cells --cells-min 0.3"),
+        nbformat.v4.new_code_cell("time.sleep(0.5)"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(root / "report.ipynb"))
+    port, token = _free_port(), "nbgpu-test"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".config"), JUPYTER_RUNTIME_DIR=str(root / ".rt"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", f"--LabApp.workspaces_dir={root / '.ws'}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start") from None
+                time.sleep(0.5)
+        yield f"{base}/lab/tree/report.ipynb?token={token}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_report_draws_lines_marks_and_table_and_the_cells_line_opens(lab, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.goto(lab)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+            page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=90_000)
+            first_prompt = page.locator(".jp-Cell >> nth=0").locator(".jp-InputPrompt")
+            for _ in range(3):  # a request sent while the kernel still connects can be lost
+                page.click(".jp-Cell >> nth=0")
+                page.keyboard.press("Shift+Enter")
+                try:
+                    page.wait_for_function(
+                        "el => /\\[\\d+\\]/.test(el.innerText)", arg=first_prompt.element_handle(),
+                        timeout=15_000)
+                    break
+                except Exception:
+                    continue
+            for _ in range(3):
+                page.keyboard.press("Shift+Enter")
+                time.sleep(0.3)
+            page.wait_for_selector(".bqplot .line", timeout=60_000)
+            page.wait_for_selector("details.nbgpu-cell", timeout=60_000)
+            report = page.locator(".jp-Cell >> nth=1")
+            assert report.locator(".bqplot .line").count() >= 3  # 2 GPUs + the mark rule
+            assert "halfway" in report.locator(".bqplot .label").first.text_content()
+            assert report.locator("table.nbgpu-summary tr").count() == 3  # header + 2 GPUs
+            line = page.locator("details.nbgpu-cell")
+            assert "GPU0 0.5" in line.locator("summary").inner_text()
+            assert not line.locator("table").is_visible()
+            line.locator("summary").click()
+            assert line.locator("table.nbgpu-summary").is_visible()
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        finally:
+            browser.close()
