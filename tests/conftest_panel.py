@@ -23,7 +23,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 # -- a real kernel ------------------------------------------------------------------------------
 @dataclass
 class Sent:
-    """One widget message seen on IOPub: when, which widget, which state keys, its buffers."""
+    """One widget message seen on IOPub: when the kernel sent it, which widget, which state
+    keys, its buffers."""
 
     time: float
     comm_id: str
@@ -43,7 +44,8 @@ class KernelSession:
 
     def _take(self, msg: dict) -> None:
         kind, content = msg["msg_type"], msg["content"]
-        now = time.monotonic()
+        sent_at = msg["header"]["date"]
+        now = sent_at.timestamp() if hasattr(sent_at, "timestamp") else time.time()
         if kind == "comm_open":
             self.models[content["comm_id"]] = content.get("data", {}).get("state", {}).get("_model_name", "")
         elif kind == "comm_msg" and content.get("data", {}).get("method") == "update":

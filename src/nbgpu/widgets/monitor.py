@@ -201,6 +201,8 @@ class GPUMonitor(widgets.VBox):
 
         ``%gpumon stop`` stops the sampler and every panel.
         """
+        if not hasattr(self, "_halt"):  # construction failed before the panel existed
+            return
         thread, self._thread = self._thread, None
         self._halt.set()
         if thread is not None and thread is not threading.current_thread():
@@ -214,6 +216,9 @@ class GPUMonitor(widgets.VBox):
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
         self.stop()
+        if not hasattr(self, "_lock"):
+            super().close()
+            return
         with self._lock:
             self._closed = True
             registry.discard(self)

@@ -1,0 +1,96 @@
+"""The panel in a real kernel (jupyter_client), as the browser would see its messages.
+
+One kernel, in order: bad ``%gpumon`` input → UsageError and no thread; a panel on
+simulated GPUs keeps sending new line data while a busy cell holds the main thread, no
+widget more than 4 times a second even at ``--refresh 0.25`` and a fast sampler;
+``%reload_ext``/``%unload_ext`` leave no nbgpu thread and no panel still sending.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest_panel import kernel_session
+
+pytestmark = pytest.mark.kernel
+
+THREADS = "sorted(t.name for t in __import__('threading').enumerate() if t.name.startswith('nbgpu'))"
+BAD = {
+    "%gpumon --interval -1": "--interval",
+    "%gpumon --source sim --gpus 7": "GPU '7'",
+    "%gpumon --metrics bogus": "bogus",
+    "%gpumon --frobnicate": "--frobnicate",
+    "%%gpumon --interval 0\npass": "--interval",
+}
+
+
+def _max_per_second(times: list[float]) -> int:
+    """Most messages inside any half-open one-second window."""
+    times = sorted(times)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - 1.0:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def test_panel_in_a_real_kernel() -> None:
+    with kernel_session() as k:
+        reply = k.run("%load_ext nbgpu")
+        assert reply["status"] == "ok"
+        said = "".join(m["content"].get("text", "") for m in k.outputs if m["msg_type"] == "stream")
+        assert said.startswith("nbgpu ") and ("GPU" in said) and said.count("\n") == 1, said
+
+        for line, named in BAD.items():
+            reply = k.run(line)
+            assert reply["status"] == "error" and reply["ename"] == "UsageError", (line, reply)
+            assert named in reply["evalue"], (line, reply["evalue"])
+            assert "\n" not in reply["evalue"]
+        assert k.value(THREADS) == [], "bad input must not start anything"
+        assert k.value("__import__('nbgpu').session.shared_sampler() is None")
+
+        assert k.run("%gpumon --source sim --interval 0.05 --refresh 0.25")["status"] == "ok"
+        assert k.run("%gpumon --window 30")["status"] == "ok"  # a second panel, same sampler
+        assert k.value(THREADS) == ["nbgpu-panel", "nbgpu-panel", "nbgpu-sampler"]
+        lines = k.lines_ids()
+        assert lines, "the panel should have opened bqplot Lines models"
+
+        start = len(k.updates)
+        busy = "import time\nt0 = time.time()\nwhile time.time() - t0 < 4.0:\n    pass"
+        assert k.run(busy)["status"] == "ok"
+        during = k.updates[start:]
+        data = [u for u in during if u.comm_id in lines and "y" in u.keys and "x" in u.keys]
+        assert len(data) >= 8, f"only {len(data)} line updates during a 4-s busy cell"
+        per_line: dict[str, list] = {}
+        for u in data:
+            per_line.setdefault(u.comm_id, []).append(u.buffers)
+        changed = [cid for cid, bufs in per_line.items() if len(set(bufs)) >= 3]
+        assert changed, "line data should keep changing during the busy cell"
+        assert all(len(u.buffers) == 2 for u in data), "x and y must travel in one message"
+
+        k.drain(2.0)
+        by_widget: dict[str, list[float]] = {}
+        for u in k.updates:
+            by_widget.setdefault(u.comm_id, []).append(u.time)
+        worst = max(by_widget, key=lambda cid: _max_per_second(by_widget[cid]))
+        rate = _max_per_second(by_widget[worst])
+        assert rate <= 4, f"a {k.models.get(worst)} was updated {rate} times in one second"
+
+        assert k.run("%gpumon status")["status"] == "ok"
+        status = k.outputs[-1]["content"]["text"]
+        assert "sampler: running" in status and "panels: 2 updating" in status
+
+        assert k.run("%reload_ext nbgpu")["status"] == "ok"
+        assert k.value(THREADS) == []
+        assert k.run("%gpumon --source sim --refresh 0.25")["status"] == "ok"
+        assert k.value(THREADS) == ["nbgpu-panel", "nbgpu-sampler"]
+        assert k.run("%unload_ext nbgpu")["status"] == "ok"
+        assert k.value(THREADS) == []
+        k.drain(0.5)
+        quiet_from = len(k.updates)
+        k.drain(1.5)
+        late = [u for u in k.updates[quiet_from:] if u.comm_id in k.lines_ids()]
+        assert not late, "a panel kept sending after %unload_ext"
+        reply = k.run("%gpumon")
+        assert reply["status"] == "error" and "UsageError" in reply["ename"]

@@ -1,0 +1,141 @@
+"""%gpumon and %%gpumon in an in-process IPython shell: options, help, lifecycle, delegation."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from nbgpu import session
+from nbgpu.magics import options
+from nbgpu.widgets import registry
+
+
+def _nbgpu_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("nbgpu"))
+
+
+@pytest.fixture
+def shell():
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "nbgpu")
+    yield sh
+    if "gpumon" in sh.magics_manager.magics["line"]:
+        sh.run_line_magic("unload_ext", "nbgpu")
+    registry.close_all()
+    session.reset()
+
+
+def test_parse_every_option() -> None:
+    o = options.parse_line("--source sim --interval 0.2 --window 120 --gpus 0,1 "
+                           "--metrics util,tensor,mem --refresh 0.5")
+    assert (o.action, o.source, o.interval, o.window_s, o.gpus, o.metrics, o.refresh_s) == \
+        ("start", "sim", 0.2, 120.0, "0,1", ("util", "sm", "mem"), 0.5)
+    assert options.parse_line("stop").action == "stop"
+    assert options.parse_line("--cells").cells == "on"
+    assert options.parse_line("--cells-min 2").cells_min_s == 2.0
+    assert options.parse_line("--cells off").cells == "off"
+    assert options.parse_line("--source prometheus=http://127.0.0.1:9090").source.startswith("prometheus=")
+    assert options.parse_cell_line("--gpus 1 --interval 0.1").gpus == "1"
+
+
+@pytest.mark.parametrize("line, named", [
+    ("--interval -1", "--interval"), ("--interval abc", "--interval"), ("--window 1", "--window"),
+    ("--metrics bogus", "bogus"), ("--bogus", "--bogus"), ("pause", "pause"),
+    ("--refresh 0.1", "--refresh"), ("--source cuda", "cuda"), ("--gpus 0,,1", "--gpus"),
+    ("--cells maybe", "--cells"), ("--source 'sim", "cannot read"),
+])
+def test_bad_lines_are_one_usage_error(line: str, named: str) -> None:
+    with pytest.raises(UsageError) as err:
+        options.parse_line(line)
+    assert named in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith("%gpumon: ")
+
+
+def test_cell_magic_takes_only_sampler_options() -> None:
+    with pytest.raises(UsageError, match="--window"):
+        options.parse_cell_line("--window 30")
+
+
+def test_help_lists_every_option(shell) -> None:
+    doc = shell.find_line_magic("gpumon").__doc__
+    for action in options.line_parser()._actions:
+        for flag in action.option_strings:
+            assert flag in doc
+    for word in ("start", "stop", "status", "%%gpumon", "util", "sm", "pcie"):
+        assert word in doc
+
+
+def test_load_message_is_one_line(capsys) -> None:
+    from nbgpu.magics.extension import load_message
+
+    msg = load_message()
+    assert msg.startswith("nbgpu ") and "\n" not in msg
+    assert ("GPU" in msg and "driver" in msg) or "--source sim" in msg
+
+
+def test_panels_share_one_sampler_and_stop_status(shell, capsys) -> None:
+    shell.run_line_magic("gpumon", "--source sim --interval 0.1")
+    shell.run_line_magic("gpumon", "--gpus 1 --metrics util")
+    assert _nbgpu_threads() == ["nbgpu-panel", "nbgpu-panel", "nbgpu-sampler"]
+    panels = registry.panels()
+    assert len(panels) == 2 and panels[0].sampler is panels[1].sampler
+    assert [d["index"] for d in panels[1]._rows] == [1, "host"]
+    capsys.readouterr()
+    shell.run_line_magic("gpumon", "status")
+    out = capsys.readouterr().out
+    assert "sampler: running" in out and "panels: 2 updating" in out
+    shell.run_line_magic("gpumon", "stop")
+    assert _nbgpu_threads() == []
+    assert "stopped the sampler and 2 panel(s)" in capsys.readouterr().out
+    shell.run_line_magic("gpumon", "")  # starts again with the same settings
+    assert session.shared_sampler().running and session.shared_sampler().simulated
+
+
+def test_bad_gpu_starts_nothing(shell) -> None:
+    with pytest.raises(UsageError, match="GPU '7'"):
+        shell.run_line_magic("gpumon", "--source sim --gpus 7")
+    assert _nbgpu_threads() == [] and session.shared_sampler() is None
+
+
+def test_reload_and_unload_leave_nothing_running(shell) -> None:
+    shell.run_line_magic("gpumon", "--source sim")
+    shell.run_line_magic("reload_ext", "nbgpu")
+    assert _nbgpu_threads() == [] and registry.panels() == []
+    shell.run_line_magic("gpumon", "--source sim")
+    shell.run_line_magic("unload_ext", "nbgpu")
+    assert _nbgpu_threads() == []
+    assert "gpumon" not in shell.magics_manager.magics["line"]
+    assert "gpumon" not in shell.magics_manager.magics["cell"]
+
+
+def test_cell_magic_delegates_to_profiles(shell, monkeypatch) -> None:
+    import nbgpu.profiles.cells as cells
+
+    calls = []
+    monkeypatch.setattr(cells, "run_profiled_cell",
+                        lambda sh, cell, sampler, gpus=None: calls.append((sh, cell, sampler, gpus)))
+    shell.run_cell_magic("gpumon", "--source sim --gpus 1", "x = 1\n")
+    assert len(calls) == 1
+    sh, cell, sampler, gpus = calls[0]
+    assert sh is shell and cell == "x = 1\n" and gpus == [1]
+    assert sampler is session.shared_sampler() and sampler.simulated
+    with pytest.raises(UsageError):
+        shell.run_cell_magic("gpumon", "--interval nope", "y = 2\n")
+    assert len(calls) == 1
+
+
+def test_cells_mode_switches(shell, monkeypatch) -> None:
+    import nbgpu.profiles.cells as cells
+
+    seen = []
+    monkeypatch.setattr(cells, "enable_cell_mode",
+                        lambda sh, get, min_duration_s=None: seen.append(("on", get(), min_duration_s)))
+    monkeypatch.setattr(cells, "disable_cell_mode", lambda sh: seen.append(("off",)))
+    shell.run_line_magic("gpumon", "--cells --cells-min 3 --source sim")
+    assert seen[0][0] == "on" and seen[0][1] is session.shared_sampler() and seen[0][2] == 3.0
+    shell.run_line_magic("gpumon", "--cells off")
+    assert seen[-1] == ("off",)
+    assert registry.panels() == []  # --cells alone opens no panel

@@ -1,0 +1,201 @@
+"""GPUMonitor without a browser: what a refresh sends, when it skips, and how it shows state."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from nbgpu import Sampler, SimulatedGPUs, session
+from nbgpu.errors import BadArgumentError
+from nbgpu.widgets import registry
+from nbgpu.widgets.bands import INSET, Trace, pack, with_gaps
+from nbgpu.widgets.hostonly import HostOnlySource
+from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    yield
+    registry.close_all()
+    session.reset()
+
+
+def _sampler(count: int = 2, interval: float = 0.05, **kw) -> Sampler:
+    return Sampler(SimulatedGPUs(count, **kw), interval=interval).start()
+
+
+def _wait_ticks(s: Sampler, n: int = 4, timeout: float = 5.0) -> None:
+    end = time.time() + timeout
+    start = s.ticks
+    while s.ticks < start + n and time.time() < end:
+        time.sleep(0.02)
+
+
+def test_import_nbgpu_does_not_import_widgets() -> None:
+    code = ("import sys, nbgpu; assert 'GPUMonitor' in nbgpu.__all__; "
+            "bad = [m for m in ('ipywidgets', 'bqplot', 'IPython') if m in sys.modules]; "
+            "assert not bad, bad; nbgpu.GPUMonitor; assert 'bqplot' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_pack_decimates_and_keeps_fixed_scales() -> None:
+    now = 1000.0
+    t = np.linspace(now - 60, now, 30_000)
+    v = np.where(np.arange(len(t)) % 2, 100.0, 0.0)
+    flat = np.full(10, 50.0)
+    traces = [Trace(0, t, v, 100.0), Trace(1, np.linspace(now - 5, now, 10), flat, 100.0),
+              Trace(2, np.empty(0), np.empty(0), 100.0), Trace(1, t[:3], np.array([250.0, -5, 1]), 100.0)]
+    x, y = pack(traces, bands=3, now=now, window_s=60, buckets=40, gap_s=3.0)
+    assert x.dtype == np.float32 and x.shape == y.shape and x.shape[0] == 4
+    assert x.shape[1] <= 2 * 40 + 2
+    assert np.nanmax(x) <= 0 and np.nanmin(x) >= -60
+    top, bottom = 2 + 1 - INSET, 2 + INSET  # band of row 0 of 3 is [2, 3]
+    assert np.isclose(np.nanmax(y[0]), top) and np.isclose(np.nanmin(y[0]), bottom)
+    assert np.allclose(y[1], 1 + INSET + (1 - 2 * INSET) * 0.5)
+    assert np.isnan(y[2]).all()
+    assert np.isclose(y[3, 0], 1 + 1 - INSET) and np.isclose(y[3, 1], 1 + INSET)  # clipped
+
+
+def test_gaps_show_as_nan() -> None:
+    t = np.array([0.0, 1, 2, 10, 11])
+    t2, v2 = with_gaps(t, np.ones(5), gap_s=3.0)
+    assert len(t2) == 6 and np.isnan(v2[3]) and np.all(np.diff(t2) > 0)
+
+
+def test_refresh_sends_one_message_per_widget_and_skips_when_unchanged() -> None:
+    s = _sampler()
+    mon = GPUMonitor(sampler=s, start=False)
+    _wait_ticks(s)
+    before = mon.traffic.snapshot()
+    assert mon.refresh(force=True)
+    after = mon.traffic.snapshot()
+    assert after["messages"] > before["messages"]
+    assert max(mon.traffic.per_widget.values()) == 1
+    xs = [v.lines.x for v in mon._views]
+    assert all(x.shape[1] <= 2 * BUCKETS + 4 for x in xs)
+    s.stop()
+    mon.refresh()
+    n = mon.traffic.messages
+    assert mon.refresh() is False and mon.traffic.messages == n
+    assert mon.stats["skipped"] >= 1
+
+
+def test_message_count_does_not_grow_with_gpus_or_sample_rate() -> None:
+    counts = []
+    for count, interval in ((1, 0.5), (8, 0.02)):
+        s = _sampler(count, interval)
+        mon = GPUMonitor(sampler=s, start=False, metrics="util,mem,power,temp")
+        _wait_ticks(s, 3)
+        n = mon.traffic.messages
+        mon.refresh(force=True)
+        counts.append(mon.traffic.messages - n)
+        mon.close()
+        s.stop()
+    assert counts[0] == counts[1]
+
+
+def test_labels_values_and_states() -> None:
+    sim = SimulatedGPUs(2)
+    s = Sampler(sim, interval=0.05).start()
+    mon = GPUMonitor(sampler=s, start=False)
+    _wait_ticks(s)
+    mon.refresh(force=True)
+    assert "SIMULATED" in mon._header.value
+    util = mon._views[0].values.value
+    assert "%" in util and any(ch.isdigit() for ch in util)
+    assert "GPU 0" in mon._labels.value and "host" in mon._labels.value
+    sim.lose_gpu(1)
+    end = time.time() + 5
+    while 1 not in s.lost and time.time() < end:
+        time.sleep(0.02)
+    mon.refresh()
+    assert "LOST" in mon._labels.value and "Lost GPU" in mon._header.value
+    s.mark("epoch 1")
+    mon.refresh()
+    first = mon._views[0]
+    assert first.labels.visible and list(first.labels.text) == ["epoch 1"]
+    assert not np.isnan(first.rules.x).all()
+    s.stop()
+    mon.refresh()
+    assert "sampler stopped" in mon._header.value
+
+
+def test_host_only_panel_says_why() -> None:
+    s = Sampler(HostOnlySource("NVML is not available (test); or use source='sim' for simulated GPUs."),
+                interval=0.05).start()
+    mon = GPUMonitor(sampler=s, start=False)
+    _wait_ticks(s, 2)
+    mon.refresh(force=True)
+    assert "No GPU visible: NVML is not available (test)." in mon._header.value
+    assert "--source sim" in mon._header.value and "SIMULATED" not in mon._header.value
+    assert len(mon._rows) == 1 and "%" in mon._views[0].values.value
+
+
+def test_alert_badges_from_the_sampler() -> None:
+    s = _sampler()
+    alert = SimpleNamespace(rule="input_bound", severity="warning", gpu=0, start=1.0, end=None,
+                            message="GPU 0 waits for input.", suggestion="Use more loader workers.")
+    s.alert_list = lambda: [alert, SimpleNamespace(**{**alert.__dict__, "gpu": 1, "end": 2.0})]
+    mon = GPUMonitor(sampler=s, start=False)
+    _wait_ticks(s, 2)
+    mon.refresh(force=True)
+    assert mon._labels.value.count("input_bound") == 1
+    assert "Use more loader workers." in mon._labels.value
+
+
+def test_a_failing_view_never_stops_the_sampler() -> None:
+    s = _sampler()
+    mon = GPUMonitor(sampler=s, refresh_s=0.25, start=False)
+
+    def broken(alerts):
+        raise RuntimeError("view broke")
+
+    mon._draw = broken
+    mon.start()
+    ticks = s.ticks
+    time.sleep(1.0)
+    assert s.running and s.ticks > ticks and mon.running
+    assert mon.stats["errors"] >= 2 and "view broke" in mon.last_error
+    mon.stop()
+    assert not mon.running and "panel stopped" in mon._header.value
+
+
+def test_pause_window_close() -> None:
+    s = _sampler()
+    mon = GPUMonitor(sampler=s, refresh_s=0.25)
+    assert mon.running and mon in registry.panels()
+    mon.pause()
+    _wait_ticks(s, 2)
+    assert mon.refresh() is False and "paused" in mon._header.value
+    mon.pause(False)
+    mon.set_window(300)
+    assert mon._sx.min == -300 and mon.window_s == 300
+    with pytest.raises(BadArgumentError):
+        mon.set_window(1)
+    mon.close()
+    assert not mon.running and mon not in registry.panels()
+    assert s.running  # the sampler is not the panel's to stop
+
+
+def test_shared_panel_follows_a_replaced_sampler() -> None:
+    mon = GPUMonitor(source="sim", interval=0.5, start=False)
+    first = mon.sampler
+    assert first is session.shared_sampler()
+    session.ensure_sampler("sim", 0.25)
+    assert mon.sampler is session.shared_sampler() and mon.sampler is not first
+    assert not first.running
+
+
+def test_bad_arguments() -> None:
+    for kw in ({"window_s": 0}, {"refresh_s": 0.1}, {"metrics": "util,bogus"}):
+        with pytest.raises(BadArgumentError):
+            GPUMonitor(sampler=_sampler(), start=False, **kw)
+    with pytest.raises(BadArgumentError, match="GPU '5'"):
+        GPUMonitor(sampler=_sampler(), gpus="0,5", start=False)
+    with pytest.raises(BadArgumentError):
+        GPUMonitor(source="sim", sampler=_sampler(), start=False)
