@@ -25,12 +25,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="folder for <device>-<date>.json (default: benchmarks/results/)")
     p.add_argument("--only", default="", help="comma-separated benchmark names to run")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("--markdown", type=Path, metavar="RESULTS_JSON",
+                   help="print a results file as a Markdown table and exit")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks; returns 0 when the run completed (missed targets included), 2 on bad use."""
     args = parse_args(argv)
+    if args.markdown:
+        from .markdown import render
+
+        print(render(args.markdown))
+        return 0
     benches = all_benchmarks()
     if args.list:
         for b in benches:
