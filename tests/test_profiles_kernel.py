@@ -92,3 +92,26 @@ def test_cells_mode_gives_one_history_row_per_cell(loaded):
         ("cell-a", "x = 1", "ok"), ("cell-b", "time.sleep(0.7)", "ok"),
         ("cell-c", "raise RuntimeError('oops')", "failed")]
     assert h[1]["duration_s"] == pytest.approx(0.7, abs=0.15)
+
+
+def test_gpus_option_limits_the_report(loaded):
+    reply, outputs = loaded.run("%%gpumon --gpus 1\ntime.sleep(0.3)")
+    assert reply["status"] == "ok", outputs
+    data = next(o for o in displays(outputs) if "image/svg+xml" in o["data"])["data"]
+    assert "GPU 1" in data["image/svg+xml"] and "GPU 0" not in data["image/svg+xml"]
+    assert loaded.value("nbgpu.history(per_gpu=True)['gpu'].iloc[-1:].tolist()") == [1]
+
+
+def test_interrupted_gpumon_cell_is_marked_interrupted(loaded):
+    import time
+
+    kc = loaded.kc
+    msg_id = kc.execute("%%gpumon\ntime.sleep(30)")
+    time.sleep(1.5)
+    loaded.km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=30)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=30)
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    row = loaded.value("nbgpu.history()[['status', 'duration_s']].iloc[-1].tolist()")
+    assert row[0] == "interrupted" and 1.0 < row[1] < 10

@@ -46,17 +46,20 @@ def _display(obj) -> None:
     display(obj)
 
 
+class _OneLine:
+    """Display data of the ``--cells`` line: plain text, and HTML whose click opens the report."""
+
+    def __init__(self, cap: Capture) -> None:
+        self.cap = cap
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        from .report import compact_html
+
+        return {"text/plain": self.cap.one_line(), "text/html": compact_html(self.cap)}
+
+
 def _show_one_line(cap: Capture) -> None:
-    """The one-line summary, with picture and table one click away (HTML ``<details>``)."""
-    from IPython.display import HTML
-
-    from .report import compact_html
-
-    class _Line(HTML):
-        def _repr_mimebundle_(self, include=None, exclude=None):
-            return {"text/plain": cap.one_line(), "text/html": compact_html(cap)}
-
-    _display(_Line())
+    _display(_OneLine(cap))
 
 
 class _CellMode:
