@@ -104,6 +104,17 @@ class KernelSession:
         return {cid for cid, name in self.models.items() if name == "LinesModel"}
 
 
+def max_per_second(times: list[float]) -> int:
+    """Most messages inside any half-open one-second window."""
+    times = sorted(times)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - 1.0:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
 @contextlib.contextmanager
 def kernel_session():
     """A fresh python3 kernel of this interpreter, shut down afterwards."""

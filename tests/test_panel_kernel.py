@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_panel import kernel_session
+from conftest_panel import kernel_session, max_per_second
 
 pytestmark = pytest.mark.kernel
 
@@ -22,17 +22,6 @@ BAD = {
     "%gpumon --frobnicate": "--frobnicate",
     "%%gpumon --interval 0\npass": "--interval",
 }
-
-
-def _max_per_second(times: list[float]) -> int:
-    """Most messages inside any half-open one-second window."""
-    times = sorted(times)
-    best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - 1.0:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
 
 
 def test_panel_in_a_real_kernel() -> None:
@@ -73,8 +62,8 @@ def test_panel_in_a_real_kernel() -> None:
         by_widget: dict[str, list[float]] = {}
         for u in k.updates:
             by_widget.setdefault(u.comm_id, []).append(u.time)
-        worst = max(by_widget, key=lambda cid: _max_per_second(by_widget[cid]))
-        rate = _max_per_second(by_widget[worst])
+        worst = max(by_widget, key=lambda cid: max_per_second(by_widget[cid]))
+        rate = max_per_second(by_widget[worst])
         assert rate <= 4, f"a {k.models.get(worst)} was updated {rate} times in one second"
 
         assert k.run("%gpumon status")["status"] == "ok"
