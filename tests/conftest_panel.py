@@ -64,9 +64,17 @@ class KernelSession:
             except queue.Empty:
                 pass
 
-    def run(self, code: str, timeout: float = 60.0) -> dict:
-        """Execute ``code``, keep IOPub flowing meanwhile; returns the execute reply content."""
-        msg_id = self.kc.execute(code)
+    def run(self, code: str, timeout: float = 60.0, cell_id: str | None = None) -> dict:
+        """Execute ``code`` (as notebook cell ``cell_id`` if given), keep IOPub flowing
+        meanwhile; returns the execute reply content."""
+        if cell_id is None:
+            msg_id = self.kc.execute(code)
+        else:
+            content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                       "allow_stdin": False, "stop_on_error": True}
+            msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id})
+            self.kc.shell_channel.send(msg)
+            msg_id = msg["header"]["msg_id"]
         end = time.monotonic() + timeout
         reply = None
         idle = False

@@ -2,8 +2,9 @@
 
 One kernel, in order: bad ``%gpumon`` input → UsageError and no thread; a panel on
 simulated GPUs keeps sending new line data while a busy cell holds the main thread, no
-widget more than 4 times a second even at ``--refresh 0.25`` and a fast sampler;
-``%reload_ext``/``%unload_ext`` leave no nbgpu thread and no panel still sending.
+widget more than 4 times a second even at ``--refresh 0.25`` and a fast sampler; a
+re-run cell replaces its own panel; ``%reload_ext``/``%unload_ext`` leave no nbgpu
+thread and no panel still sending.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def test_panel_in_a_real_kernel() -> None:
         assert k.run("%gpumon status")["status"] == "ok"
         status = k.outputs[-1]["content"]["text"]
         assert "sampler: running" in status and "panels: 2 updating" in status
+        for _ in range(2):  # running the same notebook cell again replaces its panel
+            assert k.run("%gpumon --refresh 0.25", cell_id="cell-7")["status"] == "ok"
+        assert k.value(THREADS) == ["nbgpu-panel"] * 3 + ["nbgpu-sampler"]
 
         assert k.run("%reload_ext nbgpu")["status"] == "ok"
         assert k.value(THREADS) == []

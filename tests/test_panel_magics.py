@@ -12,13 +12,18 @@ from nbgpu import session
 from nbgpu.magics import options
 from nbgpu.widgets import registry
 
+_before: set[threading.Thread] = set()
+
 
 def _nbgpu_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("nbgpu"))
+    """nbgpu threads started since the test began (other tests' leftovers don't count)."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("nbgpu") and t not in _before)
 
 
 @pytest.fixture
 def shell():
+    _before.clear()
+    _before.update(threading.enumerate())
     sh = InteractiveShell.instance()
     sh.run_line_magic("load_ext", "nbgpu")
     yield sh

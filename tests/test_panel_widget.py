@@ -17,16 +17,22 @@ from nbgpu.widgets.bands import INSET, Trace, pack, with_gaps
 from nbgpu.widgets.hostonly import HostOnlySource
 from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
 
+_mine: list[Sampler] = []
+
 
 @pytest.fixture(autouse=True)
 def _clean():
     yield
     registry.close_all()
     session.reset()
+    while _mine:
+        _mine.pop().stop()
 
 
 def _sampler(count: int = 2, interval: float = 0.05, **kw) -> Sampler:
-    return Sampler(SimulatedGPUs(count, **kw), interval=interval).start()
+    s = Sampler(SimulatedGPUs(count, **kw), interval=interval).start()
+    _mine.append(s)
+    return s
 
 
 def _wait_ticks(s: Sampler, n: int = 4, timeout: float = 5.0) -> None:
@@ -102,6 +108,7 @@ def test_message_count_does_not_grow_with_gpus_or_sample_rate() -> None:
 def test_labels_values_and_states() -> None:
     sim = SimulatedGPUs(2)
     s = Sampler(sim, interval=0.05).start()
+    _mine.append(s)
     mon = GPUMonitor(sampler=s, start=False)
     _wait_ticks(s)
     mon.refresh(force=True)
@@ -128,6 +135,7 @@ def test_labels_values_and_states() -> None:
 def test_host_only_panel_says_why() -> None:
     s = Sampler(HostOnlySource("NVML is not available (test); or use source='sim' for simulated GPUs."),
                 interval=0.05).start()
+    _mine.append(s)
     mon = GPUMonitor(sampler=s, start=False)
     _wait_ticks(s, 2)
     mon.refresh(force=True)

@@ -122,8 +122,8 @@ def line_parser() -> argparse.ArgumentParser:
                 epilog="Actions: start (default) opens a panel; stop stops the sampler and every "
                        "panel;\nstatus prints what runs.\n\n"
                        "Cell magic: %%gpumon [--source SRC] [--interval S] [--gpus LIST] profiles "
-                       "the cell\nbelow it and shows its timeline and summary.\n\nMetrics: "
-                       + ", ".join(f"{c.key} ({c.help})" for c in COLUMNS.values()))
+                       "the cell\nbelow it and shows its timeline and summary.\n\nMetrics (--metrics):\n"
+                       + "\n".join(f"  {c.key:<10} {c.help}" for c in COLUMNS.values()))
     p.add_argument("action", nargs="?", default="start", choices=ACTIONS,
                    help="start (default), stop or status")
     _add_sampler_options(p)

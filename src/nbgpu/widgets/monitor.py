@@ -151,6 +151,8 @@ class GPUMonitor(widgets.VBox):
             sampler = shared_or_host_only(source, interval)
         self.sampler = sampler
         self._attach(sampler, gpus, strict=True)
+        self.origin = registry.current_cell()
+        registry.close_from_cell(self.origin, keep=self)  # re-running a cell replaces its panel
         registry.add(self)
         if self._shared:
             ref = weakref.ref(self)

@@ -14,6 +14,28 @@ def add(panel) -> None:
             _panels.append(panel)
 
 
+def current_cell() -> str | None:
+    """Id of the notebook cell being run (JupyterLab and Notebook 7 send it), else None."""
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent("shell") if kernel is not None else None
+        return (parent or {}).get("metadata", {}).get("cellId") or None
+    except Exception:
+        return None
+
+
+def close_from_cell(cell: str | None, keep=None) -> int:
+    """Close the panels an earlier run of ``cell`` opened (its output is gone); returns how many."""
+    if cell is None:
+        return 0
+    old = [p for p in panels() if p is not keep and getattr(p, "origin", None) == cell]
+    for p in old:
+        p.close()
+    return len(old)
+
+
 def discard(panel) -> None:
     with _lock:
         if panel in _panels:
