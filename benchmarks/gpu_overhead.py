@@ -38,7 +38,15 @@ def measure_loop(loop: Loop, monitors: list[Monitor], repeats: int, seconds: flo
         order = runnable[r % len(runnable):] + runnable[: r % len(runnable)]
         order_log.append([m.name for m in order])
         for m in order:
-            m.start()
+            if not m.available:
+                continue
+            try:
+                m.start()
+            except Exception as exc:  # a monitor that cannot start here is reported, not fatal
+                m.available, m.reason = False, f"failed to start: {type(exc).__name__}: {exc}"
+                rates.pop(m.name, None)
+                facts.pop(m.name, None)
+                continue
             try:
                 t_end = time.perf_counter() + WARMUP_S
                 while time.perf_counter() < t_end:
@@ -77,7 +85,7 @@ def _targets(out: Outcome, label: str, launch: dict, compute: dict) -> None:
         noise = compute["noise_pct"]
         out.targets.append(Target(
             f"{mon} slowdown, compute-bound{label} (not measurable: <= 2x run-to-run noise)",
-            cs[mon], "%", "<=", round(2 * noise, 4),
+            cs.get(mon, float("nan")), "%", "<=", round(2 * noise, 4),
             note=f"noise = robust sigma of the no-monitor repeats, {noise:.3g} %"))
         ratio = ls[mon] / naive if naive > 0 else float("nan")
         note = "" if naive > 0 else "naive polling showed no slowdown in this run: ratio undefined"
