@@ -27,6 +27,12 @@ def _sampler(**kw):
     return nbgpu.Sampler(**kw).start()
 
 
+def sampler_facts(sampler) -> dict:
+    """What the sampler says about its run: ticks, errors, the device it read."""
+    return {"ticks": sampler.ticks, "errors": sampler.errors, "last_error": sampler.last_error,
+            "source": sampler.source.describe(), "interval_s": sampler.interval}
+
+
 def _run_for(loop, seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -47,7 +53,8 @@ def run_resolution(ctx: Context) -> Outcome:
         time.sleep(SETTLE_S)
     finally:
         sampler.stop()
-    raw: dict = {"interval_s": sampler.interval, "window_s": t1 - t0, "per_gpu": {}}
+    raw: dict = {"interval_s": sampler.interval, "window_s": t1 - t0, "per_gpu": {},
+                 "sampler": sampler_facts(sampler)}
     for dev in sampler.devices:
         g = dev["index"]
         per = {}
@@ -112,7 +119,8 @@ def run_energy(ctx: Context) -> Outcome:
     ref_j = (e1 - e0) / 1000.0
     t, p = sampler.timeline.series(0, "power_w")
     own_j = integrate_j(t, p, t0, t1)
-    raw = {"reference_counter_j": ref_j, "block_s": t1 - t0, "timeline_integral_j": own_j,
+    raw = {"sampler": sampler_facts(sampler),
+           "reference_counter_j": ref_j, "block_s": t1 - t0, "timeline_integral_j": own_j,
            "power_points_in_block": int(((t >= t0) & (t <= t1)).sum())}
     out = Outcome(raw=raw)
     if cap is not None:
@@ -175,7 +183,8 @@ def run_duty_cycle(ctx: Context) -> Outcome:
     edge = 0.3  # NVML's utilisation averages over its own window: skip points straddling the edges
     _, u = sampler.timeline.between(t0 + edge, t1 - edge).series(0, "util_pct")
     nb_pct = float(np.mean(u)) if len(u) else math.nan
-    raw = {"kernels_per_period": kernels, "matmul_ms": per_ms, "periods": periods, "window_s": t1 - t0,
+    raw = {"sampler": sampler_facts(sampler),
+           "kernels_per_period": kernels, "matmul_ms": per_ms, "periods": periods, "window_s": t1 - t0,
            "busy_ms_median": median(busy_ms), "true_busy_pct": true_pct, "nbgpu_util_mean_pct": nb_pct,
            "util_points": len(u), "util_values": [float(x) for x in u]}
     out = Outcome(raw=raw)
@@ -235,7 +244,8 @@ def run_peak_memory(ctx: Context) -> Outcome:
     context_overhead = nvml_used0 - reserved0
     expected = context_overhead + max_reserved
     gib = 2**30
-    raw = {"nvml_used_before_bytes": nvml_used0, "torch_reserved_before_bytes": reserved0,
+    raw = {"sampler": sampler_facts(sampler),
+           "nvml_used_before_bytes": nvml_used0, "torch_reserved_before_bytes": reserved0,
            "context_and_others_bytes": context_overhead, "torch_max_reserved_bytes": max_reserved,
            "expected_peak_bytes": expected, "nbgpu_peak_bytes": nb_peak,
            "nbgpu_peak_from": "nbgpu.capture summary mem_peak_bytes" if cap is not None else
