@@ -72,7 +72,7 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
             return True
         if time.monotonic() >= deadline or not sampler.running:
             return False
-        time.sleep(0.005)
+        time.sleep(0.0005)
 
 
 class _TorchStats:
@@ -151,6 +151,7 @@ class Capture:
         self._torch = _TorchStats()
         self._summary: pd.DataFrame | None = None
         self._alerts: list | None = None
+        self._line: str | None = None
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -301,9 +302,14 @@ class Capture:
 
     def one_line(self) -> str:
         """The short summary line, e.g. ``GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · …``."""
+        if self._line is not None:
+            return self._line
         from .report import one_line
 
-        return one_line(self.summary, self.status)
+        line = one_line(self.summary, self.status)
+        if not math.isnan(self.end_time):
+            self._line = line
+        return line
 
     def report(self):
         """Display the cell report (interactive chart + static fallbacks); returns it."""

@@ -11,7 +11,7 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
-from ..render.svg import svg_timeline
+from ..render.svg import DEFAULT_METRICS, svg_series
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,8 +139,16 @@ def _title(cap: Capture) -> str:
     return f"GPU profile · {label}{fmt_duration(cap.duration_s)}{status}{src}"
 
 
-def static_svg(cap: Capture) -> str:
-    return svg_timeline(cap.timeline, marks=cap.marks)
+def _gpus(cap: Capture) -> list:
+    keys = [d["index"] for d in cap.sampler.devices] if cap.sampler is not None else []
+    return [g for g in keys if cap.gpus is None or g in cap.gpus]
+
+
+def static_svg(cap: Capture, width: int = 720) -> str:
+    """The capture's timeline as SVG, read straight from the store (no DataFrame)."""
+    window, gpus = cap.window, _gpus(cap)
+    data = {m: {g: window.series(g, m) for g in gpus} for m in DEFAULT_METRICS}
+    return svg_series(data, cap.marks, width, gpus)
 
 
 def static_html(cap: Capture, svg: str | None = None) -> str:
@@ -201,16 +209,14 @@ def build_widget(cap: Capture):
 
     from ..store import decimate_minmax
 
-    df = cap.timeline
-    metrics = [m for m in REPORT_METRICS if m in df.columns and df[m].notna().any()]
-    gpus = list(dict.fromkeys(df["gpu"].tolist())) if len(df) else []
+    window, gpus = cap.window, _gpus(cap)
+    metrics = [m for m in REPORT_METRICS if any(len(window.series(g, m)[0]) for g in gpus)]
     x_sc, y_sc = bq.DateScale(), bq.LinearScale()
     mark_sc = bq.LinearScale(min=0.0, max=1.0)
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     lines = [bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([]), scales={"x": x_sc, "y": y_sc},
                       colors=[colors[i % len(colors)]], labels=[f"GPU {g}"], display_legend=True)
              for i, g in enumerate(gpus)]
-    t_ms = (df["time"].astype("int64").to_numpy() // 1_000_000).astype("datetime64[ms]") if len(df) else None
     marks = cap.marks
     rules = []
     if marks:
@@ -230,17 +236,13 @@ def build_widget(cap: Capture):
                         value=metrics[0] if metrics else None, description="metric")
 
     def show(metric: str | None) -> None:
-        if metric is None or t_ms is None:
+        if metric is None:
             return
         ax_y.label = _metric_label(metric)
         with fig.hold_sync():
             for line, g in zip(lines, gpus, strict=True):
-                rows = (df["gpu"] == g).to_numpy()
-                v = df[metric].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
-                ok = ~np.isnan(v)
-                t = t_ms[rows][ok]
-                tt, vv = decimate_minmax(t.astype(np.float64), v[ok], WIDGET_MAX_POINTS // 2)
-                line.x, line.y = tt.astype(np.int64).astype("datetime64[ms]"), vv
+                t, v = decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2)
+                line.x, line.y = (t * 1000).astype(np.int64).astype("datetime64[ms]"), v
 
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)

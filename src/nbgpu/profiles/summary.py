@@ -55,10 +55,45 @@ def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     return j if abs(t[j] - at) <= slack else None
 
 
-def energy_j(full: Timeline, t0: float, t1: float, gpu: object) -> tuple[float, str]:
+class _Readings:
+    """One device's rows over [a, b], read once per stream; ``series`` slices them."""
+
+    def __init__(self, full: Timeline, gpu: object, a: float, b: float) -> None:
+        store = full.store
+        self.streams = []
+        for stream in store.streams_of(gpu):
+            t, cols, decimated = store.read_stream(gpu, stream, a, b)
+            self.streams.append((t, cols, decimated))
+
+    def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time."""
+        parts_t, parts_v = [], []
+        for t, cols, _ in self.streams:
+            if metric not in cols:
+                continue
+            v = cols[metric].astype(np.float64)
+            ok = (t >= a) & (t <= b) & ~np.isnan(v)
+            parts_t.append(t[ok])
+            parts_v.append(v[ok])
+        if not parts_t:
+            return np.empty(0), np.empty(0)
+        if len(parts_t) == 1:
+            return parts_t[0], parts_v[0]
+        t, v = np.concatenate(parts_t), np.concatenate(parts_v)
+        order = np.argsort(t, kind="stable")
+        return t[order], v[order]
+
+    def decimated(self, a: float, b: float) -> bool:
+        """Whether any row in [a, b] is a bucket of the store's coarse history."""
+        return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self.streams)
+
+
+def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
+             readings: _Readings | None = None) -> tuple[float, str]:
     """(joules over [t0, t1], "counter" | "power" | "none") for one GPU."""
-    pt, pv = full.between(t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S).series(gpu, "power_w")
-    et, ev = full.between(t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S).series(gpu, "energy_j")
+    r = readings or _Readings(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+    pt, pv = r.series("power_w", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+    et, ev = r.series("energy_j", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
     a, b = _nearest(et, t0, EDGE_SLACK_S), _nearest(et, t1, EDGE_SLACK_S)
     if a is not None and b is not None and b > a and ev[b] >= ev[a]:
         joules = float(ev[b] - ev[a])
@@ -84,13 +119,13 @@ def _signed_power_j(t: np.ndarray, p: np.ndarray, a: float, b: float) -> float:
     return -integrate_power_j(t, p, b, a)
 
 
-def _edge_value(full: Timeline, gpu: object, metric: str, at: float, before: bool) -> float:
+def _edge_value(r: _Readings, metric: str, at: float, before: bool) -> float:
     """The reading that stands for ``metric`` at ``at``: the newest at or before it (``before``)
     or the first at or after it, within the edge slack; NaN if none."""
     if before:
-        _t, v = full.between(at - EDGE_SLACK_S, at).series(gpu, metric)
+        _t, v = r.series(metric, at - EDGE_SLACK_S, at)
         return float(v[-1]) if len(v) else math.nan
-    _t, v = full.between(at, at + EDGE_SLACK_S).series(gpu, metric)
+    _t, v = r.series(metric, at, at + EDGE_SLACK_S)
     return float(v[0]) if len(v) else math.nan
 
 
@@ -117,13 +152,13 @@ def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[st
     return ", ".join(seen), float(held[(ints & THROTTLE_BITS) != 0].sum())
 
 
-def _resolution_note(full: Timeline, gpu: object, t0: float, t1: float, coarse: bool) -> str:
+def _resolution_note(r: _Readings, t0: float, t1: float, coarse: bool) -> str:
     notes = []
     if coarse:
         notes.append("part of this range is only kept as 10 s buckets "
                      "(older than the full-resolution window)")
     for metric in ("util_pct", "power_w"):
-        t, _ = full.between(t0, t1).series(gpu, metric)
+        t, _ = r.series(metric, t0, t1)
         label = "utilisation" if metric == "util_pct" else "power"
         if len(t) < 2:
             notes.append(f"{label}: {len(t)} sample(s) in {t1 - t0:.2f}s; the block was shorter than "
@@ -148,18 +183,18 @@ def summarize(full: Timeline, t0: float, t1: float, status: str = "ok",
     import pandas as pd
 
     rows = []
-    window = full.between(t0, t1)
+    start, end = pd.Timestamp(t0, unit="s", tz="UTC"), pd.Timestamp(t1, unit="s", tz="UTC")
     for dev in full.devices:
         gpu = dev["index"]
         if gpus is not None and gpu not in gpus and str(gpu).split("/")[0] not in map(str, gpus):
             continue
         row: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
         row.update(gpu=gpu, name=dev.get("name", ""), status=status,
-                   start=pd.Timestamp(t0, unit="s", tz="UTC"), end=pd.Timestamp(t1, unit="s", tz="UTC"),
-                   duration_s=t1 - t0)
-        _mt, mv = window.series(gpu, "mem_used_bytes")
-        m_start = _edge_value(full, gpu, "mem_used_bytes", t0, before=True)
-        m_end = _edge_value(full, gpu, "mem_used_bytes", t1, before=False)
+                   start=start, end=end, duration_s=t1 - t0)
+        r = _Readings(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+        _mt, mv = r.series("mem_used_bytes", t0, t1)
+        m_start = _edge_value(r, "mem_used_bytes", t0, before=True)
+        m_end = _edge_value(r, "mem_used_bytes", t1, before=False)
         if math.isnan(m_start):
             m_start = float(mv[0]) if len(mv) else math.nan
         if math.isnan(m_end):
@@ -173,9 +208,9 @@ def summarize(full: Timeline, t0: float, t1: float, status: str = "ok",
                                           ("power_w", "power_mean_w", "power_max_w"),
                                           ("sm_active_pct", "sm_active_mean_pct", None),
                                           ("temp_c", None, "temp_max_c")):
-            t, v = window.series(gpu, metric)
+            t, v = r.series(metric, t0, t1)
             if not len(v):
-                t, v = full.between(t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S).series(gpu, metric)
+                t, v = r.series(metric)
                 i = _nearest(t, (t0 + t1) / 2, EDGE_SLACK_S + (t1 - t0) / 2)
                 t, v = (t[i:i + 1], v[i:i + 1]) if i is not None else (t[:0], v[:0])
             samples = max(samples, len(v))
@@ -186,25 +221,16 @@ def summarize(full: Timeline, t0: float, t1: float, status: str = "ok",
             if max_col:
                 row[max_col] = float(v.max())
         row["samples"] = samples
-        row["energy_j"], row["energy_source"] = energy_j(full, t0, t1, gpu)
-        bt, bv = full.between(t0 - EDGE_SLACK_S, t1).series(gpu, "clock_event_reasons")
+        row["energy_j"], row["energy_source"] = energy_j(full, t0, t1, gpu, r)
+        bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
         if len(bt):
             first = max(int(np.searchsorted(bt, t0, "right")) - 1, 0)
             row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
         else:
             row["throttle_reasons"] = ""
-        coarse = _has_buckets(window, gpu)
-        row["resolution_note"] = _resolution_note(full, gpu, t0, t1, coarse)
+        row["resolution_note"] = _resolution_note(r, t0, t1, r.decimated(t0, t1))
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
-
-
-def _has_buckets(window: Timeline, gpu: object) -> bool:
-    for stream in window.store.streams_of(gpu):
-        _, _, decimated = window.store.read_stream(gpu, stream, window.t0, window.t1)
-        if decimated.any():
-            return True
-    return False
 
 
 def combine(per_gpu: pd.DataFrame) -> dict[str, object]:

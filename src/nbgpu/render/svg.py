@@ -95,6 +95,15 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
+SeriesMap = dict[str, dict[object, tuple[np.ndarray, np.ndarray]]]
+
+
+def _empty(width: int) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="40" '
+            f'viewBox="0 0 {width} 40"><text x="8" y="24" style="{FONT}">'
+            "no GPU samples in this range</text></svg>")
+
+
 def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
                  marks: list[tuple[float, str]] | None = None, width: int = 720) -> str:
     """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string.
@@ -107,23 +116,46 @@ def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
         width: picture width in pixels; lines are min/max-decimated to about this many points.
     """
     width = max(240, int(width))
-    plot_w = width - LEFT - RIGHT
-    has_rows = df is not None and len(df) and "time" in df.columns
-    if metrics is None:
-        metrics = [m for m in DEFAULT_METRICS if has_rows and m in df.columns and df[m].notna().any()]
-    else:
-        metrics = [m for m in metrics if has_rows and m in df.columns and df[m].notna().any()]
-    if not has_rows or not metrics:
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="40" '
-                f'viewBox="0 0 {width} 40"><text x="8" y="24" style="{FONT}">'
-                "no GPU samples in this range</text></svg>")
+    if df is None or not len(df) or "time" not in df.columns:
+        return _empty(width)
+    wanted = DEFAULT_METRICS if metrics is None else metrics
     t = _epoch(df["time"])
-    t0, t1 = float(np.nanmin(t)), float(np.nanmax(t))
+    gpus = list(dict.fromkeys(df["gpu"].tolist())) if "gpu" in df.columns else [None]
+    data: SeriesMap = {}
+    for metric in wanted:
+        if metric not in df.columns:
+            continue
+        vals = df[metric].to_numpy(dtype=np.float64, na_value=np.nan)
+        per_gpu = {}
+        for gpu in gpus:
+            rows = np.ones(len(df), dtype=bool) if gpu is None else (df["gpu"] == gpu).to_numpy()
+            ok = rows & ~np.isnan(vals)
+            per_gpu[gpu] = (t[ok], vals[ok])
+        data[metric] = per_gpu
+    return svg_series(data, marks, width, gpus)
+
+
+def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, width: int = 720,
+               gpus: list | None = None) -> str:
+    """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string.
+
+    Charts come in the order of ``data``; metrics without any value are skipped. NaN
+    values are gaps. ``gpus`` fixes the legend order and colours (None: order of first use).
+    """
+    width = max(240, int(width))
+    plot_w = width - LEFT - RIGHT
+    data = {m: per for m, per in data.items() if any(np.isfinite(v).any() for _, v in per.values())}
+    if not data:
+        return _empty(width)
+    if gpus is None:
+        gpus = list(dict.fromkeys(g for per in data.values() for g in per))
+    t0 = min(float(np.min(t)) for per in data.values() for t, _ in per.values() if len(t))
+    t1 = max(float(np.max(t)) for per in data.values() for t, _ in per.values() if len(t))
     mark_list = [(float(mt), str(label)) for mt, label in (marks or [])]
     for mt, _ in mark_list:
         t0, t1 = min(t0, mt), max(t1, mt)
     span = max(t1 - t0, 1e-6)
-    gpus = list(dict.fromkeys(df["gpu"].tolist())) if "gpu" in df.columns else [None]
+    metrics = list(data)
     height = TOP + len(metrics) * (PANEL_H + GAP_H) - GAP_H + BOTTOM
 
     def x_of(tt: np.ndarray | float):
@@ -146,8 +178,8 @@ def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
     for p, metric in enumerate(metrics):
         top = TOP + p * (PANEL_H + GAP_H)
         bottom = top + PANEL_H
-        vals = df[metric].to_numpy(dtype=np.float64, na_value=np.nan)
-        finite = vals[~np.isnan(vals)]
+        finite = np.concatenate([np.asarray(v, dtype=np.float64) for _, v in data[metric].values()])
+        finite = finite[~np.isnan(finite)]
         vmin, vmax = float(finite.min()), float(finite.max())
         percent = metric in BY_NAME and BY_NAME[metric].percent
         lo = 0.0 if (percent or vmin >= 0) else vmin
@@ -166,8 +198,7 @@ def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
                        f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" style="{FONT}">'
                        f"{_fmt(tick)}</text>")
         for i, gpu in enumerate(gpus):
-            rows = np.ones(len(df), dtype=bool) if gpu is None else (df["gpu"] == gpu).to_numpy()
-            tt, vv = t[rows], vals[rows]
+            tt, vv = data[metric].get(gpu, (np.empty(0), np.empty(0)))
             keep = ~np.isnan(vv)
             tt, vv = tt[keep], vv[keep]
             if not len(tt):
