@@ -9,13 +9,14 @@ entering and leaving a capture never calls NVML. It reuses the kernel's running 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 import traceback
 from typing import TYPE_CHECKING
 
 from ..sampler import Sampler, running_samplers
-from .summary import combine, summarize
+from .summary import combine, rows_frame, summary_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -152,6 +153,8 @@ class Capture:
         self._summary: pd.DataFrame | None = None
         self._alerts: list | None = None
         self._line: str | None = None
+        self._totals: dict | None = None
+        self._rows: list[dict] | None = None
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -232,45 +235,56 @@ class Capture:
         return self.window.marks()
 
     @property
+    def summary_rows(self) -> list[dict]:
+        """``summary`` as plain dicts (epoch-second ``start``/``end``), cached once finished."""
+        if self._rows is not None:
+            return self._rows
+        t0, t1 = self._range()
+        rows = summary_rows(self.sampler.timeline, t0, t1, self.status, self.gpus)
+        self._add_torch(rows)
+        alerts = self.alerts
+        for row in rows:
+            row["label"] = self.label
+            row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
+                                      if a.gpu is None or a.gpu == row["gpu"])
+        if not math.isnan(self.end_time):
+            self._rows = rows  # final: cache it
+        return rows
+
+    @property
     def summary(self) -> pd.DataFrame:
         """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns."""
         if self._summary is not None:
-            return self._summary
-        t0, t1 = self._range()
-        df = summarize(self.sampler.timeline, t0, t1, self.status, self.gpus)
-        df.insert(0, "label", self.label)
-        self._add_torch(df)
-        alerts = self.alerts
-        df["alerts"] = [
-            "; ".join(f"{a.severity}: {a.message}" for a in alerts if a.gpu is None or a.gpu == g)
-            for g in df["gpu"]
-        ]
-        if not math.isnan(self.end_time):
-            self._summary = df  # final: cache it
-        return df
+            return self._summary.copy()
+        df = rows_frame(self.summary_rows)
+        if self._rows is not None:
+            self._summary = df
+        return df.copy()
 
-    def _add_torch(self, df: pd.DataFrame) -> None:
+    def _add_torch(self, rows: list[dict]) -> None:
         figures = self._torch.result
         if not figures:
             return
         by_uuid = {f["torch_uuid"]: f for f in figures.values() if f["torch_uuid"]}
         uuids = {d["index"]: d.get("uuid", "") for d in self.sampler.devices}
-        import os
-
-        same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(df)
-        for col in ("torch_peak_allocated_bytes", "torch_allocated_end_bytes", "torch_reserved_end_bytes"):
-            values = []
-            for pos, gpu in enumerate(df["gpu"]):
-                fig = by_uuid.get(uuids.get(gpu, ""))
-                if fig is None and same_order:
-                    fig = figures.get(pos)
-                values.append(fig[col] if fig else math.nan)
-            df[col] = values
+        same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(rows)
+        for pos, row in enumerate(rows):
+            fig = by_uuid.get(uuids.get(row["gpu"], ""))
+            if fig is None and same_order:
+                fig = figures.get(pos)
+            for col in ("torch_peak_allocated_bytes", "torch_allocated_end_bytes",
+                        "torch_reserved_end_bytes"):
+                row[col] = fig[col] if fig else math.nan
 
     @property
     def totals(self) -> dict[str, object]:
         """One row for all GPUs together (sums of power/energy, maxima of peaks)."""
-        return combine(self.summary)
+        if self._totals is not None:
+            return dict(self._totals)
+        totals = combine(self.summary_rows)
+        if not math.isnan(self.end_time):
+            self._totals = totals
+        return dict(totals)
 
     @property
     def alerts(self) -> list:
@@ -306,7 +320,7 @@ class Capture:
             return self._line
         from .report import one_line
 
-        line = one_line(self.summary, self.status)
+        line = one_line(self.summary_rows, self.status)
         if not math.isnan(self.end_time):
             self._line = line
         return line

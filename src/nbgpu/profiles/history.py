@@ -7,12 +7,11 @@ is bounded: the oldest records go first.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .summary import SUMMARY_COLUMNS, combine
+from .summary import SUMMARY_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,7 +75,7 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
                 "start": pd.Timestamp(cap.start_time, unit="s", tz="UTC"),
                 "duration_s": cap.end_time - cap.start_time, "status": cap.status}
         try:
-            summary = cap.summary
+            summary = cap.summary_rows
         except Exception as exc:  # a sampler closed under us: keep the row, say why
             summary = None
             head["resolution_note"] = f"no summary: {exc}"
@@ -84,22 +83,22 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
         tail = {"alerts": len(alerts),
                 "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
                 "error": cap.error or ""}
-        if per_gpu and summary is not None and len(summary):
-            for _, r in summary.iterrows():
+        if per_gpu and summary:
+            for r in summary:
                 row = dict(head)
                 row.update({k: v for k, v in r.items()
-                            if k not in head and k not in ("start", "end", "alerts")})
+                            if k not in head and k not in ("start", "end", "alerts", "label")})
                 row.update(tail)
                 rows.append(row)
             continue
         row = dict(head)
-        totals = combine(summary) if summary is not None else {}
+        totals = cap.totals if summary is not None else {}
         totals.pop("duration_s", None)
         row.update(totals)
-        if summary is not None and "torch_peak_allocated_bytes" in summary.columns:
-            peak = summary["torch_peak_allocated_bytes"].max()
-            row["torch_peak_allocated_bytes"] = float(peak) if not math.isnan(peak) else math.nan
-            row["torch_reserved_end_bytes"] = float(summary["torch_reserved_end_bytes"].sum())
+        peaks = [r["torch_peak_allocated_bytes"] for r in summary or [] if "torch_peak_allocated_bytes" in r]
+        if peaks:
+            row["torch_peak_allocated_bytes"] = max(peaks)
+            row["torch_reserved_end_bytes"] = sum(r["torch_reserved_end_bytes"] for r in summary)
         row.update(tail)
         rows.append(row)
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]

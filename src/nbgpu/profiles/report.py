@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from ..render.svg import DEFAULT_METRICS, svg_series
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from .capture import Capture
 
@@ -60,25 +59,36 @@ def _num(v: float, unit: str, digits: int = 0) -> str:
     return "–" if v is None or not math.isfinite(v) else f"{v:.{digits}f}{unit}"
 
 
-def one_line(summary: pd.DataFrame, status: str = "ok") -> str:
+def _records(summary) -> list[dict]:
+    """Summary rows from a DataFrame or a list of dicts."""
+    if summary is None:
+        return []
+    return summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
+
+
+def _isnum(v) -> bool:
+    return v is not None and not isinstance(v, str) and v == v
+
+
+def one_line(summary, status: str = "ok") -> str:
     """``GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · 612 W · 44.1 kJ`` for each GPU.
 
-    More than two GPUs are folded into one line over all of them.
+    ``summary`` is a summary DataFrame or its rows; more than two GPUs are folded into
+    one line over all of them.
     """
-    if summary is None or not len(summary):
+    rows = _records(summary)
+    if not rows:
         return "no GPU readings"
-    rows = [r for _, r in summary.iterrows()]
     tail = "" if status == "ok" else f" · {status.upper()}"
     if len(rows) > 2:
         from .summary import combine
 
-        c = combine(summary)
-        rows = [dict(c, gpu=f"{len(summary)} GPUs ")]
+        rows = [dict(combine(rows), gpu=f"{len(rows)} GPUs ")]
     parts = []
     for r in rows:
         delta = r["mem_delta_bytes"]
-        sign = "+" if delta >= 0 else "-"
-        delta_txt = "" if not math.isfinite(delta) else f" ({sign}{abs(delta) / 1e9:.1f})"
+        sign = "+" if _isnum(delta) and delta >= 0 else "-"
+        delta_txt = f" ({sign}{abs(delta) / 1e9:.1f})" if _isnum(delta) else ""
         gpu = r["gpu"]
         name = gpu if isinstance(gpu, str) and gpu.endswith(" ") else f"GPU{gpu} "
         bits = [f"{name}{fmt_duration(r['duration_s'])}",
@@ -92,12 +102,13 @@ def one_line(summary: pd.DataFrame, status: str = "ok") -> str:
     return " | ".join(parts) + tail
 
 
-def summary_html(summary: pd.DataFrame) -> str:
-    """The per-GPU summary as a small HTML table (works without a kernel or JavaScript)."""
-    if summary is None or not len(summary):
+def summary_html(summary) -> str:
+    """The per-GPU summary (DataFrame or rows) as a small HTML table; no kernel or JavaScript needed."""
+    rows = _records(summary)
+    if not rows:
         return "<p>No GPU readings in this block.</p>"
-    has_sm = summary["sm_active_mean_pct"].notna().any()
-    has_torch = "torch_peak_allocated_bytes" in summary.columns
+    has_sm = any(_isnum(r.get("sm_active_mean_pct")) for r in rows)
+    has_torch = any("torch_peak_allocated_bytes" in r for r in rows)
     head = ["GPU", "duration", "memory start → end", "peak", "Δ", "util mean / max"]
     head += ["SM active"] if has_sm else []
     head += ["power mean / max", "energy", "temp max", "throttling"]
@@ -106,7 +117,7 @@ def summary_html(summary: pd.DataFrame) -> str:
     out = ['<table class="nbgpu-summary" style="border-collapse:collapse;font-size:12px">',
            "<thead><tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{escape(h)}</th>'
                                    for h in head) + "</tr></thead><tbody>"]
-    for _, r in summary.iterrows():
+    for r in rows:
         cells = [f"{r['gpu']} {escape(str(r['name']))}", fmt_duration(r["duration_s"]),
                  f"{fmt_bytes(r['mem_start_bytes'])} → {fmt_bytes(r['mem_end_bytes'])}",
                  fmt_bytes(r["mem_peak_bytes"]), fmt_bytes(r["mem_delta_bytes"], signed=True),
@@ -118,13 +129,14 @@ def summary_html(summary: pd.DataFrame) -> str:
                   _num(r["temp_max_c"], " °C"),
                   escape(r["throttle_reasons"]) if r["throttle_reasons"] else "none"]
         if has_torch:
-            cells.append(f"{fmt_bytes(r['torch_peak_allocated_bytes'])} / "
-                         f"{fmt_bytes(r['torch_reserved_end_bytes'])}")
+            cells.append(f"{fmt_bytes(r.get('torch_peak_allocated_bytes'))} / "
+                         f"{fmt_bytes(r.get('torch_reserved_end_bytes'))}")
         cells.append(escape(str(r["status"])))
         out.append("<tr>" + "".join(f'<td style="padding:2px 8px">{c}</td>' for c in cells) + "</tr>")
     out.append("</tbody></table>")
-    notes = sorted({n for n in summary["resolution_note"] if isinstance(n, str) and n})
-    alerts = sorted({a for a in summary.get("alerts", []) if isinstance(a, str) and a})
+    notes = sorted({r["resolution_note"] for r in rows if isinstance(r.get("resolution_note"), str)
+                    and r["resolution_note"]})
+    alerts = sorted({r["alerts"] for r in rows if isinstance(r.get("alerts"), str) and r["alerts"]})
     for a in alerts:
         out.append(f'<p style="margin:2px 0;color:#a33">⚠ {escape(a)}</p>')
     for n in notes:
@@ -156,14 +168,14 @@ def static_html(cap: Capture, svg: str | None = None) -> str:
     svg = static_svg(cap) if svg is None else svg
     error = f'<p style="margin:2px 0;color:#a33">{escape(cap.error)}</p>' if cap.error else ""
     return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-            f"<div>{svg}</div>{summary_html(cap.summary)}</div>")
+            f"<div>{svg}</div>{summary_html(cap.summary_rows)}</div>")
 
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
     """The one-line summary; a click opens the picture and table (no kernel needed)."""
     svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary)}</details>")
+            f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary_rows)}</details>")
 
 
 class CellReport:
@@ -247,4 +259,4 @@ def build_widget(cap: Capture):
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
     return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, fig,
-                   w.HTML(summary_html(cap.summary))])
+                   w.HTML(summary_html(cap.summary_rows))])

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 EDGE_SLACK_S = 5.0
 COARSE_SPACING_S = 1.0
 
+LEAD_COLUMNS = ("label", "iteration", "mark")
 SUMMARY_COLUMNS = (
     "gpu", "name", "status", "start", "end", "duration_s", "samples",
     "mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes",
@@ -180,17 +181,33 @@ def summarize(full: Timeline, t0: float, t1: float, status: str = "ok",
         status: "ok", "failed" or "interrupted", copied into every row.
         gpus: device indices to include; None includes every device of the timeline.
     """
+    return rows_frame(summary_rows(full, t0, t1, status, gpus))
+
+
+def rows_frame(rows: list[dict]) -> pd.DataFrame:
+    """Summary rows as a DataFrame, ``start``/``end`` as UTC timestamps."""
     import pandas as pd
 
+    keys = list(dict.fromkeys(c for r in rows for c in r))
+    lead = [c for c in LEAD_COLUMNS if c in keys]
+    rest = [c for c in keys if c not in SUMMARY_COLUMNS and c not in lead]
+    df = pd.DataFrame(rows, columns=[*lead, *SUMMARY_COLUMNS, *rest])
+    for col in ("start", "end"):
+        df[col] = pd.to_datetime(df[col].astype("float64"), unit="s", utc=True)
+    return df
+
+
+def summary_rows(full: Timeline, t0: float, t1: float, status: str = "ok",
+                 gpus: list | None = None) -> list[dict]:
+    """``summarize`` as plain dicts (epoch-second ``start``/``end``): cheap to keep and combine."""
     rows = []
-    start, end = pd.Timestamp(t0, unit="s", tz="UTC"), pd.Timestamp(t1, unit="s", tz="UTC")
     for dev in full.devices:
         gpu = dev["index"]
         if gpus is not None and gpu not in gpus and str(gpu).split("/")[0] not in map(str, gpus):
             continue
         row: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
         row.update(gpu=gpu, name=dev.get("name", ""), status=status,
-                   start=start, end=end, duration_s=t1 - t0)
+                   start=t0, end=t1, duration_s=t1 - t0)
         r = _Readings(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
         _mt, mv = r.series("mem_used_bytes", t0, t1)
         m_start = _edge_value(r, "mem_used_bytes", t0, before=True)
@@ -230,30 +247,44 @@ def summarize(full: Timeline, t0: float, t1: float, status: str = "ok",
             row["throttle_reasons"] = ""
         row["resolution_note"] = _resolution_note(r, t0, t1, r.decimated(t0, t1))
         rows.append(row)
-    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    return rows
 
 
-def combine(per_gpu: pd.DataFrame) -> dict[str, object]:
-    """One row for all GPUs: sums of memory, power and energy, means of utilisation, maxima."""
-    if per_gpu is None or not len(per_gpu):
+def combine(per_gpu) -> dict[str, object]:
+    """One row for all GPUs: sums of memory, power and energy, means of utilisation, maxima.
+
+    ``per_gpu`` is a summary DataFrame or a list of summary rows (dicts).
+    """
+    rows = per_gpu.to_dict("records") if hasattr(per_gpu, "to_dict") else list(per_gpu or [])
+    if not rows:
         return {}
-    df = per_gpu
+
+    def values(col: str) -> list[float]:
+        out = []
+        for r in rows:
+            v = r.get(col)
+            if v is not None and not isinstance(v, str) and v == v:
+                out.append(float(v))
+        return out
 
     def total(col: str) -> float:
-        s = df[col].astype(float)
-        return float(s.sum()) if s.notna().any() else math.nan
+        v = values(col)
+        return float(sum(v)) if v else math.nan
 
     def agg(col: str, how: str) -> float:
-        s = df[col].astype(float).dropna()
-        return float(getattr(s, how)()) if len(s) else math.nan
+        v = values(col)
+        if not v:
+            return math.nan
+        return max(v) if how == "max" else sum(v) / len(v)
 
-    reasons = sorted({r.split(" ")[0] for v in df["throttle_reasons"] if isinstance(v, str) and v
-                      for r in v.split(", ")})
-    sources = sorted({s for s in df["energy_source"] if isinstance(s, str)})
-    notes = sorted({n for n in df["resolution_note"] if isinstance(n, str) and n})
+    reasons = sorted({r.split(" ")[0] for row in rows if isinstance(row.get("throttle_reasons"), str)
+                      and row["throttle_reasons"] for r in row["throttle_reasons"].split(", ")})
+    sources = sorted({row["energy_source"] for row in rows if isinstance(row.get("energy_source"), str)})
+    notes = sorted({row["resolution_note"] for row in rows
+                    if isinstance(row.get("resolution_note"), str) and row["resolution_note"]})
     return {
-        "gpus": len(df),
-        "duration_s": float(df["duration_s"].iloc[0]),
+        "gpus": len(rows),
+        "duration_s": float(rows[0]["duration_s"]),
         "mem_start_bytes": total("mem_start_bytes"), "mem_end_bytes": total("mem_end_bytes"),
         "mem_peak_bytes": agg("mem_peak_bytes", "max"), "mem_delta_bytes": total("mem_delta_bytes"),
         "util_mean_pct": agg("util_mean_pct", "mean"), "util_max_pct": agg("util_max_pct", "max"),
