@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -131,3 +132,19 @@ def test_alerts_overlapping_the_block_are_listed(clean_profiles):
     assert all(a.start <= cap.end_time for a in cap.alerts)
     assert cap.summary["alerts"].iloc[0]
     assert "sw_power_cap" in cap.summary["throttle_reasons"].iloc[0]
+
+
+def test_mig_slices_follow_their_card_and_are_not_counted_twice(clean_profiles):
+    s = Sampler(SimulatedGPUs(count=2, mig={1: 2}), interval=0.1).start()
+    try:
+        time.sleep(0.3)
+        with nbgpu.capture(gpus=[1]) as cap:
+            time.sleep(0.4)
+    finally:
+        s.stop()
+    assert cap.summary["gpu"].tolist() == [1, "1/0", "1/1"]
+    assert math.isnan(cap.summary["util_mean_pct"].iloc[0])  # not supported in MIG mode: NaN, not 0
+    totals = cap.totals
+    assert totals["gpus"] == 1
+    assert totals["mem_peak_bytes"] == cap.summary["mem_peak_bytes"].iloc[0]
+    assert cap.one_line().startswith("GPU1 ")

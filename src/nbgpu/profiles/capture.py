@@ -16,7 +16,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from ..sampler import Sampler, running_samplers
-from .summary import combine, rows_frame, summary_rows
+from .summary import combine, rows_frame, selected, summary_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -226,7 +226,7 @@ class Capture:
         """Every reading inside the block, one row per (time, gpu), as ``Timeline.to_pandas()``."""
         df = self.window.to_pandas()
         if self.gpus is not None and len(df):
-            df = df[df["gpu"].isin(self.gpus)].reset_index(drop=True)
+            df = df[[selected(g, self.gpus) for g in df["gpu"]]].reset_index(drop=True)
         return df
 
     @property
@@ -300,7 +300,7 @@ class Capture:
         except Exception:
             return []
         if self.gpus is not None:
-            found = [a for a in found if a.gpu is None or a.gpu in self.gpus]
+            found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus)]
         if not math.isnan(self.end_time):
             self._alerts = found
         return found

@@ -11,7 +11,9 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
+from ..metrics import GPU_METRICS
 from ..render.svg import DEFAULT_METRICS, svg_series
+from .summary import selected
 
 if TYPE_CHECKING:
 
@@ -77,6 +79,7 @@ def one_line(summary, status: str = "ok") -> str:
     one line over all of them.
     """
     rows = _records(summary)
+    rows = [r for r in rows if not (isinstance(r["gpu"], str) and "/" in r["gpu"])] or rows
     if not rows:
         return "no GPU readings"
     tail = "" if status == "ok" else f" · {status.upper()}"
@@ -153,7 +156,7 @@ def _title(cap: Capture) -> str:
 
 def _gpus(cap: Capture) -> list:
     keys = [d["index"] for d in cap.sampler.devices] if cap.sampler is not None else []
-    return [g for g in keys if cap.gpus is None or g in cap.gpus]
+    return [g for g in keys if selected(g, cap.gpus)]
 
 
 def static_svg(cap: Capture, width: int = 720) -> str:
@@ -222,7 +225,9 @@ def build_widget(cap: Capture):
     from ..store import decimate_minmax
 
     window, gpus = cap.window, _gpus(cap)
-    metrics = [m for m in REPORT_METRICS if any(len(window.series(g, m)[0]) for g in gpus)]
+    candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
+    metrics = [m for m in candidates if m not in ("mem_total_bytes", "energy_j")
+               and any(len(window.series(g, m)[0]) for g in gpus)]
     x_sc, y_sc = bq.DateScale(), bq.LinearScale()
     mark_sc = bq.LinearScale(min=0.0, max=1.0)
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]

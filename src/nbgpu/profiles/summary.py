@@ -33,6 +33,17 @@ SUMMARY_COLUMNS = (
 )
 
 
+def _is_mig(gpu: object) -> bool:
+    return isinstance(gpu, str) and "/" in gpu
+
+
+def selected(gpu: object, gpus: list | None) -> bool:
+    """Whether device ``gpu`` is among ``gpus`` (None: all); a MIG slice follows its parent."""
+    if gpus is None or gpu in gpus:
+        return True
+    return isinstance(gpu, str) and "/" in gpu and gpu.split("/")[0] in {str(g) for g in gpus}
+
+
 def integrate_power_j(t: np.ndarray, p: np.ndarray, t0: float, t1: float) -> float:
     """Joules from power samples over [t0, t1]: trapezoids, first/last value held to the edges."""
     if t1 <= t0 or not len(t):
@@ -203,7 +214,7 @@ def summary_rows(full: Timeline, t0: float, t1: float, status: str = "ok",
     rows = []
     for dev in full.devices:
         gpu = dev["index"]
-        if gpus is not None and gpu not in gpus and str(gpu).split("/")[0] not in map(str, gpus):
+        if not selected(gpu, gpus):
             continue
         row: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
         row.update(gpu=gpu, name=dev.get("name", ""), status=status,
@@ -253,9 +264,12 @@ def summary_rows(full: Timeline, t0: float, t1: float, status: str = "ok",
 def combine(per_gpu) -> dict[str, object]:
     """One row for all GPUs: sums of memory, power and energy, means of utilisation, maxima.
 
-    ``per_gpu`` is a summary DataFrame or a list of summary rows (dicts).
+    ``per_gpu`` is a summary DataFrame or a list of summary rows (dicts). MIG slices are
+    left out when their whole card is in the rows.
     """
     rows = per_gpu.to_dict("records") if hasattr(per_gpu, "to_dict") else list(per_gpu or [])
+    whole = [r for r in rows if not _is_mig(r.get("gpu"))]
+    rows = whole or rows  # MIG slices are part of their card: don't count them twice
     if not rows:
         return {}
 
