@@ -13,7 +13,7 @@ import pytest
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
 from nbgpu.widgets import registry
-from nbgpu.widgets.bands import INSET, Trace, pack, with_gaps
+from nbgpu.widgets.bands import INSET, Trace, pack, spaced_labels, with_gaps
 from nbgpu.widgets.hostonly import HostOnlySource
 from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
 
@@ -71,6 +71,13 @@ def test_gaps_show_as_nan() -> None:
     t = np.array([0.0, 1, 2, 10, 11])
     t2, v2 = with_gaps(t, np.ones(5), gap_s=3.0)
     assert len(t2) == 6 and np.isnan(v2[3]) and np.all(np.diff(t2) > 0)
+
+
+def test_mark_labels_never_overlap() -> None:
+    xs = np.array([-50.0, -20.0, -19.0, -2.0], dtype=np.float32)
+    x, labels = spaced_labels(xs, ["a", "b", "c", "d"], window_s=60, width_px=76, min_gap_px=20)
+    assert labels == ["a", "c", "d"] and list(x) == [-50, -19, -2]  # "b" is too close to "c"
+    assert spaced_labels(np.zeros(1, np.float32), [], 60, 76, 20)[1] == []
 
 
 def test_refresh_sends_one_message_per_widget_and_skips_when_unchanged() -> None:

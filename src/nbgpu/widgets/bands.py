@@ -77,12 +77,28 @@ def baselines(bands: int, window_s: float) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def rules(marks: list[tuple[float, str]], bands: int, now: float, window_s: float
+def rules(marks: list[tuple[float, str]], top: float, now: float, window_s: float
           ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Vertical rules of the marks inside the window: (x, y, labels); empty arrays if none."""
+    """Vertical rules (0 to ``top``) of the marks inside the window: (x, y, labels)."""
     inside = [(t - now, label) for t, label in marks if now - window_s <= t <= now]
     if not inside:
         return np.zeros((1, 2), np.float32) - window_s, np.full((1, 2), np.nan, np.float32), []
     x = np.array([[dx, dx] for dx, _ in inside], dtype=np.float32)
-    y = np.tile(np.array([0.0, bands], dtype=np.float32), (len(inside), 1))
+    y = np.tile(np.array([0.0, top], dtype=np.float32), (len(inside), 1))
     return x, y, [label for _, label in inside]
+
+
+def spaced_labels(xs: np.ndarray, labels: list[str], window_s: float, width_px: int,
+                  min_gap_px: float) -> tuple[np.ndarray, list[str]]:
+    """The labels that fit without overlapping, newest first kept: (x, labels) in time order."""
+    if not labels:
+        return np.empty(0, np.float32), []
+    keep: list[int] = []
+    last_px = np.inf
+    for i in np.argsort(-xs, kind="stable"):
+        px = (xs[i] + window_s) / window_s * width_px
+        if last_px - px >= min_gap_px:
+            keep.append(int(i))
+            last_px = px
+    keep.sort()
+    return xs[keep], [labels[i] for i in keep]

@@ -24,7 +24,7 @@ from .. import session
 from ..errors import BadArgumentError
 from ..sources.host import HOST_KEY
 from . import registry, text
-from .bands import Trace, baselines, pack, rules
+from .bands import Trace, baselines, pack, rules, spaced_labels
 from .columns import (
     DEFAULT_REFRESH_S,
     DEFAULT_WINDOW_S,
@@ -44,6 +44,7 @@ log = logging.getLogger("nbgpu")
 SPARK_PX = 76
 LABEL_PX = 150
 VALUE_PX = 72
+MARK_LABEL_PX = 40  # closer mark labels are dropped (the older one), the rules stay
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
 HOST_COLOR = "#0d9488"
 LOST_COLOR = "#9ca3af"
@@ -74,11 +75,12 @@ class _ColumnView:
         marks = [self.base, self.lines, self.rules]
         self.labels = None
         if with_labels:
-            self.labels = Label(x=[-window_s], y=[float(bands)], text=[""], scales=scales,
+            self.labels = Label(x=[-window_s], y=[_top(bands)], text=[""], scales=scales,
                                 colors=[RULE_COLOR], default_size=9, font_unit="px",
-                                align="start", x_offset=2, y_offset=9, visible=False)
+                                align="end", x_offset=-2, y_offset=9, visible=False,
+                                apply_clip=False)
             marks.append(self.labels)
-        height = f"{bands * text.ROW_PX}px"
+        height = f"{bands * text.ROW_PX + text.STRIP_PX}px"
         self.figure = Figure(
             marks=marks, scale_x=sx, scale_y=sy, padding_x=0.0, padding_y=0.0,
             fig_margin={"top": 0, "bottom": 0, "left": 0, "right": 0},
@@ -258,6 +260,7 @@ class GPUMonitor(widgets.VBox):
                 self._draw_header()
                 return False
             self._last_key = key
+            self.last_error = None  # an earlier failure is over unless _draw fails again
             self._draw(alerts)
             self.stats["refreshes"] += 1
             return True
@@ -295,7 +298,7 @@ class GPUMonitor(widgets.VBox):
         old = self._parts
         bands = max(1, len(self._rows))
         self._sx = LinearScale(min=-self.window_s, max=0.0)
-        self._sy = LinearScale(min=0.0, max=float(bands))
+        self._sy = LinearScale(min=0.0, max=_top(bands))
         self._header = widgets.HTML(layout=widgets.Layout(flex="1 1 auto", margin="0 8px 0 0"))
         self._pause_button = widgets.ToggleButton(
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
@@ -358,7 +361,8 @@ class GPUMonitor(widgets.VBox):
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
         marks = s.timeline.marks()
-        rx, ry, labels = rules(marks, bands, now, self.window_s)
+        rx, ry, labels = rules(marks, _top(bands), now, self.window_s)
+        lx, shown = spaced_labels(rx[:, 0], labels, self.window_s, SPARK_PX, MARK_LABEL_PX)
         for view in self._views:
             traces = []
             for band, key, metric, _ in view.traces:
@@ -378,9 +382,9 @@ class GPUMonitor(widgets.VBox):
                 if view.labels is not None:
                     with view.labels.hold_sync():
                         if labels:
-                            view.labels.x = rx[:, 0]
-                            view.labels.y = np.full(len(labels), float(bands), np.float32)
-                            view.labels.text = labels
+                            view.labels.x = lx
+                            view.labels.y = np.full(len(shown), _top(bands), np.float32)
+                            view.labels.text = shown
                         view.labels.visible = bool(labels)
                 view.had_rules = bool(labels)
             view.values.value = text.values_html(self._values(view.col, latest, host))
@@ -455,7 +459,7 @@ class GPUMonitor(widgets.VBox):
         try:
             return [a for a in fn() if getattr(a, "end", None) is None]
         except Exception as exc:
-            self.last_error = f"alerts: {exc}"
+            log.debug("alert_list failed: %s", exc)
             return []
 
     def _draw_header(self) -> None:
@@ -506,7 +510,7 @@ class GPUMonitor(widgets.VBox):
     def _loop(self, halt: threading.Event) -> None:
         if halt.wait(min(0.3, self.refresh_s)):
             return
-        while not self._closed:
+        while not self._closed and self.comm is not None:  # the front end may close it
             try:
                 self.refresh()
             except Exception as exc:  # a view error is shown, never raised into the sampler
@@ -515,6 +519,11 @@ class GPUMonitor(widgets.VBox):
                 log.debug("panel refresh failed", exc_info=True)
             if halt.wait(self.refresh_s):
                 return
+
+
+def _top(bands: int) -> float:
+    """Top of the y scale: the rows plus the strip for mark labels, in row units."""
+    return bands + text.STRIP_PX / text.ROW_PX
 
 
 def _badges(alerts: list) -> list[tuple[str, str, str]]:

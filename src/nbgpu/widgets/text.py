@@ -12,6 +12,7 @@ import math
 from .columns import Column
 
 ROW_PX = 30
+STRIP_PX = 12  # strip above the rows where mark labels go
 SEVERITY_COLORS = {"critical": "var(--jp-error-color1,#d32f2f)",
                    "warning": "var(--jp-warn-color1,#e08600)",
                    "info": "var(--jp-info-color1,#0288d1)"}
@@ -110,7 +111,7 @@ def values_html(texts: list[tuple[str, str, bool]]) -> str:
     """One column of values, a row each: (text, tooltip, muted)."""
     rows = "".join(f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}" '
                    f'title="{html.escape(tip)}">{html.escape(text)}</div>' for text, tip, muted in texts)
-    return f'<div class="nbgpu-p">{rows}</div>'
+    return f'<div class="nbgpu-p" style="padding-top:{STRIP_PX}px">{rows}</div>'
 
 
 def badge(text: str, background: str, tip: str = "") -> str:
@@ -133,7 +134,7 @@ def label_html(rows: list[dict]) -> str:
         out.append(f'<div class="nbgpu-r"><div><b>{html.escape(str(r["title"]))}</b> '
                    f'<span title="{name}">{name}</span>{badges}</div>'
                    f'<div class="nbgpu-m nbgpu-n nbgpu-d">{detail}</div></div>')
-    return f'<div class="nbgpu-p" style="padding-right:8px">{"".join(out)}</div>'
+    return f'<div class="nbgpu-p" style="padding:{STRIP_PX}px 8px 0 0">{"".join(out)}</div>'
 
 
 def header_html(describe: str, simulated: bool, state: str, state_color: str, note: str = "") -> str:
