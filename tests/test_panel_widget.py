@@ -149,6 +149,9 @@ def test_host_only_panel_says_why() -> None:
     assert "No GPU visible: NVML is not available (test)." in mon._header.value
     assert "--source sim" in mon._header.value and "SIMULATED" not in mon._header.value
     assert len(mon._rows) == 1 and "%" in mon._views[0].values.value
+    s.source.state, s.source.last_error = "unreachable", "Prometheus at http://h:9090 did not answer"
+    mon.refresh(force=True)
+    assert "Source unreachable: Prometheus at http://h:9090 did not answer" in mon._header.value
 
 
 def test_alert_badges_from_the_sampler() -> None:

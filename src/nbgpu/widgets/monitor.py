@@ -478,6 +478,8 @@ class GPUMonitor(widgets.VBox):
         if isinstance(s.source, HostOnlySource):
             notes.append(f"No GPU visible: {plain_reason(s.source.reason)} Try %gpumon --source sim "
                          "for simulated GPUs.")
+        if getattr(s.source, "state", None) == "unreachable":  # Prometheus down: say so
+            notes.append(f"Source unreachable: {getattr(s.source, 'last_error', '') or 'no answer'}")
         if s.lost:
             notes.append(f"Lost GPU(s): {', '.join(str(k) for k in s.lost)}.")
         if s.errors:
