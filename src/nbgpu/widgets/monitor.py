@@ -4,27 +4,26 @@ The panel reads the sampler's store on its own timer thread; the sampler never c
 it, so an error in the panel cannot stop sampling. Each refresh sends at most one
 message per widget (a line's x and y together), skips entirely when the store has not
 changed, and sends the same amount whatever the sample rate: one ``Lines`` mark per
-metric holds every GPU's sparkline, decimated to about two points per pixel.
+metric holds every GPU's sparkline, min/max-decimated to one bucket per 2 pixels.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 import weakref
 
 import ipywidgets as widgets
 import numpy as np
-from bqplot import Figure, Label, LinearScale, Lines
+from bqplot import LinearScale
 
 from .. import session
 from ..errors import BadArgumentError
 from ..sources.host import HOST_KEY
 from . import registry, text
 from .bands import Trace, baselines, pack, rules, spaced_labels
+from .column_view import SPARK_PX, ColumnView, top_of
 from .columns import (
     DEFAULT_REFRESH_S,
     DEFAULT_WINDOW_S,
@@ -37,71 +36,20 @@ from .columns import (
     resolve_columns,
 )
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
+from .readout import band_scale, label_rows, value_texts
 from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
 
-SPARK_PX = 76
 LABEL_PX = 150
-VALUE_PX = 72
 MARK_LABEL_PX = 40  # closer mark labels are dropped (the older one), the rules stay
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
 HOST_COLOR = "#0d9488"
 LOST_COLOR = "#9ca3af"
-RULE_COLOR = "#8a8a8a"
-BASE_COLOR = "#8a8a8a"
 
 
 def _window_label(s: float) -> str:
     return f"{s / 3600:g} h" if s >= 3600 else (f"{s / 60:g} min" if s >= 60 else f"{s:g} s")
-
-
-class _ColumnView:
-    """The widgets of one metric column: title, figure (base, lines, rules) and values."""
-
-    def __init__(self, col: Column, traces: list[tuple[int, object, str, str]], bands: int,
-                 sx: LinearScale, sy: LinearScale, window_s: float, with_labels: bool) -> None:
-        self.col = col
-        self.traces = traces  # (band, device key, metric, color)
-        scales = {"x": sx, "y": sy}
-        bx, by = baselines(bands, window_s)
-        self.base = Lines(x=bx, y=by, scales=scales, colors=[BASE_COLOR], opacities=[0.35],
-                          stroke_width=0.6)
-        x0 = np.full((max(1, len(traces)), 2), -window_s, np.float32)
-        self.lines = Lines(x=x0, y=np.full_like(x0, np.nan), scales=scales,
-                           colors=[t[3] for t in traces] or ["#888"], stroke_width=1.4)
-        self.rules = Lines(x=x0[:1], y=np.full_like(x0[:1], np.nan), scales=scales,
-                           colors=[RULE_COLOR], line_style="dashed", stroke_width=1)
-        marks = [self.base, self.lines, self.rules]
-        self.labels = None
-        if with_labels:
-            self.labels = Label(x=[-window_s], y=[_top(bands)], text=[""], scales=scales,
-                                colors=[RULE_COLOR], default_size=9, font_unit="px",
-                                align="end", x_offset=-2, y_offset=9, visible=False,
-                                apply_clip=False)
-            marks.append(self.labels)
-        height = f"{bands * text.ROW_PX + text.STRIP_PX}px"
-        self.figure = Figure(
-            marks=marks, scale_x=sx, scale_y=sy, padding_x=0.0, padding_y=0.0,
-            fig_margin={"top": 0, "bottom": 0, "left": 0, "right": 0},
-            min_aspect_ratio=1e-4, max_aspect_ratio=1e4, animation_duration=0,
-            background_style={"fill": "none"}, display_toolbar=False,
-            layout=widgets.Layout(width=f"{SPARK_PX}px", height=height, min_width=f"{SPARK_PX}px",
-                                  min_height=height, margin="0", padding="0", overflow="hidden",
-                                  flex="0 0 auto"))
-        self.figure.add_class("nbgpu-spark")
-        self.values = widgets.HTML(layout=widgets.Layout(width=f"{VALUE_PX}px", margin="0",
-                                                         flex="0 0 auto"))
-        self.title = widgets.HTML(text.title_html(col.title, col.help),
-                                  layout=widgets.Layout(margin="0 0 2px 0"))
-        self.box = widgets.VBox([self.title, widgets.HBox([self.figure, self.values],
-                                                          layout=widgets.Layout(margin="0"))],
-                                layout=widgets.Layout(margin="0 4px 0 0", flex="0 0 auto"))
-        self.had_rules = False
-
-    def widgets(self) -> list:
-        out = [self.base, self.lines, self.rules, self.figure, self.values, self.title, self.box]
-        return out + ([self.labels] if self.labels is not None else [])
 
 
 class GPUMonitor(widgets.VBox):
@@ -298,7 +246,7 @@ class GPUMonitor(widgets.VBox):
         old = self._parts
         bands = max(1, len(self._rows))
         self._sx = LinearScale(min=-self.window_s, max=0.0)
-        self._sy = LinearScale(min=0.0, max=_top(bands))
+        self._sy = LinearScale(min=0.0, max=top_of(bands))
         self._header = widgets.HTML(layout=widgets.Layout(flex="1 1 auto", margin="0 8px 0 0"))
         self._pause_button = widgets.ToggleButton(
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
@@ -320,9 +268,9 @@ class GPUMonitor(widgets.VBox):
         label_title = widgets.HTML(text.title_html("", ""), layout=widgets.Layout(margin="0 0 2px 0"))
         label_box = widgets.VBox([label_title, self._labels],
                                  layout=widgets.Layout(margin="0", flex="0 0 auto"))
-        self._views: list[_ColumnView] = []
+        self._views: list[ColumnView] = []
         for i, col in enumerate(self._columns):
-            self._views.append(_ColumnView(col, self._traces(col), bands, self._sx, self._sy,
+            self._views.append(ColumnView(col, self._traces(col), bands, self._sx, self._sy,
                                            self.window_s, with_labels=(i == 0)))
         grid = widgets.HBox([label_box] + [v.box for v in self._views],
                             layout=widgets.Layout(margin="0", overflow="visible"))
@@ -361,15 +309,14 @@ class GPUMonitor(widgets.VBox):
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
         marks = s.timeline.marks()
-        rx, ry, labels = rules(marks, _top(bands), now, self.window_s)
+        rx, ry, labels = rules(marks, top_of(bands), now, self.window_s)
         lx, shown = spaced_labels(rx[:, 0], labels, self.window_s, SPARK_PX, MARK_LABEL_PX)
         for view in self._views:
             traces = []
             for band, key, metric, _ in view.traces:
                 t, v = s.store.series(key, metric, t0, now)
                 info = self._rows[band]
-                traces.append(Trace(band, t, v, self._scale(view.col, metric, info,
-                                                            latest.get(key, {}), host, v)))
+                traces.append(Trace(band, t, v, band_scale(metric, info, latest.get(key, {}), host, v)))
             x, y = pack(traces, bands, now, self.window_s, BUCKETS, gap_s)
             with view.lines.hold_sync():
                 view.lines.x, view.lines.y = x, y
@@ -383,74 +330,14 @@ class GPUMonitor(widgets.VBox):
                     with view.labels.hold_sync():
                         if labels:
                             view.labels.x = lx
-                            view.labels.y = np.full(len(shown), _top(bands), np.float32)
+                            view.labels.y = np.full(len(shown), top_of(bands), np.float32)
                             view.labels.text = shown
                         view.labels.visible = bool(labels)
                 view.had_rules = bool(labels)
-            view.values.value = text.values_html(self._values(view.col, latest, host))
-        self._labels.value = text.label_html(self._label_rows(latest, host, alerts))
+            view.values.value = text.values_html(
+                value_texts(view.col, self._rows, latest, host, s.running, s.lost))
+        self._labels.value = text.label_html(label_rows(self._rows, latest, host, alerts, s.lost))
         self._draw_header()
-
-    def _scale(self, col: Column, metric: str, info: dict, row: dict, host: dict, v: np.ndarray) -> float:
-        """The value at the top of a band: fixed for percentages, the card's limits otherwise."""
-        if metric.endswith("_pct") and metric != "proc_cpu_pct":
-            return 100.0
-        if metric == "proc_cpu_pct":
-            return 100.0 * (os.cpu_count() or 1)
-        if metric == "mem_used_bytes":
-            return _first(row.get("mem_total_bytes"), info.get("mem_total_bytes"))
-        if metric == "power_w":
-            return _first(row.get("power_limit_w"), info.get("power_limit_w"),
-                          float(np.nanmax(v)) if len(v) else np.nan)
-        if metric == "temp_c":
-            return 100.0
-        if metric in ("host_ram_used_bytes", "proc_rss_bytes"):
-            return _first(host.get("host_ram_total_bytes"))
-        return float(np.nanmax(v)) if len(v) else 1.0
-
-    def _values(self, col: Column, latest: dict, host: dict) -> list[tuple[str, str, bool]]:
-        out = []
-        stale = not self.sampler.running
-        for dev in self._rows:
-            key = dev["index"]
-            if key == HOST_KEY:
-                out.append((text.host_value(col, host), text.host_tooltip(col), stale))
-                continue
-            reported = dev.get("metrics")
-            if reported is not None and not set(col.metrics) & set(reported):
-                out.append(("n/a", f"GPU {key} does not report this", True))
-                continue
-            out.append((text.gpu_value(col, latest.get(key, {}), dev), col.help,
-                        stale or key in self.sampler.lost))
-        return out
-
-    def _label_rows(self, latest: dict, host: dict, alerts: list) -> list[dict]:
-        rows = []
-        for dev in self._rows:
-            key = dev["index"]
-            if key == HOST_KEY:
-                total = host.get("host_ram_total_bytes")
-                detail = f"{os.cpu_count() or '?'} CPUs · {text.gib(total)} GiB RAM"
-                rows.append({"title": "host", "name": socket.gethostname(), "detail": detail,
-                             "alerts": _badges([a for a in alerts if a.gpu is None])})
-                continue
-            row = latest.get(key, {})
-            bits = []
-            if dev.get("mig"):
-                bits.append(f"MIG slice of GPU {dev.get('parent')}")
-            clock = row.get("sm_clock_mhz")
-            if text._ok(clock):
-                bits.append(f"{clock:.0f} MHz")
-            rx, tx = row.get("pcie_rx_bytes_per_s"), row.get("pcie_tx_bytes_per_s")
-            if text._ok(rx) or text._ok(tx):
-                bits.append(f"PCIe ↓{text.rate(rx)} ↑{text.rate(tx)}")
-            lost = key in self.sampler.lost
-            if lost:
-                bits = [time.strftime("lost at %H:%M:%S", time.localtime(self.sampler.lost[key]))]
-            name = str(dev.get("name", "")).replace(" (simulated)", "")
-            rows.append({"title": f"GPU {key}", "name": name, "detail": " · ".join(bits),
-                         "lost": lost, "alerts": _badges([a for a in alerts if a.gpu == key])})
-        return rows
 
     def _active_alerts(self) -> list:
         fn = getattr(self.sampler, "alert_list", None)
@@ -521,23 +408,6 @@ class GPUMonitor(widgets.VBox):
                 log.debug("panel refresh failed", exc_info=True)
             if halt.wait(self.refresh_s):
                 return
-
-
-def _top(bands: int) -> float:
-    """Top of the y scale: the rows plus the strip for mark labels, in row units."""
-    return bands + text.STRIP_PX / text.ROW_PX
-
-
-def _badges(alerts: list) -> list[tuple[str, str, str]]:
-    """(severity, rule, tooltip) of each alert: the tooltip is its message and suggestion."""
-    return [(a.severity, a.rule, f"{a.message} {a.suggestion}".strip()) for a in alerts]
-
-
-def _first(*values: object) -> float:
-    for v in values:
-        if isinstance(v, (int, float)) and np.isfinite(v) and v > 0:
-            return float(v)
-    return np.nan
 
 
 def _describe(sampler) -> str:

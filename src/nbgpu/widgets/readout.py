@@ -1,0 +1,97 @@
+"""What each row says: the scale of a sparkline, the value texts and the label lines.
+
+Pure functions of the sampler's latest readings, kept apart from the widgets.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import numpy as np
+
+from ..sources.host import HOST_KEY
+from . import text
+from .columns import Column
+
+
+def band_scale(metric: str, info: dict, row: dict, host: dict, v: np.ndarray) -> float:
+    """The value at the top of a band: fixed for percentages, the card's limits otherwise.
+
+    ``info`` is the device's description, ``row`` its latest readings, ``host`` the host's
+    latest readings and ``v`` the values in the window (the last resort for a scale).
+    """
+    if metric.endswith("_pct") and metric != "proc_cpu_pct":
+        return 100.0
+    if metric == "proc_cpu_pct":
+        return 100.0 * (os.cpu_count() or 1)
+    if metric == "mem_used_bytes":
+        return _first(row.get("mem_total_bytes"), info.get("mem_total_bytes"))
+    if metric == "power_w":
+        return _first(row.get("power_limit_w"), info.get("power_limit_w"),
+                      float(np.nanmax(v)) if len(v) else np.nan)
+    if metric == "temp_c":
+        return 100.0
+    if metric in ("host_ram_used_bytes", "proc_rss_bytes"):
+        return _first(host.get("host_ram_total_bytes"))
+    return float(np.nanmax(v)) if len(v) else 1.0
+
+
+def value_texts(col: Column, rows: list[dict], latest: dict, host: dict, running: bool,
+                lost: dict) -> list[tuple[str, str, bool]]:
+    """(text, tooltip, muted) of ``col`` for each panel row; muted when stale or lost."""
+    out = []
+    stale = not running
+    for dev in rows:
+        key = dev["index"]
+        if key == HOST_KEY:
+            out.append((text.host_value(col, host), text.host_tooltip(col), stale))
+            continue
+        reported = dev.get("metrics")
+        if reported is not None and not set(col.metrics) & set(reported):
+            out.append(("n/a", f"GPU {key} does not report this", True))
+            continue
+        out.append((text.gpu_value(col, latest.get(key, {}), dev), col.help, stale or key in lost))
+    return out
+
+
+def label_rows(rows: list[dict], latest: dict, host: dict, alerts: list, lost: dict) -> list[dict]:
+    """Title, name, detail line (clock, PCIe, MIG, lost time), LOST flag and alert badges."""
+    out = []
+    for dev in rows:
+        key = dev["index"]
+        if key == HOST_KEY:
+            total = host.get("host_ram_total_bytes")
+            detail = f"{os.cpu_count() or '?'} CPUs · {text.gib(total)} GiB RAM"
+            out.append({"title": "host", "name": socket.gethostname(), "detail": detail,
+                        "alerts": _badges([a for a in alerts if a.gpu is None])})
+            continue
+        row = latest.get(key, {})
+        bits = []
+        if dev.get("mig"):
+            bits.append(f"MIG slice of GPU {dev.get('parent')}")
+        clock = row.get("sm_clock_mhz")
+        if text._ok(clock):
+            bits.append(f"{clock:.0f} MHz")
+        rx, tx = row.get("pcie_rx_bytes_per_s"), row.get("pcie_tx_bytes_per_s")
+        if text._ok(rx) or text._ok(tx):
+            bits.append(f"PCIe ↓{text.rate(rx)} ↑{text.rate(tx)}")
+        if key in lost:
+            bits = [time.strftime("lost at %H:%M:%S", time.localtime(lost[key]))]
+        name = str(dev.get("name", "")).replace(" (simulated)", "")
+        out.append({"title": f"GPU {key}", "name": name, "detail": " · ".join(bits),
+                    "lost": key in lost, "alerts": _badges([a for a in alerts if a.gpu == key])})
+    return out
+
+
+def _badges(alerts: list) -> list[tuple[str, str, str]]:
+    """(severity, rule, tooltip) of each alert: the tooltip is its message and suggestion."""
+    return [(a.severity, a.rule, f"{a.message} {a.suggestion}".strip()) for a in alerts]
+
+
+def _first(*values: object) -> float:
+    for v in values:
+        if isinstance(v, (int, float)) and np.isfinite(v) and v > 0:
+            return float(v)
+    return np.nan
