@@ -98,6 +98,22 @@ def test_refresh_sends_one_message_per_widget_and_skips_when_unchanged() -> None
     assert mon.stats["skipped"] >= 1
 
 
+def test_long_windows_redraw_lines_only_when_a_pixel_has_passed() -> None:
+    s = _sampler()
+    mon = GPUMonitor(sampler=s, start=False, window_s=3600)
+    _wait_ticks(s)
+    mon.refresh()
+    lines = mon._views[0].lines
+    n_lines, n_values = mon.traffic.per_widget[lines.model_id], mon.traffic.per_widget[
+        mon._views[0].values.model_id]
+    _wait_ticks(s)
+    assert mon.refresh()  # 3600 s over 76 px: about 24 s a pixel, so only the values move
+    assert mon.traffic.per_widget[lines.model_id] == n_lines
+    assert mon.traffic.per_widget[mon._views[0].values.model_id] >= n_values
+    mon.set_window(60)
+    assert mon.traffic.per_widget[lines.model_id] == n_lines + 1
+
+
 def test_message_count_does_not_grow_with_gpus_or_sample_rate() -> None:
     counts = []
     for count, interval in ((1, 0.5), (8, 0.02)):
@@ -170,7 +186,7 @@ def test_a_failing_view_never_stops_the_sampler() -> None:
     s = _sampler()
     mon = GPUMonitor(sampler=s, refresh_s=0.25, start=False)
 
-    def broken(alerts):
+    def broken(*args):
         raise RuntimeError("view broke")
 
     mon._draw = broken

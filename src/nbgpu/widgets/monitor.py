@@ -95,6 +95,7 @@ class GPUMonitor(widgets.VBox):
         self._paused = False
         self._closed = False
         self._last_key: tuple | None = None
+        self._lines_at = -float("inf")
         self._parts: list = []
         self._shared = sampler is None
         if sampler is None:
@@ -202,14 +203,21 @@ class GPUMonitor(widgets.VBox):
             s = self.sampler
             alerts = self._active_alerts()
             key = (s.store.generation, s.running, tuple(s.lost), self._paused, self.window_s,
-                   tuple((a.rule, a.gpu, a.start) for a in alerts))
+                   _last_event(s), tuple((a.rule, a.gpu, a.start) for a in alerts))
             if not force and (self._paused or key == self._last_key):
                 self.stats["skipped"] += 1
                 self._draw_header()
                 return False
+            now = time.time()
+            # A pixel of a long window is many seconds: redraw its lines only when the
+            # picture can have moved; the current values still update every refresh.
+            lines = (force or key[1:] != (self._last_key or (None,))[1:]
+                     or now - self._lines_at >= self.window_s / (2 * SPARK_PX))
             self._last_key = key
             self.last_error = None  # an earlier failure is over unless _draw fails again
-            self._draw(alerts)
+            self._draw(alerts, now, lines)
+            if lines:
+                self._lines_at = now
             self.stats["refreshes"] += 1
             return True
 
@@ -300,9 +308,8 @@ class GPUMonitor(widgets.VBox):
         return out
 
     # -- drawing --------------------------------------------------------------------------
-    def _draw(self, alerts: list) -> None:
+    def _draw(self, alerts: list, now: float, lines: bool = True) -> None:
         s = self.sampler
-        now = time.time()
         t0 = now - self.window_s
         latest = {r["gpu"]: r for r in s.latest()}
         host = s.latest_host()
@@ -312,6 +319,10 @@ class GPUMonitor(widgets.VBox):
         rx, ry, labels = rules(marks, top_of(bands), now, self.window_s)
         lx, shown = spaced_labels(rx[:, 0], labels, self.window_s, SPARK_PX, MARK_LABEL_PX)
         for view in self._views:
+            view.values.value = text.values_html(
+                value_texts(view.col, self._rows, latest, host, s.running, s.lost))
+            if not lines:
+                continue
             traces = []
             for band, key, metric, _ in view.traces:
                 t, v = s.store.series(key, metric, t0, now)
@@ -334,8 +345,6 @@ class GPUMonitor(widgets.VBox):
                             view.labels.text = shown
                         view.labels.visible = bool(labels)
                 view.had_rules = bool(labels)
-            view.values.value = text.values_html(
-                value_texts(view.col, self._rows, latest, host, s.running, s.lost))
         self._labels.value = text.label_html(label_rows(self._rows, latest, host, alerts, s.lost))
         self._draw_header()
 
@@ -408,6 +417,15 @@ class GPUMonitor(widgets.VBox):
                 log.debug("panel refresh failed", exc_info=True)
             if halt.wait(self.refresh_s):
                 return
+
+
+def _last_event(sampler) -> object:
+    """Identity of the newest event (mark, lost GPU, start/stop): a new one redraws the lines."""
+    try:
+        e = sampler.store.events[-1]
+    except IndexError:
+        return None
+    return (e.time, e.kind, e.label)
 
 
 def _describe(sampler) -> str:
