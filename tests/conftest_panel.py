@@ -3,6 +3,7 @@ server (JupyterLab or Notebook 7) on 127.0.0.1, and headless Chromium."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -99,14 +100,15 @@ class KernelSession:
 
     def value(self, expression: str):
         """Evaluate ``expression`` in the kernel and return it (must be a Python literal)."""
-        content = self.run(f"__nbgpu_test_value = repr({expression})")
+        n = len(self.outputs)
+        content = self.run(f"print(repr({expression}))")
         assert content["status"] == "ok", content
-        reply = self.run("print(__nbgpu_test_value)")
-        assert reply["status"] == "ok"
-        text = [m["content"]["text"] for m in self.outputs if m["msg_type"] == "stream"][-1]
-        import ast
+        return ast.literal_eval(self.stdout_since(n).strip())
 
-        return ast.literal_eval(text.strip())
+    def stdout_since(self, n: int) -> str:
+        """What the kernel printed (stdout only) since ``outputs[n]``."""
+        return "".join(m["content"]["text"] for m in self.outputs[n:]
+                       if m["msg_type"] == "stream" and m["content"].get("name") == "stdout")
 
     def lines_ids(self) -> set[str]:
         return {cid for cid, name in self.models.items() if name == "LinesModel"}

@@ -52,14 +52,16 @@ def _nvml_or_skip() -> None:
 def test_panel_on_real_gpus_beside_pytorch() -> None:
     _nvml_or_skip()
     with kernel_session() as k:
+        n = len(k.outputs)
         assert k.run("%load_ext nbgpu")["status"] == "ok"
-        said = k.outputs[-1]["content"]["text"]
+        said = k.stdout_since(n)
         assert "driver" in said and "no GPU visible" not in said, said
         assert k.run("%gpumon --refresh 0.5")["status"] == "ok"
         lines = k.lines_ids()
         start = len(k.updates)
+        n = len(k.outputs)
         assert k.run(LOOP, timeout=120)["status"] == "ok"
-        cuda = k.outputs[-1]["content"]["text"].strip() == "cuda"
+        cuda = k.stdout_since(n).split()[-1:] == ["cuda"]
         data = [u for u in k.updates[start:] if u.comm_id in lines and "y" in u.keys]
         assert len(data) >= 8 and len({u.buffers for u in data}) >= 4
         per_widget: dict[str, list[float]] = {}
