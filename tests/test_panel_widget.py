@@ -74,9 +74,11 @@ def test_gaps_show_as_nan() -> None:
 
 
 def test_mark_labels_never_overlap() -> None:
-    xs = np.array([-50.0, -20.0, -19.0, -2.0], dtype=np.float32)
+    xs = np.array([-50.0, -20.0, -19.0, -2.0], dtype=np.float32)  # px 12.7, 50.7, 52, 73.5
     x, labels = spaced_labels(xs, ["a", "b", "c", "d"], window_s=60, width_px=76, min_gap_px=20)
-    assert labels == ["a", "c", "d"] and list(x) == [-50, -19, -2]  # "b" is too close to "c"
+    assert labels == ["c", "d"] and list(x) == [-19, -2]  # "b" too close to "c", "a" to the edge
+    x, labels = spaced_labels(xs, ["a", "b", "c", "d"], window_s=60, width_px=76, min_gap_px=40)
+    assert labels == ["d"]
     assert spaced_labels(np.zeros(1, np.float32), [], 60, 76, 20)[1] == []
 
 
@@ -208,7 +210,10 @@ def test_pause_window_close() -> None:
     assert mon.refresh() is False and "paused" in mon._header.value
     mon.pause(False)
     mon.set_window(300)
-    assert mon._sx.min == -300 and mon.window_s == 300
+    assert mon.window_s == 300 and mon._sx.min == -10  # a fresh sampler: the span fills first
+    s.started_at -= 1000
+    mon.refresh(force=True)
+    assert mon._sx.min == -300
     with pytest.raises(BadArgumentError):
         mon.set_window(1)
     mon.close()

@@ -90,14 +90,18 @@ def rules(marks: list[tuple[float, str]], top: float, now: float, window_s: floa
 
 def spaced_labels(xs: np.ndarray, labels: list[str], window_s: float, width_px: int,
                   min_gap_px: float) -> tuple[np.ndarray, list[str]]:
-    """The labels that fit without overlapping, newest first kept: (x, labels) in time order."""
+    """The labels that fit without overlapping, newest first kept: (x, labels) in time order.
+
+    Labels end at their rule, so one closer than ``min_gap_px`` to the left edge is dropped
+    too (it would be cut off).
+    """
     if not labels:
         return np.empty(0, np.float32), []
     keep: list[int] = []
     last_px = np.inf
     for i in np.argsort(-xs, kind="stable"):
         px = (xs[i] + window_s) / window_s * width_px
-        if last_px - px >= min_gap_px:
+        if last_px - px >= min_gap_px and px >= min_gap_px:
             keep.append(int(i))
             last_px = px
     keep.sort()

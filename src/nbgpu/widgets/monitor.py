@@ -310,14 +310,17 @@ class GPUMonitor(widgets.VBox):
     # -- drawing --------------------------------------------------------------------------
     def _draw(self, alerts: list, now: float, lines: bool = True) -> None:
         s = self.sampler
-        t0 = now - self.window_s
+        span = self._span(now)
+        if lines and self._sx.min != -span:
+            self._sx.min = -span
+        t0 = now - span
         latest = {r["gpu"]: r for r in s.latest()}
         host = s.latest_host()
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
         marks = s.timeline.marks()
-        rx, ry, labels = rules(marks, top_of(bands), now, self.window_s)
-        lx, shown = spaced_labels(rx[:, 0], labels, self.window_s, SPARK_PX, MARK_LABEL_PX)
+        rx, ry, labels = rules(marks, top_of(bands), now, span)
+        lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         for view in self._views:
             view.values.value = text.values_html(
                 value_texts(view.col, self._rows, latest, host, s.running, s.lost))
@@ -328,7 +331,7 @@ class GPUMonitor(widgets.VBox):
                 t, v = s.store.series(key, metric, t0, now)
                 info = self._rows[band]
                 traces.append(Trace(band, t, v, band_scale(metric, info, latest.get(key, {}), host, v)))
-            x, y = pack(traces, bands, now, self.window_s, BUCKETS, gap_s)
+            x, y = pack(traces, bands, now, span, BUCKETS, gap_s)
             with view.lines.hold_sync():
                 view.lines.x, view.lines.y = x, y
             colors = [LOST_COLOR if key in s.lost else c for _, key, _, c in view.traces] or ["#888"]
@@ -357,6 +360,17 @@ class GPUMonitor(widgets.VBox):
         except Exception as exc:
             log.debug("alert_list failed: %s", exc)
             return []
+
+    def _span(self, now: float) -> float:
+        """Seconds shown: the window, or less while the sampler has not yet filled it.
+
+        A fresh panel fills its width at once instead of drawing in the right edge only;
+        the span grows in whole seconds until it reaches the window.
+        """
+        started = self.sampler.started_at
+        if started is None:
+            return self.window_s
+        return float(min(self.window_s, max(10.0, np.ceil(now - started))))
 
     def _draw_header(self) -> None:
         s = self.sampler
@@ -398,7 +412,6 @@ class GPUMonitor(widgets.VBox):
     def _on_window(self, change) -> None:
         with self._lock:
             self.window_s = float(change["new"])
-            self._sx.min = -self.window_s
             for view in self._views:
                 bx, by = baselines(max(1, len(self._rows)), self.window_s)
                 with view.base.hold_sync():
