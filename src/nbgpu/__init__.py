@@ -7,7 +7,6 @@ Nothing starts at import: no thread, no NVML call, no widget.
 from __future__ import annotations
 
 import logging
-from importlib.metadata import PackageNotFoundError, version
 
 from .diagnostics import Alert, Thresholds
 from .errors import BadArgumentError, NbgpuError, NVMLUnavailableError, SourceError
@@ -19,10 +18,7 @@ from .timeline import Timeline
 
 logging.getLogger("nbgpu").addHandler(logging.NullHandler())
 
-try:
-    __version__ = version("nbgpu")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0+unknown"
+__version__ = "0.1.0"
 
 __all__ = [
     "Alert",
