@@ -97,6 +97,7 @@ def test_an_empty_buffer_for_long_falls_back_to_polling(monkeypatch):
     import nbgpu.sources.nvml as nvml_mod
 
     monkeypatch.setattr(nvml_mod, "BUFFER_DEAD_AFTER_S", 0.3)
+    monkeypatch.setattr(nvml_mod, "DRAIN_EVERY_S", dict.fromkeys(nvml_mod.DRAIN_EVERY_S, 0.1))
     sim = SimulatedGPUs()
     with nbgpu.Sampler(source=sim, interval=0.1) as s:
         sim.inject_error("nvmlDeviceGetSamples", 6)

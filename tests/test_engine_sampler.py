@@ -178,3 +178,15 @@ def test_same_seed_and_clock_give_the_same_readings():
 def test_public_api_matches_all():
     for name in nbgpu.__all__:
         assert hasattr(nbgpu, name), name
+
+
+def test_buffers_are_drained_on_their_own_schedule_and_on_request():
+    sim = SimulatedGPUs(count=1)
+    with nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=60) as s:
+        time.sleep(2.3)
+        drains = sim.calls["nvmlDeviceGetSamples"]
+        # power every 1 s, utilisation and memory utilisation every 2 s (+ the first tick)
+        assert 4 <= drains - 3 <= 7
+        s.request("energy")
+        time.sleep(0.15)
+        assert sim.calls["nvmlDeviceGetSamples"] - drains >= 3

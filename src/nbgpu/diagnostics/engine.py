@@ -1,4 +1,4 @@
-"""The diagnostics engine: runs the rules in the sampler thread, at most once a second.
+"""The diagnostics engine: runs the rules in the sampler thread, every `eval_every_s` (2 s).
 
 It reads only the store (never NVML), turns rule findings into alerts through
 ``Episodes`` and calls the ``on_alert`` callbacks, whose exceptions are caught and counted.

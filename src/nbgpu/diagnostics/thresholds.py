@@ -25,7 +25,7 @@ def _t(default: object, help: str):
 class Thresholds:
     """Thresholds and time windows of the diagnostics rules (see ``Thresholds.table()``)."""
 
-    eval_every_s: float = _t(1.0, "seconds between two evaluations of the rules (in the sampler thread)")
+    eval_every_s: float = _t(2.0, "seconds between two evaluations of the rules (in the sampler thread)")
     clear_after_s: float = _t(10.0, "an alert ends only after its condition has been false this long")
     stale_after_s: float = _t(5.0, "readings older than this are ignored (a lost or stopped GPU)")
     disabled: tuple = _t((), f"rules to switch off, any of: {', '.join(RULES)}")

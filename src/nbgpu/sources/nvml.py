@@ -54,6 +54,11 @@ _BUFFERS = {
 }
 
 BUFFER_DEAD_AFTER_S = 10.0
+# How often each NVML sample buffer is drained. A drain costs about 2 ms of CPU on an H200
+# (measured), so each buffer is drained well inside what it holds (power ~2.4 s,
+# utilisation ~14 s), not every tick; a requested energy read drains them all at once,
+# so a cell's edges are never late.
+DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 2.0}
 
 _HINTS = {
     ERR_DRIVER_NOT_LOADED: "the NVIDIA driver is not loaded; check `nvidia-smi` on the host",
@@ -101,6 +106,7 @@ class _Device:
     caps: set[str] = field(default_factory=set)
     buffers: dict[str, int] = field(default_factory=dict)  # stream -> last timestamp (µs)
     empty_since: dict[str, float] = field(default_factory=dict)  # stream -> first empty drain
+    drained_at: dict[str, float] = field(default_factory=dict)  # stream -> last drain time
     gpm_prev: object = None
     gpm_next: object = None
     lost: bool = False
@@ -358,6 +364,10 @@ class NVMLSource:
             reading.batches.append(Batch(dev.key, "tick", np.array([now]),
                                          {k: np.array([v]) for k, v in row.items()}))
         for stream in list(dev.buffers):
+            recent = now - dev.drained_at.get(stream, -np.inf) < DRAIN_EVERY_S[stream] - 0.05
+            if recent and "energy" not in due:
+                continue
+            dev.drained_at[stream] = now
             batch = self._drain(dev, stream, now)
             if batch is not None:
                 reading.batches.append(batch)
