@@ -151,14 +151,15 @@ class Stream:
                 arr[c.n] = out[name][i]
             c.n += 1
 
-    def read(self, t0: float, t1: float, coarse: bool = True):
-        """Rows in [t0, t1]: (times, {col: values}, decimated_mask)."""
-        times, cols = _concat(list(self.chunks), list(self.columns), t0, t1)
+    def read(self, t0: float, t1: float, coarse: bool = True, columns: list[str] | None = None):
+        """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``."""
+        names = list(self.columns) if columns is None else columns
+        times, cols = _concat(list(self.chunks), names, t0, t1)
         decimated = np.zeros(len(times), dtype=bool)
         if coarse and self.coarse:
             first_full = self.chunks[0].times[0] if self.chunks and self.chunks[0].n else np.inf
             oldest = max(t0, self.last_time - self.history_s)
-            ct, cc = _concat(list(self.coarse), list(self.columns), oldest, min(t1, first_full))
+            ct, cc = _concat(list(self.coarse), names, oldest, min(t1, first_full))
             ct_keep = ct < first_full
             if ct_keep.any():
                 times = np.concatenate([ct[ct_keep], times])
@@ -248,7 +249,7 @@ class Store:
         parts_t, parts_v = [], []
         with self.lock:
             for stream in self._where.get((device, metric), ()):
-                t, cols, _ = self._streams[(device, stream)].read(t0, t1, coarse)
+                t, cols, _ = self._streams[(device, stream)].read(t0, t1, coarse, [metric])
                 v = cols[metric].astype(np.float64)
                 ok = ~np.isnan(v)
                 parts_t.append(t[ok])
