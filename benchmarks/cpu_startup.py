@@ -17,6 +17,20 @@ IMPORT_TARGET_S = 0.3
 FIRST_UPDATE_TARGET_S = 1.5
 _IMPORT_SNIPPET = ("import time; t = time.perf_counter(); import nbgpu; "
                    "print(time.perf_counter() - t)")
+# What a script pays before it can sample: the engine's modules, numpy included (public names
+# load lazily, so `import nbgpu` alone defers this to first use).
+_ENGINE_SNIPPET = ("import time; t = time.perf_counter(); import nbgpu; nbgpu.Sampler; "
+                   "print(time.perf_counter() - t)")
+_ENGINE_AFTER_NUMPY_SNIPPET = ("import numpy, time; t = time.perf_counter(); import nbgpu; "
+                               "nbgpu.Sampler; print(time.perf_counter() - t)")
+
+
+def _timed(snippet: str) -> tuple[float, float]:
+    """(seconds the snippet printed, seconds the whole interpreter ran)."""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", snippet], env=_env(), capture_output=True,
+                          text=True, timeout=60, check=True)
+    return float(done.stdout.strip().splitlines()[-1]), time.perf_counter() - t0
 
 
 def _env() -> dict[str, str]:
@@ -28,16 +42,19 @@ def _env() -> dict[str, str]:
 def run_import(ctx: Context) -> Outcome:
     """Median of several fresh-interpreter imports (the interpreter's own start excluded)."""
     repeats = 3 if ctx.quick else 9
-    import_s, process_s = [], []
+    import_s, process_s, engine_s, engine_warm_s = [], [], [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", _IMPORT_SNIPPET], env=_env(), capture_output=True,
-                              text=True, timeout=60, check=True)
-        process_s.append(time.perf_counter() - t0)
-        import_s.append(float(done.stdout.strip().splitlines()[-1]))
-    out = Outcome(raw={"import_s": import_s, "process_s": process_s, "repeats": repeats})
+        one, whole = _timed(_IMPORT_SNIPPET)
+        import_s.append(one)
+        process_s.append(whole)
+        engine_s.append(_timed(_ENGINE_SNIPPET)[0])
+        engine_warm_s.append(_timed(_ENGINE_AFTER_NUMPY_SNIPPET)[0])
+    out = Outcome(raw={"import_s": import_s, "process_s": process_s, "engine_s": engine_s,
+                       "engine_after_numpy_s": engine_warm_s, "repeats": repeats})
     out.targets.append(Target("import nbgpu (median)", median(import_s), "s", "<=", IMPORT_TARGET_S))
     out.figure("whole interpreter run (median)", median(process_s), "s")
+    out.figure("import nbgpu + engine modules, numpy included (median)", median(engine_s), "s")
+    out.figure("the same with numpy already imported (median)", median(engine_warm_s), "s")
     return out
 
 

@@ -1,20 +1,40 @@
 """nbgpu: see what your NVIDIA GPUs are doing, live, from inside a Jupyter notebook.
 
 ``%load_ext nbgpu`` then ``%gpumon`` in a notebook; from Python, ``nbgpu.Sampler``.
-Nothing starts at import: no thread, no NVML call, no widget.
+Nothing starts at import: no thread, no NVML call, no widget; the public names load their
+modules (and numpy, ipywidgets, bqplot) on first use, so ``import nbgpu`` stays cheap.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING
 
-from .diagnostics import Alert, Thresholds
 from .errors import BadArgumentError, NbgpuError, NVMLUnavailableError, SourceError
-from .profiles import capture, mark, track
-from .profiles.history import history
-from .sampler import Sampler
-from .sources.simulated import SimulatedGPUs
-from .timeline import Timeline
+
+if TYPE_CHECKING:
+    from .diagnostics import Alert, Thresholds
+    from .profiles import capture, mark, track
+    from .profiles.history import history
+    from .sampler import Sampler
+    from .sources.simulated import SimulatedGPUs
+    from .timeline import Timeline
+    from .widgets.monitor import GPUMonitor
+
+# Public name -> module that defines it, imported on first access.
+_LAZY = {
+    "Alert": ".diagnostics",
+    "Thresholds": ".diagnostics",
+    "capture": ".profiles",
+    "mark": ".profiles",
+    "track": ".profiles",
+    "history": ".profiles.history",
+    "Sampler": ".sampler",
+    "SimulatedGPUs": ".sources.simulated",
+    "Timeline": ".timeline",
+    "GPUMonitor": ".widgets.monitor",
+}
 
 logging.getLogger("nbgpu").addHandler(logging.NullHandler())
 
@@ -41,13 +61,18 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """``nbgpu.GPUMonitor`` imports ipywidgets and bqplot only when first asked for."""
-    if name == "GPUMonitor":
-        from .widgets.monitor import GPUMonitor
+def __getattr__(name: str) -> object:
+    """Import a public name's module on first access (``nbgpu.GPUMonitor`` brings in bqplot)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nbgpu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
-        return GPUMonitor
-    raise AttributeError(f"module 'nbgpu' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_ipython_extension(ipython) -> None:
