@@ -1,6 +1,6 @@
 """nbgpu's benchmarks: overhead, resolution, accuracy, traffic, memory and start-up.
 
-Run ``python -m benchmarks`` from the repository root; see ``docs/readme/performance.md``.
+Run ``python -m benchmarks`` from the repository root; see ``docs/performance.md``.
 The checked-out ``src/`` is put first on ``sys.path`` so the figures describe this tree.
 """
 

@@ -103,7 +103,7 @@ def test_thresholds_reject_unknown_names_and_bad_values():
 def test_every_threshold_is_documented_in_code_and_in_the_readme_section():
     from pathlib import Path
 
-    doc = (Path(__file__).parents[1] / "docs" / "readme" / "diagnostics.md").read_text()
+    doc = (Path(__file__).parents[1] / "docs" / "diagnostics.md").read_text()
     for row in Thresholds.table():
         assert len(row["help"]) > 15
         assert f"`{row['name']}`" in doc, row["name"]
