@@ -10,44 +10,9 @@ import pytest
 
 import nbgpu
 import nbgpu.metrics
-
-
-def _nvml_or_skip():
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:  # no library, no driver, no GPU
-        pytest.skip(f"NVML not available here: {exc}")
-    return pynvml
-
+from gpu_support import gpu_busy
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def nvml():
-    pynvml = _nvml_or_skip()
-    yield pynvml
-    pynvml.nvmlShutdown()
-
-
-def _load(seconds: float) -> None:
-    """Keep the first GPU busy with matrix products if torch with CUDA is here."""
-    try:
-        import torch
-    except ImportError:
-        time.sleep(seconds)
-        return
-    if not torch.cuda.is_available():
-        time.sleep(seconds)
-        return
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    end = time.time() + seconds
-    while time.time() < end:
-        for _ in range(20):
-            a @ a
-        torch.cuda.synchronize()
 
 
 def test_devices_match_nvml(nvml):
@@ -63,7 +28,7 @@ def test_devices_match_nvml(nvml):
 
 def test_native_resolution_and_plausible_values_under_load(nvml):
     with nbgpu.Sampler(source="nvml", interval=1.0) as s:
-        _load(4.0)
+        gpu_busy(4.0)
     tp, p = s.timeline.series(0, "power_w")
     tu, u = s.timeline.series(0, "util_pct")
     assert len(tp) > 20 and np.median(np.diff(tp)) <= 0.05

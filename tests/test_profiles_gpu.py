@@ -7,39 +7,10 @@ import time
 import pytest
 
 import nbgpu
+from gpu_support import gpu_busy
 from nbgpu.profiles.summary import integrate_power_j
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def nvml():
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:  # no library, no driver, no GPU
-        pytest.skip(f"NVML not available here: {exc}")
-    yield pynvml
-    pynvml.nvmlShutdown()
-
-
-def _busy(seconds: float) -> None:
-    """Matrix products on the first GPU if torch with CUDA is here, else an idle wait."""
-    try:
-        import torch
-    except ImportError:
-        time.sleep(seconds)
-        return
-    if not torch.cuda.is_available():
-        time.sleep(seconds)
-        return
-    a = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
-    end = time.time() + seconds
-    while time.time() < end:
-        for _ in range(20):
-            a = (a @ a).clamp_(-1, 1)
-        torch.cuda.synchronize()
 
 
 def test_block_energy_matches_the_counter_within_2_percent(nvml):
@@ -48,7 +19,7 @@ def test_block_energy_matches_the_counter_within_2_percent(nvml):
         time.sleep(2.0)
         with nbgpu.capture(sampler) as cap:
             start_mj = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles]
-            _busy(10.0)
+            gpu_busy(10.0)
             end_mj = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles]
         summary = cap.summary
     for _, row in summary.iterrows():

@@ -254,13 +254,7 @@ class Store:
                 ok = ~np.isnan(v)
                 parts_t.append(t[ok])
                 parts_v.append(v[ok])
-        if not parts_t:
-            return np.empty(0), np.empty(0)
-        if len(parts_t) == 1:
-            return parts_t[0], parts_v[0]
-        t, v = np.concatenate(parts_t), np.concatenate(parts_v)
-        order = np.argsort(t, kind="stable")
-        return t[order], v[order]
+        return merge_series(parts_t, parts_v)
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""
@@ -281,6 +275,17 @@ class Store:
         """Bytes held by all streams' arrays."""
         with self.lock:
             return sum(s.nbytes() for s in self._streams.values())
+
+
+def merge_series(parts_t: list[np.ndarray], parts_v: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """One time-sorted (times, values) from parts of a metric kept in several streams."""
+    if not parts_t:
+        return np.empty(0), np.empty(0)
+    if len(parts_t) == 1:
+        return parts_t[0], parts_v[0]
+    t, v = np.concatenate(parts_t), np.concatenate(parts_v)
+    order = np.argsort(t, kind="stable")
+    return t[order], v[order]
 
 
 def decimate_minmax(t: np.ndarray, v: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:

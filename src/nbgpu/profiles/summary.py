@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS
+from ..store import merge_series
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,13 +88,7 @@ class _Readings:
             ok = (t >= a) & (t <= b) & ~np.isnan(v)
             parts_t.append(t[ok])
             parts_v.append(v[ok])
-        if not parts_t:
-            return np.empty(0), np.empty(0)
-        if len(parts_t) == 1:
-            return parts_t[0], parts_v[0]
-        t, v = np.concatenate(parts_t), np.concatenate(parts_v)
-        order = np.argsort(t, kind="stable")
-        return t[order], v[order]
+        return merge_series(parts_t, parts_v)
 
     def decimated(self, a: float, b: float) -> bool:
         """Whether any row in [a, b] is a bucket of the store's coarse history."""
