@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..metrics import THROTTLE_BITS
+from ..profiles.summary import integrate_power_j
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +42,31 @@ def epoch_seconds(times: pd.Series) -> np.ndarray:
     return (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
 
 
+def run_energy_j(t: np.ndarray, counter_j: np.ndarray, power_w: np.ndarray) -> float:
+    """Joules over the span of ``t``: the energy counter where it moved, power integrated elsewhere.
+
+    Rows written with forward-filled values repeat a counter reading, so a reading counts
+    where the counter's value first appears. Between the first and last such readings the
+    counter's delta is exact; before and after them, power is integrated to the run's edges.
+    """
+    okp = ~np.isnan(power_w)
+    tp, pw = t[okp], power_w[okp]
+    t0, t1 = (float(t.min()), float(t.max())) if len(t) else (math.nan, math.nan)
+    oke = ~np.isnan(counter_j)
+    te, ev = t[oke], counter_j[oke]
+    first_seen = np.r_[True, np.diff(ev) != 0] if len(ev) else np.zeros(0, dtype=bool)
+    te, ev = te[first_seen], ev[first_seen]
+    if len(ev) >= 2 and te[-1] > te[0] and ev[-1] >= ev[0]:
+        energy = float(ev[-1] - ev[0])
+        if len(tp) >= 2:
+            edges = [(t0, float(te[0])), (float(te[-1]), t1)]
+            energy += sum(integrate_power_j(tp, pw, a, b) for a, b in edges if b > a)
+        return energy
+    if len(tp) >= 2:
+        return integrate_power_j(tp, pw, t0, t1)
+    return math.nan
+
+
 def summarize_frame(df: pd.DataFrame) -> list[dict]:
     """Per-GPU figures of a run's DataFrame (``time``, ``gpu``, metric columns); NaN when unknown."""
     out = []
@@ -56,17 +82,7 @@ def summarize_frame(df: pd.DataFrame) -> list[dict]:
             v = col(name)
             return float(fn(v[~np.isnan(v)])) if (~np.isnan(v)).any() else math.nan
 
-        energy = math.nan
-        e = col("energy_j")
-        ok = ~np.isnan(e)
-        if ok.sum() >= 2:
-            energy = float(e[ok][-1] - e[ok][0])
-        else:
-            p = col("power_w")
-            okp = ~np.isnan(p)
-            if okp.sum() >= 2:
-                tp, pp = t[okp], p[okp]
-                energy = float(np.sum((tp[1:] - tp[:-1]) * (pp[1:] + pp[:-1]) / 2))
+        energy = run_energy_j(t, col("energy_j"), col("power_w"))
         bits = col("clock_event_reasons")
         bits = bits[~np.isnan(bits)].astype(np.int64)
         out.append({
