@@ -221,8 +221,11 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
             out.append(f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{bottom}" '
                        'stroke="#555" stroke-dasharray="3,3"/>')
             if p == 0:
-                out.append(f'<text x="{mx + 2:.1f}" y="{top + 10}" style="{FONT};fill:#333">'
-                           f"{escape(mlabel)}</text>")
+                # Labels near the right edge end at their rule instead of running off the chart.
+                near_end = mx + 2 + 6.5 * len(mlabel) > width
+                anchor, lx = ("end", mx - 2) if near_end else ("start", mx + 2)
+                out.append(f'<text x="{lx:.1f}" y="{top + 10}" text-anchor="{anchor}" '
+                           f'style="{FONT};fill:#333">{escape(mlabel)}</text>')
     base = TOP + len(metrics) * (PANEL_H + GAP_H) - GAP_H
     for tick in _nice_ticks(0.0, span, 6):
         tx = float(x_of(t0 + tick))
