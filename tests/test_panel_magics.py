@@ -144,3 +144,15 @@ def test_cells_mode_switches(shell, monkeypatch) -> None:
     shell.run_line_magic("gpumon", "--cells off")
     assert seen[-1] == ("off",)
     assert registry.panels() == []  # --cells alone opens no panel
+
+
+def test_stop_also_ends_per_cell_profiles(shell, capsys) -> None:
+    from nbgpu.profiles.cells import cell_mode_enabled
+
+    shell.run_line_magic("gpumon", "--source sim --cells")
+    assert cell_mode_enabled()
+    shell.run_line_magic("gpumon", "stop")
+    assert "and per-cell profiles" in capsys.readouterr().out
+    assert not cell_mode_enabled()
+    shell.run_cell("x = 1")
+    assert _nbgpu_threads() == []  # nothing restarted the sampler behind the user's back

@@ -81,11 +81,16 @@ class GPUMonMagics(Magics):
             return self._profile_cell(line, cell)
         opts = parse_line(line)
         if opts.action == "stop":
+            from ..profiles.cells import cell_mode_enabled, disable_cell_mode
             from ..widgets import registry
 
             n = registry.stop_all()
+            cells = cell_mode_enabled()
+            if cells:  # otherwise the next profiled cell would start the sampler again
+                disable_cell_mode(self.shell)
             session.stop_shared()
-            print(f"nbgpu: stopped the sampler and {n} panel(s); %gpumon starts again.")
+            print(f"nbgpu: stopped the sampler and {n} panel(s)"
+                  + (" and per-cell profiles" if cells else "") + "; %gpumon starts again.")
             return None
         if opts.action == "status":
             print(status_text())
