@@ -438,9 +438,6 @@ class NVMLSource:
             out[name] = float(m.value) if m.nvmlReturn == 0 else np.nan
         return out
 
-    def read_processes(self) -> dict[object, list[dict]]:
-        """Latest process lists, as read when "procs" was due."""
-        return dict(self.processes)
 
 
 def _str(value) -> str:
