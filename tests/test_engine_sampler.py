@@ -190,3 +190,29 @@ def test_buffers_are_drained_on_their_own_schedule_and_on_request():
         s.request("energy")
         time.sleep(0.15)
         assert sim.calls["nvmlDeviceGetSamples"] - drains >= 3
+
+
+def test_unselected_gpus_are_never_read():
+    sim = SimulatedGPUs(count=4)
+    read: list[int] = []
+    original = sim.nvmlDeviceGetMemoryInfo
+
+    def spy(h):
+        read.append(h.gpu)
+        return original(h)
+
+    sim.nvmlDeviceGetMemoryInfo = spy
+    with nbgpu.Sampler(source=sim, gpus=[2], interval=0.1):
+        read.clear()  # probing read every GPU once; sampling must not
+        time.sleep(0.5)
+    assert read and set(read) == {2}
+
+
+def test_drain_only_wakeups_make_no_cheap_reads():
+    sim = SimulatedGPUs(count=1)
+    with nbgpu.Sampler(source=sim, interval=3.0, energy_every_s=60, procs_every_s=60):
+        time.sleep(0.2)
+        before = sim.calls["nvmlDeviceGetMemoryInfo"]
+        time.sleep(2.2)  # two buffer-drain wake-ups, no tick
+        assert sim.calls["nvmlDeviceGetMemoryInfo"] == before
+        assert sim.calls["nvmlDeviceGetSamples"] >= 4

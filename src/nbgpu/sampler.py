@@ -83,6 +83,10 @@ class Sampler:
             self.source.close()
             raise
         self.devices: list[dict] = [d for d in all_devices if self._keeps(d)]
+        self._kept_keys = {d["index"] for d in self.devices}
+        select = getattr(self.source, "select", None)
+        if callable(select):  # the source then reads only these devices
+            select(self._kept_keys)
         store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
                                       ("history_s", history_s)) if v is not None}
         self.store = Store(**store_kw)
@@ -91,6 +95,8 @@ class Sampler:
                 for name, cols in streams.items():
                     self.store.declare(device, name, cols)
         self._host = HostSource() if host else None
+        # Simulated scenarios may stand in for the host's CPU (e.g. a busy input pipeline).
+        self._host_override = getattr(self.source, "simulated_host", None)
         if self._host is not None:
             self.store.declare(HOST_KEY, "tick", HOST_COLUMNS)
         self.timeline = Timeline(self.store, self.devices)
@@ -283,12 +289,11 @@ class Sampler:
             self._wake.clear()
 
     def _tick(self, now: float, due: frozenset[str], full_tick: bool) -> None:
+        """One pass: "tick" in ``due`` asks the source for its cheap reads; buffers always."""
         try:
-            reading = self.source.read(now, due)
+            reading = self.source.read(now, due | {"tick"} if full_tick else due)
             for batch in reading.batches:
-                if not self._keeps({"index": batch.device}):
-                    continue
-                if not full_tick and batch.stream == "tick" and not due:
+                if batch.device not in self._kept_keys:
                     continue
                 self.store.append_many(batch.device, batch.stream, batch.times, batch.values)
             for ev in reading.events:
@@ -298,9 +303,8 @@ class Sampler:
                 self.store.add_event(Event(now, ev.kind, ev.message, ev.device))
             if self._host is not None and full_tick:
                 values = self._host.read(now)
-                override = getattr(getattr(self.source, "_nvml", None), "simulated_host", None)
-                if callable(override):
-                    values.update(override(now - self.started_at) or {})
+                if self._host_override is not None:
+                    values.update(self._host_override(now - self.started_at) or {})
                 self.store.append(HOST_KEY, "tick", now, values)
             if full_tick:
                 self.ticks += 1

@@ -37,7 +37,13 @@ class Reading:
 
 @runtime_checkable
 class Source(Protocol):
-    """A place readings come from. ``open`` may raise; ``read`` must not."""
+    """A place readings come from. ``open`` may raise; ``read`` must not.
+
+    ``read(now, due)``: "tick" in ``due`` asks for the cheap per-tick reads; "energy",
+    "pcie", "procs" for the costly ones. Optional methods a source may add:
+    ``select(keys)`` (read only those devices) and ``simulated_host(t)`` (host readings a
+    simulated scenario implies).
+    """
 
     kind: str
     simulated: bool

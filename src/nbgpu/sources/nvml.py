@@ -130,6 +130,7 @@ class NVMLSource:
         self.last_error: str | None = None
         self._logged: set[tuple] = set()
         self._pcie_turn = 0
+        self._selected: set | None = None  # device keys to read; None reads all
         self._ts_offset_us: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -189,6 +190,19 @@ class NVMLSource:
         label = "simulated GPUs" if self.simulated else "GPU" + ("s" if len(self._devices) != 1 else "")
         n = sum(1 for d in self._devices if not d.info["mig"])
         return f"{n} {label}: {gpus} (driver {self.driver_version})"
+
+    def select(self, keys: set) -> None:
+        """Read only the devices with these keys from now on (the sampler's ``gpus=``)."""
+        self._selected = set(keys)
+
+    def simulated_host(self, t: float) -> dict[str, float] | None:
+        """Host readings a simulated scenario implies at ``t`` s after start; None for real GPUs."""
+        fn = getattr(self._nvml, "simulated_host", None) if self.simulated else None
+        return fn(t) if fn is not None else None
+
+    def _live(self) -> list[_Device]:
+        return [d for d in self._devices
+                if not d.lost and (self._selected is None or d.key in self._selected)]
 
     def devices(self) -> list[dict]:
         return [dict(d.info, metrics=sorted(d.caps & set(BY_NAME))) for d in self._devices]
@@ -294,9 +308,7 @@ class NVMLSource:
     def read(self, now: float, due: frozenset[str]) -> Reading:
         """New readings of every live device; never raises for a device's failure."""
         reading = Reading()
-        for dev in self._devices:
-            if dev.lost:
-                continue
+        for dev in self._live():
             try:
                 self._read_device(dev, now, due, reading)
             except _LostError as exc:
@@ -328,38 +340,16 @@ class NVMLSource:
             log.warning(message)
 
     def _read_device(self, dev: _Device, now: float, due: frozenset[str], reading: Reading) -> None:
+        jobs = list(self._cheap_jobs(dev)) if "tick" in due else []
+        jobs += [(slow, fn) for slow, fn in _SLOW.items() if self._slow_due(dev, slow, due)]
         row: dict[str, float] = {}
-        for metric, reader in _READERS:
-            if not (_metric_names(metric) & dev.caps):
-                continue
-            if metric == "power" and "power" in dev.buffers:
-                continue
-            if metric == "util" and {"util", "memutil"} <= dev.buffers.keys():
-                continue
+        for group, fn in jobs:
             try:
-                row.update(self._call(dev, metric, reader, self, dev))
+                row.update(self._call(dev, group, fn, self, dev))
             except _LostError:
                 raise
-            except Exception:
+            except Exception:  # unsupported or failed: counted in _call, the value stays NaN
                 continue
-        if dev.gpm_prev is not None and "sm_active_pct" in dev.caps:
-            try:
-                row.update(self._call(dev, "gpm", self._read_gpm, dev))
-            except _LostError:
-                raise
-            except Exception:
-                pass
-        for slow, fn in _SLOW.items():
-            if slow not in due or (slow == "pcie" and not self._pcie_due(dev)):
-                continue
-            if slow != "procs" and not (_SLOW_METRICS[slow] & dev.caps):
-                continue
-            try:
-                row.update(self._call(dev, slow, fn, self, dev))
-            except _LostError:
-                raise
-            except Exception:
-                pass
         if row:
             reading.batches.append(Batch(dev.key, "tick", np.array([now]),
                                          {k: np.array([v]) for k, v in row.items()}))
@@ -372,9 +362,27 @@ class NVMLSource:
             if batch is not None:
                 reading.batches.append(batch)
 
+    def _cheap_jobs(self, dev: _Device):
+        """(group, reader) of the cheap reads this device supports and has no buffer for."""
+        for group, reader in _READERS:
+            if not (_metric_names(group) & dev.caps):
+                continue
+            if group == "power" and "power" in dev.buffers:
+                continue
+            if group == "util" and {"util", "memutil"} <= dev.buffers.keys():
+                continue
+            yield group, reader
+        if dev.gpm_prev is not None and "sm_active_pct" in dev.caps:
+            yield "gpm", _r_gpm
+
+    def _slow_due(self, dev: _Device, slow: str, due: frozenset[str]) -> bool:
+        if slow not in due or (slow == "pcie" and not self._pcie_due(dev)):
+            return False
+        return slow == "procs" or bool(_SLOW_METRICS[slow] & dev.caps)
+
     def _pcie_due(self, dev: _Device) -> bool:
         """PCIe reads sleep ~20 ms inside NVML: one GPU per due round, in turn."""
-        full = [d for d in self._devices if not d.lost and "pcie_rx_bytes_per_s" in d.caps]
+        full = [d for d in self._live() if "pcie_rx_bytes_per_s" in d.caps]
         return bool(full) and full[self._pcie_turn % len(full)] is dev
 
     def _drain(self, dev: _Device, stream: str, now: float) -> Batch | None:
@@ -500,6 +508,10 @@ def _r_codec(src: NVMLSource, dev: _Device) -> dict[str, float]:
     nvml = src._nvml
     return {"enc_util_pct": float(nvml.nvmlDeviceGetEncoderUtilization(dev.handle)[0]),
             "dec_util_pct": float(nvml.nvmlDeviceGetDecoderUtilization(dev.handle)[0])}
+
+
+def _r_gpm(src: NVMLSource, dev: _Device) -> dict[str, float]:
+    return src._read_gpm(dev)
 
 
 def _r_energy(src: NVMLSource, dev: _Device) -> dict[str, float]:
