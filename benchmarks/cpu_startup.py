@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import SRC_DIR
+from . import REPO_ROOT
 from .registry import Context
 from .report import Outcome, Target, UnavailableError
 from .stats import median
@@ -35,7 +35,7 @@ def _timed(snippet: str) -> tuple[float, float]:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC_DIR), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
 

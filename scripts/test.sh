@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff check nbgpu tests benchmarks
 .venv/bin/python -m pytest -q -ra "$@"

@@ -27,7 +27,7 @@ def _names() -> list[tuple[str, str]]:
 
 
 def test_quick_run_writes_results_json(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "src"),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO),
                                                                    os.environ.get("PYTHONPATH")) if p))
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)

@@ -16,7 +16,7 @@ import pytest
 
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.cli.report import load_run
-from nbgpu.export import LEGACY_KEYS
+from nbgpu.files import LEGACY_KEYS
 from nbgpu.recorder import Recorder
 
 NBGPU = [sys.executable, "-m", "nbgpu.cli"]

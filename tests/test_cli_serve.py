@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -100,3 +101,12 @@ def test_demo_without_notebook_says_where_to_run_it(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "__file__", str(tmp_path / "a" / "b" / "c" / "demo.py"))
     with pytest.raises(NbgpuError, match="run `nbgpu demo` from the nbgpu repository folder"):
         demo.find_notebook()
+
+
+def test_demo_finds_the_repository_notebook_from_any_folder(tmp_path, monkeypatch):
+    """Run from elsewhere, `nbgpu demo` finds notebooks/quickstart.ipynb beside the package."""
+    from nbgpu.cli import demo
+
+    monkeypatch.chdir(tmp_path)
+    repo = Path(__file__).resolve().parents[1]
+    assert demo.find_notebook() == repo / "notebooks" / "quickstart.ipynb"

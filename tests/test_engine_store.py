@@ -102,7 +102,7 @@ def test_a_failed_export_leaves_the_old_file_untouched(tmp_path, monkeypatch):
         yield {"timestamp": "x"}
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr("nbgpu.export.jsonl_records", broken)
+    monkeypatch.setattr("nbgpu.files.jsonl_records", broken)
     with pytest.raises(RuntimeError):
         s.timeline.to_jsonl(str(path))
     assert path.read_text() == "precious\n"

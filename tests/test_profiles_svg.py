@@ -1,4 +1,4 @@
-"""render.svg.svg_timeline: a valid standalone SVG with lines, gaps, marks and legends."""
+"""nbgpu.svg.svg_timeline: a valid standalone SVG with lines, gaps, marks and legends."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pandas as pd
 
-from nbgpu.render.svg import svg_timeline
+from nbgpu.svg import svg_timeline
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 T0 = 1_800_000_000.0

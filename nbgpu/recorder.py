@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
-from .export import LEGACY_KEYS
+from .files import LEGACY_KEYS
 from .metrics import GPU_METRICS, HOST_METRICS
 from .sources.host import HOST_KEY
 
@@ -241,7 +241,7 @@ class Recorder:
 
 
 def jsonl_record(t: float, gpu: object, values: dict) -> dict:
-    """One JSON line: the keys of ``nbgpu.export.jsonl_records`` (legacy keys first)."""
+    """One JSON line: the keys of ``nbgpu.files.jsonl_records`` (legacy keys first)."""
     rec: dict = {"timestamp": iso(t), "gpu_id": gpu}
     for key, (col, scale) in LEGACY_KEYS.items():
         if col in values:

@@ -20,7 +20,7 @@ def find_notebook() -> Path:
     here = Path.cwd() / NOTEBOOK
     if here.exists():
         return here
-    tree = Path(__file__).resolve().parents[3] / NOTEBOOK
+    tree = Path(__file__).resolve().parents[2] / NOTEBOOK
     if tree.exists():
         return tree
     raise NbgpuError(f"{NOTEBOOK} was not found here or beside nbgpu's sources; run `nbgpu demo` "

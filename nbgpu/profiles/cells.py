@@ -182,7 +182,7 @@ def _record_and_show(shell, cell: str, cap: Capture) -> None:
     add_record(CellRecord(getattr(shell, "execution_count", None), _cell_id(shell),
                                      cell, cap))
     try:
-        from .report import CellReport
+        from ..widgets.cell_report import CellReport
 
         _display(CellReport(cap))
     except Exception as exc:  # the report must never hide the cell's own outcome

@@ -11,8 +11,7 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
-from ..metrics import GPU_METRICS
-from ..render.svg import DEFAULT_METRICS, svg_series
+from ..svg import DEFAULT_METRICS, svg_series
 from .summary import selected
 
 if TYPE_CHECKING:
@@ -179,89 +178,3 @@ def compact_html(cap: Capture, svg: str | None = None) -> str:
     svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
             f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary_rows)}</details>")
-
-
-class CellReport:
-    """A capture's report: interactive chart in a live kernel, static SVG + table everywhere."""
-
-    def __init__(self, cap: Capture, interactive: bool = True) -> None:
-        self.cap = cap
-        self.interactive = interactive
-        self.widget = None
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        svg = static_svg(self.cap)
-        bundle = {
-            "text/plain": f"{_title(self.cap)}\n{self.cap.one_line()}",
-            "text/html": static_html(self.cap, svg),
-            "image/svg+xml": svg,
-        }
-        if self.interactive:
-            try:
-                self.widget = build_widget(self.cap)
-                view = self.widget._repr_mimebundle_()
-            except Exception:  # no widget front end (plain IPython, scripts)
-                view = None
-            if view and "application/vnd.jupyter.widget-view+json" in view:
-                bundle["application/vnd.jupyter.widget-view+json"] = \
-                    view["application/vnd.jupyter.widget-view+json"]
-        return bundle
-
-
-def _metric_label(metric: str) -> str:
-    """``util (%)``, ``memory (B)``: the metric table's label and unit."""
-    from ..metrics import BY_NAME
-
-    m = BY_NAME.get(metric)
-    return f"{m.label} ({m.unit})" if m else metric
-
-
-def build_widget(cap: Capture):
-    """The interactive report: a metric picker and a bqplot chart, one line per GPU, marks."""
-    import bqplot as bq
-    import ipywidgets as w
-    import numpy as np
-
-    from ..store import decimate_minmax
-
-    window, gpus = cap.window, _gpus(cap)
-    candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
-    metrics = [m for m in candidates if m not in ("mem_total_bytes", "energy_j")
-               and any(len(window.series(g, m)[0]) for g in gpus)]
-    x_sc, y_sc = bq.DateScale(), bq.LinearScale()
-    mark_sc = bq.LinearScale(min=0.0, max=1.0)
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-    lines = [bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([]), scales={"x": x_sc, "y": y_sc},
-                      colors=[colors[i % len(colors)]], labels=[f"GPU {g}"], display_legend=True)
-             for i, g in enumerate(gpus)]
-    marks = cap.marks
-    rules = []
-    if marks:
-        mx = np.array([[np.datetime64(int(t * 1000), "ms")] * 2 for t, _ in marks])
-        rules.append(bq.Lines(x=mx, y=np.array([[0.0, 1.0]] * len(marks)), scales={"x": x_sc, "y": mark_sc},
-                              colors=["#555"], line_style="dashed"))
-        rules.append(bq.Label(x=mx[:, 0], y=np.full(len(marks), 0.95), text=[lb for _, lb in marks],
-                              scales={"x": x_sc, "y": mark_sc}, colors=["#333"], font_weight="normal",
-                              default_size=11))
-    ax_y = bq.Axis(scale=y_sc, side="left", tick_format=".3~s")
-    ax_x = bq.Axis(scale=x_sc, label="time (UTC)", tick_format="%H:%M:%S")
-    fig = bq.Figure(marks=lines + rules, axes=[ax_x, ax_y],
-                    layout=w.Layout(width="100%", height="280px"),
-                    fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20},
-                    legend_location="top-left")
-    picker = w.Dropdown(options=[(_metric_label(m), m) for m in metrics],
-                        value=metrics[0] if metrics else None, description="metric")
-
-    def show(metric: str | None) -> None:
-        if metric is None:
-            return
-        ax_y.label = _metric_label(metric)
-        with fig.hold_sync():
-            for line, g in zip(lines, gpus, strict=True):
-                t, v = decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2)
-                line.x, line.y = (t * 1000).astype(np.int64).astype("datetime64[ms]"), v
-
-    picker.observe(lambda change: show(change["new"]), names="value")
-    show(picker.value)
-    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, fig,
-                   w.HTML(summary_html(cap.summary_rows))])

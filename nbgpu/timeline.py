@@ -157,7 +157,7 @@ class Timeline:
     # -- files --------------------------------------------------------------------------------
     def to_csv(self, path: str) -> str:
         """Write ``to_pandas()`` as CSV (ISO UTC times), atomically; returns the path."""
-        from .export import write_csv
+        from .files import write_csv
 
         return write_csv(self.to_pandas(), path)
 
@@ -167,13 +167,13 @@ class Timeline:
         With ``filled`` each record carries the latest known value of every metric of its
         GPU (as a polling script would log), so old log readers keep working.
         """
-        from .export import write_jsonl
+        from .files import write_jsonl
 
         return write_jsonl(self.to_pandas(), path, filled=filled)
 
     def to_parquet(self, path: str) -> str:
         """Write ``to_pandas()`` as Parquet (needs pyarrow), atomically; returns the path."""
-        from .export import write_parquet
+        from .files import write_parquet
 
         return write_parquet(self.to_pandas(), path)
 

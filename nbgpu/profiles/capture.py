@@ -329,7 +329,7 @@ class Capture:
         """Display the cell report (interactive chart + static fallbacks); returns it."""
         from IPython.display import display
 
-        from .report import CellReport
+        from ..widgets.cell_report import CellReport
 
         rep = CellReport(self)
         display(rep)

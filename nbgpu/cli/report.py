@@ -1,6 +1,6 @@
 """``nbgpu report``: one self-contained HTML file from a recorded run.
 
-Plots are inline SVG (``nbgpu.render.svg.svg_timeline``), styles are inline, and there is
+Plots are inline SVG (``nbgpu.svg.svg_timeline``), styles are inline, and there is
 no script and no link to fetch, so a CI job can attach the file and any browser opens it
 offline. A run cut short (the recorder was killed) still reports: a torn last line is
 skipped and counted.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import NbgpuError
-from ..export import LEGACY_KEYS, atomic_path
+from ..files import LEGACY_KEYS, atomic_path
 from ..metrics import BY_NAME
 from .status import epoch_seconds, summarize_frame
 
@@ -121,7 +121,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 def render_html(run: Run, title: str | None = None) -> str:
     """The report of ``run`` as one HTML document (no scripts, no external resources)."""
-    from ..render.svg import svg_timeline
+    from ..svg import svg_timeline
 
     df, head = run.frame, run.header
     names = {str(d.get("index")): d.get("name", "") for d in head.get("devices", [])}

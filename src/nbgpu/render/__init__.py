@@ -1,1 +1,0 @@
-"""Static pictures of timelines (SVG) for saved notebooks and HTML reports."""
