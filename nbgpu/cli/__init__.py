@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.port, not args.no_browser)
-        from .files import run_export
+        from .export import run_export
 
         return run_export(args.source, args.interval, args.host, args.port, args.hostname)
     except BadArgumentError as exc:
