@@ -11,11 +11,18 @@ import importlib
 import logging
 from typing import TYPE_CHECKING
 
-from .errors import BadArgumentError, NbgpuError, NVMLUnavailableError, SourceError
+from .errors import (
+    BadArgumentError,
+    FileError,
+    NbgpuError,
+    NVMLUnavailableError,
+    SamplerStateError,
+    SourceError,
+)
 
 if TYPE_CHECKING:
     from .diagnostics import Alert, Thresholds
-    from .profiles import capture, mark, track
+    from .profiles import Capture, capture, mark, track
     from .profiles.history import history
     from .sampler import Sampler
     from .sources.simulated import SimulatedGPUs
@@ -26,6 +33,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Alert": ".diagnostics",
     "Thresholds": ".diagnostics",
+    "Capture": ".profiles",
     "capture": ".profiles",
     "mark": ".profiles",
     "track": ".profiles",
@@ -43,10 +51,13 @@ __version__ = "0.1.0"
 __all__ = [
     "Alert",
     "BadArgumentError",
+    "Capture",
+    "FileError",
     "GPUMonitor",
     "NVMLUnavailableError",
     "NbgpuError",
     "Sampler",
+    "SamplerStateError",
     "SimulatedGPUs",
     "SourceError",
     "Thresholds",

@@ -1,27 +1,68 @@
-"""nbgpu's exception tree.
+"""nbgpu's exception tree: everything nbgpu raises on purpose, one line each, saying what to do.
 
     NbgpuError                      root of everything nbgpu raises on purpose
-    ├── NVMLUnavailableError        NVML could not be started: no driver, no library, no GPU
-    └── SourceError                 a source failed in a way the caller must hear about
+    ├── BadArgumentError            an argument out of range or of the wrong kind (also a ValueError)
+    ├── SamplerStateError           the call does not fit the sampler's state (e.g. starting a closed one)
+    ├── NVMLUnavailableError        NVML could not be started: no driver, no library, no GPU;
+    │                               ``code`` (the NVML return code or None) and ``hint`` as fields
+    ├── SourceError                 a source failed in a way the caller must hear about
+    └── FileError                   an export, record or report file cannot be written or read;
+                                    ``path`` is the user's path, never a temporary file
 
-Bad arguments raise ``ValueError`` (``BadArgumentError`` is both a ``ValueError`` and an
-``NbgpuError``), so ``except ValueError`` keeps working for people who expect it.
+``except ValueError`` keeps working for bad arguments, because ``BadArgumentError`` is both.
+Lower-level errors are translated at the boundary with ``raise ... from exc``, so the
+original stays in ``__cause__`` while ``str(exc)`` stays one line a person can act on.
 """
 
 from __future__ import annotations
 
+import os
+
 
 class NbgpuError(Exception):
-    """Root of nbgpu's own errors."""
+    """Root of nbgpu's own errors; catch this to catch everything nbgpu raises on purpose."""
 
 
 class BadArgumentError(NbgpuError, ValueError):
     """An argument is out of range or of the wrong kind; the message says what is allowed."""
 
 
+class SamplerStateError(NbgpuError):
+    """The call does not fit the sampler's state (starting a closed sampler, reading a closed source)."""
+
+
 class NVMLUnavailableError(NbgpuError):
-    """NVML cannot be used here; the message names the NVML error and what to try."""
+    """NVML cannot be used here; ``code`` is NVML's return code (None if none) and ``hint`` what to try.
+
+    ``str(exc)`` is the one line a person reads; views that want only the reason or only the
+    hint read the fields instead of parsing the text.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.hint = hint
 
 
 class SourceError(NbgpuError):
     """A source failed (Prometheus unreachable, a simulated fault the caller asked to see)."""
+
+
+class FileError(NbgpuError):
+    """A file cannot be written or read as asked; ``path`` is the path the user gave."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = None if path is None else os.fspath(path)
+
+
+__all__ = [
+    "BadArgumentError",
+    "FileError",
+    "NVMLUnavailableError",
+    "NbgpuError",
+    "SamplerStateError",
+    "SourceError",
+]
