@@ -287,26 +287,3 @@ def merge_series(parts_t: list[np.ndarray], parts_v: list[np.ndarray]) -> tuple[
     order = np.argsort(t, kind="stable")
     return t[order], v[order]
 
-
-def decimate_minmax(t: np.ndarray, v: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the min and max of each of ``buckets`` equal time slices: about 2 points a bucket.
-
-    Peaks stay visible however many raw points there are; NaN gaps are kept as NaN.
-    """
-    n = len(t)
-    if n <= 2 * buckets or buckets <= 0:
-        return t, v
-    edges = np.linspace(t[0], t[-1], buckets + 1)
-    idx = np.clip(np.searchsorted(edges, t, "right") - 1, 0, buckets - 1)
-    starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
-    ends = np.r_[starts[1:], n]
-    keep = []
-    for s, e in zip(starts, ends, strict=True):
-        seg = v[s:e]
-        if np.isnan(seg).all():
-            keep.append(s)
-            continue
-        a, b = s + int(np.nanargmin(seg)), s + int(np.nanargmax(seg))
-        keep.extend((a, b) if a <= b else (b, a))
-    keep_idx = np.unique(np.asarray(keep))
-    return t[keep_idx], v[keep_idx]

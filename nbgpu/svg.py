@@ -13,8 +13,8 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
+from .decimate import decimate_minmax
 from .metrics import BY_NAME
-from .store import decimate_minmax
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import nbgpu
-from nbgpu.store import Store, decimate_minmax
+from nbgpu.decimate import decimate_minmax
+from nbgpu.store import Store
 
 
 def fill(store: Store, seconds: float, hz: float, start: float = 1e9) -> None:

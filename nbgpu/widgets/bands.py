@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..store import decimate_minmax
+from ..decimate import decimate_minmax
 
 INSET = 0.12  # fraction of a band left empty above and below the line
 

@@ -66,7 +66,7 @@ def build_widget(cap: Capture):
     import ipywidgets as w
     import numpy as np
 
-    from ..store import decimate_minmax
+    from ..decimate import decimate_minmax
 
     window, gpus = cap.window, _gpus(cap)
     candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
