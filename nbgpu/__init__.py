@@ -8,9 +8,11 @@ modules (and numpy, ipywidgets, bqplot) on first use, so ``import nbgpu`` stays 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 from typing import TYPE_CHECKING
 
+from . import hooks as _hooks
 from .errors import (
     BadArgumentError,
     FileError,
@@ -19,6 +21,7 @@ from .errors import (
     SamplerStateError,
     SourceError,
 )
+from .version import __version__
 
 if TYPE_CHECKING:
     from .diagnostics import Alert, Thresholds
@@ -46,7 +49,15 @@ _LAZY = {
 
 logging.getLogger("nbgpu").addHandler(logging.NullHandler())
 
-__version__ = "0.1.0"
+
+def _cell_report(cap: object) -> object:
+    from .widgets.cell_report import CellReport
+
+    return CellReport(cap)
+
+
+_hooks.register_view("cell_report", _cell_report)
+
 
 __all__ = [
     "Alert",
@@ -73,13 +84,19 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """Import a public name's module on first access (``nbgpu.GPUMonitor`` brings in bqplot)."""
+    """Import a public name's module, or a submodule, on first access.
+
+    ``nbgpu.GPUMonitor`` brings in bqplot only when asked; ``nbgpu.exporter.serve`` and
+    ``nbgpu.metrics.reason_names`` work after a plain ``import nbgpu``.
+    """
     module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nbgpu' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'nbgpu' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

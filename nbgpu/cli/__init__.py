@@ -47,7 +47,7 @@ def _port(value: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``nbgpu`` and its sub-commands."""
-    from .. import __version__
+    from ..version import __version__
 
     p = _Parser(prog="nbgpu", description="Watch NVIDIA GPUs: record a command's GPU timeline, "
                 "turn it into an HTML report, export readings to Prometheus, or open the demo notebook.",

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from .. import __version__, session
+from .. import session
 from ..errors import NbgpuError
+from ..version import __version__
 
 log = logging.getLogger("nbgpu")
 

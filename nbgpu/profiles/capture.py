@@ -329,9 +329,9 @@ class Capture:
         """Display the cell report (interactive chart + static fallbacks); returns it."""
         from IPython.display import display
 
-        from ..widgets.cell_report import CellReport
+        from ..hooks import view
 
-        rep = CellReport(self)
+        rep = view("cell_report", self)
         display(rep)
         return rep
 

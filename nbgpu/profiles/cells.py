@@ -182,8 +182,8 @@ def _record_and_show(shell, cell: str, cap: Capture) -> None:
     add_record(CellRecord(getattr(shell, "execution_count", None), _cell_id(shell),
                                      cell, cap))
     try:
-        from ..widgets.cell_report import CellReport
+        from ..hooks import view
 
-        _display(CellReport(cap))
+        _display(view("cell_report", cap))
     except Exception as exc:  # the report must never hide the cell's own outcome
         log.warning("nbgpu: the cell report could not be shown: %s", exc)
