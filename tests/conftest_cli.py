@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from nbgpu import Sampler, SimulatedGPUs
-from nbgpu.exporter import Exporter, prometheus_text
+from nbgpu.exporter import Exporter, GpuCollector, to_text
 
 SCRAPE_S = 1.0
 
@@ -49,13 +50,16 @@ class RecordingExporter:
         self.sampler = Sampler(SimulatedGPUs(count=count, seed=seed), interval=0.2, host=False).start()
         self.served: list[tuple[float, str]] = []
         self._lock = threading.Lock()
-        self.exporter = Exporter(self._render, "127.0.0.1", 0)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        self.exporter = Exporter(registry, "127.0.0.1", 0)
 
-    def _render(self) -> str:
-        text = prometheus_text(self.sampler, self.hostname)
+    def collect(self) -> list:
+        """What the exporter serves, remembered as text (a prometheus-client collector)."""
+        metrics = list(GpuCollector(self.sampler, self.hostname).collect())
         with self._lock:
-            self.served.append((time.time(), text))
-        return text
+            self.served.append((time.time(), to_text(metrics)))
+        return metrics
 
     def close(self) -> None:
         self.exporter.close()

@@ -5,19 +5,24 @@ from __future__ import annotations
 import math
 import re
 import shutil
+import signal
+import socket
+import struct
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest_cli import prometheus_binary
+from conftest_cli import free_port, prometheus_binary
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.exporter import CONTENT_TYPE, prometheus_text, render, serve
-from nbgpu.exporter.text import FAMILIES, escape_label
+from nbgpu.sources.prometheus_names import FAMILIES
 
-LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\} (\S+)$')
+LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 
 
 def parse(text: str) -> dict[tuple[str, str], float]:
@@ -29,6 +34,9 @@ def parse(text: str) -> dict[tuple[str, str], float]:
             continue
         m = LINE.match(line)
         assert m, line
+        if m.group(2) is None:  # the sampler's own counters carry no GPU label
+            assert m.group(1).startswith("nbgpu_sampler_"), line
+            continue
         labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
         out[(m.group(1), labels["gpu"] + ("/" + labels["GPU_I_ID"] if "GPU_I_ID" in labels else ""))] = \
             float(m.group(3))
@@ -44,7 +52,7 @@ def sampler():
 
 
 def test_dcgm_names_units_and_labels(sampler):
-    text = sampler.prometheus_text(hostname="node-7")
+    text = prometheus_text(sampler, hostname="node-7")
     values = parse(text)
     latest = {row["gpu"]: row for row in sampler.latest()}
     # A scrape and latest() run moments apart; compare with what latest says right after.
@@ -56,8 +64,10 @@ def test_dcgm_names_units_and_labels(sampler):
         assert values[("nbgpu_gpu_power_limit_watts", str(gpu))] == 700
         assert 0 <= values[("DCGM_FI_PROF_SM_ACTIVE", str(gpu))] <= 1  # a ratio, as in DCGM
     first = next(line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{"))
-    assert re.search(r'gpu="0",UUID="GPU-sim[0-9a-f]+-0000-0000-0000-000000000000",device="nvidia0",'
-                     r'model_name="NVIDIA H200 \(simulated\)",Hostname="node-7"', first), first
+    labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', first))
+    assert labels == {"gpu": "0", "UUID": labels["UUID"], "device": "nvidia0",
+                      "model_name": "NVIDIA H200 (simulated)", "Hostname": "node-7"}, first
+    assert re.fullmatch(r"GPU-sim[0-9a-f]+-0000-0000-0000-000000000000", labels["UUID"])
     assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text
     assert 'nbgpu_gpu_info{' in text and 'simulated="true"' in text
     # GPU metrics only: nothing about host processes or users.
@@ -72,12 +82,11 @@ def test_every_family_has_a_unique_valid_name():
 
 
 def test_missing_values_are_left_out_and_mig_gets_instance_label():
-    dev = {"index": "0/1", "parent": 0, "mig": True, "uuid": "MIG-x", "name": 'odd "name"\\'}
+    dev = {"index": "0/1", "parent": 0, "mig": True, "uuid": "MIG-x", "name": 'odd "name" 1g.18gb\\'}
     text = render([(dev, {"util_pct": math.nan, "mem_used_bytes": 2**21, "temp_c": None})], "h")
     assert "DCGM_FI_DEV_GPU_UTIL" not in text and "DCGM_FI_DEV_GPU_TEMP" not in text
-    assert 'DCGM_FI_DEV_FB_USED{gpu="0",UUID="MIG-x",device="nvidia0",model_name="odd \\"name\\"\\\\",' \
-           'Hostname="h",GPU_I_ID="1"} 2' in text
-    assert escape_label("a\nb") == "a\\nb"
+    assert 'DCGM_FI_DEV_FB_USED{GPU_I_ID="1",GPU_I_PROFILE="1g.18gb",Hostname="h",UUID="MIG-x",' \
+           'device="nvidia0",gpu="0",model_name="odd \\"name\\" 1g.18gb\\\\"} 2.0' in text
     assert render([], "h") == ""
 
 
@@ -132,9 +141,106 @@ def test_promtool_accepts_the_output(sampler):
     mig = Sampler(SimulatedGPUs(count=2, mig={1: 2}), interval=0.1, host=False).start()
     try:
         time.sleep(0.4)
-        for text in (sampler.prometheus_text(), mig.prometheus_text()):
+        for text in (prometheus_text(sampler), prometheus_text(mig)):
             done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                                   text=True, timeout=30)
             assert done.returncode == 0, done.stdout + done.stderr
     finally:
         mig.stop()
+
+
+def _closed_by_server(sock: socket.socket, within_s: float) -> bool:
+    """Whether the server closes ``sock`` (EOF or reset) within ``within_s`` seconds."""
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_slow_header_connections_are_closed_and_scrapes_still_answered(sampler):
+    with serve(sampler, port=0, timeout_s=1) as exporter:
+        slow = []
+        for _ in range(40):
+            sock = socket.create_connection((exporter.host, exporter.port), timeout=5)
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            slow.append(sock)
+        with urllib.request.urlopen(exporter.url, timeout=5) as resp:  # not starved by them
+            assert resp.status == 200 and b"DCGM_FI_DEV_GPU_UTIL" in resp.read()
+        t0 = time.monotonic()
+        closed = [_closed_by_server(sock, max(0.1, 6 - (time.monotonic() - t0))) for sock in slow]
+        for sock in slow:
+            sock.close()
+        assert all(closed), f"{closed.count(False)} of 40 slow connections still open after 6 s"
+
+
+def test_a_burst_of_200_connects_waits_on_no_backlog(sampler):
+    with serve(sampler, port=0) as exporter:
+        connect_s: list[float] = []
+        answered: list[int] = []
+        lock = threading.Lock()
+
+        def one() -> None:
+            t0 = time.perf_counter()
+            with socket.create_connection((exporter.host, exporter.port), timeout=10) as sock:
+                took = time.perf_counter() - t0
+                sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+            with lock:
+                connect_s.append(took)
+                answered.append(int(data.split(b" ", 2)[1]))
+
+        threads = [threading.Thread(target=one) for _ in range(200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert answered == [200] * 200
+        # A SYN dropped by a full backlog is retried after a second; none may wait that long.
+        assert max(connect_s) < 0.9, sorted(connect_s)[-5:]
+
+
+def test_head_is_answered_and_the_server_header_names_no_python(sampler):
+    with serve(sampler, port=0) as exporter:
+        with urllib.request.urlopen(urllib.request.Request(exporter.url, method="HEAD"), timeout=5) as resp:
+            assert resp.status == 200 and resp.read() == b""
+            assert int(resp.headers["Content-Length"]) > 0
+            assert resp.headers["Content-Type"] == CONTENT_TYPE
+            server = resp.headers["Server"]
+        assert "python" not in server.lower() and not re.search(r"\d+\.\d+", server), server
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(urllib.request.Request(exporter.url, data=b"x", method="POST"), timeout=5)
+        assert err.value.code == 405
+
+
+def test_client_disconnects_mid_response_print_no_traceback(tmp_path):
+    port = free_port()
+    cmd = [sys.executable, "-m", "nbgpu.cli", "export", "--source", "sim", "--interval", "0.2",
+           "--port", str(port)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                break
+            except OSError:
+                assert time.time() < deadline and proc.poll() is None, "exporter did not start"
+                time.sleep(0.2)
+        for _ in range(50):  # ask, then reset the connection before reading the answer
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.close()
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "Error" not in err, err

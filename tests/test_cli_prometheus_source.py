@@ -160,7 +160,7 @@ def test_unreachable_at_open_is_one_clear_error():
 
 def _served_values(node, gpu: str, metric_series: str) -> list[tuple[float, float]]:
     """(time, value) of one series in every text this exporter served."""
-    pattern = re.compile(rf'^{metric_series}{{gpu="{gpu}",[^}}]*}} (\S+)$', re.M)
+    pattern = re.compile(rf'^{metric_series}{{[^}}]*\bgpu="{gpu}"[^}}]*}} (\S+)$', re.M)
     out = []
     for t, text in node.served:
         m = pattern.search(text)

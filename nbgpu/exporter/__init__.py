@@ -1,9 +1,9 @@
-"""Prometheus exporter: a sampler's current GPU readings as dcgm-exporter-compatible text."""
+"""Prometheus exporter: a sampler's newest GPU readings, dcgm-exporter-compatible, over HTTP."""
 
 from __future__ import annotations
 
-from .server import DEFAULT_HOST, DEFAULT_PORT, Exporter, serve
-from .text import CONTENT_TYPE, FAMILIES, prometheus_text, render
+from .server import DEFAULT_HOST, DEFAULT_PORT, Exporter, metrics_app, serve
+from .text import CONTENT_TYPE, GpuCollector, families, prometheus_text, registry_for, render, to_text
 
-__all__ = ["CONTENT_TYPE", "DEFAULT_HOST", "DEFAULT_PORT", "FAMILIES", "Exporter", "prometheus_text",
-           "render", "serve"]
+__all__ = ["CONTENT_TYPE", "DEFAULT_HOST", "DEFAULT_PORT", "Exporter", "GpuCollector", "families",
+           "metrics_app", "prometheus_text", "registry_for", "render", "serve", "to_text"]

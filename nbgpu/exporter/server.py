@@ -1,79 +1,107 @@
-"""A small HTTP server that answers Prometheus scrapes with a sampler's current readings.
+"""The HTTP side of the exporter: prometheus-client's WSGI app served by waitress.
 
-Standard library only (``http.server.ThreadingHTTPServer``): one route, ``/metrics``, and
-nothing else to configure, so no extra dependency is worth it. Binds 127.0.0.1 unless
-told otherwise.
+waitress gives what a scrape endpoint on a shared machine needs: a fixed pool of worker
+threads (slow or idle clients wait in its event loop, not in a thread each), idle
+connections closed after ``timeout_s``, a real listen backlog, ``HEAD`` answered, client
+disconnects handled quietly, and a ``Server:`` header that names no Python version.
+Binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
 from ..errors import NbgpuError
-from .text import CONTENT_TYPE, prometheus_text
+from .text import registry_for
 
 if TYPE_CHECKING:
     from ..sampler import Sampler
 
+log = logging.getLogger("nbgpu")
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
+DEFAULT_TIMEOUT_S = 5  # an idle or slow-header connection is closed after this
+WORKERS = 2  # scrapes are answered from memory in about a millisecond
+BACKLOG = 1024
+MAX_CONNECTIONS = 64
+
+_Start = Callable[[str, list], object]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+def metrics_app(registry: CollectorRegistry) -> Callable[[dict, _Start], Iterable[bytes]]:
+    """A WSGI app: ``/metrics`` (GET or HEAD) from ``registry``, a link at ``/``, 404 elsewhere."""
+    prometheus = make_wsgi_app(registry)
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+    def app(environ: dict, start_response: _Start) -> Iterable[bytes]:
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "/")
+        if method not in ("GET", "HEAD"):
+            return _plain(start_response, "405 Method Not Allowed", b"only GET and HEAD are served\n",
+                          [("Allow", "GET, HEAD")])
         if path == "/metrics":
-            try:
-                body, status, ctype = self.server.render().encode(), 200, CONTENT_TYPE
-            except Exception as exc:  # a broken reading must not kill the server
-                body, status, ctype = f"nbgpu exporter failed: {exc}\n".encode(), 500, "text/plain"
-        elif path == "/":
-            body = b"<html><body><a href=\"/metrics\">nbgpu metrics</a></body></html>\n"
-            status, ctype = 200, "text/html; charset=utf-8"
-        else:
-            body, status, ctype = b"not found; the metrics are at /metrics\n", 404, "text/plain"
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            try:  # prometheus-client answers GET only; waitress drops the body of a HEAD
+                return prometheus({**environ, "REQUEST_METHOD": "GET"}, start_response)
+            except Exception as exc:  # a broken reading must not take the server down
+                log.debug("exporter scrape failed", exc_info=True)
+                return _plain(start_response, "500 Internal Server Error",
+                              f"nbgpu exporter failed: {exc}\n".encode())
+        if path == "/":
+            body = b'<html><body><a href="/metrics">nbgpu metrics</a></body></html>\n'
+            return _plain(start_response, "200 OK", body, ctype="text/html; charset=utf-8")
+        return _plain(start_response, "404 Not Found", b"not found; the metrics are at /metrics\n")
 
-    def log_message(self, format: str, *args: object) -> None:
-        """Stay quiet: a scrape every few seconds would flood the terminal."""
+    return app
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    render: Callable[[], str]
+def _plain(start_response: _Start, status: str, body: bytes, extra: list | None = None,
+           ctype: str = "text/plain; charset=utf-8") -> list[bytes]:
+    start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body))), *(extra or [])])
+    return [body]
 
 
 class Exporter:
     """A running exporter: ``url`` to scrape, ``close()`` to stop it (also a context manager).
 
     Args:
-        render: returns the exposition text for each scrape (see ``serve``).
+        registry: the prometheus-client registry to serve (see ``serve`` for a sampler's).
         host: address to bind; 127.0.0.1 keeps it on this machine.
         port: TCP port; 0 picks a free one (see ``port``/``url`` afterwards).
+        timeout_s: seconds after which an idle or stalled connection is closed.
     """
 
-    def __init__(self, render: Callable[[], str], host: str = DEFAULT_HOST,
-                 port: int = DEFAULT_PORT) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str = DEFAULT_HOST,
+                 port: int = DEFAULT_PORT, timeout_s: int = DEFAULT_TIMEOUT_S) -> None:
+        from waitress.server import create_server
+
+        self._map: dict = {}
         try:
-            self._server = _Server((host, port), _Handler)
+            self._server = create_server(
+                metrics_app(registry), map=self._map, host=host, port=port, threads=WORKERS,
+                backlog=BACKLOG, connection_limit=MAX_CONNECTIONS, channel_timeout=int(timeout_s),
+                cleanup_interval=1, ident="nbgpu", asyncore_use_poll=True, expose_tracebacks=False)
         except OSError as exc:
             raise NbgpuError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
                              "choose another --port or stop what uses it") from exc
-        self._server.render = render
         self.host = host
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="nbgpu-exporter", daemon=True)
+        self.port = int(self._server.effective_port)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="nbgpu-exporter", daemon=True)
         self._thread.start()
+
+    def _loop(self) -> None:
+        from waitress import wasyncore
+
+        try:
+            while not self._stop.is_set():
+                wasyncore.loop(timeout=0.5, map=self._map, use_poll=True, count=1)
+        finally:
+            self._server.task_dispatcher.shutdown()
+            wasyncore.close_all(self._map)
 
     @property
     def url(self) -> str:
@@ -82,8 +110,8 @@ class Exporter:
 
     def close(self) -> None:
         """Stop serving and free the port."""
-        self._server.shutdown()
-        self._server.server_close()
+        self._stop.set()
+        self._server.pull_trigger()
         self._thread.join(timeout=5)
 
     def __enter__(self) -> Exporter:
@@ -94,6 +122,7 @@ class Exporter:
 
 
 def serve(sampler: Sampler, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-          hostname: str | None = None, model_label: str = "model_name") -> Exporter:
-    """Serve ``sampler``'s current readings at ``http://host:port/metrics`` from a thread."""
-    return Exporter(lambda: prometheus_text(sampler, hostname, model_label), host, port)
+          hostname: str | None = None, model_label: str = "model_name",
+          timeout_s: int = DEFAULT_TIMEOUT_S) -> Exporter:
+    """Serve ``sampler``'s newest readings at ``http://host:port/metrics`` from a thread."""
+    return Exporter(registry_for(sampler, hostname, model_label), host, port, timeout_s)

@@ -1,134 +1,158 @@
-"""Current readings of a sampler in the Prometheus text exposition format (version 0.0.4).
+"""A sampler's newest GPU readings as Prometheus metric families (prometheus-client's exposition).
 
 Metrics that dcgm-exporter also exports keep its names, units and labels (``gpu``,
-``UUID``, ``device``, ``Hostname``), so dashboards built for it work unchanged; nbgpu's
-other metrics are named ``nbgpu_gpu_*`` in base units. Only GPU readings are exported:
-no host processes, no command lines, no user names.
+``UUID``, ``device``, ``Hostname``, MIG's ``GPU_I_ID``), so dashboards built for it work
+unchanged; nbgpu's other metrics are named ``nbgpu_gpu_*`` in base units (names from
+``nbgpu.sources.prometheus_names``, which the Prometheus source reads back). Only GPU
+readings and the sampler's own health are exported: no host processes, command lines or
+user names. A value that is NaN (stale, failed or unsupported) is left out, never 0.
 
-One deliberate difference: dcgm-exporter's ``modelName`` label is camelCase, which
+Every GPU series is a gauge, as dcgm-exporter's are, except that it types the energy
+counter ``counter``; nbgpu keeps it a gauge so its name stays without the ``_total`` suffix
+a counter family adds. dcgm-exporter's ``modelName`` label is camelCase, which
 ``promtool check metrics`` rejects, so the model is labelled ``model_name`` unless the
 caller asks for ``model_label="modelName"``.
 """
 
 from __future__ import annotations
 
-import math
+import re
 import socket
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from ..metrics import GPU_METRICS, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ..sources.prometheus_names import FAMILIES, INFO_SERIES
 
 if TYPE_CHECKING:
     from ..sampler import Sampler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-# nbgpu's name suffix -> Prometheus base-unit suffix, for metrics dcgm-exporter lacks.
-_SUFFIXES = (
-    ("_bytes_per_s", "_bytes_per_second", 1.0),
-    ("_bytes", "_bytes", 1.0),
-    ("_pct", "_percent", 1.0),
-    ("_w", "_watts", 1.0),
-    ("_c", "_celsius", 1.0),
-    ("_mhz", "_megahertz", 1.0),
-    ("_j", "_joules", 1.0),
-)
+INFO_NAME = INFO_SERIES
+_PROFILE = re.compile(r"\b\d+g\.\d+gb\b")  # a MIG profile in a slice's name, e.g. 2g.35gb
 
 
-@dataclass(frozen=True)
-class Family:
-    """How one nbgpu metric appears in the exposition: name, scale, help text."""
-
-    metric: str
-    name: str
-    scale: float
-    help: str
+def _get(device: object, attr: str, key: str, default: object = None) -> object:
+    """A device field whether the device is a ``Device`` or an older dict."""
+    if isinstance(device, dict):
+        return device.get(key, default)
+    return getattr(device, attr, default)
 
 
-def _family(m: Metric) -> Family:
-    if m.dcgm:
-        unit = {"B": "MiB"}.get(m.unit, m.unit)
-        if m.dcgm_scale == 0.01:
-            unit = "ratio"
-        elif m.dcgm_scale == 1000.0:
-            unit = "mJ"
-        return Family(m.name, m.dcgm, m.dcgm_scale, f"{m.description} (in {unit}).")
-    for suffix, prom, scale in _SUFFIXES:
-        if m.name.endswith(suffix):
-            return Family(m.name, "nbgpu_gpu_" + m.name[: -len(suffix)] + prom, scale,
-                          f"{m.description} (in {m.unit}).")
-    return Family(m.name, "nbgpu_gpu_" + m.name, 1.0, f"{m.description} ({m.unit}).")
-
-
-FAMILIES: tuple[Family, ...] = tuple(_family(m) for m in GPU_METRICS)
-INFO_NAME = "nbgpu_gpu_info"
-
-
-def escape_label(value: object) -> str:
-    """A label value escaped for the text format (backslash, quote, newline)."""
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def format_value(v: float) -> str:
-    """A sample value as the text format writes it (integers without a fraction)."""
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    if v == int(v) and abs(v) < 2**53:
-        return str(int(v))
-    return repr(float(v))
-
-
-def device_labels(device: dict, hostname: str, model_label: str = "model_name") -> dict[str, str]:
-    """dcgm-exporter's labels for one device (MIG slices add ``GPU_I_ID``)."""
-    key = device["index"]
-    parent = device.get("parent")
-    gpu = parent if device.get("mig") and parent is not None else key
-    labels = {"gpu": str(gpu), "UUID": str(device.get("uuid", "")), "device": f"nvidia{gpu}",
-              model_label: str(device.get("name", "")), "Hostname": hostname}
-    if device.get("mig"):
+def device_labels(device: object, hostname: str, model_label: str = "model_name") -> dict[str, str]:
+    """dcgm-exporter's labels for one device (MIG slices add ``GPU_I_ID``, ``GPU_I_PROFILE``)."""
+    key = _get(device, "key", "index")
+    mig = bool(_get(device, "mig", "mig", False))
+    parent = _get(device, "parent", "parent")
+    gpu = parent if mig and parent is not None else key
+    labels = {"gpu": str(gpu), "UUID": str(_get(device, "uuid", "uuid", "") or ""),
+              "device": f"nvidia{gpu}", model_label: str(_get(device, "name", "name", "") or ""),
+              "Hostname": hostname}
+    if mig:
         labels["GPU_I_ID"] = str(key).rsplit("/", 1)[-1]
+        profile = _PROFILE.search(labels[model_label])
+        if profile:
+            labels["GPU_I_PROFILE"] = profile.group(0)
     return labels
 
 
-def _label_text(labels: dict[str, str]) -> str:
-    return ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items())
-
-
-def render(rows: list[tuple[dict, dict]], hostname: str | None = None,
-           model_label: str = "model_name", driver: str = "") -> str:
-    """Exposition text for ``(device info, {metric: value})`` pairs; NaN values are left out."""
+def families(rows: list[tuple[object, dict]], hostname: str | None = None,
+             model_label: str = "model_name", driver: str = "",
+             simulated: bool = False) -> list[Metric]:
+    """Metric families for ``(device, {metric: value})`` pairs; NaN and None values are left out."""
     host = hostname or socket.gethostname()
-    labelled = [(_label_text(device_labels(d, host, model_label)), d, values) for d, values in rows]
-    out: list[str] = []
+    labelled = [(device_labels(d, host, model_label), values) for d, values in rows]
+    out: list[Metric] = []
     for fam in FAMILIES:
-        lines = []
-        for labels, _d, values in labelled:
+        metric = GaugeMetricFamily(fam.name, fam.help)
+        for labels, values in labelled:
             v = values.get(fam.metric)
             if v is None or v != v:
                 continue
-            lines.append(f"{fam.name}{{{labels}}} {format_value(float(v) * fam.scale)}")
-        if lines:
-            out.append(f"# HELP {fam.name} {fam.help}")
-            out.append(f"# TYPE {fam.name} gauge")
-            out.extend(lines)
+            metric.add_sample(fam.name, labels, float(v) * fam.scale)
+        if metric.samples:
+            out.append(metric)
     if labelled:
-        out.append(f"# HELP {INFO_NAME} Devices nbgpu exports (value is always 1).")
-        out.append(f"# TYPE {INFO_NAME} gauge")
-        for labels, d, _values in labelled:
-            extra = {"driver_version": driver, "simulated": "true" if d.get("simulated") else "false"}
-            out.append(f"{INFO_NAME}{{{labels},{_label_text(extra)}}} 1")
-    return "\n".join(out) + "\n" if out else ""
+        info = GaugeMetricFamily(INFO_NAME, "Devices nbgpu exports (value is always 1).")
+        extra = {"driver_version": driver, "simulated": "true" if simulated else "false"}
+        for labels, _values in labelled:
+            info.add_sample(INFO_NAME, {**labels, **extra}, 1.0)
+        out.append(info)
+    return out
+
+
+def to_text(metrics: Iterable[Metric]) -> str:
+    """Exposition text (format 0.0.4) of metric families, written by prometheus-client."""
+    fixed = list(metrics)
+
+    class _Fixed:
+        def collect(self) -> list[Metric]:
+            return fixed
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed())
+    return generate_latest(registry).decode()
+
+
+def render(rows: list[tuple[object, dict]], hostname: str | None = None,
+           model_label: str = "model_name", driver: str = "") -> str:
+    """Exposition text for ``(device, {metric: value})`` pairs; empty when there are none."""
+    return to_text(families(rows, hostname, model_label, driver))
+
+
+def _status(sampler: Sampler) -> object | None:
+    status = getattr(sampler, "status", None)
+    return status() if callable(status) else None
+
+
+class GpuCollector:
+    """prometheus-client collector of a sampler's newest readings, one snapshot per scrape.
+
+    Args:
+        sampler: the Sampler to export (it is only read).
+        hostname: the ``Hostname`` label; None uses this machine's name.
+        model_label: the label naming the GPU model ("model_name", or dcgm's "modelName").
+    """
+
+    def __init__(self, sampler: Sampler, hostname: str | None = None,
+                 model_label: str = "model_name") -> None:
+        self.sampler = sampler
+        self.hostname = hostname
+        self.model_label = model_label
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: families depend on what the GPUs report."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """The newest reading of every GPU not lost, then the sampler's tick and error counters."""
+        s = self.sampler
+        by_key = {_get(d, "key", "index"): d for d in s.devices}
+        rows = [(by_key[row["gpu"]], row) for row in s.latest()
+                if row.get("state") != "lost" and row["gpu"] in by_key]
+        status = _status(s)
+        driver = str(getattr(status, "driver_version", "") or "")
+        simulated = bool(getattr(status, "simulated", getattr(s, "simulated", False)))
+        yield from families(rows, self.hostname, self.model_label, driver, simulated)
+        ticks = CounterMetricFamily("nbgpu_sampler_ticks", "Sampler ticks since it started.")
+        ticks.add_metric([], float(getattr(status, "ticks", s.ticks)))
+        errors = CounterMetricFamily("nbgpu_sampler_errors", "Sampler reads that failed since it started.")
+        errors.add_metric([], float(getattr(status, "errors", s.errors)))
+        yield ticks
+        yield errors
+
+
+def registry_for(sampler: Sampler, hostname: str | None = None,
+                 model_label: str = "model_name") -> CollectorRegistry:
+    """A registry holding only ``sampler``'s collector (no process or platform collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuCollector(sampler, hostname, model_label))
+    return registry
 
 
 def prometheus_text(sampler: Sampler, hostname: str | None = None,
                     model_label: str = "model_name") -> str:
     """The sampler's newest reading of every live GPU as Prometheus exposition text."""
-    by_key = {d["index"]: d for d in sampler.devices}
-    rows = []
-    for row in sampler.latest():
-        if row["state"] == "lost" or row["gpu"] not in by_key:
-            continue
-        rows.append((by_key[row["gpu"]], row))
-    driver = str(getattr(sampler.source, "driver_version", "") or "")
-    return render(rows, hostname, model_label, driver)
+    return generate_latest(registry_for(sampler, hostname, model_label)).decode()

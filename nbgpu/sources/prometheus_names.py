@@ -1,17 +1,61 @@
-"""Which Prometheus series carry which nbgpu metric: dcgm-exporter (old and new names) and nbgpu.
+"""Prometheus names of nbgpu's metrics, in both directions, from the one metric table.
 
-Each nbgpu metric maps to the series names that hold it, best first, with the factor that
-turns the series' unit into nbgpu's. dcgm-exporter writes "no value" as DCGM's blank
-sentinels (2**31-16 and up, 2**63-16 and up, 2**47 and a few above); those are missing.
+``FAMILIES`` is what the exporter serves: dcgm-exporter's name, unit and labels where it
+has the metric, ``nbgpu_gpu_*`` in base units where it does not. ``SERIES``/``BY_SERIES``
+is what the Prometheus source reads back: those same names first, then older dcgm-exporter
+names. dcgm-exporter writes "no value" as DCGM's blank sentinels (2**31-16 and up,
+2**63-16 and up, 2**47 and a few above); those are missing.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from ..exporter.text import FAMILIES
+from ..metrics import GPU_METRICS, Metric
 
 MIB = 2.0**20
+INFO_SERIES = "nbgpu_gpu_info"
+
+# nbgpu's name suffix -> Prometheus base-unit suffix, for metrics dcgm-exporter lacks.
+_SUFFIXES = (
+    ("_bytes_per_s", "_bytes_per_second"),
+    ("_bytes", "_bytes"),
+    ("_pct", "_percent"),
+    ("_w", "_watts"),
+    ("_c", "_celsius"),
+    ("_mhz", "_megahertz"),
+    ("_j", "_joules"),
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one nbgpu metric appears in Prometheus: series name, scale, help text."""
+
+    metric: str
+    name: str
+    scale: float  # multiply nbgpu's value by this to get the series' value
+    help: str
+
+
+def family_of(m: Metric) -> Family:
+    """The series one metric is exported as (dcgm-exporter's name where it has one)."""
+    if m.dcgm:
+        unit = {"B": "MiB"}.get(m.unit, m.unit)
+        if m.dcgm_scale == 0.01:
+            unit = "ratio"
+        elif m.dcgm_scale == 1000.0:
+            unit = "mJ"
+        return Family(m.name, m.dcgm, m.dcgm_scale, f"{m.description} (in {unit}).")
+    for suffix, prom in _SUFFIXES:
+        if m.name.endswith(suffix):
+            return Family(m.name, "nbgpu_gpu_" + m.name[: -len(suffix)] + prom, 1.0,
+                          f"{m.description} (in {m.unit}).")
+    return Family(m.name, "nbgpu_gpu_" + m.name, 1.0, f"{m.description} ({m.unit}).")
+
+
+FAMILIES: tuple[Family, ...] = tuple(family_of(m) for m in GPU_METRICS)
 
 # nbgpu metric -> [(series name, multiply the series value by this)], best first.
 SERIES: dict[str, list[tuple[str, float]]] = {}
@@ -37,7 +81,6 @@ for _metric, _names in _OLDER.items():
 
 # Series combined into a metric afterwards: free framebuffer gives the total with "used".
 FB_FREE = {"DCGM_FI_DEV_FB_FREE": MIB, "dcgm_fb_free": MIB}
-INFO_SERIES = "nbgpu_gpu_info"
 
 # series name -> (nbgpu metric, factor, priority: lower wins when two series say the same)
 BY_SERIES: dict[str, tuple[str, float, int]] = {
