@@ -1,110 +1,170 @@
-"""Benchmark 1: slowdown of two training loops under each monitor, side by side in one run.
+"""Benchmark 1: how much each monitor slows a training loop, resolved to a fraction of a percent.
 
-For each repeat, every monitor (in an order rotated per repeat) is started, the loop warms
-up, a calibrated number of steps is timed between two device synchronisations, and the
-monitor is stopped. A launch-bound loop's speed drifts by tens of percent between seconds
-on a shared virtual machine, so the targets use paired slowdowns: within each repeat, each
-monitor's rate against the no-monitor rate of the same repeat, then the median over
-repeats. The process is pinned to two CPUs (the loop and the monitor's thread share them,
-as in a notebook kernel) to cut scheduler noise; the unpaired medians are reported too.
+A launch-bound loop's speed drifts by several percent from one second to the next on a
+shared machine, so one-second repeats cannot resolve 0.5 %. This benchmark times many
+short blocks instead and pairs them in ABBA quartets: for each monitor, blocks run in the
+order on, off, off, on (then off, on, on, off for the next quartet), so a drift that is
+linear over a quartet cancels. Each quartet gives one slowdown (the mean rate of its two
+"on" blocks against its two "off" blocks); the figure is the median over quartets, with
+a distribution-free 95 % interval from order statistics.
+
+Two more arms check the method itself:
+
+- ``control``: a monitor that starts a thread which does nothing. Its interval must
+  contain 0; if it does not, the method is biased and the other figures are not trusted.
+- every arm also reports its threads' CPU seconds per second during its "on" blocks
+  (``time.pthread_getcpuclockid`` of every thread but the loop's). Python code holds the
+  GIL while it runs, NVML calls release it, so this is an upper bound on the time the
+  monitor held the GIL away from the loop: a second, low-noise figure.
+
+A monitor is started (and, for the panel, given a full window of history) before its
+"on" block and stopped after it, both outside the timed span; a short untimed warm-up
+follows each start.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from .gpu_loops import ComputeBound, LaunchBound, Loop
-from .monitors import Monitor, NaivePollMonitor, NbgpuMonitor, NbgpuPanelMonitor, NvitopMonitor
+from .monitors import (
+    ControlMonitor,
+    Monitor,
+    NaivePollMonitor,
+    NbgpuMonitor,
+    NbgpuPanelMonitor,
+    NvitopMonitor,
+)
 from .registry import Context
 from .report import Outcome, Target, UnavailableError
-from .stats import median, robust_sigma_pct, slowdown_pct
+from .stats import median, median_interval, slowdown_pct
 
 LAUNCH_TARGET_PCT = 0.5
 NAIVE_FRACTION_TARGET = 1 / 3
-WARMUP_S = 0.3
+WARMUP_S = 0.1
 
 
 def monitors_for(gpus: list[int], nvml=None, source: object = "nvml") -> list[Monitor]:
     """The compared monitors, those unavailable here included (they are reported, not run)."""
-    return [Monitor(), NbgpuMonitor(source, gpus), NbgpuPanelMonitor(source, gpus),
+    return [ControlMonitor(), NbgpuMonitor(source, gpus), NbgpuPanelMonitor(source, gpus),
             NaivePollMonitor(nvml, gpus), NvitopMonitor()]
 
 
-def measure_loop(loop: Loop, monitors: list[Monitor], repeats: int, seconds: float) -> dict:
-    """Steps/s of ``loop`` under each available monitor, repeats alternating."""
-    steps = loop.calibrate(seconds)
-    runnable = [m for m in monitors if m.available]
-    rates: dict[str, list[float]] = {m.name: [] for m in runnable}
-    facts: dict[str, list[dict]] = {m.name: [] for m in runnable}
-    order_log = []
-    for r in range(repeats):
-        order = runnable[r % len(runnable):] + runnable[: r % len(runnable)]
-        order_log.append([m.name for m in order])
-        for m in order:
-            if not m.available:
-                continue
-            try:
-                m.start()
-            except Exception as exc:  # a monitor that cannot start here is reported, not fatal
-                m.available, m.reason = False, f"failed to start: {type(exc).__name__}: {exc}"
-                rates.pop(m.name, None)
-                facts.pop(m.name, None)
-                continue
-            try:
-                t_end = time.perf_counter() + WARMUP_S
-                while time.perf_counter() < t_end:
-                    loop.step()
-                elapsed = loop.timed(steps)
-            finally:
-                facts[m.name].append(m.stop())
-            rates[m.name].append(steps / elapsed)
-    return {"steps_per_repeat": steps, "steps_per_s": rates, "monitor_facts": facts, "order": order_log,
-            "skipped": {m.name: m.reason for m in monitors if not m.available}}
+def other_threads_cpu_s() -> float:
+    """CPU seconds used so far by every live thread of this process except the calling one."""
+    me = threading.get_ident()
+    total = 0.0
+    for t in threading.enumerate():
+        if t.ident is None or t.ident == me or not t.is_alive():
+            continue
+        try:
+            total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (OSError, AttributeError, ProcessLookupError):
+            continue
+    return total
 
 
-def summarise(name: str, res: dict) -> dict:
-    """Medians, noise and slowdowns (vs no monitor) of one loop's rates."""
-    rates = res["steps_per_s"]
-    base = median(rates["none"])
-    summary = {"median_steps_per_s": {k: median(v) for k, v in rates.items()},
-               "noise_pct": robust_sigma_pct(rates["none"]),
-               "slowdown_pct": {k: slowdown_pct(base, median(v)) for k, v in rates.items() if k != "none"}}
-    paired = {}
-    for k, v in rates.items():
-        if k != "none":
-            paired[k] = median([slowdown_pct(b, x) for b, x in zip(rates["none"], v, strict=True)])
-    summary["paired_slowdown_pct"] = paired
-    return summary
+def _block(loop: Loop, monitor: Monitor | None, steps: int) -> tuple[float, float, float, dict]:
+    """One timed block: (steps/s, wall s, other threads' CPU s, monitor facts)."""
+    facts: dict = {}
+    if monitor is not None:
+        monitor.start()
+        t_end = time.perf_counter() + WARMUP_S
+        while time.perf_counter() < t_end:
+            loop.step()
+    try:
+        cpu0 = other_threads_cpu_s()
+        elapsed = loop.timed(steps)
+        cpu1 = other_threads_cpu_s()
+    finally:
+        if monitor is not None:
+            facts = monitor.stop()
+    return steps / elapsed, elapsed, max(cpu1 - cpu0, 0.0), facts
+
+
+def measure_abba(loop: Loop, monitor: Monitor, quartets: int, block_s: float) -> dict:
+    """ABBA quartets of ``monitor`` on and off; per-quartet slowdowns and thread CPU."""
+    steps = loop.calibrate(block_s)
+    slowdowns, on_rates, off_rates, facts = [], [], [], []
+    on_wall = on_cpu = off_wall = off_cpu = 0.0
+    for q in range(quartets):
+        pattern = (True, False, False, True) if q % 2 == 0 else (False, True, True, False)
+        rates = {True: [], False: []}
+        for on in pattern:
+            rate, wall, cpu, f = _block(loop, monitor if on else None, steps)
+            rates[on].append(rate)
+            if on:
+                on_wall, on_cpu = on_wall + wall, on_cpu + cpu
+                facts.append(f)
+            else:
+                off_wall, off_cpu = off_wall + wall, off_cpu + cpu
+        on_mean, off_mean = sum(rates[True]) / 2, sum(rates[False]) / 2
+        slowdowns.append(slowdown_pct(off_mean, on_mean))
+        on_rates += rates[True]
+        off_rates += rates[False]
+    lo, hi = median_interval(slowdowns)
+    return {"steps_per_block": steps, "quartets": quartets, "quartet_slowdown_pct": slowdowns,
+            "slowdown_pct": median(slowdowns), "ci95_pct": [lo, hi],
+            "on_steps_per_s": on_rates, "off_steps_per_s": off_rates,
+            "threads_cpu_s_per_s_on": on_cpu / on_wall if on_wall else float("nan"),
+            "threads_cpu_s_per_s_off": off_cpu / off_wall if off_wall else float("nan"),
+            "monitor_facts": facts}
+
+
+def measure_loop(loop: Loop, monitors: list[Monitor], quartets: int, block_s: float) -> dict:
+    """Every available monitor's ABBA figures on ``loop``; unavailable ones with their reason."""
+    arms: dict[str, dict] = {}
+    for m in monitors:
+        if not m.available:
+            continue
+        try:
+            arms[m.name] = measure_abba(loop, m, quartets, block_s)
+        except Exception as exc:  # a monitor that cannot run here is reported, not fatal
+            m.available, m.reason = False, f"failed: {type(exc).__name__}: {exc}"
+    return {"arms": arms, "skipped": {m.name: m.reason for m in monitors if not m.available}}
+
+
+def _contains_zero(ci: list[float]) -> bool:
+    return ci[0] <= 0.0 <= ci[1]
 
 
 def _targets(out: Outcome, label: str, launch: dict, compute: dict) -> None:
-    ls, cs = launch["paired_slowdown_pct"], compute["paired_slowdown_pct"]
-    naive = ls.get("naive_50hz", float("nan"))
+    la, ca = launch["arms"], compute["arms"]
+    control = la.get("control")
+    trusted = control is not None and _contains_zero(control["ci95_pct"])
+    if control is not None:
+        lo, hi = control["ci95_pct"]
+        out.targets.append(Target(f"control arm's 95 % interval contains 0, launch-bound{label}",
+                                  1.0 if trusted else 0.0, "", ">=", 1.0,
+                                  note=f"control: {control['slowdown_pct']:+.3f} % [{lo:+.3f}, {hi:+.3f}]"))
+    naive = la.get("naive_50hz", {}).get("slowdown_pct", float("nan"))
     for mon in ("nbgpu", "nbgpu_panel"):
-        if mon not in ls:
+        if mon not in la:
             continue
-        out.targets.append(Target(f"{mon} slowdown, launch-bound{label}", ls[mon], "%", "<=",
-                                  LAUNCH_TARGET_PCT))
-        noise = compute["noise_pct"]
-        out.targets.append(Target(
-            f"{mon} slowdown, compute-bound{label} (not measurable: <= 2x run-to-run noise)",
-            cs.get(mon, float("nan")), "%", "<=", round(2 * noise, 4),
-            note=f"noise = robust sigma of the no-monitor repeats, {noise:.3g} %"))
-        ratio = ls[mon] / naive if naive > 0 else float("nan")
-        note = "" if naive > 0 else "naive polling showed no slowdown in this run: ratio undefined"
+        arm = la[mon]
+        lo, hi = arm["ci95_pct"]
+        note = f"95 % interval [{lo:+.3f}, {hi:+.3f}] %"
+        if not trusted:
+            note += "; the control arm's interval excludes 0, so this run's method is biased"
+        out.targets.append(Target(f"{mon} slowdown, launch-bound{label}", arm["slowdown_pct"], "%", "<=",
+                                  LAUNCH_TARGET_PCT, note=note))
+        ratio = arm["slowdown_pct"] / naive if naive > 0 else float("nan")
         out.targets.append(Target(f"{mon} slowdown / naive 50 Hz slowdown, launch-bound{label}", ratio, "",
-                                  "<=", round(NAIVE_FRACTION_TARGET, 4), note=note))
-    out.figure(f"run-to-run noise (robust sigma), launch-bound{label}", launch["noise_pct"], "%")
-    out.figure(f"run-to-run noise (robust sigma), compute-bound{label}", compute["noise_pct"], "%")
-    for mon, v in ls.items():
-        if mon not in ("nbgpu", "nbgpu_panel"):
-            out.figure(f"{mon} slowdown, launch-bound{label}", v, "%")
-    for mon, v in cs.items():
-        if mon not in ("nbgpu", "nbgpu_panel"):
-            out.figure(f"{mon} slowdown, compute-bound{label}", v, "%")
-    for mon, v in launch["slowdown_pct"].items():
-        out.figure(f"{mon} slowdown of medians (unpaired), launch-bound{label}", v, "%")
+                                  "<=", round(NAIVE_FRACTION_TARGET, 4),
+                                  note="" if naive > 0 else "naive polling showed no slowdown: no ratio"))
+        if mon in ca:
+            c = ca[mon]
+            out.figure(f"{mon} slowdown, compute-bound{label} (95 % interval "
+                       f"{c['ci95_pct'][0]:+.3f} … {c['ci95_pct'][1]:+.3f})", c["slowdown_pct"], "%")
+    for name, arm in la.items():
+        if name not in ("nbgpu", "nbgpu_panel"):
+            lo, hi = arm["ci95_pct"]
+            out.figure(f"{name} slowdown, launch-bound{label} (95 % interval {lo:+.3f} … {hi:+.3f})",
+                       arm["slowdown_pct"], "%")
+        out.figure(f"{name} threads' CPU (upper bound on GIL held), launch-bound{label}",
+                   arm["threads_cpu_s_per_s_on"] - arm["threads_cpu_s_per_s_off"], "CPU s/s")
 
 
 def _pin_two_cpus() -> tuple[set[int] | None, list[int]]:
@@ -124,26 +184,29 @@ def _pin_two_cpus() -> tuple[set[int] | None, list[int]]:
 def overhead(gpus: list[int], devices: list[str], quick: bool, nvml=None, source: object = "nvml",
              label: str = "") -> Outcome:
     """Measure both loops on ``devices`` with monitors watching ``gpus``; build the outcome."""
-    repeats = {LaunchBound: 3, ComputeBound: 2} if quick else {LaunchBound: 15, ComputeBound: 5}
-    seconds = 0.8 if quick else 1.0
+    quartets = {LaunchBound: 4, ComputeBound: 2} if quick else {LaunchBound: 30, ComputeBound: 8}
+    block_s = {LaunchBound: 0.1, ComputeBound: 0.2} if quick else {LaunchBound: 0.2, ComputeBound: 0.3}
     monitors = monitors_for(gpus, nvml, source)
     before, pinned = _pin_two_cpus()
-    raw: dict = {"repeats": {c.__name__: n for c, n in repeats.items()}, "seconds_per_repeat": seconds,
+    raw: dict = {"method": "ABBA quartets of short blocks, median of per-quartet slowdowns, "
+                           "order-statistic 95 % interval",
+                 "quartets": {c.__name__: n for c, n in quartets.items()},
+                 "block_s": {c.__name__: s for c, s in block_s.items()},
                  "warmup_s": WARMUP_S, "devices": devices, "monitored_gpus": gpus, "pinned_cpus": pinned}
-    summaries = {}
+    results = {}
     try:
         for cls in (LaunchBound, ComputeBound):
             loop = cls(devices)
-            res = measure_loop(loop, monitors, repeats[cls], seconds)
+            res = measure_loop(loop, monitors, quartets[cls], block_s[cls])
             res["about"] = loop.about
-            summaries[loop.name] = summarise(loop.name, res)
-            raw[loop.name] = dict(res, **summaries[loop.name])
+            results[loop.name] = res
+            raw[loop.name] = res
             del loop
     finally:
         if before is not None:
             os.sched_setaffinity(0, before)
     out = Outcome(raw=raw)
-    _targets(out, label, summaries["launch_bound"], summaries["compute_bound"])
+    _targets(out, label, results["launch_bound"], results["compute_bound"])
     for m in monitors:
         if not m.available:
             out.notes.append(f"{m.name}: not measured ({m.reason})")

@@ -1,6 +1,8 @@
 """The monitors compared in the overhead benchmark, each with ``start()`` and ``stop()``.
 
 - ``none``: nothing watches the GPU.
+- ``control``: a thread that waits on an event and does nothing: the overhead benchmark's
+  check that its method shows no slowdown where there is none.
 - ``nbgpu``: ``nbgpu.Sampler`` at its defaults.
 - ``nbgpu_panel``: the same plus the live panel (``GPUMonitor``) updating from its own
   timer at its default refresh rate, its messages going to a recording comm instead of a
@@ -30,6 +32,28 @@ class Monitor:
 
     def stop(self) -> dict:
         """Stop watching; returns facts worth keeping (readings taken, errors)."""
+        return {}
+
+
+class ControlMonitor(Monitor):
+    """A thread that starts, waits and stops like a monitor but reads nothing."""
+
+    name = "control"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._stop.wait, name="control-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._thread = None
         return {}
 
 

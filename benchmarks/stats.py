@@ -40,3 +40,25 @@ def median_spacing_s(times: Sequence[float]) -> float:
 def rate_per_s(count: float, seconds: float) -> float:
     """``count`` per second of ``seconds`` (NaN for a zero duration)."""
     return count / seconds if seconds > 0 else math.nan
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics picked with Binomial(n, 1/2).
+
+    The interval [x_(k), x_(n-k+1)] holds the true median with at least ``confidence``; NaN
+    with fewer than 6 finite values (no such k exists at 95 %).
+    """
+    xs = sorted(float(v) for v in values if v is not None and math.isfinite(v))
+    n = len(xs)
+    alpha = (1.0 - confidence) / 2.0
+    k, cdf = 0, 0.0
+    # largest k with P(Binomial(n, 1/2) <= k - 1) <= alpha
+    while k < n:
+        p_k = math.comb(n, k) / 2.0**n
+        if cdf + p_k > alpha:
+            break
+        cdf += p_k
+        k += 1
+    if k == 0:
+        return math.nan, math.nan
+    return xs[k - 1], xs[n - k]

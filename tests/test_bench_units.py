@@ -50,28 +50,63 @@ def test_json_record_and_table_show_a_missed_target() -> None:
     assert any("gone" in ln and "skipped" in ln and "no GPU here" in ln for ln in lines)
 
 
+def test_median_interval_uses_binomial_order_statistics() -> None:
+    # n = 30: the 95 % interval of the median is the 10th to the 21st value (1-indexed)
+    assert stats.median_interval(range(30)) == (9.0, 20.0)
+    assert stats.median_interval(range(100)) == (39.0, 60.0)
+    assert all(math.isnan(v) for v in stats.median_interval([1.0, 2.0, 3.0]))
+
+
 def test_overhead_machinery_on_cpu_with_simulated_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     from benchmarks.gpu_loops import ComputeBound, LaunchBound
-    from benchmarks.gpu_overhead import measure_loop, monitors_for, summarise
+    from benchmarks.gpu_overhead import measure_loop, monitors_for
 
-    monkeypatch.setattr("benchmarks.gpu_overhead.WARMUP_S", 0.05)
+    monkeypatch.setattr("benchmarks.gpu_overhead.WARMUP_S", 0.02)
 
     import nbgpu
 
     monitors = monitors_for([0], nvml=nbgpu.SimulatedGPUs(count=1), source=nbgpu.SimulatedGPUs(count=1))
     names = [m.name for m in monitors]
-    assert names == ["none", "nbgpu", "nbgpu_panel", "naive_50hz", "nvitop"]
+    assert names == ["control", "nbgpu", "nbgpu_panel", "naive_50hz", "nvitop"]
     for loop in (LaunchBound(["cpu"]), ComputeBound(["cpu"], size=64)):
-        res = measure_loop(loop, monitors, repeats=2, seconds=0.05)
+        res = measure_loop(loop, monitors, quartets=2, block_s=0.02)
         ran = [m.name for m in monitors if m.available]
-        assert set(res["steps_per_s"]) == set(ran)
-        assert all(len(v) == 2 and all(r > 0 for r in v) for v in res["steps_per_s"].values())
-        assert res["order"][0] != res["order"][1]  # the order rotates between repeats
-        summary = summarise(loop.name, res)
-        assert set(summary["slowdown_pct"]) == set(ran) - {"none"}
-        facts = res["monitor_facts"]
-        assert all(f["ticks"] >= 1 for f in facts["nbgpu"])
-        assert all(f["readings"] >= 1 for f in facts["naive_50hz"])
-        if "nbgpu_panel" in facts:
-            assert all(f["panel_errors"] == 0 for f in facts["nbgpu_panel"])
+        assert set(res["arms"]) == set(ran)
+        for arm in res["arms"].values():
+            assert len(arm["quartet_slowdown_pct"]) == 2
+            assert len(arm["on_steps_per_s"]) == 4 and len(arm["off_steps_per_s"]) == 4
+            assert all(r > 0 for r in arm["on_steps_per_s"] + arm["off_steps_per_s"])
+        facts = res["arms"]["nbgpu"]["monitor_facts"]
+        assert all(f["ticks"] >= 1 for f in facts)
+        assert all(f["readings"] >= 1 for f in res["arms"]["naive_50hz"]["monitor_facts"])
+        if "nbgpu_panel" in res["arms"]:
+            assert all(f["panel_errors"] == 0 for f in res["arms"]["nbgpu_panel"]["monitor_facts"])
+
+
+def test_thread_cpu_probe_sees_a_busy_thread_and_not_an_idle_one() -> None:
+    import threading
+    import time
+
+    from benchmarks.gpu_overhead import other_threads_cpu_s
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    idle = threading.Thread(target=stop.wait, daemon=True)
+    idle.start()
+    c0 = other_threads_cpu_s()
+    time.sleep(0.2)
+    assert other_threads_cpu_s() - c0 < 0.05
+    busy = threading.Thread(target=spin, daemon=True)
+    busy.start()
+    c1 = other_threads_cpu_s()
+    time.sleep(0.3)
+    used = other_threads_cpu_s() - c1
+    stop.set()
+    busy.join()
+    idle.join()
+    assert used > 0.05
