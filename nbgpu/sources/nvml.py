@@ -1,27 +1,38 @@
 """Readings from NVIDIA's NVML: the only module that talks to the NVML binding.
 
 ``NVMLSource`` works on any object with the ``pynvml`` function names: the real module
-from ``nvidia-ml-py`` or ``SimulatedGPUs``, its in-process stand-in. Capabilities are
-probed once per device; "not supported" removes a metric, "GPU is lost" stops a device,
-other errors leave NaN and are counted. Cheap reads run every call; the energy counter,
-PCIe throughput and process lists only when the sampler says they are due; NVML's own
-sample buffers are drained so power and utilisation keep the card's native resolution.
+from ``nvidia-ml-py`` or ``SimulatedGPUs``, its in-process stand-in. Every NVML call goes
+through one gateway (``NVMLGateway.call``) that sorts failures into four kinds:
+
+- not supported (also no permission, function missing): a capability the device lacks,
+  so its metrics are absent; if it happens mid-run an "unsupported" event says so;
+- nothing new (``NotFound`` from a sample buffer): not an error at all;
+- fatal (GPU lost, driver gone): the device stops with a "lost" event; at ``open`` an
+  ``NVMLUnavailableError`` raised from the NVML error;
+- anything else: transient, counted into ``Reading.errors``, the value stays NaN.
+
+Each distinct failure is logged once. What is read, and how, is one table (``READS``):
+a row per read with its metrics, reader, cost tier, whether it drains an NVML sample
+buffer, and whether only a whole card (not a MIG slice) has it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import NVMLUnavailableError
 from ..metrics import BY_NAME
-from .base import Batch, DeviceEvent, Reading
+from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading
 
 log = logging.getLogger("nbgpu")
 
 # NVML return codes (stable values of the C API).
+ERR_UNINITIALIZED = 1
 ERR_NOT_SUPPORTED = 3
 ERR_NO_PERMISSION = 4
 ERR_NOT_FOUND = 6
@@ -30,8 +41,9 @@ ERR_LIBRARY_NOT_FOUND = 12
 ERR_FUNCTION_NOT_FOUND = 13
 ERR_GPU_IS_LOST = 15
 ERR_GPU_NOT_FOUND = 28
-_UNSUPPORTED = {ERR_NOT_SUPPORTED, ERR_NO_PERMISSION, ERR_FUNCTION_NOT_FOUND}
-_LOST = {ERR_GPU_IS_LOST, ERR_GPU_NOT_FOUND}
+UNSUPPORTED_CODES = frozenset({ERR_NOT_SUPPORTED, ERR_NO_PERMISSION, ERR_FUNCTION_NOT_FOUND})
+FATAL_CODES = frozenset({ERR_UNINITIALIZED, ERR_DRIVER_NOT_LOADED, ERR_LIBRARY_NOT_FOUND,
+                         ERR_GPU_IS_LOST, ERR_GPU_NOT_FOUND})
 
 # Enumerations used below (values of the C API).
 TEMPERATURE_GPU = 0
@@ -39,19 +51,8 @@ TEMPERATURE_THRESHOLD_SLOWDOWN = 1
 CLOCK_SM, CLOCK_MEM = 1, 2
 PCIE_TX, PCIE_RX = 0, 1
 SAMPLES_POWER, SAMPLES_GPU_UTIL, SAMPLES_MEM_UTIL = 0, 1, 2
-GPM_SM_ACTIVE, GPM_SM_OCCUPANCY, GPM_TENSOR_ACTIVE, GPM_DRAM_BW = 2, 3, 5, 10
-_GPM_METRICS = {
-    GPM_SM_ACTIVE: "sm_active_pct",
-    GPM_SM_OCCUPANCY: "sm_occupancy_pct",
-    GPM_TENSOR_ACTIVE: "tensor_active_pct",
-    GPM_DRAM_BW: "dram_bw_pct",
-}
-# Which buffered stream feeds which metric, and how to scale the raw sample value.
-_BUFFERS = {
-    "power": (SAMPLES_POWER, "power_w", 1e-3),
-    "util": (SAMPLES_GPU_UTIL, "util_pct", 1.0),
-    "memutil": (SAMPLES_MEM_UTIL, "mem_util_pct", 1.0),
-}
+GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_pct",
+                  10: "dram_bw_pct"}
 
 BUFFER_DEAD_AFTER_S = 10.0
 # How often each NVML sample buffer is drained. A drain costs about 2 ms of CPU on an H200
@@ -60,57 +61,274 @@ BUFFER_DEAD_AFTER_S = 10.0
 # so a cell's edges are never late.
 DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 2.0}
 
-_HINTS = {
+HINTS = {
     ERR_DRIVER_NOT_LOADED: "the NVIDIA driver is not loaded; check `nvidia-smi` on the host",
     ERR_LIBRARY_NOT_FOUND: "libnvidia-ml.so was not found; in a container start it with "
     "`--gpus all` (NVIDIA Container Toolkit)",
+    None: "check `nvidia-smi`; in a container start it with `--gpus all`",
 }
+_NO_MODULE_HINT = "run `pip install nvidia-ml-py`"
+
+
+# -- the gateway -------------------------------------------------------------------------
+class NVMLCallError(Exception):
+    """An NVML call failed; subclasses say which of the four kinds it is."""
+
+    def __init__(self, function: str, code: int | None, text: str) -> None:
+        super().__init__(f"{function}: {text}")
+        self.function, self.code, self.text = function, code, text
+
+
+class NotSupportedError(NVMLCallError):
+    """The device cannot do this (or we may not ask): a capability it lacks."""
+
+
+class NothingNewError(NVMLCallError):
+    """A sample buffer holds nothing newer than asked for."""
+
+
+class FatalError(NVMLCallError):
+    """The GPU or NVML itself is gone."""
+
+
+class TransientError(NVMLCallError):
+    """Any other failure: counted, and the call is tried again next time."""
 
 
 def _code(exc: BaseException) -> int | None:
-    return getattr(exc, "value", None)
+    code = getattr(exc, "value", None)
+    return code if isinstance(code, int) else None
 
 
-def _text(nvml, exc: BaseException) -> str:
+def _text(exc: BaseException) -> str:
     try:
         return str(exc) or type(exc).__name__
     except Exception:  # pynvml's __str__ itself calls into NVML
         return type(exc).__name__
 
 
-def unavailable(nvml, exc: BaseException | None, what: str) -> NVMLUnavailableError:
+def classify(function: str, exc: BaseException) -> NVMLCallError:
+    """The kind of failure an exception from an NVML call is."""
+    code = _code(exc)
+    kind = (NotSupportedError if code in UNSUPPORTED_CODES else NothingNewError if code == ERR_NOT_FOUND
+            else FatalError if code in FATAL_CODES else TransientError)
+    return kind(function, code, _text(exc))
+
+
+class NVMLGateway:
+    """The one way NVML is called: classifies failures and logs each distinct one once."""
+
+    def __init__(self, nvml) -> None:
+        self.nvml = nvml
+        self._logged: set[tuple] = set()
+        self._lock = threading.Lock()
+
+    def call(self, function: str, *args):
+        """``nvml.<function>(*args)``, or an ``NVMLCallError`` of the right kind raised from it."""
+        fn = getattr(self.nvml, function, None)
+        if fn is None:
+            raise NotSupportedError(function, ERR_FUNCTION_NOT_FOUND, "not in this NVML binding")
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise classify(function, exc) from exc
+
+    def call_first(self, functions: tuple[str, ...], *args):
+        """The first of ``functions`` this binding has (newer names first)."""
+        for function in functions[:-1]:
+            if getattr(self.nvml, function, None) is not None:
+                return self.call(function, *args)
+        return self.call(functions[-1], *args)
+
+    def attr(self, name: str, default=None):
+        """A constant or struct type of the binding (no call, nothing to classify)."""
+        return getattr(self.nvml, name, default)
+
+    def log_once(self, level: int, key: tuple, message: str) -> bool:
+        """Log ``message`` the first time ``key`` is seen; True if it was logged now."""
+        with self._lock:
+            if key in self._logged:
+                return False
+            self._logged.add(key)
+        log.log(level, message)
+        return True
+
+
+def unavailable(exc: BaseException | None, what: str) -> NVMLUnavailableError:
     """An NVMLUnavailableError whose one line says what failed, why, and what to try."""
-    reason = "" if exc is None else f": {_text(nvml, exc)}"
-    hint = _HINTS.get(_code(exc) if exc else None, "check `nvidia-smi`; in a container start it "
-                      "with `--gpus all`")
+    code = None if exc is None else (exc.code if isinstance(exc, NVMLCallError) else _code(exc))
+    reason = "" if exc is None else f": {exc.text if isinstance(exc, NVMLCallError) else _text(exc)}"
+    hint = HINTS.get(code, HINTS[None])
     return NVMLUnavailableError(
-        f"NVML is not available ({what}{reason}); {hint}; or use source='sim' for simulated GPUs."
-    )
+        f"NVML is not available ({what}{reason}); {hint}; or use source='sim' for simulated GPUs.",
+        code=code, hint=hint)
 
 
-class _UnsupportedError(Exception):
-    pass
-
-
-class _LostError(Exception):
-    pass
-
-
+# -- what is kept per device -------------------------------------------------------------
 @dataclass
 class _Device:
     """What NVMLSource keeps per device: handle, capabilities and buffer positions."""
 
     key: object
     handle: object
+    parent: object
     info: dict
     caps: set[str] = field(default_factory=set)
     buffers: dict[str, int] = field(default_factory=dict)  # stream -> last timestamp (µs)
     empty_since: dict[str, float] = field(default_factory=dict)  # stream -> first empty drain
     drained_at: dict[str, float] = field(default_factory=dict)  # stream -> last drain time
-    gpm_prev: object = None
-    gpm_next: object = None
+    gpm: list = field(default_factory=list)  # [previous, next] GPM samples once allocated
     lost: bool = False
     errors: int = 0
+
+
+@dataclass(frozen=True)
+class Read:
+    """One row of the read table.
+
+    ``tier`` is the name in ``due`` that asks for it ("tick", "memory", "energy", "pcie",
+    "procs", or "drain" for sample buffers, drained on their own schedule); ``buffer`` is
+    the NVML sampling type it drains (None: polled); ``scale`` turns raw samples into the
+    metric's unit; ``parent_only``: a MIG slice does not have it.
+    """
+
+    name: str
+    metrics: tuple[str, ...]
+    reader: Callable[[NVMLGateway, _Device], dict[str, float]] | None
+    tier: str
+    parent_only: bool = False
+    buffer: int | None = None
+    scale: float = 1.0
+
+
+# -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
+def _r_memory(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    mem = g.call("nvmlDeviceGetMemoryInfo", dev.handle)
+    return {"mem_used_bytes": float(mem.used), "mem_total_bytes": float(mem.total)}
+
+
+def _r_memory_used(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"mem_used_bytes": float(g.call("nvmlDeviceGetMemoryInfo", dev.handle).used)}
+
+
+def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    u = g.call("nvmlDeviceGetUtilizationRates", dev.handle)
+    return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
+
+
+def _r_temp(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"temp_c": float(g.call("nvmlDeviceGetTemperature", dev.handle, TEMPERATURE_GPU))}
+
+
+def _r_power(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"power_w": g.call("nvmlDeviceGetPowerUsage", dev.handle) / 1000.0}
+
+
+def _r_power_limit(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"power_limit_w": g.call("nvmlDeviceGetEnforcedPowerLimit", dev.handle) / 1000.0}
+
+
+def _r_clocks(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"sm_clock_mhz": float(g.call("nvmlDeviceGetClockInfo", dev.handle, CLOCK_SM)),
+            "mem_clock_mhz": float(g.call("nvmlDeviceGetClockInfo", dev.handle, CLOCK_MEM))}
+
+
+def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    bits = g.call_first(("nvmlDeviceGetCurrentClocksEventReasons",
+                         "nvmlDeviceGetCurrentClocksThrottleReasons"), dev.handle)
+    return {"clock_event_reasons": float(bits)}
+
+
+def _r_codec(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"enc_util_pct": float(g.call("nvmlDeviceGetEncoderUtilization", dev.handle)[0]),
+            "dec_util_pct": float(g.call("nvmlDeviceGetDecoderUtilization", dev.handle)[0])}
+
+
+def _r_energy(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"energy_j": g.call("nvmlDeviceGetTotalEnergyConsumption", dev.handle) / 1000.0}
+
+
+def _r_pcie(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"pcie_tx_bytes_per_s": g.call("nvmlDeviceGetPcieThroughput", dev.handle, PCIE_TX) * 1024.0,
+            "pcie_rx_bytes_per_s": g.call("nvmlDeviceGetPcieThroughput", dev.handle, PCIE_RX) * 1024.0}
+
+
+def _gpm_setup(g: NVMLGateway, dev: _Device) -> None:
+    """Allocate the two GPM samples and take the first; frees what it took if it fails."""
+    if not g.call("nvmlGpmQueryDeviceSupport", dev.handle).isSupportedDevice:
+        raise NotSupportedError("nvmlGpmQueryDeviceSupport", ERR_NOT_SUPPORTED, "no GPM on this GPU")
+    try:
+        while len(dev.gpm) < 2:
+            dev.gpm.append(g.call("nvmlGpmSampleAlloc"))
+        g.call("nvmlGpmSampleGet", dev.handle, dev.gpm[0])
+    except NVMLCallError:
+        _gpm_free(g, dev)
+        raise
+
+
+def _gpm_free(g: NVMLGateway, dev: _Device) -> None:
+    """Free every GPM sample this device holds (they live in host memory, even on a lost GPU)."""
+    while dev.gpm:
+        sample = dev.gpm.pop()
+        try:
+            g.call("nvmlGpmSampleFree", sample)
+        except NVMLCallError as exc:
+            log.debug("nvmlGpmSampleFree: %s", exc)
+
+
+def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    if not dev.gpm:  # first read (or after a failed setup): take the first sample now
+        _gpm_setup(g, dev)
+        return {}
+    prev, nxt = dev.gpm
+    g.call("nvmlGpmSampleGet", dev.handle, nxt)
+    get = g.attr("c_nvmlGpmMetricsGet_t")()
+    get.version = g.attr("NVML_GPM_METRICS_GET_VERSION", 1)
+    get.numMetrics = len(GPM_METRIC_IDS)
+    get.sample1, get.sample2 = prev, nxt
+    for i, metric_id in enumerate(GPM_METRIC_IDS):
+        get.metrics[i].metricId = metric_id
+    g.call("nvmlGpmMetricsGet", get)
+    dev.gpm.reverse()
+    out = {}
+    for i, name in enumerate(GPM_METRIC_IDS.values()):
+        m = get.metrics[i]
+        out[name] = float(m.value) if m.nvmlReturn == 0 else np.nan
+    return out
+
+
+READS: tuple[Read, ...] = (
+    Read("memory", ("mem_used_bytes", "mem_total_bytes"), _r_memory, "tick"),
+    Read("memory_used", ("mem_used_bytes",), _r_memory_used, "memory"),
+    Read("util", ("util_pct", "mem_util_pct"), _r_util, "tick"),
+    Read("temp", ("temp_c",), _r_temp, "tick", parent_only=True),
+    Read("power", ("power_w",), _r_power, "tick", parent_only=True),
+    Read("power_limit", ("power_limit_w",), _r_power_limit, "tick", parent_only=True),
+    Read("clocks", ("sm_clock_mhz", "mem_clock_mhz"), _r_clocks, "tick", parent_only=True),
+    Read("reasons", ("clock_event_reasons",), _r_reasons, "tick", parent_only=True),
+    Read("codec", ("enc_util_pct", "dec_util_pct"), _r_codec, "tick", parent_only=True),
+    Read("gpm", tuple(GPM_METRIC_IDS.values()), _r_gpm, "tick", parent_only=True),
+    Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
+    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie",
+         parent_only=True),
+    Read("procs", (), None, "procs"),
+    Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER,
+         scale=1e-3),
+    Read("util", ("util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_GPU_UTIL),
+    Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True,
+         buffer=SAMPLES_MEM_UTIL),
+)
+POLLED = tuple(r for r in READS if r.buffer is None and r.reader is not None)
+BUFFERED = {r.name: r for r in READS if r.buffer is not None}
+
+
+def _str(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _sample_value(value, vtype: int) -> float:
+    member = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal")
+    return float(getattr(value, member[vtype] if 0 <= vtype < len(member) else "usVal"))
 
 
 class NVMLSource:
@@ -123,12 +341,13 @@ class NVMLSource:
         self.simulated = bool(getattr(nvml, "SIMULATED", False))
         if self.simulated:
             self.kind = "sim"
+        self._gw: NVMLGateway | None = None
         self._devices: list[_Device] = []
         self._opened = False
         self.driver_version = ""
-        self.processes: dict[object, list[dict]] = {}
+        self._processes: dict[object, list[ProcessInfo]] = {}
+        self._pid_names: dict[int, tuple[str | None, str | None]] = {}
         self.last_error: str | None = None
-        self._logged: set[tuple] = set()
         self._pcie_turn = 0
         self._selected: set | None = None  # device keys to read; None reads all
         self._ts_offset_us: float | None = None
@@ -144,52 +363,53 @@ class NVMLSource:
             except ImportError as exc:
                 raise NVMLUnavailableError(
                     "NVML is not available (the `pynvml` module of nvidia-ml-py is not "
-                    "installed); run `pip install nvidia-ml-py`, or use source='sim'."
-                ) from exc
+                    f"installed); {_NO_MODULE_HINT}, or use source='sim'.",
+                    hint=_NO_MODULE_HINT) from exc
             self._nvml = pynvml
-        nvml = self._nvml
+        g = self._gw = NVMLGateway(self._nvml)
         try:
-            nvml.nvmlInit()
-        except Exception as exc:
-            raise unavailable(nvml, exc, "nvmlInit failed") from exc
+            g.call("nvmlInit")
+        except NVMLCallError as exc:
+            raise unavailable(exc, "nvmlInit failed") from exc
         try:
-            count = nvml.nvmlDeviceGetCount()
+            count = g.call("nvmlDeviceGetCount")
             if count == 0:
-                raise unavailable(nvml, None, "the driver reports no GPU")
-            self.driver_version = _str(self._safe(nvml.nvmlSystemGetDriverVersion) or "")
+                raise unavailable(None, "the driver reports no GPU")
+            self.driver_version = _str(self._maybe("nvmlSystemGetDriverVersion") or "")
             for index in range(count):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                handle = g.call("nvmlDeviceGetHandleByIndex", index)
                 self._devices.append(self._probe(index, handle, parent=None))
                 self._devices.extend(self._mig_devices(index, handle))
-        except NVMLUnavailableError:
-            nvml.nvmlShutdown()
-            self._devices = []
-            raise
-        except Exception as exc:
-            nvml.nvmlShutdown()
-            self._devices = []
-            raise unavailable(nvml, exc, "listing GPUs failed") from exc
+        except (NVMLUnavailableError, NVMLCallError) as exc:
+            self._release()
+            if isinstance(exc, NVMLUnavailableError):
+                raise
+            raise unavailable(exc, "listing GPUs failed") from exc
         self._opened = True
 
     def close(self) -> None:
-        """Release our NVML reference; NVML stays up for anyone else who initialised it."""
+        """Free GPM samples and release our NVML reference; others' NVML stays up."""
         if self._opened:
             self._opened = False
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception as exc:  # already shut down by someone else: nothing to undo
-                log.debug("nvmlShutdown: %s", exc)
+            self._release()
+
+    def _release(self) -> None:
+        for dev in self._devices:
+            _gpm_free(self._gw, dev)
+        self._devices = []
+        try:
+            self._gw.call("nvmlShutdown")
+        except NVMLCallError as exc:  # already shut down by someone else: nothing to undo
+            log.debug("nvmlShutdown: %s", exc)
 
     def describe(self) -> str:
-        names = {}
-        for d in self._devices:
-            if d.info["mig"]:
-                continue
+        cards = [d for d in self._devices if d.parent is None]
+        names: dict[str, int] = {}
+        for d in cards:
             names[d.info["name"]] = names.get(d.info["name"], 0) + 1
         gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
-        label = "simulated GPUs" if self.simulated else "GPU" + ("s" if len(self._devices) != 1 else "")
-        n = sum(1 for d in self._devices if not d.info["mig"])
-        return f"{n} {label}: {gpus} (driver {self.driver_version})"
+        label = "simulated GPUs" if self.simulated else "GPU" + ("s" if len(cards) != 1 else "")
+        return f"{len(cards)} {label}: {gpus} (driver {self.driver_version})"
 
     def select(self, keys: set) -> None:
         """Read only the devices with these keys from now on (the sampler's ``gpus=``)."""
@@ -200,106 +420,93 @@ class NVMLSource:
         fn = getattr(self._nvml, "simulated_host", None) if self.simulated else None
         return fn(t) if fn is not None else None
 
+    @property
+    def processes(self) -> dict[object, list[ProcessInfo]]:
+        """The latest process lists per device: a snapshot, replaced whole, never mutated."""
+        return self._processes
+
     def _live(self) -> list[_Device]:
         return [d for d in self._devices
                 if not d.lost and (self._selected is None or d.key in self._selected)]
 
-    def devices(self) -> list[dict]:
-        return [dict(d.info, metrics=sorted(d.caps & set(BY_NAME))) for d in self._devices]
+    def devices(self) -> list[Device]:
+        return [Device(metrics=tuple(sorted(d.caps & set(BY_NAME))), **d.info)
+                for d in self._devices]
 
     def streams(self) -> dict[object, dict[str, dict[str, np.dtype]]]:
         out: dict[object, dict[str, dict[str, np.dtype]]] = {}
         for d in self._devices:
             # Buffered metrics also get a tick column: the fallback if a buffer stays empty.
-            tick_cols = {m: BY_NAME[m].dtype for m in sorted(d.caps) if m in BY_NAME}
-            per = {"tick": tick_cols}
+            per = {"tick": {m: BY_NAME[m].dtype for m in sorted(d.caps) if m in BY_NAME}}
+            if "mem_used_bytes" in d.caps:
+                per["memory"] = {"mem_used_bytes": BY_NAME["mem_used_bytes"].dtype}
             for s in d.buffers:
-                per[s] = {BY_NAME_FROM_BUFFER[s]: BY_NAME[BY_NAME_FROM_BUFFER[s]].dtype}
+                metric = BUFFERED[s].metrics[0]
+                per[s] = {metric: BY_NAME[metric].dtype}
             out[d.key] = per
         return out
 
     # -- probing -----------------------------------------------------------------------
-    def _safe(self, fn, *args):
+    def _maybe(self, function: str, *args):
+        """A call whose failure only means "not known" (names, limits at probe time)."""
         try:
-            return fn(*args)
-        except Exception:
+            return self._gw.call(function, *args)
+        except NVMLCallError:
             return None
 
     def _probe(self, index: int, handle, parent) -> _Device:
-        nvml = self._nvml
         key = index if parent is None else f"{parent}/{index}"
-        mem = self._safe(nvml.nvmlDeviceGetMemoryInfo, handle)
-        limit_mw = self._safe(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        slowdown = self._safe(nvml.nvmlDeviceGetTemperatureThreshold, handle,
-                              TEMPERATURE_THRESHOLD_SLOWDOWN)
+        mem = self._maybe("nvmlDeviceGetMemoryInfo", handle)
+        limit_mw = self._maybe("nvmlDeviceGetEnforcedPowerLimit", handle)
+        slowdown = self._maybe("nvmlDeviceGetTemperatureThreshold", handle,
+                               TEMPERATURE_THRESHOLD_SLOWDOWN)
         info = {
-            "index": key,
-            "name": _str(self._safe(nvml.nvmlDeviceGetName, handle) or "unknown GPU"),
-            "uuid": _str(self._safe(nvml.nvmlDeviceGetUUID, handle) or ""),
-            "mem_total_bytes": float(mem.total) if mem is not None else float("nan"),
-            "power_limit_w": limit_mw / 1000.0 if limit_mw else float("nan"),
-            "slowdown_temp_c": float(slowdown) if slowdown else float("nan"),
-            "mig": parent is not None,
-            "parent": parent,
+            "key": key, "parent": parent, "mig": parent is not None,
+            "name": _str(self._maybe("nvmlDeviceGetName", handle) or "unknown GPU"),
+            "uuid": _str(self._maybe("nvmlDeviceGetUUID", handle) or ""),
+            "mem_total_bytes": int(mem.total) if mem is not None else None,
+            "power_limit_w": limit_mw / 1000.0 if limit_mw else None,
+            "slowdown_temp_c": float(slowdown) if slowdown else None,
             "simulated": self.simulated,
         }
-        dev = _Device(key=key, handle=handle, info=info)
-        if parent is None:
-            for stream, (stype, _metric, _scale) in _BUFFERS.items():
-                try:
-                    nvml.nvmlDeviceGetSamples(handle, stype, 0)
-                    dev.buffers[stream] = 0
-                except Exception as exc:
-                    if _code(exc) == ERR_NOT_FOUND:  # supported, nothing buffered yet
-                        dev.buffers[stream] = 0
-        for group, reader in _READERS:
-            if parent is not None and group in _PARENT_ONLY:
+        dev = _Device(key=key, handle=handle, parent=parent, info=info)
+        for row in READS:
+            if row.parent_only and parent is not None:
                 continue
-            try:
-                reader(self, dev)
-                dev.caps.update(_metric_names(group))
-            except Exception as exc:
-                log.debug("GPU %s: %s not available (%s)", key, group, _text(nvml, exc))
-        for stream in list(dev.buffers):
-            if BY_NAME_FROM_BUFFER[stream] not in dev.caps:
-                dev.caps.add(BY_NAME_FROM_BUFFER[stream])
-        if parent is None and self._gpm_supported(dev):
-            dev.caps.update(_GPM_METRICS.values())
-        for slow in ("energy", "pcie"):
-            if parent is not None:
-                continue
-            try:
-                _SLOW[slow](self, dev)
-                dev.caps.update(_SLOW_METRICS[slow])
-            except Exception:
-                pass
+            if self._probe_read(dev, row):
+                dev.caps.update(row.metrics)
         return dev
 
-    def _gpm_supported(self, dev: _Device) -> bool:
-        nvml = self._nvml
+    def _probe_read(self, dev: _Device, row: Read) -> bool:
+        """Whether ``dev`` has ``row``; a transient failure counts as yes (tried again later)."""
         try:
-            support = nvml.nvmlGpmQueryDeviceSupport(dev.handle)
-            if not support.isSupportedDevice:
-                return False
-            dev.gpm_prev = nvml.nvmlGpmSampleAlloc()
-            dev.gpm_next = nvml.nvmlGpmSampleAlloc()
-            nvml.nvmlGpmSampleGet(dev.handle, dev.gpm_prev)
+            if row.buffer is not None:
+                try:
+                    self._gw.call("nvmlDeviceGetSamples", dev.handle, row.buffer, 0)
+                except NothingNewError:  # supported, nothing buffered yet
+                    pass
+                dev.buffers[row.name] = 0
+            elif row.reader is not None:
+                row.reader(self._gw, dev)
             return True
-        except Exception:
-            dev.gpm_prev = dev.gpm_next = None
+        except NotSupportedError as exc:
+            log.debug("GPU %s: %s not available (%s)", dev.key, row.name, exc.text)
             return False
+        except NVMLCallError as exc:
+            self._gw.log_once(logging.INFO, (dev.key, row.name, "probe"),
+                              f"GPU {dev.key}: probing {row.name} failed ({exc.text}); "
+                              "will keep trying")
+            if row.buffer is not None:
+                dev.buffers[row.name] = 0
+            return True
 
     def _mig_devices(self, index: int, handle) -> list[_Device]:
-        nvml = self._nvml
-        try:
-            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        except Exception:
-            return []
-        if current != 1:
+        mode = self._maybe("nvmlDeviceGetMigMode", handle)
+        if not mode or mode[0] != 1:
             return []
         out = []
-        for i in range(self._safe(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-            mig = self._safe(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+        for i in range(self._maybe("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+            mig = self._maybe("nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
             if mig is not None:
                 out.append(self._probe(i, mig, parent=index))
         return out
@@ -308,108 +515,111 @@ class NVMLSource:
     def read(self, now: float, due: frozenset[str]) -> Reading:
         """New readings of every live device; never raises for a device's failure."""
         reading = Reading()
+        procs: dict[object, list[ProcessInfo]] = {}
         for dev in self._live():
             try:
                 self._read_device(dev, now, due, reading)
-            except _LostError as exc:
+                if "procs" in due:
+                    procs[dev.key] = self._read_processes(dev, reading)
+            except FatalError as exc:
                 dev.lost = True
-                reading.events.append(DeviceEvent(dev.key, "lost", f"GPU {dev.key} was lost: {exc}"))
+                _gpm_free(self._gw, dev)
+                reading.events.append(DeviceEvent(dev.key, "lost",
+                                                  f"GPU {dev.key} was lost: {exc.text}"))
+        if procs:  # one new snapshot, swapped in whole: readers never see it change
+            self._processes = {**self._processes, **procs}
+            listed = {p.pid for ps in self._processes.values() for p in ps}
+            self._pid_names = {pid: v for pid, v in self._pid_names.items() if pid in listed}
         if "pcie" in due:
             self._pcie_turn += 1
         return reading
 
-    def _call(self, dev: _Device, metric: str, fn, *args):
-        try:
-            return fn(*args)
-        except Exception as exc:
-            code = _code(exc)
-            if code in _LOST:
-                raise _LostError(_text(self._nvml, exc)) from exc
-            if code in _UNSUPPORTED:
-                dev.caps.difference_update(_metric_names(metric))
-                self._log_once(dev.key, metric, f"GPU {dev.key}: {metric} no longer supported")
-                raise _UnsupportedError(metric) from exc
-            dev.errors += 1
-            self.last_error = f"GPU {dev.key} {metric}: {_text(self._nvml, exc)}"
-            self._log_once(dev.key, metric, self.last_error)
-            raise
-
-    def _log_once(self, key, metric, message: str) -> None:
-        if (key, metric, message) not in self._logged:
-            self._logged.add((key, metric, message))
-            log.warning(message)
+    def _wanted(self, dev: _Device, row: Read, due: frozenset[str]) -> bool:
+        if not set(row.metrics) & dev.caps:
+            return False
+        if row.tier == "tick":
+            if row.name == "power" and "power" in dev.buffers:
+                return False
+            if row.name == "util" and {"util", "memutil"} <= dev.buffers.keys():
+                return False
+            return "tick" in due
+        if row.tier == "memory":
+            return "memory" in due and "tick" not in due
+        if row.tier == "pcie":
+            return "pcie" in due and self._pcie_due(dev)
+        return row.tier in due
 
     def _read_device(self, dev: _Device, now: float, due: frozenset[str], reading: Reading) -> None:
-        jobs = list(self._cheap_jobs(dev)) if "tick" in due else []
-        jobs += [(slow, fn) for slow, fn in _SLOW.items() if self._slow_due(dev, slow, due)]
-        row: dict[str, float] = {}
-        for group, fn in jobs:
-            try:
-                row.update(self._call(dev, group, fn, self, dev))
-            except _LostError:
-                raise
-            except Exception:  # unsupported or failed: counted in _call, the value stays NaN
+        row_values: dict[str, float] = {}
+        memory: dict[str, float] = {}
+        for row in POLLED:
+            if not self._wanted(dev, row, due):
                 continue
-        if row:
-            reading.batches.append(Batch(dev.key, "tick", np.array([now]),
-                                         {k: np.array([v]) for k, v in row.items()}))
+            values = self._run(dev, row, reading)
+            (memory if row.tier == "memory" else row_values).update(values)
+        for stream, values in (("tick", row_values), ("memory", memory)):
+            if values:
+                reading.batches.append(Batch(dev.key, stream, np.array([now]),
+                                             {k: np.array([v]) for k, v in values.items()}))
         for stream in list(dev.buffers):
             recent = now - dev.drained_at.get(stream, -np.inf) < DRAIN_EVERY_S[stream] - 0.05
             if recent and "energy" not in due:
                 continue
             dev.drained_at[stream] = now
-            batch = self._drain(dev, stream, now)
+            batch = self._drain(dev, BUFFERED[stream], now, reading)
             if batch is not None:
                 reading.batches.append(batch)
 
-    def _cheap_jobs(self, dev: _Device):
-        """(group, reader) of the cheap reads this device supports and has no buffer for."""
-        for group, reader in _READERS:
-            if not (_metric_names(group) & dev.caps):
-                continue
-            if group == "power" and "power" in dev.buffers:
-                continue
-            if group == "util" and {"util", "memutil"} <= dev.buffers.keys():
-                continue
-            yield group, reader
-        if dev.gpm_prev is not None and "sm_active_pct" in dev.caps:
-            yield "gpm", _r_gpm
+    def _run(self, dev: _Device, row: Read, reading: Reading) -> dict[str, float]:
+        """One read of the table through the gateway: values, or {} with the failure recorded."""
+        try:
+            return row.reader(self._gw, dev)
+        except NotSupportedError as exc:
+            gone = tuple(sorted(set(row.metrics) & dev.caps))
+            dev.caps.difference_update(row.metrics)
+            if row.name == "gpm":
+                _gpm_free(self._gw, dev)
+            message = f"GPU {dev.key}: {row.name} is no longer supported ({exc.text})"
+            self._gw.log_once(logging.WARNING, (dev.key, row.name, "unsupported"), message)
+            reading.events.append(DeviceEvent(dev.key, "unsupported", message, gone))
+        except (TransientError, NothingNewError) as exc:
+            self._transient(dev, row.name, exc, reading)
+        return {}
 
-    def _slow_due(self, dev: _Device, slow: str, due: frozenset[str]) -> bool:
-        if slow not in due or (slow == "pcie" and not self._pcie_due(dev)):
-            return False
-        return slow == "procs" or bool(_SLOW_METRICS[slow] & dev.caps)
+    def _transient(self, dev: _Device, read: str, exc: NVMLCallError, reading: Reading) -> None:
+        dev.errors += 1
+        message = f"GPU {dev.key} {read}: {exc.text}"
+        self.last_error = message
+        reading.errors.append(ReadError(dev.key, read, message))
+        self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), message)
 
     def _pcie_due(self, dev: _Device) -> bool:
         """PCIe reads sleep ~20 ms inside NVML: one GPU per due round, in turn."""
         full = [d for d in self._live() if "pcie_rx_bytes_per_s" in d.caps]
         return bool(full) and full[self._pcie_turn % len(full)] is dev
 
-    def _drain(self, dev: _Device, stream: str, now: float) -> Batch | None:
+    def _drain(self, dev: _Device, row: Read, now: float, reading: Reading) -> Batch | None:
         """Samples NVML buffered since the last drain, at the card's own resolution."""
-        stype, metric, scale = _BUFFERS[stream]
+        stream, metric = row.name, row.metrics[0]
         try:
-            vtype, samples = self._nvml.nvmlDeviceGetSamples(dev.handle, stype, dev.buffers[stream])
-        except Exception as exc:
-            code = _code(exc)
-            if code in _LOST:
-                raise _LostError(_text(self._nvml, exc)) from exc
-            if code in _UNSUPPORTED:  # no buffer on this card: poll this metric instead
-                del dev.buffers[stream]
-                return None
-            if code != ERR_NOT_FOUND:
-                dev.errors += 1
-                self.last_error = f"GPU {dev.key} {stream} samples: {_text(self._nvml, exc)}"
-                self._log_once(dev.key, stream, self.last_error)
-                return None
+            vtype, samples = self._gw.call("nvmlDeviceGetSamples", dev.handle, row.buffer,
+                                           dev.buffers[stream])
+        except NotSupportedError:  # no buffer on this card after all: poll this metric instead
+            del dev.buffers[stream]
+            return None
+        except NothingNewError:
             samples = []
+        except TransientError as exc:
+            self._transient(dev, f"{stream} samples", exc, reading)
+            return None
         if not samples:
             # "Not found" means nothing new; a buffer empty for long is treated as absent.
             since = dev.empty_since.setdefault(stream, now)
             if now - since > BUFFER_DEAD_AFTER_S:
                 del dev.buffers[stream]
-                self._log_once(dev.key, stream, f"GPU {dev.key}: NVML {stream} sample buffer "
-                               "stays empty; polling instead")
+                self._gw.log_once(logging.WARNING, (dev.key, stream, "empty"),
+                                  f"GPU {dev.key}: NVML {stream} sample buffer stays empty; "
+                                  "polling instead")
             return None
         dev.empty_since.pop(stream, None)
         ts = np.fromiter((s.timeStamp for s in samples), dtype=np.float64, count=len(samples))
@@ -427,151 +637,42 @@ class NVMLSource:
             skew = now * 1e6 - ts[-1]
             self._ts_offset_us = skew if abs(skew) > 30e6 else 0.0
         times = (ts + self._ts_offset_us) / 1e6
-        return Batch(dev.key, stream, times, {metric: vals * scale})
+        return Batch(dev.key, stream, times, {metric: vals * row.scale})
 
-    def _read_gpm(self, dev: _Device) -> dict[str, float]:
-        nvml = self._nvml
-        nvml.nvmlGpmSampleGet(dev.handle, dev.gpm_next)
-        get = nvml.c_nvmlGpmMetricsGet_t()
-        get.version = getattr(nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
-        get.numMetrics = len(_GPM_METRICS)
-        get.sample1, get.sample2 = dev.gpm_prev, dev.gpm_next
-        for i, metric_id in enumerate(_GPM_METRICS):
-            get.metrics[i].metricId = metric_id
-        nvml.nvmlGpmMetricsGet(get)
-        dev.gpm_prev, dev.gpm_next = dev.gpm_next, dev.gpm_prev
-        out = {}
-        for i, name in enumerate(_GPM_METRICS.values()):
-            m = get.metrics[i]
-            out[name] = float(m.value) if m.nvmlReturn == 0 else np.nan
-        return out
-
-
-
-def _str(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _sample_value(value, vtype: int) -> float:
-    if vtype == 0:
-        return float(value.dVal)
-    if vtype == 1:
-        return float(value.uiVal)
-    if vtype == 2:
-        return float(value.ulVal)
-    if vtype == 3:
-        return float(value.ullVal)
-    if vtype == 4:
-        return float(value.sllVal)
-    if vtype == 5:
-        return float(value.siVal)
-    return float(value.usVal)
-
-
-# -- per-metric readers: (group name, fn(source, device) -> {metric: value}) -----------------
-def _r_memory(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    mem = src._nvml.nvmlDeviceGetMemoryInfo(dev.handle)
-    return {"mem_used_bytes": float(mem.used), "mem_total_bytes": float(mem.total)}
-
-
-def _r_util(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    u = src._nvml.nvmlDeviceGetUtilizationRates(dev.handle)
-    return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
-
-
-def _r_temp(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    return {"temp_c": float(src._nvml.nvmlDeviceGetTemperature(dev.handle, TEMPERATURE_GPU))}
-
-
-def _r_power(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    return {"power_w": src._nvml.nvmlDeviceGetPowerUsage(dev.handle) / 1000.0}
-
-
-def _r_power_limit(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    return {"power_limit_w": src._nvml.nvmlDeviceGetEnforcedPowerLimit(dev.handle) / 1000.0}
-
-
-def _r_clocks(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    nvml = src._nvml
-    return {"sm_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(dev.handle, CLOCK_SM)),
-            "mem_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(dev.handle, CLOCK_MEM))}
-
-
-def _r_reasons(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    nvml = src._nvml
-    fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    return {"clock_event_reasons": float(fn(dev.handle))}
-
-
-def _r_codec(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    nvml = src._nvml
-    return {"enc_util_pct": float(nvml.nvmlDeviceGetEncoderUtilization(dev.handle)[0]),
-            "dec_util_pct": float(nvml.nvmlDeviceGetDecoderUtilization(dev.handle)[0])}
-
-
-def _r_gpm(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    return src._read_gpm(dev)
-
-
-def _r_energy(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    return {"energy_j": src._nvml.nvmlDeviceGetTotalEnergyConsumption(dev.handle) / 1000.0}
-
-
-def _r_pcie(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    nvml = src._nvml
-    return {"pcie_tx_bytes_per_s": nvml.nvmlDeviceGetPcieThroughput(dev.handle, PCIE_TX) * 1024.0,
-            "pcie_rx_bytes_per_s": nvml.nvmlDeviceGetPcieThroughput(dev.handle, PCIE_RX) * 1024.0}
-
-
-def _r_procs(src: NVMLSource, dev: _Device) -> dict[str, float]:
-    nvml = src._nvml
-    procs = {}
-    for fn_name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        fn = getattr(nvml, fn_name, None)
-        if fn is None:
-            continue
-        try:
-            for p in fn(dev.handle):
+    def _read_processes(self, dev: _Device, reading: Reading) -> list[ProcessInfo]:
+        """Compute and graphics processes on ``dev``, with name and user where visible here."""
+        found: dict[int, int | None] = {}
+        for function in ("nvmlDeviceGetComputeRunningProcesses",
+                         "nvmlDeviceGetGraphicsRunningProcesses"):
+            try:
+                listed = self._gw.call(function, dev.handle)
+            except NotSupportedError:
+                continue
+            except (TransientError, NothingNewError) as exc:
+                self._transient(dev, "procs", exc, reading)
+                return list(self._processes.get(dev.key, ()))
+            for p in listed:
                 used = getattr(p, "usedGpuMemory", None)
-                procs[p.pid] = {"pid": int(p.pid),
-                                "used_bytes": float(used) if used is not None else float("nan")}
-        except Exception as exc:
-            if _code(exc) in _LOST:
-                raise
-    src.processes[dev.key] = list(procs.values())
-    return {}
+                found[int(p.pid)] = int(used) if isinstance(used, int) else None
+        return [ProcessInfo(pid, used, *self._who(pid)) for pid, used in found.items()]
+
+    def _who(self, pid: int) -> tuple[str | None, str | None]:
+        """(name, user) of a PID visible in this PID namespace, else (None, None)."""
+        hook = getattr(self._nvml, "simulated_process", None) if self.simulated else None
+        if hook is not None:
+            known = hook(pid)
+            if known is not None:
+                return known
+        if pid not in self._pid_names:
+            self._pid_names[pid] = _who_psutil(pid)
+        return self._pid_names[pid]
 
 
-_READERS = (
-    ("memory", _r_memory),
-    ("util", _r_util),
-    ("temp", _r_temp),
-    ("power", _r_power),
-    ("power_limit", _r_power_limit),
-    ("clocks", _r_clocks),
-    ("reasons", _r_reasons),
-    ("codec", _r_codec),
-)
-_SLOW = {"energy": _r_energy, "pcie": _r_pcie, "procs": _r_procs}
-_SLOW_METRICS = {"energy": {"energy_j"}, "pcie": {"pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"},
-                 "procs": set()}
-_PARENT_ONLY = {"power", "power_limit", "temp", "clocks", "reasons", "codec"}
-_GROUPS = {
-    "memory": {"mem_used_bytes", "mem_total_bytes"},
-    "util": {"util_pct", "mem_util_pct"},
-    "temp": {"temp_c"},
-    "power": {"power_w"},
-    "power_limit": {"power_limit_w"},
-    "clocks": {"sm_clock_mhz", "mem_clock_mhz"},
-    "reasons": {"clock_event_reasons"},
-    "codec": {"enc_util_pct", "dec_util_pct"},
-    "gpm": set(_GPM_METRICS.values()),
-    **_SLOW_METRICS,
-}
-BY_NAME_FROM_BUFFER = {stream: metric for stream, (_, metric, _) in _BUFFERS.items()}
+def _who_psutil(pid: int) -> tuple[str | None, str | None]:
+    try:
+        import psutil
 
-
-def _metric_names(group: str) -> set[str]:
-    return _GROUPS.get(group, {group})
-
+        proc = psutil.Process(pid)
+        return proc.name(), proc.username()
+    except Exception:  # not in this PID namespace, gone, or not ours to look at
+        return None, None
