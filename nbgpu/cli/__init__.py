@@ -79,6 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the HTML file to write (default: RUN with .html)")
     rep.add_argument("--title", default=None, help="title of the report")
 
+    c = sub.add_parser("compare", help="compare two recorded runs; with --fail-if, a CI regression gate",
+                       description="Read two runs written by `nbgpu record` and print a side-by-side table "
+                       "per GPU and over all GPUs: both figures, the change and whether it is beyond the "
+                       "runs' own noise. Exit code 1 if a --fail-if bound is broken, 2 for a bad bound.",
+                       epilog='example: nbgpu compare base.jsonl new.jsonl --fail-if "energy_j>+5%%" '
+                       "(grammar: docs/compare.md)")
+    c.add_argument("base", metavar="BASE", help="the reference run")
+    c.add_argument("new", metavar="NEW", help="the run to check against it")
+    c.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="also write an HTML report with both timelines on one elapsed-time axis")
+    c.add_argument("--fail-if", action="append", default=[], metavar="BOUND", dest="fail_if",
+                   help='fail (exit 1) when BOUND holds, e.g. "energy_j>+5%%", "mem_peak_bytes>+1GiB", '
+                   '"duration_s>300s"; repeat for more bounds')
+
     d = sub.add_parser("demo", help="open the quickstart notebook in JupyterLab",
                        description="Start JupyterLab on notebooks/quickstart.ipynb, bound to 127.0.0.1, "
                        "and print its URL. Without a GPU the notebook uses simulated GPUs.")
@@ -122,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .report import run_report
 
             return run_report(args.run, args.output, args.title)
+        if args.command == "compare":
+            from .compare import run_compare
+
+            return run_compare(args.base, args.new, args.output, args.fail_if)
         if args.command == "demo":
             from .demo import run_demo
 

@@ -1,0 +1,203 @@
+"""``nbgpu compare BASE NEW``: two recorded runs side by side, an HTML report, a CI gate.
+
+The table has a row per figure, per GPU and over all GPUs, with both runs' values, the
+change and whether the change is beyond the runs' own noise (``nbgpu.profiles.compare``).
+``--fail-if`` bounds (``nbgpu.profiles.bounds``) make it a regression gate: exit code 1
+and one line per broken bound.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..files import Run, atomic_file, load_run
+from ..profiles.bounds import Bound, parse_bound
+from ..profiles.compare import (
+    COMPARED,
+    Change,
+    Figure,
+    RunFigures,
+    changes,
+    fmt_change_pct,
+    frame_series,
+    gpu_figures,
+    total_figures,
+    verdict,
+)
+from ..profiles.cost import cost_of
+from ..profiles.summary import summarize
+from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from .report import _PAGE, _table
+from .status import epoch_seconds
+
+PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
+LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
+          "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
+          "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
+
+
+def fmt_metric(metric: str, value: float, signed: bool = False) -> str:
+    """A figure of ``metric`` as a person reads it (binary units for memory)."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    sign = "+" if signed and value >= 0 else ""
+    if metric.endswith("_bytes"):
+        return fmt_bytes(value, signed=signed)
+    if metric.endswith("_s"):
+        return ("-" if value < 0 else sign) + fmt_duration(abs(value))
+    if metric.endswith("_j"):
+        return ("-" if value < 0 else sign) + fmt_energy(abs(value))
+    if metric.endswith("_pct"):
+        return sign + fmt_pct(value)
+    if metric.endswith("_w"):
+        return sign + fmt_watts(value)
+    if metric.endswith("_c"):
+        return f"{sign}{value:.0f} °C"
+    return f"{sign}{value:g}"
+
+
+@dataclass
+class Side:
+    """One run of the comparison: its file, summary rows, totals and compared figures."""
+
+    run: Run
+    rows: list[dict]
+    totals: dict
+    figures: RunFigures
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.run.path)
+
+
+def side_of(run: Run) -> Side:
+    """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise."""
+    summary = summarize(run.frame, devices=run.header.get("devices"))
+    rows, totals = summary.rows, summary.combined
+    series = frame_series(run.frame)
+    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {})) for r in rows}
+    return Side(run, rows, totals, RunFigures(total_figures(per_gpu, totals), per_gpu))
+
+
+def _change_cells(c: Change) -> list[str]:
+    pct = c.pct
+    change = fmt_metric(c.metric, c.delta, signed=True)
+    if math.isfinite(pct):
+        change += f" ({'+' if pct >= 0 else '-'}{fmt_change_pct(abs(pct))})"
+    same = {True: "changed", False: "within noise", None: "cannot tell"}[c.beyond_noise]
+    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change,
+            f"{same} (± {fmt_metric(c.metric, c.noise)})" if math.isfinite(c.noise) else same]
+
+
+def table_rows(a: Side, b: Side) -> list[tuple[str, str, list[str]]]:
+    """(scope, figure, [A, B, change, noise verdict]) rows: per GPU present in both, then all GPUs."""
+    out = []
+    gpus = [g for g in a.figures.per_gpu if g in b.figures.per_gpu]
+    for g in gpus:
+        for c in changes(a.figures.per_gpu[g], b.figures.per_gpu[g]):
+            out.append((f"GPU {g}", LABELS[c.metric], _change_cells(c)))
+    for c in changes(a.figures.total, b.figures.total):
+        out.append(("all GPUs", LABELS[c.metric], _change_cells(c)))
+    ca, cb = cost_of(_num(a.totals.get("energy_j"))), cost_of(_num(b.totals.get("energy_j")))
+    out.append(("all GPUs", "cost", [ca.text(), cb.text(), "", ""]))
+    return out
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
+def text_table(a: Side, b: Side) -> str:
+    """The side-by-side table as aligned text."""
+    head = ["", "figure", a.name, b.name, "change", "noise"]
+    body = [[scope, fig, *cells] for scope, fig, cells in table_rows(a, b)]
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body]]
+    only = [f"GPU {g} only in {s.name}" for s, o in ((a, b), (b, a))
+            for g in s.figures.per_gpu if g not in o.figures.per_gpu]
+    tail = [f"verdict: {verdict(changes(a.figures.total, b.figures.total))}", *only]
+    return "\n".join(lines + tail)
+
+
+def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
+    """One line per bound the new run breaks: the bound, both figures, the change, the limit."""
+    out = []
+    for bound in bounds:
+        base, new = _num(a.totals.get(bound.metric)), _num(b.totals.get(bound.metric))
+        if not bound.broken(base, new):
+            continue
+        if not (math.isfinite(base) and math.isfinite(new)):
+            missing = a.name if not math.isfinite(base) else b.name
+            out.append(f"FAIL {bound.text}: {bound.metric} not measured in {missing}")
+            continue
+        c = Change(bound.metric, Figure(base, math.nan), Figure(new, math.nan))
+        pct = f" ({'+' if c.pct >= 0 else '-'}{fmt_change_pct(abs(c.pct))})" if math.isfinite(c.pct) else ""
+        out.append(f"FAIL {bound.text}: {fmt_metric(bound.metric, base)} → {fmt_metric(bound.metric, new)}"
+                   f"{pct}, limit {fmt_metric(bound.metric, bound.limit(base))}")
+    return out
+
+
+def _elapsed(side: Side, tag: str) -> tuple[dict, list[tuple[float, str]]]:
+    """{metric: {"GPU (tag)": (elapsed s, values)}} and the marks, from the run's first reading."""
+    df = side.run.frame
+    if not len(df):
+        return {}, []
+    t = epoch_seconds(df["time"])
+    t0 = float(t.min())
+    series = frame_series(df)
+    data: dict = {}
+    for g, per in series.items():
+        for m in PLOT_METRICS:
+            if m in per:
+                data.setdefault(m, {})[f"{g} ({tag})"] = (per[m][0] - t0, per[m][1])
+    marks = [(mt - t0, f"{tag}: {label}") for mt, label in side.run.marks()]
+    return data, marks
+
+
+def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
+    """The comparison as one HTML document: the table and both timelines on one elapsed-time axis."""
+    from ..svg import svg_series
+
+    esc = html.escape
+    title = f"nbgpu compare: {a.name} vs {b.name}"
+    parts = [f"<h1>{esc(title)}</h1>",
+             f"<p>A = <code>{esc(a.run.path)}</code>, B = <code>{esc(b.run.path)}</code>. "
+             "Times are seconds since each run's first reading.</p>",
+             f"<p><b>{esc(verdict(changes(a.figures.total, b.figures.total)))}</b></p>"]
+    if broken:
+        parts.append("<h2>Gate</h2>" + "".join(f'<p style="color:#a33">{esc(x)}</p>' for x in broken))
+    parts.append("<h2>Side by side</h2>")
+    parts.append(_table(["", "figure", f"A {a.name}", f"B {b.name}", "change", "noise"],
+                        [[esc(s), esc(f), *map(esc, cells)] for s, f, cells in table_rows(a, b)]))
+    da, ma = _elapsed(a, "A")
+    db, mb = _elapsed(b, "B")
+    data = {m: {**da.get(m, {}), **db.get(m, {})} for m in PLOT_METRICS if m in da or m in db}
+    keys = list(dict.fromkeys(k for per in data.values() for k in per))
+    parts.append("<h2>Timelines (elapsed seconds)</h2>")
+    parts.append(f'<div class="plot">{svg_series(data, ma + mb, 900, keys)}</div>')
+    return _PAGE.format(title=esc(title), body="\n".join(parts))
+
+
+def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequence[str] = ()) -> int:
+    """Print the comparison of ``base`` and ``new``; write HTML to ``output``; apply the bounds."""
+    bounds = [parse_bound(text) for text in fail_if]  # a bad bound fails before any reading
+    a, b = side_of(load_run(base)), side_of(load_run(new))
+    print(text_table(a, b))
+    broken = broken_lines(bounds, a, b)
+    if output:
+        with atomic_file(output) as fh:
+            fh.write(render_html(a, b, broken))
+        print(f"nbgpu compare: {os.path.abspath(output)}", file=sys.stderr)
+    for line in broken:
+        print(f"nbgpu compare: {line}", file=sys.stderr)
+    if bounds and not broken:
+        print(f"nbgpu compare: all {len(bounds)} bound(s) hold", file=sys.stderr)
+    return 1 if broken else 0
+
+
+__all__ = ["COMPARED", "render_html", "run_compare", "side_of", "text_table"]

@@ -1,0 +1,110 @@
+"""The bounds of ``nbgpu compare --fail-if``: a regression gate between a base run and a new one.
+
+Grammar (spaces allowed between the parts)::
+
+    BOUND  := METRIC OP LIMIT
+    OP     := ">" | ">=" | "<" | "<="
+    LIMIT  := SIGN NUMBER "%"      the new run's figure against base × (1 + N/100)
+            | SIGN NUMBER UNIT     the new run's figure minus the base's figure
+            | NUMBER UNIT          the new run's figure itself
+    SIGN   := "+" | "-"
+
+A bound says when the gate fails: ``energy_j>+5%`` fails when the new run used more than
+5 % more energy than the base. Units follow the metric: bytes (B, KiB, MiB, GiB, TiB,
+kB, MB, GB, TB), seconds (ms, s, min, h), energy (J, kJ, MJ, Wh, kWh), power (W, kW),
+percent figures (pp: percentage points), temperature (C). A figure missing from either
+run breaks its bound (the gate cannot vouch for it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ..errors import BadArgumentError
+
+_BYTES = {"B": 1.0, "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3, "TiB": 1024.0**4,
+          "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+_SECONDS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+_JOULES = {"J": 1.0, "kJ": 1e3, "MJ": 1e6, "Wh": 3600.0, "kWh": 3.6e6}
+_WATTS = {"W": 1.0, "kW": 1e3}
+_POINTS = {"pp": 1.0}
+_CELSIUS = {"C": 1.0, "°C": 1.0}
+
+# The run figures a bound may name (totals over all GPUs) and the units each takes.
+METRIC_UNITS: dict[str, dict[str, float]] = {
+    "duration_s": _SECONDS,
+    "energy_j": _JOULES,
+    "mem_peak_bytes": _BYTES,
+    "mem_delta_bytes": _BYTES,
+    "util_mean_pct": _POINTS,
+    "util_max_pct": _POINTS,
+    "power_mean_w": _WATTS,
+    "power_max_w": _WATTS,
+    "temp_max_c": _CELSIUS,
+}
+EXAMPLE = '"energy_j>+5%"'
+
+_PATTERN = re.compile(r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>>=|<=|>|<)\s*"
+                      r"(?P<sign>[+-]?)\s*(?P<num>(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)\s*"
+                      r"(?P<unit>%|[A-Za-z°]+)?\s*$")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One parsed ``--fail-if`` bound; ``amount`` is in the metric's base unit (or % if relative)."""
+
+    text: str
+    metric: str
+    op: str
+    kind: str  # "relative" | "delta" | "value"
+    amount: float
+
+    def limit(self, base: float) -> float:
+        """The new run's figure at which the bound is reached, given the base's figure."""
+        if self.kind == "relative":
+            return base + abs(base) * self.amount / 100.0
+        if self.kind == "delta":
+            return base + self.amount
+        return self.amount
+
+    def broken(self, base: float, new: float) -> bool:
+        """Whether the new figure breaks the bound (a missing figure always does)."""
+        limit = self.limit(base) if self.kind != "value" else self.amount
+        if not (math.isfinite(new) and math.isfinite(limit)):
+            return True
+        return {">": new > limit, ">=": new >= limit, "<": new < limit, "<=": new <= limit}[self.op]
+
+
+def _fail(text: str, why: str) -> BadArgumentError:
+    return BadArgumentError(f"bad --fail-if {text!r}: {why}; e.g. {EXAMPLE} (see docs/compare.md)")
+
+
+def parse_bound(text: str) -> Bound:
+    """Parse one ``--fail-if`` bound; raises ``BadArgumentError`` saying what is wrong."""
+    if not isinstance(text, str):
+        raise _fail(str(text), "a bound is text")
+    m = _PATTERN.match(text)
+    if m is None:
+        raise _fail(text, "expected METRIC, one of > >= < <=, then a bound such as +5%, "
+                    "+2GiB or 300s")
+    metric, op, sign, unit = m["metric"], m["op"], m["sign"], m["unit"]
+    if metric not in METRIC_UNITS:
+        raise _fail(text, f"unknown metric {metric!r}; use one of {', '.join(METRIC_UNITS)}")
+    number = float(m["num"])
+    if not math.isfinite(number):
+        raise _fail(text, "the bound is not a finite number")
+    units = METRIC_UNITS[metric]
+    if unit == "%":
+        if not sign:
+            raise _fail(text, "a relative bound needs a sign (+5% or -5%)")
+        return Bound(text, metric, op, "relative", number if sign == "+" else -number)
+    if unit is None:
+        raise _fail(text, f"the bound needs a unit: % or one of {', '.join(units)}")
+    if unit not in units:
+        raise _fail(text, f"{metric} takes % or one of {', '.join(units)}, not {unit!r}")
+    amount = number * units[unit]
+    if sign:
+        return Bound(text, metric, op, "delta", amount if sign == "+" else -amount)
+    return Bound(text, metric, op, "value", amount)

@@ -1,0 +1,130 @@
+"""Energy as kWh, and as money and CO₂ where the user says what their electricity costs.
+
+nbgpu knows no price and no grid: both stay unset until ``nbgpu.configure(...)`` or the
+environment (``NBGPU_PRICE_PER_KWH``, ``NBGPU_CURRENCY``, ``NBGPU_CARBON_G_PER_KWH``) sets
+them; until then only kWh are shown. The figures cover the GPUs' own energy, not the
+host, cooling or the power supply's losses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from ..errors import BadArgumentError
+
+J_PER_KWH = 3.6e6
+ENV_PRICE = "NBGPU_PRICE_PER_KWH"
+ENV_CURRENCY = "NBGPU_CURRENCY"
+ENV_CARBON = "NBGPU_CARBON_G_PER_KWH"
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """What a kWh costs (``price_per_kwh`` in ``currency``) and emits (grams of CO₂); None: unknown."""
+
+    price_per_kwh: float | None = None
+    currency: str = ""
+    carbon_g_per_kwh: float | None = None
+
+
+_configured: dict[str, object] = {}
+
+
+def _rate(name: str, value: object) -> float:
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and v >= 0):
+        raise BadArgumentError(f"{name} must be a number >= 0, got {value!r}")
+    return v
+
+
+def configure(price_per_kwh: float | None = None, currency: str | None = None,
+              carbon_g_per_kwh: float | None = None) -> CostSettings:
+    """Set the electricity price and carbon intensity used for cost and CO₂; returns the settings.
+
+    Args:
+        price_per_kwh: price of one kWh in ``currency``; None keeps the current setting.
+        currency: the currency's code or symbol, e.g. "EUR"; None keeps it.
+        carbon_g_per_kwh: grams of CO₂ per kWh of your grid; None keeps it.
+    """
+    if price_per_kwh is not None:
+        _configured["price_per_kwh"] = _rate("price_per_kwh", price_per_kwh)
+    if currency is not None:
+        _configured["currency"] = str(currency).strip()
+    if carbon_g_per_kwh is not None:
+        _configured["carbon_g_per_kwh"] = _rate("carbon_g_per_kwh", carbon_g_per_kwh)
+    return settings()
+
+
+def reset() -> None:
+    """Forget what ``configure`` set (the environment still applies)."""
+    _configured.clear()
+
+
+def settings() -> CostSettings:
+    """The current settings: ``configure``'s values, else the environment's, else unknown."""
+    def env_rate(name: str) -> float | None:
+        text = os.environ.get(name, "").strip()
+        return _rate(name, text) if text else None
+
+    price = _configured.get("price_per_kwh", env_rate(ENV_PRICE))
+    carbon = _configured.get("carbon_g_per_kwh", env_rate(ENV_CARBON))
+    currency = _configured.get("currency", os.environ.get(ENV_CURRENCY, "").strip())
+    return CostSettings(price, str(currency), carbon)  # type: ignore[arg-type]
+
+
+def energy_kwh(energy_j: float) -> float:
+    """Joules as kWh (NaN stays NaN)."""
+    return float(energy_j) / J_PER_KWH
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What some energy comes to: kWh always; money and CO₂ grams where configured (else NaN)."""
+
+    energy_kwh: float
+    cost: float
+    currency: str
+    co2_g: float
+
+    def text(self) -> str:
+        """``0.0123 kWh · 0.0037 EUR · 4.9 g CO₂`` (only the known parts)."""
+        if not math.isfinite(self.energy_kwh):
+            return "energy not measured"
+        parts = [f"{_sig(self.energy_kwh)} kWh"]
+        if math.isfinite(self.cost):
+            parts.append(f"{_sig(self.cost)} {self.currency}".rstrip())
+        if math.isfinite(self.co2_g):
+            parts.append(f"{_sig(self.co2_g)} g CO₂")
+        return " · ".join(parts)
+
+    def columns(self) -> dict[str, object]:
+        """History columns: ``energy_kwh`` always, ``cost``/``currency``/``co2_g`` when configured."""
+        out: dict[str, object] = {"energy_kwh": self.energy_kwh}
+        if math.isfinite(self.cost):
+            out.update(cost=self.cost, currency=self.currency)
+        if math.isfinite(self.co2_g):
+            out["co2_g"] = self.co2_g
+        return out
+
+
+def _sig(v: float) -> str:
+    """Three significant digits, no exponent for everyday sizes."""
+    if v == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(v))))
+    return f"{v:.{digits}f}"
+
+
+def cost_of(energy_j: float, config: CostSettings | None = None) -> Cost:
+    """The kWh, cost and CO₂ of ``energy_j`` joules under ``config`` (default: ``settings()``)."""
+    config = config or settings()
+    kwh = energy_kwh(energy_j) if energy_j is not None else math.nan
+    price = config.price_per_kwh
+    carbon = config.carbon_g_per_kwh
+    return Cost(kwh, kwh * price if price is not None else math.nan, config.currency,
+                kwh * carbon if carbon is not None else math.nan)

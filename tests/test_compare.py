@@ -1,0 +1,227 @@
+"""Comparing two runs: noise from each run's own readings, verdicts, the --fail-if grammar, cost."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nbgpu.errors import BadArgumentError
+from nbgpu.profiles import cost
+from nbgpu.profiles.bounds import METRIC_UNITS, parse_bound
+from nbgpu.profiles.compare import (
+    MIB,
+    Change,
+    Figure,
+    RunFigures,
+    changes,
+    gpu_figures,
+    total_figures,
+    verdict,
+)
+
+
+def _series(n: int, util: np.ndarray, power: np.ndarray, mem: np.ndarray, dt: float = 0.1) -> dict:
+    t = np.arange(n) * dt
+    return {"util_pct": (t, util), "power_w": (t, power), "mem_used_bytes": (t, mem)}
+
+
+def _row(energy_j: float, duration_s: float, peak: float, util: float) -> dict:
+    return {"energy_j": energy_j, "duration_s": duration_s, "mem_peak_bytes": peak, "util_mean_pct": util}
+
+
+# -- noise ---------------------------------------------------------------------------------------
+def test_noise_follows_each_runs_own_spread():
+    rng = np.random.default_rng(0)
+    n = 100
+    steady = _series(n, np.full(n, 90.0), np.full(n, 300.0), np.full(n, 8 * 1024**3))
+    noisy = _series(n, rng.uniform(0, 100, n), rng.uniform(100, 500, n),
+                    np.linspace(1, 8, n) * 1024**3)
+    fs = gpu_figures(_row(3000.0, 10.0, 8 * 1024**3, 90.0), steady)
+    fn = gpu_figures(_row(3000.0, 10.0, 8 * 1024**3, 50.0), noisy)
+    # Steady readings: only the floors remain (integer percents, 1 MiB, one power sample).
+    assert fs["util_mean_pct"].noise == pytest.approx(0.5)
+    assert fs["mem_peak_bytes"].noise == MIB
+    assert fs["energy_j"].noise == pytest.approx(300.0 * 0.1)
+    assert fs["duration_s"].noise == pytest.approx(0.1)
+    # Spread readings: two standard errors of the mean, the largest memory step.
+    u = noisy["util_pct"][1]
+    assert fn["util_mean_pct"].noise == pytest.approx(2 * np.std(u, ddof=1) / math.sqrt(n) + 0.5)
+    step = float(np.max(np.diff(noisy["mem_used_bytes"][1])))
+    assert fn["mem_peak_bytes"].noise == pytest.approx(step)
+    assert fn["energy_j"].noise > 2 * fs["energy_j"].noise
+
+
+def test_too_few_readings_cannot_tell():
+    one = _series(1, np.array([50.0]), np.array([200.0]), np.array([1e9]))
+    f = gpu_figures(_row(20.0, 0.05, 1e9, 50.0), one)
+    assert math.isnan(f["util_mean_pct"].noise) and math.isnan(f["energy_j"].noise)
+    c = Change("energy_j", f["energy_j"], Figure(40.0, 1.0))
+    assert c.beyond_noise is None and "too few readings" in c.phrase
+
+
+def test_totals_take_values_from_the_summary_and_combine_noises():
+    per = {0: {"energy_j": Figure(100, 3.0), "duration_s": Figure(2, 0.1),
+               "mem_peak_bytes": Figure(5, 2.0), "util_mean_pct": Figure(50, 1.0)},
+           1: {"energy_j": Figure(200, 4.0), "duration_s": Figure(2, 0.2),
+               "mem_peak_bytes": Figure(7, 1.0), "util_mean_pct": Figure(70, 1.0)}}
+    tot = total_figures(per, {"energy_j": 300.0, "duration_s": 2.0, "mem_peak_bytes": 7.0,
+                              "util_mean_pct": 60.0})
+    assert tot["energy_j"] == Figure(300.0, 5.0)
+    assert tot["duration_s"] == Figure(2.0, 0.2) and tot["mem_peak_bytes"] == Figure(7.0, 2.0)
+    assert tot["util_mean_pct"].noise == pytest.approx(math.sqrt(2) / 2)
+
+
+# -- verdicts on both sides of the noise -----------------------------------------------------------
+@pytest.mark.parametrize(("after", "beyond", "phrase"), [
+    (112.0, True, "12 % more energy"),
+    (88.0, True, "12 % less energy"),
+    (104.9, False, "energy the same"),   # 4.9 J change, noise 2 + 3 = 5 J
+    (105.1, True, "5.1 % more energy"),
+])
+def test_energy_change_against_the_noise(after, beyond, phrase):
+    c = Change("energy_j", Figure(100.0, 2.0), Figure(after, 3.0))
+    assert c.beyond_noise is beyond
+    assert c.phrase == phrase
+
+
+def test_verdict_reads_like_the_issue():
+    a = {"energy_j": Figure(100.0, 1.0), "duration_s": Figure(10.0, 0.1),
+         "mem_peak_bytes": Figure(8e9, 1e6), "util_mean_pct": Figure(80.0, 0.6)}
+    b = {"energy_j": Figure(112.0, 1.0), "duration_s": Figure(10.3, 0.1),
+         "mem_peak_bytes": Figure(8e9 + 5e5, 1e6), "util_mean_pct": Figure(80.5, 0.6)}
+    assert verdict(changes(a, b)) == ("12 % more energy, 3 % longer, peak memory the same, "
+                                      "utilisation the same")
+
+
+def test_a_metric_missing_on_one_side_is_said():
+    c = Change("energy_j", Figure(math.nan, math.nan), Figure(10.0, 1.0))
+    assert c.phrase == "energy not measured in both runs" and c.beyond_noise is None
+
+
+def test_figures_round_trip_through_json():
+    figs = RunFigures({"energy_j": Figure(1.5, 0.1), "util_mean_pct": Figure(math.nan, math.nan)},
+                      {0: {"energy_j": Figure(1.5, 0.1)}, "0/1": {"energy_j": Figure(0.5, 0.05)}})
+    back = RunFigures.from_json(figs.to_json())
+    assert back.total["energy_j"] == Figure(1.5, 0.1)
+    assert math.isnan(back.total["util_mean_pct"].value)
+    assert back.per_gpu["0/1"]["energy_j"] == Figure(0.5, 0.05)
+
+
+# -- the --fail-if grammar -------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "kind", "amount"), [
+    ("energy_j>+5%", "relative", 5.0),
+    ("duration_s >= -10 %", "relative", -10.0),
+    ("mem_peak_bytes>+2GiB", "delta", 2 * 1024**3),
+    ("mem_peak_bytes>70GiB", "value", 70 * 1024**3),
+    ("energy_j>0.5kWh", "value", 0.5 * 3.6e6),
+    ("duration_s>5min", "value", 300.0),
+    ("util_mean_pct<-5pp", "delta", -5.0),
+    ("temp_max_c>85C", "value", 85.0),
+])
+def test_bounds_parse(text, kind, amount):
+    b = parse_bound(text)
+    assert (b.kind, b.amount) == (kind, pytest.approx(amount))
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("energy_j>>5%", "expected METRIC"),
+    ("energy>+5%", "unknown metric 'energy'"),
+    ("energy_j>5%", "needs a sign"),
+    ("energy_j>+5", "needs a unit"),
+    ("energy_j>+5GiB", "energy_j takes % or one of J, kJ"),
+    ("", "expected METRIC"),
+])
+def test_bad_bounds_are_one_clear_error(text, says):
+    with pytest.raises(BadArgumentError) as err:
+        parse_bound(text)
+    msg = str(err.value)
+    assert says in msg and "\n" not in msg and "e.g." in msg
+
+
+def test_relative_bound_against_base_values():
+    b = parse_bound("energy_j>+5%")
+    assert not b.broken(100.0, 105.0) and b.broken(100.0, 105.01)
+    assert b.broken(0.0, 0.1)  # from nothing to something is beyond any relative growth
+    assert b.broken(100.0, math.nan)  # a figure the gate cannot see breaks it
+    assert parse_bound("duration_s<-20%").broken(10.0, 7.9)
+
+
+_METRICS = st.sampled_from(sorted(METRIC_UNITS))
+_OPS = st.sampled_from([">", ">=", "<", "<="])
+_NUMBERS = st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False, allow_infinity=False)
+
+
+@given(metric=_METRICS, op=_OPS, sign=st.sampled_from(["", "+", "-"]), number=_NUMBERS,
+       data=st.data(), spaces=st.sampled_from(["", " "]))
+def test_parser_round_trip(metric, op, sign, number, data, spaces):
+    unit = data.draw(st.sampled_from(["%", *METRIC_UNITS[metric]]))
+    text = f"{metric}{spaces}{op}{spaces}{sign}{number}{spaces}{unit}"
+    if unit == "%" and not sign:
+        with pytest.raises(BadArgumentError):
+            parse_bound(text)
+        return
+    b = parse_bound(text)
+    scale = 1.0 if unit == "%" else METRIC_UNITS[metric][unit]
+    expected = float(number) * scale * (-1 if sign == "-" else 1)
+    assert (b.metric, b.op) == (metric, op)
+    assert b.kind == ("relative" if unit == "%" else "delta" if sign else "value")
+    assert b.amount == pytest.approx(expected)
+
+
+@given(st.text(max_size=40))
+def test_parser_never_fails_otherwise(text):
+    try:
+        b = parse_bound(text)
+    except BadArgumentError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert b.metric in METRIC_UNITS
+
+
+@given(base=st.floats(0, 1e12), pct=st.floats(-99, 1000), new=st.floats(0, 1e12))
+def test_relative_greater_bound_breaks_exactly_above_the_limit(base, pct, new):
+    b = parse_bound(f"energy_j>{'+' if pct >= 0 else '-'}{abs(pct):.6f}%")
+    limit = base * (1 + b.amount / 100)
+    assert b.broken(base, new) == (new > limit)
+
+
+# -- cost ------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_cost_config(monkeypatch):
+    for name in (cost.ENV_PRICE, cost.ENV_CURRENCY, cost.ENV_CARBON):
+        monkeypatch.delenv(name, raising=False)
+    cost.reset()
+    yield
+    cost.reset()
+
+
+def test_only_kwh_until_configured(no_cost_config):
+    c = cost.cost_of(3.6e6)
+    assert c.energy_kwh == 1.0 and math.isnan(c.cost) and math.isnan(c.co2_g)
+    assert c.text() == "1.00 kWh"
+    assert c.columns() == {"energy_kwh": 1.0}
+
+
+def test_configured_price_and_carbon(no_cost_config):
+    cost.configure(price_per_kwh=0.30, currency="EUR", carbon_g_per_kwh=400)
+    c = cost.cost_of(7.2e6)
+    assert (c.cost, c.co2_g, c.currency) == (pytest.approx(0.6), pytest.approx(800.0), "EUR")
+    assert c.text() == "2.00 kWh · 0.600 EUR · 800 g CO₂"
+
+
+def test_environment_settings_and_bad_values(no_cost_config, monkeypatch):
+    monkeypatch.setenv(cost.ENV_PRICE, "0.25")
+    monkeypatch.setenv(cost.ENV_CURRENCY, "CHF")
+    s = cost.settings()
+    assert (s.price_per_kwh, s.currency, s.carbon_g_per_kwh) == (0.25, "CHF", None)
+    cost.configure(price_per_kwh=0.5)
+    assert cost.settings().price_per_kwh == 0.5  # configure wins over the environment
+    with pytest.raises(BadArgumentError, match="price_per_kwh must be a number >= 0"):
+        cost.configure(price_per_kwh=-1)
+    monkeypatch.setenv(cost.ENV_CARBON, "lots")
+    with pytest.raises(BadArgumentError, match="NBGPU_CARBON_G_PER_KWH"):
+        cost.settings()
