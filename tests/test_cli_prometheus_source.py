@@ -41,8 +41,8 @@ def test_old_and_new_names_host_labels_and_blanks():
         ({"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0", "Hostname": "n1", "GPU_I_ID": "3"}, [(10, 40)]),
         ({"__name__": "up", "instance": "x"}, [(10, 1)]),
     ))
-    assert set(found) == {"n1:0", "n2:1", "n1:0/3"}
-    a, b = found["n1:0"], found["n2:1"]
+    assert set(found) == {"n1/0", "n2/1", "n1/0/3"}
+    a, b = found["n1/0"], found["n2/1"]
     assert a.host == "n1" and b.host == "n2"
     assert a.rows[10.0] == {"util_pct": 87.0, "mem_used_bytes": 1024 * 2**20, "mem_total_bytes": 4096 * 2**20,
                             "clock_event_reasons": 4.0, "sm_active_pct": 50.0, "energy_j": 2.5}
@@ -54,7 +54,7 @@ def test_the_better_name_wins_when_both_are_present():
     lab = {"gpu": "0", "Hostname": "n"}
     found = parse_matrix(answer(({"__name__": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", **lab}, [(1, 2)]),
                                 ({"__name__": "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", **lab}, [(1, 8)])))
-    assert found["n:0"].rows[1.0]["clock_event_reasons"] == 8  # the name nbgpu itself exports
+    assert found["n/0"].rows[1.0]["clock_event_reasons"] == 8  # the name nbgpu itself exports
 
 
 def test_blank_sentinels():
@@ -128,7 +128,7 @@ def bad_server():
 def test_down_slow_or_garbage_never_raises_or_blocks(bad_server):
     src = PrometheusSource(bad_server.url, timeout_s=1.0, max_bytes=1_000_000, poll_s=0.0)
     src.open()
-    assert src.state == "ok" and [d["index"] for d in src.devices()] == ["h:0"]
+    assert src.state == "ok" and [d.key for d in src.devices()] == ["h/0"]
     now = time.time()
     for mode in ("garbage", "huge", "slow", "error"):
         bad_server.mode = mode
@@ -174,19 +174,20 @@ def test_two_nodes_read_back_through_a_real_prometheus(prometheus_cluster):  # n
     server, nodes = prometheus_cluster
     src = PrometheusSource(server.url)
     src.open()
-    keys = [d["index"] for d in src.devices()]
-    assert {"node-a:0", "node-a:1", "node-b:0", "node-b:1"} <= set(keys)
-    by_key = {d["index"]: d for d in src.devices()}
-    assert by_key["node-a:1"]["host"] == "node-a" and by_key["node-a:1"]["gpu"] == "1"
-    assert by_key["node-a:0"]["simulated"] is True
-    assert by_key["node-a:0"]["resolution_s"] == pytest.approx(SCRAPE_S, rel=0.2)
+    keys = [d.key for d in src.devices()]
+    assert {"node-a/0", "node-a/1", "node-b/0", "node-b/1"} <= set(keys)
+    by_key = {d.key: d for d in src.devices()}
+    assert by_key["node-a/1"].node == "node-a" and by_key["node-a/1"].parent is None
+    assert by_key["node-a/0"].simulated is True
+    assert src.resolution_s == pytest.approx(SCRAPE_S, rel=0.2)
+    assert f"every {src.resolution_s:g} s" in src.resolution_note()
     time.sleep(2 * SCRAPE_S)
     reading = src.read(time.time())
     checked = 0
     for batch in reading.batches:
         if not str(batch.device).startswith("node-"):
             continue
-        host, gpu = batch.device.split(":")
+        host, gpu = batch.device.split("/", 1)
         for metric, series, scale in (("util_pct", "DCGM_FI_DEV_GPU_UTIL", 1.0),
                                       ("mem_used_bytes", "DCGM_FI_DEV_FB_USED", 2**20),
                                       ("power_w", "DCGM_FI_DEV_POWER_USAGE", 1.0)):
@@ -205,15 +206,15 @@ def test_dcgm_exporter_text_through_prometheus(prometheus_cluster):  # noqa: F81
     server, _ = prometheus_cluster
     src = PrometheusSource(server.url)
     src.open()
-    devices = {d["index"]: d for d in src.devices()}
-    assert devices["dcgm-new:0"]["name"] == "NVIDIA A100-SXM4-80GB"
-    assert devices["dcgm-new:0"]["mem_total_bytes"] == (40960 + 40000) * 2**20
-    assert devices["dcgm-old:0"]["host"] == "dcgm-old"  # from the lowercase hostname label
-    assert "util_pct" not in devices["dcgm-new:1"]["metrics"]  # only ever blank
-    assert "power_w" not in devices["dcgm-new:1"]["metrics"]
+    devices = {d.key: d for d in src.devices()}
+    assert devices["dcgm-new/0"].name == "NVIDIA A100-SXM4-80GB"
+    assert devices["dcgm-new/0"].mem_total_bytes == (40960 + 40000) * 2**20
+    assert devices["dcgm-old/0"].node == "dcgm-old"  # from the lowercase hostname label
+    assert "util_pct" not in devices["dcgm-new/1"].metrics  # only ever blank
+    assert "power_w" not in devices["dcgm-new/1"].metrics
     time.sleep(2 * SCRAPE_S)
     rows = {b.device: b for b in src.read(time.time()).batches}
-    new, old = rows["dcgm-new:0"].values, rows["dcgm-old:0"].values
+    new, old = rows["dcgm-new/0"].values, rows["dcgm-old/0"].values
     assert set(new["util_pct"]) == {87.0} and set(new["power_w"]) == {312.5}
     assert set(new["sm_active_pct"]) == {75.0} and set(new["energy_j"]) == {123456.789}
     assert set(new["clock_event_reasons"]) == {4.0}
@@ -228,8 +229,8 @@ def test_sampler_on_prometheus_groups_by_host(prometheus_cluster):  # noqa: F811
         assert s.source.kind == "prometheus"
         time.sleep(3 * SCRAPE_S)
         latest = {row["gpu"]: row for row in s.latest()}
-        assert latest["node-b:1"]["util_pct"] >= 0 and latest["node-b:1"]["state"] == "running"
+        assert latest["node-b/1"]["util_pct"] >= 0 and latest["node-b/1"]["state"] == "running"
         df = s.timeline.to_pandas()
-        assert {"node-a:0", "node-b:1", "dcgm-old:0"} <= set(df["gpu"])
-        assert df.loc[df["gpu"] == "node-a:0", "mem_used_bytes"].notna().sum() >= 2
+        assert {"node-a/0", "node-b/1", "dcgm-old/0"} <= set(df["gpu"])
+        assert df.loc[df["gpu"] == "node-a/0", "mem_used_bytes"].notna().sum() >= 2
         assert s.errors == 0, s.last_error

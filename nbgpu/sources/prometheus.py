@@ -2,8 +2,9 @@
 
 ``PrometheusSource("http://host:9090")`` finds every GPU series that dcgm-exporter or
 ``nbgpu export`` feeds into that Prometheus and turns them into devices keyed
-``"host:gpu"`` (``"host:gpu/instance"`` for MIG), each with its ``host`` and the scrape
-``resolution_s``. Readings keep Prometheus' own sample times (one row per scrape).
+``"node/gpu"`` (``"node/gpu/instance"`` for a MIG slice, whose parent is its card), each
+with its ``node``. Readings keep Prometheus' own sample times (one row per scrape), so
+they are as fine as the scrape interval and no finer; ``resolution_note()`` says so.
 
 Prometheus down, slow or answering garbage never raises out of ``read`` and never blocks
 long: every request has a time limit and a size limit, failures back off (1 s doubling to
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..errors import BadArgumentError, SourceError
 from ..metrics import BY_NAME
-from .base import Batch, DeviceEvent, Reading
+from .base import Batch, Device, DeviceEvent, Reading
 from .prometheus_names import BY_SERIES, FB_FREE, INFO_SERIES, is_blank, selector
 
 log = logging.getLogger("nbgpu")
@@ -53,13 +54,13 @@ class _Series:
 
 
 def device_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
-    """(key, host, gpu) for a series' labels, or None when it names no GPU."""
+    """(key, node, gpu) for a series' labels, or None when it names no GPU."""
     gpu = labels.get("gpu")
     if gpu is None or gpu == "":
         return None
     host = (labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or "?").strip()
     local = gpu if not labels.get("GPU_I_ID") else f"{gpu}/{labels['GPU_I_ID']}"
-    return f"{host}:{local}", host, local
+    return f"{host}/{local}", host, local
 
 
 def parse_matrix(payload: object) -> dict[str, _Series]:
@@ -174,7 +175,7 @@ class PrometheusSource:
         self.last_success: float | None = None
         self.failures = 0
         self.resolution_s = math.nan
-        self._devices: dict[str, dict] = {}
+        self._devices: dict[str, Device] = {}
         self._metrics: dict[str, set[str]] = {}
         self._last_t: dict[str, float] = {}
         self._next_poll = 0.0
@@ -251,33 +252,43 @@ class PrometheusSource:
             self._devices[key] = self._describe_device(key, s)
             # Start just before the newest scrape so the panel has a value at once.
             self._last_t[key] = sorted(s.rows)[-2] if len(s.rows) > 1 else min(s.rows) - 1e-3
-        self.simulated = all(d["simulated"] for d in self._devices.values())
+        self.simulated = all(d.simulated for d in self._devices.values())
         self.state, self.last_success, self._last_query = "ok", now, now
 
-    def _describe_device(self, key: str, s: _Series) -> dict:
+    def _describe_device(self, key: str, s: _Series) -> Device:
         last = s.rows[max(s.rows)]
         name = s.labels.get("modelName") or s.labels.get("model_name") or "unknown GPU"
-        return {
-            "index": key, "name": name, "uuid": s.labels.get("UUID") or s.labels.get("uuid", ""),
-            "mem_total_bytes": last.get("mem_total_bytes", math.nan),
-            "power_limit_w": last.get("power_limit_w", math.nan), "slowdown_temp_c": math.nan,
-            "mig": "/" in s.gpu, "parent": None, "simulated": s.simulated,
-            "host": s.host, "gpu": s.gpu, "resolution_s": self.resolution_s,
-            "metrics": sorted(self._metrics.get(key, ())),
-        }
+        profile = s.labels.get("GPU_I_PROFILE")
+        if profile and profile not in name:
+            name = f"{name} MIG {profile}"
+        mig = "/" in s.gpu
+        total = last.get("mem_total_bytes", math.nan)
+        limit = last.get("power_limit_w", math.nan)
+        return Device(
+            key=key, name=name, uuid=s.labels.get("UUID") or s.labels.get("uuid", ""),
+            parent=f"{s.host}/{s.gpu.split('/')[0]}" if mig else None, mig=mig,
+            mem_total_bytes=None if total != total else int(total),
+            power_limit_w=None if limit != limit else float(limit),
+            metrics=tuple(sorted(self._metrics.get(key, ()))), node=s.host, simulated=s.simulated)
 
     def close(self) -> None:
         self.state = "closed"
 
+    def resolution_note(self) -> str | None:
+        """How fine the readings are: Prometheus' scrape interval, in words."""
+        if self.resolution_s != self.resolution_s:
+            return None
+        return f"one reading per Prometheus scrape, every {self.resolution_s:g} s"
+
     def describe(self) -> str:
-        hosts = sorted({d["host"] for d in self._devices.values()})
+        hosts = sorted({d.node for d in self._devices.values()})
         res = f", every {self.resolution_s:g} s" if self.resolution_s == self.resolution_s else ""
         sim = " simulated" if self.simulated else ""
         return (f"{len(self._devices)}{sim} GPU(s) on {len(hosts)} host(s) from Prometheus at "
                 f"{self.url}{res}")
 
-    def devices(self) -> list[dict]:
-        return [dict(d) for d in self._devices.values()]
+    def devices(self) -> list[Device]:
+        return list(self._devices.values())
 
     def streams(self) -> dict[object, dict[str, dict[str, np.dtype]]]:
         return {key: {STREAM: {m: BY_NAME[m].dtype for m in sorted(self._metrics[key])}}
@@ -332,5 +343,5 @@ class PrometheusSource:
 
 
 def _natural(key: str) -> tuple:
-    host, _, gpu = key.rpartition(":")
+    host, _, gpu = key.partition("/")
     return (host, [int(p) if p.isdigit() else p for p in gpu.split("/")])
