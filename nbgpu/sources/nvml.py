@@ -370,7 +370,7 @@ class NVMLSource:
         try:
             g.call("nvmlInit")
         except NVMLCallError as exc:
-            raise unavailable(exc, "nvmlInit failed") from exc
+            raise unavailable(exc, "nvmlInit failed") from exc.__cause__
         try:
             count = g.call("nvmlDeviceGetCount")
             if count == 0:
@@ -384,7 +384,7 @@ class NVMLSource:
             self._release()
             if isinstance(exc, NVMLUnavailableError):
                 raise
-            raise unavailable(exc, "listing GPUs failed") from exc
+            raise unavailable(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
 
     def close(self) -> None:

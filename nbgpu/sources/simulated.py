@@ -4,7 +4,10 @@
 (bursty training load, memory ramps, power following load, sample buffers at 20 ms and
 200 ms), so demos, CI and real GPUs all run the same NVML code path. Faults can be
 injected: a GPU lost mid-run, a metric not supported, the driver not loaded, any NVML
-error from any function. Everything it reports is named as simulated.
+error from any function, a read that hangs, a short memory spike. Processes can be put on
+its GPUs (this process, others of this user, other users'), and a container's PID
+namespace can be imitated (NVML then lists host PIDs that do not exist here). Everything
+it reports is named as simulated.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..errors import BadArgumentError
 
 SIMULATED = True  # module-level marker that NVMLSource looks for on the object
 
+HOST_PID_OFFSET = 2**22  # above any Linux pid_max: a "host PID" no process here has
 SCENARIOS = ("steady", "input_bound", "leak", "oom", "imbalance", "throttle", "thin", "idle")
 _INIT_ERRORS = {"driver_not_loaded": 9, "library_not_found": 12, "no_permission": 4}
 
@@ -113,6 +117,7 @@ class _GpmSample:
     def __init__(self) -> None:
         self.gpu = -1
         self.t = math.nan
+        self.freed = False
 
 
 @dataclass
@@ -161,6 +166,8 @@ class SimulatedGPUs:
         unsupported: NVML function names that answer NotSupported on every GPU.
         init_error: "driver_not_loaded", "library_not_found" or "no_permission" to make
             ``nvmlInit`` fail the way it does on a machine without a usable driver.
+        hide_host_pids: imitate a container's PID namespace: every PID NVML lists is a host
+            PID that does not exist in this process's namespace.
     """
 
     SIMULATED = True
@@ -172,7 +179,7 @@ class SimulatedGPUs:
                  mig: dict[int, int] | None = None, gpm: bool = True, sample_buffers: bool = True,
                  unsupported: Iterable[str] = ("nvmlDeviceGetFanSpeed",),
                  init_error: str | None = None, mem_total_bytes: int = 143771 * 2**20,
-                 power_limit_w: float = 700.0) -> None:
+                 power_limit_w: float = 700.0, hide_host_pids: bool = False) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 64:
             raise BadArgumentError(f"count must be a whole number from 0 to 64, got {count!r}")
         if scenario not in SCENARIOS:
@@ -195,6 +202,15 @@ class SimulatedGPUs:
         self._errors: dict[tuple[str, int | None], list] = {}
         self._lost: set[int] = set()
         self._energy: dict[int, tuple[float, float]] = {}
+        self._hangs: dict[tuple[str, int | None], list] = {}
+        self._release = threading.Event()
+        self._hanging = 0
+        self._hang_entered = threading.Condition(self._lock)
+        self._procs: dict[int, list[tuple[int, int, str | None, str | None]]] = {}
+        self._spikes: list[tuple[int, float, float, int]] = []
+        self.hide_host_pids = bool(hide_host_pids)
+        self.gpm_samples_live = 0
+        """GPM samples allocated and not yet freed (a leak shows as a count above zero)."""
         self.calls: dict[str, int] = {}
 
     def __repr__(self) -> str:
@@ -214,12 +230,94 @@ class SimulatedGPUs:
         """Make ``function`` raise NVML error ``code`` (``times`` calls, or until cleared)."""
         self._errors[(function, gpu)] = [code, times]
 
+    def inject_hang(self, function: str, seconds: float, gpu: int | None = None,
+                    times: int | None = 1) -> None:
+        """Make ``function`` block for ``seconds`` (``times`` calls, or until cleared).
+
+        A hang ends early when ``release_hangs()`` is called, so a test never waits it out.
+        """
+        with self._lock:
+            self._release.clear()
+            self._hangs[(function, gpu)] = [float(seconds), times]
+
+    def release_hangs(self) -> None:
+        """End every hang now (blocked calls return) and inject no more."""
+        with self._lock:
+            self._hangs.clear()
+            self._release.set()
+
+    @property
+    def hanging(self) -> int:
+        """How many calls are blocked in an injected hang right now."""
+        return self._hanging
+
+    def wait_hanging(self, timeout: float = 5.0) -> bool:
+        """Block until a call is inside an injected hang; False if none started in ``timeout`` s."""
+        with self._hang_entered:
+            return self._hang_entered.wait_for(lambda: self._hanging > 0, timeout)
+
     def clear_faults(self) -> None:
+        """Remove injected errors and lost GPUs, and release hangs."""
         self._errors.clear()
         self._lost.clear()
+        self.release_hangs()
+
+    def add_process(self, gpu: int, pid: int, used_bytes: int, *, name: str | None = None,
+                    user: str | None = None) -> None:
+        """List ``pid`` on ``gpu`` holding ``used_bytes``, beside the model's own process.
+
+        ``name``/``user`` describe a made-up PID (another user's process, say); for a real
+        PID (a child this test started) leave them None and they are looked up as usual.
+        """
+        with self._lock:
+            self._procs.setdefault(gpu, []).append((int(pid), int(used_bytes), name, user))
+
+    def remove_process(self, pid: int) -> None:
+        """Stop listing ``pid`` on any GPU."""
+        with self._lock:
+            self._procs = {g: [p for p in ps if p[0] != pid] for g, ps in self._procs.items()}
+
+    def simulated_process(self, pid: int) -> tuple[str | None, str | None] | None:
+        """(name, user) given to ``add_process`` for a made-up PID; None: look it up."""
+        for procs in list(self._procs.values()):
+            for p_pid, _used, name, user in procs:
+                if self._listed_pid(p_pid) == pid and (name is not None or user is not None):
+                    return name, user
+        return None
+
+    def add_memory_spike(self, gpu: int, at: float, seconds: float, extra_bytes: int) -> None:
+        """Add ``extra_bytes`` of used memory on ``gpu`` from clock time ``at`` for ``seconds``."""
+        with self._lock:
+            self._spikes.append((gpu, float(at), float(seconds), int(extra_bytes)))
+
+    def _listed_pid(self, pid: int) -> int:
+        return pid + HOST_PID_OFFSET if self.hide_host_pids else pid
+
+    def _hang(self, function: str, gpu: int | None) -> None:
+        with self._lock:
+            for key in ((function, gpu), (function, None)):
+                hang = self._hangs.get(key)
+                if hang is not None:
+                    break
+            else:
+                return
+            seconds, times = hang
+            if times is not None:
+                hang[1] -= 1
+                if hang[1] <= 0:
+                    del self._hangs[key]
+            self._hanging += 1
+            self._hang_entered.notify_all()
+        try:
+            self._release.wait(seconds)
+        finally:
+            with self._lock:
+                self._hanging -= 1
 
     def _enter(self, function: str, handle: _Handle | None = None) -> None:
         self.calls[function] = self.calls.get(function, 0) + 1
+        if self._hangs:
+            self._hang(function, None if handle is None else handle.gpu)
         if self._refcount <= 0 and function not in ("nvmlInit", "nvmlShutdown"):
             raise _error(NVML_ERROR_UNINITIALIZED)
         gpu = None if handle is None else handle.gpu
@@ -344,7 +442,12 @@ class SimulatedGPUs:
         share = self._mig_share(h)
         total = int(self.mem_total_bytes * share)
         used = int(self.mem_used_at(h.gpu, self._t()) * share)
+        if h.mig is None:
+            used = min(total, used + self._spike_at(h.gpu, self.clock()))
         return _Memory(total=total, used=used, free=total - used)
+
+    def _spike_at(self, gpu: int, now: float) -> int:
+        return sum(b for g, at, sec, b in list(self._spikes) if g == gpu and at <= now < at + sec)
 
     def _util_supported(self, h: _Handle) -> None:
         if h.mig is not None or h.gpu in self.mig:
@@ -427,9 +530,13 @@ class SimulatedGPUs:
     def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[_Process]:  # noqa: N802
         self._enter("nvmlDeviceGetComputeRunningProcesses", h)
         used = int(self.mem_used_at(h.gpu, self._t()) * self._mig_share(h))
-        if used <= 0.6e9:
-            return []
-        return [_Process(pid=os.getpid(), usedGpuMemory=used - int(0.55e9))]
+        out = []
+        if used > 0.6e9:
+            out.append(_Process(pid=self._listed_pid(os.getpid()), usedGpuMemory=used - int(0.55e9)))
+        if h.mig is None:
+            out += [_Process(pid=self._listed_pid(pid), usedGpuMemory=b)
+                    for pid, b, _n, _u in list(self._procs.get(h.gpu, ()))]
+        return out
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h: _Handle) -> list[_Process]:  # noqa: N802
         self._enter("nvmlDeviceGetGraphicsRunningProcesses", h)
@@ -487,10 +594,17 @@ class SimulatedGPUs:
 
     def nvmlGpmSampleAlloc(self) -> _GpmSample:  # noqa: N802
         self._enter("nvmlGpmSampleAlloc")
+        with self._lock:
+            self.gpm_samples_live += 1
         return _GpmSample()
 
     def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:  # noqa: N802
         self._enter("nvmlGpmSampleFree")
+        if sample.freed:
+            raise _error(NVML_ERROR_INVALID_ARGUMENT)
+        sample.freed = True
+        with self._lock:
+            self.gpm_samples_live -= 1
 
     def nvmlGpmSampleGet(self, h: _Handle, sample: _GpmSample) -> _GpmSample:  # noqa: N802
         self._enter("nvmlGpmSampleGet", h)
