@@ -25,7 +25,7 @@ def test_capture_reuses_the_running_sampler(sim_sampler):
     assert list(s["gpu"]) == [0, 1]
     assert (s["status"] == "ok").all()
     assert s["duration_s"].iloc[0] == pytest.approx(0.6, abs=0.1)
-    tl = cap.timeline
+    tl = cap.timeline.to_pandas()
     assert len(tl) > 10
     t0, t1 = (tl["time"].astype("int64") / 1e9).agg(["min", "max"])
     assert cap.start_time <= t0 and t1 <= cap.end_time
@@ -89,7 +89,7 @@ def test_nested_captures(sim_sampler):
 def test_mark_reaches_every_running_sampler(sim_sampler):
     other = Sampler(SimulatedGPUs(count=1), interval=0.2).start()
     try:
-        assert nbgpu.mark("checkpoint") == 2
+        assert nbgpu.mark("checkpoint") is None  # no Out[] when it ends a cell
         for s in (sim_sampler, other):
             assert [label for _, label in s.timeline.marks()] == ["checkpoint"]
     finally:

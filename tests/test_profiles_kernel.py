@@ -37,7 +37,7 @@ def test_gpumon_cell_of_two_seconds(loaded):
     rec = loaded.value(
         "(lambda r, c: {'duration': c.duration_s, 'status': c.status, 'start': c.start_time, "
         "'end': c.end_time, 'summary_s': c.summary['duration_s'].tolist(), "
-        "'times': (c.timeline['time'].astype('int64') / 1e9).tolist(), "
+        "'times': (c.timeline.to_pandas()['time'].astype('int64') / 1e9).tolist(), "
         "'energy': c.summary['energy_source'].tolist()})"
         "(nbgpu.profiles.history.records()[-1], nbgpu.profiles.history.records()[-1].capture)")
     assert rec["status"] == "ok"

@@ -9,7 +9,7 @@ import pytest
 
 from nbgpu.metrics import BY_NAME
 from nbgpu.profiles.report import fmt_duration, one_line, summary_html
-from nbgpu.profiles.summary import combine, energy_j, integrate_power_j, summarize
+from nbgpu.profiles.summary import energy_j, integrate_power_j, summarize
 from nbgpu.store import Store
 from nbgpu.timeline import Timeline
 
@@ -68,7 +68,7 @@ def test_energy_falls_back_to_power_then_to_none():
 
 def test_memory_edges_peak_and_delta():
     mem = [(0.5, 1e9), (1.5, 5e9), (2.0, 9e9), (2.5, 4e9), (3.1, 3e9)]
-    s = summarize(make_timeline(mem=mem), T0 + 1.0, T0 + 3.0).iloc[0]
+    s = summarize(make_timeline(mem=mem), T0 + 1.0, T0 + 3.0).rows[0]
     assert s["mem_start_bytes"] == 1e9  # newest reading at or before the start
     assert s["mem_end_bytes"] == 3e9  # first reading at or after the end
     assert s["mem_peak_bytes"] == 9e9
@@ -78,19 +78,20 @@ def test_memory_edges_peak_and_delta():
 
 def test_throttle_reasons_and_durations():
     reasons = [(0.0, 0), (1.5, 0x4), (2.0, 0x4 | 0x20), (2.5, 0x1), (3.5, 0)]
-    s = summarize(make_timeline(reasons=reasons), T0 + 1.0, T0 + 3.0).iloc[0]
+    s = summarize(make_timeline(reasons=reasons), T0 + 1.0, T0 + 3.0).rows[0]
     assert s["throttle_s"] == pytest.approx(1.0)  # 1.5 → 2.5
     assert s["throttle_reasons"] == "sw_power_cap 1.0s, sw_thermal 0.5s"
-    quiet = summarize(make_timeline(reasons=[(0.0, 0x1)]), T0 + 1.0, T0 + 3.0).iloc[0]
+    quiet = summarize(make_timeline(reasons=[(0.0, 0x1)]), T0 + 1.0, T0 + 3.0).rows[0]
     assert quiet["throttle_reasons"] == "" and quiet["throttle_s"] == 0.0
 
 
 def test_util_power_means_and_coarse_note():
     util = [(0.0 + k, 50.0 + 10 * k) for k in range(5)]  # one sample a second
     power = [(k * 2.0, 300.0) for k in range(3)]  # one sample every 2 s
-    s = summarize(make_timeline(util=util, power=power), T0 + 0.5, T0 + 3.5).iloc[0]
-    assert s["util_mean_pct"] == pytest.approx(np.mean([60, 70, 80]))
-    assert s["util_max_pct"] == 80.0
+    s = summarize(make_timeline(util=util, power=power), T0 + 0.5, T0 + 3.5).rows[0]
+    # The line through the readings: 55 at the start edge, 85 at the end edge, time-weighted.
+    assert s["util_mean_pct"] == pytest.approx(70.0)
+    assert (s["util_min_pct"], s["util_max_pct"]) == (pytest.approx(55.0), pytest.approx(85.0))
     assert s["power_mean_w"] == 300.0
     assert "power: 1 sample(s)" in s["resolution_note"]
     assert math.isnan(s["sm_active_mean_pct"])  # not reported: NaN, never 0
@@ -100,23 +101,77 @@ def test_one_line_and_table_text():
     tl = make_timeline(power=[(k * 0.1, 600.0) for k in range(800)],
                        mem=[(0.0, 38.1e9), (40.0, 41.2e9), (75.0, 41.2e9)],
                        util=[(k, 87.0) for k in range(80)])
-    df = summarize(tl, T0 + 1.0, T0 + 73.0)
-    line = one_line(df)
-    assert line == "GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · 600 W · 43.2 kJ"
-    assert one_line(df, "failed").endswith("· FAILED")
-    html = summary_html(df)
-    assert "<table" in html and "43.2 kJ (power)" in html and "41.2 GB" in html
+    result = summarize(tl, T0 + 1.0, T0 + 73.0)
+    line = one_line(result)
+    assert line == "GPU0 1m12s · util 87% · peak 38.4 GiB (+2.9 GiB) · 600 W · 43.2 kJ"
+    assert one_line(result, "failed").endswith("· FAILED")
+    html = summary_html(result.frame())
+    assert "<table" in html and "43.2 kJ (power)" in html and "38.4 GiB" in html
+    assert "peak (GiB/MiB)" in html  # the header states the unit
     assert fmt_duration(3725) == "1h02m"
 
 
-def test_combine_sums_energy_and_takes_max_peak():
-    tl = make_timeline(power=[(k * 0.1, 100.0) for k in range(50)], mem=[(0.0, 1e9), (5.0, 2e9)])
-    one = summarize(tl, T0 + 1.0, T0 + 3.0)
-    import pandas as pd
-
-    two = pd.concat([one, one.assign(gpu=1, mem_peak_bytes=7e9)], ignore_index=True)
-    c = combine(two)
+def test_combined_peak_is_the_peak_of_the_aligned_sum():
+    # Two cards peak at different times: the combined peak is the highest moment of the sum
+    # (3 + 6 GiB), not the sum of the peaks (4 + 6) nor the largest single peak (6).
+    gib = 2**30
+    store = Store()
+    for gpu, rows in ((0, [(0.0, 1), (1.0, 4), (2.0, 3), (3.0, 1)]),
+                      (1, [(0.0, 1), (1.5, 1), (2.0, 6), (3.0, 2)])):
+        store.declare(gpu, "mem", {"mem_used_bytes": np.float64})
+        store.append_many(gpu, "mem", np.array([T0 + t for t, _ in rows]),
+                          {"mem_used_bytes": np.array([v * gib for _, v in rows], dtype=np.float64)})
+    tl = Timeline(store, [{"index": 0, "name": "a"}, {"index": 1, "name": "b"}])
+    c = summarize(tl, T0 + 0.5, T0 + 2.5).combined
     assert c["gpus"] == 2
-    assert c["energy_j"] == pytest.approx(400.0)
-    assert c["mem_peak_bytes"] == 7e9
-    assert c["power_mean_w"] == pytest.approx(200.0)
+    assert c["mem_peak_bytes"] == 9 * gib
+    assert (c["mem_start_bytes"], c["mem_end_bytes"]) == (2 * gib, 3 * gib)  # 1+1 and 1+2
+    assert isinstance(c["mem_peak_bytes"], int)
+
+
+def test_combined_power_sums_means_and_peaks_of_the_aligned_sum():
+    store = Store()
+    for gpu, level in ((0, 100.0), (1, 300.0)):
+        store.declare(gpu, "power", {"power_w": np.float32})
+        t = np.arange(0.0, 5.0, 0.1)
+        store.append_many(gpu, "power", T0 + t, {"power_w": np.full(len(t), level)})
+    tl = Timeline(store, [{"index": 0}, {"index": 1}])
+    c = summarize(tl, T0 + 1.0, T0 + 3.0).combined
+    assert c["power_mean_w"] == pytest.approx(400.0)
+    assert c["power_max_w"] == pytest.approx(400.0)
+    assert c["energy_j"] == pytest.approx(800.0)
+
+
+def test_one_line_never_shows_a_delta_above_the_peak():
+    # Four cards whose memory rises: the old one-liner read "peak 13.2 GB (+50.2)".
+    store = Store()
+    devices = []
+    for gpu in range(4):
+        store.declare(gpu, "mem", {"mem_used_bytes": np.float64})
+        t = np.arange(0.0, 4.0, 0.5)
+        store.append_many(gpu, "mem", T0 + t, {"mem_used_bytes": (1 + 3 * t) * 2**30})
+        devices.append({"index": gpu})
+    result = summarize(Timeline(store, devices), T0 + 0.5, T0 + 3.0)
+    c = result.combined
+    assert abs(c["mem_delta_bytes"]) <= c["mem_peak_bytes"]
+    assert c["mem_peak_bytes"] >= max(c["mem_start_bytes"], c["mem_end_bytes"])
+    assert one_line(result).startswith("4 GPUs 2.50s · util – · peak 40.0 GiB (+30.0 GiB)")
+
+
+def test_a_short_block_says_its_energy_is_below_resolution():
+    tl = make_timeline(power=[(k * 0.02, 200.0) for k in range(200)])
+    short = summarize(tl, T0 + 1.0, T0 + 1.3).rows[0]
+    assert "energy: the block (0.30s) is shorter than 50 updates" in short["resolution_note"]
+    assert "assumed" in short["resolution_note"]
+    long = summarize(tl, T0 + 0.5, T0 + 3.5).rows[0]
+    assert "energy" not in long["resolution_note"]
+
+
+def test_a_recorded_frame_gives_the_figures_of_its_timeline():
+    tl = make_timeline(power=[(k * 0.5, 100.0 + k) for k in range(20)],
+                       mem=[(k * 0.5, 1e9 + 1e8 * k) for k in range(20)],
+                       util=[(k * 0.5, 10.0 * (k % 5)) for k in range(20)])
+    from_store = summarize(tl, T0 + 1.0, T0 + 8.0)
+    from_frame = summarize(tl.to_pandas(resolution="native"), T0 + 1.0, T0 + 8.0)
+    for col in ("mem_peak_bytes", "mem_delta_bytes", "util_mean_pct", "power_mean_w", "energy_j"):
+        assert from_frame.rows[0][col] == pytest.approx(from_store.rows[0][col]), col

@@ -1,13 +1,17 @@
 """``nbgpu.capture()``: the GPU profile of a block of code.
 
-A capture only notes its start and end times and asks the sampler thread for an energy
-reading at each edge; everything else is read from the sampler's store afterwards, so
-entering and leaving a capture never calls NVML. It reuses the kernel's running sampler
-(or any running one) and starts a sampler of its own only when none runs.
+A capture only notes its start and end times, asks the sampler thread for an energy
+reading at each edge and holds the sampler's fast memory lane (memory used every 10 ms)
+while it is open, so a spike of 50 ms reaches the peak; everything else is read from the
+sampler's store afterwards, so entering and leaving a capture never calls NVML. It reuses
+the kernel's running sampler (or any running one) and starts a sampler of its own only
+when none runs. Where PyTorch's allocator is in use, its peak reserved memory is folded
+into the peak (see ``summary.summarize``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -15,16 +19,18 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from ..diagnostics.engine import register_activity
+from ..errors import BadArgumentError
 from ..sampler import Sampler, running_samplers
-from .summary import combine, rows_frame, selected, summary_rows
+from ..timeline import Timeline
+from .summary import Summary, rows_frame, selected, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..timeline import Timeline
-
 OWN_SAMPLER_INTERVAL_S = 0.2
 EDGE_WAIT_S = 0.5
+FAST_MEMORY_EVERY_S = 0.01  # memory used is read this often while a capture is open
 
 _active: list[Capture] = []  # open captures, outermost first
 
@@ -45,6 +51,10 @@ def pick_sampler() -> Sampler | None:
 def active_captures() -> list[Capture]:
     """Captures currently open, outermost first."""
     return list(_active)
+
+
+# The diagnostics' idle rule judges while a capture on its sampler is open.
+register_activity(lambda sampler: any(c.sampler is sampler for c in list(_active)))
 
 
 def status_of(exc_type: type[BaseException] | None) -> str:
@@ -80,7 +90,8 @@ class _TorchStats:
     """PyTorch allocator figures of a block, read only if the user's code imported torch."""
 
     def __init__(self) -> None:
-        self.floor: dict[int, float] = {}
+        self.floor: dict[int, dict[str, float]] = {}
+        self.reserved_start: dict[int, float] = {}
         self.result: dict[int, dict[str, float]] = {}
 
     @staticmethod
@@ -99,9 +110,13 @@ class _TorchStats:
         if cuda is None:
             return
         for i in range(cuda.device_count()):
-            peak = float(cuda.max_memory_allocated(i))
-            for cap in outer:  # resetting the counter must not lose an outer block's peak
-                cap._torch.floor[i] = max(cap._torch.floor.get(i, 0.0), peak)
+            peaks = {"allocated": float(cuda.max_memory_allocated(i)),
+                     "reserved": float(cuda.max_memory_reserved(i))}
+            for cap in outer:  # resetting the counters must not lose an outer block's peaks
+                floor = cap._torch.floor.setdefault(i, {})
+                for k, v in peaks.items():
+                    floor[k] = max(floor.get(k, 0.0), v)
+            self.reserved_start[i] = float(cuda.memory_reserved(i))
             cuda.reset_peak_memory_stats(i)
 
     def finish(self) -> None:
@@ -109,11 +124,15 @@ class _TorchStats:
         if cuda is None:
             return
         for i in range(cuda.device_count()):
+            floor = self.floor.get(i, {})
             self.result[i] = {
                 "torch_peak_allocated_bytes": max(float(cuda.max_memory_allocated(i)),
-                                                  self.floor.get(i, 0.0)),
+                                                  floor.get("allocated", 0.0)),
+                "torch_peak_reserved_bytes": max(float(cuda.max_memory_reserved(i)),
+                                                 floor.get("reserved", 0.0)),
                 "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
                 "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
+                "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
                 "torch_uuid": _torch_uuid(cuda, i),
             }
 
@@ -132,7 +151,9 @@ class Capture:
     Args:
         sampler: the sampler to read; None reuses the running shared sampler (or any
             running one) and otherwise starts one for the block, stopped at its end.
-        source, interval: used only when a sampler has to be started (default "auto", 0.2 s).
+        source, interval: for a sampler of the block's own (default "auto", 0.2 s); giving
+            either while another sampler runs raises ``BadArgumentError`` (pass that
+            sampler, or stop it first) rather than silently reading the other one.
         gpus: GPU indices to summarise; None means all.
         label: a name shown in the report and history.
     """
@@ -150,11 +171,11 @@ class Capture:
         self.owns_sampler = False
         self.trackers: list = []
         self._torch = _TorchStats()
+        self._fast = contextlib.ExitStack()
         self._summary: pd.DataFrame | None = None
         self._alerts: list | None = None
         self._line: str | None = None
-        self._totals: dict | None = None
-        self._rows: list[dict] | None = None
+        self._result: Summary | None = None
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -172,12 +193,20 @@ class Capture:
         """Note the start time and ask for an energy reading; starts a sampler if none runs."""
         if self.sampler is None:
             self.sampler = pick_sampler()
+            if self.sampler is not None and (self._source is not None or self._interval is not None):
+                asked = "source" if self._source is not None else "interval"
+                raise BadArgumentError(
+                    f"capture({asked}=...) needs a sampler of its own, but {self.sampler!r} is "
+                    "already running; pass capture(sampler=...) to use it, or stop it first")
         if self.sampler is None or not self.sampler.running:
             if self.sampler is None:
                 self.sampler = Sampler(self._source or "auto", self._interval or OWN_SAMPLER_INTERVAL_S)
             self.sampler.start()
             self.owns_sampler = True
         self._torch.start(list(_active))
+        fast = getattr(self.sampler, "fast_memory", None)
+        if callable(fast):
+            self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
         self.start_time = time.time()
         self.sampler.request("energy")
         _active.append(self)
@@ -203,6 +232,7 @@ class Capture:
         sampler.request("energy")
         if wait or self.owns_sampler:
             wait_for_edge(sampler, self.end_time)
+        self._fast.close()
         if self.owns_sampler:
             sampler.stop()
 
@@ -217,39 +247,52 @@ class Capture:
 
     @property
     def window(self) -> Timeline:
-        """The sampler's timeline narrowed to this block."""
+        """The sampler's timeline narrowed to this block (all GPUs)."""
         t0, t1 = self._range()
         return self.sampler.timeline.between(t0, t1)
 
     @property
-    def timeline(self) -> pd.DataFrame:
-        """Every reading inside the block, one row per (time, gpu), as ``Timeline.to_pandas()``."""
-        df = self.window.to_pandas()
-        if self.gpus is not None and len(df):
-            df = df[[selected(g, self.gpus) for g in df["gpu"]]].reset_index(drop=True)
-        return df
+    def timeline(self) -> Timeline:
+        """The block's ``Timeline`` (its GPUs only), like ``Sampler.timeline``: ``.to_pandas()``."""
+        t0, t1 = self._range()
+        devices = [d for d in self.sampler.devices if selected(d["index"], self.gpus)]
+        return Timeline(self.sampler.store, devices, t0, t1)
 
     @property
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of the marks inside the block."""
         return self.window.marks()
 
-    @property
-    def summary_rows(self) -> list[dict]:
-        """``summary`` as plain dicts (epoch-second ``start``/``end``), cached once finished."""
-        if self._rows is not None:
-            return self._rows
+    def summarized(self) -> Summary:
+        """The block's ``Summary`` (per-GPU rows and the combined row), cached once finished."""
+        if self._result is not None:
+            return self._result
         t0, t1 = self._range()
-        rows = summary_rows(self.sampler.timeline, t0, t1, self.status, self.gpus)
-        self._add_torch(rows)
+        torch_rows = self._torch_rows()
+        allocator = {g: {"peak_reserved_bytes": f["torch_peak_reserved_bytes"],
+                         "reserved_start_bytes": f["torch_reserved_start_bytes"]}
+                     for g, f in torch_rows.items()}
+        result = summarize(self.sampler.timeline, t0, t1, gpus=self.gpus, status=self.status,
+                           allocator=allocator)
         alerts = self.alerts
-        for row in rows:
+        for row in result.rows:
+            for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
+                        "torch_allocated_end_bytes", "torch_reserved_end_bytes"):
+                if torch_rows:
+                    row[col] = _count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
             row["label"] = self.label
             row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
                                       if a.gpu is None or a.gpu == row["gpu"])
+        if result.combined:
+            result.combined["label"] = self.label
         if not math.isnan(self.end_time):
-            self._rows = rows  # final: cache it
-        return rows
+            self._result = result  # final: cache it
+        return result
+
+    @property
+    def summary_rows(self) -> list[dict]:
+        """``summary`` as plain dicts (epoch-second ``start``/``end``)."""
+        return self.summarized().rows
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -257,34 +300,32 @@ class Capture:
         if self._summary is not None:
             return self._summary.copy()
         df = rows_frame(self.summary_rows)
-        if self._rows is not None:
+        if self._result is not None:
             self._summary = df
         return df.copy()
 
-    def _add_torch(self, rows: list[dict]) -> None:
+    def _torch_rows(self) -> dict[object, dict[str, float]]:
+        """PyTorch's figures per GPU key, matched by UUID (or by order when that is safe)."""
         figures = self._torch.result
         if not figures:
-            return
+            return {}
         by_uuid = {f["torch_uuid"]: f for f in figures.values() if f["torch_uuid"]}
+        keys = [d["index"] for d in self.sampler.devices if selected(d["index"], self.gpus)]
         uuids = {d["index"]: d.get("uuid", "") for d in self.sampler.devices}
-        same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(rows)
-        for pos, row in enumerate(rows):
-            fig = by_uuid.get(uuids.get(row["gpu"], ""))
+        same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(keys)
+        out = {}
+        for pos, key in enumerate(keys):
+            fig = by_uuid.get(uuids.get(key, ""))
             if fig is None and same_order:
                 fig = figures.get(pos)
-            for col in ("torch_peak_allocated_bytes", "torch_allocated_end_bytes",
-                        "torch_reserved_end_bytes"):
-                row[col] = fig[col] if fig else math.nan
+            if fig is not None:
+                out[key] = fig
+        return out
 
     @property
     def totals(self) -> dict[str, object]:
-        """One row for all GPUs together (sums of power/energy, maxima of peaks)."""
-        if self._totals is not None:
-            return dict(self._totals)
-        totals = combine(self.summary_rows)
-        if not math.isnan(self.end_time):
-            self._totals = totals
-        return dict(totals)
+        """One row for all GPUs together, as defined in docs/profiles.md."""
+        return dict(self.summarized().combined)
 
     @property
     def alerts(self) -> list:
@@ -320,20 +361,22 @@ class Capture:
             return self._line
         from .report import one_line
 
-        line = one_line(self.summary_rows, self.status)
+        result = self.summarized()
+        line = one_line(result.rows, self.status, result.combined)
         if not math.isnan(self.end_time):
             self._line = line
         return line
 
-    def report(self):
-        """Display the cell report (interactive chart + static fallbacks); returns it."""
+    def report(self) -> None:
+        """Display the cell report (interactive chart + static fallbacks), once.
+
+        Returns None, so ``cap.report()`` as a cell's last line adds no second copy.
+        """
         from IPython.display import display
 
         from ..hooks import view
 
-        rep = view("cell_report", self)
-        display(rep)
-        return rep
+        display(view("cell_report", self))
 
     def _repr_html_(self) -> str:
         from .report import static_html
@@ -341,11 +384,17 @@ class Capture:
         return static_html(self)
 
 
+def _count(v: float) -> object:
+    """A byte count as an int; NaN stays NaN."""
+    return round(float(v)) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+
+
 def capture(sampler: Sampler | None = None, *, source: object = None, interval: float | None = None,
             gpus: list | None = None, label: str = "") -> Capture:
     """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``.
 
     Reuses the running sampler; without one, starts a sampler for the block (``source``,
-    ``interval``) and stops it at the end. The block's exception, if any, is never caught.
+    ``interval``) and stops it at the end; ``source``/``interval`` while another sampler
+    runs raise ``BadArgumentError``. The block's exception, if any, is never caught.
     """
     return Capture(sampler, source=source, interval=interval, gpus=gpus, label=label)

@@ -13,18 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..sampler import Sampler, running_samplers
 from .capture import active_captures, pick_sampler
-from .summary import summarize
+from .summary import rows_frame, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-def mark(label: str) -> int:
-    """Put a labelled mark on the timeline of every running sampler; returns how many."""
-    samplers = running_samplers()
-    for s in samplers:
+def mark(label: str) -> None:
+    """Put a labelled mark on the timeline of every running sampler.
+
+    Returns None, so ``nbgpu.mark("epoch 3")`` as a cell's last line shows no ``Out[]``.
+    """
+    for s in running_samplers():
         s.mark(str(label))
-    return len(samplers)
 
 
 class Tracker:
@@ -83,23 +84,13 @@ class Tracker:
 
         if self.sampler is None or not self.spans:
             return pd.DataFrame()
-        frames = []
-        for i, text, t0, t1, status in self.spans:
-            df = summarize(self.sampler.timeline, t0, t1, "ok" if status == "done" else status)
-            df.insert(0, "iteration", i)
-            df.insert(1, "mark", text)
-            frames.append(df)
-        out = pd.concat(frames, ignore_index=True)
-        if per_gpu:
-            return out
-        from .summary import combine
-
         rows = []
-        for (i, text), part in out.groupby(["iteration", "mark"], sort=False):
-            row = {"iteration": i, "mark": text, "start": part["start"].iloc[0]}
-            row.update(combine(part))
-            rows.append(row)
-        return pd.DataFrame(rows)
+        for i, text, t0, t1, status in self.spans:
+            result = summarize(self.sampler.timeline, t0, t1,
+                               status="ok" if status == "done" else status)
+            for row in result.rows if per_gpu else [result.combined]:
+                rows.append({"iteration": i, "mark": text, **row})
+        return rows_frame(rows)
 
     @property
     def durations_s(self) -> list[float]:

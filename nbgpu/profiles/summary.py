@@ -1,19 +1,39 @@
-"""Turn the readings of a time range into a per-GPU summary: what that block did to each card.
+"""The one summary code path: what a block of time did to each GPU, and to all of them together.
 
-Everything here reads the store; nothing calls NVML. Energy comes from the card's energy
-counter where it has one (the delta between the readings nearest the edges, corrected at
-each edge with integrated power), otherwise from integrating power over the range.
+    summarize(data, t0=None, t1=None, *, gpus=None, status="ok", devices=None,
+              allocator=None) -> Summary
+
+``data`` is a ``Timeline`` (a sampler's whole timeline or a window of it: readings just
+outside [t0, t1] stand for the edges) or a DataFrame shaped like ``Timeline.to_pandas()``
+(the frame ``nbgpu report`` loads from a recording). ``t0``/``t1`` default to the
+window's or the frame's bounds. ``Summary.rows`` is one dict per GPU, ``Summary.combined``
+one dict for all of them; ``Summary.frame()`` and ``Summary.combined_frame()`` give them as
+DataFrames. Captures, cell reports, ``history()``, ``track().summary()``, ``nbgpu record``,
+``nbgpu report`` and exports all call this function, so a run shows the same figures in
+every view.
+
+How figures are defined (docs/profiles.md, "How combined figures are defined"):
+utilisation, power, SM activity and temperature are joined from reading to reading by
+straight lines; the value at each edge is interpolated between the readings around it
+(the nearest one held past the last). Means are time-weighted over that line, maxima and
+minima are taken over its points, and energy from power is its integral, so energy equals
+mean power times duration. Memory holds each reading until the next: the start is the
+newest reading at or before the start, the end the first at or after the end.
+Energy comes from the card's counter where it moved (corrected to the edges with power).
+Nothing here calls NVML.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS
+from ..metrics import BY_NAME, CLOCK_EVENT_REASONS, THROTTLE_BITS
 from ..store import merge_series
+from ..units import MIB, fmt_duration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,14 +44,30 @@ if TYPE_CHECKING:
 EDGE_SLACK_S = 5.0
 COARSE_SPACING_S = 1.0
 
+# Update periods of the card's own figures, in one place. Assumed from the SPEC's H200 facts
+# (power samples every 20 ms), to be measured on the H200: the NVML period measurement
+# writes ``energy_period_s`` and ``power_period_s``; put its figures here.
+RESOLUTION_PERIODS_S = {"energy_period_s": 0.02, "power_period_s": 0.02}
+PERIODS_MEASURED = False
+# A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
+TARGET_ERROR = 0.02
+
+# The allocator's and NVML's peaks count as the same figure within this much.
+PEAK_AGREE_FRACTION = 0.02
+PEAK_AGREE_BYTES = 64 * MIB
+
 LEAD_COLUMNS = ("label", "iteration", "mark")
 SUMMARY_COLUMNS = (
     "gpu", "name", "status", "start", "end", "duration_s", "samples",
-    "mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes",
-    "util_mean_pct", "util_max_pct", "sm_active_mean_pct",
-    "power_mean_w", "power_max_w", "energy_j", "energy_source", "temp_max_c",
+    "mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes", "mem_peak_source",
+    "util_mean_pct", "util_min_pct", "util_max_pct", "sm_active_mean_pct",
+    "power_mean_w", "power_min_w", "power_max_w", "energy_j", "energy_source", "temp_max_c",
     "throttle_reasons", "throttle_s", "resolution_note",
 )
+BYTE_COLUMNS = ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes",
+                "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
+                "torch_allocated_end_bytes", "torch_reserved_end_bytes")
+_LINEAR = ("util_pct", "power_w", "sm_active_pct", "temp_c")
 
 
 def _is_mig(gpu: object) -> bool:
@@ -45,17 +81,37 @@ def selected(gpu: object, gpus: list | None) -> bool:
     return isinstance(gpu, str) and "/" in gpu and gpu.split("/")[0] in {str(g) for g in gpus}
 
 
+def max_column(metric: str) -> str:
+    """Name of the per-tick maximum column of a folded metric: ``power_w`` → ``power_max_w``."""
+    base, _, unit = metric.rpartition("_")
+    return f"{base}_max_{unit}"
+
+
+def _knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
+    """The line through the readings over [t0, t1]: edge values interpolated, inner readings kept."""
+    inside = (t > t0) & (t < t1)
+    v0, v1 = float(np.interp(t0, t, v)), float(np.interp(t1, t, v))
+    if t1 <= t0:
+        return np.array([t0]), np.array([v0])
+    return np.r_[t0, t[inside], t1], np.r_[v0, v[inside], v1]
+
+
+def _trapz(tt: np.ndarray, vv: np.ndarray) -> float:
+    return float(np.sum((tt[1:] - tt[:-1]) * (vv[1:] + vv[:-1]) / 2.0))
+
+
 def integrate_power_j(t: np.ndarray, p: np.ndarray, t0: float, t1: float) -> float:
     """Joules from power samples over [t0, t1]: trapezoids, first/last value held to the edges."""
     if t1 <= t0 or not len(t):
         return math.nan
-    inside = (t > t0) & (t < t1)
-    # Value at each edge: interpolated between the samples around it, or the nearest one.
-    p0 = float(np.interp(t0, t, p))
-    p1 = float(np.interp(t1, t, p))
-    tt = np.concatenate([[t0], t[inside], [t1]])
-    pp = np.concatenate([[p0], p[inside], [p1]])
-    return float(np.sum((tt[1:] - tt[:-1]) * (pp[1:] + pp[:-1]) / 2.0))
+    return _trapz(*_knots(t, p, t0, t1))
+
+
+def _line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
+    """(time-weighted mean, min, max) of a line through knots."""
+    span = float(tt[-1] - tt[0])
+    mean = _trapz(tt, vv) / span if span > 0 else float(vv.mean())
+    return mean, float(vv.min()), float(vv.max())
 
 
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
@@ -69,14 +125,24 @@ def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
 
 
 class _Readings:
-    """One device's rows over [a, b], read once per stream; ``series`` slices them."""
+    """One device's readings near [a, b], from a store or a frame; ``series`` slices them."""
 
-    def __init__(self, full: Timeline, gpu: object, a: float, b: float) -> None:
+    def __init__(self, parts: list[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]) -> None:
+        self.streams = parts
+
+    @classmethod
+    def of_timeline(cls, full: Timeline, gpu: object, a: float, b: float) -> _Readings:
         store = full.store
-        self.streams = []
-        for stream in store.streams_of(gpu):
-            t, cols, decimated = store.read_stream(gpu, stream, a, b)
-            self.streams.append((t, cols, decimated))
+        return cls([store.read_stream(gpu, s, a, b) for s in store.streams_of(gpu)])
+
+    @classmethod
+    def of_frame(cls, df: pd.DataFrame, times: np.ndarray) -> _Readings:
+        cols = {c: df[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in df.columns
+                if c in BY_NAME or c.endswith(("_max_w", "_max_pct"))}
+        dec = (df["decimated"].fillna(False).to_numpy(dtype=bool) if "decimated" in df.columns
+               else np.zeros(len(df), dtype=bool))
+        order = np.argsort(times, kind="stable")
+        return cls([(times[order], {k: v[order] for k, v in cols.items()}, dec[order])])
 
     def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time."""
@@ -98,7 +164,11 @@ class _Readings:
 def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
              readings: _Readings | None = None) -> tuple[float, str]:
     """(joules over [t0, t1], "counter" | "power" | "none") for one GPU."""
-    r = readings or _Readings(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+    r = readings or _Readings.of_timeline(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+    return _energy(r, t0, t1)
+
+
+def _energy(r: _Readings, t0: float, t1: float) -> tuple[float, str]:
     pt, pv = r.series("power_w", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
     et, ev = r.series("energy_j", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
     a, b = _nearest(et, t0, EDGE_SLACK_S), _nearest(et, t1, EDGE_SLACK_S)
@@ -126,16 +196,6 @@ def _signed_power_j(t: np.ndarray, p: np.ndarray, a: float, b: float) -> float:
     return -integrate_power_j(t, p, b, a)
 
 
-def _edge_value(r: _Readings, metric: str, at: float, before: bool) -> float:
-    """The reading that stands for ``metric`` at ``at``: the newest at or before it (``before``)
-    or the first at or after it, within the edge slack; NaN if none."""
-    if before:
-        _t, v = r.series(metric, at - EDGE_SLACK_S, at)
-        return float(v[-1]) if len(v) else math.nan
-    _t, v = r.series(metric, at, at + EDGE_SLACK_S)
-    return float(v[0]) if len(v) else math.nan
-
-
 def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[str, float]:
     """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1].
 
@@ -159,39 +219,303 @@ def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[st
     return ", ".join(seen), float(held[(ints & THROTTLE_BITS) != 0].sum())
 
 
-def _resolution_note(r: _Readings, t0: float, t1: float, coarse: bool) -> str:
+def _resolution_note(r: _Readings, t0: float, t1: float, energy_source: str) -> str:
+    """What this block's figures cannot tell, in words; empty when nothing is in doubt."""
     notes = []
-    if coarse:
+    duration = t1 - t0
+    if r.decimated(t0, t1):
         notes.append("part of this range is only kept as 10 s buckets "
                      "(older than the full-resolution window)")
     for metric in ("util_pct", "power_w"):
         t, _ = r.series(metric, t0, t1)
         label = "utilisation" if metric == "util_pct" else "power"
         if len(t) < 2:
-            notes.append(f"{label}: {len(t)} sample(s) in {t1 - t0:.2f}s; the block was shorter than "
+            notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; the block was shorter than "
                          "the sampling interval")
             continue
         spacing = float(np.median(np.diff(t)))
         if spacing > COARSE_SPACING_S:
             notes.append(f"{label} sampled every {spacing:.1f}s; shorter peaks are not seen")
+    key = "energy_period_s" if energy_source == "counter" else "power_period_s"
+    period = RESOLUTION_PERIODS_S[key]
+    what = "energy counter" if energy_source == "counter" else "power readings"
+    if energy_source != "none" and duration < period / TARGET_ERROR:
+        how = "measured" if PERIODS_MEASURED else "assumed"
+        notes.append(f"energy: the block ({fmt_duration(duration)}) is shorter than "
+                     f"{1 / TARGET_ERROR:.0f} updates of the {what} (every {period * 1000:.0f} ms, "
+                     f"{how}), so it may be off by more than {TARGET_ERROR:.0%}")
     return "; ".join(notes)
 
 
-def summarize(full: Timeline, t0: float, t1: float, status: str = "ok",
-              gpus: list | None = None) -> pd.DataFrame:
-    """One row per GPU summarising [t0, t1] of ``full`` (a sampler's whole timeline).
+def _as_count(v: float) -> object:
+    """A byte count as an int; NaN stays NaN (unknown, never 0)."""
+    return round(float(v)) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+
+
+@dataclass
+class _Lines:
+    """The aligned pieces of one GPU that combined figures are built from."""
+
+    mem: tuple[np.ndarray, np.ndarray] | None = None
+    linear: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    mem_nvml_peak: float = math.nan
+
+
+def _memory(r: _Readings, t0: float, t1: float) -> tuple[float, float, tuple | None]:
+    """(start, end, held knots) of memory used: newest at/before t0, first at/after t1."""
+    _before_t, before_v = r.series("mem_used_bytes", t0 - EDGE_SLACK_S, t0)
+    _after_t, after_v = r.series("mem_used_bytes", t1, t1 + EDGE_SLACK_S)
+    mt, mv = r.series("mem_used_bytes", t0, t1)
+    start = float(before_v[-1]) if len(before_v) else (float(mv[0]) if len(mv) else math.nan)
+    end = float(after_v[0]) if len(after_v) else (float(mv[-1]) if len(mv) else start)
+    if math.isnan(start):
+        start = end
+    if math.isnan(start):
+        return math.nan, math.nan, None
+    inner = (mt > t0) & (mt < t1)
+    return start, end, (np.r_[t0, mt[inner], t1], np.r_[start, mv[inner], end])
+
+
+def _fold_allocator(row: dict, alloc: dict | None) -> None:
+    """Raise the peak to the allocator's where it saw more, and say where the peak came from.
+
+    ``alloc``: ``peak_reserved_bytes`` (torch.cuda.max_memory_reserved over the block) and
+    ``reserved_start_bytes``; what NVML counted outside the allocator at the start is added.
+    """
+    nvml = row["mem_peak_bytes"]
+    row["mem_peak_source"] = "nvml" if math.isfinite(nvml) else "none"
+    if not alloc or not math.isfinite(alloc.get("peak_reserved_bytes", math.nan)):
+        return
+    outside = row["mem_start_bytes"] - alloc.get("reserved_start_bytes", 0.0)
+    peak = float(alloc["peak_reserved_bytes"]) + (max(outside, 0.0) if math.isfinite(outside) else 0.0)
+    if not math.isfinite(nvml):
+        row["mem_peak_bytes"], row["mem_peak_source"] = peak, "allocator"
+        return
+    agree = abs(peak - nvml) <= max(PEAK_AGREE_FRACTION * max(peak, nvml), PEAK_AGREE_BYTES)
+    row["mem_peak_source"] = "both" if agree else ("allocator" if peak > nvml else "nvml")
+    row["mem_peak_bytes"] = max(peak, nvml)
+
+
+def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
+    row: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
+    lines = _Lines()
+    start, end, held = _memory(r, t0, t1)
+    if held is not None:
+        peak = float(held[1].max())
+        row.update(mem_start_bytes=start, mem_end_bytes=end, mem_peak_bytes=peak,
+                   mem_delta_bytes=end - start)
+        lines.mem, lines.mem_nvml_peak = held, peak
+    _fold_allocator(row, alloc)
+    samples = 0
+    for metric in _LINEAR:
+        t, v = r.series(metric, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+        if not len(t):
+            continue
+        samples = max(samples, int(((t >= t0) & (t <= t1)).sum()))
+        knots = _knots(t, v, t0, t1)
+        lines.linear[metric] = knots
+        mean, lo, hi = _line_stats(*knots)
+        _mt, mv = r.series(max_column(metric), t0, t1)  # per-tick maxima of a folded frame
+        if len(mv):
+            hi = max(hi, float(mv.max()))
+        if metric == "util_pct":
+            row.update(util_mean_pct=mean, util_min_pct=lo, util_max_pct=hi)
+        elif metric == "power_w":
+            row.update(power_mean_w=mean, power_min_w=lo, power_max_w=hi)
+        elif metric == "sm_active_pct":
+            row["sm_active_mean_pct"] = mean
+        else:
+            row["temp_max_c"] = hi
+    row["samples"] = samples
+    row["energy_j"], row["energy_source"] = _energy(r, t0, t1)
+    bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
+    if len(bt):
+        first = max(int(np.searchsorted(bt, t0, "right")) - 1, 0)
+        row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
+    else:
+        row["throttle_reasons"] = ""
+    row["resolution_note"] = _resolution_note(r, t0, t1, str(row["energy_source"]))
+    return row, lines
+
+
+def _aligned(pieces: list[tuple[np.ndarray, np.ndarray]], how: str, step: bool) -> np.ndarray:
+    """The GPUs' lines on the union of their times, summed or averaged across GPUs."""
+    grid = np.unique(np.concatenate([t for t, _ in pieces]))
+    values = []
+    for t, v in pieces:
+        if step:
+            idx = np.clip(np.searchsorted(t, grid, "right") - 1, 0, len(t) - 1)
+            values.append(v[idx])
+        else:
+            values.append(np.interp(grid, t, v))
+    stack = np.vstack(values)
+    return stack.sum(axis=0) if how == "sum" else stack.mean(axis=0)
+
+
+def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dict[str, object]:
+    """One row for all GPUs, as defined in docs/profiles.md; MIG slices of a listed card left out."""
+    keep = [i for i, r in enumerate(rows) if not _is_mig(r["gpu"])] or list(range(len(rows)))
+    rows, lines = [rows[i] for i in keep], [lines[i] for i in keep]
+    if not rows:
+        return {}
+
+    def values(col: str) -> list[float]:
+        return [float(r[col]) for r in rows
+                if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])]
+
+    def total(col: str) -> float:
+        v = values(col)
+        return float(sum(v)) if v else math.nan
+
+    def mean(col: str) -> float:
+        v = values(col)
+        return sum(v) / len(v) if v else math.nan
+
+    def most(col: str) -> float:
+        v = values(col)
+        return max(v) if v else math.nan
+
+    out: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
+    out.update(gpu="all", name=f"{len(rows)} GPUs", gpus=len(rows), status=rows[0]["status"],
+               start=t0, end=t1, duration_s=t1 - t0, samples=max([int(r["samples"]) for r in rows]))
+    mem = [ln for ln in lines if ln.mem is not None]
+    if mem:
+        aligned_peak = float(_aligned([ln.mem for ln in mem], "sum", step=True).max())
+        mem_rows = [r for r, ln in zip(rows, lines, strict=True) if ln.mem is not None]
+        missed = max(float(r["mem_peak_bytes"]) - ln.mem_nvml_peak for r, ln in
+                     zip(mem_rows, mem, strict=True))
+        start = sum(float(r["mem_start_bytes"]) for r in mem_rows)
+        end = sum(float(r["mem_end_bytes"]) for r in mem_rows)
+        out.update(mem_start_bytes=start, mem_end_bytes=end, mem_delta_bytes=end - start,
+                   mem_peak_bytes=aligned_peak + max(missed, 0.0))
+    sources = {r["mem_peak_source"] for r in rows}
+    out["mem_peak_source"] = sources.pop() if len(sources) == 1 else "both"
+    for metric, how, mean_col, min_col, max_col in (
+            ("util_pct", "mean", "util_mean_pct", "util_min_pct", "util_max_pct"),
+            ("power_w", "sum", "power_mean_w", "power_min_w", "power_max_w")):
+        pieces = [ln.linear[metric] for ln in lines if metric in ln.linear]
+        if not pieces:
+            continue
+        line = _aligned(pieces, how, step=False)
+        out[mean_col] = total(mean_col) if how == "sum" else mean(mean_col)
+        out[min_col], out[max_col] = float(line.min()), float(line.max())
+        if how == "sum":  # a folded frame's per-tick maxima of one card count too
+            out[max_col] = max(float(out[max_col]), most(max_col))
+    out["sm_active_mean_pct"] = mean("sm_active_mean_pct")
+    out["energy_j"] = total("energy_j")
+    out["energy_source"] = "+".join(sorted({str(r["energy_source"]) for r in rows}))
+    out["temp_max_c"] = most("temp_max_c")
+    reasons = sorted({part.split(" ")[0] for r in rows if isinstance(r.get("throttle_reasons"), str)
+                      and r["throttle_reasons"] for part in r["throttle_reasons"].split(", ")})
+    out["throttle_reasons"] = ", ".join(reasons)
+    out["throttle_s"] = most("throttle_s")
+    notes = sorted({r["resolution_note"] for r in rows
+                    if isinstance(r.get("resolution_note"), str) and r["resolution_note"]})
+    out["resolution_note"] = "; ".join(notes)
+    return out
+
+
+@dataclass
+class Summary:
+    """Per-GPU rows and one combined row of a block; byte counts are ints (NaN if unknown)."""
+
+    rows: list[dict]
+    combined: dict
+
+    def frame(self) -> pd.DataFrame:
+        """One row per GPU, ``start``/``end`` as UTC timestamps."""
+        return rows_frame(self.rows)
+
+    def combined_frame(self) -> pd.DataFrame:
+        """The combined row as a one-row DataFrame (empty without GPUs)."""
+        return rows_frame([self.combined] if self.combined else [])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> tuple[float, float]:
+    from ..timeline import to_epoch
+
+    lo = getattr(data, "t0", -math.inf) if times is None else (float(times.min()) if len(times) else math.nan)
+    hi = getattr(data, "t1", math.inf) if times is None else (float(times.max()) if len(times) else math.nan)
+    a = lo if t0 is None else to_epoch(t0)
+    b = hi if t1 is None else to_epoch(t1)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        from ..errors import BadArgumentError
+
+        raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
+                               "pass epoch seconds or use timeline.between(t0, t1)")
+    return float(a), float(b)
+
+
+def _frame_times(df: pd.DataFrame) -> np.ndarray:
+    import pandas as pd
+
+    col = df["time"]
+    if np.issubdtype(col.dtype, np.number):
+        return col.to_numpy(dtype=np.float64)
+    ts = pd.to_datetime(col, utc=True)
+    return (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
+def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
+              gpus: list | None = None, status: str = "ok", devices: list | None = None,
+              allocator: dict | None = None) -> Summary:
+    """Summarise [t0, t1] of a timeline or a recorded frame: one row per GPU and one for all.
 
     Args:
-        full: the sampler's timeline; readings just outside the range stand for the edges.
-        t0, t1: epoch seconds of the block's start and end.
+        data: a ``Timeline`` (whole or a window) or a DataFrame shaped like ``to_pandas()``.
+        t0, t1: the block's start and end (epoch seconds, datetime, Timestamp or ISO text);
+            None takes the window's or the frame's first/last time.
+        gpus: device keys to include; None includes every device.
         status: "ok", "failed" or "interrupted", copied into every row.
-        gpus: device indices to include; None includes every device of the timeline.
+        devices: device descriptions (for names) of a frame; a timeline brings its own.
+        allocator: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` from PyTorch's
+            allocator, folded into the memory peak (``mem_peak_source`` says which won).
     """
-    return rows_frame(summary_rows(full, t0, t1, status, gpus))
+    per_dev: list[tuple[object, str, _Readings]] = []
+    if hasattr(data, "store"):
+        a, b = _bounds(data, t0, t1, None)
+        for dev in data.devices:
+            key = _key(dev)
+            if selected(key, gpus):
+                per_dev.append((key, _name(dev), _Readings.of_timeline(
+                    data, key, a - EDGE_SLACK_S, b + EDGE_SLACK_S)))
+    else:
+        times = _frame_times(data) if len(data) else np.empty(0)
+        a, b = _bounds(data, t0, t1, times)
+        names = {_key(d): _name(d) for d in devices or []}
+        if "gpu" in data.columns:
+            for key in dict.fromkeys(data["gpu"].tolist()):
+                if selected(key, gpus):
+                    rows = (data["gpu"] == key).to_numpy()
+                    per_dev.append((key, names.get(key, ""),
+                                    _Readings.of_frame(data[rows], times[rows])))
+    rows, lines = [], []
+    for key, name, r in per_dev:
+        row, ln = _gpu_row(r, a, b, (allocator or {}).get(key))
+        row.update(gpu=key, name=name, status=status, start=a, end=b, duration_s=b - a)
+        rows.append(row)
+        lines.append(ln)
+    combined = _combine(rows, lines, a, b)
+    for row in [*rows, combined]:
+        for col in BYTE_COLUMNS:
+            if col in row:
+                row[col] = _as_count(row[col])
+    return Summary(rows, combined)
+
+
+def _key(dev: object) -> object:
+    return getattr(dev, "key", None) if not isinstance(dev, dict) else dev.get("index")
+
+
+def _name(dev: object) -> str:
+    return str(dev.get("name", "") if isinstance(dev, dict) else getattr(dev, "name", "") or "")
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
-    """Summary rows as a DataFrame, ``start``/``end`` as UTC timestamps."""
+    """Summary rows as a DataFrame: ``start``/``end`` UTC timestamps, byte counts int64 when known."""
     import pandas as pd
 
     keys = list(dict.fromkeys(c for r in rows for c in r))
@@ -200,107 +524,11 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=[*lead, *SUMMARY_COLUMNS, *rest])
     for col in ("start", "end"):
         df[col] = pd.to_datetime(df[col].astype("float64"), unit="s", utc=True)
+    for col in BYTE_COLUMNS:
+        if col in df.columns and len(df) and df[col].notna().all():
+            df[col] = df[col].astype("int64")
     return df
 
 
-def summary_rows(full: Timeline, t0: float, t1: float, status: str = "ok",
-                 gpus: list | None = None) -> list[dict]:
-    """``summarize`` as plain dicts (epoch-second ``start``/``end``): cheap to keep and combine."""
-    rows = []
-    for dev in full.devices:
-        gpu = dev["index"]
-        if not selected(gpu, gpus):
-            continue
-        row: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
-        row.update(gpu=gpu, name=dev.get("name", ""), status=status,
-                   start=t0, end=t1, duration_s=t1 - t0)
-        r = _Readings(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
-        _mt, mv = r.series("mem_used_bytes", t0, t1)
-        m_start = _edge_value(r, "mem_used_bytes", t0, before=True)
-        m_end = _edge_value(r, "mem_used_bytes", t1, before=False)
-        if math.isnan(m_start):
-            m_start = float(mv[0]) if len(mv) else math.nan
-        if math.isnan(m_end):
-            m_end = float(mv[-1]) if len(mv) else m_start
-        edges = [v for v in (m_start, m_end) if not math.isnan(v)]
-        peak = max([float(mv.max()), *edges]) if len(mv) else (max(edges) if edges else math.nan)
-        row.update(mem_start_bytes=m_start, mem_end_bytes=m_end, mem_peak_bytes=peak,
-                   mem_delta_bytes=m_end - m_start)
-        samples = 0
-        for metric, mean_col, max_col in (("util_pct", "util_mean_pct", "util_max_pct"),
-                                          ("power_w", "power_mean_w", "power_max_w"),
-                                          ("sm_active_pct", "sm_active_mean_pct", None),
-                                          ("temp_c", None, "temp_max_c")):
-            t, v = r.series(metric, t0, t1)
-            if not len(v):
-                t, v = r.series(metric)
-                i = _nearest(t, (t0 + t1) / 2, EDGE_SLACK_S + (t1 - t0) / 2)
-                t, v = (t[i:i + 1], v[i:i + 1]) if i is not None else (t[:0], v[:0])
-            samples = max(samples, len(v))
-            if not len(v):
-                continue
-            if mean_col:
-                row[mean_col] = float(v.mean())
-            if max_col:
-                row[max_col] = float(v.max())
-        row["samples"] = samples
-        row["energy_j"], row["energy_source"] = energy_j(full, t0, t1, gpu, r)
-        bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
-        if len(bt):
-            first = max(int(np.searchsorted(bt, t0, "right")) - 1, 0)
-            row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
-        else:
-            row["throttle_reasons"] = ""
-        row["resolution_note"] = _resolution_note(r, t0, t1, r.decimated(t0, t1))
-        rows.append(row)
-    return rows
-
-
-def combine(per_gpu) -> dict[str, object]:
-    """One row for all GPUs: sums of memory, power and energy, means of utilisation, maxima.
-
-    ``per_gpu`` is a summary DataFrame or a list of summary rows (dicts). MIG slices are
-    left out when their whole card is in the rows.
-    """
-    rows = per_gpu.to_dict("records") if hasattr(per_gpu, "to_dict") else list(per_gpu or [])
-    whole = [r for r in rows if not _is_mig(r.get("gpu"))]
-    rows = whole or rows  # MIG slices are part of their card: don't count them twice
-    if not rows:
-        return {}
-
-    def values(col: str) -> list[float]:
-        out = []
-        for r in rows:
-            v = r.get(col)
-            if v is not None and not isinstance(v, str) and v == v:
-                out.append(float(v))
-        return out
-
-    def total(col: str) -> float:
-        v = values(col)
-        return float(sum(v)) if v else math.nan
-
-    def agg(col: str, how: str) -> float:
-        v = values(col)
-        if not v:
-            return math.nan
-        return max(v) if how == "max" else sum(v) / len(v)
-
-    reasons = sorted({r.split(" ")[0] for row in rows if isinstance(row.get("throttle_reasons"), str)
-                      and row["throttle_reasons"] for r in row["throttle_reasons"].split(", ")})
-    sources = sorted({row["energy_source"] for row in rows if isinstance(row.get("energy_source"), str)})
-    notes = sorted({row["resolution_note"] for row in rows
-                    if isinstance(row.get("resolution_note"), str) and row["resolution_note"]})
-    return {
-        "gpus": len(rows),
-        "duration_s": float(rows[0]["duration_s"]),
-        "mem_start_bytes": total("mem_start_bytes"), "mem_end_bytes": total("mem_end_bytes"),
-        "mem_peak_bytes": agg("mem_peak_bytes", "max"), "mem_delta_bytes": total("mem_delta_bytes"),
-        "util_mean_pct": agg("util_mean_pct", "mean"), "util_max_pct": agg("util_max_pct", "max"),
-        "sm_active_mean_pct": agg("sm_active_mean_pct", "mean"),
-        "power_mean_w": total("power_mean_w"), "power_max_w": agg("power_max_w", "max"),
-        "energy_j": total("energy_j"), "energy_source": "+".join(sources),
-        "temp_max_c": agg("temp_max_c", "max"),
-        "throttle_reasons": ", ".join(reasons), "throttle_s": agg("throttle_s", "max"),
-        "resolution_note": "; ".join(notes),
-    }
+__all__ = ["SUMMARY_COLUMNS", "Summary", "energy_j", "integrate_power_j",
+           "rows_frame", "selected", "summarize"]
