@@ -2,27 +2,31 @@
 
 ``Recorder(sampler, "run.jsonl")`` appends the rows that arrived since the last
 ``flush()`` (call it about once a second) and ends with ``close()``. JSON lines carry the
-same keys as ``Timeline.to_jsonl`` (each record filled with its GPU's latest values),
-plus event lines (``"event"``: run, mark, lost, alert, ...) that log readers can skip.
-CSV gets a fixed header of every metric the source offers. Parquet cannot be appended
-safely, so rows go to ``<path>.partial.jsonl`` while recording and the Parquet file is
-written from the whole timeline on ``close()`` (after a crash, the journal holds the data).
+same keys as ``Timeline.to_jsonl`` (each record filled with its GPU's latest values; both
+built by ``nbgpu.files.jsonl_record``), plus event lines (``"event"``: run, mark, lost,
+alert, ...) that log readers can skip. CSV gets a fixed header of every metric the source
+offers. Parquet cannot be appended safely, so rows go to ``<path>.partial.jsonl`` while
+recording and ``close()`` turns that journal into the Parquet file, with the events in its
+schema metadata (after a crash, the journal holds the data).
+
+Each line reaches the OS whole; a write that fails (disk full) cuts the file back to its
+last complete line and raises one ``FileError`` line, so the file stays valid up to there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
-import json
+import io
 import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import BadArgumentError
-from .files import LEGACY_KEYS
-from .metrics import GPU_METRICS, HOST_METRICS
-from .sources.host import HOST_KEY
+from .errors import BadArgumentError, FileError
+from .files import LineFile, check_target, json_line, jsonl_record, load_run, write_parquet
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 
 if TYPE_CHECKING:
     from .sampler import Sampler
@@ -57,27 +61,24 @@ class Recorder:
         self.sampler = sampler
         self.path = os.fspath(path)
         self.format = format_of(self.path)
-        folder = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(folder):
-            raise BadArgumentError(f"cannot write {self.path}: folder {folder} does not exist")
+        check_target(self.path)
         self.journal = self.path + ".partial.jsonl" if self.format == "parquet" else self.path
-        self._fh = open(self.journal, "w", encoding="utf-8", newline="")  # noqa: SIM115 - closed in close()
+        self._file = LineFile(self.journal)
         self._marks: dict[tuple[object, str], float] = {}
-        self._seen_events: set[int] = set()
+        self._event_seq = -1
         self._alerts_written: set[tuple] = set()
         self._last: dict[object, dict] = {}
         self.rows_written = 0
         self.closed = False
         self._columns = self._csv_columns()
         if self.format == "csv":
-            self._fh.write(",".join(self._columns) + "\n")
+            self._file.write([",".join(self._columns)])
         else:
             self._event({"event": "run", "label": "started", "source": sampler.source.describe(),
                          "interval_s": sampler.interval,
                          "devices": [{k: d.get(k) for k in ("index", "name", "uuid", "host")}
                                      for d in sampler.devices], **(header or {})},
                         t=sampler.started_at or _now())
-        self._fh.flush()
 
     def _csv_columns(self) -> list[str]:
         store = self.sampler.store
@@ -168,34 +169,36 @@ class Recorder:
         return out
 
     def _write_rows(self, rows: list[tuple[float, object, dict]]) -> None:
+        lines = []
         if self.format == "csv":
-            writer = csv.writer(self._fh, lineterminator="\n")
+            buf = io.StringIO()
+            writer = csv.writer(buf, lineterminator="")
             for when, gpu, row in rows:
                 writer.writerow([iso(when), gpu] + [_csv_value(row.get(c)) for c in self._columns[2:]])
-            return
-        lines = []
-        for when, gpu, row in rows:
-            last = self._last.setdefault(gpu, {})
-            for key, value in row.items():
-                if value == value:  # not NaN
-                    last[key] = value
-            lines.append(json.dumps(jsonl_record(when, gpu, last), allow_nan=False))
-        self._fh.write("\n".join(lines) + "\n")
+                lines.append(buf.getvalue())
+                buf.seek(0)
+                buf.truncate()
+        else:
+            for when, gpu, row in rows:
+                last = self._last.setdefault(gpu, {})
+                for key, value in row.items():
+                    if value == value:  # not NaN
+                        last[key] = value
+                lines.append(json_line(jsonl_record(iso(when), gpu, last)))
+        for line in lines:  # counted line by line: a failed write leaves a true count
+            self._file.write([line])
+            self.rows_written += 1
 
     # -- events -----------------------------------------------------------------------------
     def _event(self, fields: dict, t: float) -> None:
-        self._fh.write(json.dumps({"timestamp": iso(t), **fields}, default=str, allow_nan=False) + "\n")
+        self._file.write([json_line({"timestamp": iso(t), **fields})])
 
     def _write_events(self, final: bool) -> None:
         if self.format == "csv":
             return
-        with self.sampler.store.lock:
-            events = list(self.sampler.store.events)
-        for ev in events:
-            if id(ev) in self._seen_events:
-                continue
-            self._seen_events.add(id(ev))
+        for ev in self.sampler.store.events_since(self._event_seq):
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
+            self._event_seq = ev.seq
         alert_list = getattr(self.sampler, "alert_list", None)
         if not callable(alert_list):
             return
@@ -218,36 +221,33 @@ class Recorder:
         if self.closed:
             return 0
         rows = self._rows(final)
-        n = len(rows)
-        if n:
+        if rows:
             self._write_rows(rows)
         self._write_events(final)
-        self._fh.flush()
-        self.rows_written += n
-        return n
+        return len(rows)
 
     def close(self) -> str:
         """Write the rest (and the Parquet file); returns the path of the finished file."""
         if self.closed:
             return self.path
-        self.flush(final=True)
-        os.fsync(self._fh.fileno())
-        self._fh.close()
-        self.closed = True
+        try:
+            self.flush(final=True)
+        finally:
+            self.closed = True
+            self._file.close()
         if self.format == "parquet":
-            self.sampler.timeline.to_parquet(self.path)
+            run = load_run(self.journal)  # the rows and events the journal holds, as report reads them
+            events = [{k: v for k, v in e.items() if k != "time_s"} for e in run.events]
+            write_parquet(run.frame, self.path, events=events)
             os.unlink(self.journal)
         return self.path
 
-
-def jsonl_record(t: float, gpu: object, values: dict) -> dict:
-    """One JSON line: the keys of ``nbgpu.files.jsonl_records`` (legacy keys first)."""
-    rec: dict = {"timestamp": iso(t), "gpu_id": gpu}
-    for key, (col, scale) in LEGACY_KEYS.items():
-        if col in values:
-            rec[key] = round(values[col] * scale, 6)
-    rec.update(values)
-    return rec
+    def abandon(self) -> None:
+        """Stop writing after a failure, keeping what the file holds (the journal for Parquet)."""
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(OSError, FileError):
+                self._file.close()
 
 
 def _csv_value(v: object) -> object:

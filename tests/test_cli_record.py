@@ -75,6 +75,9 @@ def test_killed_recorder_leaves_all_but_the_last_second(tmp_path):
         killed_at = time.time()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+        # The command gets the parent-death signal: it does not outlive its recorder.
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert children and not alive, alive
     finally:
         for child in children:
             try:
@@ -123,15 +126,39 @@ def test_report_shows_summary_marks_and_alerts(tmp_path):
     assert "SIMULATED" in page
 
 
-@pytest.mark.parametrize("ext", ["csv", "parquet"])
-def test_csv_and_parquet_outputs(tmp_path, ext):
+def rows_in(path) -> int:
+    """Rows of a recorded file, counted without nbgpu's reader."""
+    if str(path).endswith(".csv"):
+        return len(pd.read_csv(path))
+    if str(path).endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(path).num_rows
+    return len(read_lines(path)[0])
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "csv", "parquet"])
+def test_record_prints_what_report_computes_and_counts_true_rows(tmp_path, ext):
+    from nbgpu.cli.report import summarize_run
+    from nbgpu.cli.status import summary_text
+
     out = tmp_path / f"run.{ext}"
-    done = nbgpu("record", "--source", "sim", "-q", "-o", str(out), "--", PY, "-c",
+    done = nbgpu("record", "--source", "sim", "--interval", "0.2", "-o", str(out), "--", PY, "-c",
                  "import time; time.sleep(1.5)")
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / f"run.{ext}.partial.jsonl").exists()
-    df = pd.read_csv(out) if ext == "csv" else pd.read_parquet(out)
-    assert set(df["gpu"]) == {0, 1} and df["util_pct"].notna().any()
+    run = load_run(str(out))
+    assert set(run.frame["gpu"]) == {0, 1} and run.frame["util_pct"].notna().any()
+    figures = summary_text(summarize_run(run))
+    printed = [line.strip() for line in done.stderr.splitlines()]
+    assert figures and all(line in printed for line in figures), (figures, done.stderr)
+    n = rows_in(out)
+    assert n == len(run.frame) and f"nbgpu record: {n} rows from 2 GPU(s)" in done.stderr
+    if ext != "csv":  # JSON lines and Parquet carry the run's header and marks
+        assert run.header["command"][0] == PY and "simulated" in run.header["source"].lower()
+        assert {d["name"] for d in run.header["devices"]} == {"NVIDIA H200 (simulated)"}
+        assert [label for _, label in run.marks()][:1] == ["command started"]
+        assert "command exited with code 0" in [label for _, label in run.marks()]
     assert nbgpu("report", str(out), "-o", str(tmp_path / "r.html")).returncode == 0
     assert "<svg" in (tmp_path / "r.html").read_text()
 
@@ -218,7 +245,7 @@ def test_bad_arguments_give_one_line_and_exit_2(args, tmp_path):
 
 def test_failures_give_one_line(tmp_path):
     done = nbgpu("report", str(tmp_path / "missing.jsonl"))
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "no such file" in done.stderr
     done = nbgpu("record", "--source", "sim", "-q", "-o", str(tmp_path / "x.jsonl"), "--",
                  "no-such-command-xyz")

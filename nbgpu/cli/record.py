@@ -1,17 +1,30 @@
-"""``nbgpu record``: run a command, sample the GPUs meanwhile, write the timeline as it grows."""
+"""``nbgpu record``: run a command, sample the GPUs meanwhile, write the timeline as it grows.
+
+Failures never cost the command: an output that cannot be written (a folder, a read-only
+filesystem, a device) is one line before the command starts; a write that fails later (disk
+full) is one line, recording stops, the file stays valid up to its last complete line, and
+the recorder waits for the command and exits with its exit code. On Linux the command gets
+SIGTERM from the kernel if the recorder itself is killed (a parent-death signal), so a
+SIGKILLed recorder never leaves it running on its own.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
+from ..errors import FileError
+from ..files import load_run
 from ..recorder import Recorder
 from ..sampler import Sampler
-from .status import status_lines, summarize_frame, summary_text
+from .report import summarize_run
+from .status import status_lines, summary_text
 
 FLUSH_EVERY_S = 1.0
 
@@ -41,14 +54,48 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to send the child SIGTERM when this process dies; else None.
+
+    The signal follows the thread that started the child, here always the main thread, which
+    lives as long as the recorder. Only an already-bound libc call runs in the child.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the recorder died before the call: act as the signal would
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
+    """Say in one line that the file failed; keep what it holds and let the command run on."""
+    recorder.abandon()
+    then = "; waiting for the command to finish" if running else ""
+    print(f"nbgpu record: {exc}; recording stopped, the file is valid up to its last complete line{then}",
+          file=sys.stderr, flush=True)
+
+
 def run_record(cmd: list[str], source: str, interval: float, output: str, quiet: bool = False) -> int:
     """Run ``cmd`` while recording; returns the command's exit code."""
     sampler = Sampler(source, interval=interval)
     try:
         recorder = Recorder(sampler, output, header={"command": cmd})
-    except Exception:
+    except BaseException:
         sampler.stop()
         raise
+    failed: list[FileError] = []
     sampler.start()
     started, cpu_start = time.monotonic(), cpu_seconds()
     sampler.mark("command started")
@@ -64,7 +111,7 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
     live = _LiveStatus(sys.stderr) if sys.stderr.isatty() and not quiet else None
     try:
         try:
-            proc = subprocess.Popen(cmd)
+            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent())
         except OSError as exc:
             sampler.mark("command failed to start")
             print(f"nbgpu record: cannot run {cmd[0]!r}: {exc.strerror or exc}; check the command "
@@ -76,7 +123,14 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            recorder.flush()
+            if failed:
+                continue
+            try:
+                recorder.flush()
+            except FileError as exc:
+                failed.append(exc)
+                _stop_recording(recorder, exc, running=True)
+                continue
             if live is not None:
                 live.draw(status_lines(sampler))
         code = exit_code(proc.returncode)
@@ -89,11 +143,16 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
             live.clear()
         time.sleep(min(0.05, interval))
         sampler.stop()
-        path = recorder.close()
-        if not quiet:
+        if not failed:
+            try:
+                recorder.close()
+            except FileError as exc:
+                failed.append(exc)
+                _stop_recording(recorder, exc, running=False)
+        if not quiet and not failed:
             wall_s = time.monotonic() - started
             cpu_pct = 100.0 * (cpu_seconds() - cpu_start) / max(wall_s, 1e-9)
-            _print_summary(sampler, path, recorder.rows_written, wall_s, cpu_pct)
+            _print_summary(sampler, recorder, wall_s, cpu_pct)
 
 
 def cpu_seconds() -> float:
@@ -102,12 +161,12 @@ def cpu_seconds() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def _print_summary(sampler: Sampler, path: str, rows: int, wall_s: float, cpu_pct: float) -> None:
-    df = sampler.timeline.to_pandas(host=False)
-    lines = summary_text(summarize_frame(df))
+def _print_summary(sampler: Sampler, recorder: Recorder, wall_s: float, cpu_pct: float) -> None:
+    """The figures ``nbgpu report`` gives for the file just written (read back: one code path)."""
+    lines = summary_text(summarize_run(load_run(recorder.path)))
     label = " (SIMULATED)" if sampler.simulated else ""
-    print(f"nbgpu record: {rows} rows from {len(sampler.devices)} GPU(s){label} written to "
-          f"{os.path.abspath(path)}", file=sys.stderr)
+    print(f"nbgpu record: {recorder.rows_written} rows from {len(sampler.devices)} GPU(s){label} written to "
+          f"{os.path.abspath(recorder.path)}", file=sys.stderr)
     for line in lines:
         print("  " + line, file=sys.stderr)
     print(f"  recorder CPU: {cpu_pct:.2f}% of one core while the command ran ({wall_s:.1f} s)",

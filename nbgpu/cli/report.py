@@ -3,104 +3,24 @@
 Plots are inline SVG (``nbgpu.svg.svg_timeline``), styles are inline, and there is
 no script and no link to fetch, so a CI job can attach the file and any browser opens it
 offline. A run cut short (the recorder was killed) still reports: a torn last line is
-skipped and counted.
+skipped and counted. A file that is not a run (missing, empty, a folder, not CSV, JSON
+lines or Parquet, no ``time`` column, a time that does not parse) gives one line saying
+what is wrong with it and exit code 2.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import html
-import json
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ..errors import NbgpuError
-from ..files import LEGACY_KEYS, atomic_path
-from ..metrics import BY_NAME
+from ..errors import FileError
+from ..files import Run, atomic_file, load_run
 from .status import epoch_seconds, summarize_frame
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")
-
-
-@dataclass
-class Run:
-    """A recorded run: its rows, its events (run header, marks, alerts, ...) and skipped lines."""
-
-    frame: pd.DataFrame
-    events: list[dict] = field(default_factory=list)
-    skipped_lines: int = 0
-    path: str = ""
-
-    @property
-    def header(self) -> dict:
-        return next((e for e in self.events if e.get("event") == "run"), {})
-
-    def marks(self) -> list[tuple[float, str]]:
-        return [(_epoch(e["timestamp"]), str(e.get("label", ""))) for e in self.events
-                if e.get("event") == "mark"]
-
-    def alerts(self) -> list[dict]:
-        return [e for e in self.events if e.get("event") == "alert"]
-
-
-def _epoch(text: str) -> float:
-    return _dt.datetime.fromisoformat(text).timestamp()
-
-
-def _utc_ns(times: pd.Series) -> pd.Series:
-    """ISO text or datetimes as UTC nanosecond timestamps (what the plots expect)."""
-    import pandas as pd
-
-    return pd.to_datetime(times, utc=True, format="ISO8601").astype("datetime64[ns, UTC]")
-
-
-def load_run(path: str) -> Run:
-    """Read a run written by ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet``."""
-    import pandas as pd
-
-    if not os.path.exists(path):
-        raise NbgpuError(f"no such file: {path}; give the file `nbgpu record -o` wrote")
-    ext = os.path.splitext(path)[1].lower()
-    if ext == ".csv":
-        df = pd.read_csv(path)
-        df["time"] = _utc_ns(df["time"])
-        return Run(df, path=path)
-    if ext == ".parquet":
-        df = pd.read_parquet(path)
-        df["time"] = _utc_ns(df["time"])
-        return Run(df, path=path)
-    rows, events, skipped = [], [], 0
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                skipped += 1  # a line torn by a crash
-                continue
-            if not isinstance(rec, dict) or "timestamp" not in rec:
-                skipped += 1
-            elif "event" in rec:
-                events.append(rec)
-            else:
-                rows.append(rec)
-    if not rows and not events:
-        raise NbgpuError(f"{path} holds no nbgpu records; give the file `nbgpu record -o` wrote")
-    df = pd.DataFrame(rows)
-    if len(df):
-        df = df.drop(columns=[k for k in LEGACY_KEYS if k not in BY_NAME and k in df.columns])
-        df = df.rename(columns={"gpu_id": "gpu"})
-        df.insert(0, "time", _utc_ns(df.pop("timestamp")))
-    else:
-        df = pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"), "gpu": pd.Series(dtype=object)})
-    return Run(df, events, skipped, path)
 
 
 def _fmt(v: object, digits: int = 0, unit: str = "", scale: float = 1.0) -> str:
@@ -124,13 +44,16 @@ def render_html(run: Run, title: str | None = None) -> str:
     from ..svg import svg_timeline
 
     df, head = run.frame, run.header
-    names = {str(d.get("index")): d.get("name", "") for d in head.get("devices", [])}
+    devices = head.get("devices")
+    names = {str(d.get("index")): d.get("name", "") for d in devices if isinstance(d, dict)} \
+        if isinstance(devices, list) else {}
     esc = html.escape
     title = title or f"nbgpu run: {os.path.basename(run.path)}"
     parts = [f"<h1>{esc(title)}</h1>"]
     info = []
     if head.get("command"):
-        info.append(("command", " ".join(map(str, head["command"]))))
+        cmd = head["command"]
+        info.append(("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)))
     if head.get("source"):
         info.append(("source", head["source"]))
     if len(df):
@@ -148,7 +71,7 @@ def render_html(run: Run, title: str | None = None) -> str:
 
     parts.append("<h2>Summary per GPU</h2>")
     rows = []
-    for s in summarize_frame(df):
+    for s in summarize_run(run):
         rows.append([esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))),
                      _fmt(s["duration_s"], 1, " s"), _fmt(s["util_mean_pct"], 0, " %"),
                      _fmt(s["util_max_pct"], 0, " %"), _fmt(s["mem_peak_bytes"], 1, " GB", 1e-9),
@@ -207,17 +130,22 @@ th {{ background: #f4f4f4; }} td:nth-child(2) {{ text-align: left; }}
 """
 
 
+def summarize_run(run: Run) -> list[dict]:
+    """Per-GPU figures of a run: the one summary that both ``record`` and ``report`` print."""
+    return summarize_frame(run.frame)
+
+
 def run_report(path: str, output: str | None = None, title: str | None = None) -> int:
-    """Write the HTML report of ``path``; returns the exit code."""
-    run = load_run(path)
+    """Write the HTML report of ``path``; returns the exit code (2: the file is not a run)."""
+    try:
+        run = load_run(path)
+    except FileError as exc:
+        print(f"nbgpu report: error: {exc}", file=sys.stderr)
+        return 2
     out = output or os.path.splitext(path)[0] + ".html"
     page = render_html(run, title)
-    with atomic_path(out) as tmp:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(page)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # readable like any file the user writes
+    with atomic_file(out) as fh:
+        fh.write(page)
     n = run.frame["gpu"].nunique() if len(run.frame) else 0
     print(f"nbgpu report: {os.path.abspath(out)} ({n} GPU(s), {len(run.frame)} rows)", file=sys.stderr)
     return 0
