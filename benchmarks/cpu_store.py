@@ -32,7 +32,7 @@ def _rows(store, device: object, stream: str, t0: float, t1: float, rate_hz: flo
 
 def run(ctx: Context) -> Outcome:
     import nbgpu
-    from nbgpu.sources.host import HOST_KEY
+    from nbgpu.metrics import HOST_KEY
 
     hours = 25.0
     trace = not ctx.quick  # tracemalloc makes the run ~6x slower: full runs only

@@ -69,6 +69,9 @@ HOST_METRICS: tuple[Metric, ...] = (
            dtype=np.float64),
 )
 
+HOST_KEY = "host"  # the store's device key of the host rows
+HOST_COLUMNS: dict[str, type] = {m.name: m.dtype for m in HOST_METRICS}
+
 BY_NAME: dict[str, Metric] = {m.name: m for m in GPU_METRICS + HOST_METRICS}
 
 # Bits of nvmlClocksEventReason* (values of the NVML API, stable across versions).

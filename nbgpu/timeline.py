@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
-from .metrics import BY_NAME, GPU_METRICS, HOST_METRICS
-from .sources.host import HOST_KEY
+from .metrics import BY_NAME, GPU_METRICS, HOST_KEY, HOST_METRICS
 
 if TYPE_CHECKING:
     import pandas as pd

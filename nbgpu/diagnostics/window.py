@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..sources.host import HOST_KEY
+from ..metrics import HOST_KEY
 from ..store import Store
 from .thresholds import Thresholds
 

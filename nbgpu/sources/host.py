@@ -6,10 +6,10 @@ import os
 
 import numpy as np
 
-from ..metrics import HOST_METRICS
+from ..metrics import HOST_COLUMNS as COLUMNS
+from ..metrics import HOST_KEY
 
-HOST_KEY = "host"
-COLUMNS = {m.name: m.dtype for m in HOST_METRICS}
+__all__ = ["COLUMNS", "HOST_KEY", "HostSource"]
 
 
 class HostSource:
