@@ -84,7 +84,7 @@ def test_load_message_is_one_line(capsys) -> None:
 def test_panels_share_one_sampler_and_stop_status(shell, capsys) -> None:
     shell.run_line_magic("gpumon", "--source sim --interval 0.1")
     shell.run_line_magic("gpumon", "--gpus 1 --metrics util")
-    assert _nbgpu_threads() == ["nbgpu-panel", "nbgpu-panel", "nbgpu-sampler"]
+    assert _nbgpu_threads().count("nbgpu-sampler") == 1  # the panels share one sampler thread
     panels = registry.panels()
     assert len(panels) == 2 and panels[0].sampler is panels[1].sampler
     assert [d["index"] for d in panels[1]._rows] == [1, "host"]
@@ -156,3 +156,73 @@ def test_stop_also_ends_per_cell_profiles(shell, capsys) -> None:
     assert not cell_mode_enabled()
     shell.run_cell("x = 1")
     assert _nbgpu_threads() == []  # nothing restarted the sampler behind the user's back
+
+
+@pytest.mark.parametrize("line", [
+    "--interval 1 --interval 2", "--int 1 --interval 2", "--interval=1 --interval 2",
+    "--gpus 0 --gpus 1", "--cells --cells off", "--window 30 --window 40 --source sim",
+])
+def test_an_option_given_twice_is_one_usage_error(shell, line: str) -> None:
+    with pytest.raises(UsageError) as err:
+        shell.run_line_magic("gpumon", line)
+    assert "twice" in str(err.value) and "\n" not in str(err.value)
+    assert _nbgpu_threads() == [] and session.shared_sampler() is None
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_flag_shows_the_help_and_starts_nothing(shell, capsys, flag: str) -> None:
+    shell.run_line_magic("gpumon", f"--source sim {flag}")
+    out = capsys.readouterr().out
+    assert "usage: %gpumon" in out and "--interval" in out and "unrecognized" not in out
+    shell.run_cell_magic("gpumon", flag, "ran = True\n")
+    assert "usage: %%gpumon" in capsys.readouterr().out and "ran" not in shell.user_ns
+    assert _nbgpu_threads() == [] and session.shared_sampler() is None
+
+
+@pytest.mark.parametrize("line", ["status --gpus 5", "stop --interval 1", "status --source sim",
+                                  "stop --cells off"])
+def test_status_and_stop_refuse_options_they_would_ignore(shell, line: str) -> None:
+    with pytest.raises(UsageError) as err:
+        shell.run_line_magic("gpumon", line)
+    assert "takes no options" in str(err.value) and "\n" not in str(err.value)
+    assert _nbgpu_threads() == []
+
+
+@pytest.mark.parametrize("value", ["0.001", "1e-9", "0.0099"])
+def test_interval_below_the_floor_is_one_usage_error(shell, value: str) -> None:
+    from nbgpu.sampler import MIN_INTERVAL_S
+
+    for magic in ("line", "cell"):
+        with pytest.raises(UsageError) as err:
+            if magic == "line":
+                shell.run_line_magic("gpumon", f"--source sim --interval {value}")
+            else:
+                shell.run_cell_magic("gpumon", f"--interval {value}", "x = 1\n")
+        text = str(err.value)
+        assert f"{MIN_INTERVAL_S * 1000:g} ms" in text and "--interval" in text and "\n" not in text
+    assert _nbgpu_threads() == [] and session.shared_sampler() is None
+
+
+def test_status_shows_errors_and_processes_per_gpu(shell, capsys, monkeypatch) -> None:
+    from nbgpu import Sampler, SimulatedGPUs
+    from nbgpu.units import fmt_bytes
+
+    gpus = SimulatedGPUs(count=2, seed=0)
+    gpus.inject_error("nvmlDeviceGetTemperature", 999, gpu=1)
+    gpus.add_process(0, 4242, 3 * 2**30, name="python", user="someone")
+    now = [1000.0]
+    s = Sampler(source=gpus, interval=0.5, clock=lambda: now[0], diagnostics=False)
+    for _ in range(6):
+        now[0] += 0.5
+        s.step(now[0])
+    monkeypatch.setattr(session, "shared_sampler", lambda: s)
+    shell.run_line_magic("gpumon", "status")
+    out = capsys.readouterr().out
+    st = s.status()
+    assert st.errors_by_gpu.get(1, 0) > 0 and not st.errors_by_gpu.get(0)
+    assert f"nbgpu GPU 1: {st.errors_by_gpu[1]} error(s), last: {st.last_error_by_gpu[1]}" in out
+    assert "nbgpu GPU 0: " not in out.replace("nbgpu GPU 0 processes", "")
+    procs = s.processes()[0]
+    held = sum(p.used_bytes for p in procs if p.used_bytes is not None)
+    assert f"nbgpu GPU 0 processes: {len(procs)}, holding {fmt_bytes(held)}" in out
+    s.stop()

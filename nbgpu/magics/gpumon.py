@@ -8,9 +8,10 @@ from IPython.display import display
 
 from .. import session
 from ..errors import NbgpuError
+from ..units import fmt_bytes
 from ..widgets.columns import check_gpus
 from ..widgets.hostonly import shared_or_host_only
-from .options import Options, help_text, parse_cell_line, parse_line
+from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
 
 
 def _available_gpus(opts: Options, prog: str) -> list[object]:
@@ -46,19 +47,32 @@ def _sampler(opts: Options, prog: str):
         raise UsageError(f"{prog}: {exc}") from None
 
 
+def _processes_line(gpu: object, procs: list) -> str:
+    """One GPU's processes in a line: how many, and the memory they hold."""
+    held = sum(p.used_bytes for p in procs if p.used_bytes is not None)
+    return f"GPU {gpu} processes: {len(procs)}, holding {fmt_bytes(held)}"
+
+
 def status_text() -> str:
-    """What runs: the sampler, the panels and per-cell profiling."""
+    """What runs: the sampler, its errors per GPU, processes, the panels and per-cell profiling."""
     from ..widgets import registry
 
     s = session.shared_sampler()
     if s is None:
         lines = ["sampler: not started (%gpumon starts it)"]
     else:
-        state = "running" if s.running else "stopped"
-        lines = [f"sampler: {state}, {s.source.describe()}, every {s.interval:g} s, {s.ticks} ticks, "
-                 f"{s.errors} error(s)" + (f" (last: {s.last_error})" if s.last_error else "")]
-        if s.lost:
-            lines.append(f"lost GPUs: {', '.join(str(k) for k in s.lost)}")
+        st = s.status()
+        lines = [f"sampler: {st.state}, {st.source_description}, every {s.interval:g} s, {st.ticks} ticks, "
+                 f"{st.errors} error(s)" + (f" (last: {st.last_error})" if st.last_error else "")]
+        if st.resolution_note:
+            lines.append(f"resolution: {st.resolution_note}")
+        for gpu in sorted(set(st.errors_by_gpu) | set(st.last_error_by_gpu), key=str):
+            last = st.last_error_by_gpu.get(gpu)
+            lines.append(f"GPU {gpu}: {st.errors_by_gpu.get(gpu, 0)} error(s)"
+                         + (f", last: {last}" if last else ""))
+        if st.lost:
+            lines.append(f"lost GPUs: {', '.join(str(k) for k in st.lost)}")
+        lines.extend(_processes_line(gpu, procs) for gpu, procs in sorted(s.processes().items(), key=str))
     panels = registry.panels()
     updating = sum(1 for p in panels if p.running)
     lines.append(f"panels: {updating} updating, {len(panels) - updating} stopped")
@@ -79,7 +93,11 @@ class GPUMonMagics(Magics):
     def gpumon(self, line: str = "", cell: str | None = None):
         if cell is not None:
             return self._profile_cell(line, cell)
-        opts = parse_line(line)
+        try:
+            opts = parse_line(line)
+        except HelpRequestedError as shown:
+            print(shown)
+            return None
         if opts.action == "stop":
             from ..profiles.cells import cell_mode_enabled, disable_cell_mode
             from ..widgets import registry
@@ -125,7 +143,11 @@ class GPUMonMagics(Magics):
         print("nbgpu: profiling every cell; %gpumon --cells off stops, nbgpu.history() lists them.")
 
     def _profile_cell(self, line: str, cell: str):
-        opts = parse_cell_line(line)
+        try:
+            opts = parse_cell_line(line)
+        except HelpRequestedError as shown:
+            print(shown)
+            return None
         gpus = _gpus(opts, "%%gpumon")
         from ..profiles.cells import run_profiled_cell
 

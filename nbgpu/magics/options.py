@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from IPython.core.error import UsageError
 
+from ..cli.options import OnceParser, add_shared, argtype, seconds
 from ..errors import BadArgumentError
-from ..sampler import check_interval
 from ..widgets.columns import (
     COLUMNS,
     DEFAULT_REFRESH_S,
@@ -24,7 +24,7 @@ from ..widgets.columns import (
 )
 
 ACTIONS = ("start", "stop", "status")
-SOURCES = "auto, nvml, sim or prometheus=URL"
+RESTART_NOTE = "Changing it restarts the kernel's one sampler; open panels follow"
 
 
 @dataclass
@@ -42,7 +42,20 @@ class Options:
     cells_min_s: float | None = None
 
 
-class _Parser(argparse.ArgumentParser):
+class HelpRequestedError(Exception):
+    """``-h``/``--help`` was given: the magic prints its help instead of running."""
+
+
+class _Help(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
+                         help="show this help and do nothing else")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise HelpRequestedError(parser.format_help())
+
+
+class _Parser(OnceParser):
     """argparse that raises UsageError (one line) instead of printing and exiting."""
 
     def error(self, message: str):
@@ -53,42 +66,6 @@ class _Parser(argparse.ArgumentParser):
 
     def exit(self, status: int = 0, message: str | None = None):
         raise UsageError(message or f"{self.prog}: see {self.prog}? for the options")
-
-
-def _wrap(check):
-    """An argparse type from one of nbgpu's checks (BadArgumentError → argparse's message)."""
-    def convert(text: str):
-        try:
-            return check(text)
-        except BadArgumentError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    convert.__name__ = check.__name__
-    return convert
-
-
-def _number(check):
-    def convert(text: str):
-        try:
-            value = float(text)
-        except ValueError:
-            raise BadArgumentError(f"expected a number of seconds, got {text!r}") from None
-        return check(value)
-    convert.__name__ = check.__name__
-    return _wrap(convert)
-
-
-def _source(text: str) -> str:
-    spec = text.strip()
-    if spec in ("auto", "nvml", "sim", "simulated") or (spec.startswith("prometheus=") and len(spec) > 11):
-        return spec
-    raise BadArgumentError(f"unknown source {text!r}; use {SOURCES}")
-
-
-def _gpus(text: str) -> str:
-    items = [t.strip() for t in text.split(",")]
-    if not items or any(not t for t in items):
-        raise BadArgumentError(f"gpus must be indices separated by commas, like 0,2; got {text!r}")
-    return ",".join(items)
 
 
 def _cells(text: str) -> str:
@@ -104,14 +81,10 @@ def _min_s(value: float) -> float:
 
 
 def _add_sampler_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", type=_wrap(_source), default=None, metavar="SRC",
-                   help=f"where readings come from: {SOURCES} (default: what runs, else auto). "
-                        "Changing it restarts the kernel's one sampler; open panels follow.")
-    p.add_argument("--interval", type=_number(check_interval), default=None, metavar="S",
-                   help="seconds between sampler ticks (default: what runs, else 0.5). Changing it "
-                        "restarts the kernel's one sampler; open panels follow.")
-    p.add_argument("--gpus", type=_wrap(_gpus), default=None, metavar="LIST",
-                   help="GPU indices to show, like 0,2 (default: all)")
+    p.add_argument("-h", "--help", action=_Help)
+    add_shared(p, "source", None, "what runs, else auto", RESTART_NOTE)
+    add_shared(p, "interval", None, "what runs, else 0.5", RESTART_NOTE)
+    add_shared(p, "gpus", None, "all")
 
 
 def line_parser() -> argparse.ArgumentParser:
@@ -127,19 +100,19 @@ def line_parser() -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", default="start", choices=ACTIONS,
                    help="start (default), stop or status")
     _add_sampler_options(p)
-    p.add_argument("--window", type=_number(check_window), default=DEFAULT_WINDOW_S, metavar="S",
+    p.add_argument("--window", type=seconds(check_window), default=DEFAULT_WINDOW_S, metavar="S",
                    dest="window_s", help=f"seconds of history shown, 5 to 86400 (default "
                                          f"{DEFAULT_WINDOW_S:g}); per panel")
-    p.add_argument("--metrics", type=_wrap(check_metrics), default=None, metavar="LIST",
+    p.add_argument("--metrics", type=argtype(check_metrics), default=None, metavar="LIST",
                    help="columns to show, like util,mem,power,temp,sm (default: util, mem, power, "
                         "temp, plus sm where reported); per panel")
-    p.add_argument("--refresh", type=_number(check_refresh), default=DEFAULT_REFRESH_S,
+    p.add_argument("--refresh", type=seconds(check_refresh), default=DEFAULT_REFRESH_S,
                    metavar="S", dest="refresh_s",
                    help=f"seconds between panel updates, 0.25 to 60 (default {DEFAULT_REFRESH_S:g}); "
                         "per panel")
-    p.add_argument("--cells", type=_wrap(_cells), nargs="?", const="on", default=None,
+    p.add_argument("--cells", type=argtype(_cells), nargs="?", const="on", default=None,
                    metavar="on|off", help="profile every cell from now on (off: stop)")
-    p.add_argument("--cells-min", type=_number(_min_s), default=None, metavar="S",
+    p.add_argument("--cells-min", type=seconds(_min_s), default=None, metavar="S",
                    dest="cells_min_s", help="with --cells: show a summary only for cells that ran "
                                             "at least S seconds")
     return p
@@ -161,15 +134,20 @@ def _split(line: str, prog: str) -> list[str]:
 
 
 def parse_line(line: str) -> Options:
-    """Options of a ``%gpumon`` line; UsageError for anything wrong."""
-    ns = line_parser().parse_args(_split(line, "%gpumon"))
+    """Options of a ``%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
+    parser = line_parser()
+    ns = parser.parse_args(_split(line, "%gpumon"))
+    if ns.action in ("stop", "status") and parser.given:
+        given = ", ".join(sorted(parser.given.values()))
+        raise UsageError(f"%gpumon {ns.action}: takes no options, got {given}; "
+                         f"give them to %gpumon (start) instead")
     if ns.cells_min_s is not None and ns.cells is None:
         ns.cells = "on"
     return Options(**vars(ns))
 
 
 def parse_cell_line(line: str) -> Options:
-    """Options of a ``%%gpumon`` line; UsageError for anything wrong."""
+    """Options of a ``%%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
     ns = cell_parser().parse_args(_split(line, "%%gpumon"))
     return Options(**vars(ns))
 

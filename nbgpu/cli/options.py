@@ -1,0 +1,134 @@
+"""The options the ``nbgpu`` command and ``%gpumon`` share, defined once, and their parser base.
+
+``SHARED`` is the one table of option definitions (flag, value check, metavar, help); the
+command's sub-commands and the magics add them with ``add_shared``, each with its own
+default. ``OnceParser`` refuses an option given twice (``--interval 1 --interval 2``) instead
+of letting the last one win silently. Nothing here imports IPython.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..errors import BadArgumentError
+from ..sampler import check_interval
+
+SOURCES = "auto, nvml, sim or prometheus=URL"
+
+
+def check_source(text: str) -> str:
+    """A ``--source`` value (``auto``, ``nvml``, ``sim``, ``prometheus=URL``), or BadArgumentError."""
+    spec = text.strip()
+    if spec in ("auto", "nvml", "sim", "simulated") or (spec.startswith("prometheus=") and len(spec) > 11):
+        return spec
+    raise BadArgumentError(f"unknown source {text!r}; use {SOURCES}")
+
+
+def check_gpu_list(text: str) -> str:
+    """A ``--gpus`` value: indices separated by commas, like ``0,2``."""
+    items = [t.strip() for t in text.split(",")]
+    if any(not t for t in items):
+        raise BadArgumentError(f"gpus must be indices separated by commas, like 0,2; got {text!r}")
+    return ",".join(items)
+
+
+def argtype(check: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse ``type`` from one of nbgpu's checks (its BadArgumentError becomes argparse's)."""
+    def convert(text: str) -> object:
+        try:
+            return check(text)
+        except BadArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = getattr(check, "__name__", "value")
+    return convert
+
+
+def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
+    """An argparse ``type`` reading a number of seconds and checking it with ``check``."""
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadArgumentError(f"expected a number of seconds, got {text!r}") from None
+        if not math.isfinite(value):
+            raise BadArgumentError(f"expected a finite number of seconds, got {text!r}")
+        return check(value)
+    convert.__name__ = getattr(check, "__name__", "seconds")
+    return argtype(convert)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option's definition: its flags, how its value is checked, and what it means."""
+
+    flags: tuple[str, ...]
+    type: Callable[[str], object]
+    metavar: str
+    help: str
+
+
+SHARED: dict[str, Option] = {
+    "source": Option(("--source",), argtype(check_source), "SRC", f"where readings come from: {SOURCES}"),
+    "interval": Option(("--interval",), seconds(check_interval), "S",
+                       "seconds between sampler ticks, 0.01 to 3600"),
+    "gpus": Option(("--gpus",), argtype(check_gpu_list), "LIST", "GPU indices to show, like 0,2"),
+}
+
+
+def add_shared(parser: argparse.ArgumentParser, name: str, default: object, default_text: str,
+               note: str = "") -> None:
+    """Add the shared option ``name`` to ``parser`` with its own default (and a note for its help)."""
+    opt = SHARED[name]
+    text = f"{opt.help} (default: {default_text})" + (f". {note}" if note else "")
+    parser.add_argument(*opt.flags, type=opt.type, default=default, metavar=opt.metavar, help=text)
+
+
+class _StoreOnce(argparse._StoreAction):
+    """``store``, refusing a second use of the same option in one command line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string is not None:  # positionals are counted by argparse itself
+            _once(parser, namespace, self.dest, option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _once(parser: argparse.ArgumentParser, namespace: argparse.Namespace, dest: str, flag: str) -> None:
+    """Note that ``flag`` was given; a second option of the same ``dest`` is a usage error."""
+    given = namespace.__dict__.setdefault("_given", {})
+    if dest in given:
+        first = given[dest]
+        twice = f"{flag} given twice" if first == flag else f"{first} and {flag} given together"
+        parser.error(f"{twice}; give it once")
+    given[dest] = flag
+
+
+class _StoreConstOnce(argparse._StoreConstAction):
+    """``store_true``/``store_const``, refusing a second use of the same option."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _once(parser, namespace, self.dest, option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _StoreTrueOnce(_StoreConstOnce):
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, const=True, default=default, required=required, help=help)
+
+
+class OnceParser(argparse.ArgumentParser):
+    """argparse whose options may each be given once; ``given`` lists the options of the last parse."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self.register("action", "store_true", _StoreTrueOnce)
+        self.given: dict[str, str] = {}
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        self.given = ns.__dict__.pop("_given", {})
+        return ns, rest
