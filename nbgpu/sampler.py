@@ -1,50 +1,114 @@
 """The sampler: one background thread that reads a source and writes a store.
 
 Nothing else touches the source while it runs; views, captures and exports read the
-store. Every tick is guarded: an error is counted and kept in ``last_error``, a lost GPU
-becomes an event, and the thread carries on.
+store and the sampler's snapshots (``status()``, ``latest()``, ``processes()``). What is
+read when comes from ``nbgpu.schedule.plan``, shared by the thread and ``step(now)``, so
+tests drive a sampler with a fake clock and no thread. Every step is guarded: an error is
+counted (per GPU too) and kept in ``last_error``, a lost GPU becomes an event, and the
+thread carries on. ``stop()`` never waits on a hanging read for more than a second: the
+thread closes the source itself once its last read returned.
+
+Diagnostics live above the sampler: ``nbgpu.diagnostics`` registers a factory with
+``set_diagnostics_factory`` when imported (``nbgpu.Sampler`` imports it), and each
+``Sampler(diagnostics=True)`` gets an engine from it as a tick listener.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import math
 import numbers
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import BadArgumentError
+from . import schedule
+from .errors import BadArgumentError, SamplerStateError
+from .metrics import HOST_COLUMNS, HOST_KEY
 from .sources import Source, open_source
-from .sources.host import COLUMNS as HOST_COLUMNS
-from .sources.host import HOST_KEY, HostSource
+from .sources.base import ProcessInfo
+from .sources.host import HostSource
 from .store import Event, Store
 from .timeline import Timeline
 
 log = logging.getLogger("nbgpu")
 
 DEFAULT_INTERVAL_S = 0.5
-MAX_BUFFER_DRAIN_S = 1.0  # NVML keeps ~2.4 s of power samples: drain well within that
+MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
+MAX_INTERVAL_S = 3600.0
+MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
+STOP_WAIT_S = 1.0  # stop() returns after this even if the thread is inside a hanging read
+STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stale
 
 _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
+_atexit_lock = threading.Lock()
+_atexit_registered = False
+_diagnostics_factory: Callable[[Sampler, object], object] | None = None
 
 
 def running_samplers() -> list[Sampler]:
-    """Samplers whose thread is alive in this process."""
+    """Samplers whose thread is running in this process."""
     return [s for s in list(_running) if s.running]
 
 
 def check_interval(interval: object, name: str = "interval") -> float:
     """``interval`` as a float of seconds, or BadArgumentError saying what is allowed."""
+    allowed = f"{name} must be a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}"
     if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
-        raise BadArgumentError(f"{name} must be a number of seconds > 0, got {interval!r}")
+        raise BadArgumentError(f"{allowed}, got {interval!r}")
     value = float(interval)
-    if not (math.isfinite(value) and 0 < value <= 3600):
-        raise BadArgumentError(f"{name} must be a number of seconds > 0 and <= 3600, got {interval!r}")
+    if not math.isfinite(value) or value <= 0 or value > MAX_INTERVAL_S:
+        raise BadArgumentError(f"{allowed}, got {interval!r}")
+    if value < MIN_INTERVAL_S:
+        raise BadArgumentError(f"{allowed}, got {interval!r}: below {MIN_INTERVAL_S * 1000:g} ms "
+                               "the sampler would use a whole CPU core; power and utilisation "
+                               "keep NVML's native resolution at any interval")
     return value
+
+
+def set_diagnostics_factory(factory: Callable[[Sampler, object], object] | None) -> None:
+    """Let a higher layer attach its engine: ``factory(sampler, thresholds)`` -> engine."""
+    global _diagnostics_factory
+    _diagnostics_factory = factory
+
+
+def _stop_all_at_exit() -> None:
+    """Interpreter exit: stop every running sampler and release its source."""
+    for s in list(_running):
+        with contextlib.suppress(Exception):
+            s.stop(timeout_s=0.5)
+
+
+@dataclass(frozen=True)
+class SamplerStatus:
+    """A consistent snapshot of a sampler's state, for views, magics and the CLI."""
+
+    state: str  # "running" | "stopping" | "stopped" | "closed"
+    ticks: int
+    errors: int
+    errors_by_gpu: dict = field(default_factory=dict)
+    last_error: str | None = None
+    last_error_by_gpu: dict = field(default_factory=dict)
+    lost: dict = field(default_factory=dict)
+    simulated: bool = False
+    source_kind: str = ""
+    source_description: str = ""
+    resolution_note: str | None = None
+
+
+def _process_info(p: object) -> ProcessInfo:
+    """A source's process entry (a ProcessInfo, or an old-style dict) as a ProcessInfo."""
+    if isinstance(p, ProcessInfo):
+        return p
+    used = p.get("used_bytes")
+    used = None if used is None or (isinstance(used, float) and math.isnan(used)) else int(used)
+    return ProcessInfo(int(p["pid"]), used, p.get("name"), p.get("user"))
 
 
 class Sampler:
@@ -53,12 +117,13 @@ class Sampler:
     Args:
         source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "prometheus=URL",
             a ``SimulatedGPUs`` or any object with the source interface.
-        interval: seconds between ticks of cheap reads. Power and utilisation come from
-            NVML's sample buffers at the card's own resolution whatever this is.
+        interval: seconds between ticks of cheap reads (10 ms to 3600 s). Power and
+            utilisation come from NVML's sample buffers at the card's own resolution.
         gpus: indices of the GPUs to keep; None keeps all.
         host: also sample host CPU/RAM of the machine and of this process tree.
         energy_every_s, pcie_every_s, procs_every_s: how often the costly reads run.
-        full_res_s, bucket_s, history_s: store bounds (see ``nbgpu.store``).
+        full_res_s, bucket_s, history_s: store bounds (see ``nbgpu.store``); None: defaults.
+        clock: seconds since the epoch; a fake clock plus ``step(now)`` drives it in tests.
         diagnostics: run the diagnostics rules (``alert_list()``, ``alerts``, ``on_alert``).
         thresholds: ``nbgpu.Thresholds`` or a dict of the thresholds to change; None: defaults.
     """
@@ -74,6 +139,9 @@ class Sampler:
         self._every = {"energy": check_interval(energy_every_s, "energy_every_s"),
                        "pcie": check_interval(pcie_every_s, "pcie_every_s"),
                        "procs": check_interval(procs_every_s, "procs_every_s")}
+        store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
+                                      ("history_s", history_s)) if v is not None}
+        self.store = Store(**store_kw)  # checks the bounds before any source opens
         self._clock = clock
         self.source: Source = open_source(source)
         try:
@@ -82,14 +150,11 @@ class Sampler:
         except Exception:
             self.source.close()
             raise
-        self.devices: list[dict] = [d for d in all_devices if self._keeps(d)]
+        self.devices: list = [d for d in all_devices if self._keeps(d)]
         self._kept_keys = {d["index"] for d in self.devices}
         select = getattr(self.source, "select", None)
         if callable(select):  # the source then reads only these devices
             select(self._kept_keys)
-        store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
-                                      ("history_s", history_s)) if v is not None}
-        self.store = Store(**store_kw)
         for device, streams in self.source.streams().items():
             if self._keeps({"index": device}):
                 for name, cols in streams.items():
@@ -103,24 +168,44 @@ class Sampler:
         self.ticks = 0
         self.errors = 0
         self.last_error: str | None = None
-        self.lost: dict[object, float] = {}
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        # _lock guards the small shared state below; _step_lock serialises steps;
+        # _life serialises start/stop; _close_lock makes closing the source happen once.
+        self._lock = threading.Lock()
+        self._step_lock = threading.Lock()
+        self._life = threading.RLock()
+        self._close_lock = threading.Lock()
+        self._lost: dict[object, float] = {}
+        self._errors_by_gpu: dict[object, int] = {}
+        self._last_error_by_gpu: dict[object, str] = {}
+        self._error_at: dict[object, float] = {}  # device -> time of its newest read error
+        self._unsupported: dict[object, set[str]] = {}
+        self._refreshed: dict[tuple[object, str], tuple[float, float]] = {}  # newest, previous
+        self._processes: dict[object, list[ProcessInfo]] = {}
+        self._urgent: set[str] = set()
+        self._fast: list[float] = []
+        self._sched = schedule.State()
+        self._wake_at = -math.inf
+        self._last_step: float | None = None
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
-        self._stop = False
+        self._stop_event = threading.Event()
+        self._close_requested = False
         self._closed = False
-        self._urgent: set[str] = set()
         self._listeners: list[Callable[[Sampler, float], None]] = []
         self.diagnostics = None  # the DiagnosticsEngine naming problems (nbgpu.diagnostics)
-        if diagnostics:
-            from .diagnostics import DiagnosticsEngine
-
-            self.diagnostics = DiagnosticsEngine(thresholds)
-            self.add_listener(self.diagnostics)
+        if diagnostics and _diagnostics_factory is not None:
+            try:
+                self.diagnostics = _diagnostics_factory(self, thresholds)
+            except Exception:
+                self.source.close()
+                raise
+        elif diagnostics:
+            log.debug("nbgpu.diagnostics not imported: this Sampler runs without alerts")
 
     @staticmethod
-    def _select(devices: list[dict], gpus: Iterable[int] | None) -> set | None:
+    def _select(devices: list, gpus: Iterable[int] | None) -> set | None:
         if gpus is None:
             return None
         if isinstance(gpus, (int, str)):
@@ -135,7 +220,7 @@ class Sampler:
             keep.add(g)
         return keep
 
-    def _keeps(self, device: dict) -> bool:
+    def _keeps(self, device) -> bool:
         if self._keep is None:
             return True
         key = device["index"]
@@ -144,42 +229,87 @@ class Sampler:
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
+    def state(self) -> str:
+        """"running", "stopping" (its thread is still inside a read), "stopped" or "closed"."""
+        t = self._thread
+        if t is not None and t.is_alive():
+            return "stopping" if self._stop_event.is_set() else "running"
+        return "closed" if self._closed else "stopped"
+
+    @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """Whether the thread runs and has not been asked to stop."""
+        return self.state == "running"
 
     @property
     def simulated(self) -> bool:
         return bool(getattr(self.source, "simulated", False))
 
     def start(self) -> Sampler:
-        """Start the background thread (no-op if running); returns self."""
-        if self._closed:
-            raise BadArgumentError("this Sampler was stopped and closed; create a new one")
-        if self.running:
-            return self
-        self._stop = False
-        self._wake.clear()
-        self.started_at = self._clock()
-        self.stopped_at = None
-        self.store.add_event(Event(self.started_at, "sampler", "started"))
-        self._thread = threading.Thread(target=self._run, name="nbgpu-sampler", daemon=True)
-        self._thread.start()
-        _running.add(self)
+        """Start the background thread (no-op if running, safe from any thread); returns self."""
+        global _atexit_registered
+        with self._life:
+            if self._closed or self._close_requested:
+                raise SamplerStateError("this Sampler is closed (stop() released its source); "
+                                        "create a new Sampler, or pause with stop(close=False) "
+                                        "to start it again")
+            t = self._thread
+            if t is not None and t.is_alive():
+                if self._stop_event.is_set():
+                    raise SamplerStateError("this Sampler is still stopping (its thread is "
+                                            "inside a read that has not returned); try again "
+                                            "when status().state is 'stopped'")
+                return self
+            self._stop_event.clear()
+            self._wake.clear()
+            self.started_at = self._clock()
+            self.stopped_at = None
+            self.store.add_event(Event(self.started_at, "sampler", "started"))
+            self._thread = threading.Thread(target=self._run, name="nbgpu-sampler", daemon=True)
+            self._thread.start()
+            _running.add(self)
+        with _atexit_lock:
+            if not _atexit_registered:
+                atexit.register(_stop_all_at_exit)
+                _atexit_registered = True
         return self
 
-    def stop(self, close: bool = True) -> None:
-        """Stop and join the thread; ``close`` also releases NVML. Data stays readable."""
-        if self._thread is not None:
-            self._stop = True
-            self._wake.set()
-            self._thread.join(timeout=10)
-            self._thread = None
-            self.stopped_at = self._clock()
-            self.store.add_event(Event(self.stopped_at, "sampler", "stopped"))
+    def stop(self, close: bool = True, timeout_s: float = STOP_WAIT_S) -> None:
+        """Stop the thread, waiting at most ``timeout_s``; ``close`` also releases the source.
+
+        If the thread is inside a read that does not return in time, ``stop`` returns
+        anyway: ``status().state`` says "stopping" until the thread ends, and the thread
+        closes the source itself after its last read. Data stays readable.
+        """
+        with self._life:
+            if close:
+                self._close_requested = True
+            t = self._thread
+            if t is not None:
+                self._stop_event.set()
+                self._wake.set()
+                if t is not threading.current_thread():
+                    t.join(timeout_s)
+                if t.is_alive():
+                    return
+                self._thread = None
+            _running.discard(self)
+            if close:
+                self._close_source()
+
+    def _close_source(self) -> None:
+        with self._close_lock:
+            if not self._closed:
+                self._closed = True
+                self.source.close()
+
+    def _thread_ended(self) -> None:
+        """The thread's last act: record the stop; close the source if that was asked."""
+        self.stopped_at = self._clock()
+        self.store.add_event(Event(self.stopped_at, "sampler", "stopped"))
         _running.discard(self)
-        if close and not self._closed:
-            self._closed = True
-            self.source.close()
+        if self._close_requested:
+            self._close_source()
 
     def __enter__(self) -> Sampler:
         return self.start()
@@ -195,9 +325,8 @@ class Sampler:
             pass
 
     def __repr__(self) -> str:
-        state = "running" if self.running else ("closed" if self._closed else "stopped")
         return (f"<nbgpu.Sampler {self.source.kind} {len(self.devices)} device(s) "
-                f"every {self.interval:g}s, {state}, {self.ticks} ticks>")
+                f"every {self.interval:g}s, {self.state}, {self.ticks} ticks>")
 
     # -- what other parts of nbgpu ask of it ------------------------------------------------
     def mark(self, label: str, t: float | None = None) -> None:
@@ -205,17 +334,36 @@ class Sampler:
         self.store.add_event(Event(self._clock() if t is None else t, "mark", str(label)))
 
     def request(self, read: str) -> None:
-        """Ask the thread to do a costly read ("energy", "pcie", "procs") on its next wake-up."""
-        self._urgent.add(read)
+        """Ask for a costly read ("energy", "pcie", "procs") at the next step, never lost."""
+        with self._lock:
+            self._urgent.add(read)
         self._wake.set()
 
+    @contextlib.contextmanager
+    def fast_memory(self, every_s: float = 0.01) -> Iterator[Sampler]:
+        """While held, also read memory used every ``every_s`` so short spikes are caught.
+
+        Nesting is counted and thread-safe; the fastest lane held wins.
+        """
+        every_s = check_interval(every_s, "every_s")
+        with self._lock:
+            self._fast.append(every_s)
+        self._wake.set()
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._fast.remove(every_s)
+
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
-        """Call ``fn(sampler, now)`` in the sampler thread after every tick (diagnostics)."""
-        self._listeners.append(fn)
+        """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""
+        with self._lock:
+            self._listeners.append(fn)
 
     def remove_listener(self, fn: Callable[[Sampler, float], None]) -> None:
-        if fn in self._listeners:
-            self._listeners.remove(fn)
+        with self._lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
 
     def alert_list(self) -> list:
         """Diagnostics alerts so far (``nbgpu.Alert``), oldest first; ``end`` is None while on."""
@@ -228,9 +376,13 @@ class Sampler:
     @property
     def alerts(self):
         """``alert_list()`` as a DataFrame: rule, severity, gpu, start, end, message, ..."""
-        from .diagnostics import alerts_frame
+        if self.diagnostics is None:
+            import pandas as pd
 
-        return alerts_frame(self.alert_list())
+            return pd.DataFrame(columns=["rule", "severity", "gpu", "start", "end", "duration_s",
+                                         "active", "message", "suggestion", "evidence"])
+        self.alert_list()  # ends ongoing alerts of a stopped sampler
+        return self.diagnostics.alerts
 
     def on_alert(self, fn: Callable) -> None:
         """Call ``fn(alert)`` in the sampler thread when an alert opens or escalates."""
@@ -238,27 +390,89 @@ class Sampler:
             raise BadArgumentError("this Sampler was created with diagnostics=False; no alerts")
         self.diagnostics.on_alert(fn)
 
+    @property
+    def lost(self) -> dict[object, float]:
+        """GPUs lost so far and when (a copy: safe to iterate while the thread runs)."""
+        with self._lock:
+            return dict(self._lost)
+
+    def processes(self) -> dict[object, list[ProcessInfo]]:
+        """The newest process lists per GPU (a copy taken under a lock)."""
+        with self._lock:
+            return {k: list(v) for k, v in self._processes.items()}
+
+    def status(self) -> SamplerStatus:
+        """A snapshot of state, ticks and errors (total and per GPU), lost GPUs and source."""
+        note = getattr(self.source, "resolution_note", None)
+        note = note() if callable(note) else note
+        try:
+            description = self.source.describe()
+        except Exception as exc:
+            description = f"{self.source.kind} ({type(exc).__name__})"
+        with self._lock:
+            return SamplerStatus(
+                state=self.state, ticks=self.ticks, errors=self.errors,
+                errors_by_gpu=dict(self._errors_by_gpu), last_error=self.last_error,
+                last_error_by_gpu=dict(self._last_error_by_gpu), lost=dict(self._lost),
+                simulated=self.simulated, source_kind=str(self.source.kind),
+                source_description=description, resolution_note=note)
+
+    def _stale_now(self) -> float:
+        if self.running:
+            return self._clock()
+        return self._last_step if self._last_step is not None else self._clock()
+
+    def _metric_state(self, dev_key, metric: str, now: float, supported: bool) -> str:
+        if not supported or metric in self._unsupported.get(dev_key, ()):
+            return "unsupported"
+        newest, previous = self._refreshed.get((dev_key, metric), (math.nan, math.nan))
+        if math.isnan(newest):
+            return "failed" if dev_key in self._error_at else "stale"
+        gap = newest - previous if not math.isnan(previous) else max(
+            [self.interval, MAX_BUFFER_DRAIN_S, *self._every.values()])
+        period = max(self.interval, gap)
+        age = now - newest
+        if self._error_at.get(dev_key, -math.inf) > newest and age > period + 1e-6:
+            return "failed"
+        return "stale" if age > STALE_PERIODS * period + 1e-6 else "live"
+
     def latest(self) -> list[dict]:
-        """Newest value of every metric of every GPU, with its device info and state."""
+        """Newest value of every metric of every GPU, with its state.
+
+        Each row: ``gpu``, ``name``, ``state`` (of the device), ``time`` (UTC
+        ``pandas.Timestamp`` of the newest reading), ``time_s`` (the same as epoch
+        seconds), one value per metric, ``states`` ({metric: "live" | "stale" | "failed"
+        | "unsupported"}) and ``last_good`` ({metric: newest good value}). A metric that
+        is not live reads NaN, so a frozen value never looks live.
+        """
+        import pandas as pd
+
+        now = self._stale_now()
+        lost = self.lost
         out = []
         for dev in self.devices:
-            state = "lost" if dev["index"] in self.lost else ("running" if self.running else "stopped")
-            row = {"gpu": dev["index"], "name": dev["name"], "state": state}
+            key = dev["index"]
+            state = "lost" if key in lost else self.state
+            row = {"gpu": key, "name": dev["name"], "state": state}
+            supported_metrics = set(dev.get("metrics") or ())
             newest = np.nan
-            for metric in self.store.metrics_of(dev["index"]):
-                t, v = self.store.last(dev["index"], metric)
-                row[metric] = v
+            states: dict[str, str] = {}
+            last_good: dict[str, float] = {}
+            for metric in self.store.metrics_of(key):
+                t, v = self.store.last(key, metric)
+                with self._lock:
+                    states[metric] = self._metric_state(
+                        key, metric, now, not supported_metrics or metric in supported_metrics)
+                last_good[metric] = v
+                row[metric] = v if states[metric] == "live" else np.nan
                 if not np.isnan(t):
                     newest = t if np.isnan(newest) else max(newest, t)
-            row["time"] = newest
+            row["time"] = pd.NaT if np.isnan(newest) else pd.Timestamp(newest, unit="s", tz="UTC")
+            row["time_s"] = float(newest)
+            row["states"] = states
+            row["last_good"] = last_good
             out.append(row)
         return out
-
-    def prometheus_text(self, hostname: str | None = None) -> str:
-        """Newest GPU readings as Prometheus text, with dcgm-exporter's names where it has them."""
-        from .exporter import prometheus_text
-
-        return prometheus_text(self, hostname)
 
     def latest_host(self) -> dict:
         """Newest host readings (empty if host sampling is off)."""
@@ -266,55 +480,109 @@ class Sampler:
             return {}
         return {m: self.store.last(HOST_KEY, m)[1] for m in HOST_COLUMNS}
 
-    # -- the thread ------------------------------------------------------------------------
-    def _run(self) -> None:
-        next_tick = self._clock()
-        last_slow = {k: -math.inf for k in self._every}
-        while not self._stop:
-            now = self._clock()
-            due = {k for k, every in self._every.items() if now - last_slow[k] >= every}
-            due |= self._urgent
-            self._urgent = set()
-            for k in due:
-                last_slow[k] = now
-            full_tick = now >= next_tick - 1e-3
-            self._tick(now, frozenset(due), full_tick)
-            if full_tick:
-                next_tick += self.interval
-                if next_tick < now:  # fell behind (a slow read): skip, don't burst
-                    next_tick = now + self.interval
-            wait = min(next_tick, now + MAX_BUFFER_DRAIN_S) - self._clock()
-            if wait > 0:
-                self._wake.wait(wait)
-            self._wake.clear()
+    # -- one step: what the thread does at each wake-up --------------------------------------
+    def _settings(self) -> schedule.Settings:
+        fast = min(self._fast) if self._fast else None
+        return schedule.Settings(self.interval, self._every, MAX_BUFFER_DRAIN_S, fast)
 
-    def _tick(self, now: float, due: frozenset[str], full_tick: bool) -> None:
-        """One pass: "tick" in ``due`` asks the source for its cheap reads; buffers always."""
+    def step(self, now: float) -> None:
+        """Do what the thread would do at time ``now``: the due reads, store writes, listeners."""
+        if self._closed:
+            raise SamplerStateError("this Sampler is closed; create a new Sampler to sample again")
+        with self._step_lock:
+            with self._lock:
+                urgent = frozenset(self._urgent)
+                self._urgent.clear()
+                settings = self._settings()
+            if self.started_at is None:
+                self.started_at = now
+            p = schedule.plan(now, settings, self._sched, urgent)
+            self._sched = p.state
+            self._wake_at = p.wake_at
+            self._last_step = now
+            self._read(now, p.reads)
+            with self._lock:
+                listeners = list(self._listeners)
+            for fn in listeners:
+                try:
+                    fn(self, now)
+                except Exception as exc:
+                    self._count_error(None, f"listener {getattr(fn, '__name__', fn)}: {exc}", now)
+
+    def _count_error(self, device, message: str, now: float) -> None:
+        with self._lock:
+            self.errors += 1
+            self.last_error = message
+            if device is not None:
+                self._errors_by_gpu[device] = self._errors_by_gpu.get(device, 0) + 1
+                self._last_error_by_gpu[device] = message
+                self._error_at[device] = now
+
+    def _note_refreshed(self, device, values: dict, now: float) -> None:
+        for metric, arr in values.items():
+            a = np.asarray(arr)
+            if a.size and not np.isnan(a.astype(np.float64, copy=False)).all():
+                newest, _ = self._refreshed.get((device, metric), (math.nan, math.nan))
+                if newest != now:
+                    self._refreshed[(device, metric)] = (now, newest)
+
+    def _read(self, now: float, reads: frozenset[str]) -> None:
+        """One pass over the source ("tick" in ``reads``: cheap reads, host, a counted tick)."""
+        full_tick = "tick" in reads
         try:
-            reading = self.source.read(now, due | {"tick"} if full_tick else due)
+            reading = self.source.read(now, reads)
             for batch in reading.batches:
                 if batch.device not in self._kept_keys:
                     continue
                 self.store.append_many(batch.device, batch.stream, batch.times, batch.values)
+                with self._lock:
+                    self._note_refreshed(batch.device, batch.values, now)
+            for err in getattr(reading, "errors", ()):
+                self._count_error(err.device, f"GPU {err.device} {err.read}: {err.message}", now)
             for ev in reading.events:
-                if ev.kind == "lost" and ev.device not in self.lost:
-                    self.lost[ev.device] = now
-                    log.warning(ev.message)
-                self.store.add_event(Event(now, ev.kind, ev.message, ev.device))
+                self._on_event(ev, now)
+            if "procs" in reads:
+                self._snapshot_processes()
             if self._host is not None and full_tick:
                 values = self._host.read(now)
                 if self._host_override is not None:
                     values.update(self._host_override(now - self.started_at) or {})
                 self.store.append(HOST_KEY, "tick", now, values)
             if full_tick:
-                self.ticks += 1
-        except Exception as exc:  # a tick never kills the thread
-            self.errors += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.debug("sampler tick failed", exc_info=True)
-        for fn in list(self._listeners):
-            try:
-                fn(self, now)
-            except Exception as exc:
-                self.errors += 1
-                self.last_error = f"listener {getattr(fn, '__name__', fn)}: {exc}"
+                with self._lock:
+                    self.ticks += 1
+        except Exception as exc:  # a step never kills the thread
+            self._count_error(None, f"{type(exc).__name__}: {exc}", now)
+            log.debug("sampler step failed", exc_info=True)
+
+    def _on_event(self, ev, now: float) -> None:
+        with self._lock:
+            if ev.kind == "lost" and ev.device not in self._lost:
+                self._lost[ev.device] = now
+                log.warning(ev.message)
+            if ev.kind == "unsupported":
+                self._unsupported.setdefault(ev.device, set()).update(getattr(ev, "metrics", ()))
+        self.store.add_event(Event(now, ev.kind, ev.message, ev.device))
+
+    def _snapshot_processes(self) -> None:
+        procs = getattr(self.source, "processes", None)
+        procs = procs() if callable(procs) else procs
+        if not procs:
+            return
+        snap = {k: [_process_info(p) for p in v] for k, v in dict(procs).items()
+                if k in self._kept_keys}
+        with self._lock:
+            self._processes.update(snap)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop_event.is_set():
+                self._wake.clear()
+                self.step(self._clock())
+                wait = self._wake_at - self._clock()
+                if wait > 0 and not self._stop_event.is_set():
+                    self._wake.wait(wait)
+        except SamplerStateError:
+            pass
+        finally:
+            self._thread_ended()

@@ -50,9 +50,18 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
         return new
 
 
-def on_replace(fn: Callable[[Sampler | None, Sampler], None]) -> None:
-    """Call ``fn(old, new)`` whenever the shared sampler is replaced (panels re-point)."""
+def on_replace(fn: Callable[[Sampler | None, Sampler], None]) -> Callable[[], None]:
+    """Call ``fn(old, new)`` whenever the shared sampler is replaced (panels re-point).
+
+    Returns a function that unregisters ``fn`` (a stopped panel calls it, so none leak).
+    """
     _on_replace.append(fn)
+
+    def unregister() -> None:
+        if fn in _on_replace:
+            _on_replace.remove(fn)
+
+    return unregister
 
 
 def stop_shared() -> None:

@@ -2,17 +2,23 @@
 
 The sampler thread is the only writer. Readers (timeline, views, captures) take copies
 under a short lock. Rows older than ``full_res_s`` are folded into ``bucket_s`` buckets
-(mean, min, max of each column); buckets older than ``history_s`` are dropped, so memory
-is bounded by the sources' rates times those durations, whatever runs how long.
+(mean, min, max of each column) a whole bucket at a time; rows and buckets older than
+``history_s`` are dropped and never returned. Memory is bounded by the sources' rates
+times those durations, whatever runs how long. Events carry a ``seq`` number so readers
+(the recorder) follow them with ``events_since(seq)``.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .errors import BadArgumentError
 
 CHUNK_ROWS = 2048
 
@@ -25,39 +31,94 @@ MAX_FULL_RES_ROWS = 600_000
 
 
 class _Chunk:
-    """A fixed-size block of rows: float64 times and one typed array per column."""
+    """A fixed-size block of rows: float64 times and one typed array per column.
 
-    __slots__ = ("cols", "n", "times")
+    Rows ``start`` to ``n`` are live; rows before ``start`` were folded or dropped.
+    """
+
+    __slots__ = ("cols", "n", "start", "times")
 
     def __init__(self, columns: dict[str, np.dtype], rows: int) -> None:
         self.times = np.empty(rows, dtype=np.float64)
         self.cols = {name: np.empty(rows, dtype=dtype) for name, dtype in columns.items()}
         self.n = 0
+        self.start = 0
 
     def nbytes(self) -> int:
         return self.times.nbytes + sum(a.nbytes for a in self.cols.values())
 
 
 def _concat(chunks: list[_Chunk], columns: list[str], t0: float, t1: float):
-    """Rows of ``chunks`` with t0 <= time <= t1, as (times, {column: values})."""
+    """Live rows of ``chunks`` with t0 <= time <= t1, as (times, {column: values})."""
     times, cols = [], {c: [] for c in columns}
     for ch in chunks:
-        if ch.n == 0:
+        if ch.n <= ch.start:
             continue
-        t = ch.times[: ch.n]
+        t = ch.times[ch.start : ch.n]
         if t[-1] < t0 or t[0] > t1:
             continue
         lo, hi = np.searchsorted(t, t0, "left"), np.searchsorted(t, t1, "right")
         times.append(t[lo:hi])
         for c in columns:
-            cols[c].append(ch.cols[c][lo:hi])
+            cols[c].append(ch.cols[c][ch.start + lo : ch.start + hi])
     if not times:
         return np.empty(0), {c: np.empty(0) for c in columns}
     return np.concatenate(times), {c: np.concatenate(v) for c, v in cols.items()}
 
 
+def _append_rows(chunks: deque[_Chunk], columns: dict[str, np.dtype], times: np.ndarray,
+                 values: dict[str, np.ndarray]) -> None:
+    """Append time-sorted rows to a deque of chunks, opening chunks as they fill."""
+    pos = 0
+    while pos < len(times):
+        if not chunks or chunks[-1].n == CHUNK_ROWS:
+            chunks.append(_Chunk(columns, CHUNK_ROWS))
+        ch = chunks[-1]
+        take = min(len(times) - pos, CHUNK_ROWS - ch.n)
+        ch.times[ch.n : ch.n + take] = times[pos : pos + take]
+        for name, arr in ch.cols.items():
+            src = values.get(name)
+            arr[ch.n : ch.n + take] = np.nan if src is None else src[pos : pos + take]
+        ch.n += take
+        pos += take
+
+
+def _cut_before(chunks: deque[_Chunk], t_cut: float | None, max_rows: int | None = None,
+                columns: list[str] | None = None):
+    """Remove the oldest rows (time < ``t_cut``, or beyond ``max_rows`` live rows); return them."""
+    out_t: list[np.ndarray] = []
+    out_c: dict[str, list[np.ndarray]] = {c: [] for c in columns or ()}
+    excess = 0
+    if max_rows is not None:
+        excess = sum(ch.n - ch.start for ch in chunks) - max_rows
+    while chunks:
+        ch = chunks[0]
+        t = ch.times[ch.start : ch.n]
+        k = int(np.searchsorted(t, t_cut, "left")) if t_cut is not None else 0
+        k = max(k, min(excess, len(t)))
+        if k == 0:
+            break
+        out_t.append(t[:k].copy())
+        for c in out_c:
+            out_c[c].append(ch.cols[c][ch.start : ch.start + k].copy())
+        ch.start += k
+        excess -= k
+        if ch.start >= ch.n and (ch.n == CHUNK_ROWS or len(chunks) > 1):
+            chunks.popleft()
+        elif k < len(t) or ch.n < CHUNK_ROWS:
+            break
+    if not out_t:
+        return None
+    return np.concatenate(out_t), {c: np.concatenate(v) for c, v in out_c.items()}
+
+
 class Stream:
-    """Rows of one (device, stream): full resolution, then buckets of mean/min/max."""
+    """Rows of one (device, stream): full resolution, then buckets of mean/min/max.
+
+    Bounds hold per row: a row older than ``full_res_s`` is folded into its ``bucket_s``
+    bucket once that bucket is complete (so full-resolution rows reach back at most
+    ``full_res_s + bucket_s``), and nothing older than ``history_s`` is kept or returned.
+    """
 
     def __init__(self, columns: dict[str, np.dtype], full_res_s: float, bucket_s: float,
                  history_s: float) -> None:
@@ -77,7 +138,9 @@ class Stream:
         """Add one row; columns missing from ``values`` are NaN."""
         if t < self.last_time:  # keep time sorted; a late row is dropped, not reordered
             return
-        ch = self._tail()
+        if not self.chunks or self.chunks[-1].n == CHUNK_ROWS:
+            self.chunks.append(_Chunk(self.columns, CHUNK_ROWS))
+        ch = self.chunks[-1]
         i = ch.n
         ch.times[i] = t
         for name, arr in ch.cols.items():
@@ -85,6 +148,7 @@ class Stream:
         ch.n = i + 1
         self.rows += 1
         self.last_time = t
+        self._fold()
 
     def append_many(self, times: np.ndarray, values: dict[str, np.ndarray]) -> None:
         """Add rows in time order (rows older than the newest kept row are dropped)."""
@@ -92,73 +156,67 @@ class Stream:
         if not keep.all():
             times = times[keep]
             values = {k: v[keep] for k, v in values.items()}
-        pos = 0
-        while pos < len(times):
-            ch = self._tail()
-            take = min(len(times) - pos, CHUNK_ROWS - ch.n)
-            ch.times[ch.n : ch.n + take] = times[pos : pos + take]
-            for name, arr in ch.cols.items():
-                src = values.get(name)
-                arr[ch.n : ch.n + take] = np.nan if src is None else src[pos : pos + take]
-            ch.n += take
-            pos += take
-            self.rows += take
-            self.last_time = float(times[pos - 1])
+        if not len(times):
+            return
+        _append_rows(self.chunks, self.columns, times, values)
+        self.rows += len(times)
+        self.last_time = float(times[-1])
+        self._fold()
 
-    def _tail(self) -> _Chunk:
-        if not self.chunks or self.chunks[-1].n == CHUNK_ROWS:
-            self._fold()
-            self.chunks.append(_Chunk(self.columns, CHUNK_ROWS))
-        return self.chunks[-1]
+    def _oldest(self, chunks: deque[_Chunk]) -> float:
+        for ch in chunks:
+            if ch.n > ch.start:
+                return float(ch.times[ch.start])
+        return np.inf
 
     def _fold(self) -> None:
-        """Move full chunks past the full-resolution horizon into buckets; drop old buckets."""
-        horizon = self.last_time - self.full_res_s
-        max_chunks = max(1, MAX_FULL_RES_ROWS // CHUNK_ROWS)
-        while len(self.chunks) > 1 and (
-            self.chunks[0].times[self.chunks[0].n - 1] < horizon or len(self.chunks) > max_chunks
-        ):
-            old = self.chunks.popleft()
-            self.rows -= old.n
-            self._add_buckets(old)
+        """Fold complete buckets past the full-resolution horizon; drop rows past history."""
+        horizon = self.last_time - min(self.full_res_s, self.history_s)
+        cut = np.floor(horizon / self.bucket_s) * self.bucket_s  # whole buckets only
+        if self._oldest(self.chunks) < cut or self.rows > MAX_FULL_RES_ROWS:
+            old = _cut_before(self.chunks, cut, MAX_FULL_RES_ROWS, list(self.columns))
+            if old is not None:
+                self.rows -= len(old[0])
+                self._add_buckets(*old)
         oldest_kept = self.last_time - self.history_s
-        while self.coarse and self.coarse[0].n and self.coarse[0].times[self.coarse[0].n - 1] < oldest_kept:
-            self.coarse.popleft()
+        if self._oldest(self.coarse) < oldest_kept:
+            _cut_before(self.coarse, oldest_kept)
 
-    def _add_buckets(self, ch: _Chunk) -> None:
-        t = ch.times[: ch.n]
+    def _add_buckets(self, t: np.ndarray, cols: dict[str, np.ndarray]) -> None:
         bucket = np.floor(t / self.bucket_s)
         starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
         out_t = (bucket[starts] + 0.5) * self.bucket_s
         out: dict[str, np.ndarray] = {}
         with np.errstate(all="ignore"):
             for name in self.columns:
-                v = ch.cols[name][: ch.n].astype(np.float64)
+                v = cols[name].astype(np.float64)
                 finite = np.where(np.isnan(v), 0.0, v)
                 counts = np.add.reduceat(~np.isnan(v), starts)
                 sums = np.add.reduceat(finite, starts)
                 mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-                vmin = np.fmin.reduceat(v, starts)
-                vmax = np.fmax.reduceat(v, starts)
-                out[name], out[name + "_min"], out[name + "_max"] = mean, vmin, vmax
-        # A bucket split across two chunks appears twice; readers see both halves.
-        for i in range(len(out_t)):
-            if not self.coarse or self.coarse[-1].n == CHUNK_ROWS:
-                self.coarse.append(_Chunk(self.coarse_columns, CHUNK_ROWS))
-            c = self.coarse[-1]
-            c.times[c.n] = out_t[i]
-            for name, arr in c.cols.items():
-                arr[c.n] = out[name][i]
-            c.n += 1
+                out[name] = mean
+                out[name + "_min"] = np.fmin.reduceat(v, starts)
+                out[name + "_max"] = np.fmax.reduceat(v, starts)
+        keep = out_t > self._newest_coarse()
+        if not keep.all():  # a bucket already folded (a MAX_FULL_RES_ROWS cut split it)
+            out_t = out_t[keep]
+            out = {k: v[keep] for k, v in out.items()}
+        _append_rows(self.coarse, self.coarse_columns, out_t, out)
+
+    def _newest_coarse(self) -> float:
+        for ch in reversed(self.coarse):
+            if ch.n > ch.start:
+                return float(ch.times[ch.n - 1])
+        return -np.inf
 
     def read(self, t0: float, t1: float, coarse: bool = True, columns: list[str] | None = None):
         """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``."""
         names = list(self.columns) if columns is None else columns
-        times, cols = _concat(list(self.chunks), names, t0, t1)
+        oldest = max(t0, self.last_time - self.history_s)
+        times, cols = _concat(list(self.chunks), names, oldest, t1)
         decimated = np.zeros(len(times), dtype=bool)
         if coarse and self.coarse:
-            first_full = self.chunks[0].times[0] if self.chunks and self.chunks[0].n else np.inf
-            oldest = max(t0, self.last_time - self.history_s)
+            first_full = self._oldest(self.chunks)
             ct, cc = _concat(list(self.coarse), names, oldest, min(t1, first_full))
             ct_keep = ct < first_full
             if ct_keep.any():
@@ -166,6 +224,16 @@ class Stream:
                 cols = {k: np.concatenate([cc[k][ct_keep], v]) for k, v in cols.items()}
                 decimated = np.concatenate([np.ones(ct_keep.sum(), dtype=bool), decimated])
         return times, cols, decimated
+
+    def newest(self, metric: str) -> tuple[float, float]:
+        """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none."""
+        for ch in reversed(self.chunks):
+            col = ch.cols[metric][ch.start : ch.n]
+            ok = np.flatnonzero(~np.isnan(col))
+            if len(ok):
+                i = ch.start + ok[-1]
+                return float(ch.times[i]), float(ch.cols[metric][i])
+        return np.nan, np.nan
 
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.chunks) + sum(c.nbytes() for c in self.coarse)
@@ -180,6 +248,17 @@ class Event:
     label: str
     device: object = None
     extra: dict = field(default_factory=dict)
+    seq: int = 0  # set by the store: increases by one per event, never reused
+
+
+def _check_seconds(value: object, name: str, zero_ok: bool = False) -> float:
+    """A store bound as float seconds, or BadArgumentError saying what is allowed."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    seconds = float(value) if ok else math.nan
+    if not (math.isfinite(seconds) and (seconds > 0 or (zero_ok and seconds == 0))):
+        allowed = ">= 0" if zero_ok else "> 0"
+        raise BadArgumentError(f"{name} must be a finite number of seconds {allowed}, got {value!r}")
+    return seconds
 
 
 class Store:
@@ -187,7 +266,10 @@ class Store:
 
     def __init__(self, full_res_s: float = DEFAULT_FULL_RES_S, bucket_s: float = DEFAULT_BUCKET_S,
                  history_s: float = DEFAULT_HISTORY_S, max_events: int = 10_000) -> None:
-        self.full_res_s, self.bucket_s, self.history_s = full_res_s, bucket_s, history_s
+        self.full_res_s = _check_seconds(full_res_s, "full_res_s", zero_ok=True)
+        self.bucket_s = _check_seconds(bucket_s, "bucket_s")
+        self.history_s = _check_seconds(history_s, "history_s", zero_ok=True)
+        self._event_seq = 0
         self.lock = threading.Lock()
         self._streams: dict[tuple[object, str], Stream] = {}
         self._where: dict[tuple[object, str], list[str]] = {}  # (device, metric) -> streams
@@ -218,9 +300,23 @@ class Store:
             self.generation += 1
 
     def add_event(self, event: Event) -> None:
+        """Keep ``event`` (the oldest leave past ``max_events``); it gets the next ``seq``."""
         with self.lock:
+            self._event_seq += 1
+            event.seq = self._event_seq
             self.events.append(event)
             self.generation += 1
+
+    def events_since(self, seq: int = 0) -> list[Event]:
+        """Events whose ``seq`` is above ``seq``, oldest first: a reader's cursor never repeats."""
+        with self.lock:
+            out = []
+            for ev in reversed(self.events):
+                if ev.seq <= seq:
+                    break
+                out.append(ev)
+        out.reverse()
+        return out
 
     def devices(self) -> list[object]:
         with self.lock:
@@ -261,14 +357,9 @@ class Store:
         best = (np.nan, np.nan)
         with self.lock:
             for stream in self._where.get((device, metric), ()):
-                for ch in reversed(self._streams[(device, stream)].chunks):
-                    col = ch.cols[metric][: ch.n]
-                    ok = np.flatnonzero(~np.isnan(col))
-                    if len(ok):
-                        i = ok[-1]
-                        if np.isnan(best[0]) or ch.times[i] > best[0]:
-                            best = (float(ch.times[i]), float(col[i]))
-                        break
+                t, v = self._streams[(device, stream)].newest(metric)
+                if not np.isnan(t) and (np.isnan(best[0]) or t > best[0]):
+                    best = (t, v)
         return best
 
     def nbytes(self) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from nbgpu import Sampler
 from nbgpu.sources.simulated import SimulatedGPUs
 
@@ -29,24 +27,20 @@ def sim_sampler(scenario: str = "steady", count: int = 2, thresholds=None, sourc
         sim.clock = clock
         sim.start_time = clock()
     s = Sampler(sim, interval=interval, clock=clock, thresholds=thresholds, **kw)
-    s.started_at = clock()
-    s._drive_last = {k: -math.inf for k in s._every}
+    s.started_at = clock()  # scenario time 0; the first step is one ``step`` later
     return s, clock
 
 
 def drive(s: Sampler, clock: FakeClock, seconds: float, step: float | None = None,
           each=None) -> None:
-    """Advance the fake clock by ``seconds``, running one full sampler tick per ``step``."""
+    """Advance the fake clock by ``seconds``, stepping the sampler every ``step`` (its interval)."""
     step = step or s.interval
     end = clock.t + seconds
     while clock.t < end - 1e-9:
         clock.t += step
-        due = frozenset(k for k, every in s._every.items() if clock.t - s._drive_last[k] >= every)
-        for k in due:
-            s._drive_last[k] = clock.t
         if each is not None:
             each(clock.t - s.started_at)
-        s._tick(clock.t, due, True)
+        s.step(clock.t)
 
 
 def fired(s: Sampler, rule: str | None = None) -> list:

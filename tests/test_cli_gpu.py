@@ -58,13 +58,14 @@ def test_record_and_report_on_real_gpus(nvml, tmp_path):
 
 def test_exporter_on_real_gpus(nvml):
     from nbgpu import Sampler
+    from nbgpu.exporter import prometheus_text
 
     with Sampler("nvml", interval=0.2, host=False) as s:
         time.sleep(1.0)
-        text = s.prometheus_text()
+        text = prometheus_text(s)
         t0 = time.perf_counter()
         for _ in range(50):
-            s.prometheus_text()
+            prometheus_text(s)
         print(f"prometheus_text for {len(s.devices)} GPU(s): {(time.perf_counter() - t0) / 50 * 1e3:.2f} ms")
     assert 'DCGM_FI_DEV_GPU_TEMP{gpu="0"' in text and "DCGM_FI_DEV_POWER_USAGE" in text
     promtool = shutil.which("promtool")

@@ -111,21 +111,27 @@ def test_every_threshold_is_documented_in_code_and_in_the_readme_section():
         assert f"`{rule}`" in doc
 
 
-def test_a_capture_counts_as_a_running_cell_for_idle(monkeypatch):
-    import importlib
+def test_work_a_higher_layer_reports_counts_as_a_running_cell_for_idle():
+    from nbgpu.diagnostics import register_activity
 
     s, clock = sim_sampler("idle")
-    capture_module = importlib.import_module("nbgpu.profiles.capture")
-
-    class FakeCapture:
-        sampler = s
-
-    monkeypatch.setattr(capture_module, "active_captures", lambda: [FakeCapture()])
-    drive(s, clock, 15)
-    assert {a.rule for a in fired(s)} == {"idle"}
-    monkeypatch.setattr(capture_module, "active_captures", lambda: [])
+    remove = register_activity(lambda sampler: sampler is s)
+    try:
+        drive(s, clock, 15)
+        assert {a.rule for a in fired(s)} == {"idle"}
+    finally:
+        remove()
     drive(s, clock, 30)
     assert all(a.end is not None for a in fired(s))
+
+
+def test_an_open_capture_is_reported_as_work_on_its_sampler():
+    from nbgpu.profiles.capture import Capture
+
+    s, clock = sim_sampler("idle")
+    with Capture(sampler=s):
+        drive(s, clock, 15)
+        assert {a.rule for a in fired(s)} == {"idle"}
 
 
 def test_live_sampler_raises_calls_back_from_its_thread_and_ends_alerts_on_stop():

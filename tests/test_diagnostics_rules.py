@@ -190,14 +190,12 @@ def test_imbalance_message_names_the_idle_gpu_and_the_busy_ones():
 
 
 def test_gpus_this_kernel_does_not_use_are_not_compared():
-    s, clock = sim_sampler("imbalance", count=4)
-    drive(s, clock, 3)
-    real = s.source.processes
     # GPU 3 holds memory of another process only: not this kernel's, so not imbalance
-    s.source.processes = {0: real.get(0, []), 1: real.get(1, []), 2: real.get(2, []),
-                          3: [{"pid": 1, "used_bytes": 5e9}]}
-    s._every["procs"] = 1e9  # keep the process lists set above
-    drive(s, clock, 30)
+    shaped = ShapedGPUs(count=4, scenario="imbalance", mem=lambda g, t, m: 0.5e9 if g == 3 else m)
+    shaped.add_process(3, pid=1, used_bytes=int(5e9))
+    s, clock = sim_sampler(source=shaped)
+    drive(s, clock, 33)
+    assert [p.pid for p in s.processes()[3]] == [1]
     assert fired(s, "imbalance") == []
 
 

@@ -101,7 +101,9 @@ def test_latest_gives_newest_values_per_gpu():
     assert 0 <= latest[0]["util_pct"] <= 100
     assert latest[0]["power_w"] > 50
     assert latest[0]["state"] == "running"
-    assert abs(latest[0]["time"] - time.time()) < 5
+    assert abs(latest[0]["time_s"] - time.time()) < 5
+    assert latest[0]["time"].timestamp() == pytest.approx(latest[0]["time_s"])
+    assert str(latest[0]["time"].tz) == "UTC"
 
 
 def test_one_thread_per_sampler_and_stop_joins_it():

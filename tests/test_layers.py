@@ -22,9 +22,6 @@ DOC = ROOT / "docs" / "engine.md"
 # Backward edges that still exist, each with the engineer's area that removes it. This list
 # only shrinks; an entry whose edge is gone fails the test, so it is dropped the day it goes.
 KNOWN_BACKWARD: dict[tuple[str, str], str] = {
-    ("nbgpu.sampler", "nbgpu.diagnostics"): "engine: diagnostics attach as a tick listener",
-    ("nbgpu.sampler", "nbgpu.exporter"): "engine: the sampler stops rendering Prometheus text",
-    ("nbgpu.diagnostics.engine", "nbgpu.profiles.capture"): "engine: no look-up of active captures",
     ("nbgpu.profiles.report", "nbgpu.svg"): "numbers: the static picture is drawn above profiles",
 }
 

@@ -1,5 +1,9 @@
 """The diagnostics engine: runs the rules in the sampler thread, every `eval_every_s` (2 s).
 
+``attach`` is the factory the sampler calls for ``Sampler(diagnostics=True)`` (registered
+by ``nbgpu.diagnostics`` on import); layers above say when work runs through
+``register_activity``, so nothing here looks into them.
+
 It reads only the store (never NVML), turns rule findings into alerts through
 ``Episodes`` and calls the ``on_alert`` callbacks, whose exceptions are caught and counted.
 """
@@ -9,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -41,14 +44,40 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
 PIDS_EVERY_S = 10.0
 
 
-def _capture_active(sampler: Sampler) -> bool:
-    """Whether an ``nbgpu.capture()`` (or a profiled cell) on this sampler is open."""
-    module = sys.modules.get("nbgpu.profiles.capture")
-    active = getattr(module, "active_captures", None)
-    try:
-        return active is not None and any(getattr(c, "sampler", None) is sampler for c in active())
-    except Exception:
-        return False
+_activity_probes: list[Callable[[Sampler], bool]] = []
+
+
+def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
+    """Let a higher layer say when work runs on a sampler (``nbgpu.profiles``: a capture is open).
+
+    The idle rule judges only while a cell runs or any probe answers True. Returns a
+    function that removes the probe again.
+    """
+    _activity_probes.append(probe)
+
+    def remove() -> None:
+        if probe in _activity_probes:
+            _activity_probes.remove(probe)
+
+    return remove
+
+
+def _work_active(sampler: Sampler) -> bool:
+    """Whether a registered probe says work (a capture, a profiled cell) runs on this sampler."""
+    for probe in list(_activity_probes):
+        try:
+            if probe(sampler):
+                return True
+        except Exception:
+            log.debug("diagnostics activity probe failed", exc_info=True)
+    return False
+
+
+def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> DiagnosticsEngine:
+    """A DiagnosticsEngine for ``sampler``, added as its tick listener (the sampler's factory)."""
+    engine = DiagnosticsEngine(thresholds)
+    sampler.add_listener(engine)
+    return engine
 
 
 class DiagnosticsEngine:
@@ -99,8 +128,9 @@ class DiagnosticsEngine:
         with self._lock:
             return self._episodes.snapshot()
 
+    @property
     def alerts(self) -> pd.DataFrame:
-        """``alert_list()`` as a DataFrame."""
+        """``alert_list()`` as a DataFrame (a property, as ``Sampler.alerts``)."""
         return alerts_frame(self.alert_list())
 
     def close_all(self, now: float | None = None) -> None:
@@ -131,16 +161,16 @@ class DiagnosticsEngine:
         th = self.thresholds
         stale = max(th.stale_after_s, 2.5 * sampler.interval)
         window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval))
-        devices = [d for d in sampler.devices if d["index"] not in sampler.lost]
-        processes = getattr(sampler.source, "processes", None)
-        processes = None if processes is None else dict(processes)
+        lost = sampler.lost
+        devices = [d for d in sampler.devices if d["index"] not in lost]
+        processes = sampler.processes() or None
         mine = self._my_pids(now)
         status, _ = attribute(processes, mine)
         in_use = gpus_in_use(processes, mine, status)
         if in_use is not None and not in_use:
             listed = any(processes.values()) if processes else False
             in_use = set() if listed else None
-        if self._cells or _capture_active(sampler):
+        if self._cells or _work_active(sampler):
             if self._cell_since is None:
                 self._cell_since = now
         else:

@@ -1,0 +1,82 @@
+"""What the sampler reads at a time: a pure function of the settings, the last reads and now.
+
+The sampler thread and ``Sampler.step(now)`` both ask ``plan`` what is due, so a test that
+drives a sampler with a fake clock runs exactly the schedule the thread runs. Reads:
+
+    "tick"     the cheap per-device reads, every ``interval_s``
+    "energy", "pcie", "procs"   the costly reads, every ``every_s[read]`` or on request
+    "memory"   memory used only, every ``memory_every_s`` while a fast-memory lane is held
+
+A wake-up with no read still lets the source drain its sample buffers (at least every
+``drain_s``), so power and utilisation keep their native resolution at any interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+MAX_BUFFER_DRAIN_S = 1.0  # NVML keeps ~2.4 s of power samples: drain well within that
+TICK_SLACK_S = 1e-3  # a wake-up this close to a tick is the tick (timers wake a bit early)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How often each read runs, in seconds."""
+
+    interval_s: float
+    every_s: Mapping[str, float] = field(default_factory=dict)
+    drain_s: float = MAX_BUFFER_DRAIN_S
+    memory_every_s: float | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """When each read last ran; ``next_tick`` None means the next call is the first tick."""
+
+    next_tick: float | None = None
+    last: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to read now, the state after reading it, and when the next wake-up is due."""
+
+    reads: frozenset[str]
+    state: State
+    wake_at: float
+
+    @property
+    def full_tick(self) -> bool:
+        """Whether this wake-up is a tick (cheap reads, host reads, ``ticks`` counted)."""
+        return "tick" in self.reads
+
+
+def plan(now: float, settings: Settings, state: State,
+         urgent: frozenset[str] = frozenset()) -> Plan:
+    """The reads due at ``now`` (costly ones also when ``urgent``) and the next wake-up time."""
+    last = dict(state.last)
+    reads: set[str] = set(urgent)
+    for read, every in settings.every_s.items():
+        if now - last.get(read, -math.inf) >= every:
+            reads.add(read)
+    next_tick = state.next_tick
+    if next_tick is None or now >= next_tick - TICK_SLACK_S:
+        reads.add("tick")
+        next_tick = now + settings.interval_s if next_tick is None else next_tick + settings.interval_s
+        if next_tick < now:  # fell behind (a slow read): skip the missed ticks, don't burst
+            next_tick = now + settings.interval_s
+    fast = settings.memory_every_s
+    since_memory = now - last.get("memory", -math.inf)
+    if fast is not None and "tick" not in reads and since_memory >= fast - TICK_SLACK_S:
+        reads.add("memory")
+    if "tick" in reads:
+        reads.discard("memory")  # a tick reads memory too
+        last["memory"] = now
+    for read in reads:
+        last[read] = now
+    wake_at = min(next_tick, now + settings.drain_s)
+    if fast is not None:
+        wake_at = min(wake_at, last["memory"] + fast)
+    return Plan(frozenset(reads), State(next_tick, last), wake_at)
