@@ -226,3 +226,27 @@ def test_status_shows_errors_and_processes_per_gpu(shell, capsys, monkeypatch) -
     held = sum(p.used_bytes for p in procs if p.used_bytes is not None)
     assert f"nbgpu GPU 0 processes: {len(procs)}, holding {fmt_bytes(held)}" in out
     s.stop()
+
+
+def test_the_command_and_the_magic_share_one_option_table(capsys) -> None:
+    from nbgpu.cli import build_parser
+    from nbgpu.cli.options import SHARED
+
+    sub = build_parser()._subparsers._group_actions[0].choices
+    for parser in (options.line_parser(), options.cell_parser(), sub["record"], sub["export"]):
+        by_flag = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+        for name in ("source", "interval"):
+            opt = SHARED[name]
+            assert by_flag[opt.flags[0]].type is opt.type and by_flag[opt.flags[0]].help.startswith(opt.help)
+
+
+@pytest.mark.parametrize("argv", [["record", "--interval", "1", "--interval", "2", "--", "true"],
+                                  ["record", "--interval", "1e-9", "--", "true"],
+                                  ["export", "--port", "1", "--port", "2"]])
+def test_the_command_refuses_the_same_lines_in_one_line(capsys, argv) -> None:
+    from nbgpu.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and err.startswith(f"nbgpu {argv[0]}: error:")

@@ -11,32 +11,14 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import BadArgumentError, NbgpuError
+from .options import OnceParser, add_shared
 
-SOURCE_HELP = "where readings come from: auto (NVML), nvml, sim (simulated GPUs) or prometheus=URL"
 
-
-class _Parser(argparse.ArgumentParser):
+class _Parser(OnceParser):
     """argparse, but a usage error is one line (and exit code 2), not the whole usage text."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-def _source(value: str) -> str:
-    v = value.strip()
-    if v in ("auto", "nvml", "sim") or (v.startswith("prometheus=") and len(v) > len("prometheus=")):
-        return v
-    raise argparse.ArgumentTypeError(f"unknown source {value!r}; use auto, nvml, sim or prometheus=URL")
-
-
-def _seconds(value: str) -> float:
-    try:
-        v = float(value)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v <= 3600:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds > 0 and <= 3600")
-    return v
 
 
 def _port(value: str) -> int:
@@ -60,9 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "file as it grows (flushed every second). Exits with CMD's exit code. On a "
                        "terminal it shows a live status line per GPU; otherwise only a final summary.",
                        epilog="example: nbgpu record -o run.jsonl -- python train.py --epochs 3")
-    r.add_argument("--source", type=_source, default="auto", help=SOURCE_HELP + " (default: auto)")
-    r.add_argument("--interval", type=_seconds, default=0.5, metavar="S",
-                   help="seconds between readings (default: 0.5)")
+    add_shared(r, "source", "auto", "auto")
+    add_shared(r, "interval", 0.5, "0.5")
     r.add_argument("-o", "--output", default="nbgpu-run.jsonl", metavar="FILE",
                    help="output file, .jsonl, .csv or .parquet (default: nbgpu-run.jsonl)")
     r.add_argument("-q", "--quiet", action="store_true", help="no live status and no summary")
@@ -104,9 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "Prometheus text format, with dcgm-exporter's metric names where it has them. "
                        "GPU metrics only. Runs until Ctrl-C.",
                        epilog="example: nbgpu export --port 9464   (then scrape 127.0.0.1:9464)")
-    e.add_argument("--source", type=_source, default="auto", help=SOURCE_HELP + " (default: auto)")
-    e.add_argument("--interval", type=_seconds, default=1.0, metavar="S",
-                   help="seconds between readings (default: 1)")
+    add_shared(e, "source", "auto", "auto")
+    add_shared(e, "interval", 1.0, "1")
     e.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1; 0.0.0.0 exposes it to the network)")
     e.add_argument("--port", type=_port, default=9464, help="port to listen on (default: 9464)")

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import BadArgumentError
-from ..sampler import check_interval
 
 SOURCES = "auto, nvml, sim or prometheus=URL"
 
@@ -58,6 +57,13 @@ def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
         return check(value)
     convert.__name__ = getattr(check, "__name__", "seconds")
     return argtype(convert)
+
+
+def check_interval(value: float) -> float:
+    """The sampler's own interval check (floor and ceiling), imported only when an interval is given."""
+    from ..sampler import check_interval as check
+
+    return check(value)
 
 
 @dataclass(frozen=True)
