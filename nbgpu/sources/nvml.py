@@ -590,7 +590,7 @@ class NVMLSource:
         dev.errors += 1
         message = f"GPU {dev.key} {read}: {exc.text}"
         self.last_error = message
-        reading.errors.append(ReadError(dev.key, read, message))
+        reading.errors.append(ReadError(dev.key, read, exc.text))
         self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), message)
 
     def _pcie_due(self, dev: _Device) -> bool:
