@@ -4,6 +4,9 @@ per widget, at sampler intervals 0.1 s and 0.5 s (the count should not follow th
 The store is first given the panel's whole window (plus margin) of history at the real
 rates, so the sparklines are full, as in a panel that has been open for a while; traffic
 then is steady state instead of growing as the window fills.
+
+``run_refresh``: the CPU time of one panel refresh at steady state (60 s and 15 min
+windows), beside the figures measured on the code before the refresh was made incremental.
 """
 
 from __future__ import annotations
@@ -77,4 +80,113 @@ def run(ctx: Context) -> Outcome:
     out.figure("bytes/s, interval 0.5", slow["bytes_per_s"] / 1000, "KB/s")
     out.notes.append("Counted with a recording comm in place of the kernel's: each message JSON-encoded "
                      "plus its binary buffers, as the kernel would send it. KB = 1000 bytes.")
+    return out
+
+
+# -- refresh cost --------------------------------------------------------------------------------
+REFRESH_TARGET_MS = {60.0: 2.0, 900.0: 5.0}
+REFRESH_GPUS = 8
+REFRESH_INTERVAL_S = 0.1
+BEFORE_FILE = "panel-refresh-before.json"  # today's figures, measured on the code before the change
+
+
+class FakeClock:
+    """``time.time`` stand-in that moves only when told, so a refresh sees a full window at once."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _append_rows(sampler, t0: float, t1: float, rng) -> int:
+    """Rows in (t0, t1] of every stream at its real rate (power 50 Hz, util 5 Hz, ticks 10 Hz)."""
+    import numpy as np
+
+    from .panel_driver import BUFFER_RATES_HZ
+
+    store, rows = sampler.store, 0
+    for device in store.devices():
+        for stream in store.streams_of(device):
+            rate = BUFFER_RATES_HZ.get(stream, 1.0 / sampler.interval)
+            k0, k1 = int(np.floor(t0 * rate)) + 1, int(np.floor(t1 * rate)) + 1
+            times = np.arange(k0, k1) / rate
+            cols = store._streams[(device, stream)].columns
+            store.append_many(device, stream, times, {c: rng.random(len(times)) * 50 for c in cols})
+            rows += len(times)
+    return rows
+
+
+def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0) -> dict:
+    """Thread CPU ms of ``GPUMonitor.refresh()`` at steady state: a full window, 1 s of new rows
+    between refreshes, 8 simulated GPUs at interval 0.1 s, a recording comm as the kernel."""
+    import unittest.mock
+
+    import numpy as np
+
+    import nbgpu
+    from nbgpu.widgets import GPUMonitor
+
+    from .comm_recorder import install
+
+    log = install()
+    clock = FakeClock(1.7e9)
+    rng = np.random.default_rng(0)
+    with unittest.mock.patch("time.time", clock):
+        sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=REFRESH_GPUS, seed=0),
+                                interval=REFRESH_INTERVAL_S, clock=clock)
+        rows = _append_rows(sampler, clock.t - window_s - 5.0, clock.t, rng)
+        panel = GPUMonitor(sampler=sampler, window_s=window_s, start=False)
+        try:
+            panel.refresh(force=True)  # the first, full draw is not steady state
+            cpu_ms = []
+            log.clear()
+            for _ in range(refreshes):
+                _append_rows(sampler, clock.t, clock.t + refresh_every_s, rng)
+                clock.t += refresh_every_s
+                c0 = time.thread_time()
+                panel.refresh()
+                cpu_ms.append((time.thread_time() - c0) * 1000.0)
+            sent = log.between(-float("inf"), float("inf"))
+        finally:
+            panel.close()
+            sampler.stop()
+    arr = np.asarray(cpu_ms)
+    return {"window_s": window_s, "refreshes": refreshes, "prefilled_rows": rows,
+            "cpu_ms_median": float(np.median(arr)), "cpu_ms_mean": float(arr.mean()),
+            "cpu_ms_p90": float(np.percentile(arr, 90)), "cpu_ms_max": float(arr.max()),
+            "messages_per_refresh": len(sent) / refreshes,
+            "bytes_per_refresh": sum(m.nbytes for m in sent) / refreshes}
+
+
+def run_refresh(ctx: Context) -> Outcome:
+    """Refresh cost at 60 s and 15 min windows, beside the figures of the code before the change."""
+    import json
+
+    from . import REPO_ROOT
+
+    api = find_panel()
+    if not api.available:
+        raise UnavailableError(api.reason)
+    n = 10 if ctx.quick else 60
+    out = Outcome(raw={"gpus": REFRESH_GPUS, "interval_s": REFRESH_INTERVAL_S})
+    before_path = REPO_ROOT / "benchmarks" / "results" / BEFORE_FILE
+    before = json.loads(before_path.read_text()) if before_path.exists() else {}
+    for window_s, bound in REFRESH_TARGET_MS.items():
+        res = refresh_cost(window_s, n)
+        out.raw[f"window_{window_s:g}s"] = res
+        label = f"{window_s / 60:g} min" if window_s >= 60 else f"{window_s:g} s"
+        out.targets.append(Target(f"panel refresh CPU, {label} window (mean)", res["cpu_ms_mean"],
+                                  "ms", "<=", bound))
+        out.figure(f"panel refresh CPU, {label} window (median)", res["cpu_ms_median"], "ms")
+        old = before.get("results", {}).get(f"window_{window_s:g}s")
+        if old:
+            out.figure(f"before ({before.get('commit', '?')}), {label} window (mean)",
+                       old["cpu_ms_mean"], "ms")
+    if before:
+        out.raw["before"] = before
+    out.notes.append("CPU time of the refreshing thread (time.thread_time) per GPUMonitor.refresh(), "
+                     "1 s of new rows at the real rates between refreshes, under a fake clock, "
+                     "so each refresh sees a full window; JSON encoding of every message included.")
     return out

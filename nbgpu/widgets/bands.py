@@ -8,63 +8,28 @@ scale (0–100 % for percentages) and rows never overlap. x is seconds before ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-
-from ..decimate import decimate_minmax
 
 INSET = 0.12  # fraction of a band left empty above and below the line
 
 
-@dataclass
-class Trace:
-    """One line to draw: its band (row), times, values and the value at the top of the band."""
+def pack_points(traces: list[tuple[int, np.ndarray, np.ndarray, float]], bands: int,
+                span_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """2-D float32 ``(x, y)`` arrays, one row per trace ``(band, x, values, scale)``.
 
-    band: int
-    times: np.ndarray
-    values: np.ndarray
-    scale: float
-
-
-def with_gaps(t: np.ndarray, v: np.ndarray, gap_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Insert a NaN wherever samples are more than ``gap_s`` apart, so missing data shows."""
-    if len(t) < 2:
-        return t, v
-    jumps = np.flatnonzero(np.diff(t) > gap_s)
-    if not len(jumps):
-        return t, v
-    return np.insert(t, jumps + 1, t[jumps] + gap_s / 2), np.insert(v, jumps + 1, np.nan)
-
-
-def pack(traces: list[Trace], bands: int, now: float, window_s: float, buckets: int,
-         gap_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """2-D float32 ``(x, y)`` arrays, one row per trace, decimated to about 2 points a bucket.
-
-    Rows are padded to equal length by repeating their last point (an empty row is all
-    NaN, which draws nothing).
+    ``x`` is seconds before now; each value is placed in its band on the band's fixed
+    scale. Rows are padded to equal length by repeating their last point (an empty row is
+    all NaN, which draws nothing).
     """
-    rows_x, rows_y = [], []
-    for tr in traces:
-        t, v = tr.times, tr.values
-        if len(t):
-            keep = t >= now - window_s
-            t, v = t[keep], v[keep]
-        t, v = decimate_minmax(t, v, buckets)
-        t, v = with_gaps(t, v, gap_s)
-        scale = tr.scale if tr.scale and np.isfinite(tr.scale) and tr.scale > 0 else 1.0
-        base = bands - 1 - tr.band
-        y = base + INSET + (1 - 2 * INSET) * np.clip(v / scale, 0.0, 1.0)
-        rows_x.append(t - now)
-        rows_y.append(y)
-    width = max([2] + [len(x) for x in rows_x])
-    x2 = np.full((max(1, len(traces)), width), np.nan, dtype=np.float32)
+    width = max([2] + [len(x) for _, x, _, _ in traces])
+    x2 = np.full((max(1, len(traces)), width), -span_s, dtype=np.float32)
     y2 = np.full_like(x2, np.nan)
-    x2[:, :] = -window_s
-    for i, (x, y) in enumerate(zip(rows_x, rows_y, strict=True)):
+    for i, (band, x, v, scale) in enumerate(traces):
         n = len(x)
         if n == 0:
             continue
+        scale = scale if scale and np.isfinite(scale) and scale > 0 else 1.0
+        y = (bands - 1 - band) + INSET + (1 - 2 * INSET) * np.clip(v / scale, 0.0, 1.0)
         x2[i, :n], y2[i, :n] = x, y
         x2[i, n:], y2[i, n:] = x[-1], y[-1]
     return x2, y2

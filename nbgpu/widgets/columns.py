@@ -35,8 +35,9 @@ class Column:
 COLUMNS: dict[str, Column] = {c.key: c for c in (
     Column("util", "util", ("util_pct",), ("#22a559",), host="host_cpu_pct", percent=True,
            help="time a kernel was running; host row: CPU of the machine"),
-    Column("mem", "memory", ("mem_used_bytes",), ("#3b82f6",), host="host_ram_used_bytes",
-           help="device memory used of total; host row: RAM of the machine"),
+    Column("mem", "memory · GiB", ("mem_used_bytes",), ("#3b82f6",), host="host_ram_used_bytes",
+           help="device memory used of total, GiB (2^30 bytes, as nvidia-smi); host row: RAM of the "
+           "machine"),
     Column("power", "power", ("power_w",), ("#e8890c",), host="proc_cpu_pct",
            help="board power against its limit; host row: CPU of this kernel, % of one core"),
     Column("temp", "temp", ("temp_c",), ("#e5484d",), host="proc_rss_bytes",

@@ -34,7 +34,8 @@ class HostOnlySource:
         return Reading()
 
     def describe(self) -> str:
-        return "no GPU visible"
+        """Why no GPU is visible (the NVML error), so views read it from the sampler's status."""
+        return self.reason
 
 
 def shared_or_host_only(source: object, interval: float | None):

@@ -1,10 +1,13 @@
 """``GPUMonitor``: the live panel behind ``%gpumon`` (ipywidgets + bqplot only).
 
-The panel reads the sampler's store on its own timer thread; the sampler never calls
-it, so an error in the panel cannot stop sampling. Each refresh sends at most one
-message per widget (a line's x and y together), skips entirely when the store has not
-changed, and sends the same amount whatever the sample rate: one ``Lines`` mark per
-metric holds every GPU's sparkline, min/max-decimated to one bucket per 2 pixels.
+The panel reads the sampler's store from the kernel's one panel timer
+(``schedule.SCHEDULE``); the sampler never calls it, so an error in the panel cannot stop
+sampling. Each refresh sends at most one message per widget (a line's x and y together),
+skips entirely when the store has not changed, and sends the same amount whatever the
+sample rate: one ``Lines`` mark per metric holds every GPU's sparkline, min/max buckets
+of about 2 pixels kept between refreshes (``spark.Spark``), so a refresh reads only new
+rows. A stopped panel closes every widget but its header, which keeps a static line of
+the last values; a closed panel closes them all.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from bqplot import LinearScale
 
 from .. import session
 from ..errors import BadArgumentError
-from ..sources.host import HOST_KEY
-from . import registry, text
-from .bands import Trace, baselines, pack, rules, spaced_labels
+from ..metrics import HOST_KEY
+from . import registry, text, tree
+from .bands import baselines, pack_points, rules, spaced_labels
 from .column_view import SPARK_PX, ColumnView, top_of
 from .columns import (
     DEFAULT_REFRESH_S,
@@ -37,6 +40,8 @@ from .columns import (
 )
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .readout import band_scale, label_rows, value_texts
+from .schedule import SCHEDULE
+from .spark import SparkSet, points_of_all
 from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
@@ -90,10 +95,12 @@ class GPUMonitor(widgets.VBox):
         self.traffic = Traffic()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
-        self._thread: threading.Thread | None = None
-        self._halt = threading.Event()
         self._paused = False
         self._closed = False
+        self._torn_down = False
+        self._unsubscribe = None
+        self._sparks: SparkSet | None = None
+        self._last_values: list[list[tuple[str, str, bool]]] = []
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
         self._parts: list = []
@@ -106,14 +113,8 @@ class GPUMonitor(widgets.VBox):
         registry.close_from_cell(self.origin, keep=self)  # re-running a cell replaces its panel
         registry.add(self)
         if self._shared:
-            ref = weakref.ref(self)
-
-            def repoint(old, new) -> None:
-                mon = ref()
-                if mon is not None and not mon._closed and mon.sampler is old:
-                    mon._attach(new, mon._gpus, strict=False)
-
-            session.on_replace(repoint)
+            self._unsubscribe = session.on_replace(_repointer(self))
+        self.observe(self._on_views, "_view_count")
         if start:
             self.start()
 
@@ -125,8 +126,8 @@ class GPUMonitor(widgets.VBox):
 
     @property
     def running(self) -> bool:
-        """Whether this panel is updating (its timer thread is alive)."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether this panel is updating (it is on the kernel's panel timer)."""
+        return SCHEDULE.has(self)
 
     def start(self) -> GPUMonitor:
         """Start (or resume) updates; restarts the sampler if it was stopped. Returns self."""
@@ -140,12 +141,15 @@ class GPUMonitor(widgets.VBox):
                         self._attach(new, self._gpus, strict=False)
                 else:
                     self.sampler.start()
+            if self._torn_down:
+                self._torn_down = False
+                self._build()
+            if self._shared and self._unsubscribe is None:
+                self._unsubscribe = session.on_replace(_repointer(self))
+            registry.add(self)
             if self.running:
                 return self
-            self._halt = threading.Event()
-            self._thread = threading.Thread(target=self._loop, args=(self._halt,),
-                                            name="nbgpu-panel", daemon=True)
-            self._thread.start()
+            SCHEDULE.add(self, min(0.3, self.refresh_s))
         self._draw_header()
         return self
 
@@ -154,17 +158,26 @@ class GPUMonitor(widgets.VBox):
 
         ``%gpumon stop`` stops the sampler and every panel.
         """
-        if not hasattr(self, "_halt"):  # construction failed before the panel existed
+        if not hasattr(self, "_lock"):  # construction failed before the panel existed
             return
-        thread, self._thread = self._thread, None
-        self._halt.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-        if not self._closed:
+        SCHEDULE.remove(self)
+        with self._lock:
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            if unsubscribe is not None:
+                unsubscribe()
+            if self._closed or self._torn_down:
+                return
             try:
                 self._draw_header()
+                self._header.value = self._header.value + text.snapshot_html(
+                    [v.col for v in self._views], self._rows, self._last_values)
             except Exception:
-                pass
+                log.debug("stopped panel header failed", exc_info=True)
+            # Keep only the header (its last words stay on screen); close everything else.
+            self.children = [self._header]
+            tree.close_all(self._parts, keep=tree.descendants(self._header))
+            self._parts, self._views, self._sparks = [self._header], [], None
+            self._torn_down = True
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
@@ -175,9 +188,8 @@ class GPUMonitor(widgets.VBox):
         with self._lock:
             self._closed = True
             registry.discard(self)
-            for w in self._parts:
-                w.close()
-            self._parts = []
+            tree.close_all(tree.descendants(self), keep=[self])
+            self._parts, self._views, self._sparks = [], [], None
         super().close()
 
     def pause(self, paused: bool = True) -> None:
@@ -191,31 +203,34 @@ class GPUMonitor(widgets.VBox):
             self._window_box.options = [*self._window_box.options, (_window_label(window_s), window_s)]
         self._window_box.value = window_s
 
-    def refresh(self, force: bool = False) -> bool:
-        """Redraw from the store now; returns False when skipped (nothing new, or paused).
+    def refresh(self, force: bool = False, now: float | None = None) -> bool:
+        """Redraw from the store now; returns False when skipped (nothing new, paused, stopped).
 
-        The timer thread calls this; benchmarks may call it directly. ``traffic`` counts
+        The panel timer calls this; tests and benchmarks may call it directly, ``now``
+        (epoch seconds; None: the clock) standing in for a fake clock. ``traffic`` counts
         what was sent.
         """
         with self._lock:
-            if self._closed:
+            if self._closed or self._torn_down:
                 return False
             s = self.sampler
+            status = s.status()
             alerts = self._active_alerts()
-            key = (s.store.generation, s.running, tuple(s.lost), self._paused, self.window_s,
-                   _last_event(s), tuple((a.rule, a.gpu, a.start) for a in alerts))
+            key = (s.store.generation, status.state, tuple(status.lost), status.errors,
+                   self._paused, self.window_s, _last_event(s),
+                   tuple((a.rule, a.gpu, a.start) for a in alerts))
             if not force and (self._paused or key == self._last_key):
                 self.stats["skipped"] += 1
-                self._draw_header()
+                self._draw_header(status)
                 return False
-            now = time.time()
+            now = time.time() if now is None else float(now)
             # A pixel of a long window is many seconds: redraw its lines only when the
             # picture can have moved; the current values still update every refresh.
             lines = (force or key[1:] != (self._last_key or (None,))[1:]
                      or now - self._lines_at >= self.window_s / (2 * SPARK_PX))
             self._last_key = key
             self.last_error = None  # an earlier failure is over unless _draw fails again
-            self._draw(alerts, now, lines)
+            self._draw(alerts, now, lines, status)
             if lines:
                 self._lines_at = now
             self.stats["refreshes"] += 1
@@ -246,8 +261,12 @@ class GPUMonitor(widgets.VBox):
             for d in shown:
                 reported |= set(d.get("metrics", ()))
             self._columns = resolve_columns(self._chosen, reported if shown else {"none"})
-            self._describe = _describe(sampler).replace(" (simulated)", "")
-            self._build()
+            status = sampler.status()
+            self._describe = ("no GPU visible" if status.source_kind == HostOnlySource.kind
+                              else status.source_description.replace(" (simulated)", ""))
+            self._sparks = None
+            if not self._torn_down:
+                self._build()
             self._last_key = None
 
     def _build(self) -> None:
@@ -290,8 +309,7 @@ class GPUMonitor(widgets.VBox):
             self.traffic.watch(w)
         self._parts = parts
         self.children = [controls, grid]
-        for w in old:
-            w.close()
+        tree.close_all([w for o in old for w in tree.descendants(o)])
 
     def _traces(self, col: Column) -> list[tuple[int, object, str, str]]:
         out = []
@@ -308,33 +326,41 @@ class GPUMonitor(widgets.VBox):
         return out
 
     # -- drawing --------------------------------------------------------------------------
-    def _draw(self, alerts: list, now: float, lines: bool = True) -> None:
+    def _draw(self, alerts: list, now: float, lines: bool, status) -> None:
         s = self.sampler
         span = self._span(now)
         if lines and self._sx.min != -span:
             self._sx.min = -span
-        t0 = now - span
         latest = {r["gpu"]: r for r in s.latest()}
         host = s.latest_host()
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
+        lost = status.lost
+        self._last_values = []
         marks = s.timeline.marks()
         rx, ry, labels = rules(marks, top_of(bands), now, span)
         lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
+        live = status.state == "running"
+        pts = self._points(now, span, gap_s) if lines else []
+        offset = 0
         for view in self._views:
-            view.values.value = text.values_html(
-                value_texts(view.col, self._rows, latest, host, s.running, s.lost))
+            texts = value_texts(view.col, self._rows, latest, host, live, lost)
+            self._last_values.append(texts)
+            value_html = text.values_html(texts)
+            if view.values.value != value_html:
+                view.values.value = value_html
             if not lines:
                 continue
             traces = []
             for band, key, metric, _ in view.traces:
-                t, v = s.store.series(key, metric, t0, now)
-                info = self._rows[band]
-                traces.append(Trace(band, t, v, band_scale(metric, info, latest.get(key, {}), host, v)))
-            x, y = pack(traces, bands, now, span, BUCKETS, gap_s)
+                x, v = pts[offset]
+                offset += 1
+                scale = band_scale(metric, self._rows[band], latest.get(key, {}), host, v)
+                traces.append((band, x, v, scale))
+            x, y = pack_points(traces, bands, span)
             with view.lines.hold_sync():
                 view.lines.x, view.lines.y = x, y
-            colors = [LOST_COLOR if key in s.lost else c for _, key, _, c in view.traces] or ["#888"]
+            colors = [LOST_COLOR if key in lost else c for _, key, _, c in view.traces] or ["#888"]
             if colors != list(view.lines.colors):
                 view.lines.colors = colors
             if labels or view.had_rules:
@@ -348,8 +374,34 @@ class GPUMonitor(widgets.VBox):
                             view.labels.text = shown
                         view.labels.visible = bool(labels)
                 view.had_rules = bool(labels)
-        self._labels.value = text.label_html(label_rows(self._rows, latest, host, alerts, s.lost))
-        self._draw_header()
+        label_value = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
+        if self._labels.value != label_value:
+            self._labels.value = label_value
+        self._draw_header(status)
+
+    def _points(self, now: float, span: float, gap_s: float) -> list[tuple]:
+        """Line points of every trace of every column, from the buckets kept between refreshes.
+
+        New buckets when the span (so the bucket width) or the traces change.
+        """
+        order = [(key, metric) for view in self._views for _, key, metric, _ in view.traces]
+        width = span / BUCKETS
+        sset = self._sparks
+        if sset is None or sset.width_s != width or sset.traces != len(order):
+            sset = SparkSet(len(order), width, settle_s=max(5.0, 5.0 * self.sampler.interval))
+            self._sparks = sset
+        t0 = sset.start(now, span)
+        store = self.sampler.store
+        reads = [store.series(key, metric, t0, now) for key, metric in order]
+        trace, b = sset.update(reads, now, span)
+        return points_of_all(trace, b, len(order), now, span, gap_s)
+
+    def held(self) -> dict[str, int]:
+        """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""
+        with self._lock:
+            sset = self._sparks
+            return {"traces": 0 if sset is None else sset.traces,
+                    "buckets": 0 if sset is None else sset.held(), "widgets": len(self._parts)}
 
     def _active_alerts(self) -> list:
         fn = getattr(self.sampler, "alert_list", None)
@@ -372,11 +424,12 @@ class GPUMonitor(widgets.VBox):
             return self.window_s
         return float(min(self.window_s, max(10.0, np.ceil(now - started))))
 
-    def _draw_header(self) -> None:
+    def _draw_header(self, status=None) -> None:
         s = self.sampler
-        if self._closed:
+        if self._closed or self._torn_down:
             return
-        if not s.running:
+        status = s.status() if status is None else status
+        if status.state != "running":
             state, color = "■ sampler stopped", "var(--jp-error-color1,#d32f2f)"
         elif not self.running:
             state, color = "■ panel stopped", "var(--jp-ui-font-color2,#777)"
@@ -385,19 +438,23 @@ class GPUMonitor(widgets.VBox):
         else:
             state, color = "● live", "var(--jp-success-color1,#2e7d32)"
         notes = []
-        if isinstance(s.source, HostOnlySource):
-            notes.append(f"No GPU visible: {plain_reason(s.source.reason)} Try %gpumon --source sim "
-                         "for simulated GPUs.")
-        if getattr(s.source, "state", None) == "unreachable":  # Prometheus down: say so
-            notes.append(f"Source unreachable: {getattr(s.source, 'last_error', '') or 'no answer'}")
-        if s.lost:
-            notes.append(f"Lost GPU(s): {', '.join(str(k) for k in s.lost)}.")
-        if s.errors:
-            notes.append(f"{s.errors} sampler error(s); last: {s.last_error}")
+        if status.source_kind == HostOnlySource.kind:
+            notes.append(f"No GPU visible: {plain_reason(status.source_description)} Try "
+                         "%gpumon --source sim for simulated GPUs.")
+        if status.lost:
+            notes.append(f"Lost GPU(s): {', '.join(str(k) for k in status.lost)}.")
+        if status.errors:
+            per_gpu = ", ".join(f"GPU {k}: {n}" for k, n in status.errors_by_gpu.items() if n)
+            notes.append(f"{status.errors} read(s) failed" + (f" ({per_gpu})" if per_gpu else "")
+                         + f"; last: {status.last_error}")
         if self.last_error:
             notes.append(f"panel error: {self.last_error}")
         describe = f"{self._describe} · every {s.interval:g} s"
-        self._header.value = text.header_html(describe, s.simulated, state, color, " ".join(notes))
+        if status.resolution_note:
+            describe += f" · {status.resolution_note}"
+        value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
+        if self._header.value != value:
+            self._header.value = value
 
     # -- events and the timer thread ---------------------------------------------------------
     def _on_pause(self, change) -> None:
@@ -418,18 +475,40 @@ class GPUMonitor(widgets.VBox):
                     view.base.x, view.base.y = bx, by
             self.refresh(force=True)
 
-    def _loop(self, halt: threading.Event) -> None:
-        if halt.wait(min(0.3, self.refresh_s)):
-            return
-        while not self._closed and self.comm is not None:  # the front end may close it
+    def _on_views(self, change) -> None:
+        """The front end reports its views: with none left (output cleared) stop updating."""
+        if change["new"] == 0 and (change["old"] or 0) > 0:
+            SCHEDULE.remove(self)
+        elif change["new"] and not self._closed and not self._torn_down and not self.running:
+            SCHEDULE.add(self, 0.0)
+
+    def tick(self) -> bool:
+        """One scheduled refresh; False takes the panel off the timer (closed, or no front end)."""
+        if self._closed or self._torn_down or self.comm is None:
+            return False
+        try:
+            self.refresh()
+        except Exception as exc:  # a view error is shown, never raised into the sampler
+            self.stats["errors"] += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.debug("panel refresh failed", exc_info=True)
             try:
-                self.refresh()
-            except Exception as exc:  # a view error is shown, never raised into the sampler
-                self.stats["errors"] += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.debug("panel refresh failed", exc_info=True)
-            if halt.wait(self.refresh_s):
-                return
+                self._draw_header()
+            except Exception:
+                log.debug("panel header failed", exc_info=True)
+        return True
+
+
+def _repointer(panel: GPUMonitor):
+    """An ``on_replace`` listener that re-points ``panel`` (held weakly) at the new sampler."""
+    ref = weakref.ref(panel)
+
+    def repoint(old, new) -> None:
+        mon = ref()
+        if mon is not None and not mon._closed and mon.sampler is old:
+            mon._attach(new, mon._gpus, strict=False)
+
+    return repoint
 
 
 def _last_event(sampler) -> object:
@@ -439,10 +518,3 @@ def _last_event(sampler) -> object:
     except IndexError:
         return None
     return (e.time, e.kind, e.label)
-
-
-def _describe(sampler) -> str:
-    try:
-        return sampler.source.describe()
-    except Exception:
-        return f"{len(sampler.devices)} device(s)"

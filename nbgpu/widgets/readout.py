@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ..sources.host import HOST_KEY
+from ..metrics import HOST_KEY
 from . import text
 from .columns import Column
 
@@ -38,9 +38,30 @@ def band_scale(metric: str, info: dict, row: dict, host: dict, v: np.ndarray) ->
     return float(np.nanmax(v)) if len(v) else 1.0
 
 
+def metric_state(col: Column, row: dict, reported: object) -> str:
+    """How the value of ``col`` stands for one GPU: "live", "stale", "failed" or "unsupported".
+
+    From ``Sampler.latest()``'s ``states``: live if any of the column's metrics is live,
+    else failed or stale if one is, else unsupported (also where the GPU never reported them).
+    """
+    states = row.get("states") or {}
+    mine = [states.get(m) for m in col.metrics
+            if (reported is None or m in reported) and m in states]
+    if not mine:
+        return "live" if reported is None or set(col.metrics) & set(reported) else "unsupported"
+    for state in ("live", "failed", "stale"):
+        if state in mine:
+            return state
+    return "unsupported"
+
+
 def value_texts(col: Column, rows: list[dict], latest: dict, host: dict, running: bool,
                 lost: dict) -> list[tuple[str, str, bool]]:
-    """(text, tooltip, muted) of ``col`` for each panel row; muted when stale or lost."""
+    """(text, tooltip, muted) of ``col`` for each panel row; muted when stale or lost.
+
+    A value that is not live never shows as a number: "stale" or "failed" (the last good
+    value in the tooltip), "n/a" where unsupported ("n/a (MIG)" for a MIG slice).
+    """
     out = []
     stale = not running
     for dev in rows:
@@ -49,10 +70,22 @@ def value_texts(col: Column, rows: list[dict], latest: dict, host: dict, running
             out.append((text.host_value(col, host), text.host_tooltip(col), stale))
             continue
         reported = dev.get("metrics")
-        if reported is not None and not set(col.metrics) & set(reported):
-            out.append(("n/a", f"GPU {key} does not report this", True))
+        row = latest.get(key, {})
+        state = metric_state(col, row, reported)
+        if state == "unsupported":
+            if dev.get("mig"):
+                out.append(("n/a (MIG)", "not reported for MIG slices (NVML gives it for the "
+                            "whole card only)", True))
+            else:
+                out.append(("n/a", f"GPU {key} does not report this", True))
             continue
-        out.append((text.gpu_value(col, latest.get(key, {}), dev), col.help, stale or key in lost))
+        if state in ("stale", "failed"):
+            good = {**row, **(row.get("last_good") or {})}
+            last = text.gpu_value(col, good, dev)
+            why = "its read failed" if state == "failed" else "not refreshed for several periods"
+            out.append((state, f"{why}; last good value {last}", True))
+            continue
+        out.append((text.gpu_value(col, row, dev), col.help, stale or key in lost))
     return out
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 import math
 
+from ..metrics import HOST_KEY
+from ..units import GIB, MISSING, fmt_bytes, fmt_rate
 from .columns import Column
 
 ROW_PX = 30
@@ -30,7 +32,6 @@ overflow:hidden;white-space:nowrap}}
 .nbgpu-b{{color:#fff;border-radius:3px;padding:0 4px;margin-left:4px;font-size:10px;font-weight:600}}
 .nbgpu-t{{font-size:11px;white-space:nowrap}}
 </style>"""
-GIB = 2.0**30
 
 
 def _ok(v: object) -> bool:
@@ -38,31 +39,27 @@ def _ok(v: object) -> bool:
 
 
 def pct(v: object) -> str:
-    return f"{v:.0f} %" if _ok(v) else "–"
+    return f"{v:.0f} %" if _ok(v) else MISSING
 
 
 def gib(v: object) -> str:
+    """Bytes as a bare number of GiB (binary, as nvidia-smi): "0.5", "9.8", "71"."""
     if not _ok(v):
-        return "–"
+        return MISSING
     g = v / GIB
     return f"{g:.1f}" if g < 10 else f"{g:.0f}"
 
 
 def used_of(used: object, total: object) -> str:
-    """"40/140 GiB" (or "40 GiB" when the total is unknown)."""
+    """"40/140" in GiB (the column title states the unit), "40" when the total is unknown."""
     if not _ok(used):
-        return "–"
-    return f"{gib(used)}/{gib(total)} GiB" if _ok(total) else f"{gib(used)} GiB"
+        return MISSING
+    return f"{gib(used)}/{gib(total)}" if _ok(total) else gib(used)
 
 
 def rate(v: object) -> str:
-    """Bytes a second, short: "1.2 GB/s", "340 MB/s"."""
-    if not _ok(v):
-        return "–"
-    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if v >= size:
-            return f"{v / size:.1f} {unit}"
-    return f"{v:.0f} B/s"
+    """Bytes a second in binary units: "1.2 GiB/s", "340.0 MiB/s"."""
+    return fmt_rate(v) if _ok(v) else MISSING
 
 
 def gpu_value(col: Column, row: dict, info: dict) -> str:
@@ -96,7 +93,7 @@ def host_value(col: Column, host: dict) -> str:
     if col.host == "host_ram_used_bytes":
         return used_of(v, host.get("host_ram_total_bytes"))
     if col.host == "proc_rss_bytes":
-        return f"{gib(v)} GiB" if _ok(v) else "–"
+        return fmt_bytes(v)
     return pct(v)
 
 
@@ -148,6 +145,23 @@ def header_html(describe: str, simulated: bool, state: str, state_color: str, no
                  if note else "")
     return (f'<div class="nbgpu-p" style="line-height:1.4"><b>nbgpu</b> '
             f'<span class="nbgpu-m">{html.escape(describe)}</span>{sim}{state_html}{note_html}</div>')
+
+
+def snapshot_html(cols: list[Column], rows: list[dict], values: list[list[tuple[str, str, bool]]]
+                  ) -> str:
+    """The last values of a stopped panel as one static table (the live widgets are closed)."""
+    if not values or not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(c.title)}</th>" for c in cols)
+    body = []
+    for i, dev in enumerate(rows):
+        key = dev["index"]
+        title = "host" if key == HOST_KEY else f"GPU {key}"
+        cells = "".join(f"<td>{html.escape(col[i][0])}</td>" for col in values if i < len(col))
+        body.append(f"<tr><td><b>{html.escape(title)}</b></td>{cells}</tr>")
+    return (f'<div class="nbgpu-p nbgpu-m" style="font-size:11px"><table class="nbgpu-n" '
+            f'style="border-collapse:collapse">'
+            f'<tr><th>last values</th>{head}</tr>{"".join(body)}</table></div>')
 
 
 def title_html(text: str, tip: str) -> str:

@@ -1,0 +1,105 @@
+"""One refresh timer for every panel of the kernel, whatever the number of panels.
+
+A panel that updates is *scheduled*; the single timer thread wakes when the earliest one
+is due, refreshes the due panels one after another and sleeps again. A stopped, paused
+or closed panel, or one whose output was cleared, is not scheduled and costs nothing;
+with no panel scheduled the thread ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("nbgpu")
+
+
+def due(next_at: dict[int, float], now: float) -> list[int]:
+    """Ids of the entries due at ``now``, earliest first (the pure part of the timer)."""
+    return sorted((k for k, t in next_at.items() if t <= now), key=next_at.__getitem__)
+
+
+class RefreshSchedule:
+    """Calls each scheduled panel's ``tick()`` every ``panel.refresh_s`` from one thread.
+
+    ``tick()`` returns False when the panel should leave the schedule (closed, or its
+    front end went away).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._panels: dict[int, object] = {}
+        self._next_at: dict[int, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, panel, first_in_s: float) -> None:
+        """Schedule ``panel``: its first tick in ``first_in_s`` seconds (kept if already there)."""
+        with self._cond:
+            key = id(panel)
+            if key not in self._panels:
+                self._panels[key] = panel
+                self._next_at[key] = self._clock() + first_in_s
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="nbgpu-panels", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def remove(self, panel) -> None:
+        """Take ``panel`` off the schedule (no-op if it is not on it)."""
+        with self._cond:
+            self._panels.pop(id(panel), None)
+            self._next_at.pop(id(panel), None)
+            self._cond.notify_all()
+
+    def has(self, panel) -> bool:
+        """Whether ``panel`` is on the schedule."""
+        with self._cond:
+            return id(panel) in self._panels
+
+    def scheduled(self) -> int:
+        """How many panels are on the schedule."""
+        with self._cond:
+            return len(self._panels)
+
+    def threads(self) -> int:
+        """Timer threads alive: 0 or 1."""
+        thread = self._thread
+        return int(thread is not None and thread.is_alive())
+
+    def step(self, now: float) -> int:
+        """Tick every panel due at ``now`` (what the thread does when it wakes); returns how many."""
+        with self._cond:
+            ready = [(k, self._panels[k]) for k in due(self._next_at, now)]
+        for key, panel in ready:
+            keep = True
+            try:
+                keep = panel.tick() is not False
+            except Exception:  # a panel's failure is its own; the others go on
+                log.debug("panel tick failed", exc_info=True)
+            with self._cond:
+                if key not in self._panels:
+                    continue
+                if keep:
+                    self._next_at[key] = max(now, self._next_at[key]) + panel.refresh_s
+                else:
+                    self._panels.pop(key, None)
+                    self._next_at.pop(key, None)
+        return len(ready)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._panels:
+                    self._thread = None
+                    return
+                wait = min(self._next_at.values()) - self._clock()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+            self.step(self._clock())
+
+
+SCHEDULE = RefreshSchedule()
