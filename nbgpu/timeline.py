@@ -1,6 +1,7 @@
 """A read-only view of a store over a time range, as DataFrames and files.
 
-``Timeline`` is what users hold: ``to_pandas()`` gives one row per (time, gpu),
+``Timeline`` is what users hold: ``to_pandas()`` gives one row per (sampler tick, gpu) with
+every metric filled (``resolution="native"``: every reading at its own time),
 ``between(t0, t1)`` narrows the range, and ``to_csv``/``to_jsonl``/``to_parquet`` write it.
 Host readings (CPU and RAM of the machine and of this process tree) appear as the
 ``host_*`` and ``proc_*`` columns on each sampler tick's rows, and alone in ``host()``.
@@ -23,6 +24,41 @@ if TYPE_CHECKING:
     from .store import Store
 
 TimeLike = "float | datetime.datetime | pandas.Timestamp | str"
+RESOLUTIONS = ("tick", "native")
+# A reading read less often than the ticks stands for the ticks after it for this many of its
+# own periods; later it is stale and the cell stays NaN.
+HOLD_PERIODS = 3
+HOLD_LOOKBACK_S = 60.0  # how far before the range a held reading is looked for
+# Columns that count bytes: int64 in frames when every value is known.
+COUNT_COLUMNS = ("mem_used_bytes", "mem_total_bytes", "mem_used_max_bytes",
+                 "host_ram_used_bytes", "host_ram_total_bytes", "proc_rss_bytes")
+
+
+def max_column(metric: str) -> str:
+    """Name of the per-tick maximum column of a folded metric: ``power_w`` → ``power_max_w``."""
+    base, _, unit = metric.rpartition("_")
+    return f"{base}_max_{unit}"
+
+
+def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``v`` with NaN cells given the last reading, for up to HOLD_PERIODS of its spacing."""
+    ok = ~np.isnan(v)
+    if ok.all() or not ok.any():
+        return v
+    t_ok = t[ok]
+    spacing = float(np.median(np.diff(t_ok))) if len(t_ok) > 1 else math.inf
+    last = np.maximum.accumulate(np.where(ok, np.arange(len(v)), -1))
+    has = last >= 0
+    src = np.where(has, last, 0)
+    fresh = has & (t - t[src] <= HOLD_PERIODS * spacing)
+    return np.where(ok, v, np.where(fresh, v[src], np.nan))
+
+
+def _as_counts(df: pd.DataFrame) -> pd.DataFrame:
+    for col in COUNT_COLUMNS:
+        if col in df.columns and len(df) and df[col].notna().all():
+            df[col] = df[col].round().astype("int64")
+    return df
 
 
 def to_epoch(t: object) -> float:
@@ -90,6 +126,48 @@ class Timeline:
         return [e for e in events if self.t0 <= e.time <= self.t1]
 
     # -- DataFrames -----------------------------------------------------------------------
+    def _tick_frame(self, device: object):
+        """One row per tick of ``device``: buffered readings folded into the tick they precede.
+
+        A tick's cell of a buffered metric is the mean of that metric's readings since the
+        previous tick (``<metric>_max`` keeps their maximum); metrics read less often than
+        ticks hold their last reading for HOLD_PERIODS of their own spacing.
+        """
+        import pandas as pd
+
+        streams = self.store.streams_of(device)
+        if "tick" not in streams:
+            return self._device_frame(device)
+        tt, tcols, tdec = self.store.read_stream(device, "tick", self.t0 - HOLD_LOOKBACK_S, self.t1)
+        if not ((tt >= self.t0) & (tt <= self.t1)).any():
+            return None
+        n = len(tt)
+        first_gap = float(np.median(np.diff(tt))) if n > 1 else 1.0
+        data = {k: v.astype(np.float64) for k, v in tcols.items()}
+        for stream in streams:
+            if stream == "tick":
+                continue
+            st, scols, _ = self.store.read_stream(device, stream, tt[0] - first_gap, tt[-1])
+            idx = np.searchsorted(tt, st, "left")
+            keep = (idx < n) & (st > tt[0] - first_gap)
+            for col, raw in scols.items():
+                v = raw.astype(np.float64)
+                ok = keep & ~np.isnan(v)
+                counts = np.bincount(idx[ok], minlength=n)
+                sums = np.bincount(idx[ok], weights=v[ok], minlength=n)
+                peaks = np.full(n, np.nan)
+                np.fmax.at(peaks, idx[ok], v[ok])
+                own = data.get(col, np.full(n, np.nan))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    data[col] = np.where(counts > 0, sums / np.maximum(counts, 1), own)
+                data[max_column(col)] = np.where(counts > 0, peaks, own)
+        inside = tt >= self.t0
+        data = {k: _held(tt, v)[inside] for k, v in data.items()}
+        frame = {"time": tt[inside], **{k: v for k, v in data.items() if not np.isnan(v).all()}}
+        if tdec[inside].any():
+            frame["decimated"] = tdec[inside]
+        return pd.DataFrame(frame)
+
     def _device_frame(self, device: object):
         import pandas as pd
 
@@ -111,18 +189,29 @@ class Timeline:
             df = df.groupby("time", sort=True, as_index=False).first()
         return df
 
-    def to_pandas(self, host: bool = True) -> pd.DataFrame:
-        """One row per (time, gpu), UTC ``time``; a metric a card lacks is absent or NaN.
+    def to_pandas(self, host: bool = True, resolution: str = "tick") -> pd.DataFrame:
+        """One row per (sampler tick, gpu), UTC ``time``, every metric filled; NaN means unknown.
 
-        Power and utilisation rows come from NVML's sample buffers at their own times, so
-        a row usually carries only some metrics; the other cells are NaN (not zero).
-        With ``host``, tick rows also carry ``host_*``/``proc_*`` columns.
+        Args:
+            host: tick rows also carry the ``host_*``/``proc_*`` columns.
+            resolution: "tick" (default) folds the readings of NVML's sample buffers (power
+                every 20 ms, utilisation every 200 ms, fast memory reads) into the tick
+                they precede: their mean in the metric's column and their maximum in
+                ``<metric>_max`` (``power_max_w``, ``util_max_pct``, ``mem_used_max_bytes``);
+                metrics read less often hold their last reading for 3 of their periods.
+                "native" gives every reading at its own time: sparse rows, where a row
+                carries only the metrics read at that instant and the rest are NaN.
+        Byte counts (``mem_used_bytes``, ...) are int64 when every value is known.
         """
         import pandas as pd
 
+        if resolution not in RESOLUTIONS:
+            raise BadArgumentError(f"to_pandas(resolution={resolution!r}): use one of "
+                                   f"{', '.join(RESOLUTIONS)}")
+        frame_of = self._tick_frame if resolution == "tick" else self._device_frame
         parts = []
         for dev in self.devices:
-            df = self._device_frame(dev["index"])
+            df = frame_of(dev["index"])
             if df is None:
                 continue
             df.insert(1, "gpu", dev["index"])
@@ -141,7 +230,7 @@ class Timeline:
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
         known = [c for c in order if c in df.columns]
         rest = [c for c in df.columns if c not in known]
-        return df[known + rest]
+        return _as_counts(df[known + rest].copy())
 
     def host(self) -> pd.DataFrame:
         """Host CPU/RAM rows alone: machine and this process tree (with child processes)."""
@@ -151,7 +240,7 @@ class Timeline:
         if h is None:
             return pd.DataFrame(columns=["time"] + [m.name for m in HOST_METRICS])
         h["time"] = pd.to_datetime(h["time"], unit="s", utc=True)
-        return h.reset_index(drop=True)
+        return _as_counts(h.reset_index(drop=True))
 
     # -- files --------------------------------------------------------------------------------
     def to_csv(self, path: str) -> str:

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..metrics import BY_NAME, CLOCK_EVENT_REASONS, THROTTLE_BITS
 from ..store import merge_series
+from ..timeline import max_column
 from ..units import MIB, fmt_duration
 
 if TYPE_CHECKING:
@@ -79,12 +80,6 @@ def selected(gpu: object, gpus: list | None) -> bool:
     if gpus is None or gpu in gpus:
         return True
     return isinstance(gpu, str) and "/" in gpu and gpu.split("/")[0] in {str(g) for g in gpus}
-
-
-def max_column(metric: str) -> str:
-    """Name of the per-tick maximum column of a folded metric: ``power_w`` → ``power_max_w``."""
-    base, _, unit = metric.rpartition("_")
-    return f"{base}_max_{unit}"
 
 
 def _knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
@@ -138,7 +133,7 @@ class _Readings:
     @classmethod
     def of_frame(cls, df: pd.DataFrame, times: np.ndarray) -> _Readings:
         cols = {c: df[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in df.columns
-                if c in BY_NAME or c.endswith(("_max_w", "_max_pct"))}
+                if c in BY_NAME or c.endswith(("_max_w", "_max_pct", "_max_bytes"))}
         dec = (df["decimated"].fillna(False).to_numpy(dtype=bool) if "decimated" in df.columns
                else np.zeros(len(df), dtype=bool))
         order = np.argsort(times, kind="stable")
@@ -301,7 +296,8 @@ def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[di
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
     if held is not None:
-        peak = float(held[1].max())
+        _pt, pv = r.series(max_column("mem_used_bytes"), t0, t1)  # per-tick maxima of a frame
+        peak = max(float(held[1].max()), float(pv.max()) if len(pv) else -math.inf)
         row.update(mem_start_bytes=start, mem_end_bytes=end, mem_peak_bytes=peak,
                    mem_delta_bytes=end - start)
         lines.mem, lines.mem_nvml_peak = held, peak
@@ -453,7 +449,7 @@ def _frame_times(df: pd.DataFrame) -> np.ndarray:
     import pandas as pd
 
     col = df["time"]
-    if np.issubdtype(col.dtype, np.number):
+    if pd.api.types.is_numeric_dtype(col.dtype):
         return col.to_numpy(dtype=np.float64)
     ts = pd.to_datetime(col, utc=True)
     return (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
