@@ -26,7 +26,9 @@ from .version import __version__
 if TYPE_CHECKING:
     from .diagnostics import Alert, Thresholds
     from .profiles import Capture, capture, mark, track
-    from .profiles.history import history
+    from .profiles.cost import configure
+    from .profiles.history import history, keep_history
+    from .profiles.oom import snapshot_on_alert
     from .sampler import Sampler
     from .sources.simulated import SimulatedGPUs
     from .timeline import Timeline
@@ -41,6 +43,9 @@ _LAZY = {
     "mark": ".profiles",
     "track": ".profiles",
     "history": ".profiles.history",
+    "keep_history": ".profiles.history",
+    "configure": ".profiles.cost",
+    "snapshot_on_alert": ".profiles.oom",
     "Sampler": ".sampler",
     "SimulatedGPUs": ".sources.simulated",
     "Timeline": ".timeline",
@@ -56,7 +61,14 @@ def _cell_report(cap: object) -> object:
     return CellReport(cap)
 
 
+def _oom_report(post_mortem: object) -> object:
+    from .widgets.oom_report import OomReport
+
+    return OomReport(post_mortem)
+
+
 _hooks.register_view("cell_report", _cell_report)
+_hooks.register_view("oom_report", _oom_report)
 
 
 __all__ = [
@@ -75,9 +87,12 @@ __all__ = [
     "Timeline",
     "__version__",
     "capture",
+    "configure",
     "history",
+    "keep_history",
     "load_ipython_extension",
     "mark",
+    "snapshot_on_alert",
     "track",
     "unload_ipython_extension",
 ]

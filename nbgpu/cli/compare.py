@@ -77,7 +77,8 @@ class Side:
 
 def side_of(run: Run) -> Side:
     """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise."""
-    summary = summarize(run.frame, devices=run.header.get("devices"))
+    epoch = run.frame.assign(time=epoch_seconds(run.frame["time"])) if len(run.frame) else run.frame
+    summary = summarize(epoch, devices=run.header.get("devices"))
     rows, totals = summary.rows, summary.combined
     series = frame_series(run.frame)
     per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {})) for r in rows}

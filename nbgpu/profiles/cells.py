@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import ast
 import logging
+import math
 import time
 from collections.abc import Callable
+from html import escape
 
 from ..sampler import Sampler
+from ..units import fmt_duration, fmt_energy
 from .capture import Capture, status_of
-from .history import CellRecord
+from .compare import changes, verdict
+from .cost import cost_of
+from .history import CellRecord, previous
 from .history import add as add_record
+from .oom import PostMortem, build_story, is_oom
 
 log = logging.getLogger("nbgpu")
 
@@ -46,20 +52,66 @@ def _display(obj) -> None:
     display(obj)
 
 
+def against_last(rec: CellRecord) -> str:
+    """``vs its last run (In [3], 2m05s ago): 12 % more energy, 3 % longer, ...``; "" if none."""
+    prev = previous(rec)
+    if prev is None:
+        return ""
+    try:
+        said = verdict(changes(prev.figures().total, rec.figures().total))
+    except Exception as exc:  # an old run whose readings are gone: say so, briefly
+        return f"vs its last run: cannot compare ({exc})"
+    where = f"In [{prev.execution_count}], " if prev.execution_count is not None else ""
+    ago = rec.start_time - prev.start_time
+    return f"vs its last run ({where}{fmt_duration(ago)} ago): {said}"
+
+
+def cost_line(cap: Capture) -> str:
+    """``energy 44.1 kJ = 0.0123 kWh · 0.0037 EUR · 4.9 g CO₂`` of the cell's GPUs."""
+    energy = cap.totals.get("energy_j", math.nan)
+    return f"energy {fmt_energy(energy)} = {cost_of(energy).text()}"
+
+
+class _Notes:
+    """Display data under a report: how the cell compares with its last run, and its cost."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = [line for line in lines if line]
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        html = "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">{escape(line)}</p>'
+                       for line in self.lines)
+        return {"text/plain": "\n".join(self.lines), "text/html": html}
+
+
 class _OneLine:
     """Display data of the ``--cells`` line: plain text, and HTML whose click opens the report."""
 
-    def __init__(self, cap: Capture) -> None:
+    def __init__(self, cap: Capture, note: str = "") -> None:
         self.cap = cap
+        self.note = note
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         from .report import compact_html
 
-        return {"text/plain": self.cap.one_line(), "text/html": compact_html(self.cap)}
+        text = self.cap.one_line() + (f" · {self.note}" if self.note else "")
+        html = compact_html(self.cap)
+        if self.note:
+            html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(self.note)}</p>'
+        return {"text/plain": text, "text/html": html}
 
 
-def _show_one_line(cap: Capture) -> None:
-    _display(_OneLine(cap))
+def _show_one_line(cap: Capture, note: str = "") -> None:
+    _display(_OneLine(cap, note))
+
+
+def _show_post_mortem(cap: Capture, story) -> None:
+    from ..hooks import view
+
+    try:
+        _display(view("oom_report", PostMortem(cap, story)))
+    except Exception as exc:  # never hide the user's own error behind ours
+        log.warning("nbgpu: the out-of-memory report could not be shown: %s", exc)
 
 
 class _CellMode:
@@ -96,18 +148,22 @@ class _CellMode:
         if cap is None:
             return
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
-        long_enough = time.time() - cap.start_time >= self.min_duration_s
         skip, self.skip_current = self.skip_current, False
+        oom = not skip and error is not None and is_oom(error)
+        story = build_story(cap, error) if oom else None
+        long_enough = oom or time.time() - cap.start_time >= self.min_duration_s
         cap.finish(status_of(type(error) if error is not None else None), error,
                    wait=long_enough and not skip)
         if skip:  # %%gpumon profiled this cell itself
             return
-        add_record(CellRecord(getattr(result, "execution_count", None),
-                                         _cell_id(self.shell, info),
-                                         getattr(info, "raw_cell", "") or "", cap))
+        rec = CellRecord(getattr(result, "execution_count", None), _cell_id(self.shell, info),
+                         getattr(info, "raw_cell", "") or "", cap)
+        add_record(rec)
         if long_enough and cap.sampler.devices:  # no GPU visible: nothing worth a line
+            if story is not None:
+                _show_post_mortem(cap, story)
             try:
-                _show_one_line(cap)
+                _show_one_line(cap, against_last(rec))
             except Exception as exc:  # never disturb the user's cell over a summary
                 log.debug("cell summary failed: %s", exc)
 
@@ -170,20 +226,30 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
     try:
         _run_body(shell, cell)
     except BaseException as exc:
+        story = None
+        if is_oom(exc):  # gather it now, while the failing frame still holds its memory
+            try:
+                story = build_story(cap, exc)
+            except Exception as err:
+                log.warning("nbgpu: the out-of-memory story could not be gathered: %s", err)
         cap.finish(status_of(type(exc)), exc)
-        _record_and_show(shell, cell, cap)
-        raise
+        _record_and_show(shell, cell, cap, story)
+        raise  # the user's exception, unchanged: same object, same traceback
     cap.finish("ok")
     _record_and_show(shell, cell, cap)
     return cap
 
 
-def _record_and_show(shell, cell: str, cap: Capture) -> None:
-    add_record(CellRecord(getattr(shell, "execution_count", None), _cell_id(shell),
-                                     cell, cap))
+def _record_and_show(shell, cell: str, cap: Capture, story=None) -> None:
+    """Record the cell, then show: the OOM story first (if any), the report, the comparison."""
+    rec = CellRecord(getattr(shell, "execution_count", None), _cell_id(shell), cell, cap)
+    add_record(rec)
+    if story is not None:
+        _show_post_mortem(cap, story)
     try:
         from ..hooks import view
 
         _display(view("cell_report", cap))
+        _display(_Notes([against_last(rec), cost_line(cap)]))
     except Exception as exc:  # the report must never hide the cell's own outcome
         log.warning("nbgpu: the cell report could not be shown: %s", exc)

@@ -3,14 +3,30 @@
 Records are small (times, a first line, a reference to the capture); their summaries are
 computed when first asked for, so recording a cell costs nothing but an append. The list
 is bounded: the oldest records go first.
+
+A persistent history (opt-in: ``nbgpu.keep_history()``, or the ``NBGPU_HISTORY_FILE``
+environment variable) also writes each cell's summary to a JSON-lines file, atomically,
+so a later kernel compares its cells with the runs before a restart. Its default place is
+``$XDG_DATA_HOME/nbgpu/history.jsonl`` (``~/.local/share/nbgpu/history.jsonl``). Keeping
+it costs each profiled cell its summary (computed at once instead of on demand) and one
+rewrite of the file (at most ``MAX_SAVED`` lines).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import math
+import os
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..errors import BadArgumentError
+from ..files import atomic_file
+from .compare import RunFigures, capture_figures
+from .cost import cost_of
 from .summary import SUMMARY_COLUMNS
 
 if TYPE_CHECKING:
@@ -18,49 +34,253 @@ if TYPE_CHECKING:
 
     from .capture import Capture
 
+log = logging.getLogger("nbgpu")
+
 MAX_RECORDS = 10_000
+MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
+ENV_HISTORY_FILE = "NBGPU_HISTORY_FILE"
+_ROW_SKIP = ("start", "end", "alerts", "label")
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip():
+            text = line.strip()
+            return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
+    return ""
+
+
+def source_hash(source: str) -> str:
+    """A short digest of a cell's text (surrounding blank space ignored), to find its last run."""
+    return hashlib.sha1(source.strip().encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _clean(v: object) -> object:
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 
 @dataclass
 class CellRecord:
-    """One profiled cell: where it came from and its capture."""
+    """One profiled cell of this kernel: where it came from and its capture."""
 
     execution_count: int | None
     cell_id: str | None
     source: str
     capture: Capture
+    _figures: RunFigures | None = field(default=None, repr=False, compare=False)
 
     @property
     def first_line(self) -> str:
-        for line in self.source.splitlines():
-            if line.strip():
-                text = line.strip()
-                return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
-        return ""
+        return _first_line(self.source)
+
+    @property
+    def source_hash(self) -> str:
+        return source_hash(self.source)
+
+    @property
+    def start_time(self) -> float:
+        return self.capture.start_time
+
+    def figures(self) -> RunFigures:
+        """The compared figures of this cell (with their noise), computed once."""
+        if self._figures is None:
+            self._figures = capture_figures(self.capture)
+        return self._figures
+
+    def head(self) -> dict:
+        cap = self.capture
+        return {"execution_count": self.execution_count, "cell_id": self.cell_id,
+                "first_line": self.first_line, "start": cap.start_time,
+                "duration_s": cap.end_time - cap.start_time, "status": cap.status}
+
+    def tail(self) -> dict:
+        alerts = self.capture.alerts
+        return {"alerts": len(alerts),
+                "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
+                "error": self.capture.error or ""}
+
+    def gpu_rows(self) -> list[dict]:
+        return self.capture.summary_rows
+
+    def totals(self) -> dict:
+        rows = self.gpu_rows()
+        totals = dict(self.capture.totals)
+        peaks = [r["torch_peak_allocated_bytes"] for r in rows if "torch_peak_allocated_bytes" in r]
+        if peaks:
+            totals["torch_peak_allocated_bytes"] = max(peaks)
+            totals["torch_reserved_end_bytes"] = sum(r.get("torch_reserved_end_bytes", 0) for r in rows)
+        return totals
+
+    def to_json(self) -> dict:
+        """The record as plain data for the persistent history file."""
+        return {"v": 1, **{k: _clean(v) for k, v in self.head().items()},
+                "source_hash": self.source_hash, **{k: _clean(v) for k, v in self.tail().items()},
+                "totals": {k: _clean(v) for k, v in self.totals().items()},
+                "gpus": [{k: _clean(v) for k, v in r.items() if k not in _ROW_SKIP}
+                         for r in self.gpu_rows()],
+                "figures": self.figures().to_json()}
 
 
-_records: deque[CellRecord] = deque(maxlen=MAX_RECORDS)
+@dataclass
+class SavedRecord:
+    """A profiled cell read back from the persistent history file (an earlier kernel, maybe)."""
+
+    data: dict
+
+    execution_count = property(lambda self: self.data.get("execution_count"))
+    cell_id = property(lambda self: self.data.get("cell_id"))
+    first_line = property(lambda self: self.data.get("first_line", ""))
+    source_hash = property(lambda self: self.data.get("source_hash", ""))
+    start_time = property(lambda self: float(self.data.get("start") or math.nan))
+
+    def figures(self) -> RunFigures:
+        return RunFigures.from_json(self.data.get("figures") or {})
+
+    def head(self) -> dict:
+        return {k: self.data.get(k) for k in ("execution_count", "cell_id", "first_line", "start",
+                                              "duration_s", "status")}
+
+    def tail(self) -> dict:
+        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error")}
+
+    def gpu_rows(self) -> list[dict]:
+        return [dict(r) for r in self.data.get("gpus") or []]
+
+    def totals(self) -> dict:
+        return dict(self.data.get("totals") or {})
+
+    def to_json(self) -> dict:
+        return self.data
+
+
+_records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
+
+
+class _Store:
+    """The persistent history file: its path and its newest lines, rewritten whole on each add."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.lines: deque[str] = deque(maxlen=MAX_SAVED)
+        self.env_checked = False
+        self.warned = False
+
+    def save(self, record: CellRecord) -> None:
+        try:
+            self.lines.append(json.dumps(record.to_json(), allow_nan=False))
+            with atomic_file(self.path) as fh:
+                fh.write("\n".join(self.lines) + "\n")
+        except Exception as exc:  # never break the user's cell over the history file
+            if not self.warned:
+                self.warned = True
+                log.warning("nbgpu: the history file %s could not be written: %s", self.path, exc)
+
+
+_store = _Store()
+
+
+def default_history_path() -> str:
+    """``$NBGPU_HISTORY_FILE``, else ``$XDG_DATA_HOME/nbgpu/history.jsonl`` (~/.local/share)."""
+    if os.environ.get(ENV_HISTORY_FILE):
+        return os.path.expanduser(os.environ[ENV_HISTORY_FILE])
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "nbgpu", "history.jsonl")
+
+
+def _read_saved(path: str) -> list[SavedRecord]:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue  # a torn or foreign line: skip it
+                if isinstance(data, dict) and data.get("v") == 1:
+                    out.append(SavedRecord(data))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise BadArgumentError(f"cannot read the history file {path}: {exc.strerror or exc}; "
+                               "give a readable path to keep_history()") from exc
+    return out[-MAX_SAVED:]
+
+
+def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
+    """Keep ``nbgpu.history()`` in a file across kernel restarts; returns the file's path.
+
+    Args:
+        path: the JSON-lines file; None uses ``default_history_path()``; False stops
+            writing (the file stays). Cells the file already holds join ``history()``
+            and serve as the last run of cells run again.
+    """
+    if path is False:
+        _store.path = None
+        return None
+    text = default_history_path() if path is None or path is True else os.fspath(path)
+    text = os.path.abspath(os.path.expanduser(text))
+    os.makedirs(os.path.dirname(text), exist_ok=True)
+    saved = _read_saved(text)
+    live = [r for r in _records if isinstance(r, CellRecord)]
+    _records.clear()
+    _records.extend(saved)
+    _records.extend(live)
+    _store.path, _store.env_checked = text, True
+    _store.lines.clear()
+    _store.lines.extend(json.dumps(r.data, allow_nan=False) for r in saved)
+    for rec in live:
+        _store.save(rec)
+    return text
+
+
+def history_file() -> str | None:
+    """The persistent history file in use, or None."""
+    return _store.path
 
 
 def add(record: CellRecord) -> None:
-    """Keep a profiled cell (the oldest is dropped past ``MAX_RECORDS``)."""
+    """Keep a profiled cell (the oldest is dropped past ``MAX_RECORDS``); save it if asked."""
+    if not _store.env_checked:
+        _store.env_checked = True
+        if os.environ.get(ENV_HISTORY_FILE) and _store.path is None:
+            try:
+                keep_history(None)
+            except Exception as exc:
+                log.warning("nbgpu: %s is set but cannot be used: %s", ENV_HISTORY_FILE, exc)
     _records.append(record)
+    if _store.path is not None:
+        _store.save(record)
 
 
-def records() -> list[CellRecord]:
+def records() -> list[CellRecord | SavedRecord]:
     return list(_records)
 
 
+def previous(record: CellRecord) -> CellRecord | SavedRecord | None:
+    """The newest earlier record of the same cell: same cell id, or same source text."""
+    items = list(_records)
+    at = next((i for i, r in enumerate(items) if r is record), len(items))
+    for rec in reversed(items[:at]):
+        if (record.cell_id and rec.cell_id == record.cell_id) or rec.source_hash == record.source_hash:
+            return rec
+    return None
+
+
 def clear() -> None:
-    """Forget every recorded cell."""
+    """Forget every recorded cell (the history file, if kept, stays as it is)."""
     _records.clear()
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:
     """One row per profiled cell: execution count, cell id, first line, start, duration,
     the summary over all GPUs (memory, utilisation, power, energy, temperature, throttling),
-    status and the alerts that overlapped the cell.
+    energy as kWh (and cost and CO₂ where configured), status and the alerts that
+    overlapped the cell. Cells kept in the history file from earlier kernels come first.
 
     Args:
         per_gpu: one row per (cell, GPU) with that GPU's summary instead.
@@ -69,42 +289,27 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
 
     rows = []
     for rec in list(_records):
-        cap = rec.capture
-        head = {"execution_count": rec.execution_count, "cell_id": rec.cell_id,
-                "first_line": rec.first_line,
-                "start": pd.Timestamp(cap.start_time, unit="s", tz="UTC"),
-                "duration_s": cap.end_time - cap.start_time, "status": cap.status}
+        head = rec.head()
+        head["start"] = pd.Timestamp(head["start"], unit="s", tz="UTC")
         try:
-            summary = cap.summary_rows
+            parts = rec.gpu_rows() if per_gpu else [rec.totals()]
         except Exception as exc:  # a sampler closed under us: keep the row, say why
-            summary = None
-            head["resolution_note"] = f"no summary: {exc}"
-        alerts = cap.alerts
-        tail = {"alerts": len(alerts),
-                "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
-                "error": cap.error or ""}
-        if per_gpu and summary:
-            for r in summary:
-                row = dict(head)
-                row.update({k: v for k, v in r.items()
-                            if k not in head and k not in ("start", "end", "alerts", "label")})
-                row.update(tail)
-                rows.append(row)
-            continue
-        row = dict(head)
-        totals = cap.totals if summary is not None else {}
-        totals.pop("duration_s", None)
-        row.update(totals)
-        peaks = [r["torch_peak_allocated_bytes"] for r in summary or [] if "torch_peak_allocated_bytes" in r]
-        if peaks:
-            row["torch_peak_allocated_bytes"] = max(peaks)
-            row["torch_reserved_end_bytes"] = sum(r["torch_reserved_end_bytes"] for r in summary)
-        row.update(tail)
-        rows.append(row)
+            parts, head["resolution_note"] = [{}], f"no summary: {exc}"
+        for part in parts or ([] if per_gpu else [{}]):
+            row = dict(head)
+            row.update({k: v for k, v in part.items() if k not in head and k not in _ROW_SKIP})
+            if "energy_j" in part:
+                row.update(cost_of(_float(part["energy_j"])).columns())
+            row.update(rec.tail())
+            rows.append(row)
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        return pd.DataFrame(columns=base + extra + ["alerts", "alert_rules", "error"])
+        return pd.DataFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error"])
     df = pd.DataFrame(rows)
     order = base + [c for c in df.columns if c not in base]
     return df[order]
+
+
+def _float(v: object) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan

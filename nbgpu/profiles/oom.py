@@ -1,0 +1,375 @@
+"""The out-of-memory post-mortem: what filled the GPU when a cell died of CUDA OOM.
+
+A cell's exception is recognised as GPU out-of-memory by its class name (PyTorch's
+``OutOfMemoryError``, TensorFlow's ``ResourceExhaustedError``) or its message, without
+importing any framework. The story is gathered at the failure, while the failing frame
+still holds its tensors: NVML's memory at that moment and the cell's peak, the
+framework's allocated and reserved memory (what NVML counts beyond it is outside the
+framework: the CUDA context, other libraries, other processes), and, where PyTorch's
+allocator history is on (``torch.cuda.memory._record_memory_history()``, opt-in because
+recording every allocation's stack slows allocation down), the largest live allocations
+with their Python stacks. ``snapshot_on_alert(path)`` writes the same evidence to a file
+when a critical OOM-risk alert fires, so a run that crashes later still leaves it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import BadArgumentError
+from ..files import atomic_file
+from ..units import GIB, KIB, MIB, TIB
+
+if TYPE_CHECKING:
+    from ..sampler import Sampler
+    from .capture import Capture
+
+OOM_CLASS_NAMES = ("OutOfMemoryError", "ResourceExhaustedError")
+_OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory|RESOURCE_EXHAUSTED|"
+                       r"OOM when allocating|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation")
+_REQUEST = re.compile(r"Tried to allocate (\d+(?:\.\d+)?) ?([KMGT]i?B|B)")
+_TORCH_GPU = re.compile(r"GPU (\d+) has a total capacity")
+_TF_GPU = re.compile(r"device:GPU:(\d+)")
+_UNITS = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "TiB": TIB, "KB": KIB, "MB": MIB, "GB": GIB, "TB": TIB}
+TOP_ALLOCATIONS = 5
+STACK_FRAMES = 3
+SNAPSHOT_SECONDS = 120.0
+
+
+def is_oom(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a GPU out-of-memory error of a framework."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if any(cls.__name__ in OOM_CLASS_NAMES for cls in type(exc).__mro__):
+            return True
+        if _OOM_TEXT.search(str(exc)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def requested_bytes(message: str) -> float:
+    """The allocation that failed, from PyTorch's message ("Tried to allocate 2.00 GiB"); NaN if absent."""
+    m = _REQUEST.search(message)
+    return float(m[1]) * _UNITS[m[2]] if m else math.nan
+
+
+def failed_device(message: str) -> int | None:
+    """The framework's device index named in an OOM message, if any."""
+    m = _TORCH_GPU.search(message) or _TF_GPU.search(message)
+    return int(m[1]) if m else None
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A live allocation at the failure: its size and where in Python it was made (innermost first)."""
+
+    size_bytes: int
+    device: int
+    stack: tuple[str, ...]
+
+
+def _torch_cuda():
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    try:
+        return cuda if cuda is not None and cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
+    """(framework, {device index: allocated/reserved/peak bytes}) from a framework the user imported."""
+    cuda = _torch_cuda()
+    if cuda is not None:
+        out = {}
+        try:
+            for i in range(cuda.device_count()):
+                out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)),
+                          "reserved_bytes": float(cuda.memory_reserved(i)),
+                          "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
+                          "uuid": _torch_uuid(cuda, i)}
+        except Exception:
+            pass
+        return "pytorch", out
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        out = {}
+        try:
+            for i, _dev in enumerate(tf.config.list_logical_devices("GPU")):
+                info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+                out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
+                          "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
+        except Exception:
+            pass
+        return "tensorflow", out
+    return None, {}
+
+
+def _torch_uuid(cuda, i: int) -> str:
+    try:
+        uuid = str(cuda.get_device_properties(i).uuid)
+    except Exception:
+        return ""
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def _user_frames(frames: list[dict]) -> tuple[str, ...]:
+    """The innermost frames outside PyTorch itself, as ``file:line in function``."""
+    out = []
+    for f in frames:
+        name = str(f.get("filename", ""))
+        if "/torch/" in name or name.startswith("<frozen") or "/site-packages/" in name:
+            continue
+        out.append(f"{name.rsplit('/', 1)[-1]}:{f.get('line', '?')} in {f.get('name', '?')}")
+        if len(out) >= STACK_FRAMES:
+            break
+    return tuple(out)
+
+
+def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]]:
+    """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator.
+
+    "off" means PyTorch runs but its allocator history is not being recorded, so live
+    blocks carry no stacks; enable it with ``torch.cuda.memory._record_memory_history()``.
+    """
+    cuda = _torch_cuda()
+    memory = getattr(cuda, "memory", None)
+    snap_fn = getattr(memory, "_snapshot", None)
+    if snap_fn is None:
+        return "unavailable", []
+    try:
+        snap = snap_fn()
+    except Exception:
+        return "unavailable", []
+    blocks, stacks = [], False
+    for seg in snap.get("segments", []):
+        for blk in seg.get("blocks", []):
+            if blk.get("state") != "active_allocated":
+                continue
+            frames = blk.get("frames") or []
+            stacks = stacks or bool(frames)
+            blocks.append(Allocation(int(blk.get("requested_size") or blk.get("size", 0)),
+                                     int(seg.get("device", 0)), _user_frames(frames)))
+    if not stacks:
+        return "off", []
+    blocks.sort(key=lambda a: a.size_bytes, reverse=True)
+    return "on", blocks[:n]
+
+
+@dataclass
+class GpuMemory:
+    """One GPU at the failure: NVML's view, the framework's view, and what lies outside it."""
+
+    gpu: object
+    nvml_used_bytes: float
+    nvml_peak_bytes: float
+    mem_total_bytes: float
+    allocated_bytes: float = math.nan
+    reserved_bytes: float = math.nan
+    peak_allocated_bytes: float = math.nan
+
+    @property
+    def outside_framework_bytes(self) -> float:
+        """NVML's used memory beyond what the framework reserved (context, libraries, other processes)."""
+        return self.nvml_used_bytes - self.reserved_bytes
+
+
+@dataclass
+class OomStory:
+    """What the post-mortem report says: when it failed, what was asked, each GPU's memory."""
+
+    failed_at: float
+    error: str
+    requested_bytes: float
+    framework: str | None
+    failed_gpu: object
+    gpus: list[GpuMemory] = field(default_factory=list)
+    allocator_history: str = "unavailable"
+    allocations: list[Allocation] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        def clean(v):
+            if isinstance(v, float) and not math.isfinite(v):
+                return None
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [clean(x) for x in v]
+            return v
+        out = clean(asdict(self))
+        for g, d in zip(self.gpus, out["gpus"], strict=True):
+            d["outside_framework_bytes"] = clean(g.outside_framework_bytes)
+        return out
+
+
+def _key(dev: object) -> object:
+    return dev.get("index") if isinstance(dev, dict) else getattr(dev, "key", None)
+
+
+def _uuid(dev: object) -> str:
+    return str(dev.get("uuid", "") if isinstance(dev, dict) else getattr(dev, "uuid", "") or "")
+
+
+def _match(devices: list, figures: dict[int, dict]) -> dict[object, dict]:
+    """Framework device figures by sampler GPU key: by UUID, else in the same order."""
+    by_uuid = {f["uuid"]: f for f in figures.values() if f.get("uuid")}
+    out = {}
+    cards = [d for d in devices if not (isinstance(_key(d), str) and "/" in str(_key(d)))]
+    for pos, dev in enumerate(cards):
+        fig = by_uuid.get(_uuid(dev))
+        if fig is None and not by_uuid:
+            fig = figures.get(pos)
+        if fig is not None:
+            out[_key(dev)] = fig
+    return out
+
+
+def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
+    """Gather the post-mortem of ``exc`` in ``cap`` now, while the failing frame still lives."""
+    from .summary import selected
+
+    failed_at = time.time() if failed_at is None else failed_at
+    message = str(exc)
+    framework, figures = framework_memory()
+    history_state, allocations = largest_allocations() if framework == "pytorch" else ("unavailable", [])
+    sampler = cap.sampler
+    devices = [d for d in (sampler.devices if sampler is not None else []) if selected(_key(d), cap.gpus)]
+    matched = _match(devices, figures)
+    index = failed_device(message)
+    failed_gpu = None
+    gpus = []
+    for pos, dev in enumerate(devices):
+        key = _key(dev)
+        t, v = sampler.timeline.series(key, "mem_used_bytes") if sampler is not None else ([], [])
+        inside = [float(x) for tt, x in zip(t, v, strict=False) if cap.start_time - 5 <= tt <= failed_at + 1]
+        total = dev.get("mem_total_bytes") if hasattr(dev, "get") else None
+        g = GpuMemory(key, inside[-1] if inside else math.nan, max(inside) if inside else math.nan,
+                      float(total) if total is not None and total == total else math.nan)
+        fig = matched.get(key)
+        if fig:
+            g.allocated_bytes, g.reserved_bytes = fig["allocated_bytes"], fig["reserved_bytes"]
+            g.peak_allocated_bytes = fig["peak_allocated_bytes"]
+        if index is not None and index == pos:
+            failed_gpu = key
+        gpus.append(g)
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return OomStory(failed_at, f"{type(exc).__name__}: {first}", requested_bytes(message), framework,
+                    failed_gpu, gpus, history_state, allocations)
+
+
+def _recent(sampler: Sampler, seconds: float) -> dict:
+    now = time.time()
+    window = sampler.timeline.between(now - seconds, now)
+    out = {}
+    for dev in sampler.devices:
+        key = _key(dev)
+        per = {}
+        for metric in ("mem_used_bytes", "util_pct", "power_w"):
+            t, v = window.series(key, metric)
+            per[metric] = {"time_s": [round(float(x), 3) for x in t], "values": [float(x) for x in v]}
+        out[str(key)] = per
+    return out
+
+
+def write_snapshot(path: str, sampler: Sampler, alert: object = None,
+                   seconds: float = SNAPSHOT_SECONDS) -> str:
+    """Write the last ``seconds`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
+    framework, figures = framework_memory()
+    history_state, allocations = largest_allocations() if framework == "pytorch" else ("unavailable", [])
+    data = {
+        "written_at": time.time(),
+        "alert": None if alert is None else {k: getattr(alert, k, None) for k in
+                                             ("rule", "severity", "gpu", "start", "message", "suggestion")},
+        "framework": framework,
+        "framework_memory": {str(k): v for k, v in figures.items()},
+        "allocator_history": history_state,
+        "largest_allocations": [asdict(a) for a in allocations],
+        "timeline": _recent(sampler, seconds),
+    }
+    with atomic_file(path) as fh:
+        json.dump(data, fh, default=str)
+    return path
+
+
+def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple[str, ...] = ("oom_risk",),
+                      severity: str = "critical", seconds: float = SNAPSHOT_SECONDS) -> Callable:
+    """Write a snapshot (recent timeline + allocator summary) to ``path`` when a matching alert fires.
+
+    Args:
+        path: the JSON file to write; each new alert replaces it (atomically).
+        sampler: whose alerts to watch; None uses the kernel's running sampler.
+        rules: alert rules that trigger it (default: the OOM-risk rule).
+        severity: the lowest severity that triggers it ("warning" or "critical").
+        seconds: how much recent timeline to keep in the snapshot.
+    Returns the callback registered with ``sampler.on_alert`` (it runs in the sampler thread).
+    """
+    from ..diagnostics.alerts import SEVERITIES
+    from .capture import pick_sampler
+
+    if severity not in SEVERITIES:
+        raise BadArgumentError(f"severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
+    sampler = sampler or pick_sampler()
+    if sampler is None:
+        raise BadArgumentError("snapshot_on_alert needs a running sampler: run %gpumon first, "
+                               "or pass sampler=nbgpu.Sampler(...).start()")
+    target = str(path)
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise BadArgumentError(f"cannot write snapshots to {target}: folder {folder} does not exist")
+    floor = SEVERITIES.index(severity)
+
+    def on_alert(alert) -> None:
+        if alert.rule in rules and SEVERITIES.index(alert.severity) >= floor:
+            write_snapshot(target, sampler, alert, seconds)
+
+    sampler.on_alert(on_alert)
+    return on_alert
+
+
+@dataclass
+class PostMortem:
+    """A failed cell's capture and its OOM story: what the report shows first."""
+
+    capture: Capture
+    story: OomStory
+
+    def text(self) -> str:
+        """The memory story as plain text, one line per fact."""
+        from ..units import fmt_bytes
+
+        s = self.story
+        lines = [f"GPU out of memory: {s.error}"]
+        if math.isfinite(s.requested_bytes):
+            lines.append(f"  the failed request: {fmt_bytes(s.requested_bytes)}")
+        for g in s.gpus:
+            mark = " (the one that failed)" if g.gpu == s.failed_gpu else ""
+            lines.append(f"  GPU {g.gpu}{mark}: NVML used {fmt_bytes(g.nvml_used_bytes)} of "
+                         f"{fmt_bytes(g.mem_total_bytes)} at the failure, peak {fmt_bytes(g.nvml_peak_bytes)}"
+                         " in the cell")
+            if s.framework and math.isfinite(g.allocated_bytes):
+                lines.append(f"    {s.framework}: allocated {fmt_bytes(g.allocated_bytes)}, reserved "
+                             f"{fmt_bytes(g.reserved_bytes)}, "
+                             f"outside it {fmt_bytes(g.outside_framework_bytes)}")
+        if s.allocations:
+            lines.append("  largest live allocations:")
+            lines += [f"    {fmt_bytes(a.size_bytes)} on cuda:{a.device} at {' < '.join(a.stack) or '?'}"
+                      for a in s.allocations]
+        elif s.allocator_history == "off":
+            lines.append("  allocator history is off: torch.cuda.memory._record_memory_history() before "
+                         "the cell shows the largest allocations and their stacks (it slows allocation)")
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        from html import escape
+
+        return {"text/plain": self.text(), "text/html": f"<pre>{escape(self.text())}</pre>"}
