@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import nbgpu
 from nbgpu.sources.simulated import SimulatedGPUs
+
+
+class FakeClock:
+    """Seconds that move only when the test steps the sampler."""
+
+    def __init__(self) -> None:
+        self.t = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def sim_and_clock(**kw) -> tuple[SimulatedGPUs, FakeClock]:
+    clock = FakeClock()
+    return SimulatedGPUs(clock=clock, **kw), clock
+
+
+def advance(s: nbgpu.Sampler, clock: FakeClock, seconds: float, dt: float = 0.05) -> None:
+    """Step the sampler through ``seconds`` of fake time, as its thread would."""
+    for _ in range(round(seconds / dt)):
+        clock.t += dt
+        s.step(clock.t)
 
 
 @pytest.mark.parametrize("init_error, words", [
@@ -41,11 +61,13 @@ def test_missing_pynvml_module_is_reported(monkeypatch):
 
 
 def test_unsupported_metric_is_absent_never_zero():
-    sim = SimulatedGPUs(unsupported=["nvmlDeviceGetTemperature", "nvmlGpmQueryDeviceSupport"])
-    with nbgpu.Sampler(source=sim, interval=0.1) as s:
-        time.sleep(0.4)
-    assert "temp_c" not in s.devices[0]["metrics"]
-    assert "sm_active_pct" not in s.devices[0]["metrics"]
+    sim, clock = sim_and_clock(unsupported=["nvmlDeviceGetTemperature",
+                                            "nvmlGpmQueryDeviceSupport"])
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.4)
+    s.stop()
+    assert "temp_c" not in s.devices[0].metrics
+    assert "sm_active_pct" not in s.devices[0].metrics
     df = s.timeline.to_pandas()
     assert "temp_c" not in df.columns
     assert "sm_active_pct" not in df.columns
@@ -53,41 +75,43 @@ def test_unsupported_metric_is_absent_never_zero():
 
 
 def test_metric_that_stops_being_supported_mid_run_becomes_nan():
-    sim = SimulatedGPUs()
-    with nbgpu.Sampler(source=sim, interval=0.1) as s:
-        time.sleep(0.4)
-        sim.set_unsupported("nvmlDeviceGetTemperature", gpu=0)
-        cut = time.time()
-        time.sleep(0.4)
+    sim, clock = sim_and_clock()
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.4)
+    sim.set_unsupported("nvmlDeviceGetTemperature", gpu=0)
+    cut = clock.t
+    advance(s, clock, 0.4)
+    s.stop()
     t, v = s.timeline.series(0, "temp_c")
-    assert len(t) and (t < cut + 0.15).all()
+    assert len(t) and (t <= cut).all()
     assert (v > 0).all()
     assert len(s.timeline.between(cut + 0.15).series(1, "temp_c")[0]) >= 2
+    assert "temp_c" not in s.source.devices()[0].metrics
 
 
 def test_gpu_lost_mid_run_stops_its_series_and_the_rest_carry_on():
-    sim = SimulatedGPUs(count=2)
-    with nbgpu.Sampler(source=sim, interval=0.1) as s:
-        time.sleep(0.4)
-        sim.lose_gpu(1)
-        lost_at = time.time()
-        time.sleep(0.6)
-        assert s.running
-        states = {r["gpu"]: r["state"] for r in s.latest()}
+    sim, clock = sim_and_clock(count=2)
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.4)
+    sim.lose_gpu(1)
+    lost_at = clock.t
+    advance(s, clock, 0.6)
+    s.stop()
     assert 1 in s.lost
-    assert states == {0: "running", 1: "lost"}
+    assert sim.gpm_samples_live == 0
     t1, _ = s.timeline.series(1, "mem_used_bytes")
-    assert (t1 < lost_at + 0.15).all()
+    assert (t1 <= lost_at).all()
     t0, _ = s.timeline.series(0, "mem_used_bytes")
     assert (t0 > lost_at + 0.3).any()
     assert any(e.kind == "lost" and e.device == 1 for e in s.timeline.events())
 
 
 def test_sample_buffer_not_found_means_nothing_new_not_an_error():
-    sim = SimulatedGPUs()
+    sim, clock = sim_and_clock()
     sim.inject_error("nvmlDeviceGetSamples", 6)  # NVML_ERROR_NOT_FOUND on every drain
-    with nbgpu.Sampler(source=sim, interval=0.1) as s:
-        time.sleep(0.5)
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.5)
+    s.stop()
     assert s.errors == 0
     assert s.source.last_error is None
     assert len(s.timeline.series(0, "mem_used_bytes")[0]) >= 3
@@ -98,46 +122,53 @@ def test_an_empty_buffer_for_long_falls_back_to_polling(monkeypatch):
 
     monkeypatch.setattr(nvml_mod, "BUFFER_DEAD_AFTER_S", 0.3)
     monkeypatch.setattr(nvml_mod, "DRAIN_EVERY_S", dict.fromkeys(nvml_mod.DRAIN_EVERY_S, 0.1))
-    sim = SimulatedGPUs()
-    with nbgpu.Sampler(source=sim, interval=0.1) as s:
-        sim.inject_error("nvmlDeviceGetSamples", 6)
-        time.sleep(1.2)
+    sim, clock = sim_and_clock()
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.1)
+    sim.inject_error("nvmlDeviceGetSamples", 6)
+    advance(s, clock, 1.2)
+    s.stop()
     t, v = s.timeline.series(0, "power_w")
     late = t > t[0] + 0.9
     assert late.any() and (v[late] > 0).all()
 
 
 def test_transient_nvml_error_leaves_nan_is_counted_and_the_thread_lives():
-    sim = SimulatedGPUs()
-    with nbgpu.Sampler(source=sim, interval=0.1) as s:
-        time.sleep(0.2)
-        sim.inject_error("nvmlDeviceGetMemoryInfo", 999, gpu=0, times=2)
-        time.sleep(0.5)
-        assert s.running
-    assert "Unknown Error" in (s.source.last_error or "")
+    sim, clock = sim_and_clock()
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.2)
+    sim.inject_error("nvmlDeviceGetMemoryInfo", 999, gpu=0, times=2)
+    advance(s, clock, 0.5)
+    status = s.status()
+    s.stop()
+    assert status.errors_by_gpu.get(0) == 2 and 1 not in status.errors_by_gpu
+    assert "Unknown Error" in (status.last_error_by_gpu.get(0) or "")
     assert len(s.timeline.series(0, "mem_used_bytes")[0]) >= 3
 
 
 def test_nvml_init_and_shutdown_are_paired_with_other_users():
-    sim = SimulatedGPUs()
+    sim, clock = sim_and_clock()
     sim.nvmlInit()  # someone else (torch, the user) holds NVML
-    with nbgpu.Sampler(source=sim, interval=0.1):
-        time.sleep(0.2)
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.2)
+    s.stop()
     assert sim.initialised  # nbgpu released only its own reference
     sim.nvmlShutdown()
     assert not sim.initialised
 
 
 def test_mig_slices_are_their_own_devices_with_what_they_support():
-    with nbgpu.Sampler(source=SimulatedGPUs(count=1, mig={0: 2}), interval=0.1) as s:
-        time.sleep(0.4)
-    keys = [d["index"] for d in s.devices]
+    sim, clock = sim_and_clock(count=1, mig={0: 2})
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    advance(s, clock, 0.4)
+    s.stop()
+    keys = [d.key for d in s.devices]
     assert keys == [0, "0/0", "0/1"]
     mig = s.devices[1]
-    assert mig["mig"] and mig["parent"] == 0
-    assert "mem_used_bytes" in mig["metrics"]
-    assert "util_pct" not in mig["metrics"]
-    assert mig["mem_total_bytes"] < s.devices[0]["mem_total_bytes"]
+    assert mig.mig and mig.parent == 0 and mig.card == 0
+    assert "mem_used_bytes" in mig.metrics
+    assert "util_pct" not in mig.metrics
+    assert mig.mem_total_bytes < s.devices[0].mem_total_bytes
     df = s.timeline.to_pandas()
     assert {"0/0", "0/1"} <= set(df["gpu"])
     assert "util_pct" not in df.columns  # MIG: utilisation is not supported anywhere

@@ -75,3 +75,113 @@ def test_exports_round_trip(nvml, tmp_path):
 def test_bad_gpu_index_is_value_error(nvml):
     with pytest.raises(ValueError, match="out of range"):
         nbgpu.Sampler(source="nvml", gpus=[nvml.nvmlDeviceGetCount()])
+
+
+# -- the NVML gateway against the real library ------------------------------------------
+def _opened_source():
+    from nbgpu.sources.nvml import NVMLSource
+
+    src = NVMLSource()
+    src.open()
+    return src
+
+
+def test_gateway_capabilities_are_what_the_card_answers(nvml):
+    from nbgpu.sources.base import Device
+    from nbgpu.sources.nvml import NothingNewError, NotSupportedError, NVMLGateway
+
+    src = _opened_source()
+    try:
+        card = src.devices()[0]
+        assert isinstance(card, Device) and card.key == 0 and card.parent is None
+        gw = NVMLGateway(nvml)
+        h = gw.call("nvmlDeviceGetHandleByIndex", 0)
+        try:
+            gw.call("nvmlDeviceGetFanSpeed", h)
+            has_fan = True
+        except NotSupportedError:  # datacenter cards: absent, never an error
+            has_fan = False
+        assert isinstance(has_fan, bool)
+        with pytest.raises(NotSupportedError):
+            gw.call("nvmlDeviceGetSomethingFromTheFuture", h)
+        try:
+            gw.call("nvmlDeviceGetSamples", h, 0, 2**62)  # nothing newer than the far future
+        except (NothingNewError, NotSupportedError):
+            pass
+        for metric in ("mem_used_bytes", "temp_c", "power_w"):
+            assert metric in card.metrics
+    finally:
+        src.close()
+
+
+def test_memory_tier_reads_only_memory_used_on_the_real_card(nvml):
+    src = _opened_source()
+    try:
+        now = time.time()
+        src.read(now, frozenset({"tick"}))
+        reading = src.read(now + 0.01, frozenset({"memory"}))
+        mem = [b for b in reading.batches if b.stream == "memory"]
+        assert mem and all(set(b.values) == {"mem_used_bytes"} for b in mem)
+        total = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0)).total
+        assert 0 < float(mem[0].values["mem_used_bytes"][0]) <= total
+        assert reading.errors == []
+    finally:
+        src.close()
+
+
+def test_processes_list_a_child_holding_memory(nvml, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    ready = tmp_path / "ready"
+    code = ("import sys, time, torch; x = torch.empty(2**30, dtype=torch.uint8, device='cuda:0'); "
+            "open(sys.argv[1], 'w').close(); time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(ready)])
+    src = _opened_source()
+    try:
+        deadline = time.time() + 60
+        while not ready.exists() and time.time() < deadline and child.poll() is None:
+            time.sleep(0.1)  # a child process starting CUDA: no clock to fake
+        assert ready.exists(), "the child did not allocate GPU memory"
+        src.read(time.time(), frozenset({"procs"}))
+        listed = src.processes.get(0, [])
+        pids = {p.pid for p in listed}
+        if child.pid in pids:
+            mine = next(p for p in listed if p.pid == child.pid)
+            assert mine.used_bytes is None or mine.used_bytes >= 2**30
+            assert mine.user is not None
+        else:  # a container's PID namespace: NVML's host PIDs are not ours
+            assert all(not os.path.exists(f"/proc/{p.pid}") or p.name for p in listed)
+            assert listed, "NVML listed no process although the child holds memory"
+    finally:
+        src.close()
+        child.kill()
+        child.wait()
+
+
+def test_gpm_samples_are_freed_on_close(nvml, monkeypatch):
+    from nbgpu.sources.nvml import NVMLSource
+
+    live = {"n": 0}
+    alloc, free = nvml.nvmlGpmSampleAlloc, nvml.nvmlGpmSampleFree
+
+    def counting_alloc():
+        sample = alloc()
+        live["n"] += 1
+        return sample
+
+    def counting_free(sample):
+        free(sample)
+        live["n"] -= 1
+
+    monkeypatch.setattr(nvml, "nvmlGpmSampleAlloc", counting_alloc)
+    monkeypatch.setattr(nvml, "nvmlGpmSampleFree", counting_free)
+    src = NVMLSource(nvml)
+    src.open()
+    gpm = "sm_active_pct" in src.devices()[0].metrics
+    for i in range(3):
+        src.read(time.time() + 0.1 * i, frozenset({"tick"}))
+    src.close()
+    assert live["n"] == 0, f"{live['n']} GPM samples left allocated (GPM offered: {gpm})"

@@ -367,6 +367,7 @@ class NVMLSource:
                     hint=_NO_MODULE_HINT) from exc
             self._nvml = pynvml
         g = self._gw = NVMLGateway(self._nvml)
+        self._devices, self._processes = [], {}
         try:
             g.call("nvmlInit")
         except NVMLCallError as exc:
@@ -382,13 +383,17 @@ class NVMLSource:
                 self._devices.extend(self._mig_devices(index, handle))
         except (NVMLUnavailableError, NVMLCallError) as exc:
             self._release()
+            self._devices = []
             if isinstance(exc, NVMLUnavailableError):
                 raise
             raise unavailable(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
 
     def close(self) -> None:
-        """Free GPM samples and release our NVML reference; others' NVML stays up."""
+        """Free GPM samples and release our NVML reference; others' NVML stays up.
+
+        ``devices()`` still describes what was there, so views can label old data.
+        """
         if self._opened:
             self._opened = False
             self._release()
@@ -396,7 +401,6 @@ class NVMLSource:
     def _release(self) -> None:
         for dev in self._devices:
             _gpm_free(self._gw, dev)
-        self._devices = []
         try:
             self._gw.call("nvmlShutdown")
         except NVMLCallError as exc:  # already shut down by someone else: nothing to undo
