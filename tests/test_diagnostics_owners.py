@@ -6,6 +6,7 @@ import os
 import types
 
 from conftest_diagnostics import drive, sim_sampler
+from nbgpu import SimulatedGPUs
 from nbgpu.diagnostics import memory_owners
 from nbgpu.diagnostics.owners import MISMATCH, OK, attribute
 
@@ -26,15 +27,15 @@ def test_this_kernel_is_found_on_each_gpu_with_its_memory():
 
 
 def test_other_processes_are_aggregated_without_names_unless_asked():
-    s, clock = sim_sampler("steady")
+    sim = SimulatedGPUs(count=2)
+    sim.add_process(0, 1, 10 * 2**30, name="init", user="root")
+    sim.add_process(0, GONE_PID, 2 * 2**30, name="train.py", user="someone")
+    s, clock = sim_sampler(source=sim)
     drive(s, clock, 3)
-    s.source.processes = {0: [{"pid": os.getpid(), "used_bytes": 4e9},
-                              {"pid": 1, "used_bytes": 10e9}, {"pid": GONE_PID, "used_bytes": 2.4e9}],
-                          1: []}
     owners = memory_owners(s)
     other = [r for r in owners.rows if r["who"] == "other processes"]
-    assert len(other) == 1
-    assert other[0]["processes"] == 2 and other[0]["used_bytes"] == 12.4e9
+    assert len(other) == 1 and other[0]["gpu"] == 0
+    assert other[0]["processes"] == 2 and other[0]["used_bytes"] == 12 * 2**30
     assert other[0]["pid"] is None and other[0]["command"] == "" and other[0]["user"] == ""
     shown = memory_owners(s, show_others=True)
     others = [r for r in shown.rows if r["who"] == "other processes"]
@@ -42,10 +43,8 @@ def test_other_processes_are_aggregated_without_names_unless_asked():
 
 
 def test_pids_that_do_not_exist_here_are_a_namespace_mismatch_not_someone_else():
-    s, clock = sim_sampler("steady")
+    s, clock = sim_sampler(source=SimulatedGPUs(count=2, hide_host_pids=True))
     drive(s, clock, 3)
-    s.source.processes = {0: [{"pid": GONE_PID, "used_bytes": 40e9}],
-                          1: [{"pid": GONE_PID + 1, "used_bytes": 3e9}]}
     owners = memory_owners(s)
     assert owners.status == MISMATCH
     assert any("PID namespace" in n for n in owners.notes)
@@ -56,17 +55,14 @@ def test_pids_that_do_not_exist_here_are_a_namespace_mismatch_not_someone_else()
 def test_framework_memory_without_our_pid_is_a_mismatch():
     procs = {0: [{"pid": 1, "used_bytes": 8e9}]}
     status, why = attribute(procs, {os.getpid()}, framework_bytes=8e9, pid_exists=lambda p: True)
-    assert status == MISMATCH and "8.0 GB" in why
+    assert status == MISMATCH and "7.5 GiB" in why
     status, _ = attribute(procs, {os.getpid()}, framework_bytes=0.0, pid_exists=lambda p: True)
     assert status == OK
 
 
 def test_rules_fall_back_to_all_gpus_under_a_mismatch():
-    s, clock = sim_sampler("imbalance", count=4)
-    drive(s, clock, 3)
-    s.source.processes = {g: [{"pid": GONE_PID + g, "used_bytes": 5e9}] for g in range(4)}
-    s._every["procs"] = 1e9
-    drive(s, clock, 30)
+    s, clock = sim_sampler(source=SimulatedGPUs(count=4, scenario="imbalance", hide_host_pids=True))
+    drive(s, clock, 33)
     ctx = s.diagnostics.context(s, clock.t)
     assert ctx.attribution == MISMATCH and ctx.gpus_in_use is None
     assert [a.gpu for a in s.diagnostics.alert_list()] == [3]
@@ -97,8 +93,8 @@ def test_torch_reserved_but_unallocated_memory_is_explained(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "torch", torch)
     owners = memory_owners(s)
     (note,) = [n for n in owners.notes if "torch" in n]
-    assert note.startswith("GPU 0 (torch cuda:0): 10.2 GB allocated, 14.3 GB reserved, NVML")
-    assert "4.1 GB reserved but unallocated; `torch.cuda.empty_cache()` returns it" in note
+    assert note.startswith("GPU 0 (torch cuda:0): 9.5 GiB allocated, 13.3 GiB reserved, NVML")
+    assert "3.8 GiB reserved but unallocated; `torch.cuda.empty_cache()` returns it" in note
     assert owners.status == OK
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..units import fmt_bytes
 from .frameworks import nvml_index_of, tensorflow_memory, torch_memory
-from .window import fmt_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -153,19 +153,20 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
     """Who holds the memory of each GPU: this kernel and its children, then everyone else.
 
     Args:
-        sampler: a Sampler whose source keeps NVML process lists (read every few seconds).
+        sampler: a Sampler; its ``processes()`` are NVML's process lists (read every few seconds).
         show_others: also list other processes one by one with command line and user name
             (off by default: on a shared server those belong to other people).
         wait_s: if no process list was read yet and the sampler runs, wait this long for one.
     """
-    source = sampler.source
-    processes = getattr(source, "processes", None)
-    if processes is not None and not processes and sampler.running:
+    processes = sampler.processes()
+    if not processes and sampler.running:
         sampler.request("procs")
         deadline = time.monotonic() + wait_s
-        while not source.processes and time.monotonic() < deadline:
+        while not processes and time.monotonic() < deadline:
             time.sleep(0.05)
-    processes = None if processes is None else dict(source.processes)
+            processes = sampler.processes()
+    if not processes and sampler.status().source_kind == "prometheus":
+        processes = None  # Prometheus carries no process lists
     mine = tree_pids()
     frameworks = torch_memory() + tensorflow_memory()
     held = sum(e.get("reserved_bytes", e["allocated_bytes"]) for e in frameworks)
@@ -204,3 +205,85 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
         notes.append("No process holds GPU memory, or NVML does not show them here.")
     notes += _framework_notes(frameworks, sampler.devices, ours)
     return MemoryOwners(rows, notes, status, frameworks)
+
+
+@dataclass(frozen=True)
+class GpuUsers:
+    """Who holds one GPU's memory: this kernel's process tree, this user elsewhere, everyone else.
+
+    Bytes are NVML's figures summed (NaN where NVML gives none for every process of a
+    group); counts are processes. ``attributed`` is False when the PIDs NVML lists cannot be
+    matched here (a container's PID namespace): all memory is then in ``unattributed_bytes``
+    and ``note`` says why. Other users are never named: only their total and count.
+    """
+
+    gpu: object
+    kernel_bytes: float = 0.0
+    kernel_processes: int = 0
+    user_bytes: float = 0.0
+    user_processes: int = 0
+    others_bytes: float = 0.0
+    others_processes: int = 0
+    unattributed_bytes: float = 0.0
+    unattributed_processes: int = 0
+    attributed: bool = True
+    note: str = ""
+
+
+def _sum(values: list[float]) -> float:
+    known = [v for v in values if v == v]
+    return float(sum(known)) if known or not values else math.nan
+
+
+def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = None,
+             pid_exists: Callable[[int], bool] | None = None) -> dict[object, GpuUsers]:
+    """Per GPU, the memory of this kernel (and children), of this user's other processes, of others.
+
+    Args:
+        sampler: its ``processes()`` gives NVML's process lists (read every few seconds).
+        mine: PIDs counted as this kernel; None: this process and all its descendants.
+        user: the user whose other processes are told apart; None: the user running this.
+        pid_exists: whether a PID exists here (tests pass a fake); None: psutil's.
+    Returns an empty dict when the source reports no process lists (Prometheus, say).
+    """
+    processes = sampler.processes()
+    if not processes:
+        return {}
+    mine = tree_pids() if mine is None else mine
+    if user is None:
+        import getpass
+
+        user = getpass.getuser()
+    status, why = attribute(processes, mine, 0.0, pid_exists)
+    out = {}
+    for gpu, procs in processes.items():
+        used = [p["used_bytes"] for p in procs]
+        if status != OK:
+            out[gpu] = GpuUsers(gpu, unattributed_bytes=_sum(used), unattributed_processes=len(procs),
+                                attributed=False, note=why)
+            continue
+        groups: dict[str, list[float]] = {"kernel": [], "user": [], "others": []}
+        for p in procs:
+            who = "kernel" if p.pid in mine else ("user" if p.user == user else "others")
+            groups[who].append(p["used_bytes"])
+        out[gpu] = GpuUsers(gpu, _sum(groups["kernel"]), len(groups["kernel"]), _sum(groups["user"]),
+                            len(groups["user"]), _sum(groups["others"]), len(groups["others"]))
+    return out
+
+
+def users_line(u: GpuUsers) -> str:
+    """One line for a person: "this kernel 4.0 GiB (2) · you elsewhere 1.0 GiB · others 12 GiB (3)"."""
+    if not u.attributed:
+        return (f"{_amount(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
+                "this PID namespace hides the host PIDs NVML lists")
+    parts = [f"this kernel {_amount(u.kernel_bytes, u.kernel_processes)}"]
+    if u.user_processes:
+        parts.append(f"you elsewhere {_amount(u.user_bytes, u.user_processes)}")
+    if u.others_processes:
+        parts.append(f"others {_amount(u.others_bytes, u.others_processes)}")
+    return " · ".join(parts)
+
+
+def _amount(used: float, count: int) -> str:
+    size = "unknown" if used != used else fmt_bytes(used)
+    return f"{size} ({count} processes)" if count > 1 else size

@@ -39,6 +39,7 @@ from .columns import (
     resolve_columns,
 )
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
+from .processes import ProcessesLine
 from .readout import band_scale, label_rows, value_texts
 from .schedule import SCHEDULE
 from .spark import SparkSet, points_of_all
@@ -75,12 +76,13 @@ class GPUMonitor(widgets.VBox):
         refresh_s: seconds between panel updates (0.25 s to 60 s).
         sampler: draw this ``Sampler`` instead of the kernel's shared one.
         start: begin updating at once.
+        processes: show per GPU who holds its memory (this kernel, you elsewhere, others).
     """
 
     def __init__(self, source: object = None, interval: float | None = None, *,
                  gpus: object = None, window_s: float = DEFAULT_WINDOW_S, metrics: object = None,
                  refresh_s: float = DEFAULT_REFRESH_S, sampler=None, start: bool = True,
-                 **kwargs) -> None:
+                 processes: bool = True, **kwargs) -> None:
         self.window_s = check_window(window_s)
         self.refresh_s = check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
@@ -104,6 +106,7 @@ class GPUMonitor(widgets.VBox):
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
         self._parts: list = []
+        self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
         if sampler is None:
             sampler = shared_or_host_only(source, interval)
@@ -307,8 +310,10 @@ class GPUMonitor(widgets.VBox):
             parts.extend(v.widgets())
         for w in parts:
             self.traffic.watch(w)
+        if self._processes is not None:
+            self.traffic.watch(self._processes.widget)
         self._parts = parts
-        self.children = [controls, grid]
+        self.children = [controls, grid] + ([self._processes.widget] if self._processes else [])
         tree.close_all([w for o in old for w in tree.descendants(o)])
 
     def _traces(self, col: Column) -> list[tuple[int, object, str, str]]:
@@ -333,6 +338,8 @@ class GPUMonitor(widgets.VBox):
             self._sx.min = -span
         latest = {r["gpu"]: r for r in s.latest()}
         host = s.latest_host()
+        if self._processes is not None:
+            self._processes.refresh(s, now, {r["index"] for r in self._rows})
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
         lost = status.lost
