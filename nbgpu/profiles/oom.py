@@ -120,6 +120,8 @@ def _torch_uuid(cuda, i: int) -> str:
         uuid = str(cuda.get_device_properties(i).uuid)
     except Exception:
         return ""
+    if not uuid:
+        return ""
     return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
@@ -221,17 +223,13 @@ def _uuid(dev: object) -> str:
 
 
 def _match(devices: list, figures: dict[int, dict]) -> dict[object, dict]:
-    """Framework device figures by sampler GPU key: by UUID, else in the same order."""
-    by_uuid = {f["uuid"]: f for f in figures.values() if f.get("uuid")}
-    out = {}
+    """Framework device figures by sampler GPU key: by UUID, else (no UUID matches) in order."""
     cards = [d for d in devices if not (isinstance(_key(d), str) and "/" in str(_key(d)))]
-    for pos, dev in enumerate(cards):
-        fig = by_uuid.get(_uuid(dev))
-        if fig is None and not by_uuid:
-            fig = figures.get(pos)
-        if fig is not None:
-            out[_key(dev)] = fig
-    return out
+    by_uuid = {f["uuid"]: f for f in figures.values() if f.get("uuid")}
+    matched = {_key(d): by_uuid[_uuid(d)] for d in cards if _uuid(d) in by_uuid}
+    if matched:
+        return matched
+    return {_key(d): figures[pos] for pos, d in enumerate(cards) if pos in figures}
 
 
 def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
