@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import BadArgumentError
-from .base import Batch, DeviceEvent, Reading, Source
+from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading, Source
 from .nvml import NVMLSource
 from .simulated import SimulatedGPUs
 
@@ -12,8 +12,11 @@ SOURCE_CHOICES = "'auto', 'nvml', 'sim', 'prometheus=URL', a SimulatedGPUs or a 
 __all__ = [
     "SOURCE_CHOICES",
     "Batch",
+    "Device",
     "DeviceEvent",
     "NVMLSource",
+    "ProcessInfo",
+    "ReadError",
     "Reading",
     "SimulatedGPUs",
     "Source",
