@@ -485,6 +485,10 @@ class Sampler:
         fast = min(self._fast) if self._fast else None
         return schedule.Settings(self.interval, self._every, MAX_BUFFER_DRAIN_S, fast)
 
+    def next_wake(self) -> float:
+        """When the thread wakes next (clock seconds), as the last step planned; -inf before any."""
+        return self._wake_at
+
     def step(self, now: float) -> None:
         """Do what the thread would do at time ``now``: the due reads, store writes, listeners."""
         if self._closed:

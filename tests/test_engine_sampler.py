@@ -12,9 +12,37 @@ import pytest
 import nbgpu
 from nbgpu.sources.simulated import SimulatedGPUs
 
+T0 = 1_800_000_000.0
+
 
 def sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "nbgpu-sampler" and t.is_alive()]
+
+
+class Clock:
+    """A fake clock: moves only when ``run`` moves it."""
+
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def fake(count: int = 2, **kw) -> tuple[SimulatedGPUs, Clock]:
+    clock = Clock()
+    return SimulatedGPUs(count=count, clock=clock, **kw), clock
+
+
+def run(s: nbgpu.Sampler, clock: Clock, seconds: float) -> None:
+    """Step ``s`` at every wake-up its thread would have in ``seconds`` of the fake clock."""
+    if s.next_wake() == -math.inf:  # never stepped: the probe just took a GPM sample at
+        clock.t += 1e-3             # this clock time, and GPM needs two distinct times
+    end = clock.t + seconds
+    while clock.t <= end + 1e-9:
+        s.step(clock.t)
+        clock.t = max(s.next_wake(), clock.t + 1e-6)
+    clock.t = end
 
 
 def test_devices_describe_each_gpu_and_its_metrics():
@@ -41,8 +69,10 @@ def test_sim_source_by_name_has_two_gpus_and_says_simulated():
 
 
 def test_timeline_has_the_documented_columns_and_utc_times():
-    with nbgpu.Sampler(source="sim", interval=0.1) as s:
-        time.sleep(1.2)
+    sim, clock = fake()
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    run(s, clock, 1.2)
+    s.stop()
     df = s.timeline.to_pandas()
     for col in ("time", "gpu", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
                 "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "mem_clock_mhz",
@@ -57,8 +87,10 @@ def test_timeline_has_the_documented_columns_and_utc_times():
 
 
 def test_power_and_util_keep_native_resolution_with_a_slow_interval():
-    with nbgpu.Sampler(source="sim", interval=1.0) as s:
-        time.sleep(2.6)
+    sim, clock = fake()
+    s = nbgpu.Sampler(source=sim, interval=1.0, clock=clock)
+    run(s, clock, 2.6)
+    s.stop()
     t, _ = s.timeline.series(0, "power_w")
     tu, _ = s.timeline.series(0, "util_pct")
     assert np.median(np.diff(t)) == pytest.approx(0.02, abs=0.003)
@@ -68,8 +100,10 @@ def test_power_and_util_keep_native_resolution_with_a_slow_interval():
 
 
 def test_polling_fallback_where_a_card_has_no_sample_buffer():
-    with nbgpu.Sampler(source=SimulatedGPUs(sample_buffers=False), interval=0.1) as s:
-        time.sleep(0.8)
+    sim, clock = fake(sample_buffers=False)
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    run(s, clock, 0.8)
+    s.stop()
     t, v = s.timeline.series(0, "power_w")
     assert len(t) >= 5
     assert np.median(np.diff(t)) == pytest.approx(0.1, abs=0.03)
@@ -77,12 +111,14 @@ def test_polling_fallback_where_a_card_has_no_sample_buffer():
 
 
 def test_between_slices_time_and_accepts_datetimes():
-    with nbgpu.Sampler(source="sim", interval=0.1) as s:
-        time.sleep(0.5)
-        t0 = time.time()
-        time.sleep(0.5)
-        t1 = time.time()
-        time.sleep(0.3)
+    sim, clock = fake()
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    run(s, clock, 0.5)
+    t0 = clock.t
+    run(s, clock, 0.5)
+    t1 = clock.t
+    run(s, clock, 0.3)
+    s.stop()
     part = s.timeline.between(t0, t1).to_pandas()
     assert len(part)
     assert part["time"].min().timestamp() >= t0
@@ -95,7 +131,9 @@ def test_between_slices_time_and_accepts_datetimes():
 
 def test_latest_gives_newest_values_per_gpu():
     with nbgpu.Sampler(source="sim", interval=0.1) as s:
-        time.sleep(0.6)
+        deadline = time.monotonic() + 10
+        while s.status().ticks < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
         latest = s.latest()
     assert [r["gpu"] for r in latest] == [0, 1]
     assert 0 <= latest[0]["util_pct"] <= 100
@@ -118,8 +156,10 @@ def test_one_thread_per_sampler_and_stop_joins_it():
 
 
 def test_gpus_selection_keeps_only_those():
-    with nbgpu.Sampler(source=SimulatedGPUs(count=4), gpus=[1, 3], interval=0.1) as s:
-        time.sleep(0.3)
+    sim, clock = fake(4)
+    s = nbgpu.Sampler(source=sim, gpus=[1, 3], interval=0.1, clock=clock)
+    run(s, clock, 0.3)
+    s.stop()
     assert [d["index"] for d in s.devices] == [1, 3]
     assert set(s.timeline.to_pandas()["gpu"]) == {1, 3}
 
@@ -149,9 +189,11 @@ def test_gpu_index_out_of_range_is_a_value_error_and_releases_nvml():
 
 
 def test_marks_land_on_the_timeline():
-    with nbgpu.Sampler(source="sim", interval=0.1) as s:
-        s.mark("epoch 1")
-        time.sleep(0.2)
+    sim, clock = fake()
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    s.mark("epoch 1")
+    run(s, clock, 0.2)
+    s.stop()
     assert [label for _, label in s.timeline.marks()] == ["epoch 1"]
 
 
@@ -183,19 +225,20 @@ def test_public_api_matches_all():
 
 
 def test_buffers_are_drained_on_their_own_schedule_and_on_request():
-    sim = SimulatedGPUs(count=1)
-    with nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=60) as s:
-        time.sleep(2.3)
-        drains = sim.calls["nvmlDeviceGetSamples"]
-        # power every 1 s, utilisation and memory utilisation every 2 s (+ the first tick)
-        assert 4 <= drains - 3 <= 7
-        s.request("energy")
-        time.sleep(0.15)
-        assert sim.calls["nvmlDeviceGetSamples"] - drains >= 3
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=60, clock=clock)
+    run(s, clock, 2.3)
+    drains = sim.calls["nvmlDeviceGetSamples"]
+    # power every 1 s, utilisation and memory utilisation every 2 s (+ the first tick)
+    assert 4 <= drains - 3 <= 7
+    s.request("energy")
+    run(s, clock, 0.15)
+    assert sim.calls["nvmlDeviceGetSamples"] >= 4
+    s.stop()
 
 
 def test_unselected_gpus_are_never_read():
-    sim = SimulatedGPUs(count=4)
+    sim, clock = fake(4)
     read: list[int] = []
     original = sim.nvmlDeviceGetMemoryInfo
 
@@ -204,17 +247,83 @@ def test_unselected_gpus_are_never_read():
         return original(h)
 
     sim.nvmlDeviceGetMemoryInfo = spy
-    with nbgpu.Sampler(source=sim, gpus=[2], interval=0.1):
-        read.clear()  # probing read every GPU once; sampling must not
-        time.sleep(0.5)
+    s = nbgpu.Sampler(source=sim, gpus=[2], interval=0.1, clock=clock)
+    read.clear()  # probing read every GPU once; sampling must not
+    run(s, clock, 0.5)
+    s.stop()
     assert read and set(read) == {2}
 
 
 def test_drain_only_wakeups_make_no_cheap_reads():
-    sim = SimulatedGPUs(count=1)
-    with nbgpu.Sampler(source=sim, interval=3.0, energy_every_s=60, procs_every_s=60):
-        time.sleep(0.2)
-        before = sim.calls["nvmlDeviceGetMemoryInfo"]
-        time.sleep(2.2)  # two buffer-drain wake-ups, no tick
-        assert sim.calls["nvmlDeviceGetMemoryInfo"] == before
-        assert sim.calls["nvmlDeviceGetSamples"] >= 4
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, interval=3.0, energy_every_s=60, procs_every_s=60, clock=clock)
+    run(s, clock, 0.2)
+    before = sim.calls["nvmlDeviceGetMemoryInfo"]
+    run(s, clock, 2.2)  # two buffer-drain wake-ups, no tick
+    assert sim.calls["nvmlDeviceGetMemoryInfo"] == before
+    assert sim.calls["nvmlDeviceGetSamples"] >= 4
+    s.stop()
+
+
+def test_an_injected_read_error_is_counted_per_gpu_and_memory_reads_failed_not_live():
+    sim, clock = fake(2)
+    s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
+    run(s, clock, 2.0)
+    good = s.latest()[0]["mem_used_bytes"]
+    assert s.latest()[0]["states"]["mem_used_bytes"] == "live" and good > 0
+    sim.inject_error("nvmlDeviceGetMemoryInfo", 999, gpu=0)
+    run(s, clock, 2.0)
+    st = s.status()
+    assert st.errors == s.errors > 0 and st.errors_by_gpu.get(0, 0) > 0
+    assert 1 not in st.errors_by_gpu
+    assert "999" in s.last_error or "Unknown" in s.last_error
+    assert st.last_error_by_gpu[0] == s.last_error
+    row0, row1 = s.latest()
+    assert row0["states"]["mem_used_bytes"] == "failed"
+    assert math.isnan(row0["mem_used_bytes"]) and row0["last_good"]["mem_used_bytes"] > 0
+    assert row0["states"]["temp_c"] == "live" and row0["temp_c"] > 0
+    assert row1["states"]["mem_used_bytes"] == "live"
+    s.stop()
+
+
+def test_a_metric_no_longer_refreshed_turns_stale_after_three_periods():
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
+    run(s, clock, 3.0)
+    # the source answers but stops reporting temperature (no error, no NotSupported)
+    sim.nvmlDeviceGetTemperature = lambda h, sensor: float("nan")
+    run(s, clock, 1.0)
+    assert s.latest()[0]["states"]["temp_c"] == "live"
+    run(s, clock, 1.0)
+    row = s.latest()[0]
+    assert row["states"]["temp_c"] == "stale" and math.isnan(row["temp_c"])
+    assert row["last_good"]["temp_c"] > 0
+    s.stop()
+
+
+def test_fast_memory_adds_memory_reads_every_10_ms_only_while_held():
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
+    run(s, clock, 1.0)
+    before = sim.calls["nvmlDeviceGetMemoryInfo"]
+    with s.fast_memory(0.01), s.fast_memory(0.05):  # nested: the fastest held lane wins
+        run(s, clock, 0.5)
+        during = sim.calls["nvmlDeviceGetMemoryInfo"] - before
+    run(s, clock, 0.5)
+    after = sim.calls["nvmlDeviceGetMemoryInfo"] - before - during
+    assert 45 <= during <= 55
+    assert after <= 2
+    t, _ = s.timeline.series(0, "mem_used_bytes")
+    assert np.median(np.diff(t[(t > T0 + 1.0) & (t < T0 + 1.5)])) == pytest.approx(0.01, abs=1e-6)
+    s.stop()
+
+
+def test_status_says_what_the_views_need_without_touching_the_source():
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock)
+    run(s, clock, 1.0)
+    st = s.status()
+    assert st.state == "stopped" and st.ticks == 3 and st.errors == 0
+    assert st.simulated and st.source_kind == "sim" and "simulated" in st.source_description
+    s.stop()
+    assert s.status().state == "closed"
