@@ -146,6 +146,8 @@ class GPUMonitor(widgets.VBox):
                     self.sampler.start()
             if self._torn_down:
                 self._torn_down = False
+                if self._processes is not None:  # its widget was closed with the others
+                    self._processes = ProcessesLine()
                 self._build()
             if self._shared and self._unsubscribe is None:
                 self._unsubscribe = session.on_replace(_repointer(self))
@@ -177,8 +179,9 @@ class GPUMonitor(widgets.VBox):
             except Exception:
                 log.debug("stopped panel header failed", exc_info=True)
             # Keep only the header (its last words stay on screen); close everything else.
+            doomed = tree.descendants(self)
             self.children = [self._header]
-            tree.close_all(self._parts, keep=tree.descendants(self._header))
+            tree.close_all(doomed, keep=[self, self.layout, *tree.descendants(self._header)])
             self._parts, self._views, self._sparks = [self._header], [], None
             self._torn_down = True
 

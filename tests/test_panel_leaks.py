@@ -1,0 +1,173 @@
+"""Panels leak nothing: every widget closed, one timer for all, stopped panels cost nothing,
+stale values never look live; a 24 h session with a fake clock keeps the panel bounded."""
+
+from __future__ import annotations
+
+import time
+
+import ipywidgets
+import numpy as np
+import pytest
+from ipywidgets.widgets import widget as ipywidget
+
+from nbgpu import Sampler, SimulatedGPUs, session
+from nbgpu.widgets import registry
+from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
+from nbgpu.widgets.schedule import SCHEDULE
+
+_mine: list[Sampler] = []
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    yield
+    registry.close_all()
+    session.reset()
+    while _mine:
+        _mine.pop().stop()
+
+
+def _instances() -> int:
+    """Size of ipywidgets' registry of live widgets (what keeps their comms and memory)."""
+    return len(ipywidget._instances)
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _stepped(count: int = 2, **kw) -> tuple[Sampler, Clock, SimulatedGPUs]:
+    clock = Clock(1.7e9)
+    sim = SimulatedGPUs(count, seed=0, **kw)
+    s = Sampler(sim, interval=0.1, clock=clock)
+    _mine.append(s)
+    return s, clock, sim
+
+
+def _advance(s: Sampler, clock: Clock, seconds: float, dt: float = 0.1) -> None:
+    for _ in range(round(seconds / dt)):
+        clock.t += dt
+        s.step(clock.t)
+
+
+def _texts(mon: GPUMonitor) -> str:
+    """Everything the panel shows as text, read from the widgets' synced state."""
+    return " ".join(str(w.get_state().get("value", "")) for w in _html_widgets(mon))
+
+
+def _html_widgets(mon: GPUMonitor) -> list:
+    from nbgpu.widgets.tree import descendants
+
+    return [w for w in descendants(mon) if isinstance(w, ipywidgets.HTML)]
+
+
+def test_close_returns_the_widget_registry_to_its_size_before() -> None:
+    s, clock, _ = _stepped(8)
+    _advance(s, clock, 2.0)
+    before = _instances()
+    mon = GPUMonitor(sampler=s, start=False)
+    mon.refresh(force=True, now=clock.t)
+    assert _instances() > before + 50  # a panel of 8 GPUs is many widgets
+    mon.close()
+    assert _instances() == before
+
+
+def test_stop_closes_all_but_a_static_header_and_start_rebuilds() -> None:
+    s, clock, _ = _stepped(8)
+    _advance(s, clock, 2.0)
+    before = _instances()
+    mon = GPUMonitor(sampler=s, start=True)
+    mon.refresh(force=True, now=clock.t)
+    mon.stop()
+    assert not mon.running and _instances() - before <= 5  # panel box, header and their layouts
+    shown = _texts(mon)
+    assert "panel stopped" in shown and "last values" in shown and "GPU 7" in shown
+    mon.start()
+    assert mon.running and _instances() > before + 50
+    mon.close()
+    assert _instances() == before
+
+
+def test_many_panels_share_one_timer_and_stopped_ones_are_off_it() -> None:
+    s, clock, _ = _stepped(2)
+    _advance(s, clock, 1.0)
+    panels = [GPUMonitor(sampler=s, refresh_s=0.25) for _ in range(5)]
+    assert SCHEDULE.scheduled() == 5 and SCHEDULE.threads() == 1
+    for p in panels[:3]:
+        p.stop()
+    assert SCHEDULE.scheduled() == 2
+    done = [p.stats["refreshes"] + p.stats["skipped"] for p in panels]
+    SCHEDULE.step(time.monotonic() + 10)
+    after = [p.stats["refreshes"] + p.stats["skipped"] for p in panels]
+    assert after[:3] == done[:3] and all(a > d for a, d in zip(after[3:], done[3:], strict=True))
+    for p in panels:
+        p.close()
+    end = time.monotonic() + 5
+    while SCHEDULE.threads() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert SCHEDULE.scheduled() == 0 and SCHEDULE.threads() == 0
+
+
+def test_a_cleared_output_takes_the_panel_off_the_timer() -> None:
+    s, _clock, _ = _stepped(1)
+    mon = GPUMonitor(sampler=s)
+    mon.set_state({"_view_count": 1})  # what the front end sends when it shows the panel
+    assert mon.running
+    mon.set_state({"_view_count": 0})  # ... and when its output is cleared
+    assert not mon.running
+    mon.set_state({"_view_count": 1})
+    assert mon.running
+
+
+def test_stopped_panels_do_not_follow_a_replaced_sampler() -> None:
+    live = GPUMonitor(source="sim", interval=0.5)
+    stopped = GPUMonitor(source="sim", interval=0.5)
+    first = live.sampler
+    stopped.stop()
+    session.ensure_sampler("sim", 0.25)
+    assert live.sampler is session.shared_sampler() and live.sampler is not first
+    assert stopped.sampler is first  # not rebuilt
+
+
+def test_a_failing_memory_read_shows_failed_and_counts_in_the_header() -> None:
+    s, clock, sim = _stepped(2)
+    _advance(s, clock, 3.0)
+    mon = GPUMonitor(sampler=s, start=False, metrics="mem")
+    mon.refresh(force=True, now=clock.t)
+    assert "GiB" in _texts(mon) and "failed" not in _texts(mon)
+    sim.inject_error("nvmlDeviceGetMemoryInfo", 999)
+    _advance(s, clock, 3.0)
+    mon.refresh(force=True, now=clock.t)
+    shown = _texts(mon)
+    assert "failed" in shown or "stale" in shown
+    assert "read(s) failed" in shown
+    status = s.status()
+    assert f"{status.errors} read(s) failed" in shown
+
+
+def test_24_hours_keep_the_panel_bounded() -> None:
+    s, clock, _ = _stepped(8)
+    mon = GPUMonitor(sampler=s, start=False)
+    held, costs = [], []
+    for _hour in range(24):
+        _advance(s, clock, 60.0, dt=1.0)  # a minute of ticks an hour keeps the test quick
+        clock.t += 3540.0
+        s.step(clock.t)
+        for _ in range(3):
+            clock.t += 1.0
+            s.step(clock.t)
+            c0 = time.thread_time()
+            mon.refresh(now=clock.t)
+            costs.append(time.thread_time() - c0)
+        held.append(mon.held())
+    traces = held[-1]["traces"]
+    print(f"24 h, 8 GPUs: held {held[0]} -> {held[-1]}; refresh CPU first hour "
+          f"{1000 * np.median(costs[:3]):.1f} ms, last {1000 * np.median(costs[-3:]):.1f} ms; "
+          f"store {s.store.nbytes() / 2**20:.1f} MiB")
+    assert all(h["buckets"] <= traces * (BUCKETS + 2) for h in held)
+    assert len({h["widgets"] for h in held}) == 1
+    assert np.median(costs[-6:]) < 5 * np.median(costs[:6]) + 0.005
