@@ -299,16 +299,19 @@ def _times(path: str, values: pd.Series, where: str) -> pd.Series:
     """ISO 8601 text (or datetimes) as UTC nanosecond timestamps, or FileError naming a bad one."""
     import pandas as pd
 
-    text = values.map(lambda v: v if isinstance(v, str) else None) if values.dtype == object else values
     with contextlib.suppress(ValueError, TypeError, OverflowError):
-        parsed = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
+        if isinstance(values.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(values):
+            parsed = values.dt.tz_convert("UTC") if values.dt.tz is not None else values.dt.tz_localize("UTC")
+        else:
+            text = values.map(lambda v: v if isinstance(v, str) else None)
+            parsed = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
         bad = parsed.isna()
         if not bad.any():
             return parsed.astype("datetime64[ns, UTC]")
         first = bad.to_numpy().nonzero()[0][0]
         raise _bad(path, f"{where} {values.index[first]!s}: {str(values.iloc[first])[:40]!r} is not an "
                    "ISO 8601 time")
-    raise _bad(path, f"its {where.split()[0]} values are not ISO 8601 times")
+    raise _bad(path, f"its {where.split()[0]} times are not ISO 8601 times")
 
 
 def _numeric(df: pd.DataFrame) -> pd.DataFrame:
