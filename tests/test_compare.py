@@ -97,6 +97,11 @@ def test_verdict_reads_like_the_issue():
                                       "utilisation the same")
 
 
+def test_a_change_from_zero_has_no_percentage():
+    c = Change("util_mean_pct", Figure(0.0, 0.5), Figure(40.0, 0.5))
+    assert c.phrase == "utilisation higher (from 0)"
+
+
 def test_a_metric_missing_on_one_side_is_said():
     c = Change("energy_j", Figure(math.nan, math.nan), Figure(10.0, 1.0))
     assert c.phrase == "energy not measured in both runs" and c.beyond_noise is None

@@ -229,9 +229,11 @@ class Change:
         more, less, same = _WORDS[self.metric]
         if not self.beyond_noise:
             return same
+        words = more if self.delta > 0 else less
         pct = self.pct
-        p = fmt_change_pct(abs(pct)) if math.isfinite(pct) else "n/a"
-        return (more if self.delta > 0 else less).format(p=p)
+        if not math.isfinite(pct):  # from zero: no percentage to give
+            return words.replace("{p} ", "").replace(" {p}", "") + " (from 0)"
+        return words.format(p=fmt_change_pct(abs(pct)))
 
 
 def fmt_change_pct(p: float) -> str:
