@@ -43,6 +43,57 @@ def test_old_rows_fold_into_buckets_and_memory_stays_bounded():
     assert fill2.nbytes() <= one_hour * 1.1  # longer runs do not grow the store
 
 
+def tick_rows(store: Store, seconds: float, every_s: float, start: float = 1e9) -> np.ndarray:
+    """One row per ``every_s`` (a sampler's tick stream), appended one at a time."""
+    store.declare(0, "tick", {"mem_used_bytes": np.float64})
+    times = start + np.arange(0, seconds, every_s)
+    for i, t in enumerate(times):
+        store.append(0, "tick", float(t), {"mem_used_bytes": float(i)})
+    return times
+
+
+def test_no_row_older_than_history_is_kept_or_returned_whatever_the_chunking():
+    store = Store(history_s=300)  # full resolution defaults to an hour: history bounds it
+    times = tick_rows(store, seconds=1500, every_s=0.5)
+    t, _, _ = store.read_stream(0, "tick")
+    assert times[-1] - t[0] <= 300
+    ts, _ = store.series(0, "mem_used_bytes")
+    assert times[-1] - ts[0] <= 300
+
+
+def test_full_resolution_holds_per_row_within_one_bucket_and_older_rows_are_buckets():
+    store = Store(full_res_s=60, bucket_s=10, history_s=3600)
+    times = tick_rows(store, seconds=900, every_s=0.5)  # sparse: 2048 rows span 1024 s
+    t, cols, decimated = store.read_stream(0, "tick")
+    full = t[~decimated]
+    assert 60 <= times[-1] - full[0] <= 60 + 10
+    assert decimated.dtype == bool and decimated[: len(t) - len(full)].all()
+    coarse_t = t[decimated]
+    assert np.allclose(np.diff(coarse_t), 10)  # whole buckets, none split in two
+    assert (np.diff(t) > 0).all()
+    # each bucket is the mean of its 20 rows (values are the row numbers)
+    first = cols["mem_used_bytes"][decimated][0]
+    assert first == pytest.approx(np.mean(np.arange(20)))
+
+
+def test_events_carry_increasing_sequence_numbers_and_a_cursor_never_repeats():
+    store = Store(max_events=5)
+    from nbgpu.store import Event
+
+    seen, cursor = [], 0
+    for i in range(23):
+        store.add_event(Event(float(i), "mark", f"m{i}"))
+        if i % 3 == 0:
+            new = store.events_since(cursor)
+            seen += [e.label for e in new]
+            cursor = new[-1].seq if new else cursor
+    new = store.events_since(cursor)
+    seen += [e.label for e in new]
+    assert len(seen) == len(set(seen))  # nothing read twice
+    assert seen[-1] == "m22" and [e.seq for e in store.events] == list(range(19, 24))
+    assert store.events_since(store.events[-1].seq) == []
+
+
 def test_series_reads_coarse_then_full_resolution_in_time_order():
     store = Store(full_res_s=30, bucket_s=5, history_s=3600)
     fill(store, seconds=300, hz=20)
