@@ -14,7 +14,7 @@ from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult, Intera
 
 import nbgpu
 from conftest_profiles import clean_profiles_fixture, sim_sampler_fixture  # noqa: F401 - fixtures
-from nbgpu.profiles import cells
+from nbgpu.profiles import cells, history
 from nbgpu.profiles.history import records
 
 
@@ -140,3 +140,34 @@ def test_profiled_cell_inside_cell_mode_is_recorded_once(shell, sim_sampler):
     shell.run_cell("from nbgpu.profiles.cells import run_profiled_cell as _r\n"
                    "_r(get_ipython(), 'import time; time.sleep(0.1)', _s)", store_history=True)
     assert len(nbgpu.history()) == 1
+
+
+# -- a cell against its last run -------------------------------------------------------------------
+def _sampler_with(util: float, power_w: float, mem: float, t0: float, n: int = 50, dt: float = 0.1):
+    """A stopped sampler whose store holds steady readings of two GPUs from ``t0``."""
+    s = nbgpu.Sampler(nbgpu.SimulatedGPUs(count=1, seed=0), interval=dt)
+    for i in range(n):
+        t = t0 + i * dt
+        s.store.append(0, "tick", t, {"util_pct": util, "power_w": power_w, "mem_used_bytes": mem})
+    return s
+
+
+def _record(cell_id: str, source: str, t0: float, energy_scale: float) -> history.CellRecord:
+    from nbgpu.profiles.capture import Capture
+
+    cap = Capture(_sampler_with(80.0, 300.0 * energy_scale, 8 * 1024**3, t0))
+    cap.start_time, cap.end_time, cap.status = t0 + 0.5, t0 + 4.5, "ok"
+    rec = history.CellRecord(1, cell_id, source, cap)
+    history.add(rec)
+    return rec
+
+
+def test_a_cell_run_again_says_how_it_compares(clean_profiles):
+    _record("cell-x", "train()", 1000.0, 1.0)
+    same = _record("cell-x", "train()  # edited", 2000.0, 1.0)
+    assert cells.against_last(same).endswith(
+        "energy the same, duration the same, peak memory the same, utilisation the same")
+    more = _record("other-id", "train()", 3000.0, 1.12)  # same source text, another id
+    line = cells.against_last(more)
+    assert "ago): 12 % more energy, duration the same" in line, line
+    assert cells.against_last(_record("new", "fresh()", 4000.0, 1.0)) == ""

@@ -115,3 +115,35 @@ def test_interrupted_gpumon_cell_is_marked_interrupted(loaded):
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
     row = loaded.value("nbgpu.history()[['status', 'duration_s']].iloc[-1].tolist()")
     assert row[0] == "interrupted" and 1.0 < row[1] < 10
+
+
+def test_history_file_keeps_the_last_run_across_a_kernel_restart(tmp_path):
+    from conftest_profiles import KernelSession
+
+    path = tmp_path / "history.jsonl"
+    cell = "%%gpumon --source sim --interval 0.1\ntime.sleep(0.4)"
+    k = KernelSession()
+    try:
+        for attempt in range(2):
+            reply, _ = k.run(f"%load_ext nbgpu\nimport nbgpu, time\nnbgpu.keep_history({str(path)!r})")
+            assert reply["status"] == "ok"
+            reply, outputs = k.run(cell, cell_id="cell-h")
+            assert reply["status"] == "ok", outputs
+            notes = [o["data"]["text/plain"] for o in displays(outputs)
+                     if "text/html" in o["data"] and "nbgpu-compare" in o["data"]["text/html"]]
+            assert len(notes) == 1 and "kWh" in notes[0]
+            if attempt == 0:
+                assert "vs its last run" not in notes[0]
+                assert len(path.read_text().splitlines()) == 1
+                k.km.restart_kernel(now=True)
+                k.kc.wait_for_ready(timeout=60)
+            else:
+                import json
+
+                first = json.loads(path.read_text().splitlines()[0])
+                assert f"vs its last run (In [{first['execution_count']}], " in notes[0]
+        h = k.value("nbgpu.history()[['cell_id', 'status']].values.tolist()")
+        assert h == [["cell-h", "ok"], ["cell-h", "ok"]]
+        assert len(path.read_text().splitlines()) == 2
+    finally:
+        k.close()
