@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import threading
 import time
+import types
 
 import pytest
 
 import nbgpu
 from conftest_profiles import clean_profiles_fixture, sim_sampler_fixture  # noqa: F401 - fixtures
 from nbgpu import Sampler, SimulatedGPUs, session
-from nbgpu.profiles.summary import integrate_power_j
+from nbgpu.errors import BadArgumentError
+from nbgpu.profiles import report
+from nbgpu.profiles.summary import integrate_power_j, summarize
 from nbgpu.sampler import running_samplers
 
 
@@ -148,3 +153,98 @@ def test_mig_slices_follow_their_card_and_are_not_counted_twice(clean_profiles):
     assert totals["gpus"] == 1
     assert totals["mem_peak_bytes"] == cap.summary["mem_peak_bytes"].iloc[0]
     assert cap.one_line().startswith("GPU1 ")
+
+
+def _stepped(sim, clock, until: float, fast: bool) -> Sampler:
+    """A sampler over ``sim`` stepped every 5 ms of fake time up to ``until``."""
+    s = Sampler(sim, interval=0.5, clock=clock, diagnostics=False)
+    lane = s.fast_memory(0.01) if fast else contextlib.nullcontext()
+    with lane:
+        while clock.now < until:
+            s.step(clock.now)
+            clock.now += 0.005
+    return s
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_60ms_spike_reaches_the_peak_only_with_the_fast_memory_lane(fast):
+    t0 = 1_800_000_000.0
+    peaks = []
+    for spike in (False, True):  # the same simulated run without and with the spike
+        clock = _Clock(t0)
+        sim = SimulatedGPUs(count=1, seed=2, clock=clock)
+        if spike:
+            sim.add_memory_spike(0, at=t0 + 1.23, seconds=0.06, extra_bytes=16 * 2**30)
+        s = _stepped(sim, clock, t0 + 2.0, fast)
+        row = summarize(s.timeline, t0 + 1.2, t0 + 1.32).rows[0]
+        peaks.append(row["mem_peak_bytes"])
+    caught = peaks[1] - peaks[0] > 14 * 2**30
+    assert caught is fast  # ticks every 0.5 s alone miss it: why captures hold the lane
+    assert row["mem_peak_source"] == "nvml"
+
+
+class _FakeCuda:
+    """Stand-in for torch.cuda: one device whose allocator reserved 16 GiB for a moment."""
+
+    def __init__(self) -> None:
+        self.reserved = 2 * 2**30
+        self.peak_reserved = self.reserved
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return 1
+
+    def max_memory_allocated(self, i: int) -> int:
+        return self.peak_reserved - 2**20
+
+    def max_memory_reserved(self, i: int) -> int:
+        return self.peak_reserved
+
+    def memory_allocated(self, i: int) -> int:
+        return self.reserved - 2**20
+
+    def memory_reserved(self, i: int) -> int:
+        return self.reserved
+
+    def reset_peak_memory_stats(self, i: int) -> None:
+        self.peak_reserved = self.reserved
+
+    def get_device_properties(self, i: int):
+        raise RuntimeError("no properties in the fake")
+
+    def spike(self, extra: int) -> None:
+        self.peak_reserved = max(self.peak_reserved, self.reserved + extra)
+
+
+def test_the_allocator_peak_is_folded_in_and_named(clean_profiles, monkeypatch):
+    cuda = _FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    s = Sampler(SimulatedGPUs(count=1, seed=1), interval=0.1).start()
+    try:
+        with nbgpu.capture() as cap:
+            cuda.spike(16 * 2**30)  # allocated and freed between two memory reads
+        row = cap.summary_rows[0]
+        # The peak: what NVML counted outside PyTorch at the start + the allocator's peak.
+        outside = row["mem_start_bytes"] - 2 * 2**30
+        assert row["mem_peak_bytes"] >= outside + 18 * 2**30
+        assert row["mem_peak_source"] == "allocator"
+        assert row["torch_peak_reserved_bytes"] == 18 * 2**30
+        assert cap.totals["mem_peak_bytes"] >= row["mem_peak_bytes"]
+        assert "(allocator)" in report.summary_html(cap.summary_rows)
+    finally:
+        s.stop()
+
+
+def test_capture_with_a_source_while_another_sampler_runs_says_so(sim_sampler):
+    with pytest.raises(BadArgumentError, match="already running"), nbgpu.capture(source="sim"):
+        pass
