@@ -15,6 +15,7 @@ import numpy as np
 
 from .decimate import decimate_minmax
 from .metrics import BY_NAME
+from .units import GIB, KIB, MIB, TIB
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +34,8 @@ FONT = "font-family:sans-serif;font-size:11px"
 def _scale_for(metric: str, vmax: float) -> tuple[float, str]:
     """Divisor and unit text that make the values of ``metric`` readable."""
     unit = BY_NAME[metric].unit if metric in BY_NAME else ""
-    if unit in ("B", "B/s"):
-        for div, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if unit in ("B", "B/s"):  # binary units, as nvidia-smi and the panel
+        for div, prefix in ((TIB, "Ti"), (GIB, "Gi"), (MIB, "Mi"), (KIB, "Ki")):
             if vmax >= div:
                 return div, prefix + unit
         return 1.0, unit
@@ -53,7 +54,8 @@ def _fmt(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".")
 
 
-def _fmt_duration(s: float) -> str:
+def _tick_seconds(s: float) -> str:
+    """An elapsed-time tick label: ``0.5s``, ``90s``, ``2.5m``, ``1.5h``."""
     if s >= 3600:
         return f"{s / 3600:.1f}h"
     if s >= 120:
@@ -174,7 +176,7 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
                    f'<text x="{x + 16}" y="14" style="{FONT}">{escape(name)}</text>')
         x += 24 + 7 * len(name)
     out.append(f'<text x="{width - RIGHT}" y="14" text-anchor="end" style="{FONT}">'
-               f"{escape(_fmt_duration(span))}</text>")
+               f"{escape(_tick_seconds(span))}</text>")
     for p, metric in enumerate(metrics):
         top = TOP + p * (PANEL_H + GAP_H)
         bottom = top + PANEL_H
@@ -230,7 +232,7 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
     for tick in _nice_ticks(0.0, span, 6):
         tx = float(x_of(t0 + tick))
         out.append(f'<text x="{tx:.1f}" y="{base + 16}" text-anchor="middle" style="{FONT}">'
-                   f"{escape(_fmt_duration(tick) if tick else '0')}</text>")
+                   f"{escape(_tick_seconds(tick) if tick else '0')}</text>")
     out.append("</svg>")
     return "".join(out)
 

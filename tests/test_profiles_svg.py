@@ -6,7 +6,9 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
 from nbgpu.svg import svg_timeline
 
 NS = {"s": "http://www.w3.org/2000/svg"}
@@ -33,7 +35,7 @@ def test_one_chart_per_metric_one_line_per_gpu():
     paths = root.findall(".//s:path", NS)
     assert len(paths) == 3 * 2  # util, memory, power x 2 GPUs
     text = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
-    assert "util (%)" in text and "memory (GB)" in text and "power (W)" in text
+    assert "util (%)" in text and "memory (GiB)" in text and "power (W)" in text
     assert "GPU 0" in text and "GPU 1" in text
 
 
@@ -74,3 +76,46 @@ def test_empty_frame_says_so():
     svg = svg_timeline(frame().iloc[:0])
     assert "no GPU samples" in svg
     ET.fromstring(svg)
+
+
+def test_percent_charts_are_fixed_0_to_100_and_time_is_elapsed_seconds():
+    df = frame()
+    df["util_pct"] = 90.0 + 6.0 * (np.arange(len(df)) % 2)  # a line between 90 and 96 %
+    root = ET.fromstring(svg_timeline(df, metrics=["util_pct"]))
+    labels = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "0" in labels and "100" in labels  # the scale, not the data range
+    assert "10s" in labels or "20s" in labels  # elapsed seconds, not wall-clock times
+    assert not any(":" in (lb or "") for lb in labels)
+
+
+def test_cell_report_widget_axes(clean_profiles):
+    """The bqplot report: elapsed seconds on x from 0, util on a fixed 0–100 scale, GiB for memory."""
+    import time
+
+    import nbgpu
+    from nbgpu import Sampler, SimulatedGPUs
+    from nbgpu.widgets.cell_report import build_widget
+
+    s = Sampler(SimulatedGPUs(count=1, seed=1), interval=0.1).start()
+    try:
+        with nbgpu.capture() as cap:
+            time.sleep(0.4)
+            nbgpu.mark("half")
+            time.sleep(0.4)
+        box = build_widget(cap)
+    finally:
+        s.stop()
+    picker, fig = box.children[1], box.children[2]
+    picker.value = "util_pct"
+    x_scale = fig.axes[0].scale.get_state()
+    y_scale = fig.axes[1].scale.get_state()
+    assert x_scale["min"] == 0.0 and x_scale["max"] == pytest.approx(cap.duration_s)
+    assert (y_scale["min"], y_scale["max"]) == (0.0, 100.0)
+    assert "seconds since the cell started" in fig.axes[0].get_state()["label"]
+    line = fig.marks[0]
+    assert float(np.min(line.x)) >= 0.0 and float(np.max(line.x)) <= cap.duration_s + 0.5
+    label = next(m for m in fig.marks if type(m).__name__ == "Label")
+    assert list(label.text) == ["half"]
+    picker.value = "mem_used_bytes"
+    assert fig.axes[1].get_state()["label"] == "memory (GiB)"
+    assert fig.axes[1].scale.get_state()["min"] is None

@@ -7,6 +7,7 @@ notebook saved without widget state still shows the profile on GitHub, nbviewer 
 
 from __future__ import annotations
 
+import datetime as _dt
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from ..profiles.report import (
     static_svg,
     summary_html,
 )
+from ..units import GIB
 
 if TYPE_CHECKING:
     from ..profiles.capture import Capture
@@ -53,11 +55,34 @@ class CellReport:
 
 
 def _metric_label(metric: str) -> str:
-    """``util (%)``, ``memory (B)``: the metric table's label and unit."""
+    """``util (%)``, ``memory (GiB)``: the metric table's label and the unit the axis shows."""
     from ..metrics import BY_NAME
 
     m = BY_NAME.get(metric)
-    return f"{m.label} ({m.unit})" if m else metric
+    if m is None:
+        return metric
+    return f"{m.label} ({_AXIS_UNITS.get(m.unit, (m.unit, 1.0))[0]})"
+
+
+# Units a person reads on the axis: memory in GiB (as nvidia-smi), rates in GiB/s.
+_AXIS_UNITS = {"B": ("GiB", 1 / GIB), "B/s": ("GiB/s", 1 / GIB)}
+
+
+def axis_values(cap: Capture, metric: str, t, v):
+    """(seconds since the block started, values in the axis unit) of one series."""
+    from ..metrics import BY_NAME
+
+    m = BY_NAME.get(metric)
+    scale = _AXIS_UNITS.get(m.unit, ("", 1.0))[1] if m else 1.0
+    return t - cap.start_time, v * scale
+
+
+def y_range(metric: str) -> tuple[float | None, float | None]:
+    """A fixed 0–100 scale for percentages (as in the panel); None lets the axis fit the data."""
+    from ..metrics import BY_NAME
+
+    m = BY_NAME.get(metric)
+    return (0.0, 100.0) if m is not None and m.percent else (None, None)
 
 
 def build_widget(cap: Capture):
@@ -72,23 +97,25 @@ def build_widget(cap: Capture):
     candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
     metrics = [m for m in candidates if m not in ("mem_total_bytes", "energy_j")
                and any(len(window.series(g, m)[0]) for g in gpus)]
-    x_sc, y_sc = bq.DateScale(), bq.LinearScale()
+    x_sc, y_sc = bq.LinearScale(min=0.0, max=max(float(cap.duration_s), 1e-3)), bq.LinearScale()
     mark_sc = bq.LinearScale(min=0.0, max=1.0)
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-    lines = [bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([]), scales={"x": x_sc, "y": y_sc},
+    lines = [bq.Lines(x=np.array([]), y=np.array([]), scales={"x": x_sc, "y": y_sc},
                       colors=[colors[i % len(colors)]], labels=[f"GPU {g}"], display_legend=True)
              for i, g in enumerate(gpus)]
     marks = cap.marks
     rules = []
     if marks:
-        mx = np.array([[np.datetime64(int(t * 1000), "ms")] * 2 for t, _ in marks])
+        mx = np.array([[t - cap.start_time] * 2 for t, _ in marks])
         rules.append(bq.Lines(x=mx, y=np.array([[0.0, 1.0]] * len(marks)), scales={"x": x_sc, "y": mark_sc},
                               colors=["#555"], line_style="dashed"))
         rules.append(bq.Label(x=mx[:, 0], y=np.full(len(marks), 0.95), text=[lb for _, lb in marks],
                               scales={"x": x_sc, "y": mark_sc}, colors=["#333"], font_weight="normal",
                               default_size=11))
     ax_y = bq.Axis(scale=y_sc, side="left", tick_format=".3~s")
-    ax_x = bq.Axis(scale=x_sc, label="time (UTC)", tick_format="%H:%M:%S")
+    started = _dt.datetime.fromtimestamp(cap.start_time, _dt.timezone.utc).strftime("%H:%M:%S")
+    ax_x = bq.Axis(scale=x_sc, label=f"seconds since the cell started (at {started} UTC)",
+                   tick_format=".3~g")
     fig = bq.Figure(marks=lines + rules, axes=[ax_x, ax_y],
                     layout=w.Layout(width="100%", height="280px"),
                     fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20},
@@ -101,9 +128,10 @@ def build_widget(cap: Capture):
             return
         ax_y.label = _metric_label(metric)
         with fig.hold_sync():
+            y_sc.min, y_sc.max = y_range(metric)
             for line, g in zip(lines, gpus, strict=True):
                 t, v = decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2)
-                line.x, line.y = (t * 1000).astype(np.int64).astype("datetime64[ms]"), v
+                line.x, line.y = axis_values(cap, metric, t, v)
 
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
