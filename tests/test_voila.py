@@ -1,0 +1,136 @@
+"""nbgpu as a small Voilà dashboard, in a real browser.
+
+Voilà serves notebooks/voila-dashboard.ipynb on 127.0.0.1 (and nowhere else); headless
+Chromium opens the page. The panel must render with the code hidden, its sparklines must
+move over two seconds and its values must be numbers. Without a GPU the dashboard falls
+back to simulated GPUs, and says SIMULATED.
+
+``NBGPU_UPDATE_SCREENSHOTS=1`` also writes the picture to docs/screenshots/panel-voila.png.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest_panel import chromium_page, free_port
+from test_panel_browser import PATHS, VALUES
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "voila-dashboard.ipynb"
+SCREENSHOT = ROOT / "docs" / "screenshots" / "panel-voila.png"
+DASHBOARD_ENV = ("NBGPU_DASHBOARD_SOURCE", "NBGPU_DASHBOARD_GPUS", "NBGPU_DASHBOARD_WINDOW")
+STDERR_OUTPUTS = "[data-mime-type='application/vnd.jupyter.stderr']"
+
+
+@contextlib.contextmanager
+def voila_server(notebook: Path, workdir: Path) -> Iterator[tuple[str, psutil.Process]]:
+    """Serve ``notebook`` with Voilà on 127.0.0.1 at a free port; yield its URL and process.
+
+    Voilà, and every kernel it started, are stopped afterwards, even when the test failed.
+    """
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in DASHBOARD_ENV}
+    env.update(JUPYTER_RUNTIME_DIR=str(workdir / "runtime"), JUPYTER_CONFIG_DIR=str(workdir / "config"))
+    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", "--Voila.ip=127.0.0.1",
+           f"--Voila.port={port}", "--show_tracebacks=True"]
+    log_path = workdir / "voila.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+    server = psutil.Process(proc.pid)
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"voila did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/", server
+    finally:
+        with contextlib.suppress(psutil.Error):
+            children = server.children(recursive=True)
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        log.close()
+
+
+def _listening(processes: list[psutil.Process]) -> set[str]:
+    """The addresses every listening TCP socket of ``processes`` is bound to."""
+    found = set()
+    for p in processes:
+        for conn in p.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN:
+                found.add(conn.laddr.ip)
+    return found
+
+
+def _gpu_visible() -> bool:
+    """Whether NVML sees a GPU here (what the dashboard itself asks before it picks)."""
+    import nbgpu
+
+    try:
+        nbgpu.Sampler("auto", host=False, diagnostics=False).stop()
+    except nbgpu.NVMLUnavailableError:
+        return False
+    return True
+
+
+def test_voila_dashboard_moves_in_chromium(tmp_path: Path) -> None:
+    shot = tmp_path / "panel-voila.png"
+    with voila_server(NOTEBOOK, tmp_path) as (url, server), \
+            chromium_page(tmp_path / "chromium", width=1280, height=720) as page:
+        page.goto(url, timeout=120_000)
+        page.wait_for_selector(".nbgpu-spark path.line", state="attached", timeout=120_000)
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.nbgpu-v')).some(e => /\\d/.test(e.textContent))",
+            timeout=30_000)
+        time.sleep(1.0)
+        before = page.evaluate(PATHS)
+        time.sleep(2.0)
+        after = page.evaluate(PATHS)
+        values = page.evaluate(VALUES)
+        panel_text = page.inner_text(".nbgpu-panel")
+        page_text = page.inner_text("body")
+        errors = page.locator(STDERR_OUTPUTS).all_inner_texts()
+        listening = _listening([server, *server.children(recursive=True)])
+        page.screenshot(path=str(shot), full_page=True)
+
+    assert not errors, f"the dashboard printed errors: {errors}"
+    assert "NBGPU_DASHBOARD_SOURCE" not in page_text, "Voilà should hide the notebook's code"
+    assert len(before) >= 4 and len(after) == len(before), (before, after)
+    for i, (a, b) in enumerate(zip(before, after, strict=True)):
+        assert a != b, f"sparkline figure {i} did not change over 2 s"
+    gpu_values = [v for v in values if v.strip() and v.strip() != "n/a"]
+    assert gpu_values and all(re.search(r"\d", v) for v in gpu_values), values
+    assert re.fullmatch(r"\d+ %", values[0]), values  # GPU 0 utilisation
+    assert "GPU 0" in panel_text and "host" in panel_text, panel_text
+    if _gpu_visible():
+        assert "SIMULATED" not in panel_text, panel_text
+    else:
+        assert "SIMULATED" in panel_text, "without a GPU the dashboard should show simulated GPUs"
+    assert listening and listening <= {"127.0.0.1"}, f"listening beyond 127.0.0.1: {listening}"
+    assert shot.stat().st_size > 5_000
+    if os.environ.get("NBGPU_UPDATE_SCREENSHOTS") == "1":
+        shutil.copyfile(shot, SCREENSHOT)
