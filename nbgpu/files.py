@@ -281,6 +281,12 @@ class Run:
         """The ``run`` event the recorder writes first (command, source, devices), or {}."""
         return next((e for e in self.events if e.get("event") == "run"), {})
 
+    def devices(self) -> list[dict]:
+        """The header's device descriptions (``index``, ``name``, ...) that are well formed."""
+        devices = self.header.get("devices")
+        return [d for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))] \
+            if isinstance(devices, list) else []
+
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of every mark."""
         return [(e["time_s"], str(e.get("label", ""))) for e in self.events if e.get("event") == "mark"]

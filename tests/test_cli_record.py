@@ -139,8 +139,7 @@ def rows_in(path) -> int:
 
 @pytest.mark.parametrize("ext", ["jsonl", "csv", "parquet"])
 def test_record_prints_what_report_computes_and_counts_true_rows(tmp_path, ext):
-    from nbgpu.cli.report import summarize_run
-    from nbgpu.cli.status import summary_text
+    from nbgpu.cli.report import summarize_run, summary_lines
 
     out = tmp_path / f"run.{ext}"
     done = nbgpu("record", "--source", "sim", "--interval", "0.2", "-o", str(out), "--", PY, "-c",
@@ -149,7 +148,7 @@ def test_record_prints_what_report_computes_and_counts_true_rows(tmp_path, ext):
     assert not (tmp_path / f"run.{ext}.partial.jsonl").exists()
     run = load_run(str(out))
     assert set(run.frame["gpu"]) == {0, 1} and run.frame["util_pct"].notna().any()
-    figures = summary_text(summarize_run(run))
+    figures = summary_lines(summarize_run(run))
     printed = [line.strip() for line in done.stderr.splitlines()]
     assert figures and all(line in printed for line in figures), (figures, done.stderr)
     n = rows_in(out)

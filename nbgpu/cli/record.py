@@ -23,8 +23,8 @@ from ..errors import FileError
 from ..files import load_run
 from ..recorder import Recorder
 from ..sampler import Sampler
-from .report import summarize_run
-from .status import status_lines, summary_text
+from .report import summarize_run, summary_lines
+from .status import status_lines
 
 FLUSH_EVERY_S = 1.0
 
@@ -163,7 +163,7 @@ def cpu_seconds() -> float:
 
 def _print_summary(sampler: Sampler, recorder: Recorder, wall_s: float, cpu_pct: float) -> None:
     """The figures ``nbgpu report`` gives for the file just written (read back: one code path)."""
-    lines = summary_text(summarize_run(load_run(recorder.path)))
+    lines = summary_lines(summarize_run(load_run(recorder.path)))
     label = " (SIMULATED)" if sampler.simulated else ""
     print(f"nbgpu record: {recorder.rows_written} rows from {len(sampler.devices)} GPU(s){label} written to "
           f"{os.path.abspath(recorder.path)}", file=sys.stderr)

@@ -17,16 +17,16 @@ import sys
 
 from ..errors import FileError
 from ..files import Run, atomic_file, load_run
-from .status import epoch_seconds, summarize_frame
+from ..profiles.summary import Summary, summarize
+from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from .status import epoch_seconds
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")
 
 
-def _fmt(v: object, digits: int = 0, unit: str = "", scale: float = 1.0) -> str:
-    if v is None or not isinstance(v, (int, float)) or v != v:
-        return "–"
-    return f"{v * scale:,.{digits}f}{unit}"
+def _temp(v: object) -> str:
+    return "–" if not isinstance(v, (int, float)) or v != v else f"{v:.0f} °C"
 
 
 def _when(t: float) -> str:
@@ -71,13 +71,13 @@ def render_html(run: Run, title: str | None = None) -> str:
 
     parts.append("<h2>Summary per GPU</h2>")
     rows = []
-    for s in summarize_run(run):
+    for s in summarize_run(run).rows:
         rows.append([esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))),
-                     _fmt(s["duration_s"], 1, " s"), _fmt(s["util_mean_pct"], 0, " %"),
-                     _fmt(s["util_max_pct"], 0, " %"), _fmt(s["mem_peak_bytes"], 1, " GB", 1e-9),
-                     _fmt(s["power_mean_w"], 0, " W"), _fmt(s["power_max_w"], 0, " W"),
-                     _fmt(s["energy_j"], 0, " J"), _fmt(s["temp_max_c"], 0, " °C"),
-                     "yes" if s["throttled"] else "no"])
+                     fmt_duration(s["duration_s"]), fmt_pct(s["util_mean_pct"]),
+                     fmt_pct(s["util_max_pct"]), fmt_bytes(s["mem_peak_bytes"]),
+                     fmt_watts(s["power_mean_w"]), fmt_watts(s["power_max_w"]),
+                     fmt_energy(s["energy_j"]), _temp(s["temp_max_c"]),
+                     esc(s["throttle_reasons"] or "no")])
     parts.append(_table(["GPU", "name", "duration", "util mean", "util max", "memory peak", "power mean",
                          "power max", "energy", "temp max", "throttled"], rows) if rows
                  else "<p>No GPU samples were recorded.</p>")
@@ -130,9 +130,30 @@ th {{ background: #f4f4f4; }} td:nth-child(2) {{ text-align: left; }}
 """
 
 
-def summarize_run(run: Run) -> list[dict]:
-    """Per-GPU figures of a run: the one summary that both ``record`` and ``report`` print."""
-    return summarize_frame(run.frame)
+def summarize_run(run: Run) -> Summary:
+    """The figures of a run from ``summarize``, the one summary ``record`` and ``report`` print."""
+    if not len(run.frame):
+        return Summary([], {})
+    return summarize(run.frame, devices=run.devices())
+
+
+def summary_lines(summary: Summary) -> list[str]:
+    """The summary as text, one line per GPU (and one for all when there are several)."""
+    rows = list(summary.rows)
+    if len(rows) > 1 and summary.combined:
+        rows.append({**summary.combined, "gpu": "all"})
+    lines = []
+    for r in rows:
+        g = r.get
+        line = (f"GPU {r['gpu']}: util mean {fmt_pct(g('util_mean_pct'))} max {fmt_pct(g('util_max_pct'))}, "
+                f"mem peak {fmt_bytes(g('mem_peak_bytes'))}, power mean {fmt_watts(g('power_mean_w'))}, "
+                f"energy {fmt_energy(g('energy_j'))}, temp max {_temp(g('temp_max_c'))}")
+        if r.get("throttle_reasons"):
+            line += f", throttled ({r['throttle_reasons']})"
+        if r.get("resolution_note"):
+            line += f"; note: {r['resolution_note']}"
+        lines.append(line)
+    return lines
 
 
 def run_report(path: str, output: str | None = None, title: str | None = None) -> int:
@@ -151,4 +172,4 @@ def run_report(path: str, output: str | None = None, title: str | None = None) -
     return 0
 
 
-__all__ = ["Run", "load_run", "render_html", "run_report"]
+__all__ = ["Run", "load_run", "render_html", "run_report", "summarize_run", "summary_lines"]
