@@ -125,7 +125,16 @@ class GPUMonitor(widgets.VBox):
     @property
     def timeline(self):
         """The sampler's ``Timeline``: ``mon.timeline.to_pandas()`` gives the data."""
-        return self.sampler.timeline
+        s = self.sampler if self.sampler is not None else self._released()
+        if s is None:
+            raise BadArgumentError("this stopped panel's sampler was replaced and released; "
+                                   "read nbgpu.session.shared_sampler().timeline instead")
+        return s.timeline
+
+    def _released(self):
+        """The sampler a stopped shared panel let go of, while something else still holds it."""
+        ref = getattr(self, "_sampler_ref", None)
+        return ref() if ref is not None else None
 
     @property
     def running(self) -> bool:
@@ -137,6 +146,8 @@ class GPUMonitor(widgets.VBox):
         with self._lock:
             if self._closed:
                 raise BadArgumentError("this panel was closed; create a new one with nbgpu.GPUMonitor()")
+            if self.sampler is None:
+                self.sampler = self._released() or shared_or_host_only(None, None)
             if not self.sampler.running:
                 if self._shared:
                     new = shared_or_host_only(None, None)
@@ -184,6 +195,9 @@ class GPUMonitor(widgets.VBox):
             tree.close_all(doomed, keep=[self, self.layout, *tree.descendants(self._header)])
             self._parts, self._views, self._sparks = [self._header], [], None
             self._torn_down = True
+            if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
+                self._sampler_ref = weakref.ref(self.sampler)
+                self.sampler = None
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
@@ -196,6 +210,9 @@ class GPUMonitor(widgets.VBox):
             registry.discard(self)
             tree.close_all(tree.descendants(self), keep=[self])
             self._parts, self._views, self._sparks = [], [], None
+            if self.sampler is not None:
+                self._sampler_ref = weakref.ref(self.sampler)
+                self.sampler = None
         super().close()
 
     def pause(self, paused: bool = True) -> None:
