@@ -125,7 +125,7 @@ def test_memory_rising_at_every_epoch_mark_is_a_leak_with_the_rate_per_epoch():
     a = alerts[0]
     assert a.evidence["method"] == "marks"
     assert a.evidence["per_mark_bytes"] == pytest.approx(310e6, rel=0.05)
-    assert "+310 MB per epoch" in a.message
+    assert "+295.6 MiB per epoch" in a.message  # 310e6 bytes in binary units
 
 
 def test_memory_that_rises_for_two_epochs_then_stays_is_not_a_leak():

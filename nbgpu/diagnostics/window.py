@@ -9,6 +9,7 @@ import numpy as np
 
 from ..metrics import HOST_KEY
 from ..store import Store
+from ..units import fmt_bytes  # noqa: F401 - the rules' one byte formatter (binary units)
 from .thresholds import Thresholds
 
 
@@ -90,18 +91,6 @@ class Context:
     def used_gpus(self) -> list[dict]:
         """Whole GPUs this kernel uses (all of them when that cannot be told)."""
         return [d for d in self.gpus() if self.gpus_in_use is None or d["index"] in self.gpus_in_use]
-
-
-def fmt_bytes(n: float) -> str:
-    """Decimal bytes as people read them: 310 MB, 4.1 GB."""
-    a = abs(n)
-    if a >= 1e12:
-        return f"{n / 1e12:.2f} TB"
-    if a >= 1e9:
-        return f"{n / 1e9:.1f} GB"
-    if a >= 1e6:
-        return f"{n / 1e6:.0f} MB"
-    return f"{n / 1e3:.0f} kB"
 
 
 def fmt_gpus(keys: list) -> str:
