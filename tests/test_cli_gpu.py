@@ -67,7 +67,11 @@ def test_exporter_on_real_gpus(nvml):
         for _ in range(50):
             prometheus_text(s)
         print(f"prometheus_text for {len(s.devices)} GPU(s): {(time.perf_counter() - t0) / 50 * 1e3:.2f} ms")
-    assert 'DCGM_FI_DEV_GPU_TEMP{gpu="0"' in text and "DCGM_FI_DEV_POWER_USAGE" in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {(smp.name, smp.labels.get("gpu")) for fam in text_string_to_metric_families(text)
+               for smp in fam.samples}
+    assert ("DCGM_FI_DEV_GPU_TEMP", "0") in samples and ("DCGM_FI_DEV_POWER_USAGE", "0") in samples
     promtool = shutil.which("promtool")
     if promtool:
         done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)

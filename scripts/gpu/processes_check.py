@@ -55,7 +55,11 @@ def main() -> int:
         if args.source == "nvml":
             import pynvml
 
-            driver = pynvml.nvmlSystemGetDriverVersion()
+            pynvml.nvmlInit()
+            try:
+                driver = pynvml.nvmlSystemGetDriverVersion()
+            finally:
+                pynvml.nvmlShutdown()
         result = {
             "command": " ".join(sys.argv), "source": status.source_description, "driver": driver,
             "devices": devices, "child_pid": child.pid, "child_bytes_asked": size,
