@@ -32,7 +32,7 @@ from . import schedule
 from .errors import BadArgumentError, SamplerStateError
 from .metrics import HOST_COLUMNS, HOST_KEY
 from .sources import Source, open_source
-from .sources.base import ProcessInfo
+from .sources.base import Device, DeviceKey, ProcessInfo
 from .sources.host import HostSource
 from .store import Event, Store
 from .timeline import Timeline
@@ -119,7 +119,7 @@ class Sampler:
             a ``SimulatedGPUs`` or any object with the source interface.
         interval: seconds between ticks of cheap reads (10 ms to 3600 s). Power and
             utilisation come from NVML's sample buffers at the card's own resolution.
-        gpus: indices of the GPUs to keep; None keeps all.
+        gpus: keys of the cards to keep (a card's MIG slices go with it); None keeps all.
         host: also sample host CPU/RAM of the machine and of this process tree.
         energy_every_s, pcie_every_s, procs_every_s: how often the costly reads run.
         full_res_s, bucket_s, history_s: store bounds (see ``nbgpu.store``); None: defaults.
@@ -129,7 +129,7 @@ class Sampler:
     """
 
     def __init__(self, source: object = "auto", interval: float = DEFAULT_INTERVAL_S,
-                 gpus: Iterable[int] | None = None, *, host: bool = True,
+                 gpus: Iterable[DeviceKey] | None = None, *, host: bool = True,
                  energy_every_s: float = 5.0, pcie_every_s: float = 5.0,
                  procs_every_s: float = 2.0, full_res_s: float | None = None,
                  bucket_s: float | None = None, history_s: float | None = None,
@@ -150,13 +150,13 @@ class Sampler:
         except Exception:
             self.source.close()
             raise
-        self.devices: list = [d for d in all_devices if self._keeps(d)]
-        self._kept_keys = {d["index"] for d in self.devices}
+        self.devices: list[Device] = [d for d in all_devices if self._keeps(d)]
+        self._kept_keys = {d.key for d in self.devices}
         select = getattr(self.source, "select", None)
         if callable(select):  # the source then reads only these devices
             select(self._kept_keys)
         for device, streams in self.source.streams().items():
-            if self._keeps({"index": device}):
+            if device in self._kept_keys:
                 for name, cols in streams.items():
                     self.store.declare(device, name, cols)
         self._host = HostSource() if host else None
@@ -205,27 +205,26 @@ class Sampler:
             log.debug("nbgpu.diagnostics not imported: this Sampler runs without alerts")
 
     @staticmethod
-    def _select(devices: list, gpus: Iterable[int] | None) -> set | None:
+    def _select(devices: list[Device], gpus: Iterable[DeviceKey] | None) -> set | None:
         if gpus is None:
             return None
         if isinstance(gpus, (int, str)):
             gpus = [gpus]
-        top = [d["index"] for d in devices if not d.get("mig")]
+        top = [d.key for d in devices if d.parent is None]
         keep = set()
         for g in gpus:
-            if isinstance(g, bool) or not isinstance(g, int) or g not in top:
-                allowed = f"0 to {len(top) - 1}" if top else "none (no GPUs)"
+            if isinstance(g, bool) or not isinstance(g, (int, str)) or g not in top:
+                numbered = top == list(range(len(top)))
+                allowed = ("none (no GPUs)" if not top else f"0 to {len(top) - 1}" if numbered
+                           else ", ".join(map(str, top)))
                 raise BadArgumentError(f"GPU index {g!r} is out of range; this machine has "
                                        f"{len(top)} GPU(s): {allowed}")
             keep.add(g)
         return keep
 
-    def _keeps(self, device) -> bool:
-        if self._keep is None:
-            return True
-        key = device["index"]
-        parent = int(str(key).split("/")[0]) if isinstance(key, str) and "/" in key else key
-        return parent in self._keep
+    def _keeps(self, device: Device) -> bool:
+        """Whether ``device`` was selected: a MIG slice goes with its card (``Device.card``)."""
+        return self._keep is None or device.card in self._keep
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -451,10 +450,10 @@ class Sampler:
         lost = self.lost
         out = []
         for dev in self.devices:
-            key = dev["index"]
+            key = dev.key
             state = "lost" if key in lost else self.state
-            row = {"gpu": key, "name": dev["name"], "state": state}
-            supported_metrics = set(dev.get("metrics") or ())
+            row = {"gpu": key, "name": dev.name, "state": state}
+            supported_metrics = set(dev.metrics)
             newest = np.nan
             states: dict[str, str] = {}
             last_good: dict[str, float] = {}

@@ -75,7 +75,8 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
     if not sampler.running:
         return False
     deadline = time.monotonic() + timeout_s
-    keys = [d["index"] for d in sampler.devices if d["index"] not in sampler.lost]
+    lost = sampler.lost
+    keys = [d.key for d in sampler.devices if d.key not in lost]
     while True:
         pending = [k for k in keys if not sampler.store.last(k, "mem_used_bytes")[0] >= t
                    and not sampler.store.last(k, "energy_j")[0] >= t]
@@ -255,7 +256,7 @@ class Capture:
     def timeline(self) -> Timeline:
         """The block's ``Timeline`` (its GPUs only), like ``Sampler.timeline``: ``.to_pandas()``."""
         t0, t1 = self._range()
-        devices = [d for d in self.sampler.devices if selected(d["index"], self.gpus)]
+        devices = [d for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
         return Timeline(self.sampler.store, devices, t0, t1)
 
     @property
@@ -310,8 +311,8 @@ class Capture:
         if not figures:
             return {}
         by_uuid = {f["torch_uuid"]: f for f in figures.values() if f["torch_uuid"]}
-        keys = [d["index"] for d in self.sampler.devices if selected(d["index"], self.gpus)]
-        uuids = {d["index"]: d.get("uuid", "") for d in self.sampler.devices}
+        keys = [d.key for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
+        uuids = {d.key: d.uuid for d in self.sampler.devices}
         same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(keys)
         out = {}
         for pos, key in enumerate(keys):
@@ -341,7 +342,9 @@ class Capture:
         except Exception:
             return []
         if self.gpus is not None:
-            found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus)]
+            parents = {d.key: d.parent for d in self.sampler.devices}
+            found = [a for a in found
+                     if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
         if not math.isnan(self.end_time):
             self._alerts = found
         return found

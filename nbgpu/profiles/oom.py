@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadArgumentError
 from ..files import atomic_file
+from ..sources.base import Device
 from ..units import GIB, KIB, MIB, TIB
 
 if TYPE_CHECKING:
@@ -214,22 +215,14 @@ class OomStory:
         return out
 
 
-def _key(dev: object) -> object:
-    return dev.get("index") if isinstance(dev, dict) else getattr(dev, "key", None)
-
-
-def _uuid(dev: object) -> str:
-    return str(dev.get("uuid", "") if isinstance(dev, dict) else getattr(dev, "uuid", "") or "")
-
-
-def _match(devices: list, figures: dict[int, dict]) -> dict[object, dict]:
+def _match(devices: list[Device], figures: dict[int, dict]) -> dict[object, dict]:
     """Framework device figures by sampler GPU key: by UUID, else (no UUID matches) in order."""
-    cards = [d for d in devices if not (isinstance(_key(d), str) and "/" in str(_key(d)))]
+    cards = [d for d in devices if d.parent is None]
     by_uuid = {f["uuid"]: f for f in figures.values() if f.get("uuid")}
-    matched = {_key(d): by_uuid[_uuid(d)] for d in cards if _uuid(d) in by_uuid}
+    matched = {d.key: by_uuid[d.uuid] for d in cards if d.uuid in by_uuid}
     if matched:
         return matched
-    return {_key(d): figures[pos] for pos, d in enumerate(cards) if pos in figures}
+    return {d.key: figures[pos] for pos, d in enumerate(cards) if pos in figures}
 
 
 def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
@@ -241,16 +234,17 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
     framework, figures = framework_memory()
     history_state, allocations = largest_allocations() if framework == "pytorch" else ("unavailable", [])
     sampler = cap.sampler
-    devices = [d for d in (sampler.devices if sampler is not None else []) if selected(_key(d), cap.gpus)]
+    devices = [d for d in (sampler.devices if sampler is not None else [])
+               if selected(d.key, cap.gpus, d.parent)]
     matched = _match(devices, figures)
     index = failed_device(message)
     failed_gpu = None
     gpus = []
     for pos, dev in enumerate(devices):
-        key = _key(dev)
+        key = dev.key
         t, v = sampler.timeline.series(key, "mem_used_bytes") if sampler is not None else ([], [])
         inside = [float(x) for tt, x in zip(t, v, strict=False) if cap.start_time - 5 <= tt <= failed_at + 1]
-        total = dev.get("mem_total_bytes") if hasattr(dev, "get") else None
+        total = dev.mem_total_bytes
         g = GpuMemory(key, inside[-1] if inside else math.nan, max(inside) if inside else math.nan,
                       float(total) if total is not None and total == total else math.nan)
         fig = matched.get(key)
@@ -270,7 +264,7 @@ def _recent(sampler: Sampler, seconds: float) -> dict:
     window = sampler.timeline.between(now - seconds, now)
     out = {}
     for dev in sampler.devices:
-        key = _key(dev)
+        key = dev.key
         per = {}
         for metric in ("mem_used_bytes", "util_pct", "power_w"):
             t, v = window.series(key, metric)

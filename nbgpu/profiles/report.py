@@ -45,7 +45,8 @@ def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
     if hasattr(summary, "combined"):
         summary, combined = summary.rows, summary.combined
     rows = _records(summary)
-    rows = [r for r in rows if not (isinstance(r["gpu"], str) and "/" in r["gpu"])] or rows
+    cards = {r["gpu"] for r in rows}
+    rows = [r for r in rows if r.get("parent") not in cards]  # a listed card's slices left out
     if not rows:
         return "no GPU readings"
     tail = "" if status == "ok" else f" · {status.upper()}"
@@ -126,8 +127,8 @@ def _title(cap: Capture) -> str:
 
 
 def _gpus(cap: Capture) -> list:
-    keys = [d["index"] for d in cap.sampler.devices] if cap.sampler is not None else []
-    return [g for g in keys if selected(g, cap.gpus)]
+    devices = cap.sampler.devices if cap.sampler is not None else []
+    return [d.key for d in devices if selected(d.key, cap.gpus, d.parent)]
 
 
 def static_svg(cap: Capture, width: int = 720) -> str:

@@ -6,7 +6,8 @@
 ``data`` is a ``Timeline`` (a sampler's whole timeline or a window of it: readings just
 outside [t0, t1] stand for the edges) or a DataFrame shaped like ``Timeline.to_pandas()``
 (the frame ``nbgpu report`` loads from a recording). ``t0``/``t1`` default to the
-window's or the frame's bounds. ``Summary.rows`` is one dict per GPU, ``Summary.combined``
+window's or the frame's bounds. ``Summary.rows`` is one dict per GPU (``parent``: the card
+of a MIG slice, else None; a frame's come from ``devices``), ``Summary.combined``
 one dict for all of them; ``Summary.frame()`` and ``Summary.combined_frame()`` give them as
 DataFrames. Captures, cell reports, ``history()``, ``track().summary()``, ``nbgpu record``,
 ``nbgpu report`` and exports all call this function, so a run shows the same figures in
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..metrics import BY_NAME, CLOCK_EVENT_REASONS, THROTTLE_BITS
+from ..sources.base import Device
 from ..store import merge_series
 from ..timeline import max_column
 from ..units import MIB, fmt_duration
@@ -71,15 +73,9 @@ BYTE_COLUMNS = ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta
 _LINEAR = ("util_pct", "power_w", "sm_active_pct", "temp_c")
 
 
-def _is_mig(gpu: object) -> bool:
-    return isinstance(gpu, str) and "/" in gpu
-
-
-def selected(gpu: object, gpus: list | None) -> bool:
-    """Whether device ``gpu`` is among ``gpus`` (None: all); a MIG slice follows its parent."""
-    if gpus is None or gpu in gpus:
-        return True
-    return isinstance(gpu, str) and "/" in gpu and gpu.split("/")[0] in {str(g) for g in gpus}
+def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
+    """Whether device ``gpu`` is among ``gpus`` (None: all); a MIG slice follows ``parent``, its card."""
+    return gpus is None or gpu in gpus or (parent is not None and parent in gpus)
 
 
 def _knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
@@ -350,7 +346,8 @@ def _aligned(pieces: list[tuple[np.ndarray, np.ndarray]], how: str, step: bool) 
 
 def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dict[str, object]:
     """One row for all GPUs, as defined in docs/profiles.md; MIG slices of a listed card left out."""
-    keep = [i for i, r in enumerate(rows) if not _is_mig(r["gpu"])] or list(range(len(rows)))
+    listed = {r["gpu"] for r in rows}
+    keep = [i for i, r in enumerate(rows) if r.get("parent") not in listed]
     rows, lines = [rows[i] for i in keep], [lines[i] for i in keep]
     if not rows:
         return {}
@@ -470,28 +467,28 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
         allocator: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` from PyTorch's
             allocator, folded into the memory peak (``mem_peak_source`` says which won).
     """
-    per_dev: list[tuple[object, str, _Readings]] = []
+    per_dev: list[tuple[Device, _Readings]] = []
     if hasattr(data, "store"):
         a, b = _bounds(data, t0, t1, None)
-        for dev in data.devices:
-            key = _key(dev)
-            if selected(key, gpus):
-                per_dev.append((key, _name(dev), _Readings.of_timeline(
-                    data, key, a - EDGE_SLACK_S, b + EDGE_SLACK_S)))
+        for dev in map(Device.of, data.devices):
+            if selected(dev.key, gpus, dev.parent):
+                per_dev.append((dev, _Readings.of_timeline(
+                    data, dev.key, a - EDGE_SLACK_S, b + EDGE_SLACK_S)))
     else:
         times = _frame_times(data) if len(data) else np.empty(0)
         a, b = _bounds(data, t0, t1, times)
-        names = {_key(d): _name(d) for d in devices or []}
+        described = {d.key: d for d in map(Device.of, devices or [])}
         if "gpu" in data.columns:
             for key in dict.fromkeys(data["gpu"].tolist()):
-                if selected(key, gpus):
+                dev = described.get(key) or Device(key, "")
+                if selected(key, gpus, dev.parent):
                     rows = (data["gpu"] == key).to_numpy()
-                    per_dev.append((key, names.get(key, ""),
-                                    _Readings.of_frame(data[rows], times[rows])))
+                    per_dev.append((dev, _Readings.of_frame(data[rows], times[rows])))
     rows, lines = [], []
-    for key, name, r in per_dev:
-        row, ln = _gpu_row(r, a, b, (allocator or {}).get(key))
-        row.update(gpu=key, name=name, status=status, start=a, end=b, duration_s=b - a)
+    for dev, r in per_dev:
+        row, ln = _gpu_row(r, a, b, (allocator or {}).get(dev.key))
+        row.update(gpu=dev.key, name=dev.name, parent=dev.parent, status=status, start=a, end=b,
+                   duration_s=b - a)
         rows.append(row)
         lines.append(ln)
     combined = _combine(rows, lines, a, b)
@@ -500,14 +497,6 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
             if col in row:
                 row[col] = _as_count(row[col])
     return Summary(rows, combined)
-
-
-def _key(dev: object) -> object:
-    return getattr(dev, "key", None) if not isinstance(dev, dict) else dev.get("index")
-
-
-def _name(dev: object) -> str:
-    return str(dev.get("name", "") if isinstance(dev, dict) else getattr(dev, "name", "") or "")
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
@@ -523,6 +512,8 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
     for col in BYTE_COLUMNS:
         if col in df.columns and len(df) and df[col].notna().all():
             df[col] = df[col].astype("int64")
+    if "parent" in df.columns:  # keys as given (0, "node/1") or None, never a float NaN
+        df["parent"] = pd.Series([r.get("parent") for r in rows], index=df.index, dtype=object)
     return df
 
 

@@ -44,6 +44,21 @@ class Device:
         """Key of the physical card: the parent of a MIG slice, else the device itself."""
         return self.key if self.parent is None else self.parent
 
+    @classmethod
+    def of(cls, described: object) -> Device:
+        """``described`` as a Device: itself, or one built from an old-style mapping.
+
+        Recorded files and old user code describe devices as dicts (``index``, ``name``,
+        ``uuid``, ``parent``, ``mig``, ``host``); unknown keys are ignored.
+        """
+        if isinstance(described, Device):
+            return described
+        get = described.get
+        parent = get("parent")
+        return cls(key=get("index", get("key")), name=str(get("name") or ""),
+                   uuid=str(get("uuid") or ""), parent=parent,
+                   mig=bool(get("mig", parent is not None)), node=get("host", get("node")))
+
     def __getitem__(self, old_key: str):
         """Transitional dict-style read: ``d["index"]`` is ``d.key``; missing numbers are NaN."""
         name = _OLD_KEYS.get(old_key, old_key)
