@@ -38,6 +38,8 @@ LEGACY_KEYS = {
     "temperature_c": ("temp_c", 1.0),
     "power_w": ("power_w", 1.0),
 }
+# Cumulative counters: in a filled file a repeated value is a copy of an earlier reading.
+COUNTER_COLUMNS = ("energy_j",)
 # Parquet schema metadata key holding a recording's events (run header, marks, alerts).
 PARQUET_EVENTS_KEY = b"nbgpu.events"
 
@@ -330,6 +332,9 @@ def _numeric(df: pd.DataFrame) -> pd.DataFrame:
     if "gpu" in df and df["gpu"].dtype == object:
         df["gpu"] = df["gpu"].map(lambda g: g if isinstance(g, (int, str)) and not isinstance(g, bool)
                                   else str(g))
+    for col in COUNTER_COLUMNS:  # keep a counter reading only where its value first appears
+        if col in df and "gpu" in df and len(df):
+            df.loc[df[col] == df.groupby("gpu", sort=False)[col].shift(), col] = math.nan
     return df
 
 
@@ -467,6 +472,8 @@ def load_run(path: str | os.PathLike) -> Run:
     """Read a run written by ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet``.
 
     Anything that is not such a file gives one ``FileError`` line saying what is wrong.
+    Metric columns read as floats (unreadable cells NaN); in a filled file a repeated energy
+    counter value is a copy, not a reading, so it reads as NaN (else a short run shows 0 J).
     """
     text = os.fsdecode(path) if path is not None else ""
     _open_regular(text)

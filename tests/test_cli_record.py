@@ -148,7 +148,10 @@ def test_record_prints_what_report_computes_and_counts_true_rows(tmp_path, ext):
     assert not (tmp_path / f"run.{ext}.partial.jsonl").exists()
     run = load_run(str(out))
     assert set(run.frame["gpu"]) == {0, 1} and run.frame["util_pct"].notna().any()
-    figures = summary_lines(summarize_run(run))
+    summary = summarize_run(run)
+    for r in summary.rows:  # a short run: the counter is read once, so energy is integrated power
+        assert r["energy_j"] == pytest.approx(r["power_mean_w"] * r["duration_s"], rel=0.25), r
+    figures = summary_lines(summary)
     printed = [line.strip() for line in done.stderr.splitlines()]
     assert figures and all(line in printed for line in figures), (figures, done.stderr)
     n = rows_in(out)
