@@ -1,43 +1,117 @@
-"""Benchmark 4: CPU seconds per wall second of the sampler thread at default settings."""
+"""Benchmark 4: CPU seconds per wall second of the sampler thread, and where they go.
+
+The thread's CPU is read inside it (``time.thread_time`` from a listener) and from /proc.
+A second pass times every NVML call the thread makes (CPU time of the calling thread
+around ``NVMLGateway.call``), so the figure splits into NVML functions and nbgpu's own
+Python; the floor is what the NVML calls needed for native resolution cost by themselves.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
 from .registry import Context
-from .report import Outcome, UnavailableError
+from .report import Outcome, Target, UnavailableError
 from .threadcpu import measure
 
+SAMPLER_CPU_TARGET_S_PER_S = 0.003
 
-def _run(ctx: Context, source: object, gpus: list[int] | None, label: str) -> Outcome:
+
+@contextmanager
+def timed_nvml_calls():
+    """Record (calls, thread CPU s, wall s) per NVML function called through the gateway."""
+    from nbgpu.sources.nvml import NVMLGateway
+
+    table: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    lock = threading.Lock()
+    original = NVMLGateway.call
+
+    def call(self, function: str, *args):
+        c0, w0 = time.thread_time(), time.perf_counter()
+        try:
+            return original(self, function, *args)
+        finally:
+            c1, w1 = time.thread_time(), time.perf_counter()
+            with lock:
+                row = table[function]
+                row[0] += 1
+                row[1] += c1 - c0
+                row[2] += w1 - w0
+
+    NVMLGateway.call = call
+    try:
+        yield table
+    finally:
+        NVMLGateway.call = original
+
+
+def _run(ctx: Context, source: object, gpus: list[int] | None, label: str,
+         interval: float | None = None) -> tuple[dict, Outcome]:
     import nbgpu
 
     seconds = 4.0 if ctx.quick else 12.0
-    sampler = nbgpu.Sampler(source=source, gpus=gpus)
+    kwargs = {} if interval is None else {"interval": interval}
+    sampler = nbgpu.Sampler(source=source, gpus=gpus, **kwargs)
     res = measure(sampler, seconds)
-    res.update(devices=len(sampler.devices), interval_s=sampler.interval, source=sampler.source.describe())
+    res.update(devices=len(sampler.devices), interval_s=sampler.interval,
+               source=sampler.status().source_description)
     out = Outcome(raw=res)
     out.figure(f"sampler thread CPU, {label}", res["cpu_s_per_s"], "CPU s/s")
-    out.figure("CPU ms per tick", 1000 * res.get("thread_cpu_s", float("nan")) / max(res["ticks"] - 1, 1),
-               "ms")
-    return out
+    return res, out
+
+
+def _breakdown(ctx: Context, gpus: list[int]) -> dict:
+    """Thread CPU per second split by NVML function, at defaults, one more run."""
+    import nbgpu
+
+    seconds = 4.0 if ctx.quick else 12.0
+    with timed_nvml_calls() as table:
+        sampler = nbgpu.Sampler(source="nvml", gpus=gpus)
+        res = measure(sampler, seconds)
+    wall = res.get("wall_s") or seconds
+    per_fn = {fn: {"calls_per_s": n / wall, "cpu_ms_per_s": 1000 * cpu / wall,
+                   "cpu_us_per_call": 1e6 * cpu / n, "wall_ms_per_s": 1000 * w / wall}
+              for fn, (n, cpu, w) in sorted(table.items(), key=lambda kv: -kv[1][1]) if n}
+    nvml_ms = sum(v["cpu_ms_per_s"] for v in per_fn.values())
+    total_ms = 1000 * res["cpu_s_per_s"]
+    return {"per_function": per_fn, "nvml_cpu_ms_per_s": nvml_ms, "thread_cpu_ms_per_s": total_ms,
+            "python_cpu_ms_per_s": total_ms - nvml_ms, "run": res}
 
 
 def run_gpu_one(ctx: Context) -> Outcome:
-    """One real GPU (GPU 0), defaults."""
-    return _run(ctx, "nvml", [0], "1 GPU")
+    """One real GPU (GPU 0): defaults, interval 0.1 s, and where the defaults' CPU goes."""
+    res, out = _run(ctx, "nvml", [0], "1 GPU, defaults")
+    out.targets.append(Target("sampler thread CPU at defaults, 1 GPU", res["cpu_s_per_s"], "CPU s/s", "<=",
+                              SAMPLER_CPU_TARGET_S_PER_S))
+    fast, _ = _run(ctx, "nvml", [0], "1 GPU, interval 0.1 s", interval=0.1)
+    out.raw = {"defaults": res, "interval_0.1": fast}
+    out.figure("sampler thread CPU, 1 GPU, interval 0.1 s", fast["cpu_s_per_s"], "CPU s/s")
+    split = _breakdown(ctx, [0])
+    out.raw["breakdown_defaults"] = split
+    out.figure("of which NVML calls", split["nvml_cpu_ms_per_s"] / 1000, "CPU s/s")
+    out.figure("of which nbgpu's Python", split["python_cpu_ms_per_s"] / 1000, "CPU s/s")
+    top = list(split["per_function"].items())[:3]
+    out.notes.append("costliest NVML calls at defaults: " + "; ".join(
+        f"{fn} {v['calls_per_s']:.2f}/s × {v['cpu_us_per_call']:.0f} µs = {v['cpu_ms_per_s']:.2f} ms/s"
+        for fn, v in top))
+    return out
 
 
 def run_gpu_two(ctx: Context) -> Outcome:
     """Two real GPUs (0 and 1), defaults."""
     if len(ctx.gpus.names) < 2:
         raise UnavailableError(f"needs 2 GPUs, this machine has {len(ctx.gpus.names)}")
-    return _run(ctx, "nvml", [0, 1], "2 GPUs")
+    return _run(ctx, "nvml", [0, 1], "2 GPUs")[1]
 
 
 def run_simulated(ctx: Context) -> Outcome:
     """Eight simulated GPUs (the in-process NVML stand-in, so more Python work than real NVML)."""
     import nbgpu
 
-    out = _run(ctx, nbgpu.SimulatedGPUs(count=8, seed=0), None, "8 simulated GPUs")
+    out = _run(ctx, nbgpu.SimulatedGPUs(count=8, seed=0), None, "8 simulated GPUs")[1]
     out.notes.append("Simulated GPUs compute their readings in Python inside the NVML calls, so "
                      "this over-states the cost of real NVML reads.")
     return out
