@@ -84,6 +84,9 @@ class FakeCuda:
     def memory_reserved(self, i: int) -> float:
         return 8e9
 
+    def max_memory_reserved(self, i: int) -> float:
+        return max(8e9, self.peak)
+
     def get_device_properties(self, i: int):
         return types.SimpleNamespace(uuid="not-a-known-uuid")
 
