@@ -74,15 +74,17 @@ class Recorder:
         if self.format == "csv":
             self._file.write([",".join(self._columns)])
         else:
-            self._event({"event": "run", "label": "started", "source": sampler.source.describe(),
-                         "interval_s": sampler.interval,
-                         "devices": [{k: d.get(k) for k in ("index", "name", "uuid", "host")}
-                                     for d in sampler.devices], **(header or {})},
+            status = sampler.status()
+            self._event({"event": "run", "label": "started", "source": status.source_description,
+                         "simulated": status.simulated, "interval_s": sampler.interval,
+                         "devices": [{"index": d.key, "name": d.name, "uuid": d.uuid, "parent": d.parent,
+                                      "mig": d.mig, "host": d.node} for d in sampler.devices],
+                         **(header or {})},
                         t=sampler.started_at or _now())
 
     def _csv_columns(self) -> list[str]:
         store = self.sampler.store
-        have = {m for d in self.sampler.devices for m in store.metrics_of(d["index"])}
+        have = {m for d in self.sampler.devices for m in store.metrics_of(d.key)}
         cols = ["time", "gpu"] + [m.name for m in GPU_METRICS if m.name in have]
         if HOST_KEY in store.devices():
             cols += [m.name for m in HOST_METRICS]
@@ -156,7 +158,7 @@ class Recorder:
                 host[when] = {k: float(v[i]) for k, v in hcols.items()}
         out = []
         for dev in self.sampler.devices:
-            t, cols = self._device_rows(dev["index"], cap, final)
+            t, cols = self._device_rows(dev.key, cap, final)
             names = list(cols)
             arrays = [cols[n].tolist() for n in names]
             for i, when in enumerate(t.tolist()):
@@ -164,7 +166,7 @@ class Recorder:
                 extra = host.get(when)
                 if extra:
                     row.update(extra)
-                out.append((when, dev["index"], row))
+                out.append((when, dev.key, row))
         out.sort(key=lambda r: r[0])
         return out
 

@@ -65,7 +65,7 @@ def render_html(run: Run, title: str | None = None) -> str:
         info.append(("result", exits[-1]))
     if run.skipped_lines:
         info.append(("note", f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"))
-    if any("(simulated)" in str(n) for n in names.values()):
+    if head.get("simulated") is True or any("(simulated)" in str(n) for n in names.values()):
         info.append(("note", "SIMULATED GPUs: these numbers are made up for demos and tests"))
     parts.append("<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in info) + "</dl>")
 
