@@ -162,7 +162,7 @@ def test_a_short_block_says_its_energy_is_below_resolution():
     tl = make_timeline(power=[(k * 0.02, 200.0) for k in range(200)])
     short = summarize(tl, T0 + 1.0, T0 + 1.3).rows[0]
     assert "energy: the block (0.30s) is shorter than 50 updates" in short["resolution_note"]
-    assert "assumed" in short["resolution_note"]
+    assert "(every 20 ms, measured)" in short["resolution_note"]
     long = summarize(tl, T0 + 0.5, T0 + 3.5).rows[0]
     assert "energy" not in long["resolution_note"]
 

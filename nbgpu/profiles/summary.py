@@ -47,11 +47,12 @@ if TYPE_CHECKING:
 EDGE_SLACK_S = 5.0
 COARSE_SPACING_S = 1.0
 
-# Update periods of the card's own figures, in one place. Assumed from the SPEC's H200 facts
-# (power samples every 20 ms), to be measured on the H200: the NVML period measurement
-# writes ``energy_period_s`` and ``power_period_s``; put its figures here.
-RESOLUTION_PERIODS_S = {"energy_period_s": 0.02, "power_period_s": 0.02}
-PERIODS_MEASURED = False
+# Update periods of the card's own figures, in one place, measured on an H200 (driver 580)
+# by scripts/gpu/nvml_periods.py (benchmarks/results/gpu-runs/nvml-periods-nvidia-h200-*.json):
+# the total-energy counter changes every 100 ms; the power sample buffer holds a sample
+# every 20 ms (the polled power reading itself changes every 100 ms).
+RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
+PERIODS_MEASURED = True
 # A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
 TARGET_ERROR = 0.02
 
