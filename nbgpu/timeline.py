@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import BadArgumentError
 from .metrics import BY_NAME, GPU_METRICS, HOST_KEY, HOST_METRICS
+from .sources.base import Device
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,10 +87,10 @@ def to_epoch(t: object) -> float:
 class Timeline:
     """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed)."""
 
-    def __init__(self, store: Store, devices: list[dict], t0: float = -math.inf,
+    def __init__(self, store: Store, devices: list[Device], t0: float = -math.inf,
                  t1: float = math.inf, resolution: str | None = None) -> None:
         self.store = store
-        self.devices = devices
+        self.devices = [Device.of(d) for d in devices]  # old-style dicts still accepted
         self.t0, self.t1 = t0, t1
         self.resolution = resolution
 
@@ -211,10 +212,10 @@ class Timeline:
         frame_of = self._tick_frame if resolution == "tick" else self._device_frame
         parts = []
         for dev in self.devices:
-            df = frame_of(dev["index"])
+            df = frame_of(dev.key)
             if df is None:
                 continue
-            df.insert(1, "gpu", dev["index"])
+            df.insert(1, "gpu", dev.key)
             parts.append(df)
         order = ["time", "gpu"] + [m.name for m in GPU_METRICS]
         if not parts:

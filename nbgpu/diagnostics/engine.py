@@ -162,7 +162,7 @@ class DiagnosticsEngine:
         stale = max(th.stale_after_s, 2.5 * sampler.interval)
         window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval))
         lost = sampler.lost
-        devices = [d for d in sampler.devices if d["index"] not in lost]
+        devices = [d for d in sampler.devices if d.key not in lost]
         processes = sampler.processes() or None
         mine = self._my_pids(now)
         status, _ = attribute(processes, mine)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ..sources.base import Device
+
 
 def torch_memory() -> list[dict]:
     """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
@@ -58,14 +60,14 @@ def tensorflow_memory() -> list[dict]:
     return out
 
 
-def nvml_index_of(entry: dict, devices: list[dict]) -> object:
+def nvml_index_of(entry: dict, devices: list[Device]) -> object:
     """The NVML GPU key a framework device is, by UUID, else by CUDA_VISIBLE_DEVICES, else index."""
     uuid = entry.get("uuid", "")
     if uuid:
         u = uuid.lower().removeprefix("gpu-")
         for d in devices:
-            if str(d.get("uuid", "")).lower().removeprefix("gpu-") == u:
-                return d["index"]
+            if d.uuid.lower().removeprefix("gpu-") == u:
+                return d.key
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         parts = [p.strip() for p in visible.split(",") if p.strip()]

@@ -174,7 +174,7 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
     notes = [why] if why else []
     rows, ours = [], {}
     for dev in sampler.devices:
-        gpu = dev["index"]
+        gpu = dev.key
         procs = (processes or {}).get(gpu, [])
         others = []
         for p in sorted(procs, key=lambda p: -(p["used_bytes"] if p["used_bytes"] == p["used_bytes"] else 0)):

@@ -25,7 +25,7 @@ def throttling(ctx: Context) -> list[Finding]:
     th, out = ctx.thresholds, []
     span = th.throttle_window_s
     for dev in ctx.gpus():
-        gpu, parts, evidence, thermal = dev["index"], [], {"window_s": span}, False
+        gpu, parts, evidence, thermal = dev.key, [], {"window_s": span}, False
         got = ctx.window.recent(gpu, "clock_event_reasons", span)
         if got is not None:
             bits = got[1].astype(np.int64)
@@ -40,14 +40,14 @@ def throttling(ctx: Context) -> list[Finding]:
                 parts.append("clock-event reasons " + ", ".join(
                     f"{n} ({100 * s:.0f} % of readings)" for n, s in named.items()))
                 evidence["reasons"] = named
-        slowdown = dev.get("slowdown_temp_c", math.nan)
+        slowdown = math.nan if dev.slowdown_temp_c is None else dev.slowdown_temp_c
         temp = ctx.window.mean(gpu, "temp_c", span)
         if slowdown > 0 and temp >= slowdown - th.throttle_temp_margin_c:
             thermal = True
             parts.append(f"temperature {temp:.0f} °C, {slowdown - temp:.0f} °C from its slowdown "
                          f"threshold ({slowdown:.0f} °C)")
             evidence.update(temp_c=round(temp, 1), slowdown_temp_c=slowdown)
-        limit = dev.get("power_limit_w", math.nan)
+        limit = math.nan if dev.power_limit_w is None else dev.power_limit_w
         got = ctx.window.recent(gpu, "power_w", span)
         if got is not None and limit > 0:
             pinned = float(np.mean(got[1] >= th.throttle_power_fraction * limit))
@@ -73,7 +73,7 @@ def busy_thin(ctx: Context) -> list[Finding]:
     th, out = ctx.thresholds, []
     span = th.thin_window_s
     for dev in ctx.gpus():
-        gpu = dev["index"]
+        gpu = dev.key
         active = ctx.window.mean(gpu, "sm_active_pct", span)
         occupancy = ctx.window.mean(gpu, "sm_occupancy_pct", span)
         if math.isnan(active) and math.isnan(occupancy):

@@ -32,12 +32,12 @@ def input_bound(ctx: Context) -> list[Finding]:
     if not cpu >= th.input_cpu_busy_pct:
         return out
     for dev in ctx.used_gpus():
-        util = ctx.window.mean(dev["index"], "util_pct", span)
+        util = ctx.window.mean(dev.key, "util_pct", span)
         if not (th.input_min_util_pct <= util < th.input_util_below_pct):
             continue
         message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
                    f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU is waiting for input")
-        out.append(Finding("input_bound", dev["index"], "warning", message, INPUT_HINT, {
+        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, {
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
     return out
 
@@ -52,13 +52,13 @@ def idle(ctx: Context) -> list[Finding]:
     if not cpu < th.idle_cpu_below_pct:
         return out
     for dev in ctx.used_gpus():
-        util = ctx.window.mean(dev["index"], "util_pct", span)
+        util = ctx.window.mean(dev.key, "util_pct", span)
         if not util < th.idle_util_below_pct:
             continue
         during = "while a cell runs, " if ctx.in_cell_s else ""
         message = (f"GPU {dev['index']} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
                    f"{during}over {span:.0f} s: the code is waiting on something")
-        out.append(Finding("idle", dev["index"], "info", message, IDLE_HINT, {
+        out.append(Finding("idle", dev.key, "info", message, IDLE_HINT, {
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span,
             "in_cell_s": round(ctx.in_cell_s, 1)}))
     return out
@@ -67,7 +67,7 @@ def idle(ctx: Context) -> list[Finding]:
 def imbalance(ctx: Context) -> list[Finding]:
     """GPUs of this kernel differ in mean utilisation by more than 20 points, sustained."""
     th, span = ctx.thresholds, ctx.thresholds.imbalance_window_s
-    means = {d["index"]: ctx.window.mean(d["index"], "util_pct", span) for d in ctx.used_gpus()}
+    means = {d.key: ctx.window.mean(d.key, "util_pct", span) for d in ctx.used_gpus()}
     means = {g: u for g, u in means.items() if not math.isnan(u)}
     if len(means) < 2:
         return []

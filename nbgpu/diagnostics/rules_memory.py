@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 
+from ..sources.base import Device
 from .alerts import Finding
 from .window import Context, fmt_bytes, held_for
 
@@ -20,10 +21,10 @@ LEAK_HINT = ("Something keeps GPU tensors alive: a list of losses or outputs kep
              "set is being loaded, this stops on its own.")
 
 
-def _total_bytes(ctx: Context, dev: dict) -> float:
-    total = dev.get("mem_total_bytes", math.nan)
+def _total_bytes(ctx: Context, dev: Device) -> float:
+    total = math.nan if dev.mem_total_bytes is None else float(dev.mem_total_bytes)
     if not (total and total > 0):
-        _, v = ctx.window.series(dev["index"], "mem_total_bytes", 60.0)
+        _, v = ctx.window.series(dev.key, "mem_total_bytes", 60.0)
         total = float(v[-1]) if len(v) else math.nan
     return total
 
@@ -33,7 +34,7 @@ def oom_risk(ctx: Context) -> list[Finding]:
     th, out = ctx.thresholds, []
     span = max(th.oom_warning_after_s, th.oom_critical_after_s) + 5.0
     for dev in ctx.gpus(whole_only=False):
-        gpu = dev["index"]
+        gpu = dev.key
         t, used = ctx.window.series(gpu, "mem_used_bytes", span)
         total = _total_bytes(ctx, dev)
         if len(t) < 2 or not total > 0 or t[-1] < ctx.now - ctx.window.stale_after_s:
@@ -137,7 +138,7 @@ def memory_leak(ctx: Context) -> list[Finding]:
     """Memory rising at every mark (epoch), or steadily through a window, never falling back."""
     out = []
     for dev in ctx.gpus(whole_only=False):
-        gpu = dev["index"]
+        gpu = dev.key
         by_mark, trend = _mark_leak(ctx, gpu), _trend_leak(ctx, gpu)
         if by_mark is None and trend is None:
             continue

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..metrics import HOST_KEY
+from ..sources.base import Device
 from ..store import Store
 from ..units import fmt_bytes  # noqa: F401 - the rules' one byte formatter (binary units)
 from .thresholds import Thresholds
@@ -76,7 +77,7 @@ class Context:
 
     now: float
     window: Window
-    devices: list[dict]
+    devices: list[Device]
     thresholds: Thresholds
     in_cell_s: float  # seconds a cell has been running; 0 if none
     gpus_in_use: set | None  # GPUs this kernel's processes use; None: unknown (all)
@@ -84,13 +85,13 @@ class Context:
     marks: list[tuple[float, str]] = field(default_factory=list)
     mark_cache: dict = field(default_factory=dict)
 
-    def gpus(self, whole_only: bool = True) -> list[dict]:
+    def gpus(self, whole_only: bool = True) -> list[Device]:
         """Devices to judge (whole GPUs only unless told otherwise)."""
-        return [d for d in self.devices if not (whole_only and d.get("mig"))]
+        return [d for d in self.devices if not (whole_only and d.parent is not None)]
 
-    def used_gpus(self) -> list[dict]:
+    def used_gpus(self) -> list[Device]:
         """Whole GPUs this kernel uses (all of them when that cannot be told)."""
-        return [d for d in self.gpus() if self.gpus_in_use is None or d["index"] in self.gpus_in_use]
+        return [d for d in self.gpus() if self.gpus_in_use is None or d.key in self.gpus_in_use]
 
 
 def fmt_gpus(keys: list) -> str:

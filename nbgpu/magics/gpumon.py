@@ -18,7 +18,7 @@ def _available_gpus(opts: Options, prog: str) -> list[object]:
     """GPU indices of the source the options name, found without starting anything."""
     shared = session.shared_sampler()
     if shared is not None and shared.running and opts.source is None:
-        return [d["index"] for d in shared.devices if not d.get("mig")]
+        return [d.key for d in shared.devices if d.parent is None]
     from ..sources import open_source
 
     try:
@@ -26,7 +26,7 @@ def _available_gpus(opts: Options, prog: str) -> list[object]:
     except NbgpuError as exc:
         raise UsageError(f"{prog}: --gpus given but {exc}") from None
     try:
-        return [d["index"] for d in src.devices() if not d.get("mig")]
+        return [d.key for d in src.devices() if d.parent is None]
     finally:
         src.close()
 

@@ -24,6 +24,7 @@ from bqplot import LinearScale
 from .. import session
 from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
+from ..sources.base import Device
 from . import registry, text, tree
 from .bands import baselines, pack_points, rules, spaced_labels
 from .column_view import SPARK_PX, ColumnView, top_of
@@ -268,7 +269,7 @@ class GPUMonitor(widgets.VBox):
     def _attach(self, sampler, gpus: object, strict: bool) -> None:
         """Point the panel at ``sampler`` and (re)build its widgets."""
         with self._lock:
-            top = [d["index"] for d in sampler.devices if not d.get("mig")]
+            top = [d.key for d in sampler.devices if d.parent is None]
             try:
                 self._gpus = check_gpus(gpus, top)
             except BadArgumentError:
@@ -276,13 +277,12 @@ class GPUMonitor(widgets.VBox):
                     raise
                 self._gpus = None
             self.sampler = sampler
-            shown = [d for d in sampler.devices
-                     if self._gpus is None or (d.get("parent") if d.get("mig") else d["index"]) in self._gpus]
+            shown = [d for d in sampler.devices if self._gpus is None or d.card in self._gpus]
             has_host = HOST_KEY in sampler.store.devices()
-            self._rows: list[dict] = list(shown) + ([{"index": HOST_KEY}] if has_host else [])
+            self._rows: list[Device] = list(shown) + ([Device(HOST_KEY, "host")] if has_host else [])
             reported: set[str] = set()
             for d in shown:
-                reported |= set(d.get("metrics", ()))
+                reported |= set(d.metrics)
             self._columns = resolve_columns(self._chosen, reported if shown else {"none"})
             status = sampler.status()
             self._describe = ("no GPU visible" if status.source_kind == HostOnlySource.kind
@@ -339,12 +339,12 @@ class GPUMonitor(widgets.VBox):
     def _traces(self, col: Column) -> list[tuple[int, object, str, str]]:
         out = []
         for band, dev in enumerate(self._rows):
-            key = dev["index"]
+            key = dev.key
             if key == HOST_KEY:
                 if col.host is not None:
                     out.append((band, key, col.host, HOST_COLOR))
                 continue
-            reported = dev.get("metrics")
+            reported = dev.metrics
             for metric, color in zip(col.metrics, col.colors, strict=True):
                 if reported is None or metric in reported:
                     out.append((band, key, metric, color))
@@ -359,7 +359,7 @@ class GPUMonitor(widgets.VBox):
         latest = {r["gpu"]: r for r in s.latest()}
         host = s.latest_host()
         if self._processes is not None:
-            self._processes.refresh(s, now, {r["index"] for r in self._rows})
+            self._processes.refresh(s, now, {r.key for r in self._rows})
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
         lost = status.lost
@@ -418,8 +418,7 @@ class GPUMonitor(widgets.VBox):
             sset = SparkSet(len(order), width, settle_s=max(5.0, 5.0 * self.sampler.interval))
             self._sparks = sset
         t0 = sset.start(now, span)
-        store = self.sampler.store
-        reads = [store.series(key, metric, t0, now) for key, metric in order]
+        reads = self.sampler.store.series_many(order, t0, now)
         trace, b = sset.update(reads, now, span)
         return points_of_all(trace, b, len(order), now, span, gap_s)
 

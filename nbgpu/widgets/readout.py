@@ -12,11 +12,12 @@ import time
 import numpy as np
 
 from ..metrics import HOST_KEY
+from ..sources.base import Device
 from . import text
 from .columns import Column
 
 
-def band_scale(metric: str, info: dict, row: dict, host: dict, v: np.ndarray) -> float:
+def band_scale(metric: str, info: Device, row: dict, host: dict, v: np.ndarray) -> float:
     """The value at the top of a band: fixed for percentages, the card's limits otherwise.
 
     ``info`` is the device's description, ``row`` its latest readings, ``host`` the host's
@@ -27,9 +28,9 @@ def band_scale(metric: str, info: dict, row: dict, host: dict, v: np.ndarray) ->
     if metric == "proc_cpu_pct":
         return 100.0 * (os.cpu_count() or 1)
     if metric == "mem_used_bytes":
-        return _first(row.get("mem_total_bytes"), info.get("mem_total_bytes"))
+        return _first(row.get("mem_total_bytes"), info.mem_total_bytes)
     if metric == "power_w":
-        return _first(row.get("power_limit_w"), info.get("power_limit_w"),
+        return _first(row.get("power_limit_w"), info.power_limit_w,
                       float(np.nanmax(v)) if len(v) else np.nan)
     if metric == "temp_c":
         return 100.0
@@ -55,7 +56,7 @@ def metric_state(col: Column, row: dict, reported: object) -> str:
     return "unsupported"
 
 
-def value_texts(col: Column, rows: list[dict], latest: dict, host: dict, running: bool,
+def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, running: bool,
                 lost: dict) -> list[tuple[str, str, bool]]:
     """(text, tooltip, muted) of ``col`` for each panel row; muted when stale or lost.
 
@@ -65,15 +66,15 @@ def value_texts(col: Column, rows: list[dict], latest: dict, host: dict, running
     out = []
     stale = not running
     for dev in rows:
-        key = dev["index"]
+        key = dev.key
         if key == HOST_KEY:
             out.append((text.host_value(col, host), text.host_tooltip(col), stale))
             continue
-        reported = dev.get("metrics")
+        reported = dev.metrics
         row = latest.get(key, {})
         state = metric_state(col, row, reported)
         if state == "unsupported":
-            if dev.get("mig"):
+            if dev.mig:
                 out.append(("n/a (MIG)", "not reported for MIG slices (NVML gives it for the "
                             "whole card only)", True))
             else:
@@ -89,11 +90,11 @@ def value_texts(col: Column, rows: list[dict], latest: dict, host: dict, running
     return out
 
 
-def label_rows(rows: list[dict], latest: dict, host: dict, alerts: list, lost: dict) -> list[dict]:
+def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict) -> list[dict]:
     """Title, name, detail line (clock, PCIe, MIG, lost time), LOST flag and alert badges."""
     out = []
     for dev in rows:
-        key = dev["index"]
+        key = dev.key
         if key == HOST_KEY:
             total = host.get("host_ram_total_bytes")
             detail = f"{os.cpu_count() or '?'} CPUs · {text.gib(total)} GiB RAM"
@@ -102,8 +103,8 @@ def label_rows(rows: list[dict], latest: dict, host: dict, alerts: list, lost: d
             continue
         row = latest.get(key, {})
         bits = []
-        if dev.get("mig"):
-            bits.append(f"MIG slice of GPU {dev.get('parent')}")
+        if dev.mig:
+            bits.append(f"MIG slice of GPU {dev.parent}")
         clock = row.get("sm_clock_mhz")
         if text._ok(clock):
             bits.append(f"{clock:.0f} MHz")

@@ -10,6 +10,7 @@ import html
 import math
 
 from ..metrics import HOST_KEY
+from ..sources.base import Device
 from ..units import GIB, MISSING, fmt_bytes, fmt_rate
 from .columns import Column
 
@@ -62,16 +63,16 @@ def rate(v: object) -> str:
     return fmt_rate(v) if _ok(v) else MISSING
 
 
-def gpu_value(col: Column, row: dict, info: dict) -> str:
+def gpu_value(col: Column, row: dict, info: Device) -> str:
     """Current value of ``col`` for a GPU from its latest readings (``Sampler.latest()`` row)."""
     vals = [row.get(m, math.nan) for m in col.metrics]
     if not any(_ok(v) for v in vals):
         return "–"
     k = col.key
     if k == "mem":
-        return used_of(vals[0], row.get("mem_total_bytes", info.get("mem_total_bytes")))
+        return used_of(vals[0], row.get("mem_total_bytes", info.mem_total_bytes))
     if k == "power":
-        limit = row.get("power_limit_w", info.get("power_limit_w"))
+        limit = row.get("power_limit_w", info.power_limit_w)
         return f"{vals[0]:.0f}/{limit:.0f} W" if _ok(limit) and _ok(vals[0]) else \
             (f"{vals[0]:.0f} W" if _ok(vals[0]) else "–")
     if k == "temp":
@@ -147,7 +148,7 @@ def header_html(describe: str, simulated: bool, state: str, state_color: str, no
             f'<span class="nbgpu-m">{html.escape(describe)}</span>{sim}{state_html}{note_html}</div>')
 
 
-def snapshot_html(cols: list[Column], rows: list[dict], values: list[list[tuple[str, str, bool]]]
+def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tuple[str, str, bool]]]
                   ) -> str:
     """The last values of a stopped panel as one static table (the live widgets are closed)."""
     if not values or not rows:
@@ -155,7 +156,7 @@ def snapshot_html(cols: list[Column], rows: list[dict], values: list[list[tuple[
     head = "".join(f"<th>{html.escape(c.title)}</th>" for c in cols)
     body = []
     for i, dev in enumerate(rows):
-        key = dev["index"]
+        key = dev.key
         title = "host" if key == HOST_KEY else f"GPU {key}"
         cells = "".join(f"<td>{html.escape(col[i][0])}</td>" for col in values if i < len(col))
         body.append(f"<tr><td><b>{html.escape(title)}</b></td>{cells}</tr>")
