@@ -55,10 +55,15 @@ def test_export_serves_until_terminated():
                             stderr=subprocess.PIPE, text=True)
     try:
         m = wait_line(proc.stderr, r"serving 2 GPU\(s\) \(SIMULATED\) at (http://127\.0\.0\.1:(\d+)/metrics)")
-        time.sleep(1.5)
-        with urllib.request.urlopen(m.group(1), timeout=5) as resp:
-            body = resp.read().decode()
-        assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0",' in body and 'Hostname="n1"' in body
+        # labels in any order: gpu "0" and the Hostname given
+        util = re.compile(r'^DCGM_FI_DEV_GPU_UTIL\{(?=[^}]*\bgpu="0")(?=[^}]*\bHostname="n1")[^}]*\} \d',
+                          re.M)
+        deadline, body = time.time() + 20, ""
+        while time.time() < deadline and not util.search(body):  # until the first readings are served
+            with urllib.request.urlopen(m.group(1), timeout=5) as resp:
+                body = resp.read().decode()
+            time.sleep(0.2)
+        assert util.search(body), body[:2000]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
         assert not port_open(int(m.group(2)))
