@@ -20,6 +20,7 @@ import pytest
 from conftest_cli import free_port, prometheus_binary
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.exporter import CONTENT_TYPE, prometheus_text, render, serve
+from nbgpu.sources.base import Device
 from nbgpu.sources.prometheus_names import FAMILIES
 
 LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})? (\S+)$')
@@ -82,7 +83,7 @@ def test_every_family_has_a_unique_valid_name():
 
 
 def test_missing_values_are_left_out_and_mig_gets_instance_label():
-    dev = {"index": "0/1", "parent": 0, "mig": True, "uuid": "MIG-x", "name": 'odd "name" 1g.18gb\\'}
+    dev = Device("0/1", 'odd "name" 1g.18gb\\', "MIG-x", parent=0, mig=True)
     text = render([(dev, {"util_pct": math.nan, "mem_used_bytes": 2**21, "temp_c": None})], "h")
     assert "DCGM_FI_DEV_GPU_UTIL" not in text and "DCGM_FI_DEV_GPU_TEMP" not in text
     assert 'DCGM_FI_DEV_FB_USED{GPU_I_ID="1",GPU_I_PROFILE="1g.18gb",Hostname="h",UUID="MIG-x",' \

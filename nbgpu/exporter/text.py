@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..sources.base import Device
 from ..sources.prometheus_names import FAMILIES, INFO_SERIES
 
 if TYPE_CHECKING:
@@ -34,31 +35,20 @@ INFO_NAME = INFO_SERIES
 _PROFILE = re.compile(r"\b\d+g\.\d+gb\b")  # a MIG profile in a slice's name, e.g. 2g.35gb
 
 
-def _get(device: object, attr: str, key: str, default: object = None) -> object:
-    """A device field whether the device is a ``Device`` or an older dict."""
-    if isinstance(device, dict):
-        return device.get(key, default)
-    return getattr(device, attr, default)
-
-
-def device_labels(device: object, hostname: str, model_label: str = "model_name") -> dict[str, str]:
+def device_labels(device: Device, hostname: str, model_label: str = "model_name") -> dict[str, str]:
     """dcgm-exporter's labels for one device (MIG slices add ``GPU_I_ID``, ``GPU_I_PROFILE``)."""
-    key = _get(device, "key", "index")
-    mig = bool(_get(device, "mig", "mig", False))
-    parent = _get(device, "parent", "parent")
-    gpu = parent if mig and parent is not None else key
-    labels = {"gpu": str(gpu), "UUID": str(_get(device, "uuid", "uuid", "") or ""),
-              "device": f"nvidia{gpu}", model_label: str(_get(device, "name", "name", "") or ""),
-              "Hostname": hostname}
-    if mig:
-        labels["GPU_I_ID"] = str(key).rsplit("/", 1)[-1]
+    gpu = device.card
+    labels = {"gpu": str(gpu), "UUID": device.uuid, "device": f"nvidia{gpu}",
+              model_label: device.name, "Hostname": hostname}
+    if device.parent is not None:
+        labels["GPU_I_ID"] = str(device.key).rsplit("/", 1)[-1]
         profile = _PROFILE.search(labels[model_label])
         if profile:
             labels["GPU_I_PROFILE"] = profile.group(0)
     return labels
 
 
-def families(rows: list[tuple[object, dict]], hostname: str | None = None,
+def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
              model_label: str = "model_name", driver: str = "",
              simulated: bool = False) -> list[Metric]:
     """Metric families for ``(device, {metric: value})`` pairs; NaN and None values are left out."""
@@ -96,7 +86,7 @@ def to_text(metrics: Iterable[Metric]) -> str:
     return generate_latest(registry).decode()
 
 
-def render(rows: list[tuple[object, dict]], hostname: str | None = None,
+def render(rows: list[tuple[Device, dict]], hostname: str | None = None,
            model_label: str = "model_name", driver: str = "") -> str:
     """Exposition text for ``(device, {metric: value})`` pairs; empty when there are none."""
     return to_text(families(rows, hostname, model_label, driver))
@@ -129,7 +119,7 @@ class GpuCollector:
     def collect(self) -> Iterator[Metric]:
         """The newest reading of every GPU not lost, then the sampler's tick and error counters."""
         s = self.sampler
-        by_key = {_get(d, "key", "index"): d for d in s.devices}
+        by_key = {d.key: d for d in s.devices}
         rows = [(by_key[row["gpu"]], row) for row in s.latest()
                 if row.get("state") != "lost" and row["gpu"] in by_key]
         status = _status(s)

@@ -113,7 +113,7 @@ def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost:
             bits.append(f"PCIe ↓{text.rate(rx)} ↑{text.rate(tx)}")
         if key in lost:
             bits = [time.strftime("lost at %H:%M:%S", time.localtime(lost[key]))]
-        name = str(dev.get("name", "")).replace(" (simulated)", "")
+        name = dev.name.replace(" (simulated)", "")
         out.append({"title": f"GPU {key}", "name": name, "detail": " · ".join(bits),
                     "lost": key in lost, "alerts": _badges([a for a in alerts if a.gpu == key])})
     return out
