@@ -82,8 +82,9 @@ def die_with_parent() -> Callable[[], None] | None:
 def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
     """Say in one line that the file failed; keep what it holds and let the command run on."""
     recorder.abandon()
+    kept = "the file" if recorder.journal == recorder.path else f"{recorder.journal}"
     then = "; waiting for the command to finish" if running else ""
-    print(f"nbgpu record: {exc}; recording stopped, the file is valid up to its last complete line{then}",
+    print(f"nbgpu record: {exc}; recording stopped, {kept} is valid up to its last complete line{then}",
           file=sys.stderr, flush=True)
 
 
