@@ -10,6 +10,7 @@ back to simulated GPUs, and says SIMULATED.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -21,8 +22,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
+from nbclient import NotebookClient
 
 from conftest_panel import chromium_page, free_port
 from test_panel_browser import PATHS, VALUES
@@ -34,6 +37,7 @@ NOTEBOOK = ROOT / "notebooks" / "voila-dashboard.ipynb"
 SCREENSHOT = ROOT / "docs" / "screenshots" / "panel-voila.png"
 DASHBOARD_ENV = ("NBGPU_DASHBOARD_SOURCE", "NBGPU_DASHBOARD_GPUS", "NBGPU_DASHBOARD_WINDOW")
 STDERR_OUTPUTS = "[data-mime-type='application/vnd.jupyter.stderr']"
+UPDATE_DOCS = os.environ.get("NBGPU_UPDATE_SCREENSHOTS") == "1"
 
 
 @contextlib.contextmanager
@@ -115,7 +119,11 @@ def test_voila_dashboard_moves_in_chromium(tmp_path: Path) -> None:
         page_text = page.inner_text("body")
         errors = page.locator(STDERR_OUTPUTS).all_inner_texts()
         listening = _listening([server, *server.children(recursive=True)])
-        page.screenshot(path=str(shot), full_page=True)
+        if UPDATE_DOCS:
+            time.sleep(20)  # let the sparklines fill part of the window for the picture
+        box = page.locator(".nbgpu-panel").bounding_box()
+        bottom = box["y"] + box["height"] + 16
+        page.screenshot(path=str(shot), clip={"x": 0, "y": 0, "width": 1280, "height": bottom})
 
     assert not errors, f"the dashboard printed errors: {errors}"
     assert "NBGPU_DASHBOARD_SOURCE" not in page_text, "Voilà should hide the notebook's code"
@@ -132,5 +140,36 @@ def test_voila_dashboard_moves_in_chromium(tmp_path: Path) -> None:
         assert "SIMULATED" in panel_text, "without a GPU the dashboard should show simulated GPUs"
     assert listening and listening <= {"127.0.0.1"}, f"listening beyond 127.0.0.1: {listening}"
     assert shot.stat().st_size > 5_000
-    if os.environ.get("NBGPU_UPDATE_SCREENSHOTS") == "1":
+    if UPDATE_DOCS:
         shutil.copyfile(shot, SCREENSHOT)
+
+
+PROBE = """
+from nbgpu.widgets import registry
+(panel,) = registry.panels()
+panel.refresh(force=True)
+def texts(w):
+    yield str(getattr(w, "value", ""))
+    for child in getattr(w, "children", ()):
+        yield from texts(child)
+shown = " ".join(texts(panel))
+print(repr((panel.window_s, "GPU 0" in shown, "GPU 1" in shown, "SIMULATED" in shown)))
+"""
+
+
+def test_dashboard_settings_reach_the_panel(tmp_path: Path, monkeypatch) -> None:
+    """The environment variables docs/voila.md names choose the source, the GPUs and the window."""
+    monkeypatch.setenv("NBGPU_DASHBOARD_SOURCE", "sim")
+    monkeypatch.setenv("NBGPU_DASHBOARD_GPUS", "1")
+    monkeypatch.setenv("NBGPU_DASHBOARD_WINDOW", "30")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    window_s, gpu0, gpu1, simulated = ast.literal_eval(printed.strip())
+    assert window_s == 30
+    assert gpu1 and not gpu0, "NBGPU_DASHBOARD_GPUS=1 should show GPU 1 alone"
+    assert simulated
