@@ -88,7 +88,7 @@ def _fake_torch(uuid: str, allocated: float, reserved: float, initialised: bool 
 def test_torch_reserved_but_unallocated_memory_is_explained(monkeypatch):
     s, clock = sim_sampler("steady", count=1)
     drive(s, clock, 10)
-    uuid = s.devices[0]["uuid"].removeprefix("GPU-")
+    uuid = s.devices[0].uuid.removeprefix("GPU-")
     torch, _ = _fake_torch(uuid, allocated=10.2e9, reserved=14.3e9)
     monkeypatch.setitem(__import__("sys").modules, "torch", torch)
     owners = memory_owners(s)

@@ -47,10 +47,10 @@ def run(s: nbgpu.Sampler, clock: Clock, seconds: float) -> None:
 
 def test_devices_describe_each_gpu_and_its_metrics():
     with nbgpu.Sampler(source=SimulatedGPUs(count=3, seed=1)) as s:
-        assert [d["index"] for d in s.devices] == [0, 1, 2]
+        assert [d.key for d in s.devices] == [0, 1, 2]
         d = s.devices[0]
-        assert "simulated" in d["name"]
-        assert d["uuid"].startswith("GPU-")
+        assert "simulated" in d.name
+        assert d.uuid.startswith("GPU-")
         assert d["mem_total_bytes"] > 100e9
         assert d["power_limit_w"] == 700.0
         for metric in ("util_pct", "mem_util_pct", "mem_used_bytes", "temp_c", "power_w",
@@ -160,7 +160,7 @@ def test_gpus_selection_keeps_only_those():
     s = nbgpu.Sampler(source=sim, gpus=[1, 3], interval=0.1, clock=clock)
     run(s, clock, 0.3)
     s.stop()
-    assert [d["index"] for d in s.devices] == [1, 3]
+    assert [d.key for d in s.devices] == [1, 3]
     assert set(s.timeline.to_pandas()["gpu"]) == {1, 3}
 
 

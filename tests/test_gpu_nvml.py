@@ -43,7 +43,7 @@ def test_unsupported_metrics_are_absent_not_zero(nvml):
     with nbgpu.Sampler(source="nvml", interval=0.2) as s:
         time.sleep(1.0)
     df = s.timeline.to_pandas()
-    for metric in {m.name for m in nbgpu.metrics.GPU_METRICS} - set(s.devices[0]["metrics"]):
+    for metric in {m.name for m in nbgpu.metrics.GPU_METRICS} - set(s.devices[0].metrics):
         assert metric not in df.columns or df[metric].isna().all(), metric
 
 

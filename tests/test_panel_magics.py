@@ -87,7 +87,7 @@ def test_panels_share_one_sampler_and_stop_status(shell, capsys) -> None:
     assert _nbgpu_threads().count("nbgpu-sampler") == 1  # the panels share one sampler thread
     panels = registry.panels()
     assert len(panels) == 2 and panels[0].sampler is panels[1].sampler
-    assert [d["index"] for d in panels[1]._rows] == [1, "host"]
+    assert [d.key for d in panels[1]._rows] == [1, "host"]
     capsys.readouterr()
     shell.run_line_magic("gpumon", "status")
     out = capsys.readouterr().out

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from nbgpu.metrics import BY_NAME
 from nbgpu.profiles.report import one_line
 from nbgpu.profiles.summary import summarize
+from nbgpu.sources.base import Device
 from nbgpu.store import Store
 from nbgpu.timeline import Timeline
 
@@ -55,7 +56,7 @@ def timelines(draw, counter: bool = False):
                 joules = np.r_[0.0, np.cumsum(np.diff(tt) * (pp[1:] + pp[:-1]) / 2)]
                 store.declare(gpu, "energy", {"energy_j": np.float64})
                 store.append_many(gpu, "energy", tt, {"energy_j": joules + 1e6})
-        devices.append({"index": gpu, "name": f"sim {gpu}"})
+        devices.append(Device(gpu, f"sim {gpu}"))
     a = draw(st.floats(0.0, 9.0))
     b = draw(st.floats(a + 0.05, 10.0))
     return Timeline(store, devices), T0 + a, T0 + b

@@ -10,6 +10,7 @@ import pytest
 from nbgpu.metrics import BY_NAME
 from nbgpu.profiles.report import fmt_duration, one_line, summary_html
 from nbgpu.profiles.summary import energy_j, integrate_power_j, summarize
+from nbgpu.sources.base import Device
 from nbgpu.store import Store
 from nbgpu.timeline import Timeline
 
@@ -27,7 +28,7 @@ def make_timeline(power=None, energy=None, mem=None, reasons=None, util=None) ->
         store.declare(0, name, {name: BY_NAME[name].dtype})
         t = np.array([T0 + r[0] for r in rows], dtype=np.float64)
         store.append_many(0, name, t, {name: np.array([r[1] for r in rows], dtype=np.float64)})
-    return Timeline(store, [{"index": 0, "name": "test GPU", "uuid": "GPU-x"}])
+    return Timeline(store, [Device(0, "test GPU", "GPU-x")])
 
 
 def test_integrated_power_of_constant_and_ramp():
@@ -121,7 +122,7 @@ def test_combined_peak_is_the_peak_of_the_aligned_sum():
         store.declare(gpu, "mem", {"mem_used_bytes": np.float64})
         store.append_many(gpu, "mem", np.array([T0 + t for t, _ in rows]),
                           {"mem_used_bytes": np.array([v * gib for _, v in rows], dtype=np.float64)})
-    tl = Timeline(store, [{"index": 0, "name": "a"}, {"index": 1, "name": "b"}])
+    tl = Timeline(store, [Device(0, "a"), Device(1, "b")])
     c = summarize(tl, T0 + 0.5, T0 + 2.5).combined
     assert c["gpus"] == 2
     assert c["mem_peak_bytes"] == 9 * gib
@@ -135,7 +136,7 @@ def test_combined_power_sums_means_and_peaks_of_the_aligned_sum():
         store.declare(gpu, "power", {"power_w": np.float32})
         t = np.arange(0.0, 5.0, 0.1)
         store.append_many(gpu, "power", T0 + t, {"power_w": np.full(len(t), level)})
-    tl = Timeline(store, [{"index": 0}, {"index": 1}])
+    tl = Timeline(store, [Device(0, ""), Device(1, "")])
     c = summarize(tl, T0 + 1.0, T0 + 3.0).combined
     assert c["power_mean_w"] == pytest.approx(400.0)
     assert c["power_max_w"] == pytest.approx(400.0)
@@ -150,7 +151,7 @@ def test_one_line_never_shows_a_delta_above_the_peak():
         store.declare(gpu, "mem", {"mem_used_bytes": np.float64})
         t = np.arange(0.0, 4.0, 0.5)
         store.append_many(gpu, "mem", T0 + t, {"mem_used_bytes": (1 + 3 * t) * 2**30})
-        devices.append({"index": gpu})
+        devices.append(Device(gpu, ""))
     result = summarize(Timeline(store, devices), T0 + 0.5, T0 + 3.0)
     c = result.combined
     assert abs(c["mem_delta_bytes"]) <= c["mem_peak_bytes"]
