@@ -23,8 +23,9 @@ class Device:
     card; ``parent`` is the key of the card a MIG slice belongs to (None for a card).
     ``metrics`` names what it reports; ``None`` in a number field means "not known here".
 
-    During the move from plain dicts, ``d["index"]`` and ``d.get("mig")`` still work (old
-    keys map to fields, unknown numbers read as NaN as before); new code uses attributes.
+    Backwards compatibility for user code written when ``Sampler.devices`` held dicts:
+    ``d["index"]``, ``d.get("mig")`` and ``dict(d)`` still work (old keys map to fields,
+    unknown numbers read as NaN as before). nbgpu itself reads attributes only.
     """
 
     key: DeviceKey
@@ -60,7 +61,7 @@ class Device:
                    mig=bool(get("mig", parent is not None)), node=get("host", get("node")))
 
     def __getitem__(self, old_key: str):
-        """Transitional dict-style read: ``d["index"]`` is ``d.key``; missing numbers are NaN."""
+        """Old dict-style read (kept for user code): ``d["index"]`` is ``d.key``; missing numbers are NaN."""
         name = _OLD_KEYS.get(old_key, old_key)
         if name not in self.__dataclass_fields__:
             raise KeyError(old_key)
@@ -72,7 +73,7 @@ class Device:
         return value
 
     def get(self, old_key: str, default=None):
-        """Transitional ``dict.get``: the value of an old key or field, else ``default``."""
+        """Old ``dict.get`` (kept for user code): the value of an old key or field, else ``default``."""
         try:
             return self[old_key]
         except KeyError:
