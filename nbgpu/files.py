@@ -258,6 +258,8 @@ def write_parquet(df: pd.DataFrame, path: str, events: list[dict] | None = None)
     except ImportError as exc:
         raise FileError("to_parquet needs pyarrow; run `pip install pyarrow`, or use "
                         "to_csv / to_jsonl", path=os.fspath(path)) from exc
+    if "gpu" in df and df["gpu"].dtype == object and df["gpu"].map(type).nunique() > 1:
+        df = df.assign(gpu=df["gpu"].astype(str))  # cards (0) beside MIG slices ("0/1"): one type
     table = pa.Table.from_pandas(df, preserve_index=False)
     if events is not None:
         meta = dict(table.schema.metadata or {})

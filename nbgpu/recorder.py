@@ -65,7 +65,7 @@ class Recorder:
         self.journal = self.path + ".partial.jsonl" if self.format == "parquet" else self.path
         self._file = LineFile(self.journal)
         self._marks: dict[tuple[object, str], float] = {}
-        self._event_seq = -1
+        self._event_seq = 0  # the store numbers events from 1
         self._alerts_written: set[tuple] = set()
         self._last: dict[object, dict] = {}
         self.rows_written = 0

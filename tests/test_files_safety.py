@@ -232,3 +232,11 @@ def test_parquet_carries_events_in_its_metadata(tmp_path):
     assert run.header["command"] == ["python", "x.py"]
     assert [label for _, label in run.marks()] == ["epoch 1"]
     assert len(run.frame) == 20
+
+
+def test_parquet_takes_cards_and_mig_slices_in_one_file(tmp_path):
+    df = frame(4)
+    df["gpu"] = pd.Series([0, "0/1", 1, "0/1"], dtype=object)
+    path = str(tmp_path / "mig.parquet")
+    write_parquet(df, path)
+    assert sorted(load_run(path).frame["gpu"]) == ["0", "0/1", "0/1", "1"]
