@@ -457,11 +457,12 @@ class Sampler:
             newest = np.nan
             states: dict[str, str] = {}
             last_good: dict[str, float] = {}
-            for metric in self.store.metrics_of(key):
-                t, v = self.store.last(key, metric)
-                with self._lock:
+            newest_of = self.store.last_many(key)  # one locked pass, no scan
+            with self._lock:
+                for metric in newest_of:
                     states[metric] = self._metric_state(
                         key, metric, now, not supported_metrics or metric in supported_metrics)
+            for metric, (t, v) in newest_of.items():
                 last_good[metric] = v
                 row[metric] = v if states[metric] == "live" else np.nan
                 if not np.isnan(t):
@@ -477,7 +478,8 @@ class Sampler:
         """Newest host readings (empty if host sampling is off)."""
         if self._host is None:
             return {}
-        return {m: self.store.last(HOST_KEY, m)[1] for m in HOST_COLUMNS}
+        newest_of = self.store.last_many(HOST_KEY)
+        return {m: newest_of.get(m, (np.nan, np.nan))[1] for m in HOST_COLUMNS}
 
     # -- one step: what the thread does at each wake-up --------------------------------------
     def _settings(self) -> schedule.Settings:

@@ -133,6 +133,7 @@ class Stream:
         self.coarse: deque[_Chunk] = deque()
         self.rows = 0
         self.last_time = -np.inf
+        self._good: dict[str, tuple[float, object]] = {}  # column -> newest non-NaN (time, value)
 
     def append(self, t: float, values: dict[str, float]) -> None:
         """Add one row; columns missing from ``values`` are NaN."""
@@ -143,8 +144,12 @@ class Stream:
         ch = self.chunks[-1]
         i = ch.n
         ch.times[i] = t
+        good = self._good
         for name, arr in ch.cols.items():
             arr[i] = values.get(name, np.nan)
+            v = arr[i]
+            if v == v:  # not NaN: the newest good value, read by newest() without a scan
+                good[name] = (t, v)
         ch.n = i + 1
         self.rows += 1
         self.last_time = t
@@ -159,6 +164,11 @@ class Stream:
         if not len(times):
             return
         _append_rows(self.chunks, self.columns, times, values)
+        for name, src in values.items():
+            if name in self.columns:
+                ok = np.flatnonzero(~np.isnan(np.asarray(src, dtype=np.float64)))
+                if len(ok):
+                    self._good[name] = (float(times[ok[-1]]), np.dtype(self.columns[name]).type(src[ok[-1]]))
         self.rows += len(times)
         self.last_time = float(times[-1])
         self._fold()
@@ -226,14 +236,15 @@ class Stream:
         return times, cols, decimated
 
     def newest(self, metric: str) -> tuple[float, float]:
-        """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none."""
-        for ch in reversed(self.chunks):
-            col = ch.cols[metric][ch.start : ch.n]
-            ok = np.flatnonzero(~np.isnan(col))
-            if len(ok):
-                i = ch.start + ok[-1]
-                return float(ch.times[i]), float(ch.cols[metric][i])
-        return np.nan, np.nan
+        """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none.
+
+        Kept on append, so no scan: once its row is folded or dropped, later rows of the
+        metric are all NaN and so is the answer.
+        """
+        good = self._good.get(metric)
+        if good is None or good[0] < self._oldest(self.chunks):
+            return np.nan, np.nan
+        return float(good[0]), float(good[1])
 
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.chunks) + sum(c.nbytes() for c in self.coarse)
@@ -273,6 +284,7 @@ class Store:
         self.lock = threading.Lock()
         self._streams: dict[tuple[object, str], Stream] = {}
         self._where: dict[tuple[object, str], list[str]] = {}  # (device, metric) -> streams
+        self._by_device: dict[object, dict[str, list[str]]] = {}  # device -> {metric: streams}
         self.events: deque[Event] = deque(maxlen=max_events)
         self.generation = 0  # bumped on every write; lets views skip redraws
 
@@ -283,6 +295,7 @@ class Store:
                                                      self.history_s)
             for name in columns:
                 streams = self._where.setdefault((device, name), [])
+                self._by_device.setdefault(device, {})[name] = streams
                 if stream not in streams:
                     streams.append(stream)
 
@@ -361,6 +374,41 @@ class Store:
                 if not np.isnan(t) and (np.isnan(best[0]) or t > best[0]):
                     best = (t, v)
         return best
+
+    def last_many(self, device: object) -> dict[str, tuple[float, float]]:
+        """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass."""
+        out: dict[str, tuple[float, float]] = {}
+        with self.lock:
+            for metric, streams in self._by_device.get(device, {}).items():
+                best = (np.nan, np.nan)
+                for stream in streams:
+                    t, v = self._streams[(device, stream)].newest(metric)
+                    if not np.isnan(t) and (np.isnan(best[0]) or t > best[0]):
+                        best = (t, v)
+                out[metric] = best
+        return out
+
+    def series_many(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
+                    t1: float = np.inf, coarse: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``series`` of each (device, metric) in ``pairs``: one lock hold, one read a stream."""
+        wanted: dict[tuple[object, str], list[str]] = {}
+        for device, metric in pairs:
+            for stream in self._where.get((device, metric), ()):
+                wanted.setdefault((device, stream), []).append(metric)
+        with self.lock:
+            rows = {key: self._streams[key].read(t0, t1, coarse, names)[:2]
+                    for key, names in wanted.items()}
+        out = []
+        for device, metric in pairs:
+            parts_t, parts_v = [], []
+            for stream in self._where.get((device, metric), ()):
+                t, cols = rows[(device, stream)]
+                v = cols[metric].astype(np.float64)
+                ok = ~np.isnan(v)
+                parts_t.append(t[ok])
+                parts_v.append(v[ok])
+            out.append(merge_series(parts_t, parts_v))
+        return out
 
     def nbytes(self) -> int:
         """Bytes held by all streams' arrays."""
