@@ -20,7 +20,8 @@ straight lines; the value at each edge is interpolated between the readings arou
 minima are taken over its points, and energy from power is its integral, so energy equals
 mean power times duration. Memory holds each reading until the next: the start is the
 newest reading at or before the start, the end the first at or after the end.
-Energy comes from the card's counter where it moved (corrected to the edges with power).
+Energy comes from the card's counter where it moved (a repeated value is a copy, not a
+reading), corrected to the edges with power; where it did not move, from power × time.
 Nothing here calls NVML.
 """
 
@@ -160,9 +161,23 @@ def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
     return _energy(r, t0, t1)
 
 
+def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The readings of a cumulative counter where it moved: a repeated value is a copy.
+
+    A filled frame (or a counter read faster than it updates) repeats the last value; the
+    first time a value appears is when it was read, so only those readings are kept.
+    """
+    if len(v) < 2:
+        return t, v
+    moved = np.r_[True, v[1:] != v[:-1]]
+    return t[moved], v[moved]
+
+
 def _energy(r: _Readings, t0: float, t1: float) -> tuple[float, str]:
     pt, pv = r.series("power_w", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
-    et, ev = r.series("energy_j", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+    et, ev = counter_readings(*r.series("energy_j"))  # the whole series: a copy's origin may lie far back
+    near = (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
+    et, ev = et[near], ev[near]
     a, b = _nearest(et, t0, EDGE_SLACK_S), _nearest(et, t1, EDGE_SLACK_S)
     if a is not None and b is not None and b > a and ev[b] >= ev[a]:
         joules = float(ev[b] - ev[a])
