@@ -61,10 +61,12 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
     """(text, tooltip, muted) of ``col`` for each panel row; muted when stale or lost.
 
     A value that is not live never shows as a number: "stale" or "failed" (the last good
-    value in the tooltip), "n/a" where unsupported ("n/a (MIG)" for a MIG slice).
+    value in the tooltip), "n/a" where unsupported ("n/a (MIG)" for a MIG slice and for a
+    card in MIG mode, whose whole-card reads such as utilisation NVML refuses too).
     """
     out = []
     stale = not running
+    mig_cards = {dev.parent for dev in rows if dev.key != HOST_KEY and dev.mig}
     for dev in rows:
         key = dev.key
         if key == HOST_KEY:
@@ -77,6 +79,8 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
             if dev.mig:
                 out.append(("n/a (MIG)", "not reported for MIG slices (NVML gives it for the "
                             "whole card only)", True))
+            elif key in mig_cards:
+                out.append(("n/a (MIG)", f"not reported while GPU {key} is in MIG mode", True))
             else:
                 out.append(("n/a", f"GPU {key} does not report this", True))
             continue
