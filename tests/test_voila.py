@@ -157,19 +157,44 @@ print(repr((panel.window_s, "GPU 0" in shown, "GPU 1" in shown, "SIMULATED" in s
 """
 
 
-def test_dashboard_settings_reach_the_panel(tmp_path: Path, monkeypatch) -> None:
-    """The environment variables docs/voila.md names choose the source, the GPUs and the window."""
-    monkeypatch.setenv("NBGPU_DASHBOARD_SOURCE", "sim")
-    monkeypatch.setenv("NBGPU_DASHBOARD_GPUS", "1")
-    monkeypatch.setenv("NBGPU_DASHBOARD_WINDOW", "30")
+def _run_dashboard(tmp_path: Path, monkeypatch, settings: dict[str, str], probe: str) -> list:
+    """Run the dashboard notebook, then ``probe``, in a kernel whose environment has ``settings``;
+    returns the code cells, run."""
+    for name in DASHBOARD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    nb.cells.append(nbformat.v4.new_code_cell(probe))
     NotebookClient(nb, timeout=120, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
-    printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
-    window_s, gpu0, gpu1, simulated = ast.literal_eval(printed.strip())
+    return code
+
+
+def _stdout(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def test_dashboard_settings_reach_the_panel(tmp_path: Path, monkeypatch) -> None:
+    """The environment variables docs/voila.md names choose the source, the GPUs and the window."""
+    settings = {"NBGPU_DASHBOARD_SOURCE": "sim", "NBGPU_DASHBOARD_GPUS": "1", "NBGPU_DASHBOARD_WINDOW": "30"}
+    code = _run_dashboard(tmp_path, monkeypatch, settings, PROBE)
+    window_s, gpu0, gpu1, simulated = ast.literal_eval(_stdout(code[-1]).strip())
     assert window_s == 30
     assert gpu1 and not gpu0, "NBGPU_DASHBOARD_GPUS=1 should show GPU 1 alone"
     assert simulated
+
+
+def test_refused_settings_are_said_on_the_page(tmp_path: Path, monkeypatch) -> None:
+    """Voilà hides a cell's error from the page, so a refused setting must be printed instead."""
+    settings = {"NBGPU_DASHBOARD_SOURCE": "sim", "NBGPU_DASHBOARD_WINDOW": "2"}
+    code = _run_dashboard(tmp_path, monkeypatch, settings,
+                          "from nbgpu.widgets import registry\nprint(len(registry.panels()))")
+    panel_cell = next(c for c in code if "%gpumon" in c.source)
+    said = _stdout(panel_cell)
+    assert said.startswith("The dashboard's settings were refused:") and "--window" in said, said
+    assert said.count("\n") == 1, said
+    assert _stdout(code[-1]).strip() == "0", "no panel should open with a refused setting"
