@@ -15,9 +15,12 @@ import contextlib
 import math
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..diagnostics.engine import register_activity
 from ..errors import BadArgumentError
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 
 OWN_SAMPLER_INTERVAL_S = 0.2
 EDGE_WAIT_S = 0.5
+EDGE_CHECK_S = 0.05  # a waiting edge re-checks at least this often (sampler stopped?)
 FAST_MEMORY_EVERY_S = 0.01  # memory used is read this often while a capture is open
 
 _active: list[Capture] = []  # open captures, outermost first
@@ -66,25 +70,44 @@ def status_of(exc_type: type[BaseException] | None) -> str:
     return "failed"
 
 
+def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
+    """Whether some GPU of ``keys`` has no memory or energy reading at or after ``t`` yet."""
+    last = sampler.store.last
+    return any(not last(k, "mem_used_bytes")[0] >= t and not last(k, "energy_j")[0] >= t
+               for k in keys)
+
+
 def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
     """Wait until every live GPU has a tick reading at or after ``t`` (the requested read).
 
-    Returns False on timeout or if the sampler is not running; the summary then extends
-    the nearest readings to the edge instead.
+    Returns at once when the store already covers ``t``; otherwise it sleeps until the
+    sampler's next step (a tick listener wakes it), never polling. Returns False on
+    timeout or if the sampler is not running; the summary then extends the nearest
+    readings to the edge instead.
     """
     if not sampler.running:
         return False
-    deadline = time.monotonic() + timeout_s
     lost = sampler.lost
     keys = [d.key for d in sampler.devices if d.key not in lost]
-    while True:
-        pending = [k for k in keys if not sampler.store.last(k, "mem_used_bytes")[0] >= t
-                   and not sampler.store.last(k, "energy_j")[0] >= t]
-        if not pending:
-            return True
-        if time.monotonic() >= deadline or not sampler.running:
-            return False
-        time.sleep(0.0005)
+    if not _edge_pending(sampler, keys, t):
+        return True
+    stepped = threading.Event()
+
+    def on_step(_sampler: Sampler, _now: float) -> None:
+        stepped.set()
+
+    deadline = time.monotonic() + timeout_s
+    sampler.add_listener(on_step)
+    try:
+        while _edge_pending(sampler, keys, t):
+            left = deadline - time.monotonic()
+            if left <= 0 or not sampler.running:
+                return False
+            stepped.wait(min(left, EDGE_CHECK_S))
+            stepped.clear()
+        return True
+    finally:
+        sampler.remove_listener(on_step)
 
 
 class _TorchStats:
@@ -177,6 +200,7 @@ class Capture:
         self._alerts: list | None = None
         self._line: str | None = None
         self._result: Summary | None = None
+        self._series: dict[tuple[object, str], tuple[np.ndarray, np.ndarray]] = {}
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -258,6 +282,26 @@ class Capture:
         t0, t1 = self._range()
         devices = [d for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
         return Timeline(self.sampler.store, devices, t0, t1)
+
+    def gpu_keys(self) -> list:
+        """Keys of the block's GPUs (``gpus``, a listed card's MIG slices with it)."""
+        devices = self.sampler.devices if self.sampler is not None else []
+        return [d.key for d in devices if selected(d.key, self.gpus, d.parent)]
+
+    def series(self, metrics: tuple[str, ...]) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
+        """(epoch seconds, values) in the block of each metric of each of its GPUs.
+
+        One locked pass over the store for what is not read yet; once the block is
+        finished the arrays are kept, so the picture and the comparison share one read.
+        """
+        keys = self.gpu_keys()
+        finished = not math.isnan(self.end_time)
+        cache = self._series if finished else {}
+        todo = [(g, m) for g in keys for m in metrics if (g, m) not in cache]
+        if todo:
+            t0, t1 = self._range()
+            cache.update(zip(todo, self.sampler.store.series_many(todo, t0, t1), strict=True))
+        return {g: {m: cache[(g, m)] for m in metrics} for g in keys}
 
     @property
     def marks(self) -> list[tuple[float, str]]:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 MIB = 1024**2
 COMPARED = ("energy_j", "duration_s", "mem_peak_bytes", "util_mean_pct")
+NOISE_METRICS = ("util_pct", "power_w", "mem_used_bytes")  # the readings a noise comes from
 # Words of a verdict: (more, less, the same).
 _WORDS = {
     "energy_j": ("{p} more energy", "{p} less energy", "energy the same"),
@@ -155,12 +156,8 @@ def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
 def capture_figures(cap: Capture) -> RunFigures:
     """The compared figures of a finished capture (its summary and its own readings)."""
     rows = cap.summary_rows
-    window = cap.window
-    per_gpu = {}
-    for row in rows:
-        g = row["gpu"]
-        per_gpu[g] = gpu_figures(row, {m: window.series(g, m) for m in ("util_pct", "power_w",
-                                                                         "mem_used_bytes")})
+    read = cap.series(NOISE_METRICS)
+    per_gpu = {row["gpu"]: gpu_figures(row, read.get(row["gpu"], {})) for row in rows}
     return RunFigures(total_figures(per_gpu, cap.totals), per_gpu)
 
 

@@ -133,8 +133,8 @@ def _gpus(cap: Capture) -> list:
 
 def static_svg(cap: Capture, width: int = 720) -> str:
     """The capture's timeline as SVG, read straight from the store (no DataFrame)."""
-    window, gpus = cap.window, _gpus(cap)
-    data = {m: {g: window.series(g, m) for g in gpus} for m in DEFAULT_METRICS}
+    gpus, read = _gpus(cap), cap.series(DEFAULT_METRICS)
+    data = {m: {g: read[g][m] for g in gpus} for m in DEFAULT_METRICS}
     return svg_series(data, cap.marks, width, gpus)
 
 
