@@ -98,8 +98,12 @@ def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | No
     return text, real, st
 
 
-def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str]:
-    """A new temporary file beside ``real``, with the mode ``real`` has or the umask gives."""
+def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int]:
+    """A new temporary file beside ``real`` (owner read/write while written) and its final mode.
+
+    The final mode is ``real``'s own, or what the umask gives a new file (the kernel applies
+    the umask at creation, so it is read back rather than changed process-wide).
+    """
     folder, name = os.path.split(real)
     while True:
         tmp = os.path.join(folder, f".{name}.nbgpu-{secrets.token_hex(4)}.tmp")
@@ -108,12 +112,12 @@ def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str]:
             break
         except FileExistsError:
             continue
-    if existing is not None:
-        os.fchmod(fd, stat.S_IMODE(existing.st_mode))
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            with contextlib.suppress(OSError):
-                os.fchown(fd, existing.st_uid, existing.st_gid)
-    return fd, tmp
+    mode = stat.S_IMODE(existing.st_mode if existing is not None else os.fstat(fd).st_mode)
+    os.fchmod(fd, 0o600)
+    if existing is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
+        with contextlib.suppress(OSError):
+            os.fchown(fd, existing.st_uid, existing.st_gid)
+    return fd, tmp, mode
 
 
 @contextlib.contextmanager
@@ -124,7 +128,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """
     text, real, existing = check_target(path)
     try:
-        fd, tmp = _open_new(real, existing)
+        fd, tmp, mode = _open_new(real, existing)
         os.close(fd)
     except OSError as exc:
         raise file_error("write", text, exc) from exc
@@ -136,6 +140,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            os.chmod(tmp, mode)
             os.replace(tmp, real)
         except OSError as exc:
             raise file_error("write", text, exc) from exc

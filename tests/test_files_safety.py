@@ -117,7 +117,7 @@ def test_new_files_get_the_umask_mode(tmp_path, umask):
         os.umask(old)
 
 
-@pytest.mark.parametrize("mode", [0o644, 0o600, 0o664])
+@pytest.mark.parametrize("mode", [0o644, 0o600, 0o664, 0o444, 0o200])
 def test_existing_files_keep_their_mode(tmp_path, mode):
     for fmt, write in WRITERS.items():
         path = tmp_path / f"old.{fmt}"
