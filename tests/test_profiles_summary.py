@@ -176,3 +176,58 @@ def test_a_recorded_frame_gives_the_figures_of_its_timeline():
     from_frame = summarize(tl.to_pandas(resolution="native"), T0 + 1.0, T0 + 8.0)
     for col in ("mem_peak_bytes", "mem_delta_bytes", "util_mean_pct", "power_mean_w", "energy_j"):
         assert from_frame.rows[0][col] == pytest.approx(from_store.rows[0][col]), col
+
+
+class _FakeCuda:
+    """torch.cuda as the peak rule reads it: one device whose reserved peak a test sets."""
+
+    def __init__(self, reserved: float, peak_reserved: float) -> None:
+        self.reserved, self.peak_reserved = reserved, peak_reserved
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return 1
+
+    def memory_reserved(self, i: int) -> float:
+        return self.reserved
+
+    def max_memory_reserved(self, i: int) -> float:
+        return self.peak_reserved
+
+    def get_device_properties(self, i: int):
+        raise RuntimeError("no properties")  # matched by order, as with one card
+
+
+def _oom_case(monkeypatch, peak_fraction: float):
+    import sys
+    import types
+
+    from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
+
+    total = 143771 * 2**20
+    used = 0.5 * total  # NVML sees half the card the whole time
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cuda = _FakeCuda(reserved=used - 600 * 2**20, peak_reserved=peak_fraction * total)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    s, clock = sim_sampler(source=ShapedGPUs(count=1, mem=lambda g, t, base: used))
+    t0 = clock.t
+    drive(s, clock, 4.0)
+    alloc = {0: {"peak_reserved_bytes": cuda.peak_reserved, "reserved_start_bytes": cuda.reserved}}
+    return fired(s, "oom_risk"), summarize(s.timeline, t0 + 1.0, clock.t, allocator=alloc).rows[0]
+
+
+def test_the_oom_rule_names_the_peak_the_summary_shows(monkeypatch):
+    alerts, row = _oom_case(monkeypatch, peak_fraction=0.96)
+    assert row["mem_peak_source"] == "allocator"
+    assert len(alerts) == 1 and alerts[0].severity == "warning"
+    assert alerts[0].evidence["mem_peak_source"] == "allocator"
+    assert alerts[0].evidence["mem_peak_bytes"] == pytest.approx(row["mem_peak_bytes"])
+    assert row["mem_peak_bytes"] == pytest.approx(0.96 * 143771 * 2**20 + 600 * 2**20)
+
+
+def test_an_allocator_peak_below_the_warning_level_raises_nothing(monkeypatch):
+    alerts, row = _oom_case(monkeypatch, peak_fraction=0.8)
+    assert row["mem_peak_source"] == "allocator"
+    assert alerts == []

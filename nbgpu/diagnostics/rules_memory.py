@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 
+from ..peaks import allocator_now, fold_peak
 from ..sources.base import Device
 from .alerts import Finding
 from .window import Context, fmt_bytes, held_for
@@ -29,10 +30,35 @@ def _total_bytes(ctx: Context, dev: Device) -> float:
     return total
 
 
+def _allocator_peak(ctx: Context, dev: Device, used: np.ndarray, total: float,
+                    allocator: dict) -> Finding | None:
+    """A warning when the one peak (``nbgpu.peaks.fold_peak``) came from PyTorch's allocator.
+
+    NVML's samples can miss an allocation freed between two reads; the allocator's high-water
+    mark (since its last reset: each profiled cell or capture resets it) does not.
+    """
+    peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(dev.key))
+    level = ctx.thresholds.oom_warning_fraction
+    if peak.source != "allocator" or not peak.bytes / total > level:
+        return None
+    message = (f"GPU {dev.key} memory peaked at {100 * peak.bytes / total:.0f} % ({fmt_bytes(peak.bytes)} of "
+               f"{fmt_bytes(total)}) by PyTorch's allocator, above {100 * level:.0f} %, between NVML's "
+               "samples: the same step may fail with CUDA out of memory next time")
+    return Finding("oom_risk", dev.key, "warning", message, OOM_HINT, {
+        "mem_peak_bytes": peak.bytes, "mem_peak_source": peak.source, "mem_used_bytes": float(used[-1]),
+        "mem_total_bytes": float(total), "used_fraction": round(peak.bytes / total, 4),
+        "above_fraction": level, "held_s": 0.0})
+
+
 def oom_risk(ctx: Context) -> list[Finding]:
-    """Memory above 90 % of the card for a moment (warning), above 95 % for 10 s (critical)."""
+    """Memory above 90 % of the card for a moment (warning), above 95 % for 10 s (critical).
+
+    Memory is the one peak a summary shows: NVML's samples, raised to PyTorch's allocator
+    peak (plus what NVML counts outside PyTorch) where the user's code runs PyTorch.
+    """
     th, out = ctx.thresholds, []
     span = max(th.oom_warning_after_s, th.oom_critical_after_s) + 5.0
+    allocator = allocator_now(ctx.gpus())
     for dev in ctx.gpus(whole_only=False):
         gpu = dev.key
         t, used = ctx.window.series(gpu, "mem_used_bytes", span)
@@ -47,12 +73,15 @@ def oom_risk(ctx: Context) -> list[Finding]:
         elif warn_s >= th.oom_warning_after_s:
             severity, level, held = "warning", th.oom_warning_fraction, warn_s
         else:
+            spike = _allocator_peak(ctx, dev, used, total, allocator)
+            out.extend([spike] if spike else [])
             continue
         message = (f"GPU {gpu} memory at {100 * frac[-1]:.0f} % ({fmt_bytes(used[-1])} of "
                    f"{fmt_bytes(total)}), above {100 * level:.0f} % for {held:.0f} s: "
                    "the next allocation may fail with CUDA out of memory")
         out.append(Finding("oom_risk", gpu, severity, message, OOM_HINT, {
-            "mem_used_bytes": float(used[-1]), "mem_total_bytes": float(total),
+            "mem_used_bytes": float(used[-1]), "mem_peak_bytes": float(used.max()),
+            "mem_peak_source": "nvml", "mem_total_bytes": float(total),
             "used_fraction": round(float(frac[-1]), 4), "above_fraction": level,
             "held_s": round(held, 1)}))
     return out

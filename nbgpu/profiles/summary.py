@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..metrics import BY_NAME, CLOCK_EVENT_REASONS, THROTTLE_BITS
+from ..peaks import fold_peak
 from ..sources.base import Device
 from ..store import merge_series
 from ..timeline import max_column
-from ..units import MIB, fmt_duration
+from ..units import fmt_duration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,10 +57,6 @@ RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
 PERIODS_MEASURED = True
 # A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
 TARGET_ERROR = 0.02
-
-# The allocator's and NVML's peaks count as the same figure within this much.
-PEAK_AGREE_FRACTION = 0.02
-PEAK_AGREE_BYTES = 64 * MIB
 
 LEAD_COLUMNS = ("label", "iteration", "mark")
 SUMMARY_COLUMNS = (
@@ -82,11 +79,12 @@ def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
 
 def _knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
     """The line through the readings over [t0, t1]: edge values interpolated, inner readings kept."""
-    inside = (t > t0) & (t < t1)
     v0, v1 = float(np.interp(t0, t, v)), float(np.interp(t1, t, v))
     if t1 <= t0:
         return np.array([t0]), np.array([v0])
-    return np.r_[t0, t[inside], t1], np.r_[v0, v[inside], v1]
+    i, j = int(np.searchsorted(t, t0, "right")), int(np.searchsorted(t, t1, "left"))
+    return (np.concatenate(([t0], t[i:j], [t1])).astype(np.float64, copy=False),
+            np.concatenate(([v0], v[i:j], [v1])).astype(np.float64, copy=False))
 
 
 def _trapz(tt: np.ndarray, vv: np.ndarray) -> float:
@@ -122,6 +120,7 @@ class _Readings:
 
     def __init__(self, parts: list[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]) -> None:
         self.streams = parts
+        self._merged: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def of_timeline(cls, full: Timeline, gpu: object, a: float, b: float) -> _Readings:
@@ -138,16 +137,24 @@ class _Readings:
         return cls([(times[order], {k: v[order] for k, v in cols.items()}, dec[order])])
 
     def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time."""
-        parts_t, parts_v = [], []
-        for t, cols, _ in self.streams:
-            if metric not in cols:
-                continue
-            v = cols[metric].astype(np.float64)
-            ok = (t >= a) & (t <= b) & ~np.isnan(v)
-            parts_t.append(t[ok])
-            parts_v.append(v[ok])
-        return merge_series(parts_t, parts_v)
+        """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time.
+
+        Each metric's streams are merged once; a range is then two binary searches.
+        """
+        merged = self._merged.get(metric)
+        if merged is None:
+            parts_t, parts_v = [], []
+            for t, cols, _ in self.streams:
+                if metric not in cols:
+                    continue
+                v = cols[metric].astype(np.float64)
+                ok = ~np.isnan(v)
+                parts_t.append(t[ok])
+                parts_v.append(v[ok])
+            merged = self._merged[metric] = merge_series(parts_t, parts_v)
+        t, v = merged
+        i, j = int(np.searchsorted(t, a, "left")), int(np.searchsorted(t, b, "right"))
+        return t[i:j], v[i:j]
 
     def decimated(self, a: float, b: float) -> bool:
         """Whether any row in [a, b] is a bucket of the store's coarse history."""
@@ -216,9 +223,10 @@ def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[st
     if not held.sum() and len(t):  # a single reading in a very short range
         held = np.full(len(t), (t1 - t0) / len(t))
     ints = np.nan_to_num(bits, nan=0).astype(np.int64)
+    present = int(np.bitwise_or.reduce(ints))
     seen = []
     for bit, name in CLOCK_EVENT_REASONS.items():
-        if not bit & THROTTLE_BITS:
+        if not bit & THROTTLE_BITS & present:
             continue
         s = float(held[(ints & bit) != 0].sum())
         if (ints & bit).any():
@@ -280,27 +288,19 @@ def _memory(r: _Readings, t0: float, t1: float) -> tuple[float, float, tuple | N
     if math.isnan(start):
         return math.nan, math.nan, None
     inner = (mt > t0) & (mt < t1)
-    return start, end, (np.r_[t0, mt[inner], t1], np.r_[start, mv[inner], end])
+    return start, end, (np.concatenate(([t0], mt[inner], [t1])),
+                        np.concatenate(([start], mv[inner], [end])))
 
 
 def _fold_allocator(row: dict, alloc: dict | None) -> None:
     """Raise the peak to the allocator's where it saw more, and say where the peak came from.
 
     ``alloc``: ``peak_reserved_bytes`` (torch.cuda.max_memory_reserved over the block) and
-    ``reserved_start_bytes``; what NVML counted outside the allocator at the start is added.
+    ``reserved_start_bytes``; what NVML counted outside the allocator at the start is added
+    (``nbgpu.peaks.fold_peak``, the rule the OOM alert uses too).
     """
-    nvml = row["mem_peak_bytes"]
-    row["mem_peak_source"] = "nvml" if math.isfinite(nvml) else "none"
-    if not alloc or not math.isfinite(alloc.get("peak_reserved_bytes", math.nan)):
-        return
-    outside = row["mem_start_bytes"] - alloc.get("reserved_start_bytes", 0.0)
-    peak = float(alloc["peak_reserved_bytes"]) + (max(outside, 0.0) if math.isfinite(outside) else 0.0)
-    if not math.isfinite(nvml):
-        row["mem_peak_bytes"], row["mem_peak_source"] = peak, "allocator"
-        return
-    agree = abs(peak - nvml) <= max(PEAK_AGREE_FRACTION * max(peak, nvml), PEAK_AGREE_BYTES)
-    row["mem_peak_source"] = "both" if agree else ("allocator" if peak > nvml else "nvml")
-    row["mem_peak_bytes"] = max(peak, nvml)
+    peak = fold_peak(row["mem_peak_bytes"], row["mem_start_bytes"], alloc)
+    row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
 
 
 def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:

@@ -1,0 +1,106 @@
+"""The one memory peak: NVML's samples folded with PyTorch's allocator, for summaries and the OOM rule.
+
+NVML is sampled, so an allocation freed between two reads never shows in its samples.
+Where the user's code runs PyTorch, its allocator knows its own high-water mark
+(``torch.cuda.max_memory_reserved``); what NVML counts beyond the allocator (the CUDA
+context, other libraries) is added to it, measured at one moment when both were read.
+``fold_peak`` is that rule; ``profiles.summary`` (a block's peak) and
+``diagnostics.rules_memory`` (the OOM-risk alert) both call it, so the alert and the
+summary name the same figure. Nothing here imports torch: it is read only if already loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+# The allocator's and NVML's peaks count as the same figure within this much.
+PEAK_AGREE_FRACTION = 0.02
+PEAK_AGREE_BYTES = 64 * 1024**2
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A memory peak in bytes (NaN: unknown) and where it came from."""
+
+    bytes: float
+    source: str  # "nvml" | "allocator" | "both" | "none"
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def fold_peak(nvml_peak_bytes: float, nvml_at_bytes: float, allocator: Mapping | None) -> Peak:
+    """The peak of NVML's samples raised to the allocator's where it saw more.
+
+    Args:
+        nvml_peak_bytes: the largest memory-used reading NVML gave (NaN: none).
+        nvml_at_bytes: NVML's memory used at the moment ``reserved_start_bytes`` was read;
+            its excess over the allocator's reserved memory is what lies outside PyTorch.
+        allocator: ``peak_reserved_bytes`` and ``reserved_start_bytes`` from PyTorch's
+            allocator; None (or a NaN peak) when PyTorch is not in use.
+    """
+    nvml = float(nvml_peak_bytes) if _finite(nvml_peak_bytes) else math.nan
+    if not allocator or not _finite(allocator.get("peak_reserved_bytes", math.nan)):
+        return Peak(nvml, "nvml" if math.isfinite(nvml) else "none")
+    outside = (float(nvml_at_bytes) - float(allocator.get("reserved_start_bytes", 0.0))
+               if _finite(nvml_at_bytes) else 0.0)
+    peak = float(allocator["peak_reserved_bytes"]) + max(outside, 0.0)
+    if not math.isfinite(nvml):
+        return Peak(peak, "allocator")
+    agree = abs(peak - nvml) <= max(PEAK_AGREE_FRACTION * max(peak, nvml), PEAK_AGREE_BYTES)
+    return Peak(max(peak, nvml), "both" if agree else ("allocator" if peak > nvml else "nvml"))
+
+
+def torch_cuda() -> object | None:
+    """``torch.cuda`` if the user's code imported torch and started CUDA, else None (never imports)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    try:
+        return cuda if cuda is not None and cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def torch_uuid(cuda: object, index: int) -> str:
+    """The NVML-style UUID (``GPU-...``) of torch's device ``index``; "" when it cannot be told."""
+    try:
+        uuid = str(cuda.get_device_properties(index).uuid)
+    except Exception:
+        return ""
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def allocator_now(devices: Iterable[object]) -> dict[object, dict[str, float]]:
+    """PyTorch's reserved peak and reserved memory now, per device key, for ``fold_peak``.
+
+    ``devices`` are ``Device`` objects (``key``, ``uuid``); torch's devices are matched by
+    UUID, or by order when no ``CUDA_VISIBLE_DEVICES`` renumbers them and the counts agree.
+    Empty when PyTorch is not in use.
+    """
+    cuda = torch_cuda()
+    if cuda is None:
+        return {}
+    try:
+        figures = [{"peak_reserved_bytes": float(cuda.max_memory_reserved(i)),
+                    "reserved_start_bytes": float(cuda.memory_reserved(i)),
+                    "uuid": torch_uuid(cuda, i)} for i in range(cuda.device_count())]
+    except Exception:
+        return {}
+    devices = list(devices)
+    by_uuid = {f["uuid"]: f for f in figures if f["uuid"]}
+    same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(devices)
+    out = {}
+    for pos, dev in enumerate(devices):
+        fig = by_uuid.get(getattr(dev, "uuid", "") or "") or (figures[pos] if same_order else None)
+        if fig is not None:
+            out[dev.key] = {k: v for k, v in fig.items() if k != "uuid"}
+    return out
+
+
+__all__ = ["PEAK_AGREE_BYTES", "PEAK_AGREE_FRACTION", "Peak", "allocator_now", "fold_peak",
+           "torch_cuda", "torch_uuid"]
