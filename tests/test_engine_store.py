@@ -186,3 +186,26 @@ def test_import_starts_nothing():
             "print(threading.active_count(), 'pynvml' in sys.modules, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["1", "False", "False"]
+
+
+@pytest.mark.parametrize("resolution", ["tick", "native"])
+def test_decimated_is_a_boolean_column_never_none(resolution):
+    from nbgpu.sources.simulated import SimulatedGPUs
+
+    class Clock:
+        t = 1_800_000_000.0
+
+        def __call__(self):
+            return self.t
+
+    clock = Clock()
+    s = nbgpu.Sampler(SimulatedGPUs(count=2, clock=clock), interval=0.5, clock=clock,
+                      full_res_s=2, bucket_s=1, history_s=100)
+    for _ in range(40):
+        clock.t += 0.25
+        s.step(clock.t)
+    s.stop()
+    df = s.timeline.to_pandas(resolution=resolution)
+    assert "decimated" in df.columns
+    assert df["decimated"].dtype == bool
+    assert df["decimated"].any() and not df["decimated"].all()
