@@ -96,8 +96,10 @@ def test_thresholds_reject_unknown_names_and_bad_values():
         Thresholds(oom_warning_fraction=-1)
     with pytest.raises(ValueError, match="unknown rule"):
         Thresholds(disabled=("oom",))
+    sim = nbgpu.SimulatedGPUs()
     with pytest.raises(ValueError):
-        nbgpu.Sampler(nbgpu.SimulatedGPUs(), thresholds={"nope": 1})
+        nbgpu.Sampler(sim, thresholds={"nope": 1})
+    assert not sim.initialised  # bad thresholds release NVML again
 
 
 def test_every_threshold_is_documented_in_code_and_in_the_readme_section():
