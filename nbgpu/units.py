@@ -45,11 +45,23 @@ def fmt_rate(n: float | None) -> str:
     return text if text == MISSING else f"{text}/s"
 
 
-def gib(n: float | None, digits: int = 0) -> str:
-    """A byte count as a bare number of GiB (``71``), for ``used/total GiB`` pairs."""
+def gib(n: float | None, digits: int | None = None) -> str:
+    """A byte count as a bare number of GiB (``0.5``, ``9.8``, ``71``), for ``used/total GiB`` pairs.
+
+    ``digits`` None gives one decimal below 10 GiB and none above (as the panel shows it).
+    """
     if not _ok(n):
         return MISSING
-    return f"{float(n) / GIB:.{digits}f}"
+    g = float(n) / GIB
+    places = (1 if abs(g) < 10 else 0) if digits is None else digits
+    return f"{g:.{places}f}"
+
+
+def fmt_used_of(used: float | None, total: float | None) -> str:
+    """``40/140`` in GiB (the header names the unit); ``40`` when the total is unknown."""
+    if not _ok(used):
+        return MISSING
+    return f"{gib(used)}/{gib(total)}" if _ok(total) else gib(used)
 
 
 def fmt_duration(s: float | None) -> str:
@@ -88,3 +100,10 @@ def fmt_watts(w: float | None, digits: int = 0) -> str:
     if not _ok(w):
         return MISSING
     return f"{float(w):.{digits}f} W"
+
+
+def fmt_celsius(c: float | None) -> str:
+    """Degrees Celsius as ``71 °C``."""
+    if not _ok(c):
+        return MISSING
+    return f"{float(c):.0f} °C"

@@ -31,8 +31,8 @@ from ..profiles.compare import (
 )
 from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
-from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .report import _PAGE, _table
+from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from .report import PAGE, html_table
 from .status import epoch_seconds
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
@@ -57,7 +57,7 @@ def fmt_metric(metric: str, value: float, signed: bool = False) -> str:
     if metric.endswith("_w"):
         return sign + fmt_watts(value)
     if metric.endswith("_c"):
-        return f"{sign}{value:.0f} °C"
+        return sign + fmt_celsius(value)
     return f"{sign}{value:g}"
 
 
@@ -77,8 +77,7 @@ class Side:
 
 def side_of(run: Run) -> Side:
     """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise."""
-    epoch = run.frame.assign(time=epoch_seconds(run.frame["time"])) if len(run.frame) else run.frame
-    summary = summarize(epoch, devices=run.header.get("devices"))
+    summary = summarize(run.frame, devices=run.devices())
     rows, totals = summary.rows, summary.combined
     series = frame_series(run.frame)
     per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {})) for r in rows}
@@ -173,7 +172,7 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     if broken:
         parts.append("<h2>Gate</h2>" + "".join(f'<p style="color:#a33">{esc(x)}</p>' for x in broken))
     parts.append("<h2>Side by side</h2>")
-    parts.append(_table(["", "figure", f"A {a.name}", f"B {b.name}", "change", "noise"],
+    parts.append(html_table(["", "figure", f"A {a.name}", f"B {b.name}", "change", "noise"],
                         [[esc(s), esc(f), *map(esc, cells)] for s, f, cells in table_rows(a, b)]))
     da, ma = _elapsed(a, "A")
     db, mb = _elapsed(b, "B")
@@ -181,7 +180,7 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     keys = list(dict.fromkeys(k for per in data.values() for k in per))
     parts.append("<h2>Timelines (elapsed seconds)</h2>")
     parts.append(f'<div class="plot">{svg_series(data, ma + mb, 900, keys)}</div>')
-    return _PAGE.format(title=esc(title), body="\n".join(parts))
+    return PAGE.format(title=esc(title), body="\n".join(parts))
 
 
 def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequence[str] = ()) -> int:

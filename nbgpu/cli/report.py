@@ -18,22 +18,19 @@ import sys
 from ..errors import FileError
 from ..files import Run, atomic_file, load_run
 from ..profiles.summary import Summary, summarize
-from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .status import epoch_seconds
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")
 
 
-def _temp(v: object) -> str:
-    return "–" if not isinstance(v, (int, float)) or v != v else f"{v:.0f} °C"
-
-
 def _when(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
+def html_table(head: list[str], rows: list[list[str]]) -> str:
+    """An HTML table of already-escaped cells under escaped headers."""
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
@@ -59,7 +56,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     if len(df):
         t = epoch_seconds(df["time"])
         info.append(("from", _when(float(t.min()))))
-        info.append(("duration", f"{float(t.max() - t.min()):.1f} s"))
+        info.append(("duration", fmt_duration(float(t.max() - t.min()))))
     exits = [e["label"] for e in run.events if e.get("event") == "mark" and "exited" in str(e.get("label"))]
     if exits:
         info.append(("result", exits[-1]))
@@ -76,9 +73,9 @@ def render_html(run: Run, title: str | None = None) -> str:
                      fmt_duration(s["duration_s"]), fmt_pct(s["util_mean_pct"]),
                      fmt_pct(s["util_max_pct"]), fmt_bytes(s["mem_peak_bytes"]),
                      fmt_watts(s["power_mean_w"]), fmt_watts(s["power_max_w"]),
-                     fmt_energy(s["energy_j"]), _temp(s["temp_max_c"]),
+                     fmt_energy(s["energy_j"]), fmt_celsius(s["temp_max_c"]),
                      esc(s["throttle_reasons"] or "no")])
-    parts.append(_table(["GPU", "name", "duration", "util mean", "util max", "memory peak", "power mean",
+    parts.append(html_table(["GPU", "name", "duration", "util mean", "util max", "memory peak", "power mean",
                          "power max", "energy", "temp max", "throttled"], rows) if rows
                  else "<p>No GPU samples were recorded.</p>")
 
@@ -92,7 +89,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     parts.append("<h2>Alerts</h2>")
     alerts = run.alerts()
     if alerts:
-        parts.append(_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
+        parts.append(html_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
             [esc(str(a.get("severity", ""))), esc(str(a.get("gpu_id", ""))), esc(str(a.get("start", ""))),
              esc(str(a.get("end") or "still active at the end")), esc(str(a.get("message", ""))),
              esc(str(a.get("suggestion", "")))] for a in alerts]))
@@ -102,16 +99,16 @@ def render_html(run: Run, title: str | None = None) -> str:
     parts.append("<h2>Marks and events</h2>")
     events = [e for e in run.events if e.get("event") not in ("run", "alert")]
     if events:
-        parts.append(_table(["time", "kind", "GPU", "label"], [
+        parts.append(html_table(["time", "kind", "GPU", "label"], [
             [esc(str(e["timestamp"])), esc(str(e.get("event"))),
              esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
             for e in events]))
     else:
         parts.append("<p>No marks or events.</p>")
-    return _PAGE.format(title=esc(title), body="\n".join(parts))
+    return PAGE.format(title=esc(title), body="\n".join(parts))
 
 
-_PAGE = """<!DOCTYPE html>
+PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em auto; max-width: 960px; color: #222; }}
@@ -147,7 +144,7 @@ def summary_lines(summary: Summary) -> list[str]:
         g = r.get
         line = (f"GPU {r['gpu']}: util mean {fmt_pct(g('util_mean_pct'))} max {fmt_pct(g('util_max_pct'))}, "
                 f"mem peak {fmt_bytes(g('mem_peak_bytes'))}, power mean {fmt_watts(g('power_mean_w'))}, "
-                f"energy {fmt_energy(g('energy_j'))}, temp max {_temp(g('temp_max_c'))}")
+                f"energy {fmt_energy(g('energy_j'))}, temp max {fmt_celsius(g('temp_max_c'))}")
         if r.get("throttle_reasons"):
             line += f", throttled ({r['throttle_reasons']})"
         if r.get("resolution_note"):
@@ -172,4 +169,5 @@ def run_report(path: str, output: str | None = None, title: str | None = None) -
     return 0
 
 
-__all__ = ["Run", "load_run", "render_html", "run_report", "summarize_run", "summary_lines"]
+__all__ = ["PAGE", "Run", "html_table", "load_run", "render_html", "run_report", "summarize_run",
+           "summary_lines"]

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
+from ..units import gib
 from . import text
 from .columns import Column
 
@@ -101,7 +102,7 @@ def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost:
         key = dev.key
         if key == HOST_KEY:
             total = host.get("host_ram_total_bytes")
-            detail = f"{os.cpu_count() or '?'} CPUs · {text.gib(total)} GiB RAM"
+            detail = f"{os.cpu_count() or '?'} CPUs · {gib(total)} GiB RAM"
             out.append({"title": "host", "name": socket.gethostname(), "detail": detail,
                         "alerts": _badges([a for a in alerts if a.gpu is None])})
             continue

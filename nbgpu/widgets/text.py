@@ -11,7 +11,8 @@ import math
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
-from ..units import GIB, MISSING, fmt_bytes, fmt_rate
+from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_rate
+from ..units import fmt_used_of as used_of
 from .columns import Column
 
 ROW_PX = 30
@@ -43,21 +44,6 @@ def pct(v: object) -> str:
     return f"{v:.0f} %" if _ok(v) else MISSING
 
 
-def gib(v: object) -> str:
-    """Bytes as a bare number of GiB (binary, as nvidia-smi): "0.5", "9.8", "71"."""
-    if not _ok(v):
-        return MISSING
-    g = v / GIB
-    return f"{g:.1f}" if g < 10 else f"{g:.0f}"
-
-
-def used_of(used: object, total: object) -> str:
-    """"40/140" in GiB (the column title states the unit), "40" when the total is unknown."""
-    if not _ok(used):
-        return MISSING
-    return f"{gib(used)}/{gib(total)}" if _ok(total) else gib(used)
-
-
 def rate(v: object) -> str:
     """Bytes a second in binary units: "1.2 GiB/s", "340.0 MiB/s"."""
     return fmt_rate(v) if _ok(v) else MISSING
@@ -76,7 +62,7 @@ def gpu_value(col: Column, row: dict, info: Device) -> str:
         return f"{vals[0]:.0f}/{limit:.0f} W" if _ok(limit) and _ok(vals[0]) else \
             (f"{vals[0]:.0f} W" if _ok(vals[0]) else "–")
     if k == "temp":
-        return f"{vals[0]:.0f} °C"
+        return fmt_celsius(vals[0])
     if k == "clocks":
         return f"{vals[0]:.0f} MHz"
     if k == "pcie":
