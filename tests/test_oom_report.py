@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest_profiles import kernel_fixture  # noqa: F401 - fixture
-from nbgpu.profiles.oom import is_oom, requested_bytes
+from nbgpu.profiles.oom import _user_frames, is_oom, requested_bytes
 
 pytestmark = pytest.mark.kernel
 
@@ -73,6 +73,19 @@ def oom_kernel(kernel):
 
 def _texts(outputs: list[dict]) -> list[str]:
     return [o["data"].get("text/plain", "") for o in outputs if o["msg_type"] == "display_data"]
+
+
+def test_allocation_stacks_name_the_users_python_frames_not_the_allocators_cpp():
+    # what torch.cuda.memory._record_memory_history() records by default (seen on an H200):
+    # C++ unwinder frames first, then torch's Python, then the user's cell
+    frames = [{"filename": "??", "line": 0, "name": "torch::unwind::unwind()"},
+              {"filename": "memory_snapshot.cpp", "line": 0, "name": "gather_with_cpp()"},
+              {"filename": "/usr/lib/python3/site-packages/torch/cuda/memory.py", "line": 9, "name": "f"},
+              {"filename": "/tmp/ipykernel_71/2840.py", "line": 2, "name": "<listcomp>"},
+              {"filename": "/tmp/ipykernel_71/2840.py", "line": 2, "name": "<module>"},
+              {"filename": "/work/train.py", "line": 40, "name": "step"}]
+    assert _user_frames(frames)[:2] == ("2840.py:2 in <listcomp>", "2840.py:2 in <module>")
+    assert not any("cpp" in f or "??" in f for f in _user_frames(frames))
 
 
 def test_gpumon_cell_oom_leads_with_the_memory_story_and_reraises_unchanged(oom_kernel):

@@ -127,11 +127,16 @@ def _torch_uuid(cuda, i: int) -> str:
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
-    """The innermost frames outside PyTorch itself, as ``file:line in function``."""
+    """The innermost Python frames outside PyTorch itself, as ``file:line in function``.
+
+    The allocator records C++ frames too (``??``, ``*.cpp``) unless asked for Python stacks
+    only; those say nothing about which line of the user's code allocated, so they are skipped.
+    """
     out = []
     for f in frames:
         name = str(f.get("filename", ""))
-        if "/torch/" in name or name.startswith("<frozen") or "/site-packages/" in name:
+        python = name.endswith(".py") or (name.startswith("<") and not name.startswith("<frozen"))
+        if not python or "/torch/" in name or "/site-packages/" in name:
             continue
         out.append(f"{name.rsplit('/', 1)[-1]}:{f.get('line', '?')} in {f.get('name', '?')}")
         if len(out) >= STACK_FRAMES:
