@@ -147,3 +147,34 @@ def test_history_file_keeps_the_last_run_across_a_kernel_restart(tmp_path):
         assert len(path.read_text().splitlines()) == 2
     finally:
         k.close()
+
+
+def test_every_cell_profiled_keeps_a_complete_report_in_its_output(loaded):
+    """``--cells-min 0``: a short cell's saved output still carries the picture, the table and
+    the comparison, and its history row every summary figure."""
+    loaded.run("nbgpu.profiles.history.clear()")
+    reply, outputs = loaded.run("%gpumon --source sim --cells --cells-min 0")
+    assert reply["status"] == "ok", outputs
+    loaded.run("time.sleep(0.05)", cell_id="short")  # memory is read every 10 ms meanwhile
+    _, again = loaded.run("time.sleep(0.05)", cell_id="short")
+    loaded.run("%gpumon --cells off")
+    lines = displays(again)
+    assert len(lines) == 1, again
+    data = lines[0]["data"]
+    assert data["text/plain"].startswith("GPU0 ") and "vs its last run" in data["text/plain"]
+    html = data["text/html"]
+    assert "<details" in html
+    svg = html[html.index("<svg"):html.index("</svg>")]
+    assert "GPU 0" in svg and "GPU 1" in svg and "<path" in svg  # memory lines of both GPUs
+    for head in ("memory start → end", "peak (GiB/MiB)", "util mean / max", "power mean / max",
+                 "energy (J)", "temp max", "throttling", "status"):
+        assert head in html, head
+    row = loaded.value("nbgpu.history().iloc[-1].to_dict()")
+    summary_columns = loaded.value("list(nbgpu.profiles.summary.SUMMARY_COLUMNS)")
+    missing = [c for c in summary_columns if c not in ("start", "end") and c not in row]
+    assert not missing
+    for col in ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "util_mean_pct",
+                "power_mean_w", "energy_j", "temp_max_c"):
+        assert row[col] == row[col] and row[col] is not None, col  # a figure, not NaN
+    util = loaded.value(f"nbgpu.units.fmt_pct({row['util_mean_pct']!r})")
+    assert f"util {util}" in data["text/plain"]  # the line shows the history's figure
