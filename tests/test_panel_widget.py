@@ -266,3 +266,26 @@ def test_bad_arguments() -> None:
         GPUMonitor(sampler=_sampler(), gpus="0,5", start=False)
     with pytest.raises(BadArgumentError):
         GPUMonitor(source="sim", sampler=_sampler(), start=False)
+
+
+def test_a_panel_is_ticked_again_soon_until_its_sampler_has_read() -> None:
+    from nbgpu.widgets.schedule import RefreshSchedule
+
+    class Panel:
+        refresh_s = 1.0
+
+        def __init__(self) -> None:
+            self.ticks: list[float] = []
+            self.ready = False
+
+        def tick(self):
+            self.ticks.append(now)
+            return True if self.ready else 0.05
+
+    sched, p = RefreshSchedule(clock=lambda: 0.0, thread=False), Panel()
+    sched.add(p, 0.0)
+    for now in np.arange(0.0, 0.3, 0.01):
+        if now >= 0.1:
+            p.ready = True
+        sched.step(float(now))
+    assert p.ticks[:3] == pytest.approx([0.0, 0.05, 0.1]) and len(p.ticks) == 3  # then 1 s later

@@ -20,6 +20,7 @@ import weakref
 import ipywidgets as widgets
 import numpy as np
 from bqplot import LinearScale
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from .. import session
 from ..errors import BadArgumentError
@@ -53,6 +54,11 @@ MARK_LABEL_PX = 40  # closer mark labels are dropped (the older one), the rules 
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
 HOST_COLOR = "#0d9488"
 LOST_COLOR = "#9ca3af"
+PANEL_LAYOUT = {"border": "1px solid var(--jp-border-color2,#ccc)", "padding": "4px 8px",
+                "width": "fit-content", "max_width": "100%", "overflow": "auto"}
+HEADER_LAYOUT = {"flex": "1 1 auto", "margin": "0 8px 0 0"}
+_stopped: list = []  # the layouts and style every stopped panel shares
+FIRST_DRAW_S = 0.05  # a new panel's first draw once its sampler has data (it is displayed by then)
 
 
 def _window_label(s: float) -> str:
@@ -89,9 +95,8 @@ class GPUMonitor(widgets.VBox):
         self._chosen = check_metrics(metrics)
         if sampler is not None and (source is not None or interval is not None):
             raise BadArgumentError("give either sampler= or source=/interval=, not both")
-        kwargs.setdefault("layout", widgets.Layout(
-            border="1px solid var(--jp-border-color2,#ccc)", padding="4px 8px", width="fit-content",
-            max_width="100%", overflow="auto"))
+        self._own_layout = "layout" in kwargs
+        kwargs.setdefault("layout", widgets.Layout(**PANEL_LAYOUT))
         super().__init__(**kwargs)
         self.add_class("nbgpu-panel")
         self._lock = threading.RLock()
@@ -166,7 +171,9 @@ class GPUMonitor(widgets.VBox):
             registry.add(self)
             if self.running:
                 return self
-            SCHEDULE.add(self, min(0.3, self.refresh_s))
+            # The sampler reads once as it starts: draw as soon as it has (tick() looks again
+            # every FIRST_DRAW_S until then), not a fixed delay later.
+            SCHEDULE.add(self, FIRST_DRAW_S)
         self._draw_header()
         return self
 
@@ -175,6 +182,10 @@ class GPUMonitor(widgets.VBox):
 
         ``%gpumon stop`` stops the sampler and every panel.
         """
+        self._halt(keep_header=True)
+
+    def _halt(self, keep_header: bool) -> None:
+        """Leave the timer and the sampler's replacements; with ``keep_header``, tear down to it."""
         if not hasattr(self, "_lock"):  # construction failed before the panel existed
             return
         SCHEDULE.remove(self)
@@ -182,7 +193,7 @@ class GPUMonitor(widgets.VBox):
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             if unsubscribe is not None:
                 unsubscribe()
-            if self._closed or self._torn_down:
+            if self._closed or self._torn_down or not keep_header:
                 return
             try:
                 self._draw_header()
@@ -190,10 +201,15 @@ class GPUMonitor(widgets.VBox):
                     [v.col for v in self._views], self._rows, self._last_values)
             except Exception:
                 log.debug("stopped panel header failed", exc_info=True)
-            # Keep only the header (its last words stay on screen); close everything else.
+            # Keep only the header (its last words stay on screen) on layouts and a style all
+            # stopped panels share, so a stopped panel is two widgets; close everything else.
             doomed = tree.descendants(self)
+            panel_layout, header_layout, header_style = _stopped_parts()
+            self._header.layout, self._header.style = header_layout, header_style
+            if not self._own_layout:
+                self.layout = panel_layout
             self.children = [self._header]
-            tree.close_all(doomed, keep=[self, self.layout, *tree.descendants(self._header)])
+            tree.close_all(doomed, keep=[self, self._header, self.layout])
             self._parts, self._views, self._sparks = [self._header], [], None
             self._torn_down = True
             if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
@@ -202,7 +218,7 @@ class GPUMonitor(widgets.VBox):
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
-        self.stop()
+        self._halt(keep_header=False)
         if not hasattr(self, "_lock"):
             super().close()
             return
@@ -297,7 +313,7 @@ class GPUMonitor(widgets.VBox):
         bands = max(1, len(self._rows))
         self._sx = LinearScale(min=-self.window_s, max=0.0)
         self._sy = LinearScale(min=0.0, max=top_of(bands))
-        self._header = widgets.HTML(layout=widgets.Layout(flex="1 1 auto", margin="0 8px 0 0"))
+        self._header = widgets.HTML(layout=widgets.Layout(**HEADER_LAYOUT))
         self._pause_button = widgets.ToggleButton(
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
             "sampling goes on", layout=widgets.Layout(width="96px", height="24px", flex="0 0 auto"))
@@ -508,10 +524,17 @@ class GPUMonitor(widgets.VBox):
         elif change["new"] and not self._closed and not self._torn_down and not self.running:
             SCHEDULE.add(self, 0.0)
 
-    def tick(self) -> bool:
-        """One scheduled refresh; False takes the panel off the timer (closed, or no front end)."""
+    def tick(self) -> bool | float:
+        """One scheduled refresh; False takes the panel off the timer (closed, or no front end).
+
+        Before the first draw, while the sampler has read nothing yet, returns the seconds
+        until the timer should look again (sooner than a whole refresh period).
+        """
         if self._closed or self._torn_down or self.comm is None:
             return False
+        s = self.sampler
+        if self.stats["refreshes"] == 0 and s is not None and s.running and getattr(s, "ticks", 1) == 0:
+            return FIRST_DRAW_S
         try:
             self.refresh()
         except Exception as exc:  # a view error is shown, never raised into the sampler
@@ -523,6 +546,14 @@ class GPUMonitor(widgets.VBox):
             except Exception:
                 log.debug("panel header failed", exc_info=True)
         return True
+
+
+def _stopped_parts() -> list:
+    """The panel layout, header layout and header style that every stopped panel shows."""
+    if not _stopped or any(w.comm is None for w in _stopped):
+        _stopped[:] = [tree.share(widgets.Layout(**PANEL_LAYOUT)),
+                       tree.share(widgets.Layout(**HEADER_LAYOUT)), tree.share(HTMLStyle())]
+    return _stopped
 
 
 def _repointer(panel: GPUMonitor):

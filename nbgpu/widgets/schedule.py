@@ -24,12 +24,15 @@ def due(next_at: dict[int, float], now: float) -> list[int]:
 class RefreshSchedule:
     """Calls each scheduled panel's ``tick()`` every ``panel.refresh_s`` from one thread.
 
-    ``tick()`` returns False when the panel should leave the schedule (closed, or its
+    ``tick()`` returns a number of seconds to be ticked again sooner than ``refresh_s``, or
+    False when the panel should leave the schedule (closed, or its
     front end went away).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, thread: bool = True) -> None:
+        """``thread=False``: no timer thread; the owner calls ``step(now)`` (a fake clock)."""
         self._clock = clock
+        self._threaded = thread
         self._cond = threading.Condition()
         self._panels: dict[int, object] = {}
         self._next_at: dict[int, float] = {}
@@ -42,7 +45,7 @@ class RefreshSchedule:
             if key not in self._panels:
                 self._panels[key] = panel
                 self._next_at[key] = self._clock() + first_in_s
-            if self._thread is None or not self._thread.is_alive():
+            if self._threaded and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._loop, name="nbgpu-panels", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
@@ -74,16 +77,20 @@ class RefreshSchedule:
         with self._cond:
             ready = [(k, self._panels[k]) for k in due(self._next_at, now)]
         for key, panel in ready:
-            keep = True
+            keep, delay_s = True, None
             try:
-                keep = panel.tick() is not False
+                res = panel.tick()
+                keep = res is not False
+                if isinstance(res, (int, float)) and not isinstance(res, bool):
+                    delay_s = float(res)  # the panel asks to be ticked again this soon
             except Exception:  # a panel's failure is its own; the others go on
                 log.debug("panel tick failed", exc_info=True)
             with self._cond:
                 if key not in self._panels:
                     continue
                 if keep:
-                    self._next_at[key] = max(now, self._next_at[key]) + panel.refresh_s
+                    step_s = panel.refresh_s if delay_s is None else delay_s
+                    self._next_at[key] = max(now, self._next_at[key]) + step_s
                 else:
                     self._panels.pop(key, None)
                     self._next_at.pop(key, None)

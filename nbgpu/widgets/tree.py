@@ -12,6 +12,14 @@ from collections.abc import Iterable
 
 from ipywidgets import Widget
 
+_shared: set[int] = set()  # ids of widgets many panels use at once (kept alive by their owner)
+
+
+def share(widget: Widget) -> Widget:
+    """Mark ``widget`` as used by many panels: ``close_all`` never closes it. Returns it."""
+    _shared.add(id(widget))
+    return widget
+
 
 def _widgets_in(value: object) -> Iterable[Widget]:
     if isinstance(value, Widget):
@@ -39,8 +47,8 @@ def descendants(root: Widget) -> list[Widget]:
 
 
 def close_all(widgets: Iterable[Widget], keep: Iterable[Widget] = ()) -> int:
-    """Close each widget not in ``keep``; returns how many were closed."""
-    kept = {id(w) for w in keep}
+    """Close each widget not in ``keep`` nor shared; returns how many were closed."""
+    kept = {id(w) for w in keep} | _shared
     n = 0
     for w in widgets:
         if id(w) not in kept and w.comm is not None:
