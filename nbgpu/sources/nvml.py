@@ -55,11 +55,15 @@ GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_p
                   10: "dram_bw_pct"}
 
 BUFFER_DEAD_AFTER_S = 10.0
-# How often each NVML sample buffer is drained. A drain costs about 2 ms of CPU on an H200
-# (measured), so each buffer is drained well inside what it holds (power ~2.4 s,
-# utilisation ~14 s), not every tick; a requested energy read drains them all at once,
-# so a cell's edges are never late.
-DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 2.0}
+# How often each NVML sample buffer is drained. On an H200 a drain costs a fixed CPU time
+# whatever it returns (scripts/gpu/nvml_call_costs.py: power 0.33 ms, utilisation and
+# memory utilisation 2.5 ms each), so each buffer is drained well inside what it holds
+# (power ~2.4 s, utilisation ~14 s), not every tick: power every second, utilisation every
+# 2 s (the panel's live value), memory-bandwidth utilisation every 10 s. Polling utilisation
+# at ticks instead would alias with periodic loads (a 0.25 s burst every 1 s polled every
+# 0.5 s reads 0 %), so the buffers stay the only source where they exist. A requested
+# energy read drains them all at once, so a cell's edges are never late.
+DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
 
 HINTS = {
     ERR_DRIVER_NOT_LOADED: "the NVIDIA driver is not loaded; check `nvidia-smi` on the host",
