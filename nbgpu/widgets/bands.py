@@ -21,17 +21,26 @@ def pack_points(traces: list[tuple[int, np.ndarray, np.ndarray, float]], bands: 
     scale. Rows are padded to equal length by repeating their last point (an empty row is
     all NaN, which draws nothing).
     """
-    width = max([2] + [len(x) for _, x, _, _ in traces])
+    n = np.fromiter((len(x) for _, x, _, _ in traces), np.int64, len(traces))
+    width = max(2, int(n.max()) if len(n) else 0)
     x2 = np.full((max(1, len(traces)), width), -span_s, dtype=np.float32)
     y2 = np.full_like(x2, np.nan)
-    for i, (band, x, v, scale) in enumerate(traces):
-        n = len(x)
-        if n == 0:
-            continue
-        scale = scale if scale and np.isfinite(scale) and scale > 0 else 1.0
-        y = (bands - 1 - band) + INSET + (1 - 2 * INSET) * np.clip(v / scale, 0.0, 1.0)
-        x2[i, :n], y2[i, :n] = x, y
-        x2[i, n:], y2[i, n:] = x[-1], y[-1]
+    if not n.sum():
+        return x2, y2
+    # Every trace's points at once: one flat array, placed by (row, column) index.
+    xs = np.concatenate([x for _, x, _, _ in traces]).astype(np.float32)
+    vs = np.concatenate([np.asarray(v, dtype=np.float64) for _, _, v, _ in traces])
+    base = np.array([bands - 1 - band for band, _, _, _ in traces], dtype=np.float64)
+    scales = np.array([scale if scale and np.isfinite(scale) and scale > 0 else 1.0
+                       for _, _, _, scale in traces], dtype=np.float64)
+    row = np.repeat(np.arange(len(traces)), n)
+    col = np.arange(len(xs)) - np.repeat(np.cumsum(n) - n, n)
+    ys = (base[row] + INSET + (1 - 2 * INSET) * np.clip(vs / scales[row], 0.0, 1.0)).astype(np.float32)
+    x2[row, col], y2[row, col] = xs, ys
+    pad = (np.arange(width)[None, :] >= n[:, None]) & (n[:, None] > 0)  # repeat the last point
+    last = np.maximum(np.cumsum(n) - 1, 0)
+    x2 = np.where(pad, xs[last][:, None], x2)
+    y2 = np.where(pad, ys[last][:, None], y2)
     return x2, y2
 
 
