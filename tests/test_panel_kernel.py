@@ -42,7 +42,7 @@ def test_panel_in_a_real_kernel() -> None:
 
         assert k.run("%gpumon --source sim --interval 0.05 --refresh 0.25")["status"] == "ok"
         assert k.run("%gpumon --window 30")["status"] == "ok"  # a second panel, same sampler
-        assert k.value(THREADS) == ["nbgpu-panel", "nbgpu-panel", "nbgpu-sampler"]
+        assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]  # one timer for all panels
         lines = k.lines_ids()
         assert lines, "the panel should have opened bqplot Lines models"
 
@@ -73,12 +73,12 @@ def test_panel_in_a_real_kernel() -> None:
         assert "sampler: running" in status and "panels: 2 updating" in status
         for _ in range(2):  # running the same notebook cell again replaces its panel
             assert k.run("%gpumon --refresh 0.25", cell_id="cell-7")["status"] == "ok"
-        assert k.value(THREADS) == ["nbgpu-panel"] * 3 + ["nbgpu-sampler"]
+        assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]
 
         assert k.run("%reload_ext nbgpu")["status"] == "ok"
         assert k.value(THREADS) == []
         assert k.run("%gpumon --source sim --refresh 0.25")["status"] == "ok"
-        assert k.value(THREADS) == ["nbgpu-panel", "nbgpu-sampler"]
+        assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]
         assert k.run("%unload_ext nbgpu")["status"] == "ok"
         assert k.value(THREADS) == []
         k.drain(0.5)

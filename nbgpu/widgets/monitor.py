@@ -173,8 +173,7 @@ class GPUMonitor(widgets.VBox):
                 return self
             # The sampler reads once as it starts: draw as soon as it has (tick() looks again
             # every FIRST_DRAW_S until then), not a fixed delay later.
-            SCHEDULE.add(self, FIRST_DRAW_S)
-        self._draw_header()
+            SCHEDULE.add(self, FIRST_DRAW_S)  # its first tick draws the header too
         return self
 
     def stop(self) -> None:
@@ -534,6 +533,7 @@ class GPUMonitor(widgets.VBox):
             return False
         s = self.sampler
         if self.stats["refreshes"] == 0 and s is not None and s.running and getattr(s, "ticks", 1) == 0:
+            self._draw_header()
             return FIRST_DRAW_S
         try:
             self.refresh()

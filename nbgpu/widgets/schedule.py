@@ -89,8 +89,10 @@ class RefreshSchedule:
                 if key not in self._panels:
                     continue
                 if keep:
+                    # Counted from the tick's end, so what one refresh sends is refresh_s or
+                    # more after what the last one sent, however long the refresh took.
                     step_s = panel.refresh_s if delay_s is None else delay_s
-                    self._next_at[key] = max(now, self._next_at[key]) + step_s
+                    self._next_at[key] = max(now, self._clock(), self._next_at[key]) + step_s
                 else:
                     self._panels.pop(key, None)
                     self._next_at.pop(key, None)
