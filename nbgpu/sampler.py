@@ -465,8 +465,8 @@ class Sampler:
             for metric, (t, v) in newest_of.items():
                 last_good[metric] = v
                 row[metric] = v if states[metric] == "live" else np.nan
-                if not np.isnan(t):
-                    newest = t if np.isnan(newest) else max(newest, t)
+                if not math.isnan(t):
+                    newest = t if math.isnan(newest) else max(newest, t)
             row["time"] = pd.NaT if np.isnan(newest) else pd.Timestamp(newest, unit="s", tz="UTC")
             row["time_s"] = float(newest)
             row["states"] = states

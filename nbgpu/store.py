@@ -380,10 +380,10 @@ class Store:
         out: dict[str, tuple[float, float]] = {}
         with self.lock:
             for metric, streams in self._by_device.get(device, {}).items():
-                best = (np.nan, np.nan)
+                best = (math.nan, math.nan)
                 for stream in streams:
                     t, v = self._streams[(device, stream)].newest(metric)
-                    if not np.isnan(t) and (np.isnan(best[0]) or t > best[0]):
+                    if not math.isnan(t) and (math.isnan(best[0]) or t > best[0]):
                         best = (t, v)
                 out[metric] = best
         return out
