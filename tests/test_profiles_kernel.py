@@ -176,5 +176,7 @@ def test_every_cell_profiled_keeps_a_complete_report_in_its_output(loaded):
     for col in ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "util_mean_pct",
                 "power_mean_w", "energy_j", "temp_max_c"):
         assert row[col] == row[col] and row[col] is not None, col  # a figure, not NaN
-    util = loaded.value(f"nbgpu.units.fmt_pct({row['util_mean_pct']!r})")
-    assert f"util {util}" in data["text/plain"]  # the line shows the history's figure
+    # the line shows each GPU's figure of the record history() keeps
+    per_gpu = loaded.value("[nbgpu.units.fmt_pct(r['util_mean_pct']) "
+                           "for r in nbgpu.profiles.history.records()[-1].gpu_rows()]")
+    assert per_gpu and all(f"util {u}" in data["text/plain"] for u in per_gpu)
