@@ -297,6 +297,19 @@ def test_an_injected_read_error_is_counted_per_gpu_and_memory_reads_failed_not_l
     s.stop()
 
 
+def test_a_failing_read_marks_only_its_own_metrics_failed():
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
+    run(s, clock, 2.0)
+    sim.inject_error("nvmlDeviceGetTemperature", 999, gpu=0)
+    run(s, clock, 12.0)  # past a drain of every sample buffer
+    states = s.latest()[0]["states"]
+    assert states["temp_c"] == "failed"
+    others = {m: st for m, st in states.items() if m != "temp_c" and st != "live"}
+    assert not others  # power, utilisation, memory ... read fine, so they stay live
+    s.stop()
+
+
 def test_a_metric_no_longer_refreshed_turns_stale_after_three_periods():
     sim, clock = fake(1)
     s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
