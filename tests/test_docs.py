@@ -103,8 +103,20 @@ def _run_python(sh, path: Path, code: list[str]) -> None:
             raise AssertionError(f"{path.name}, python block {i + 1} failed: {err!r}\n{block}") from err
 
 
+def _commands(folder: Path) -> Path:
+    """``nbgpu`` and ``python`` for the blocks: this interpreter's, also where nbgpu is not installed."""
+    folder.mkdir(exist_ok=True)
+    for name, line in (("nbgpu", f'exec "{sys.executable}" -m nbgpu.cli "$@"'),
+                       ("python", f'exec "{sys.executable}" "$@"')):
+        script = folder / name
+        script.write_text(f"#!/bin/sh\n{line}\n")
+        script.chmod(0o755)
+    return folder
+
+
 def _run_bash(path: Path, code: list[str], cwd: Path) -> None:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    bin_dir = _commands(cwd / ".bin")
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
                PYTHONPATH=str(ROOT), NBGPU_DOCS_ROOT=str(ROOT))
     for i, block in enumerate(code):
         done = subprocess.run(["bash", "-e", "-u", "-c", block], cwd=cwd, env=env, capture_output=True,

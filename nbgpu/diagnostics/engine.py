@@ -96,6 +96,7 @@ class DiagnosticsEngine:
         self._cells = 0
         self._cell_since: float | None = None
         self._mark_cache: dict = {}
+        self._memo: dict = {}
         self._pids: tuple[float, set[int]] = (-math.inf, set())
         self.evaluations = 0
         self.callback_errors = 0
@@ -181,7 +182,8 @@ class DiagnosticsEngine:
         if len(self._mark_cache) > 512:
             self._mark_cache.clear()
         in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
-        return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._mark_cache)
+        return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._mark_cache,
+                       self._memo)
 
     def evaluate(self, sampler: Sampler, now: float) -> list[Alert]:
         """Run every enabled rule once; returns the alerts opened or escalated by this run."""

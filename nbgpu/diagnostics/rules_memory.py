@@ -50,15 +50,33 @@ def _allocator_peak(ctx: Context, dev: Device, used: np.ndarray, total: float,
         "above_fraction": level, "held_s": 0.0})
 
 
+def _fresh_allocator_peaks(ctx: Context, allocator: dict) -> dict:
+    """The allocator's figures with its high-water mark kept only where it rose since the last look.
+
+    ``max_memory_reserved()`` is the highest point since its last reset, which may be long
+    before this window; a mark that did not rise happened before the previous evaluation,
+    so it stands in as the memory reserved now instead.
+    """
+    seen = ctx.memo.setdefault("allocator_peak_bytes", {})
+    out = {}
+    for key, fig in allocator.items():
+        peak = fig.get("peak_reserved_bytes", math.nan)
+        rose = key in seen and peak > seen[key]
+        seen[key] = peak
+        out[key] = fig if rose else dict(fig, peak_reserved_bytes=fig.get("reserved_start_bytes", math.nan))
+    return out
+
+
 def oom_risk(ctx: Context) -> list[Finding]:
     """Memory above 90 % of the card for a moment (warning), above 95 % for 10 s (critical).
 
     Memory is the one peak a summary shows: NVML's samples, raised to PyTorch's allocator
-    peak (plus what NVML counts outside PyTorch) where the user's code runs PyTorch.
+    peak (plus what NVML counts outside PyTorch) where the user's code runs PyTorch; the
+    allocator's peak counts when it was reached since the rule last looked.
     """
     th, out = ctx.thresholds, []
     span = max(th.oom_warning_after_s, th.oom_critical_after_s) + 5.0
-    allocator = allocator_now(ctx.gpus())
+    allocator = _fresh_allocator_peaks(ctx, allocator_now(ctx.gpus()))
     for dev in ctx.gpus(whole_only=False):
         gpu = dev.key
         t, used = ctx.window.series(gpu, "mem_used_bytes", span)

@@ -84,6 +84,7 @@ class Context:
     attribution: str = "unknown"
     marks: list[tuple[float, str]] = field(default_factory=list)
     mark_cache: dict = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)  # what rules keep between evaluations
 
     def gpus(self, whole_only: bool = True) -> list[Device]:
         """Devices to judge (whole GPUs only unless told otherwise)."""
