@@ -130,7 +130,7 @@ class Sampler:
 
     def __init__(self, source: object = "auto", interval: float = DEFAULT_INTERVAL_S,
                  gpus: Iterable[DeviceKey] | None = None, *, host: bool = True,
-                 energy_every_s: float = 5.0, pcie_every_s: float = 5.0,
+                 energy_every_s: float = 15.0, pcie_every_s: float = 15.0,
                  procs_every_s: float = 2.0, full_res_s: float | None = None,
                  bucket_s: float | None = None, history_s: float | None = None,
                  clock: Callable[[], float] = time.time, diagnostics: bool = True,
