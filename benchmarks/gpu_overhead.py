@@ -18,13 +18,19 @@ Two more arms check the method itself:
   monitor held the GIL away from the loop: a second, low-noise figure.
 
 A monitor is started (and, for the panel, given a full window of history) before its
-"on" block and stopped after it, both outside the timed span; a short untimed warm-up
-follows each start.
+"on" block and stopped after it, both outside the timed span. An untimed warm-up of a
+random length between 0.1 s and 0.1 s + the monitor's period follows each start, and a
+block lasts at least two periods, so blocks land at every phase of the monitor's schedule
+(a block shorter than the sampler's 0.5 s interval, started right after its first tick,
+would never see a tick and would under-state its cost: seen in a first run on the H200).
+``NBGPU_BENCH_QUARTETS`` and ``NBGPU_BENCH_LOOPS`` (e.g. ``launch_bound``) shorten a run;
+the results record what was used.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
@@ -66,12 +72,14 @@ def other_threads_cpu_s() -> float:
     return total
 
 
-def _block(loop: Loop, monitor: Monitor | None, steps: int) -> tuple[float, float, float, dict]:
+def _block(loop: Loop, monitor: Monitor | None, steps: int,
+           rng: random.Random | None = None) -> tuple[float, float, float, dict]:
     """One timed block: (steps/s, wall s, other threads' CPU s, monitor facts)."""
     facts: dict = {}
     if monitor is not None:
         monitor.start()
-        t_end = time.perf_counter() + WARMUP_S
+        phase = (rng or random).uniform(0.0, monitor.period_s)
+        t_end = time.perf_counter() + WARMUP_S + phase
         while time.perf_counter() < t_end:
             loop.step()
     try:
@@ -84,16 +92,22 @@ def _block(loop: Loop, monitor: Monitor | None, steps: int) -> tuple[float, floa
     return steps / elapsed, elapsed, max(cpu1 - cpu0, 0.0), facts
 
 
-def measure_abba(loop: Loop, monitor: Monitor, quartets: int, block_s: float) -> dict:
-    """ABBA quartets of ``monitor`` on and off; per-quartet slowdowns and thread CPU."""
+def measure_abba(loop: Loop, monitor: Monitor, quartets: int, block_s: float,
+                 min_periods: float = 2.0) -> dict:
+    """ABBA quartets of ``monitor`` on and off; per-quartet slowdowns and thread CPU.
+
+    A block lasts ``block_s`` or ``min_periods`` of the monitor's periods, whichever is longer.
+    """
+    block_s = max(block_s, min_periods * monitor.period_s)
     steps = loop.calibrate(block_s)
+    rng = random.Random(0)
     slowdowns, on_rates, off_rates, facts = [], [], [], []
     on_wall = on_cpu = off_wall = off_cpu = 0.0
     for q in range(quartets):
         pattern = (True, False, False, True) if q % 2 == 0 else (False, True, True, False)
         rates = {True: [], False: []}
         for on in pattern:
-            rate, wall, cpu, f = _block(loop, monitor if on else None, steps)
+            rate, wall, cpu, f = _block(loop, monitor if on else None, steps, rng)
             rates[on].append(rate)
             if on:
                 on_wall, on_cpu = on_wall + wall, on_cpu + cpu
@@ -105,7 +119,8 @@ def measure_abba(loop: Loop, monitor: Monitor, quartets: int, block_s: float) ->
         on_rates += rates[True]
         off_rates += rates[False]
     lo, hi = median_interval(slowdowns)
-    return {"steps_per_block": steps, "quartets": quartets, "quartet_slowdown_pct": slowdowns,
+    return {"steps_per_block": steps, "block_s": block_s, "quartets": quartets,
+            "quartet_slowdown_pct": slowdowns,
             "slowdown_pct": median(slowdowns), "ci95_pct": [lo, hi],
             "on_steps_per_s": on_rates, "off_steps_per_s": off_rates,
             "threads_cpu_s_per_s_on": on_cpu / on_wall if on_wall else float("nan"),
@@ -113,14 +128,15 @@ def measure_abba(loop: Loop, monitor: Monitor, quartets: int, block_s: float) ->
             "monitor_facts": facts}
 
 
-def measure_loop(loop: Loop, monitors: list[Monitor], quartets: int, block_s: float) -> dict:
+def measure_loop(loop: Loop, monitors: list[Monitor], quartets: int, block_s: float,
+                 min_periods: float = 2.0) -> dict:
     """Every available monitor's ABBA figures on ``loop``; unavailable ones with their reason."""
     arms: dict[str, dict] = {}
     for m in monitors:
         if not m.available:
             continue
         try:
-            arms[m.name] = measure_abba(loop, m, quartets, block_s)
+            arms[m.name] = measure_abba(loop, m, quartets, block_s, min_periods)
         except Exception as exc:  # a monitor that cannot run here is reported, not fatal
             m.available, m.reason = False, f"failed: {type(exc).__name__}: {exc}"
     return {"arms": arms, "skipped": {m.name: m.reason for m in monitors if not m.available}}
@@ -184,8 +200,12 @@ def _pin_two_cpus() -> tuple[set[int] | None, list[int]]:
 def overhead(gpus: list[int], devices: list[str], quick: bool, nvml=None, source: object = "nvml",
              label: str = "") -> Outcome:
     """Measure both loops on ``devices`` with monitors watching ``gpus``; build the outcome."""
-    quartets = {LaunchBound: 4, ComputeBound: 2} if quick else {LaunchBound: 30, ComputeBound: 8}
-    block_s = {LaunchBound: 0.1, ComputeBound: 0.2} if quick else {LaunchBound: 0.2, ComputeBound: 0.3}
+    quartets = {LaunchBound: 4, ComputeBound: 2} if quick else {LaunchBound: 24, ComputeBound: 8}
+    if os.environ.get("NBGPU_BENCH_QUARTETS"):
+        quartets = dict.fromkeys(quartets, int(os.environ["NBGPU_BENCH_QUARTETS"]))
+    block_s = {LaunchBound: 0.1, ComputeBound: 0.2} if quick else {LaunchBound: 0.25, ComputeBound: 0.3}
+    wanted = [n.strip() for n in os.environ.get("NBGPU_BENCH_LOOPS", "").split(",") if n.strip()]
+    loops = [c for c in (LaunchBound, ComputeBound) if not wanted or c.name in wanted]
     monitors = monitors_for(gpus, nvml, source)
     before, pinned = _pin_two_cpus()
     raw: dict = {"method": "ABBA quartets of short blocks, median of per-quartet slowdowns, "
@@ -195,9 +215,9 @@ def overhead(gpus: list[int], devices: list[str], quick: bool, nvml=None, source
                  "warmup_s": WARMUP_S, "devices": devices, "monitored_gpus": gpus, "pinned_cpus": pinned}
     results = {}
     try:
-        for cls in (LaunchBound, ComputeBound):
+        for cls in loops:
             loop = cls(devices)
-            res = measure_loop(loop, monitors, quartets[cls], block_s[cls])
+            res = measure_loop(loop, monitors, quartets[cls], block_s[cls], 0.5 if quick else 2.0)
             res["about"] = loop.about
             results[loop.name] = res
             raw[loop.name] = res
@@ -206,7 +226,10 @@ def overhead(gpus: list[int], devices: list[str], quick: bool, nvml=None, source
         if before is not None:
             os.sched_setaffinity(0, before)
     out = Outcome(raw=raw)
-    _targets(out, label, results["launch_bound"], results["compute_bound"])
+    empty = {"arms": {}}
+    _targets(out, label, results.get("launch_bound", empty), results.get("compute_bound", empty))
+    if len(loops) < 2:
+        out.notes.append("run limited to " + ", ".join(c.name for c in loops) + " (NBGPU_BENCH_LOOPS)")
     for m in monitors:
         if not m.available:
             out.notes.append(f"{m.name}: not measured ({m.reason})")

@@ -21,11 +21,16 @@ import time
 
 
 class Monitor:
-    """Something that watches the GPUs from a background thread while a loop runs."""
+    """Something that watches the GPUs from a background thread while a loop runs.
+
+    ``period_s`` is how often its work repeats, so a timed block can last long enough
+    to see it (and start at a random phase of it).
+    """
 
     name = "none"
     available = True
     reason = ""
+    period_s = 0.1
 
     def start(self) -> None:
         pass
@@ -61,6 +66,7 @@ class NbgpuMonitor(Monitor):
     """``nbgpu.Sampler(source, gpus)`` at default interval and read schedule."""
 
     name = "nbgpu"
+    period_s = 1.0  # ticks every 0.5 s, buffer drains every 1 s
 
     def __init__(self, source: object = "nvml", gpus: list[int] | None = None) -> None:
         self.source, self.gpus = source, gpus
@@ -116,6 +122,7 @@ class NaivePollMonitor(Monitor):
     """A daemon thread: utilisation, memory, temperature and power of each GPU every ``period_s``."""
 
     name = "naive_50hz"
+    period_s = 0.02
 
     def __init__(self, nvml=None, gpus: list[int] | None = None, period_s: float = 0.02) -> None:
         self.nvml, self.gpus, self.period_s = nvml, gpus, period_s
@@ -163,6 +170,7 @@ class NvitopMonitor(Monitor):
     """nvitop's ``ResourceMetricCollector`` (default interval) collecting in a daemon thread."""
 
     name = "nvitop"
+    period_s = 1.0
 
     def __init__(self) -> None:
         try:
