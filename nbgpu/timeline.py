@@ -179,15 +179,16 @@ class Timeline:
                 continue
             data = {"time": t}
             data.update({k: v for k, v in cols.items() if not np.isnan(v).all()})
-            if decimated.any():
-                data["decimated"] = decimated
+            data["decimated"] = np.asarray(decimated, dtype=bool)
             frames.append(pd.DataFrame(data))
         if not frames:
             return None
         df = pd.concat(frames, ignore_index=True, sort=False)
         df = df.sort_values("time", kind="stable")
         if df["time"].duplicated().any():
-            df = df.groupby("time", sort=True, as_index=False).first()
+            df = df.groupby("time", sort=True, as_index=False).agg(
+                {c: ("any" if c == "decimated" else "first") for c in df.columns if c != "time"})
+        df["decimated"] = df["decimated"].astype(bool)
         return df
 
     def to_pandas(self, host: bool = True, resolution: str = "tick") -> pd.DataFrame:
