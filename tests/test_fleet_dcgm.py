@@ -143,7 +143,7 @@ def test_a_node_that_stops_answering_goes_stale_not_zero(fleet):
             rows = wait_until(
                 lambda: (lambda rs: rs if all(r["states"]["mem_used_bytes"] != "live" for r in rs
                                               if r["gpu"].startswith("gpu-node-b/")) else None)(s.latest()),
-                20 * SCRAPE_S, "gpu-node-b stale")
+                45 * SCRAPE_S, "gpu-node-b stale")  # generous: a loaded CI box scrapes late
         finally:
             nodes["gpu-node-b"].down = False
         for r in rows:
