@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check nbgpu tests benchmarks
-.venv/bin/python -m pytest -q -ra "$@"
+.venv/bin/python -m pytest -q -ra -n 4 --dist load "$@"

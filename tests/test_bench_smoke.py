@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 TOP_KEYS = {"schema", "device", "driver", "gpu_count", "command", "quick", "started_utc", "host",
             "packages", "targets", "benchmarks"}
@@ -26,35 +28,49 @@ def _names() -> list[tuple[str, str]]:
     return [(b.name, b.part) for b in all_benchmarks()]
 
 
-def test_quick_run_writes_results_json(tmp_path: Path) -> None:
+def _quick(tmp_path: Path, only: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO),
                                                                    os.environ.get("PYTHONPATH")) if p))
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", ",".join(only),
+                           "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1, files
     assert files[0].name.endswith("-quick.json")
-    doc = json.loads(files[0].read_text())
+    return done, json.loads(files[0].read_text())
+
+
+def test_quick_run_writes_results_json(tmp_path: Path) -> None:
+    """The whole harness once: every GPU benchmark (skipped without a GPU) and one CPU one."""
+    gpu_names = [n for n, part in _names() if part == "gpu"]
+    done, doc = _quick(tmp_path, [*gpu_names, "store_24h"])
     assert doc.keys() >= TOP_KEYS
     assert doc["quick"] is True and doc["command"].startswith("python -m benchmarks --quick")
     assert doc["packages"]["nbgpu"]
     records = doc["benchmarks"]
     gpu_here = doc["gpu_count"] > 0
-    for name, part in _names():
+    for name in [*gpu_names, "store_24h"]:
         rec = records[name]
         assert rec["status"] in ("ok", "skipped"), (name, rec)
         if rec["status"] == "skipped":
             assert rec["reason"], name
-        if part == "gpu" and not gpu_here:
+        if not gpu_here and name in gpu_names:
             assert rec["status"] == "skipped" and "no usable GPU" in rec["reason"]
-        if part == "cpu":  # everything it needs is installed here: none may be skipped
-            assert rec["status"] == "ok", (name, rec)
+    assert records["store_24h"]["status"] == "ok"
     for t in doc["targets"]:
         assert t.keys() >= TARGET_KEYS
         assert t["met"] in (True, False, None)
     assert any(t["benchmark"] == "store_24h" for t in doc["targets"])
     assert "targets" in done.stdout and "wrote" in done.stdout
+
+
+@pytest.mark.parametrize("name", [n for n, part in _names() if part == "cpu" and n != "store_24h"])
+def test_each_cpu_benchmark_runs_here(name: str, tmp_path: Path) -> None:
+    """Everything a CPU benchmark needs is installed here: none may be skipped or fail."""
+    _, doc = _quick(tmp_path, [name])
+    rec = doc["benchmarks"][name]
+    assert rec["status"] == "ok", (name, rec)
 
 
 def test_unknown_benchmark_name_is_refused(tmp_path: Path) -> None:
