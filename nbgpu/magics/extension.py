@@ -58,6 +58,9 @@ def unload(ipython) -> None:
     except Exception as exc:
         log.warning("nbgpu: could not turn off cell profiling: %s", exc)
     session.reset()
+    from ..widgets.schedule import SCHEDULE
+
+    SCHEDULE.wait_idle()  # no panel timer thread outlives the extension
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):
         magics[kind].pop("gpumon", None)

@@ -107,6 +107,9 @@ class GPUMonMagics(Magics):
             if cells:  # otherwise the next profiled cell would start the sampler again
                 disable_cell_mode(self.shell)
             session.stop_shared()
+            from ..widgets.schedule import SCHEDULE
+
+            SCHEDULE.wait_idle()  # the panels' timer thread has ended when this returns
             print(f"nbgpu: stopped the sampler and {n} panel(s)"
                   + (" and per-cell profiles" if cells else "") + "; %gpumon starts again.")
             return None

@@ -72,6 +72,15 @@ class RefreshSchedule:
         thread = self._thread
         return int(thread is not None and thread.is_alive())
 
+    def wait_idle(self, timeout_s: float = 1.0) -> bool:
+        """With no panel scheduled, wait for the timer thread to end; True when none is left."""
+        with self._cond:
+            thread = None if self._panels else self._thread
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join(timeout_s)
+        return self.threads() == 0 or bool(self.scheduled())
+
     def step(self, now: float) -> int:
         """Tick every panel due at ``now`` (what the thread does when it wakes); returns how many."""
         with self._cond:
