@@ -72,6 +72,8 @@ def torch_uuid(cuda: object, index: int) -> str:
         uuid = str(cuda.get_device_properties(index).uuid)
     except Exception:
         return ""
+    if not uuid:
+        return ""
     return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 

@@ -208,13 +208,35 @@ def jupyter_server(app: str, root: Path, theme: str | None = None):
         with contextlib.suppress(Exception):
             for k in server.api("/api/kernels"):
                 server.api(f"/api/kernels/{k['id']}", method="DELETE")
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
         log.close()
+
+
+PATHS = """() => Array.from(document.querySelectorAll('.nbgpu-spark')).map(
+    f => Array.from(f.querySelectorAll('path.line')).map(p => p.getAttribute('d') || ''))"""
+VALUES = "() => Array.from(document.querySelectorAll('.nbgpu-v')).map(e => e.textContent)"
+
+
+def panel_motion(page, timeout_ms: int = 90_000) -> tuple[list, list, list]:
+    """Once the panel drew lines and numbers: its line paths, again 2 s later, and its values."""
+    page.wait_for_selector(".nbgpu-spark path.line", state="attached", timeout=timeout_ms)
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('.nbgpu-v')).some(e => /\\d/.test(e.textContent))",
+        timeout=30_000)
+    time.sleep(1.0)
+    before = page.evaluate(PATHS)
+    time.sleep(2.0)
+    return before, page.evaluate(PATHS), page.evaluate(VALUES)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate ``proc``, then kill it if it has not ended within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 @contextlib.contextmanager

@@ -13,16 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest_panel import chromium_page, jupyter_server, run_all_cells, write_notebook
+from conftest_panel import chromium_page, jupyter_server, panel_motion, run_all_cells, write_notebook
 
 pytestmark = pytest.mark.browser
 
 CELLS = ["%load_ext nbgpu",
          "%gpumon --source sim --window 30",
          "import time\ntime.sleep(40)  # the panel must keep updating while this cell runs"]
-PATHS = """() => Array.from(document.querySelectorAll('.nbgpu-spark')).map(
-    f => Array.from(f.querySelectorAll('path.line')).map(p => p.getAttribute('d') || ''))"""
-VALUES = "() => Array.from(document.querySelectorAll('.nbgpu-v')).map(e => e.textContent)"
 TEXT_RGB = "() => getComputedStyle(document.querySelector('.nbgpu-p')).color"
 
 
@@ -39,15 +36,7 @@ def _check_panel(app: str, tmp_path: Path, theme: str | None) -> tuple[Path, obj
             chromium_page(tmp_path / ".chromium", width=1440) as page:
         page.goto(server.url(app, "panel.ipynb"))
         run_all_cells(page)
-        page.wait_for_selector(".nbgpu-spark path.line", state="attached", timeout=90_000)
-        page.wait_for_function(
-            "() => Array.from(document.querySelectorAll('.nbgpu-v')).some(e => /\\d/.test(e.textContent))",
-            timeout=30_000)
-        time.sleep(1.0)
-        before = page.evaluate(PATHS)
-        time.sleep(2.0)
-        after = page.evaluate(PATHS)
-        values = page.evaluate(VALUES)
+        before, after, values = panel_motion(page)
         busy = page.locator(".jp-InputPrompt", has_text="[*]").count()
         text = page.inner_text(".nbgpu-panel")
         rgb = page.evaluate(TEXT_RGB)

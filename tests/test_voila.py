@@ -27,8 +27,7 @@ import psutil
 import pytest
 from nbclient import NotebookClient
 
-from conftest_panel import chromium_page, free_port
-from test_panel_browser import PATHS, VALUES
+from conftest_panel import chromium_page, free_port, panel_motion, stop_process
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
@@ -68,12 +67,7 @@ def voila_server(notebook: Path, workdir: Path) -> Iterator[tuple[str, psutil.Pr
     finally:
         with contextlib.suppress(psutil.Error):
             children = server.children(recursive=True)
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
         for child in children:
             with contextlib.suppress(psutil.Error):
                 child.kill()
@@ -106,15 +100,7 @@ def test_voila_dashboard_moves_in_chromium(tmp_path: Path) -> None:
     with voila_server(NOTEBOOK, tmp_path) as (url, server), \
             chromium_page(tmp_path / "chromium", width=1280, height=720) as page:
         page.goto(url, timeout=120_000)
-        page.wait_for_selector(".nbgpu-spark path.line", state="attached", timeout=120_000)
-        page.wait_for_function(
-            "() => Array.from(document.querySelectorAll('.nbgpu-v')).some(e => /\\d/.test(e.textContent))",
-            timeout=30_000)
-        time.sleep(1.0)
-        before = page.evaluate(PATHS)
-        time.sleep(2.0)
-        after = page.evaluate(PATHS)
-        values = page.evaluate(VALUES)
+        before, after, values = panel_motion(page, timeout_ms=120_000)
         panel_text = page.inner_text(".nbgpu-panel")
         page_text = page.inner_text("body")
         errors = page.locator(STDERR_OUTPUTS).all_inner_texts()

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..diagnostics.engine import register_activity
 from ..errors import BadArgumentError
+from ..peaks import torch_uuid
 from ..sampler import Sampler, running_samplers
 from ..timeline import Timeline
 from .summary import Summary, rows_frame, selected, summarize
@@ -157,16 +158,8 @@ class _TorchStats:
                 "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
                 "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
                 "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
-                "torch_uuid": _torch_uuid(cuda, i),
+                "torch_uuid": torch_uuid(cuda, i),
             }
-
-
-def _torch_uuid(cuda, i: int) -> str:
-    try:
-        uuid = str(cuda.get_device_properties(i).uuid)
-    except Exception:
-        return ""
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
 class Capture:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadArgumentError
 from ..files import atomic_file
+from ..peaks import torch_cuda, torch_uuid
 from ..sources.base import Device
 from ..units import GIB, KIB, MIB, TIB
 
@@ -79,18 +80,9 @@ class Allocation:
     stack: tuple[str, ...]
 
 
-def _torch_cuda():
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None) if torch is not None else None
-    try:
-        return cuda if cuda is not None and cuda.is_initialized() else None
-    except Exception:
-        return None
-
-
 def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
     """(framework, {device index: allocated/reserved/peak bytes}) from a framework the user imported."""
-    cuda = _torch_cuda()
+    cuda = torch_cuda()
     if cuda is not None:
         out = {}
         try:
@@ -98,7 +90,7 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
                 out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)),
                           "reserved_bytes": float(cuda.memory_reserved(i)),
                           "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
-                          "uuid": _torch_uuid(cuda, i)}
+                          "uuid": torch_uuid(cuda, i)}
         except Exception:
             pass
         return "pytorch", out
@@ -114,16 +106,6 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
             pass
         return "tensorflow", out
     return None, {}
-
-
-def _torch_uuid(cuda, i: int) -> str:
-    try:
-        uuid = str(cuda.get_device_properties(i).uuid)
-    except Exception:
-        return ""
-    if not uuid:
-        return ""
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
@@ -150,7 +132,7 @@ def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]
     "off" means PyTorch runs but its allocator history is not being recorded, so live
     blocks carry no stacks; enable it with ``torch.cuda.memory._record_memory_history()``.
     """
-    cuda = _torch_cuda()
+    cuda = torch_cuda()
     memory = getattr(cuda, "memory", None)
     snap_fn = getattr(memory, "_snapshot", None)
     if snap_fn is None:
