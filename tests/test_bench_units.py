@@ -90,11 +90,16 @@ def test_thread_cpu_probe_sees_a_busy_thread_and_not_an_idle_one() -> None:
 
     from benchmarks.gpu_overhead import other_threads_cpu_s
 
-    stop = threading.Event()
+    stop, done = threading.Event(), threading.Event()
+    own: list[float] = []
 
-    def spin() -> None:
-        while not stop.is_set():
+    def spin() -> None:  # burns 0.2 s of its own CPU, however loaded the machine is
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.2:
             sum(range(1000))
+        own.append(time.thread_time() - t0)
+        done.set()
+        stop.wait()
 
     idle = threading.Thread(target=stop.wait, daemon=True)
     idle.start()
@@ -102,11 +107,11 @@ def test_thread_cpu_probe_sees_a_busy_thread_and_not_an_idle_one() -> None:
     time.sleep(0.2)
     assert other_threads_cpu_s() - c0 < 0.05
     busy = threading.Thread(target=spin, daemon=True)
-    busy.start()
     c1 = other_threads_cpu_s()
-    time.sleep(0.3)
+    busy.start()
+    assert done.wait(60)
     used = other_threads_cpu_s() - c1
     stop.set()
     busy.join()
     idle.join()
-    assert used > 0.05
+    assert used == pytest.approx(own[0], abs=0.03)  # the probe reads the thread's own clock

@@ -278,11 +278,11 @@ class PrometheusSource:
         """How fine the readings are: Prometheus' scrape interval, in words."""
         if self.resolution_s != self.resolution_s:
             return None
-        return f"one reading per Prometheus scrape, every {self.resolution_s:g} s"
+        return f"one reading per Prometheus scrape, every {_seconds(self.resolution_s)} s"
 
     def describe(self) -> str:
         hosts = sorted({d.node for d in self._devices.values()})
-        res = f", every {self.resolution_s:g} s" if self.resolution_s == self.resolution_s else ""
+        res = f", every {_seconds(self.resolution_s)} s" if self.resolution_s == self.resolution_s else ""
         sim = " simulated" if self.simulated else ""
         return (f"{len(self._devices)}{sim} GPU(s) on {len(hosts)} host(s) from Prometheus at "
                 f"{self.url}{res}")
@@ -345,3 +345,8 @@ class PrometheusSource:
 def _natural(key: str) -> tuple:
     host, _, gpu = key.partition("/")
     return (host, [int(p) if p.isdigit() else p for p in gpu.split("/")])
+
+
+def _seconds(value: float) -> str:
+    """A measured scrape interval as a person reads it: two significant figures (1.004 -> "1")."""
+    return f"{float(f'{value:.2g}'):g}"
