@@ -102,15 +102,6 @@ class SamplerStatus:
     resolution_note: str | None = None
 
 
-def _process_info(p: object) -> ProcessInfo:
-    """A source's process entry (a ProcessInfo, or an old-style dict) as a ProcessInfo."""
-    if isinstance(p, ProcessInfo):
-        return p
-    used = p.get("used_bytes")
-    used = None if used is None or (isinstance(used, float) and math.isnan(used)) else int(used)
-    return ProcessInfo(int(p["pid"]), used, p.get("name"), p.get("user"))
-
-
 class Sampler:
     """Samples every GPU of a source (and the host) from one background thread.
 
@@ -574,7 +565,7 @@ class Sampler:
         procs = procs() if callable(procs) else procs
         if not procs:
             return
-        snap = {k: [_process_info(p) for p in v] for k, v in dict(procs).items()
+        snap = {k: list(v) for k, v in dict(procs).items()
                 if k in self._kept_keys}
         with self._lock:
             self._processes.update(snap)

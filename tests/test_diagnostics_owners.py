@@ -9,6 +9,7 @@ from conftest_diagnostics import drive, sim_sampler
 from nbgpu import SimulatedGPUs
 from nbgpu.diagnostics import memory_owners
 from nbgpu.diagnostics.owners import MISMATCH, OK, attribute
+from nbgpu.sources.base import ProcessInfo
 
 GONE_PID = 4_194_000  # above the usual pid_max: no process has it here
 
@@ -53,7 +54,7 @@ def test_pids_that_do_not_exist_here_are_a_namespace_mismatch_not_someone_else()
 
 
 def test_framework_memory_without_our_pid_is_a_mismatch():
-    procs = {0: [{"pid": 1, "used_bytes": 8e9}]}
+    procs = {0: [ProcessInfo(pid=1, used_bytes=8_000_000_000)]}
     status, why = attribute(procs, {os.getpid()}, framework_bytes=8e9, pid_exists=lambda p: True)
     assert status == MISMATCH and "7.5 GiB" in why
     status, _ = attribute(procs, {os.getpid()}, framework_bytes=0.0, pid_exists=lambda p: True)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..sources.base import ProcessInfo
 from ..units import fmt_bytes
 from .frameworks import nvml_index_of, tensorflow_memory, torch_memory
 
@@ -37,6 +38,11 @@ def tree_pids() -> set[int]:
     return pids
 
 
+def used_bytes(p: ProcessInfo) -> float:
+    """Memory a process holds, in bytes; NaN where NVML does not say."""
+    return math.nan if p.used_bytes is None else float(p.used_bytes)
+
+
 def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0.0,
               pid_exists: Callable[[int], bool] | None = None) -> tuple[str, str]:
     """(status, explanation) of whether NVML's PIDs can be matched to this kernel's.
@@ -46,7 +52,7 @@ def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0
     """
     if processes is None:
         return UNKNOWN, "this source reports no process lists"
-    listed = {p["pid"] for procs in processes.values() for p in procs}
+    listed = {p.pid for procs in processes.values() for p in procs}
     if listed & mine:
         return OK, ""
     if pid_exists is None:
@@ -75,7 +81,7 @@ def gpus_in_use(processes: dict | None, mine: set[int], status: str) -> set | No
     """GPUs this kernel's processes hold memory on; None when that cannot be told."""
     if status != OK or processes is None:
         return None
-    return {gpu for gpu, procs in processes.items() if any(p["pid"] in mine for p in procs)}
+    return {gpu for gpu, procs in processes.items() if any(p.pid in mine for p in procs)}
 
 
 def _command(pid: int) -> tuple[str, str]:
@@ -177,14 +183,14 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
         gpu = dev.key
         procs = (processes or {}).get(gpu, [])
         others = []
-        for p in sorted(procs, key=lambda p: -(p["used_bytes"] if p["used_bytes"] == p["used_bytes"] else 0)):
-            if status == OK and p["pid"] in mine:
-                who = "this kernel" if p["pid"] == os.getpid() else "child process"
-                command, _ = _command(p["pid"])
-                rows.append({"gpu": gpu, "who": who, "pid": p["pid"], "processes": 1,
-                             "used_bytes": p["used_bytes"], "command": command, "user": ""})
-                if p["used_bytes"] == p["used_bytes"]:
-                    ours[gpu] = ours.get(gpu, 0.0) + p["used_bytes"]
+        for p in sorted(procs, key=lambda p: -(p.used_bytes or 0)):
+            if status == OK and p.pid in mine:
+                who = "this kernel" if p.pid == os.getpid() else "child process"
+                command, _ = _command(p.pid)
+                rows.append({"gpu": gpu, "who": who, "pid": p.pid, "processes": 1,
+                             "used_bytes": used_bytes(p), "command": command, "user": ""})
+                if p.used_bytes is not None:
+                    ours[gpu] = ours.get(gpu, 0.0) + p.used_bytes
             else:
                 others.append(p)
         if not others:
@@ -192,11 +198,11 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
         label = "other processes" if status == OK else "unattributed processes"
         if show_others:
             for p in others:
-                command, user = _command(p["pid"]) if status == OK else ("", "")
-                rows.append({"gpu": gpu, "who": label, "pid": p["pid"], "processes": 1,
-                             "used_bytes": p["used_bytes"], "command": command, "user": user})
+                command, user = _command(p.pid) if status == OK else ("", "")
+                rows.append({"gpu": gpu, "who": label, "pid": p.pid, "processes": 1,
+                             "used_bytes": used_bytes(p), "command": command, "user": user})
         else:
-            used = [p["used_bytes"] for p in others]
+            used = [used_bytes(p) for p in others]
             known = [u for u in used if u == u]
             rows.append({"gpu": gpu, "who": label, "pid": None, "processes": len(others),
                          "used_bytes": float(sum(known)) if known else math.nan,
@@ -257,7 +263,7 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
     status, why = attribute(processes, mine, 0.0, pid_exists)
     out = {}
     for gpu, procs in processes.items():
-        used = [p["used_bytes"] for p in procs]
+        used = [used_bytes(p) for p in procs]
         if status != OK:
             out[gpu] = GpuUsers(gpu, unattributed_bytes=_sum(used), unattributed_processes=len(procs),
                                 attributed=False, note=why)
@@ -265,7 +271,7 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
         groups: dict[str, list[float]] = {"kernel": [], "user": [], "others": []}
         for p in procs:
             who = "kernel" if p.pid in mine else ("user" if p.user == user else "others")
-            groups[who].append(p["used_bytes"])
+            groups[who].append(used_bytes(p))
         out[gpu] = GpuUsers(gpu, _sum(groups["kernel"]), len(groups["kernel"]), _sum(groups["user"]),
                             len(groups["user"]), _sum(groups["others"]), len(groups["others"]))
     return out

@@ -102,22 +102,6 @@ class ProcessInfo:
     name: str | None = None
     user: str | None = None
 
-    def __getitem__(self, old_key: str):
-        """Transitional dict-style read (``p["pid"]``, ``p["used_bytes"]`` as a float or NaN)."""
-        if old_key not in self.__dataclass_fields__:
-            raise KeyError(old_key)
-        value = getattr(self, old_key)
-        if old_key == "used_bytes":
-            return math.nan if value is None else float(value)
-        return value
-
-    def get(self, old_key: str, default=None):
-        """Transitional ``dict.get``."""
-        try:
-            return self[old_key]
-        except KeyError:
-            return default
-
 
 @dataclass
 class Batch:
