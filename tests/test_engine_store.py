@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 import nbgpu
-from nbgpu.decimate import decimate_minmax
 from nbgpu.store import Store
 
 
@@ -100,17 +99,6 @@ def test_series_reads_coarse_then_full_resolution_in_time_order():
     t, _ = store.series(0, "power_w")
     assert (np.diff(t) > 0).all()
     assert t[0] < 1e9 + 10 and t[-1] > 1e9 + 299
-
-
-def test_decimate_minmax_keeps_peaks_and_bounds_points():
-    t = np.arange(100_000) / 1000.0
-    v = np.zeros_like(t)
-    v[54_321] = 99.0
-    v[70_000] = -5.0
-    dt, dv = decimate_minmax(t, v, 200)
-    assert len(dt) <= 400
-    assert dv.max() == 99.0 and dv.min() == -5.0
-    assert (np.diff(dt) > 0).all()
 
 
 def sampled() -> nbgpu.Sampler:
