@@ -40,25 +40,35 @@ class Monitor:
         return {}
 
 
-class ControlMonitor(Monitor):
-    """A thread that starts, waits and stops like a monitor but reads nothing."""
-
-    name = "control"
+class ThreadMonitor(Monitor):
+    """A monitor that runs ``target`` in one daemon thread until ``stop()``."""
 
     def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
+    def _start_thread(self, target, name: str) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._stop.wait, name="control-monitor", daemon=True)
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
         self._thread.start()
 
-    def stop(self) -> dict:
+    def _end_thread(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._thread = None
+
+
+class ControlMonitor(ThreadMonitor):
+    """A thread that starts, waits and stops like a monitor but reads nothing."""
+
+    name = "control"
+
+    def start(self) -> None:
+        self._start_thread(self._stop.wait, "control-monitor")
+
+    def stop(self) -> dict:
+        self._end_thread()
         return {}
 
 
@@ -118,16 +128,15 @@ class NbgpuPanelMonitor(NbgpuMonitor):
         return facts
 
 
-class NaivePollMonitor(Monitor):
+class NaivePollMonitor(ThreadMonitor):
     """A daemon thread: utilisation, memory, temperature and power of each GPU every ``period_s``."""
 
     name = "naive_50hz"
     period_s = 0.02
 
     def __init__(self, nvml=None, gpus: list[int] | None = None, period_s: float = 0.02) -> None:
+        super().__init__()
         self.nvml, self.gpus, self.period_s = nvml, gpus, period_s
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self.records: list[dict] = []
 
     def start(self) -> None:
@@ -139,7 +148,6 @@ class NaivePollMonitor(Monitor):
         nvml.nvmlInit()
         indices = self.gpus if self.gpus is not None else range(nvml.nvmlDeviceGetCount())
         handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in indices]
-        self._stop.clear()
         self.records = []
 
         def poll() -> None:
@@ -154,14 +162,10 @@ class NaivePollMonitor(Monitor):
                         "power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0})
                 time.sleep(self.period_s)
 
-        self._thread = threading.Thread(target=poll, name="naive-gpu-poll", daemon=True)
-        self._thread.start()
+        self._start_thread(poll, "naive-gpu-poll")
 
     def stop(self) -> dict:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._thread = None
+        self._end_thread()
         self.nvml.nvmlShutdown()
         return {"readings": len(self.records), "period_s": self.period_s}
 
