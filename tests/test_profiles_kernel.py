@@ -13,7 +13,10 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 
 @pytest.fixture(scope="module")
 def loaded(kernel):
-    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time")
+    # Every test of the module sees the same simulated GPUs, whichever worker runs it and in
+    # whatever order: the kernel's shared sampler is simulated from the start.
+    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time\n"
+                                "from nbgpu import session\nsession.ensure_sampler('sim', 0.1)")
     assert reply["status"] == "ok", outputs
     return kernel
 
