@@ -66,7 +66,9 @@ def test_detection_by_class_name_and_message():
 
 @pytest.fixture(scope="module")
 def oom_kernel(kernel):
-    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time, sys\n" + FAKE_TORCH)
+    # simulated GPUs from the start, so no test depends on which ran before it
+    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time, sys\nfrom nbgpu import session\n"
+                                "session.ensure_sampler('sim', 0.1)\n" + FAKE_TORCH)
     assert reply["status"] == "ok", outputs
     return kernel
 
