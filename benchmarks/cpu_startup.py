@@ -58,6 +58,30 @@ def run_import(ctx: Context) -> Outcome:
     return out
 
 
+def breakdown(runs: list[dict]) -> list[list]:
+    """[phase, median seconds since sending, median seconds since the previous phase].
+
+    Only phases every run reached are kept, in the order of their median times.
+    """
+    by_phase: dict[str, list[tuple[float, float]]] = {}
+    for run in runs:
+        for name, at_s, step_s in run.get("timeline", []):
+            by_phase.setdefault(name, []).append((at_s, step_s))
+    rows = [[name, median([a for a, _ in v]), median([d for _, d in v])]
+            for name, v in by_phase.items() if len(v) == len(runs)]
+    return sorted(rows, key=lambda r: r[1])
+
+
+def _bound_note(rows: list[list], imports: dict | None) -> str:
+    """One line: the longest steps to the first update, and the heaviest imports."""
+    longest = sorted(rows, key=lambda r: -r[2])[:3]
+    text = "longest steps: " + "; ".join(f"{name} {1000 * step:.0f} ms" for name, _, step in longest)
+    if imports:
+        heavy = ", ".join(f"{m} {ms:.0f}" for m, ms in imports["own_ms_by_package"][:6])
+        text += f". Imports in the cell (own ms under -X importtime): {heavy}"
+    return text
+
+
 def run_first_update(ctx: Context) -> Outcome:
     """Time from sending ``%load_ext nbgpu`` + ``%gpumon`` to the first widget update."""
     from .kernel_probe import first_panel_update
@@ -73,4 +97,7 @@ def run_first_update(ctx: Context) -> Outcome:
     out.targets.append(Target("%load_ext + %gpumon to first panel update (median)",
                               median(res["first_update_s"]), "s", "<=", FIRST_UPDATE_TARGET_S))
     out.figure("to panel displayed (median)", median(res["displayed_s"]), "s")
+    rows = breakdown(res["runs"])
+    res["breakdown"] = rows
+    out.notes.append(_bound_note(rows, res.get("imports")))
     return out

@@ -1,59 +1,189 @@
-"""Drive a real IPython kernel through jupyter_client and time the panel's first messages."""
+"""Drive a real IPython kernel through jupyter_client and time the panel's first messages.
+
+Beside the times the client sees (display, comm opens, first update), every run then asks
+the kernel for nbgpu's start-up stamps (``nbgpu.magics.startup``) and the time of the
+sampler's first tick, so the raw output says where the wait went. One extra run under
+``-X importtime`` (not timed: it slows imports) lists what the cell imported.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import queue
+import tempfile
 import time
+from collections.abc import Iterator
 
 TIMEOUT_S = 30.0
+_MARK = "NBGPU-STARTUP "
+# Run in the kernel after the first update: the stamps, the first tick, what got imported.
+_REPORT_CODE = f"""
+import json as _j, sys as _s
+from nbgpu import session as _se
+from nbgpu.magics import startup as _st
+_smp = _se.shared_sampler()
+_t = _smp.store.read_stream("host", "tick")[0] if _smp is not None else []
+print({_MARK!r} + _j.dumps({{
+    "stamps": _st.stamps(),
+    "first_tick": float(_t[0]) if len(_t) else None,
+    "modules": sorted(m for m in ("numpy", "pandas", "pyarrow", "bqplot", "ipywidgets", "pynvml",
+                                  "torch", "matplotlib", "nbgpu.diagnostics", "nbgpu.profiles")
+                      if m in _s.modules),
+}}))
+"""
+HEAVY_ROOTS = 12  # how many packages the import list keeps
 
 
-def _one(env: dict[str, str], code: str) -> dict:
+@contextlib.contextmanager
+def _kernel(env: dict[str, str], stderr=None) -> Iterator[object]:
+    """A fresh kernel's client, ready and with its start-up chatter read."""
     from jupyter_client import KernelManager
 
     km = KernelManager(kernel_name="python3")
-    km.start_kernel(env=env)
+    km.start_kernel(env=env, **({} if stderr is None else {"stderr": stderr}))
     kc = km.client()
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=60)
-        while True:  # drop start-up chatter
+        while True:
             try:
                 kc.get_iopub_msg(timeout=0.2)
             except queue.Empty:
                 break
-        t0 = time.perf_counter()
-        msg_id = kc.execute(code)
-        res: dict = {"displayed_s": None, "first_update_s": None, "comm_opens": 0, "errors": []}
-        while time.perf_counter() - t0 < TIMEOUT_S and res["first_update_s"] is None:
-            try:
-                msg = kc.get_iopub_msg(timeout=0.5)
-            except queue.Empty:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            now = time.perf_counter() - t0
-            if kind == "comm_open":
-                res["comm_opens"] += 1
-            elif kind == "display_data" and res["displayed_s"] is None:
-                if "application/vnd.jupyter.widget-view+json" in content.get("data", {}):
-                    res["displayed_s"] = now
-            elif kind == "comm_msg" and content.get("data", {}).get("method") == "update":
-                if res["displayed_s"] is not None:
-                    res["first_update_s"] = now
-            elif kind == "error":
-                res["errors"].append(f"{content.get('ename')}: {content.get('evalue')}")
-            elif kind == "stream" and msg["parent_header"].get("msg_id") == msg_id:
-                res.setdefault("output", []).append(content.get("text", "")[:300])
-        return res
+        yield kc
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
 
 
-def first_panel_update(env: dict[str, str], repeats: int, source: str | None = "sim") -> dict:
+def _watch(kc, code: str) -> dict:
+    """Send ``code``; epoch seconds of the display, comm opens and first update seen."""
+    sent = time.time()
+    msg_id = kc.execute(code)
+    res: dict = {"sent": sent, "displayed": None, "first_update": None, "first_comm_open": None,
+                 "last_comm_open": None, "comm_opens": 0, "errors": [], "output": []}
+    while time.time() - sent < TIMEOUT_S and res["first_update"] is None:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        kind, content, now = msg["msg_type"], msg["content"], time.time()
+        if kind == "comm_open":
+            res["comm_opens"] += 1
+            res["first_comm_open"] = res["first_comm_open"] or now
+            res["last_comm_open"] = now
+        elif kind == "display_data" and res["displayed"] is None:
+            if "application/vnd.jupyter.widget-view+json" in content.get("data", {}):
+                res["displayed"] = now
+        elif kind == "comm_msg" and content.get("data", {}).get("method") == "update":
+            if res["displayed"] is not None:
+                res["first_update"] = now
+        elif kind == "error":
+            res["errors"].append(f"{content.get('ename')}: {content.get('evalue')}")
+        elif kind == "stream" and msg["parent_header"].get("msg_id") == msg_id:
+            res["output"].append(content.get("text", "")[:300])
+    return res
+
+
+def _ask(kc, code: str) -> dict | None:
+    """Run ``code`` and return the JSON it printed after ``_MARK`` (None if nothing came)."""
+    printed: list[str] = []
+
+    def hook(msg) -> None:
+        if msg["msg_type"] == "stream":
+            printed.append(msg["content"].get("text", ""))
+
+    reply = kc.execute_interactive(code, timeout=TIMEOUT_S, output_hook=hook)
+    if reply["content"].get("status") != "ok":
+        return None
+    for line in "".join(printed).splitlines():
+        if line.startswith(_MARK):
+            return json.loads(line[len(_MARK):])
+    return None
+
+
+def timeline(seen: dict, kernel: dict | None) -> list[list]:
+    """[phase, seconds since the cell was sent, seconds since the previous phase], in time order.
+
+    Kernel stamps and what the client saw merge into one list; both use this machine's clock.
+    """
+    sent = seen["sent"]
+    events = [(f"kernel: {name}", t) for name, t in (kernel or {}).get("stamps", [])]
+    if kernel and kernel.get("first_tick") is not None:
+        events.append(("kernel: sampler's first tick began", kernel["first_tick"]))
+    for key, label in (("first_comm_open", "client: first comm_open"),
+                       ("last_comm_open", "client: last comm_open before the update"),
+                       ("displayed", "client: panel displayed"),
+                       ("first_update", "client: first panel update")):
+        if seen.get(key) is not None:
+            events.append((label, seen[key]))
+    events.sort(key=lambda e: e[1])
+    out, prev = [], sent
+    for name, t in events:
+        out.append([name, round(t - sent, 4), round(t - prev, 4)])
+        prev = t
+    return out
+
+
+def _one(env: dict[str, str], code: str) -> dict:
+    with _kernel(env) as kc:
+        seen = _watch(kc, code)
+        kernel = _ask(kc, _REPORT_CODE) if seen["first_update"] is not None else None
+    sent = seen["sent"]
+    return {"displayed_s": None if seen["displayed"] is None else seen["displayed"] - sent,
+            "first_update_s": None if seen["first_update"] is None else seen["first_update"] - sent,
+            "comm_opens": seen["comm_opens"], "errors": seen["errors"], "output": seen["output"],
+            "modules": (kernel or {}).get("modules"), "timeline": timeline(seen, kernel)}
+
+
+def parse_importtime(text: str) -> dict:
+    """Top-level imports (cumulative ms) and own time per root package (ms) from ``-X importtime``."""
+    top: list[tuple[str, float]] = []
+    roots: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        parts = line[len("import time:"):].split("|")
+        if len(parts) != 3 or not parts[0].strip().isdigit():
+            continue  # the header line
+        own_us, cum_us, name = int(parts[0]), int(parts[1]), parts[2]
+        module = name.strip()
+        depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        roots[module.split(".")[0]] = roots.get(module.split(".")[0], 0.0) + own_us / 1000
+        if depth == 0:
+            top.append((module, cum_us / 1000))
+    top.sort(key=lambda m: -m[1])
+    heavy = sorted(roots.items(), key=lambda r: -r[1])[:HEAVY_ROOTS]
+    return {"top_level_ms": [[m, round(ms, 1)] for m, ms in top[:HEAVY_ROOTS]],
+            "own_ms_by_package": [[m, round(ms, 1)] for m, ms in heavy],
+            "total_own_ms": round(sum(roots.values()), 1)}
+
+
+def imports_of(env: dict[str, str], code: str) -> dict:
+    """What ``code`` imported in a fresh kernel, from ``-X importtime`` (times inflated by it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel-stderr.txt")
+        with open(path, "wb") as err, _kernel({**env, "PYTHONPROFILEIMPORTTIME": "1"}, err) as kc:
+            start = os.path.getsize(path)  # what the kernel imported before the cell
+            seen = _watch(kc, code)
+        with open(path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
+    out = parse_importtime(text)
+    out["first_update_s_under_importtime"] = (None if seen["first_update"] is None
+                                              else seen["first_update"] - seen["sent"])
+    return out
+
+
+def first_panel_update(env: dict[str, str], repeats: int, source: str | None = "sim",
+                       imports: bool = True) -> dict:
     """Seconds from sending the magics to the panel's display and to its first update.
 
     ``source`` None runs a plain ``%gpumon`` (real GPUs); a fresh kernel for every repeat.
+    Each run carries its ``timeline`` (see ``timeline``); ``imports`` adds one untimed
+    ``-X importtime`` run.
     """
     code = "%load_ext nbgpu\n%gpumon" + (f" --source {source}" if source else "")
     runs = [_one(env, code) for _ in range(repeats)]
@@ -64,4 +194,6 @@ def first_panel_update(env: dict[str, str], repeats: int, source: str | None = "
         errors = [e for r in runs for e in r["errors"]]
         out["unavailable"] = ("no panel update seen within "
                               f"{TIMEOUT_S:g} s" + (f": {errors[0]}" if errors else ""))
+    elif imports:
+        out["imports"] = imports_of(env, code)
     return out

@@ -11,6 +11,7 @@ import logging
 from .. import session
 from ..errors import NbgpuError
 from ..version import __version__
+from . import startup
 
 log = logging.getLogger("nbgpu")
 
@@ -36,10 +37,13 @@ def load_message() -> str:
 
 def load(ipython) -> None:
     """Register ``%gpumon``/``%%gpumon`` and print the one-line GPU summary."""
+    startup.stamp("extension_imported")
     from .gpumon import GPUMonMagics
 
     ipython.register_magics(GPUMonMagics)
+    startup.stamp("magics_registered")
     print(load_message())
+    startup.stamp("gpus_listed")
 
 
 def unload(ipython) -> None:
