@@ -11,7 +11,11 @@ from ..errors import NbgpuError
 from ..units import fmt_bytes
 from ..widgets.columns import check_gpus
 from ..widgets.hostonly import shared_or_host_only
+from . import startup
+from .background import Background
 from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
+
+STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports
 
 
 def _available_gpus(opts: Options, prog: str) -> list[object]:
@@ -45,6 +49,13 @@ def _sampler(opts: Options, prog: str):
         return shared_or_host_only(opts.source, opts.interval)
     except NbgpuError as exc:
         raise UsageError(f"{prog}: {exc}") from None
+
+
+def _start_shared(opts: Options, prog: str):
+    """The shared sampler, started; the helper thread of ``%gpumon`` runs this."""
+    sampler = _sampler(opts, prog)
+    startup.stamp("sampler_started")
+    return sampler
 
 
 def _processes_line(gpu: object, procs: list) -> str:
@@ -120,15 +131,27 @@ class GPUMonMagics(Magics):
         if opts.cells is not None:
             self._cells(opts)
             return None
-        from ..widgets.monitor import GPUMonitor
+        startup.stamp("gpumon")
+        # Start or re-point the shared sampler (the panel follows it) on a helper thread while
+        # the panel's modules (ipywidgets, bqplot, pandas) import here; diagnostics first, so
+        # the new sampler still gets its alerts engine.
+        from .. import diagnostics  # noqa: F401
 
-        _sampler(opts, "%gpumon")  # start or re-point the shared sampler; the panel follows it
+        starting = Background(lambda: _start_shared(opts, "%gpumon"), STARTER_THREAD)
+        try:
+            from ..widgets.monitor import GPUMonitor
+        finally:
+            startup.stamp("panel_modules")
+            starting.result()
+        startup.stamp("sampler_ready")
         try:
             mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
                              refresh_s=opts.refresh_s)
         except NbgpuError as exc:
             raise UsageError(f"%gpumon: {exc}") from None
+        startup.stamp("panel_built")
         display(mon)
+        startup.stamp("displayed")
         return None
 
     gpumon.__doc__ = help_text()

@@ -1,0 +1,39 @@
+"""One call on a helper thread, its result (or exception) taken later by the caller.
+
+``%gpumon`` opens the sampler's source this way while the main thread imports the panel's
+modules: NVML's calls release the GIL, so on a real GPU the probe and the sampler's first
+tick overlap the imports instead of following them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Background(Generic[T]):
+    """Start ``fn()`` on a daemon thread named ``name`` now; ``result()`` waits and returns it."""
+
+    def __init__(self, fn: Callable[[], T], name: str) -> None:
+        self._fn = fn
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # handed to the caller, raised there
+            self._error = exc
+
+    def result(self) -> T:
+        """Wait for the call to end; return its value or raise its exception here."""
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._value  # type: ignore[return-value]

@@ -1,0 +1,95 @@
+"""Start-up of ``%load_ext nbgpu`` + ``%gpumon``: the sampler opens beside the panel's imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from nbgpu import session
+from nbgpu.errors import NbgpuError
+from nbgpu.magics import gpumon, startup
+from nbgpu.widgets import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def shell():
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "nbgpu")
+    yield sh
+    if "gpumon" in sh.magics_manager.magics["line"]:
+        sh.run_line_magic("unload_ext", "nbgpu")
+    registry.close_all()
+    session.reset()
+
+
+def test_gpumon_starts_the_sampler_off_the_main_thread(shell, monkeypatch) -> None:
+    seen = []
+    real = gpumon.shared_or_host_only
+
+    def recording(source, interval):
+        seen.append(threading.current_thread())
+        return real(source, interval)
+
+    monkeypatch.setattr(gpumon, "shared_or_host_only", recording)
+    shell.run_line_magic("gpumon", "--source sim")
+    assert len(seen) == 1 and seen[0] is not threading.main_thread()
+    assert session.shared_sampler().running and registry.panels()[0].sampler is session.shared_sampler()
+    helpers = [t.name for t in threading.enumerate() if t.name == gpumon.STARTER_THREAD]
+    assert helpers == []  # the helper has ended when the magic returns
+
+
+def test_a_sampler_that_cannot_start_is_one_usage_error(shell, monkeypatch) -> None:
+    def failing(source, interval):
+        raise NbgpuError("no such source here")
+
+    monkeypatch.setattr(session, "ensure_sampler", failing)
+    with pytest.raises(UsageError) as err:
+        shell.run_line_magic("gpumon", "--source sim")
+    assert str(err.value) == "%gpumon: no such source here"
+    assert registry.panels() == []
+
+
+def test_stamps_name_each_phase_in_order(shell) -> None:
+    shell.run_line_magic("gpumon", "--source sim")
+    stamps = startup.stamps()
+    names = [name for name, _ in stamps]
+    main_phases = ["load_ext", "extension_imported", "magics_registered", "gpus_listed", "gpumon",
+                   "panel_modules", "sampler_ready", "panel_built", "displayed"]
+    # the helper's stamp lands anywhere between the two that bracket its thread
+    assert [n for n in names if n != "sampler_started"] == main_phases
+    assert names.count("sampler_started") == 1
+    times = [t for _, t in stamps]
+    assert names.index("sampler_started") < names.index("sampler_ready")
+    assert times == sorted(times)
+
+
+def test_stamps_are_bounded_and_start_afresh_at_load() -> None:
+    startup.clear()
+    for i in range(startup.MAX_STAMPS + 5):
+        startup.stamp(f"p{i}")
+    kept = startup.stamps()
+    assert len(kept) == startup.MAX_STAMPS and kept[-1][0] == f"p{startup.MAX_STAMPS + 4}"
+    startup.clear()
+    assert startup.stamps() == []
+
+
+def test_the_sampler_of_a_fresh_kernel_gets_its_alerts_engine() -> None:
+    """Started before the panel modules (which bring diagnostics in), it still has alerts."""
+    code = ("from IPython.core.interactiveshell import InteractiveShell\n"
+            "sh = InteractiveShell.instance()\n"
+            "sh.run_line_magic('load_ext', 'nbgpu')\n"
+            "sh.run_line_magic('gpumon', '--source sim')\n"
+            "from nbgpu import session\n"
+            "print('DIAG', session.shared_sampler().diagnostics is not None)\n"
+            "sh.run_line_magic('unload_ext', 'nbgpu')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert "DIAG True" in done.stdout
