@@ -46,6 +46,19 @@ def test_gpumon_starts_the_sampler_off_the_main_thread(shell, monkeypatch) -> No
     assert helpers == []  # the helper has ended when the magic returns
 
 
+def test_replacing_a_running_sampler_re_points_panels_on_the_main_thread(shell) -> None:
+    """Panels rebuild their widgets when the sampler is replaced: that stays off the helper."""
+    shell.run_line_magic("gpumon", "--source sim")
+    seen = []
+    unregister = session.on_replace(lambda old, new: seen.append(threading.current_thread()))
+    try:
+        shell.run_line_magic("gpumon", "--source sim --interval 0.2")
+    finally:
+        unregister()
+    assert seen == [threading.main_thread()]
+    assert {p.sampler for p in registry.panels()} == {session.shared_sampler()}
+
+
 def test_a_sampler_that_cannot_start_is_one_usage_error(shell, monkeypatch) -> None:
     def failing(source, interval):
         raise NbgpuError("no such source here")

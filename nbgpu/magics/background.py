@@ -1,8 +1,8 @@
-"""One call on a helper thread, its result (or exception) taken later by the caller.
+"""One call started now, its result (or exception) taken later by the caller.
 
-``%gpumon`` opens the sampler's source this way while the main thread imports the panel's
-modules: NVML's calls release the GIL, so on a real GPU the probe and the sampler's first
-tick overlap the imports instead of following them.
+``%gpumon`` opens the sampler's source this way on a helper thread while the main thread
+imports the panel's modules: NVML's calls release the GIL, so on a real GPU the probe and
+the sampler's first tick overlap the imports instead of following them.
 """
 
 from __future__ import annotations
@@ -15,14 +15,18 @@ T = TypeVar("T")
 
 
 class Background(Generic[T]):
-    """Start ``fn()`` on a daemon thread named ``name`` now; ``result()`` waits and returns it."""
+    """Run ``fn()`` on a daemon thread named ``thread`` (None: here, at once); ``result()`` gives it."""
 
-    def __init__(self, fn: Callable[[], T], name: str) -> None:
+    def __init__(self, fn: Callable[[], T], thread: str | None) -> None:
         self._fn = fn
         self._value: T | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._thread = None if thread is None else threading.Thread(target=self._run, name=thread,
+                                                                   daemon=True)
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.start()
 
     def _run(self) -> None:
         try:
@@ -32,7 +36,8 @@ class Background(Generic[T]):
 
     def result(self) -> T:
         """Wait for the call to end; return its value or raise its exception here."""
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._error is not None:
             error, self._error = self._error, None
             raise error

@@ -52,10 +52,26 @@ def _sampler(opts: Options, prog: str):
 
 
 def _start_shared(opts: Options, prog: str):
-    """The shared sampler, started; the helper thread of ``%gpumon`` runs this."""
+    """The shared sampler, started (a stamp notes when)."""
     sampler = _sampler(opts, prog)
     startup.stamp("sampler_started")
     return sampler
+
+
+def _start_beside_imports(opts: Options, prog: str) -> Background:
+    """Start the shared sampler while the caller imports the panel's modules.
+
+    With none running, a helper thread opens the source (NVML's probe releases the GIL)
+    while ipywidgets, bqplot and pandas import on this one; diagnostics is imported first so
+    the new sampler still gets its alerts engine. A running sampler is kept or replaced on
+    this thread, so the panels that follow a replacement rebuild their widgets here.
+    """
+    shared = session.shared_sampler()
+    if shared is not None and shared.running:
+        return Background(lambda: _start_shared(opts, prog), thread=None)
+    from .. import diagnostics  # noqa: F401
+
+    return Background(lambda: _start_shared(opts, prog), thread=STARTER_THREAD)
 
 
 def _processes_line(gpu: object, procs: list) -> str:
@@ -132,17 +148,12 @@ class GPUMonMagics(Magics):
             self._cells(opts)
             return None
         startup.stamp("gpumon")
-        # Start or re-point the shared sampler (the panel follows it) on a helper thread while
-        # the panel's modules (ipywidgets, bqplot, pandas) import here; diagnostics first, so
-        # the new sampler still gets its alerts engine.
-        from .. import diagnostics  # noqa: F401
-
-        starting = Background(lambda: _start_shared(opts, "%gpumon"), STARTER_THREAD)
+        starting = _start_beside_imports(opts, "%gpumon")
         try:
             from ..widgets.monitor import GPUMonitor
         finally:
             startup.stamp("panel_modules")
-            starting.result()
+            starting.result()  # start or re-point the shared sampler; the panel follows it
         startup.stamp("sampler_ready")
         try:
             mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
