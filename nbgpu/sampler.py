@@ -45,6 +45,7 @@ MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
 STOP_WAIT_S = 1.0  # stop() returns after this even if the thread is inside a hanging read
 STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stale
+_NEVER = (math.nan, math.nan)  # (newest, previous) refresh times of a metric never refreshed
 
 _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
 _atexit_lock = threading.Lock()
@@ -324,7 +325,11 @@ class Sampler:
         self.store.add_event(Event(self._clock() if t is None else t, "mark", str(label)))
 
     def request(self, read: str) -> None:
-        """Ask for a costly read ("energy", "pcie", "procs") at the next step, never lost."""
+        """Ask for a read ("energy", "pcie", "procs", or "edge") at the next step, never lost.
+
+        "edge" reads memory used and drains the sample buffers, without the energy counter:
+        what a capture's edge needs when it is too short for the counter to resolve.
+        """
         with self._lock:
             self._urgent.add(read)
         self._wake.set()
@@ -412,19 +417,34 @@ class Sampler:
             return self._clock()
         return self._last_step if self._last_step is not None else self._clock()
 
-    def _metric_state(self, dev_key, metric: str, now: float, supported: bool) -> str:
-        if not supported or metric in self._unsupported.get(dev_key, ()):
-            return "unsupported"
-        newest, previous = self._refreshed.get((dev_key, metric), (math.nan, math.nan))
-        if math.isnan(newest):
-            return "failed" if dev_key in self._error_at else "stale"
-        gap = newest - previous if not math.isnan(previous) else max(
-            [self.interval, MAX_BUFFER_DRAIN_S, *self._every.values()])
-        period = max(self.interval, gap)
-        age = now - newest
-        if self._error_at.get(dev_key, -math.inf) > newest and age > period + 1e-6:
-            return "failed"
-        return "stale" if age > STALE_PERIODS * period + 1e-6 else "live"
+    def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset) -> dict[str, str]:
+        """"live", "stale", "failed" or "unsupported" of each metric of device ``key``.
+
+        Called with ``_lock`` held. Unsupported: the card does not report it (``supported``,
+        empty for "all") or NVML said so; failed: a read failed after its newest refresh;
+        stale: not refreshed for ``STALE_PERIODS`` of its own periods.
+        """
+        unsupported = self._unsupported.get(key, ())
+        error_at = self._error_at.get(key)
+        refreshed = self._refreshed
+        interval = self.interval
+        never = max(interval, MAX_BUFFER_DRAIN_S, *self._every.values())  # period before two refreshes
+        out = {}
+        for metric in metrics:
+            if (supported and metric not in supported) or metric in unsupported:
+                out[metric] = "unsupported"
+                continue
+            newest, previous = refreshed.get((key, metric), _NEVER)
+            if math.isnan(newest):
+                out[metric] = "stale" if error_at is None else "failed"
+                continue
+            period = max(interval, never if math.isnan(previous) else newest - previous)
+            age = now - newest
+            if error_at is not None and error_at > newest and age > period + 1e-6:
+                out[metric] = "failed"
+            else:
+                out[metric] = "stale" if age > STALE_PERIODS * period + 1e-6 else "live"
+        return out
 
     def latest(self) -> list[dict]:
         """Newest value of every metric of every GPU, with its state.
@@ -433,35 +453,30 @@ class Sampler:
         ``pandas.Timestamp`` of the newest reading), ``time_s`` (the same as epoch
         seconds), one value per metric, ``states`` ({metric: "live" | "stale" | "failed"
         | "unsupported"}) and ``last_good`` ({metric: newest good value}). A metric that
-        is not live reads NaN, so a frozen value never looks live.
+        is not live reads NaN, so a frozen value never looks live. The values are copies
+        of the store's newest-row records (no search), as the live panel asks every refresh.
         """
         import pandas as pd
 
         now = self._stale_now()
         lost = self.lost
+        state = self.state
         out = []
         for dev in self.devices:
             key = dev.key
-            state = "lost" if key in lost else self.state
-            row = {"gpu": key, "name": dev.name, "state": state}
-            supported_metrics = set(dev.metrics)
-            newest = np.nan
-            states: dict[str, str] = {}
-            last_good: dict[str, float] = {}
-            newest_of = self.store.last_many(key)  # one locked pass, no scan
+            newest_of = self.store.last_many(key)
             with self._lock:
-                for metric in newest_of:
-                    states[metric] = self._metric_state(
-                        key, metric, now, not supported_metrics or metric in supported_metrics)
+                states = self._states(key, newest_of, now, frozenset(dev.metrics))
+            row = {"gpu": key, "name": dev.name, "state": "lost" if key in lost else state}
+            newest = math.nan
             for metric, (t, v) in newest_of.items():
-                last_good[metric] = v
-                row[metric] = v if states[metric] == "live" else np.nan
-                if not math.isnan(t):
-                    newest = t if math.isnan(newest) else max(newest, t)
-            row["time"] = pd.NaT if np.isnan(newest) else pd.Timestamp(newest, unit="s", tz="UTC")
+                row[metric] = v if states[metric] == "live" else math.nan
+                if t > newest or math.isnan(newest):
+                    newest = t
+            row["time"] = pd.NaT if math.isnan(newest) else pd.Timestamp(newest, unit="s", tz="UTC")
             row["time_s"] = float(newest)
             row["states"] = states
-            row["last_good"] = last_good
+            row["last_good"] = {metric: v for metric, (_, v) in newest_of.items()}
             out.append(row)
         return out
 

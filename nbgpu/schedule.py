@@ -5,6 +5,8 @@ drives a sampler with a fake clock runs exactly the schedule the thread runs. Re
 
     "tick"     the cheap per-device reads, every ``interval_s``
     "energy", "pcie", "procs"   the costly reads, every ``every_s[read]`` or on request
+    "edge"     on request only: memory used and whatever the sample buffers hold by now
+               (a short capture's edge, where the energy counter cannot resolve anything)
     "memory"   memory used only, every ``memory_every_s`` while a fast-memory lane is held
 
 A wake-up with no read still lets the source drain its sample buffers (at least every

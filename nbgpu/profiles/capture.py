@@ -1,12 +1,13 @@
 """``nbgpu.capture()``: the GPU profile of a block of code.
 
-A capture only notes its start and end times, asks the sampler thread for an energy
-reading at each edge and holds the sampler's fast memory lane (memory used every 10 ms)
-while it is open, so a spike of 50 ms reaches the peak; everything else is read from the
-sampler's store afterwards, so entering and leaving a capture never calls NVML. It reuses
-the kernel's running sampler (or any running one) and starts a sampler of its own only
-when none runs. Where PyTorch's allocator is in use, its peak reserved memory is folded
-into the peak (see ``summary.summarize``).
+A capture only notes its start and end times, asks the sampler thread to read its edges
+(the energy counter only where it helps: at a start with no recent counter reading, and at
+the end of a block of ``COUNTER_MIN_S`` or more) and holds the sampler's fast memory lane
+(memory used every 10 ms) while it is open, so a spike of 50 ms reaches the peak.
+Everything else is read from the sampler's store afterwards, so entering and leaving a
+capture never calls NVML. It reuses the kernel's running sampler (or any running one) and
+starts a sampler of its own only when none runs. Where PyTorch's allocator is in use, its
+peak reserved memory is folded into the peak (see ``summary.summarize``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..errors import BadArgumentError
 from ..peaks import torch_uuid
 from ..sampler import Sampler, running_samplers
 from ..timeline import Timeline
-from .summary import Summary, rows_frame, selected, summarize
+from .summary import COUNTER_MIN_S, Summary, rows_frame, selected, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,6 +37,9 @@ OWN_SAMPLER_INTERVAL_S = 0.2
 EDGE_WAIT_S = 0.5
 EDGE_CHECK_S = 0.05  # a waiting edge re-checks at least this often (sampler stopped?)
 FAST_MEMORY_EVERY_S = 0.01  # memory used is read this often while a capture is open
+# A start reads the energy counter only if its newest reading is older than this: a block
+# that turns out long is then anchored by a reading at most this far from its start.
+COUNTER_FRESH_S = 2.0
 
 _active: list[Capture] = []  # open captures, outermost first
 
@@ -208,7 +212,7 @@ class Capture:
         return False  # the block's exception, if any, goes on unchanged
 
     def start(self) -> Capture:
-        """Note the start time and ask for an energy reading; starts a sampler if none runs."""
+        """Note the start time (a counter reading if none is recent); start a sampler if none runs."""
         if self.sampler is None:
             self.sampler = pick_sampler()
             if self.sampler is not None and (self._source is not None or self._interval is not None):
@@ -226,7 +230,8 @@ class Capture:
         if callable(fast):
             self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
         self.start_time = time.time()
-        self.sampler.request("energy")
+        if self._counter_stale(self.start_time):  # else the fast memory lane covers the start
+            self.sampler.request("energy")
         _active.append(self)
         return self
 
@@ -247,12 +252,19 @@ class Capture:
         sampler = self.sampler
         if sampler is None:
             return
-        sampler.request("energy")
+        sampler.request("energy" if self.end_time - self.start_time >= COUNTER_MIN_S else "edge")
         if wait or self.owns_sampler:
             wait_for_edge(sampler, self.end_time)
         self._fast.close()
         if self.owns_sampler:
             sampler.stop()
+
+    def _counter_stale(self, t: float) -> bool:
+        """Whether some GPU's newest energy-counter reading is older than COUNTER_FRESH_S at ``t``."""
+        last = self.sampler.store.last
+        lost = self.sampler.lost
+        return any(not t - last(d.key, "energy_j")[0] <= COUNTER_FRESH_S
+                   for d in self.sampler.devices if d.key not in lost)
 
     # -- results ----------------------------------------------------------------------------
     @property

@@ -57,6 +57,9 @@ RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
 PERIODS_MEASURED = True
 # A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
 TARGET_ERROR = 0.02
+# Below ten counter updates a block's energy comes from its power readings (50 of them at
+# 20 ms), not from the energy counter, which over so few steps can be a whole step off.
+COUNTER_MIN_S = 10 * RESOLUTION_PERIODS_S["energy_period_s"]
 
 LEAD_COLUMNS = ("label", "iteration", "mark")
 SUMMARY_COLUMNS = (
@@ -182,6 +185,10 @@ def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def _energy(r: _Readings, t0: float, t1: float) -> tuple[float, str]:
     pt, pv = r.series("power_w", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+    if t1 - t0 < COUNTER_MIN_S and len(pt):
+        # The counter moves in steps of its update period, so over a short block the power
+        # readings say more; and what later counter reads could change stays unchanged.
+        return integrate_power_j(pt, pv, t0, t1), "power"
     et, ev = counter_readings(*r.series("energy_j"))  # the whole series: a copy's origin may lie far back
     near = (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
     et, ev = et[near], ev[near]

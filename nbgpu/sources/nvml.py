@@ -18,6 +18,7 @@ buffer, and whether only a whole card (not a MIG slice) has it.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 from collections.abc import Callable
@@ -36,6 +37,7 @@ ERR_UNINITIALIZED = 1
 ERR_NOT_SUPPORTED = 3
 ERR_NO_PERMISSION = 4
 ERR_NOT_FOUND = 6
+ERR_INSUFFICIENT_SIZE = 7
 ERR_DRIVER_NOT_LOADED = 9
 ERR_LIBRARY_NOT_FOUND = 12
 ERR_FUNCTION_NOT_FOUND = 13
@@ -55,6 +57,17 @@ GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_p
                   10: "dram_bw_pct"}
 
 BUFFER_DEAD_AFTER_S = 10.0
+# Room for one whole NVML sample buffer (an H200 holds ~120 power and ~70 utilisation
+# samples); grown on NVML_ERROR_INSUFFICIENT_SIZE.
+SAMPLE_CAPACITY = 256
+MAX_SAMPLE_CAPACITY = 1 << 16
+# c_nvmlValue_t's member for each NVML value type (double, uint, ulong, ulonglong,
+# longlong, int, ushort), as numpy formats at offset 8 of a 16-byte c_nvmlSample_t.
+VALUE_FORMATS = ("<f8", "<u4", "<u8", "<u8", "<i8", "<i4", "<u2")
+# A drain is skipped while no new sample can exist yet: before the newest sample's time plus
+# the buffer's own sample spacing (samples come evenly spaced), and, after a drain found
+# nothing, for this share of the spacing (the driver publishes a sample a little late).
+EMPTY_RETRY_SHARE = 0.25
 # How often each NVML sample buffer is drained. On an H200 a drain costs a fixed CPU time
 # whatever it returns (scripts/gpu/nvml_call_costs.py: power 0.33 ms, utilisation and
 # memory utilisation 2.5 ms each), so each buffer is drained well inside what it holds
@@ -62,7 +75,8 @@ BUFFER_DEAD_AFTER_S = 10.0
 # 2 s (the panel's live value), memory-bandwidth utilisation every 10 s. Polling utilisation
 # at ticks instead would alias with periodic loads (a 0.25 s burst every 1 s polled every
 # 0.5 s reads 0 %), so the buffers stay the only source where they exist. A requested
-# energy read drains them all at once, so a cell's edges are never late.
+# energy or edge read drains them all at once, so a cell's edges are never late; a drain
+# that cannot return anything yet (the next sample is not due) is skipped.
 DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
 
 HINTS = {
@@ -126,6 +140,8 @@ class NVMLGateway:
         self.nvml = nvml
         self._logged: set[tuple] = set()
         self._lock = threading.Lock()
+        self._raw: tuple[Callable, type] | None = None
+        self._capacity = SAMPLE_CAPACITY
 
     def call(self, function: str, *args):
         """``nvml.<function>(*args)``, or an ``NVMLCallError`` of the right kind raised from it."""
@@ -136,6 +152,61 @@ class NVMLGateway:
             return fn(*args)
         except Exception as exc:
             raise classify(function, exc) from exc
+
+    def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
+        """(timestamps in µs, values) of one NVML sample buffer newer than ``since_us``.
+
+        pynvml's ``nvmlDeviceGetSamples`` asks NVML twice (how many, then the samples), and
+        each call costs a whole buffer query (about 1 ms for utilisation on an H200), so this
+        passes room for the whole buffer in one call. Bindings without the raw C function
+        go through pynvml's. Raises ``NothingNewError`` when nothing is newer.
+        """
+        raw = self._raw_samples()
+        if raw is None:
+            vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
+            ts = np.fromiter((s.timeStamp for s in listed), dtype=np.float64, count=len(listed))
+            vals = np.fromiter((_sample_value(s.sampleValue, vtype) for s in listed),
+                               dtype=np.float64, count=len(listed))
+            return ts, vals
+        fn, sample_type = raw
+        while True:
+            capacity = self._capacity
+            array = (sample_type * capacity)()
+            vtype, count = ctypes.c_uint(0), ctypes.c_uint(capacity)
+            ret = fn(handle, ctypes.c_uint(sampling_type), ctypes.c_ulonglong(since_us),
+                     ctypes.pointer(vtype), ctypes.pointer(count), array)
+            if ret == ERR_INSUFFICIENT_SIZE and capacity < MAX_SAMPLE_CAPACITY:
+                self._capacity = min(MAX_SAMPLE_CAPACITY, max(2 * capacity, int(count.value)))
+                continue
+            if ret != 0:
+                raise classify("nvmlDeviceGetSamples", self._error(ret))
+            return _decode_samples(array, min(int(count.value), capacity), vtype.value)
+
+    def _raw_samples(self) -> tuple[Callable, type] | None:
+        """The C ``nvmlDeviceGetSamples`` and the sample struct type, when the binding has them."""
+        if self._raw is None:
+            getter = getattr(self.nvml, "_nvmlGetFunctionPointer", None)
+            sample_type = getattr(self.nvml, "c_nvmlSample_t", None)
+            fn = None
+            if getter is not None and sample_type is not None \
+                    and ctypes.sizeof(sample_type) == SAMPLE_STRUCT_BYTES:
+                try:
+                    fn = getter("nvmlDeviceGetSamples")
+                except Exception:  # not loaded yet, or not in this library: pynvml's way
+                    fn = None
+            if fn is None:
+                return None
+            self._raw = (fn, sample_type)
+        return self._raw
+
+    def _error(self, code: int) -> BaseException:
+        """The binding's own exception for an NVML return code (pynvml maps it to a subclass)."""
+        error = getattr(self.nvml, "NVMLError", None)
+        if error is None:
+            exc = Exception(f"NVML error {code}")
+            exc.value = code
+            return exc
+        return error(code)
 
     def call_first(self, functions: tuple[str, ...], *args):
         """The first of ``functions`` this binding has (newer names first)."""
@@ -181,6 +252,8 @@ class _Device:
     buffers: dict[str, int] = field(default_factory=dict)  # stream -> last timestamp (µs)
     empty_since: dict[str, float] = field(default_factory=dict)  # stream -> first empty drain
     drained_at: dict[str, float] = field(default_factory=dict)  # stream -> last drain time
+    spacing_us: dict[str, float] = field(default_factory=dict)  # stream -> sample spacing (µs)
+    retry_at: dict[str, float] = field(default_factory=dict)  # stream -> no drain before (s)
     gpm: list = field(default_factory=list)  # [previous, next] GPM samples once allocated
     lost: bool = False
     errors: int = 0
@@ -324,6 +397,18 @@ READS: tuple[Read, ...] = (
 )
 POLLED = tuple(r for r in READS if r.buffer is None and r.reader is not None)
 BUFFERED = {r.name: r for r in READS if r.buffer is not None}
+
+
+SAMPLE_STRUCT_BYTES = 16  # c_nvmlSample_t: unsigned long long timeStamp, 8-byte value union
+
+
+def _decode_samples(array, count: int, vtype: int) -> tuple[np.ndarray, np.ndarray]:
+    """(timestamps µs, values) as float64 from the first ``count`` structs of a ctypes array."""
+    fmt = VALUE_FORMATS[vtype] if 0 <= vtype < len(VALUE_FORMATS) else "<u2"
+    layout = np.dtype({"names": ["ts", "v"], "formats": ["<u8", fmt], "offsets": [0, 8],
+                       "itemsize": SAMPLE_STRUCT_BYTES})
+    rows = np.frombuffer(array, dtype=layout, count=count)
+    return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
 
 
 def _str(value) -> str:
@@ -551,8 +636,8 @@ class NVMLSource:
             if row.name == "util" and {"util", "memutil"} <= dev.buffers.keys():
                 return False
             return "tick" in due
-        if row.tier == "memory":
-            return "memory" in due and "tick" not in due
+        if row.tier == "memory":  # the fast-memory lane, and a capture's edge
+            return ("memory" in due or "edge" in due) and "tick" not in due
         if row.tier == "pcie":
             return "pcie" in due and self._pcie_due(dev)
         return row.tier in due
@@ -569,9 +654,10 @@ class NVMLSource:
             if values:
                 reading.batches.append(Batch(dev.key, stream, np.array([now]),
                                              {k: np.array([v]) for k, v in values.items()}))
+        edge = "energy" in due or "edge" in due
         for stream in list(dev.buffers):
             recent = now - dev.drained_at.get(stream, -np.inf) < DRAIN_EVERY_S[stream] - 0.05
-            if recent and "energy" not in due:
+            if (recent and not edge) or self._nothing_new_yet(dev, stream, now):
                 continue
             dev.drained_at[stream] = now
             batch = self._drain(dev, BUFFERED[stream], now, reading)
@@ -610,18 +696,19 @@ class NVMLSource:
         """Samples NVML buffered since the last drain, at the card's own resolution."""
         stream, metric = row.name, row.metrics[0]
         try:
-            vtype, samples = self._gw.call("nvmlDeviceGetSamples", dev.handle, row.buffer,
-                                           dev.buffers[stream])
+            ts, vals = self._gw.samples(dev.handle, row.buffer, dev.buffers[stream])
         except NotSupportedError:  # no buffer on this card after all: poll this metric instead
             del dev.buffers[stream]
             return None
         except NothingNewError:
-            samples = []
+            ts = vals = np.empty(0)
         except TransientError as exc:
             self._transient(dev, f"{stream} samples", exc, reading)
             return None
-        if not samples:
+        if not len(ts):
             # "Not found" means nothing new; a buffer empty for long is treated as absent.
+            if stream in dev.spacing_us:
+                dev.retry_at[stream] = now + EMPTY_RETRY_SHARE * dev.spacing_us[stream] / 1e6
             since = dev.empty_since.setdefault(stream, now)
             if now - since > BUFFER_DEAD_AFTER_S:
                 del dev.buffers[stream]
@@ -630,15 +717,14 @@ class NVMLSource:
                                   "polling instead")
             return None
         dev.empty_since.pop(stream, None)
-        ts = np.fromiter((s.timeStamp for s in samples), dtype=np.float64, count=len(samples))
-        vals = np.fromiter((_sample_value(s.sampleValue, vtype) for s in samples), dtype=np.float64,
-                           count=len(samples))
         order = np.argsort(ts, kind="stable")
         ts, vals = ts[order], vals[order]
         fresh = ts > dev.buffers[stream]
         ts, vals = ts[fresh], vals[fresh]
         if not len(ts):
             return None
+        if len(ts) > 1:
+            dev.spacing_us[stream] = float(np.median(np.diff(ts)))
         dev.buffers[stream] = int(ts[-1])
         if self._ts_offset_us is None:
             # NVML stamps samples in µs of the CPU clock; guard against a different epoch.
@@ -646,6 +732,15 @@ class NVMLSource:
             self._ts_offset_us = skew if abs(skew) > 30e6 else 0.0
         times = (ts + self._ts_offset_us) / 1e6
         return Batch(dev.key, stream, times, {metric: vals * row.scale})
+
+    def _nothing_new_yet(self, dev: _Device, stream: str, now: float) -> bool:
+        """Whether the buffer cannot hold a sample newer than the last one drained yet."""
+        spacing = dev.spacing_us.get(stream)
+        if spacing is None or self._ts_offset_us is None or not dev.buffers.get(stream):
+            return False
+        if now < dev.retry_at.get(stream, -np.inf):
+            return True
+        return now * 1e6 - self._ts_offset_us < dev.buffers[stream] + spacing
 
     def _read_processes(self, dev: _Device, reading: Reading) -> list[ProcessInfo]:
         """Compute and graphics processes on ``dev``, with name and user where visible here."""
