@@ -39,11 +39,26 @@ def test_gpumon_starts_the_sampler_off_the_main_thread(shell, monkeypatch) -> No
         return real(source, interval)
 
     monkeypatch.setattr(gpumon, "shared_or_host_only", recording)
-    shell.run_line_magic("gpumon", "--source sim")
+    shell.run_line_magic("gpumon", "")  # NVML, or without it the host alone: either opens there
     assert len(seen) == 1 and seen[0] is not threading.main_thread()
     assert session.shared_sampler().running and registry.panels()[0].sampler is session.shared_sampler()
     helpers = [t.name for t in threading.enumerate() if t.name == gpumon.STARTER_THREAD]
     assert helpers == []  # the helper has ended when the magic returns
+
+
+@pytest.mark.parametrize("line", ["--source sim", "--source simulated"])
+def test_simulated_gpus_start_on_the_main_thread(shell, monkeypatch, line) -> None:
+    """Simulated GPUs open in pure Python: beside the imports they would only take turns."""
+    seen = []
+
+    def recording(source, interval):
+        seen.append(threading.current_thread())
+        raise NbgpuError("stop here")
+
+    monkeypatch.setattr(gpumon, "shared_or_host_only", recording)
+    with pytest.raises(UsageError):
+        shell.run_line_magic("gpumon", line)
+    assert seen == [threading.main_thread()]
 
 
 def test_replacing_a_running_sampler_re_points_panels_on_the_main_thread(shell) -> None:

@@ -15,7 +15,10 @@ T = TypeVar("T")
 
 
 class Background(Generic[T]):
-    """Run ``fn()`` on a daemon thread named ``thread`` (None: here, at once); ``result()`` gives it."""
+    """Run ``fn()`` now on a daemon thread named ``thread``; ``result()`` waits and gives it.
+
+    With ``thread`` None nothing starts now: ``result()`` runs ``fn()`` on the caller's thread.
+    """
 
     def __init__(self, fn: Callable[[], T], thread: str | None) -> None:
         self._fn = fn
@@ -23,9 +26,7 @@ class Background(Generic[T]):
         self._error: BaseException | None = None
         self._thread = None if thread is None else threading.Thread(target=self._run, name=thread,
                                                                    daemon=True)
-        if self._thread is None:
-            self._run()
-        else:
+        if self._thread is not None:
             self._thread.start()
 
     def _run(self) -> None:
@@ -36,7 +37,9 @@ class Background(Generic[T]):
 
     def result(self) -> T:
         """Wait for the call to end; return its value or raise its exception here."""
-        if self._thread is not None:
+        if self._thread is None:
+            self._run()
+        else:
             self._thread.join()
         if self._error is not None:
             error, self._error = self._error, None

@@ -61,16 +61,20 @@ def _start_shared(opts: Options, prog: str):
 def _start_beside_imports(opts: Options, prog: str) -> Background:
     """Start the shared sampler while the caller imports the panel's modules.
 
-    With none running, a helper thread opens the source (NVML's probe releases the GIL)
-    while ipywidgets, bqplot and pandas import on this one; diagnostics is imported first so
-    the new sampler still gets its alerts engine. A running sampler is kept or replaced on
-    this thread, so the panels that follow a replacement rebuild their widgets here.
+    With none running, a helper thread opens the source (NVML's probe and a Prometheus
+    query wait outside the GIL) while ipywidgets, bqplot and pandas import on this one;
+    diagnostics is imported first so the new sampler still gets its alerts engine. Simulated
+    GPUs open in pure Python, so beside the imports they would only take turns: they open
+    on this thread after the imports (``result()``). A running sampler is kept or replaced
+    that way too, so the panels that follow a replacement rebuild their widgets here.
     """
-    shared = session.shared_sampler()
-    if shared is not None and shared.running:
-        return Background(lambda: _start_shared(opts, prog), thread=None)
     from .. import diagnostics  # noqa: F401
 
+    shared = session.shared_sampler()
+    simulated = (opts.source.strip() in ("sim", "simulated") if opts.source is not None
+                 else shared is not None and shared.simulated)
+    if simulated or (shared is not None and shared.running):
+        return Background(lambda: _start_shared(opts, prog), thread=None)
     return Background(lambda: _start_shared(opts, prog), thread=STARTER_THREAD)
 
 
@@ -149,11 +153,10 @@ class GPUMonMagics(Magics):
             return None
         startup.stamp("gpumon")
         starting = _start_beside_imports(opts, "%gpumon")
-        try:
-            from ..widgets.monitor import GPUMonitor
-        finally:
-            startup.stamp("panel_modules")
-            starting.result()  # start or re-point the shared sampler; the panel follows it
+        from ..widgets.monitor import GPUMonitor
+
+        startup.stamp("panel_modules")
+        starting.result()  # the shared sampler started or re-pointed; the panel follows it
         startup.stamp("sampler_ready")
         try:
             mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
