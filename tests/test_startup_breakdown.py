@@ -60,3 +60,42 @@ def test_the_note_names_the_longest_steps_and_heaviest_imports() -> None:
     note = _bound_note(rows, parse_importtime(IMPORTTIME))
     assert note.startswith("longest steps: kernel: panel_modules 300 ms; kernel: load_ext 100 ms")
     assert "pandas 5" in note
+
+
+class _FakeClient:
+    """Plays iopub messages back to ``_watch`` in order, as a kernel client would."""
+
+    def __init__(self, kinds: list[str]) -> None:
+        self._msgs = [self._msg(kind) for kind in kinds]
+
+    @staticmethod
+    def _msg(kind: str) -> dict:
+        content = {"comm_open": {}, "comm_msg": {"data": {"method": "update"}},
+                   "display_data": {"data": {"application/vnd.jupyter.widget-view+json": {}}}}[kind]
+        return {"msg_type": kind, "content": content, "parent_header": {}}
+
+    def execute(self, code: str) -> str:
+        return "m1"
+
+    def get_iopub_msg(self, timeout: float) -> dict:
+        import queue
+
+        if not self._msgs:
+            raise queue.Empty
+        return self._msgs.pop(0)
+
+
+def test_an_update_sent_before_the_display_counts_from_the_display() -> None:
+    """The view draws the model as updated: the panel shows data the moment it appears."""
+    from benchmarks.kernel_probe import _watch
+
+    seen = _watch(_FakeClient(["comm_open", "comm_msg", "display_data"]), "%gpumon")
+    assert seen["first_update"] == seen["displayed"] is not None
+    assert seen["updates_before_display"] == 1
+
+
+def test_the_first_update_after_the_display_is_the_first_update() -> None:
+    from benchmarks.kernel_probe import _watch
+
+    seen = _watch(_FakeClient(["comm_open", "display_data", "comm_msg"]), "%gpumon")
+    assert seen["first_update"] >= seen["displayed"] and seen["updates_before_display"] == 0
