@@ -59,16 +59,11 @@ def _kernel(env: dict[str, str], stderr=None) -> Iterator[object]:
 
 
 def _watch(kc, code: str) -> dict:
-    """Send ``code``; epoch seconds of the display, comm opens and first update seen.
-
-    An update that comes before the display counts at the display: the view then draws
-    the model as updated, so the panel shows it the moment it appears.
-    """
+    """Send ``code``; epoch seconds of the display, comm opens and first update seen."""
     sent = time.time()
     msg_id = kc.execute(code)
     res: dict = {"sent": sent, "displayed": None, "first_update": None, "first_comm_open": None,
-                 "last_comm_open": None, "comm_opens": 0, "updates_before_display": 0,
-                 "errors": [], "output": []}
+                 "last_comm_open": None, "comm_opens": 0, "errors": [], "output": []}
     while time.time() - sent < TIMEOUT_S and res["first_update"] is None:
         try:
             msg = kc.get_iopub_msg(timeout=0.5)
@@ -82,13 +77,9 @@ def _watch(kc, code: str) -> dict:
         elif kind == "display_data" and res["displayed"] is None:
             if "application/vnd.jupyter.widget-view+json" in content.get("data", {}):
                 res["displayed"] = now
-                if res["updates_before_display"]:  # the view draws the model as updated
-                    res["first_update"] = now
         elif kind == "comm_msg" and content.get("data", {}).get("method") == "update":
             if res["displayed"] is not None:
                 res["first_update"] = now
-            else:
-                res["updates_before_display"] += 1
         elif kind == "error":
             res["errors"].append(f"{content.get('ename')}: {content.get('evalue')}")
         elif kind == "stream" and msg["parent_header"].get("msg_id") == msg_id:
@@ -143,8 +134,7 @@ def _one(env: dict[str, str], code: str) -> dict:
     sent = seen["sent"]
     return {"displayed_s": None if seen["displayed"] is None else seen["displayed"] - sent,
             "first_update_s": None if seen["first_update"] is None else seen["first_update"] - sent,
-            "comm_opens": seen["comm_opens"], "updates_before_display": seen["updates_before_display"],
-            "errors": seen["errors"], "output": seen["output"],
+            "comm_opens": seen["comm_opens"], "errors": seen["errors"], "output": seen["output"],
             "modules": (kernel or {}).get("modules"), "timeline": timeline(seen, kernel)}
 
 
