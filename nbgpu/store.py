@@ -15,6 +15,7 @@ import numbers
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,6 +29,8 @@ DEFAULT_BUCKET_S = 10.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 # A stream never keeps more full-resolution rows than this (guards a runaway source).
 MAX_FULL_RES_ROWS = 600_000
+MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
+_NO_VALUE = (math.nan, math.nan)  # (time, value) of a metric with no good row kept
 
 
 class _Chunk:
@@ -64,6 +67,33 @@ def _concat(chunks: list[_Chunk], columns: list[str], t0: float, t1: float):
     if not times:
         return np.empty(0), {c: np.empty(0) for c in columns}
     return np.concatenate(times), {c: np.concatenate(v) for c, v in cols.items()}
+
+
+def _views(chunks: deque[_Chunk], columns: list[str], t0: float, t1: float,
+           before: float = np.inf) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+    """Views of the live rows with t0 <= time <= t1 (and time < ``before``), oldest first.
+
+    Walks the chunks from the newest and stops at the first one that ends before ``t0``,
+    so a read of the last seconds costs the same however long the stream is. Rows once
+    written never change, so the views stay valid after the lock is released.
+    """
+    out = []
+    for ch in reversed(chunks):
+        if ch.n <= ch.start:
+            continue
+        t = ch.times[ch.start : ch.n]
+        if t[-1] < t0:
+            break
+        if t[0] > t1 or t[0] >= before:
+            continue
+        lo = int(t.searchsorted(t0, "left")) if t[0] < t0 else 0
+        hi = int(t.searchsorted(t1, "right")) if t[-1] > t1 else len(t)
+        if hi > lo and t[hi - 1] >= before:
+            hi = int(t.searchsorted(before, "left"))
+        if hi > lo:
+            out.append((t[lo:hi], [ch.cols[c][ch.start + lo : ch.start + hi] for c in columns]))
+    out.reverse()
+    return out
 
 
 def _append_rows(chunks: deque[_Chunk], columns: dict[str, np.dtype], times: np.ndarray,
@@ -132,8 +162,9 @@ class Stream:
         self.coarse_columns = coarse_cols
         self.coarse: deque[_Chunk] = deque()
         self.rows = 0
+        self.appended = 0  # rows ever appended: a reader's cursor (``pieces_since``)
         self.last_time = -np.inf
-        self._good: dict[str, tuple[float, object]] = {}  # column -> newest non-NaN (time, value)
+        self._good: dict[str, tuple[float, float]] = {}  # column -> newest non-NaN (time, value)
 
     def append(self, t: float, values: dict[str, float]) -> None:
         """Add one row; columns missing from ``values`` are NaN."""
@@ -147,11 +178,12 @@ class Stream:
         good = self._good
         for name, arr in ch.cols.items():
             arr[i] = values.get(name, np.nan)
-            v = arr[i]
+            v = float(arr[i])
             if v == v:  # not NaN: the newest good value, read by newest() without a scan
-                good[name] = (t, v)
+                good[name] = (float(t), v)
         ch.n = i + 1
         self.rows += 1
+        self.appended += 1
         self.last_time = t
         self._fold()
 
@@ -168,8 +200,10 @@ class Stream:
             if name in self.columns:
                 ok = np.flatnonzero(~np.isnan(np.asarray(src, dtype=np.float64)))
                 if len(ok):
-                    self._good[name] = (float(times[ok[-1]]), np.dtype(self.columns[name]).type(src[ok[-1]]))
+                    stored = np.dtype(self.columns[name]).type(src[ok[-1]])  # as the column keeps it
+                    self._good[name] = (float(times[ok[-1]]), float(stored))
         self.rows += len(times)
+        self.appended += len(times)
         self.last_time = float(times[-1])
         self._fold()
 
@@ -246,8 +280,56 @@ class Stream:
             return np.nan, np.nan
         return float(good[0]), float(good[1])
 
+    def pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]
+               ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+        """The rows ``read`` returns, as views of their chunks (oldest first), copied by none."""
+        oldest = max(t0, self.last_time - self.history_s)
+        out = _views(self.chunks, columns, oldest, t1)
+        if coarse and self.coarse:
+            first_full = self._oldest(self.chunks)
+            if first_full > oldest:
+                out = _views(self.coarse, columns, oldest, t1, before=first_full) + out
+        return out
+
+    def pieces_since(self, appended: int, t0: float, t1: float, columns: list[str]
+                     ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+        """Views of the full-resolution rows appended after the first ``appended``, in [t0, t1].
+
+        Rows arrive in time order per stream, so these are the newest rows, whatever their
+        times: a buffer drained late gives rows older than another stream's newest.
+        """
+        left = self.appended - appended
+        out = []
+        for ch in reversed(self.chunks):
+            if left <= 0:
+                break
+            lo = max(ch.start, ch.n - left)
+            left -= ch.n - lo
+            t = ch.times[lo : ch.n]
+            if not len(t) or t[-1] < t0 or t[0] > t1:
+                continue
+            a = int(t.searchsorted(t0, "left")) if t[0] < t0 else 0
+            b = int(t.searchsorted(t1, "right")) if t[-1] > t1 else len(t)
+            out.append((t[a:b], [ch.cols[c][lo + a : lo + b] for c in columns]))
+        out.reverse()
+        return out
+
+    def good_rows(self) -> list[tuple[str, tuple[float, float]]]:
+        """(column, newest non-NaN (time, value)) of the columns whose row is still kept."""
+        oldest = self._oldest(self.chunks)
+        return [item for item in self._good.items() if item[1][0] >= oldest]
+
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.chunks) + sum(c.nbytes() for c in self.coarse)
+
+
+class Packed(NamedTuple):
+    """Rows of many series one after another (``Store.series_packed``)."""
+
+    lengths: np.ndarray  # rows of each pair, in the order asked
+    times: np.ndarray  # epoch seconds, float64
+    values: np.ndarray  # float64, no NaN
+    cursor: dict  # (device, stream) -> rows appended so far: ``since`` of the next read
 
 
 @dataclass
@@ -285,6 +367,8 @@ class Store:
         self._streams: dict[tuple[object, str], Stream] = {}
         self._where: dict[tuple[object, str], list[str]] = {}  # (device, metric) -> streams
         self._by_device: dict[object, dict[str, list[str]]] = {}  # device -> {metric: streams}
+        self._device_streams: dict[object, list[Stream]] = {}  # in the order first declared
+        self._plans: dict[tuple, tuple] = {}  # pairs -> what series_packed reads (see _plan)
         self.events: deque[Event] = deque(maxlen=max_events)
         self.generation = 0  # bumped on every write; lets views skip redraws
 
@@ -293,6 +377,8 @@ class Store:
         with self.lock:
             self._streams[(device, stream)] = Stream(columns, self.full_res_s, self.bucket_s,
                                                      self.history_s)
+            self._device_streams[device] = [st for (d, _), st in self._streams.items() if d == device]
+            self._plans.clear()
             for name in columns:
                 streams = self._where.setdefault((device, name), [])
                 self._by_device.setdefault(device, {})[name] = streams
@@ -376,44 +462,109 @@ class Store:
         return best
 
     def last_many(self, device: object) -> dict[str, tuple[float, float]]:
-        """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass."""
-        out: dict[str, tuple[float, float]] = {}
+        """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass.
+
+        Each stream keeps its newest good row per column on append, so this copies those
+        records (the newer where a metric is in several streams; the first declared on a
+        tie) instead of searching any rows: the live panel calls it every refresh.
+        """
         with self.lock:
-            for metric, streams in self._by_device.get(device, {}).items():
-                best = (math.nan, math.nan)
-                for stream in streams:
-                    t, v = self._streams[(device, stream)].newest(metric)
-                    if not math.isnan(t) and (math.isnan(best[0]) or t > best[0]):
-                        best = (t, v)
-                out[metric] = best
+            metrics = self._by_device.get(device)
+            if not metrics:
+                return {}
+            out = dict.fromkeys(metrics, _NO_VALUE)
+            for stream in self._device_streams[device]:
+                for name, good in stream.good_rows():
+                    if not out[name][0] >= good[0]:  # none yet (NaN) or older
+                        out[name] = good
         return out
 
     def series_many(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
                     t1: float = np.inf, coarse: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """``series`` of each (device, metric) in ``pairs``: one lock hold, one read a stream."""
-        wanted: dict[tuple[object, str], list[str]] = {}
-        for device, metric in pairs:
-            for stream in self._where.get((device, metric), ()):
-                wanted.setdefault((device, stream), []).append(metric)
+        lengths, t, v, _ = self.series_packed(pairs, t0, t1, coarse)
+        ends = np.cumsum(lengths).tolist()
+        return [(t[a:b], v[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+    def series_packed(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
+                      t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> Packed:
+        """``series`` of every pair at once, packed: (lengths, times, values, cursor).
+
+        The rows of ``pairs[i]`` (NaN dropped, time-sorted) are the ``lengths[i]`` rows after
+        those of the pairs before it. One lock hold and a fixed number of numpy calls
+        whatever the number of pairs, so 50 short sparkline reads cost about one read.
+        ``since``, the ``cursor`` of an earlier call on this store, keeps only the
+        full-resolution rows appended after that call (late ones included), so a reader
+        that follows the store reads each row once.
+        """
         with self.lock:
-            rows = {key: self._streams[key].read(t0, t1, coarse, names)[:2]
-                    for key, names in wanted.items()}
-        out = []
-        for device, metric in pairs:
-            parts_t, parts_v = [], []
-            for stream in self._where.get((device, metric), ()):
-                t, cols = rows[(device, stream)]
-                v = cols[metric].astype(np.float64)
-                ok = ~np.isnan(v)
-                parts_t.append(t[ok])
-                parts_v.append(v[ok])
-            out.append(merge_series(parts_t, parts_v))
-        return out
+            reads, parts = self._plan(pairs)
+            if since is None:
+                got = [self._streams[key].pieces(t0, t1, coarse, names) for key, names in reads]
+            else:
+                got = [self._streams[key].pieces_since(since.get(key, 0), t0, t1, names)
+                       for key, names in reads]
+            cursor = {key: self._streams[key].appended for key, _ in reads}
+        ts: list[np.ndarray] = []
+        vs: list[np.ndarray] = []
+        owner: list[int] = []
+        for i, read, col in parts:
+            for t, cols in got[read]:
+                ts.append(t)
+                vs.append(cols[col])
+                owner.append(i)
+        if not ts:
+            return Packed(np.zeros(len(pairs), np.int64), np.empty(0), np.empty(0), cursor)
+        sizes = np.fromiter(map(len, ts), np.int64, len(ts))
+        t = np.concatenate(ts)
+        v = np.concatenate(vs, dtype=np.float64)
+        pair = np.repeat(np.asarray(owner, np.int64), sizes)
+        ok = v == v  # not NaN
+        if not ok.all():
+            t, v, pair = t[ok], v[ok], pair[ok]
+        # A metric kept in two streams (a tick and a sample buffer): merge in time order.
+        if len(t) > 1 and ((t[1:] < t[:-1]) & (pair[1:] == pair[:-1])).any():
+            order = _sort_within(pair, t)
+            t, v = t[order], v[order]
+        return Packed(np.bincount(pair, minlength=len(pairs)), t, v, cursor)
+
+    def _plan(self, pairs: list[tuple[object, str]]):
+        """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached.
+
+        Returns ((stream key, columns) per stream read, (pair, read, column) per part).
+        A panel asks for the same pairs every refresh; declare() clears the cache.
+        """
+        key = tuple(pairs)
+        plan = self._plans.get(key)
+        if plan is None:
+            wanted: dict[tuple[object, str], dict[str, int]] = {}
+            found = []
+            for i, (device, metric) in enumerate(pairs):
+                for stream in self._where.get((device, metric), ()):
+                    names = wanted.setdefault((device, stream), {})
+                    found.append((i, (device, stream), names.setdefault(metric, len(names))))
+            index = {k: j for j, k in enumerate(wanted)}
+            plan = ([(k, list(names)) for k, names in wanted.items()],
+                    [(i, index[k], col) for i, k, col in found])
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     def nbytes(self) -> int:
         """Bytes held by all streams' arrays."""
         with self.lock:
             return sum(s.nbytes() for s in self._streams.values())
+
+
+def _sort_within(group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Stable order of ``t`` within each run of ``group`` (non-decreasing ints)."""
+    lo, hi = float(t.min()), float(t.max())
+    width = 2.0 ** math.ceil(math.log2(hi - lo + 1.0))
+    if lo > 0 and hi <= 2 * lo and (int(group[-1]) + 1) * width <= lo:
+        # One float key, exact: t - lo is (Sterbenz) and every key fits lo's mantissa.
+        return np.argsort(group * width + (t - lo), kind="stable")
+    return np.lexsort((t, group))
 
 
 def merge_series(parts_t: list[np.ndarray], parts_v: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -56,7 +56,7 @@ def _rows(t: np.ndarray, v: np.ndarray, t0: float, t1: float):
 
 
 def _line(t: np.ndarray, v: np.ndarray, now: float, span: float, width: float, gap_s: float = 3.0):
-    sset = SparkSet(1, width, settle_s=5)
+    sset = SparkSet(1, width)
     trace, b = sset.update([_rows(t, v, sset.start(now, span), now)], now, span)
     return points_of_all(trace, b, 1, now, span, gap_s)[0]
 
@@ -91,11 +91,14 @@ def test_incremental_buckets_equal_a_fresh_reduction() -> None:
     rng = np.random.default_rng(3)
     traces = [np.sort(rng.random(n) * 300.0) + 1000.0 for n in (20_000, 3_000, 0)]
     values = [rng.random(len(t)) * 100 for t in traces]
-    kept = SparkSet(3, 60 / BUCKETS, settle_s=5)
-    for now in np.arange(1100.0, 1300.0, 1.0):
-        t0 = kept.start(now, 60)
-        inc = kept.update([_rows(t, v, t0, now) for t, v in zip(traces, values, strict=True)], now, 60)
-    fresh_set = SparkSet(3, 60 / BUCKETS, settle_s=5)
+    kept = SparkSet(3, 60 / BUCKETS)
+    given = -np.inf
+    for now in np.arange(1100.0, 1300.0, 1.0):  # each refresh hands over the new rows only
+        new = [(t[(t > given) & (t <= now)], v[(t > given) & (t <= now)])
+               for t, v in zip(traces, values, strict=True)]
+        inc = kept.update(new, now, 60)
+        given = now
+    fresh_set = SparkSet(3, 60 / BUCKETS)
     fresh = fresh_set.update([_rows(t, v, fresh_set.start(now, 60), now)
                               for t, v in zip(traces, values, strict=True)], now, 60)
     np.testing.assert_array_equal(inc[0], fresh[0])

@@ -108,6 +108,7 @@ class GPUMonitor(widgets.VBox):
         self._torn_down = False
         self._unsubscribe = None
         self._sparks: SparkSet | None = None
+        self._cursor: dict | None = None  # the store's cursor after the sparks' last read
         self._last_values: list[list[tuple[str, str, bool]]] = []
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
@@ -383,9 +384,8 @@ class GPUMonitor(widgets.VBox):
         rx, ry, labels = rules(marks, top_of(bands), now, span)
         lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
-        pts = self._points(now, span, gap_s) if lines else []
-        offset = 0
-        for view in self._views:
+        packed = self._packed(now, span, gap_s, latest, host, bands) if lines else []
+        for view, xy in zip(self._views, packed or [None] * len(self._views), strict=True):
             texts = value_texts(view.col, self._rows, latest, host, live, lost)
             self._last_values.append(texts)
             value_html = text.values_html(texts)
@@ -393,13 +393,7 @@ class GPUMonitor(widgets.VBox):
                 view.values.value = value_html
             if not lines:
                 continue
-            traces = []
-            for band, key, metric, _ in view.traces:
-                x, v = pts[offset]
-                offset += 1
-                scale = band_scale(metric, self._rows[band], latest.get(key, {}), host, v)
-                traces.append((band, x, v, scale))
-            x, y = pack_points(traces, bands, span)
+            x, y = xy
             with view.lines.hold_sync():
                 view.lines.x, view.lines.y = x, y
             colors = [LOST_COLOR if key in lost else c for _, key, _, c in view.traces] or ["#888"]
@@ -429,13 +423,43 @@ class GPUMonitor(widgets.VBox):
         order = [(key, metric) for view in self._views for _, key, metric, _ in view.traces]
         width = span / BUCKETS
         sset = self._sparks
-        if sset is None or sset.width_s != width or sset.traces != len(order):
-            sset = SparkSet(len(order), width, settle_s=max(5.0, 5.0 * self.sampler.interval))
+        since = self._cursor
+        if sset is None or sset.width_s != width or sset.traces != len(order) or sset.ahead:
+            sset, since = SparkSet(len(order), width), None
             self._sparks = sset
-        t0 = sset.start(now, span)
-        reads = self.sampler.store.series_many(order, t0, now)
-        trace, b = sset.update(reads, now, span)
+        # Only the rows the store gained since the last refresh, late-drained ones too.
+        lengths, t, v, self._cursor = self.sampler.store.series_packed(
+            order, sset.start(now, span), since=since)
+        trace, b = sset.update_packed(lengths, t, v, now, span)
         return points_of_all(trace, b, len(order), now, span, gap_s)
+
+    def _packed(self, now: float, span: float, gap_s: float, latest: dict, host: dict,
+                bands: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(x, y) of each column's ``Lines``: every trace packed at once, then cut per column.
+
+        ``pack_points`` pads each row to the longest with its last point, so each column's
+        rows cut to its own longest row are what packing that column alone gives.
+        """
+        pts = iter(self._points(now, span, gap_s))
+        traces, ends, widths = [], [], []
+        for view in self._views:
+            longest = 0
+            for band, key, metric, _ in view.traces:
+                x, v = next(pts)
+                scale = band_scale(metric, self._rows[band], latest.get(key, {}), host, v)
+                traces.append((band, x, v, scale))
+                longest = max(longest, len(x))
+            ends.append(len(traces))
+            widths.append(max(2, longest))
+        x2, y2 = pack_points(traces, bands, span)
+        out, lo = [], 0
+        for hi, width in zip(ends, widths, strict=True):
+            if hi == lo:  # a column with no traces: its one empty row
+                out.append(pack_points([], bands, span))
+            else:
+                out.append((x2[lo:hi, :width], y2[lo:hi, :width]))
+            lo = hi
+        return out
 
     def held(self) -> dict[str, int]:
         """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""

@@ -1,10 +1,10 @@
-"""Incremental min/max buckets of one sparkline, kept between panel refreshes.
+"""Incremental min/max buckets of many sparklines, kept between panel refreshes.
 
-Buckets sit on a fixed grid of absolute time (``width_s`` each, about 2 pixels), so a
-bucket that is complete never changes: each refresh reads from the store only the rows
-of the last few buckets (those that late rows from NVML's sample buffers may still
-reach) and reduces them with vectorised numpy. The cost of a refresh follows the new
-rows, not the window's length or the sample rate.
+Buckets sit on a fixed grid of absolute time (``width_s`` each, about 2 pixels). Each
+refresh hands over only the rows the store gained since the last one (its cursor), late
+rows of a drained NVML sample buffer included, and they are merged into their buckets
+with vectorised numpy. The cost of a refresh follows the new rows, not the window's
+length or the sample rate, and no row is missed however late it arrives.
 """
 
 from __future__ import annotations
@@ -14,18 +14,8 @@ import numpy as np
 from ..decimate import Buckets, bucket_minmax
 
 _FIELDS = ("index", "count", "first_t", "last_t", "tmin", "vmin", "tmax", "vmax")
-
-
-def _empty() -> Buckets:
-    return bucket_minmax(np.empty(0), np.empty(0), np.empty(0, np.int64))
-
-
-def _join(a: Buckets, b: Buckets) -> Buckets:
-    return Buckets(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in _FIELDS))
-
-
-def _take(b: Buckets, keep: np.ndarray) -> Buckets:
-    return Buckets(*(getattr(b, f)[keep] for f in _FIELDS))
+_KEPT = _FIELDS[1:]  # what a grid cell keeps; its bucket number is its place in the grid
+COUNT, FIRST, LAST, TMIN, VMIN, TMAX, VMAX = range(len(_KEPT))
 
 
 class SparkSet:
@@ -34,60 +24,108 @@ class SparkSet:
     Args:
         traces: how many sparklines.
         width_s: seconds per bucket (the span over the number of buckets).
-        settle_s: rows may arrive this late (buffered samples); buckets newer than that
-            are read again at the next refresh.
 
-    The traces share one bucket width, so the rows of every trace are reduced together
-    (keyed by trace and bucket) instead of a handful of numpy calls per trace.
+    The traces share one bucket grid, kept as one array (trace × bucket × field, a ring
+    over the window's buckets): a refresh reduces the new rows of every trace together,
+    merges them into their cells and reads the window out in order, with a fixed number
+    of numpy calls whatever the number of traces or buckets. Rows are given once each:
+    those of the window at the first update, then only new ones. ``ahead`` turns True
+    when rows more than a bucket newer than ``now`` came (a clock behind the data): they
+    were not kept, so the caller starts a new set.
     """
 
-    def __init__(self, traces: int, width_s: float, settle_s: float) -> None:
+    def __init__(self, traces: int, width_s: float) -> None:
         self.traces = traces
         self.width_s = float(width_s)
-        self.settle_s = float(settle_s)
-        self._final = _empty()
-        self._final_trace = np.empty(0, np.int64)
-        self._final_before: int | None = None
+        self.ahead = False
+        self._grid = np.zeros((traces, 0, len(_KEPT)))  # trace × ring column × field
+        self._bucket = np.zeros(0, np.int64)  # bucket number each ring column holds
+        self._held = 0
 
     def start(self, now: float, span_s: float) -> float:
-        """Epoch seconds from which the rows must be read at this refresh."""
-        first = int(np.floor((now - span_s) / self.width_s))
-        begin = first if self._final_before is None else max(first, self._final_before)
-        return begin * self.width_s
+        """Epoch seconds where the window starts: the first update's rows begin there."""
+        return int(np.floor((now - span_s) / self.width_s)) * self.width_s
 
     def update(self, reads: list[tuple[np.ndarray, np.ndarray]], now: float, span_s: float
                ) -> tuple[np.ndarray, Buckets]:
-        """(trace of each bucket, buckets) in the window, sorted by trace then time.
-
-        ``reads[i]`` are trace ``i``'s rows from ``start(now, span_s)`` to ``now``.
-        """
-        w = self.width_s
-        first = int(np.floor((now - span_s) / w))
-        begin = round(self.start(now, span_s) / w)
+        """``update_packed`` of ``reads[i]``, trace ``i``'s new rows (time-sorted)."""
         lengths = np.fromiter((len(t) for t, _ in reads), np.int64, len(reads))
         t = np.concatenate([r[0] for r in reads]) if reads else np.empty(0)
         v = np.concatenate([r[1] for r in reads]) if reads else np.empty(0)
-        trace = np.repeat(np.arange(len(reads)), lengths)
-        per = int(np.floor(now / w)) - first + 2  # buckets a trace can have in the window
-        rel = np.clip(np.floor(t / w).astype(np.int64) - first, 0, per - 1)
-        fresh = bucket_minmax(t, v, trace * per + rel)
-        fresh_trace, fresh_bucket = fresh.index // per, fresh.index % per + first
-        fresh = Buckets(fresh_bucket, *(getattr(fresh, f) for f in _FIELDS[1:]))
-        keep_old = self._final.index >= first
-        old, old_trace = _take(self._final, keep_old), self._final_trace[keep_old]
-        final_before = int(np.floor((now - self.settle_s) / w))
-        done = fresh.index < final_before
-        self._final = _join(old, _take(fresh, done))
-        self._final_trace = np.concatenate([old_trace, fresh_trace[done]])
-        self._final_before = max(final_before, begin)
-        both = _join(old, fresh)
-        both_trace = np.concatenate([old_trace, fresh_trace])
-        order = np.argsort(both_trace * per + (both.index - first), kind="stable")
-        return both_trace[order], _take(both, order)
+        return self.update_packed(lengths, t, v, now, span_s)
+
+    def update_packed(self, lengths: np.ndarray, t: np.ndarray, v: np.ndarray, now: float,
+                      span_s: float) -> tuple[np.ndarray, Buckets]:
+        """Add new rows; return (trace of each bucket, buckets) in the window, by trace then time.
+
+        ``lengths[i]`` rows of ``t``/``v`` after those of the traces before are trace ``i``'s
+        new rows, time-sorted, no NaN (``Store.series_packed``). Rows before the window
+        are dropped.
+        """
+        w = self.width_s
+        first, last = int(np.floor((now - span_s) / w)), int(np.floor(now / w))
+        self._fit(first, last - first + 2)  # the window's buckets and the one after
+        ring = self._bucket.size
+        wanted = np.arange(first, last + 2)
+        cols = wanted % ring
+        moved = self._bucket[cols] != wanted  # a column that held an older bucket: now empty
+        if moved.any():
+            self._grid[:, cols[moved], COUNT] = 0.0
+            self._bucket[cols[moved]] = wanted[moved]
+        trace = np.repeat(np.arange(len(lengths)), lengths)
+        bucket = np.floor(t / w).astype(np.int64)
+        if len(bucket) and (bucket.min() < first or bucket.max() > last + 1):
+            self.ahead = self.ahead or bool(bucket.max() > last + 1)
+            keep = (bucket >= first) & (bucket <= last + 1)
+            t, v, trace, bucket = t[keep], v[keep], trace[keep], bucket[keep]
+        if len(t):
+            self._merge(bucket_minmax(t, v, trace * ring + (bucket - first)), first, ring)
+        return self._window(first, last)
+
+    def _merge(self, b: Buckets, first: int, ring: int) -> None:
+        """Fold fresh buckets (index: trace × ring + bucket - first) into their cells."""
+        trace, rel = np.divmod(b.index, ring)
+        at = trace * ring + (rel + first) % ring  # the cells, in the grid as rows of fields
+        flat = self._grid.reshape(-1, len(_KEPT))
+        old = flat.take(at, axis=0)
+        new = np.column_stack([getattr(b, f) for f in _KEPT])
+        had = old[:, COUNT] > 0
+        if had.any():
+            new[:, COUNT] += old[:, COUNT]
+            new[:, FIRST] = np.where(had, np.minimum(old[:, FIRST], new[:, FIRST]), new[:, FIRST])
+            new[:, LAST] = np.where(had, np.maximum(old[:, LAST], new[:, LAST]), new[:, LAST])
+            # The first minimum (maximum) in time: the older cell's on a tie of values.
+            lo = had & ((old[:, VMIN] < new[:, VMIN])
+                        | ((old[:, VMIN] == new[:, VMIN]) & (old[:, TMIN] <= new[:, TMIN])))
+            hi = had & ((old[:, VMAX] > new[:, VMAX])
+                        | ((old[:, VMAX] == new[:, VMAX]) & (old[:, TMAX] <= new[:, TMAX])))
+            new[lo, TMIN:VMIN + 1] = old[lo, TMIN:VMIN + 1]
+            new[hi, TMAX:VMAX + 1] = old[hi, TMAX:VMAX + 1]
+        flat[at] = new
+
+    def _fit(self, first: int, buckets: int) -> None:
+        """Make the ring hold ``buckets`` columns, keeping the cells from bucket ``first`` on."""
+        if self._bucket.size >= buckets:
+            return
+        grid = np.zeros((self.traces, buckets, len(_KEPT)))
+        number = np.full(buckets, np.iinfo(np.int64).min)
+        held = np.flatnonzero(self._grid[:, :, COUNT].any(axis=0) & (self._bucket >= first))
+        grid[:, self._bucket[held] % buckets] = self._grid[:, held]
+        number[self._bucket[held] % buckets] = self._bucket[held]
+        self._grid, self._bucket = grid, number
+
+    def _window(self, first: int, last: int) -> tuple[np.ndarray, Buckets]:
+        """The non-empty cells of buckets ``first`` to ``last``, by trace then time."""
+        ring = self._bucket.size
+        cols = np.arange(first, last + 1) % ring  # each holds its bucket (update_packed)
+        trace, k = np.divmod(np.flatnonzero(self._grid[:, cols, COUNT] > 0), len(cols))
+        cells = self._grid.reshape(-1, len(_KEPT)).take(trace * ring + cols[k], axis=0).T
+        self._held = len(trace)
+        return trace, Buckets(k + first, cells[COUNT].astype(np.int64), *cells[1:])
 
     def held(self) -> int:
         """Buckets kept between refreshes (bounded by traces × buckets in the window)."""
-        return len(self._final)
+        return self._held
 
 
 def points_of_all(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s: float,
