@@ -39,7 +39,10 @@ from .timeline import Timeline
 
 log = logging.getLogger("nbgpu")
 
-DEFAULT_INTERVAL_S = 0.5
+# Memory, temperature, clocks and the like once a second, as often as the panel redraws;
+# power and utilisation keep their native 20 ms / 200 ms from the sample buffers, and a
+# capture reads memory every 10 ms while it is open.
+DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
 MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
@@ -109,8 +112,9 @@ class Sampler:
     Args:
         source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "prometheus=URL",
             a ``SimulatedGPUs`` or any object with the source interface.
-        interval: seconds between ticks of cheap reads (10 ms to 3600 s). Power and
-            utilisation come from NVML's sample buffers at the card's own resolution.
+        interval: seconds between ticks of cheap reads (10 ms to 3600 s; default 1 s).
+            Power and utilisation come from NVML's sample buffers at the card's own
+            resolution whatever the interval.
         gpus: keys of the cards to keep (a card's MIG slices go with it); None keeps all.
         host: also sample host CPU/RAM of the machine and of this process tree.
         energy_every_s, pcie_every_s, procs_every_s: how often the costly reads run.

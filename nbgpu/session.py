@@ -28,7 +28,7 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
     """Return the running shared sampler, starting or replacing it as the arguments require.
 
     ``None`` for ``source`` or ``interval`` means "keep what runs" (or the default for a
-    first start: source "auto", interval 0.5 s).
+    first start: source "auto", interval 1 s).
     """
     global _shared, _settings
     with _lock:

@@ -83,7 +83,7 @@ def _min_s(value: float) -> float:
 def _add_sampler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-h", "--help", action=_Help)
     add_shared(p, "source", None, "what runs, else auto", RESTART_NOTE)
-    add_shared(p, "interval", None, "what runs, else 0.5", RESTART_NOTE)
+    add_shared(p, "interval", None, "what runs, else 1", RESTART_NOTE)
     add_shared(p, "gpus", None, "all")
 
 
