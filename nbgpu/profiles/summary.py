@@ -73,6 +73,7 @@ BYTE_COLUMNS = ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta
                 "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                 "torch_allocated_end_bytes", "torch_reserved_end_bytes")
 _LINEAR = ("util_pct", "power_w", "sm_active_pct", "temp_c")
+_MAX_COLUMNS = {m: max_column(m) for m in ("mem_used_bytes", *_LINEAR)}  # a folded frame's per-tick maxima
 
 
 def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
@@ -80,18 +81,46 @@ def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
     return gpus is None or gpu in gpus or (parent is not None and parent in gpus)
 
 
+def _interp_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
+    """``np.interp(x, t, v)`` for one ``x``, in plain floats: the same arithmetic, without its setup.
+
+    Ends hold their value; at a reading's own time that reading is returned (the last of
+    equal times); between readings the line through the two around ``x``.
+    """
+    j = int(t.searchsorted(x, "right")) - 1
+    if j < 0:
+        return float(v[0])
+    if j >= len(t) - 1:
+        return float(v[-1])
+    ta, tb = t[j : j + 2].tolist()
+    if ta == x:
+        return float(v[j])
+    va, vb = v[j : j + 2].tolist()
+    slope = (vb - va) / (tb - ta)
+    out = slope * (x - ta) + va
+    if out != out:  # an infinite slope one way: try from the other reading, as numpy does
+        out = slope * (x - tb) + vb
+        if out != out and va == vb:
+            out = va
+    return out
+
+
 def _knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
     """The line through the readings over [t0, t1]: edge values interpolated, inner readings kept."""
-    v0, v1 = float(np.interp(t0, t, v)), float(np.interp(t1, t, v))
+    v0, v1 = _interp_at(t, v, t0), _interp_at(t, v, t1)
     if t1 <= t0:
         return np.array([t0]), np.array([v0])
-    i, j = int(np.searchsorted(t, t0, "right")), int(np.searchsorted(t, t1, "left"))
-    return (np.concatenate(([t0], t[i:j], [t1])).astype(np.float64, copy=False),
-            np.concatenate(([v0], v[i:j], [v1])).astype(np.float64, copy=False))
+    i, j = int(t.searchsorted(t0, "right")), int(t.searchsorted(t1, "left"))
+    n = max(j - i, 0) + 2
+    tt, vv = np.empty(n), np.empty(n)
+    tt[0], tt[-1], vv[0], vv[-1] = t0, t1, v0, v1
+    if n > 2:
+        tt[1:-1], vv[1:-1] = t[i:j], v[i:j]
+    return tt, vv
 
 
 def _trapz(tt: np.ndarray, vv: np.ndarray) -> float:
-    return float(np.sum((tt[1:] - tt[:-1]) * (vv[1:] + vv[:-1]) / 2.0))
+    return float(((tt[1:] - tt[:-1]) * (vv[1:] + vv[:-1]) / 2.0).sum())
 
 
 def integrate_power_j(t: np.ndarray, p: np.ndarray, t0: float, t1: float) -> float:
@@ -108,14 +137,25 @@ def _line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
     return mean, float(vv.min()), float(vv.max())
 
 
+def _median(x: np.ndarray) -> float:
+    """``np.median`` of a NaN-free array, without its overhead (the same value)."""
+    s = np.sort(x)
+    mid = len(s) // 2
+    return float(s[mid]) if len(s) % 2 else (float(s[mid - 1]) + float(s[mid])) / 2.0
+
+
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
     if not len(t):
         return None
-    i = int(np.searchsorted(t, at))
-    best = [j for j in (i - 1, i) if 0 <= j < len(t)]
-    j = min(best, key=lambda k: abs(t[k] - at))
-    return j if abs(t[j] - at) <= slack else None
+    i = int(t.searchsorted(at))
+    if i == 0:
+        j = 0
+    elif i == len(t):
+        j = i - 1
+    else:  # the earlier one on a tie, as min() over (i - 1, i) picks
+        j = i - 1 if abs(float(t[i - 1]) - at) <= abs(float(t[i]) - at) else i
+    return j if abs(float(t[j]) - at) <= slack else None
 
 
 class _Readings:
@@ -124,6 +164,7 @@ class _Readings:
     def __init__(self, parts: list[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]) -> None:
         self.streams = parts
         self._merged: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._coarse = [p for p in parts if p[2].any()]  # streams holding 10 s buckets
 
     @classmethod
     def of_timeline(cls, full: Timeline, gpu: object, a: float, b: float) -> _Readings:
@@ -139,29 +180,38 @@ class _Readings:
         order = np.argsort(times, kind="stable")
         return cls([(times[order], {k: v[order] for k, v in cols.items()}, dec[order])])
 
+    def merged(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of ``metric`` over all it was read for, NaN dropped; merged once."""
+        merged = self._merged.get(metric)
+        if merged is None:
+            parts_t, parts_v = [], []
+            for t, cols, _ in self.streams:
+                col = cols.get(metric)
+                if col is None:
+                    continue
+                v = col if col.dtype == np.float64 else col.astype(np.float64)
+                ok = v == v  # not NaN
+                if ok.all():
+                    parts_t.append(t)
+                    parts_v.append(v)
+                else:
+                    parts_t.append(t[ok])
+                    parts_v.append(v[ok])
+            merged = self._merged[metric] = merge_series(parts_t, parts_v)
+        return merged
+
     def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time.
 
         Each metric's streams are merged once; a range is then two binary searches.
         """
-        merged = self._merged.get(metric)
-        if merged is None:
-            parts_t, parts_v = [], []
-            for t, cols, _ in self.streams:
-                if metric not in cols:
-                    continue
-                v = cols[metric].astype(np.float64)
-                ok = ~np.isnan(v)
-                parts_t.append(t[ok])
-                parts_v.append(v[ok])
-            merged = self._merged[metric] = merge_series(parts_t, parts_v)
-        t, v = merged
-        i, j = int(np.searchsorted(t, a, "left")), int(np.searchsorted(t, b, "right"))
+        t, v = self.merged(metric)
+        i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
         return t[i:j], v[i:j]
 
     def decimated(self, a: float, b: float) -> bool:
         """Whether any row in [a, b] is a bucket of the store's coarse history."""
-        return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self.streams)
+        return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self._coarse)
 
 
 def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
@@ -224,13 +274,16 @@ def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[st
     """
     if not len(t):
         return "", math.nan
+    finite = bool(np.isfinite(bits).all())
+    ints = bits.astype(np.int64) if finite else np.nan_to_num(bits, nan=0).astype(np.int64)
+    present = int(np.bitwise_or.reduce(ints))
+    if not present & THROTTLE_BITS:  # no throttling bit in any reading
+        return "", 0.0
     starts = np.clip(t, t0, t1)
     ends = np.clip(np.r_[t[1:], t1], t0, t1)
     held = np.maximum(ends - starts, 0.0)
     if not held.sum() and len(t):  # a single reading in a very short range
         held = np.full(len(t), (t1 - t0) / len(t))
-    ints = np.nan_to_num(bits, nan=0).astype(np.int64)
-    present = int(np.bitwise_or.reduce(ints))
     seen = []
     for bit, name in CLOCK_EVENT_REASONS.items():
         if not bit & THROTTLE_BITS & present:
@@ -255,7 +308,7 @@ def _resolution_note(r: _Readings, t0: float, t1: float, energy_source: str) -> 
             notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; the block was shorter than "
                          "the sampling interval")
             continue
-        spacing = float(np.median(np.diff(t)))
+        spacing = _median(t[1:] - t[:-1])
         if spacing > COARSE_SPACING_S:
             notes.append(f"{label} sampled every {spacing:.1f}s; shorter peaks are not seen")
     key = "energy_period_s" if energy_source == "counter" else "power_period_s"
@@ -285,18 +338,28 @@ class _Lines:
 
 def _memory(r: _Readings, t0: float, t1: float) -> tuple[float, float, tuple | None]:
     """(start, end, held knots) of memory used: newest at/before t0, first at/after t1."""
-    _before_t, before_v = r.series("mem_used_bytes", t0 - EDGE_SLACK_S, t0)
-    _after_t, after_v = r.series("mem_used_bytes", t1, t1 + EDGE_SLACK_S)
-    mt, mv = r.series("mem_used_bytes", t0, t1)
-    start = float(before_v[-1]) if len(before_v) else (float(mv[0]) if len(mv) else math.nan)
-    end = float(after_v[0]) if len(after_v) else (float(mv[-1]) if len(mv) else start)
+    t, v = r.merged("mem_used_bytes")
+    if not len(t):
+        return math.nan, math.nan, None
+    first = int(t.searchsorted(t0 - EDGE_SLACK_S, "left"))  # the oldest that may stand for t0
+    last = int(t.searchsorted(t1 + EDGE_SLACK_S, "right"))  # past the newest that may stand for t1
+    in_lo, upto_t0 = int(t.searchsorted(t0, "left")), int(t.searchsorted(t0, "right"))
+    from_t1, in_hi = int(t.searchsorted(t1, "left")), int(t.searchsorted(t1, "right"))
+    inside = in_hi > in_lo  # readings in [t0, t1]
+    start = (float(v[upto_t0 - 1]) if upto_t0 > first
+             else float(v[in_lo]) if inside else math.nan)
+    end = (float(v[from_t1]) if last > from_t1
+           else float(v[in_hi - 1]) if inside else start)
     if math.isnan(start):
         start = end
     if math.isnan(start):
         return math.nan, math.nan, None
-    inner = (mt > t0) & (mt < t1)
-    return start, end, (np.concatenate(([t0], mt[inner], [t1])),
-                        np.concatenate(([start], mv[inner], [end])))
+    inner = max(from_t1 - upto_t0, 0)  # readings strictly inside (t0, t1)
+    tt, vv = np.empty(inner + 2), np.empty(inner + 2)
+    tt[0], tt[-1], vv[0], vv[-1] = t0, t1, start, end
+    if inner:
+        tt[1:-1], vv[1:-1] = t[upto_t0:from_t1], v[upto_t0:from_t1]
+    return start, end, (tt, vv)
 
 
 def _fold_allocator(row: dict, alloc: dict | None) -> None:
@@ -311,11 +374,11 @@ def _fold_allocator(row: dict, alloc: dict | None) -> None:
 
 
 def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
-    row: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
+    row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
     if held is not None:
-        _pt, pv = r.series(max_column("mem_used_bytes"), t0, t1)  # per-tick maxima of a frame
+        _pt, pv = r.series(_MAX_COLUMNS["mem_used_bytes"], t0, t1)  # per-tick maxima of a frame
         peak = max(float(held[1].max()), float(pv.max()) if len(pv) else -math.inf)
         row.update(mem_start_bytes=start, mem_end_bytes=end, mem_peak_bytes=peak,
                    mem_delta_bytes=end - start)
@@ -326,11 +389,12 @@ def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[di
         t, v = r.series(metric, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
         if not len(t):
             continue
-        samples = max(samples, int(((t >= t0) & (t <= t1)).sum()))
+        inside = int(t.searchsorted(t1, "right")) - int(t.searchsorted(t0, "left"))
+        samples = max(samples, inside)
         knots = _knots(t, v, t0, t1)
         lines.linear[metric] = knots
         mean, lo, hi = _line_stats(*knots)
-        _mt, mv = r.series(max_column(metric), t0, t1)  # per-tick maxima of a folded frame
+        _mt, mv = r.series(_MAX_COLUMNS[metric], t0, t1)  # per-tick maxima of a folded frame
         if len(mv):
             hi = max(hi, float(mv.max()))
         if metric == "util_pct":
@@ -345,7 +409,7 @@ def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[di
     row["energy_j"], row["energy_source"] = _energy(r, t0, t1)
     bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
     if len(bt):
-        first = max(int(np.searchsorted(bt, t0, "right")) - 1, 0)
+        first = max(int(bt.searchsorted(t0, "right")) - 1, 0)
         row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
     else:
         row["throttle_reasons"] = ""
