@@ -314,11 +314,6 @@ class Stream:
         out.reverse()
         return out
 
-    def good_rows(self) -> list[tuple[str, tuple[float, float]]]:
-        """(column, newest non-NaN (time, value)) of the columns whose row is still kept."""
-        oldest = self._oldest(self.chunks)
-        return [item for item in self._good.items() if item[1][0] >= oldest]
-
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.chunks) + sum(c.nbytes() for c in self.coarse)
 
@@ -474,8 +469,9 @@ class Store:
                 return {}
             out = dict.fromkeys(metrics, _NO_VALUE)
             for stream in self._device_streams[device]:
-                for name, good in stream.good_rows():
-                    if not out[name][0] >= good[0]:  # none yet (NaN) or older
+                kept_from = stream._oldest(stream.chunks)  # an older record was folded away
+                for name, good in stream._good.items():
+                    if good[0] >= kept_from and not out[name][0] >= good[0]:  # none yet or older
                         out[name] = good
         return out
 

@@ -137,3 +137,16 @@ def test_rows_drained_late_reach_the_panel_lines() -> None:
     finally:
         kept.close()
         s.stop()
+
+
+def test_rows_stamped_after_now_wait_for_a_later_refresh() -> None:
+    from nbgpu.widgets.spark import points_of_all
+
+    sset = SparkSet(1, 1.0)
+    t = np.array([99.2, 99.6, 100.3])  # the last one a little after now (clocks differ)
+    trace, b = sset.update_packed(np.array([3]), t, np.array([1.0, 5.0, 9.0]), 100.0, 38.0)
+    x, v = points_of_all(trace, b, 1, 100.0, 38.0, 3.0)[0]
+    assert len(x) and x.max() <= 0 and 9.0 not in v
+    trace, b = sset.update_packed(np.array([0]), np.empty(0), np.empty(0), 100.5, 38.0)
+    x, v = points_of_all(trace, b, 1, 100.5, 38.0, 3.0)[0]
+    assert 9.0 in v and x.max() <= 0

@@ -384,8 +384,8 @@ class GPUMonitor(widgets.VBox):
         rx, ry, labels = rules(marks, top_of(bands), now, span)
         lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
-        packed = self._packed(now, span, gap_s, latest, host, bands) if lines else []
-        for view, xy in zip(self._views, packed or [None] * len(self._views), strict=True):
+        packed = iter(self._packed(now, span, gap_s, latest, host, bands) if lines else ())
+        for view in self._views:
             texts = value_texts(view.col, self._rows, latest, host, live, lost)
             self._last_values.append(texts)
             value_html = text.values_html(texts)
@@ -393,7 +393,7 @@ class GPUMonitor(widgets.VBox):
                 view.values.value = value_html
             if not lines:
                 continue
-            x, y = xy
+            x, y = next(packed)
             with view.lines.hold_sync():
                 view.lines.x, view.lines.y = x, y
             colors = [LOST_COLOR if key in lost else c for _, key, _, c in view.traces] or ["#888"]

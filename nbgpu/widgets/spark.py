@@ -147,7 +147,7 @@ def points_of_all(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s
         t = np.insert(t, at, b.last_t[jumps] + gap_s / 2)
         v = np.insert(v, at, np.nan)
         tr = np.insert(tr, at, trace[jumps])
-    keep = t >= now - span_s
+    keep = (t >= now - span_s) & (t <= now)  # rows stamped after ``now`` show next time
     t, v, tr = t[keep] - now, v[keep], tr[keep]
     cut = np.searchsorted(tr, np.arange(traces + 1))
     return [(t[cut[i]:cut[i + 1]], v[cut[i]:cut[i + 1]]) for i in range(traces)]

@@ -36,6 +36,20 @@ overflow:hidden;white-space:nowrap}}
 </style>"""
 
 
+_escaped: dict[str, str] = {}  # the same texts (tooltips, "stale", titles) come every refresh
+MAX_ESCAPED = 4096
+
+
+def _escape(text: str) -> str:
+    """``html.escape`` of ``text``, remembered: a refresh escapes about a hundred texts."""
+    out = _escaped.get(text)
+    if out is None:
+        if len(_escaped) >= MAX_ESCAPED:
+            _escaped.clear()
+        out = _escaped[text] = html.escape(text)
+    return out
+
+
 def _ok(v: object) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
@@ -94,13 +108,13 @@ def host_tooltip(col: Column) -> str:
 def values_html(texts: list[tuple[str, str, bool]]) -> str:
     """One column of values, a row each: (text, tooltip, muted)."""
     rows = "".join(f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}" '
-                   f'title="{html.escape(tip)}">{html.escape(text)}</div>' for text, tip, muted in texts)
+                   f'title="{_escape(tip)}">{_escape(text)}</div>' for text, tip, muted in texts)
     return f'<div class="nbgpu-p" style="padding-top:{STRIP_PX}px">{rows}</div>'
 
 
 def badge(text: str, background: str, tip: str = "") -> str:
-    return (f'<span class="nbgpu-b" style="background:{background}" title="{html.escape(tip)}">'
-            f'{html.escape(text)}</span>')
+    return (f'<span class="nbgpu-b" style="background:{background}" title="{_escape(tip)}">'
+            f'{_escape(text)}</span>')
 
 
 def label_html(rows: list[dict]) -> str:
@@ -113,9 +127,9 @@ def label_html(rows: list[dict]) -> str:
                             "this GPU stopped answering (fell off the bus or was reset)")
         for severity, rule, tip in r.get("alerts", ()):
             badges += badge("⚠ " + rule, SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"]), tip)
-        name = html.escape(r.get("name", ""))
-        detail = html.escape(r.get("detail", "")) or "&nbsp;"
-        out.append(f'<div class="nbgpu-r"><div><b>{html.escape(str(r["title"]))}</b> '
+        name = _escape(r.get("name", ""))
+        detail = _escape(r.get("detail", "")) or "&nbsp;"
+        out.append(f'<div class="nbgpu-r"><div><b>{_escape(str(r["title"]))}</b> '
                    f'<span title="{name}">{name}</span>{badges}</div>'
                    f'<div class="nbgpu-m nbgpu-n nbgpu-d">{detail}</div></div>')
     return f'<div class="nbgpu-p" style="padding:{STRIP_PX}px 8px 0 0">{"".join(out)}</div>'
@@ -127,11 +141,11 @@ def header_html(describe: str, simulated: bool, state: str, state_color: str, no
                 "these GPUs are simulated: the numbers are made up, for demos and tests") \
         if simulated else ""
     state_html = (f'<span style="color:{state_color};font-weight:600;margin-left:8px">'
-                  f'{html.escape(state)}</span>')
-    note_html = (f'<div class="nbgpu-m" style="font-size:11px;white-space:normal">{html.escape(note)}</div>'
+                  f'{_escape(state)}</span>')
+    note_html = (f'<div class="nbgpu-m" style="font-size:11px;white-space:normal">{_escape(note)}</div>'
                  if note else "")
     return (f'<div class="nbgpu-p" style="line-height:1.4"><b>nbgpu</b> '
-            f'<span class="nbgpu-m">{html.escape(describe)}</span>{sim}{state_html}{note_html}</div>')
+            f'<span class="nbgpu-m">{_escape(describe)}</span>{sim}{state_html}{note_html}</div>')
 
 
 def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tuple[str, str, bool]]]
@@ -139,13 +153,13 @@ def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tupl
     """The last values of a stopped panel as one static table (the live widgets are closed)."""
     if not values or not rows:
         return ""
-    head = "".join(f"<th>{html.escape(c.title)}</th>" for c in cols)
+    head = "".join(f"<th>{_escape(c.title)}</th>" for c in cols)
     body = []
     for i, dev in enumerate(rows):
         key = dev.key
         title = "host" if key == HOST_KEY else f"GPU {key}"
-        cells = "".join(f"<td>{html.escape(col[i][0])}</td>" for col in values if i < len(col))
-        body.append(f"<tr><td><b>{html.escape(title)}</b></td>{cells}</tr>")
+        cells = "".join(f"<td>{_escape(col[i][0])}</td>" for col in values if i < len(col))
+        body.append(f"<tr><td><b>{_escape(title)}</b></td>{cells}</tr>")
     return (f'<div class="nbgpu-p nbgpu-m" style="font-size:11px"><table class="nbgpu-n" '
             f'style="border-collapse:collapse">'
             f'<tr><th>last values</th>{head}</tr>{"".join(body)}</table></div>')
@@ -153,6 +167,6 @@ def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tupl
 
 def title_html(text: str, tip: str) -> str:
     """A column title (static)."""
-    body = html.escape(text) or "&nbsp;"
-    return f'<div class="nbgpu-p nbgpu-m nbgpu-t" title="{html.escape(tip)}">{body}</div>'
+    body = _escape(text) or "&nbsp;"
+    return f'<div class="nbgpu-p nbgpu-m nbgpu-t" title="{_escape(tip)}">{body}</div>'
 
