@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .summary import median
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -86,14 +88,14 @@ def _num(v: object) -> float:
 
 
 def _spacing(t: np.ndarray) -> float:
-    return float(np.median(np.diff(t))) if len(t) >= 2 else math.nan
+    return median(t[1:] - t[:-1]) if len(t) >= 2 else math.nan
 
 
 def _sem2(v: np.ndarray) -> float:
     """Two standard errors of the mean of ``v`` (NaN below two readings)."""
     if len(v) < 2:
         return math.nan
-    return 2.0 * float(np.std(v, ddof=1)) / math.sqrt(len(v))
+    return 2.0 * float(v.std(ddof=1)) / math.sqrt(len(v))
 
 
 def gpu_figures(row: Mapping[str, object], series: Series) -> dict[str, Figure]:
@@ -108,13 +110,10 @@ def gpu_figures(row: Mapping[str, object], series: Series) -> dict[str, Figure]:
     mt, mv = series.get("mem_used_bytes", empty)
     ticks = [s for s in (_spacing(ut), _spacing(mt), _spacing(pt)) if not math.isnan(s)]
     energy = _num(row.get("energy_j"))
-    if len(pv) >= 2 and float(np.mean(pv)) > 0:
-        mean_p = float(np.mean(pv))
-        energy_noise = abs(energy) * _sem2(pv) / mean_p + mean_p * _spacing(pt)
-    else:
-        energy_noise = math.nan
+    mean_p = float(pv.mean()) if len(pv) >= 2 else math.nan
+    energy_noise = (abs(energy) * _sem2(pv) / mean_p + mean_p * _spacing(pt)) if mean_p > 0 else math.nan
     util_noise = _sem2(uv) + 0.5
-    steps = float(np.max(np.abs(np.diff(mv)))) if len(mv) >= 2 else 0.0
+    steps = float(np.abs(mv[1:] - mv[:-1]).max()) if len(mv) >= 2 else 0.0
     mem_noise = max(MIB, steps) if len(mv) else math.nan
     return {
         "energy_j": Figure(energy, energy_noise),

@@ -14,6 +14,7 @@ rewrite of the file (at most ``MAX_SAVED`` lines).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..errors import BadArgumentError
@@ -78,8 +80,9 @@ class CellRecord:
     def first_line(self) -> str:
         return _first_line(self.source)
 
-    @property
+    @cached_property
     def source_hash(self) -> str:
+        """The digest of the cell's text (computed once: lookups of its last run read it)."""
         return source_hash(self.source)
 
     @property
@@ -159,6 +162,55 @@ class SavedRecord:
 
 
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
+# Where each record sits in the order added (a record's key is its id()), and the records of
+# each cell id and each text digest in that order, so a cell's last run is found without a scan.
+_added = 0
+_position: dict[int, int] = {}
+_by_key: dict[tuple, list[tuple[int, CellRecord | SavedRecord]]] = {}
+
+
+def _keys(record: CellRecord | SavedRecord) -> list[tuple]:
+    keys = [("text", record.source_hash)]
+    if record.cell_id:
+        keys.append(("cell", record.cell_id))
+    return keys
+
+
+def _index(record: CellRecord | SavedRecord) -> None:
+    """Note ``record`` as the newest; forget the index entries of records the deque dropped."""
+    global _added
+    _added += 1
+    _position[id(record)] = _added
+    for key in _keys(record):
+        _by_key.setdefault(key, []).append((_added, record))
+    oldest = _added - len(_records) + 1  # positions below this left the deque
+    if len(_position) > 2 * len(_records) + 16:
+        _prune(oldest)
+
+
+def _prune(oldest: int) -> None:
+    for key in list(_by_key):
+        kept = [item for item in _by_key[key] if item[0] >= oldest]
+        if kept:
+            _by_key[key] = kept
+        else:
+            del _by_key[key]
+    live = {id(rec) for _, items in _by_key.items() for _, rec in items}
+    for rid in [rid for rid in _position if rid not in live]:
+        del _position[rid]
+
+
+def _reindex() -> None:
+    """Rebuild the index from the deque (after it was cleared or reordered)."""
+    global _added
+    _added = 0
+    _position.clear()
+    _by_key.clear()
+    for i, rec in enumerate(_records, start=1):
+        _position[id(rec)] = i
+        for key in _keys(rec):
+            _by_key.setdefault(key, []).append((i, rec))
+    _added = len(_records)
 
 
 class _Store:
@@ -230,6 +282,7 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     _records.clear()
     _records.extend(saved)
     _records.extend(live)
+    _reindex()
     _store.path, _store.env_checked = text, True
     _store.lines.clear()
     _store.lines.extend(json.dumps(r.data, allow_nan=False) for r in saved)
@@ -253,6 +306,7 @@ def add(record: CellRecord) -> None:
             except Exception as exc:
                 log.warning("nbgpu: %s is set but cannot be used: %s", ENV_HISTORY_FILE, exc)
     _records.append(record)
+    _index(record)
     if _store.path is not None:
         _store.save(record)
 
@@ -263,17 +317,30 @@ def records() -> list[CellRecord | SavedRecord]:
 
 def previous(record: CellRecord) -> CellRecord | SavedRecord | None:
     """The newest earlier record of the same cell: same cell id, or same source text."""
-    items = list(_records)
-    at = next((i for i, r in enumerate(items) if r is record), len(items))
-    for rec in reversed(items[:at]):
-        if (record.cell_id and rec.cell_id == record.cell_id) or rec.source_hash == record.source_hash:
-            return rec
-    return None
+    oldest = _added - len(_records) + 1
+    at = _position.get(id(record), 0)
+    held = oldest <= at and _by_key_holds(record, at)
+    before = at if held else _added + 1  # a record not in the history: the newest match
+    best: tuple[int, CellRecord | SavedRecord] | None = None
+    for key in _keys(record):
+        items = _by_key.get(key, [])
+        i = bisect.bisect_left(items, before, key=lambda item: item[0]) - 1
+        if i >= 0 and items[i][0] >= oldest and (best is None or items[i][0] > best[0]):
+            best = items[i]
+    return best[1] if best is not None else None
+
+
+def _by_key_holds(record: CellRecord | SavedRecord, at: int) -> bool:
+    """Whether position ``at`` is ``record`` itself (an id() may be reused after a record left)."""
+    items = _by_key.get(_keys(record)[0], [])
+    i = bisect.bisect_left(items, at, key=lambda item: item[0])
+    return i < len(items) and items[i][0] == at and items[i][1] is record
 
 
 def clear() -> None:
     """Forget every recorded cell (the history file, if kept, stays as it is)."""
     _records.clear()
+    _reindex()
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:

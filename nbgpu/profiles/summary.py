@@ -73,6 +73,7 @@ BYTE_COLUMNS = ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta
                 "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                 "torch_allocated_end_bytes", "torch_reserved_end_bytes")
 _LINEAR = ("util_pct", "power_w", "sm_active_pct", "temp_c")
+_MAX_SUFFIXES = ("_max_w", "_max_pct", "_max_bytes")
 _MAX_COLUMNS = {m: max_column(m) for m in ("mem_used_bytes", *_LINEAR)}  # a folded frame's per-tick maxima
 
 
@@ -137,7 +138,7 @@ def _line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
     return mean, float(vv.min()), float(vv.max())
 
 
-def _median(x: np.ndarray) -> float:
+def median(x: np.ndarray) -> float:
     """``np.median`` of a NaN-free array, without its overhead (the same value)."""
     s = np.sort(x)
     mid = len(s) // 2
@@ -165,6 +166,7 @@ class _Readings:
         self.streams = parts
         self._merged: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._coarse = [p for p in parts if p[2].any()]  # streams holding 10 s buckets
+        self.has_maxima = any(c.endswith(_MAX_SUFFIXES) for _, cols, _ in parts for c in cols)
 
     @classmethod
     def of_timeline(cls, full: Timeline, gpu: object, a: float, b: float) -> _Readings:
@@ -174,7 +176,7 @@ class _Readings:
     @classmethod
     def of_frame(cls, df: pd.DataFrame, times: np.ndarray) -> _Readings:
         cols = {c: df[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in df.columns
-                if c in BY_NAME or c.endswith(("_max_w", "_max_pct", "_max_bytes"))}
+                if c in BY_NAME or c.endswith(_MAX_SUFFIXES)}
         dec = (df["decimated"].fillna(False).to_numpy(dtype=bool) if "decimated" in df.columns
                else np.zeros(len(df), dtype=bool))
         order = np.argsort(times, kind="stable")
@@ -308,7 +310,7 @@ def _resolution_note(r: _Readings, t0: float, t1: float, energy_source: str) -> 
             notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; the block was shorter than "
                          "the sampling interval")
             continue
-        spacing = _median(t[1:] - t[:-1])
+        spacing = median(t[1:] - t[:-1])
         if spacing > COARSE_SPACING_S:
             notes.append(f"{label} sampled every {spacing:.1f}s; shorter peaks are not seen")
     key = "energy_period_s" if energy_source == "counter" else "power_period_s"
@@ -378,8 +380,10 @@ def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[di
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
     if held is not None:
-        _pt, pv = r.series(_MAX_COLUMNS["mem_used_bytes"], t0, t1)  # per-tick maxima of a frame
-        peak = max(float(held[1].max()), float(pv.max()) if len(pv) else -math.inf)
+        peak = float(held[1].max())
+        if r.has_maxima:  # per-tick maxima of a frame
+            _pt, pv = r.series(_MAX_COLUMNS["mem_used_bytes"], t0, t1)
+            peak = max(peak, float(pv.max()) if len(pv) else -math.inf)
         row.update(mem_start_bytes=start, mem_end_bytes=end, mem_peak_bytes=peak,
                    mem_delta_bytes=end - start)
         lines.mem, lines.mem_nvml_peak = held, peak
@@ -394,9 +398,10 @@ def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[di
         knots = _knots(t, v, t0, t1)
         lines.linear[metric] = knots
         mean, lo, hi = _line_stats(*knots)
-        _mt, mv = r.series(_MAX_COLUMNS[metric], t0, t1)  # per-tick maxima of a folded frame
-        if len(mv):
-            hi = max(hi, float(mv.max()))
+        if r.has_maxima:  # per-tick maxima of a folded frame
+            _mt, mv = r.series(_MAX_COLUMNS[metric], t0, t1)
+            if len(mv):
+                hi = max(hi, float(mv.max()))
         if metric == "util_pct":
             row.update(util_mean_pct=mean, util_min_pct=lo, util_max_pct=hi)
         elif metric == "power_w":
