@@ -227,13 +227,13 @@ def test_public_api_matches_all():
 def test_buffers_are_drained_on_their_own_schedule_and_on_request():
     sim, clock = fake(1)
     kinds: list[int] = []
-    original = sim._samples_now  # one C call of nvmlDeviceGetSamples
+    original = sim.nvmlDeviceGetSamples
 
     def spy(handle, kind, since):
         kinds.append(kind)
         return original(handle, kind, since)
 
-    sim._samples_now = spy
+    sim.nvmlDeviceGetSamples = spy
     s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=60, clock=clock)
     kinds.clear()
     run(s, clock, 12.3)

@@ -185,34 +185,3 @@ def test_gpm_samples_are_freed_on_close(nvml, monkeypatch):
         src.read(time.time() + 0.1 * i, frozenset({"tick"}))
     src.close()
     assert live["n"] == 0, f"{live['n']} GPM samples left allocated (GPM offered: {gpm})"
-
-
-def test_one_call_drain_returns_what_pynvmls_two_calls_return(nvml, monkeypatch):
-    import nbgpu.sources.nvml as nvml_mod
-    from nbgpu.sources.nvml import NothingNewError, NVMLGateway
-
-    nvml.nvmlInit()
-    try:
-        h = nvml.nvmlDeviceGetHandleByIndex(0)
-        gw = NVMLGateway(nvml)
-        assert gw._raw_samples() is not None  # the real binding hands out the C function
-        for kind in (0, 1):
-            _, listed = nvml.nvmlDeviceGetSamples(h, kind, 0)
-            ts_all = sorted(s.timeStamp for s in listed)
-            since = int(ts_all[-min(10, len(ts_all))]) - 1  # the newest few samples
-            vtype, again = nvml.nvmlDeviceGetSamples(h, kind, since)
-            ts, vals = gw.samples(h, kind, since)
-            want = {int(s.timeStamp): nvml_mod._sample_value(s.sampleValue, vtype) for s in again}
-            got = dict(zip(ts.astype(np.int64).tolist(), vals.tolist(), strict=True))
-            common = set(got) & set(want)
-            assert len(common) >= min(len(want), len(got)) - 1  # a sample may land in between
-            assert all(got[t] == want[t] for t in common)
-            assert all(ts > since)
-        monkeypatch.setattr(nvml_mod, "SAMPLE_CAPACITY", 2)  # too small: grows and retries
-        small = NVMLGateway(nvml)
-        ts, _ = small.samples(h, 0, 0)
-        assert len(ts) > 2 and small._capacity > 2
-        with pytest.raises(NothingNewError):
-            gw.samples(h, 0, 2**62)
-    finally:
-        nvml.nvmlShutdown()

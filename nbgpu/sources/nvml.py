@@ -18,7 +18,6 @@ buffer, and whether only a whole card (not a MIG slice) has it.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 from collections.abc import Callable
@@ -37,7 +36,6 @@ ERR_UNINITIALIZED = 1
 ERR_NOT_SUPPORTED = 3
 ERR_NO_PERMISSION = 4
 ERR_NOT_FOUND = 6
-ERR_INSUFFICIENT_SIZE = 7
 ERR_DRIVER_NOT_LOADED = 9
 ERR_LIBRARY_NOT_FOUND = 12
 ERR_FUNCTION_NOT_FOUND = 13
@@ -57,13 +55,6 @@ GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_p
                   10: "dram_bw_pct"}
 
 BUFFER_DEAD_AFTER_S = 10.0
-# Room for one whole NVML sample buffer (an H200 holds ~120 power and ~70 utilisation
-# samples); grown on NVML_ERROR_INSUFFICIENT_SIZE.
-SAMPLE_CAPACITY = 256
-MAX_SAMPLE_CAPACITY = 1 << 16
-# c_nvmlValue_t's member for each NVML value type (double, uint, ulong, ulonglong,
-# longlong, int, ushort), as numpy formats at offset 8 of a 16-byte c_nvmlSample_t.
-VALUE_FORMATS = ("<f8", "<u4", "<u8", "<u8", "<i8", "<i4", "<u2")
 # A drain is skipped while no new sample can exist yet: before the newest sample's time plus
 # the buffer's own sample spacing (samples come evenly spaced), and, after a drain found
 # nothing, for this share of the spacing (the driver publishes a sample a little late).
@@ -140,8 +131,6 @@ class NVMLGateway:
         self.nvml = nvml
         self._logged: set[tuple] = set()
         self._lock = threading.Lock()
-        self._raw: tuple[Callable, type] | None = None
-        self._capacity = SAMPLE_CAPACITY
 
     def call(self, function: str, *args):
         """``nvml.<function>(*args)``, or an ``NVMLCallError`` of the right kind raised from it."""
@@ -156,57 +145,13 @@ class NVMLGateway:
     def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps in µs, values) of one NVML sample buffer newer than ``since_us``.
 
-        pynvml's ``nvmlDeviceGetSamples`` asks NVML twice (how many, then the samples), and
-        each call costs a whole buffer query (about 1 ms for utilisation on an H200), so this
-        passes room for the whole buffer in one call. Bindings without the raw C function
-        go through pynvml's. Raises ``NothingNewError`` when nothing is newer.
+        Raises ``NothingNewError`` when nothing is newer.
         """
-        raw = self._raw_samples()
-        if raw is None:
-            vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
-            ts = np.fromiter((s.timeStamp for s in listed), dtype=np.float64, count=len(listed))
-            vals = np.fromiter((_sample_value(s.sampleValue, vtype) for s in listed),
-                               dtype=np.float64, count=len(listed))
-            return ts, vals
-        fn, sample_type = raw
-        while True:
-            capacity = self._capacity
-            array = (sample_type * capacity)()
-            vtype, count = ctypes.c_uint(0), ctypes.c_uint(capacity)
-            ret = fn(handle, ctypes.c_uint(sampling_type), ctypes.c_ulonglong(since_us),
-                     ctypes.pointer(vtype), ctypes.pointer(count), array)
-            if ret == ERR_INSUFFICIENT_SIZE and capacity < MAX_SAMPLE_CAPACITY:
-                self._capacity = min(MAX_SAMPLE_CAPACITY, max(2 * capacity, int(count.value)))
-                continue
-            if ret != 0:
-                raise classify("nvmlDeviceGetSamples", self._error(ret))
-            return _decode_samples(array, min(int(count.value), capacity), vtype.value)
-
-    def _raw_samples(self) -> tuple[Callable, type] | None:
-        """The C ``nvmlDeviceGetSamples`` and the sample struct type, when the binding has them."""
-        if self._raw is None:
-            getter = getattr(self.nvml, "_nvmlGetFunctionPointer", None)
-            sample_type = getattr(self.nvml, "c_nvmlSample_t", None)
-            fn = None
-            if getter is not None and sample_type is not None \
-                    and ctypes.sizeof(sample_type) == SAMPLE_STRUCT_BYTES:
-                try:
-                    fn = getter("nvmlDeviceGetSamples")
-                except Exception:  # not loaded yet, or not in this library: pynvml's way
-                    fn = None
-            if fn is None:
-                return None
-            self._raw = (fn, sample_type)
-        return self._raw
-
-    def _error(self, code: int) -> BaseException:
-        """The binding's own exception for an NVML return code (pynvml maps it to a subclass)."""
-        error = getattr(self.nvml, "NVMLError", None)
-        if error is None:
-            exc = Exception(f"NVML error {code}")
-            exc.value = code
-            return exc
-        return error(code)
+        vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
+        ts = np.fromiter((s.timeStamp for s in listed), dtype=np.float64, count=len(listed))
+        vals = np.fromiter((_sample_value(s.sampleValue, vtype) for s in listed), dtype=np.float64,
+                           count=len(listed))
+        return ts, vals
 
     def call_first(self, functions: tuple[str, ...], *args):
         """The first of ``functions`` this binding has (newer names first)."""
@@ -397,18 +342,6 @@ READS: tuple[Read, ...] = (
 )
 POLLED = tuple(r for r in READS if r.buffer is None and r.reader is not None)
 BUFFERED = {r.name: r for r in READS if r.buffer is not None}
-
-
-SAMPLE_STRUCT_BYTES = 16  # c_nvmlSample_t: unsigned long long timeStamp, 8-byte value union
-
-
-def _decode_samples(array, count: int, vtype: int) -> tuple[np.ndarray, np.ndarray]:
-    """(timestamps µs, values) as float64 from the first ``count`` structs of a ctypes array."""
-    fmt = VALUE_FORMATS[vtype] if 0 <= vtype < len(VALUE_FORMATS) else "<u2"
-    layout = np.dtype({"names": ["ts", "v"], "formats": ["<u8", fmt], "offsets": [0, 8],
-                       "itemsize": SAMPLE_STRUCT_BYTES})
-    rows = np.frombuffer(array, dtype=layout, count=count)
-    return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
 
 
 def _str(value) -> str:

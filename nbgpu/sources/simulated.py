@@ -12,7 +12,6 @@ it reports is named as simulated.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import threading
@@ -35,8 +34,6 @@ NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_INSUFFICIENT_SIZE = 7
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_GPM_METRICS_GET_VERSION = 1
 _ERROR_NAMES = {
     1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
@@ -104,23 +101,6 @@ class _Value:
         self.uiVal = self.ulVal = self.ullVal = self.sllVal = self.siVal = self.usVal = int(v)
 
 
-class c_nvmlValue_t(ctypes.Union):  # noqa: N801 - the C API's name
-    """NVML's sample value union, laid out as the C API has it."""
-
-    _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
-                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong),
-                ("siVal", ctypes.c_int), ("usVal", ctypes.c_ushort)]
-
-
-class c_nvmlSample_t(ctypes.Structure):  # noqa: N801 - the C API's name
-    """One NVML sample (timestamp in µs, value), laid out as the C API has it."""
-
-    _fields_ = [("timeStamp", ctypes.c_ulonglong), ("sampleValue", c_nvmlValue_t)]
-
-
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-
 @dataclass
 class _Sample:
     timeStamp: int  # noqa: N815 - NVML's field names
@@ -183,8 +163,6 @@ class SimulatedGPUs:
         mig: ``{gpu: slices}`` puts those GPUs in MIG mode with that many instances.
         gpm: whether GPM metrics (SM activity, occupancy, tensor, DRAM) are offered.
         sample_buffers: whether ``nvmlDeviceGetSamples`` works (False: NotSupported).
-        c_samples: whether ``_nvmlGetFunctionPointer`` hands out the raw C sample call, as
-            the real binding does (False: only pynvml's wrapper, as in an older binding).
         unsupported: NVML function names that answer NotSupported on every GPU.
         init_error: "driver_not_loaded", "library_not_found" or "no_permission" to make
             ``nvmlInit`` fail the way it does on a machine without a usable driver.
@@ -194,13 +172,11 @@ class SimulatedGPUs:
 
     SIMULATED = True
     c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t  # noqa: N815 - pynvml's name
-    c_nvmlSample_t = c_nvmlSample_t  # noqa: N815 - pynvml's name
     NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
 
     def __init__(self, count: int = 2, seed: int = 0, scenario: str = "steady",
                  name: str = "NVIDIA H200", *, clock: Callable[[], float] = time.time,
                  mig: dict[int, int] | None = None, gpm: bool = True, sample_buffers: bool = True,
-                 c_samples: bool = True,
                  unsupported: Iterable[str] = ("nvmlDeviceGetFanSpeed",),
                  init_error: str | None = None, mem_total_bytes: int = 143771 * 2**20,
                  power_limit_w: float = 700.0, hide_host_pids: bool = False) -> None:
@@ -216,7 +192,6 @@ class SimulatedGPUs:
         self.mig = dict(mig or {})
         self.gpm = gpm
         self.sample_buffers = sample_buffers
-        self.c_samples = c_samples
         self.init_error = init_error
         self.mem_total_bytes = int(mem_total_bytes)
         self.power_limit_w = float(power_limit_w)
@@ -571,22 +546,6 @@ class SimulatedGPUs:
     _BUFFERS: ClassVar[dict[int, tuple[float, int]]] = {0: (0.02, 120), 1: (0.2, 70), 2: (0.2, 70)}
 
     def nvmlDeviceGetSamples(self, h: _Handle, sampling_type: int, last_seen_us: int):  # noqa: N802
-        """pynvml's wrapper: it asks the C function twice, how many samples and then them."""
-        c_type, c_since = ctypes.c_uint(sampling_type), ctypes.c_ulonglong(last_seen_us)
-        vtype, count = ctypes.c_uint(0), ctypes.c_uint(0)
-        for array in (None, True):
-            if array is True:
-                array = (c_nvmlSample_t * count.value)()
-            code = self._c_get_samples(h, c_type, c_since, ctypes.pointer(vtype),
-                                       ctypes.pointer(count), array)
-            if code != NVML_SUCCESS:
-                raise _error(code)
-        member = _VALUE_MEMBERS[vtype.value]
-        return vtype.value, [_Sample(int(a.timeStamp), _Value(getattr(a.sampleValue, member)))
-                             for a in array[:count.value]]
-
-    def _samples_now(self, h: _Handle, sampling_type: int, last_seen_us: int):
-        """What one C call finds in a buffer: (value type, samples newer than ``last_seen_us``)."""
         self._enter("nvmlDeviceGetSamples", h)
         if not self.sample_buffers or sampling_type not in self._BUFFERS:
             raise _error(NVML_ERROR_NOT_SUPPORTED)
@@ -611,33 +570,6 @@ class SimulatedGPUs:
         if not samples:
             raise _error(NVML_ERROR_NOT_FOUND)
         return 1, samples
-
-    def _nvmlGetFunctionPointer(self, name: str) -> Callable[..., int]:  # noqa: N802 - pynvml's name
-        """The raw C function ``name``, as pynvml hands it out (only the sample call here)."""
-        if name == "nvmlDeviceGetSamples" and self.c_samples:
-            return self._c_get_samples
-        raise _error(NVML_ERROR_FUNCTION_NOT_FOUND)
-
-    def _c_get_samples(self, h: _Handle, sampling_type, last_seen_us, vtype_ptr, count_ptr,
-                       array) -> int:
-        """The C call's contract: fill ``array`` (given None: say how many) and return a code."""
-        try:
-            vtype, samples = self._samples_now(h, sampling_type.value, last_seen_us.value)
-        except NVMLError as exc:
-            return exc.value
-        vtype_ptr.contents.value = vtype
-        if array is None:
-            count_ptr.contents.value = len(samples)
-            return NVML_SUCCESS
-        if count_ptr.contents.value < len(samples):
-            count_ptr.contents.value = len(samples)
-            return NVML_ERROR_INSUFFICIENT_SIZE
-        member = _VALUE_MEMBERS[vtype]
-        for i, sample in enumerate(samples):
-            array[i].timeStamp = sample.timeStamp
-            setattr(array[i].sampleValue, member, getattr(sample.sampleValue, member))
-        count_ptr.contents.value = len(samples)
-        return NVML_SUCCESS
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:  # noqa: N802
         self._enter("nvmlDeviceGetMigMode", h)

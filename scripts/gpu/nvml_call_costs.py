@@ -38,9 +38,6 @@ def main() -> int:
     args = ap.parse_args()
     import pynvml as nv
 
-    from nbgpu.sources.nvml import NothingNewError, NVMLGateway
-
-    gw = NVMLGateway(nv)
     nv.nvmlInit()
     try:
         h = nv.nvmlDeviceGetHandleByIndex(args.gpu)
@@ -68,14 +65,6 @@ def main() -> int:
                     n = 0
                 label = "whole buffer" if not age_s else f"last {age_s:g} s"
                 fig[f"samples {name}, {label}"] = dict(cpu_cost_us(drain, 30), samples_returned=n)
-
-                def one_call(since=since, kind=kind):  # nbgpu's drain: one C call, room for all
-                    try:
-                        gw.samples(h, kind, since)
-                    except NothingNewError:
-                        pass
-
-                fig[f"samples {name}, {label}, one call (nbgpu)"] = cpu_cost_us(one_call, 30)
         fig["total energy"] = cpu_cost_us(lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), 20)
         for label, fn in {
             "utilization rates": lambda: nv.nvmlDeviceGetUtilizationRates(h),
