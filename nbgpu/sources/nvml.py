@@ -656,8 +656,8 @@ class NVMLSource:
         ts, vals = ts[fresh], vals[fresh]
         if not len(ts):
             return None
-        if len(ts) > 1:
-            dev.spacing_us[stream] = float(np.median(np.diff(ts)))
+        if len(ts) > 1:  # samples come evenly spaced: their mean spacing is the period
+            dev.spacing_us[stream] = float(ts[-1] - ts[0]) / (len(ts) - 1)
         dev.buffers[stream] = int(ts[-1])
         if self._ts_offset_us is None:
             # NVML stamps samples in µs of the CPU clock; guard against a different epoch.
