@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import BY_NAME, CLOCK_EVENT_REASONS, THROTTLE_BITS
+from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS
 from ..peaks import fold_peak
 from ..sources.base import Device
-from ..store import merge_series
 from ..timeline import max_column
 from ..units import fmt_duration
+from .readings import Readings, timeline_readings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,7 +73,6 @@ BYTE_COLUMNS = ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta
                 "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                 "torch_allocated_end_bytes", "torch_reserved_end_bytes")
 _LINEAR = ("util_pct", "power_w", "sm_active_pct", "temp_c")
-_MAX_SUFFIXES = ("_max_w", "_max_pct", "_max_bytes")
 _MAX_COLUMNS = {m: max_column(m) for m in ("mem_used_bytes", *_LINEAR)}  # a folded frame's per-tick maxima
 
 
@@ -159,67 +158,10 @@ def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     return j if abs(float(t[j]) - at) <= slack else None
 
 
-class _Readings:
-    """One device's readings near [a, b], from a store or a frame; ``series`` slices them."""
-
-    def __init__(self, parts: list[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]) -> None:
-        self.streams = parts
-        self._merged: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._coarse = [p for p in parts if p[2].any()]  # streams holding 10 s buckets
-        self.has_maxima = any(c.endswith(_MAX_SUFFIXES) for _, cols, _ in parts for c in cols)
-
-    @classmethod
-    def of_timeline(cls, full: Timeline, gpu: object, a: float, b: float) -> _Readings:
-        store = full.store
-        return cls([store.read_stream(gpu, s, a, b) for s in store.streams_of(gpu)])
-
-    @classmethod
-    def of_frame(cls, df: pd.DataFrame, times: np.ndarray) -> _Readings:
-        cols = {c: df[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in df.columns
-                if c in BY_NAME or c.endswith(_MAX_SUFFIXES)}
-        dec = (df["decimated"].fillna(False).to_numpy(dtype=bool) if "decimated" in df.columns
-               else np.zeros(len(df), dtype=bool))
-        order = np.argsort(times, kind="stable")
-        return cls([(times[order], {k: v[order] for k, v in cols.items()}, dec[order])])
-
-    def merged(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` over all it was read for, NaN dropped; merged once."""
-        merged = self._merged.get(metric)
-        if merged is None:
-            parts_t, parts_v = [], []
-            for t, cols, _ in self.streams:
-                col = cols.get(metric)
-                if col is None:
-                    continue
-                v = col if col.dtype == np.float64 else col.astype(np.float64)
-                ok = v == v  # not NaN
-                if ok.all():
-                    parts_t.append(t)
-                    parts_v.append(v)
-                else:
-                    parts_t.append(t[ok])
-                    parts_v.append(v[ok])
-            merged = self._merged[metric] = merge_series(parts_t, parts_v)
-        return merged
-
-    def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time.
-
-        Each metric's streams are merged once; a range is then two binary searches.
-        """
-        t, v = self.merged(metric)
-        i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
-        return t[i:j], v[i:j]
-
-    def decimated(self, a: float, b: float) -> bool:
-        """Whether any row in [a, b] is a bucket of the store's coarse history."""
-        return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self._coarse)
-
-
 def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
-             readings: _Readings | None = None) -> tuple[float, str]:
+             readings: Readings | None = None) -> tuple[float, str]:
     """(joules over [t0, t1], "counter" | "power" | "none") for one GPU."""
-    r = readings or _Readings.of_timeline(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
+    r = readings or Readings.of_timeline(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
     return _energy(r, t0, t1)
 
 
@@ -235,7 +177,7 @@ def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return t[moved], v[moved]
 
 
-def _energy(r: _Readings, t0: float, t1: float) -> tuple[float, str]:
+def _energy(r: Readings, t0: float, t1: float) -> tuple[float, str]:
     pt, pv = r.series("power_w", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
     if t1 - t0 < COUNTER_MIN_S and len(pt):
         # The counter moves in steps of its update period, so over a short block the power
@@ -296,7 +238,7 @@ def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[st
     return ", ".join(seen), float(held[(ints & THROTTLE_BITS) != 0].sum())
 
 
-def _resolution_note(r: _Readings, t0: float, t1: float, energy_source: str) -> str:
+def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> str:
     """What this block's figures cannot tell, in words; empty when nothing is in doubt."""
     notes = []
     duration = t1 - t0
@@ -338,7 +280,7 @@ class _Lines:
     mem_nvml_peak: float = math.nan
 
 
-def _memory(r: _Readings, t0: float, t1: float) -> tuple[float, float, tuple | None]:
+def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | None]:
     """(start, end, held knots) of memory used: newest at/before t0, first at/after t1."""
     t, v = r.merged("mem_used_bytes")
     if not len(t):
@@ -375,7 +317,7 @@ def _fold_allocator(row: dict, alloc: dict | None) -> None:
     row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
 
 
-def _gpu_row(r: _Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
+def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
     row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
@@ -559,13 +501,12 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
         allocator: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` from PyTorch's
             allocator, folded into the memory peak (``mem_peak_source`` says which won).
     """
-    per_dev: list[tuple[Device, _Readings]] = []
+    per_dev: list[tuple[Device, Readings]] = []
     if hasattr(data, "store"):
         a, b = _bounds(data, t0, t1, None)
-        for dev in map(Device.of, data.devices):
-            if selected(dev.key, gpus, dev.parent):
-                per_dev.append((dev, _Readings.of_timeline(
-                    data, dev.key, a - EDGE_SLACK_S, b + EDGE_SLACK_S)))
+        devs = [dev for dev in map(Device.of, data.devices) if selected(dev.key, gpus, dev.parent)]
+        found = timeline_readings(data, [d.key for d in devs], a - EDGE_SLACK_S, b + EDGE_SLACK_S)
+        per_dev.extend(zip(devs, found, strict=True))
     else:
         times = _frame_times(data) if len(data) else np.empty(0)
         a, b = _bounds(data, t0, t1, times)
@@ -575,7 +516,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
                 dev = described.get(key) or Device(key, "")
                 if selected(key, gpus, dev.parent):
                     rows = (data["gpu"] == key).to_numpy()
-                    per_dev.append((dev, _Readings.of_frame(data[rows], times[rows])))
+                    per_dev.append((dev, Readings.of_frame(data[rows], times[rows])))
     rows, lines = [], []
     for dev, r in per_dev:
         row, ln = _gpu_row(r, a, b, (allocator or {}).get(dev.key))

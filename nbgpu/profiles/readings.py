@@ -1,0 +1,147 @@
+"""One device's readings around a block, as the summary reads them: merged, NaN-free series.
+
+``Readings.of_timeline`` reads one device's streams whole (with the mask of rows that are
+10 s buckets); ``timeline_readings`` reads the block of every device at once, in one store
+read of only the metrics the summary uses, and gives the same series. A stream's buckets
+are all older than its oldest full-resolution row, so when each stream of a device has a
+full-resolution reading at or before the start of the range, none of the range is
+bucketed and the one read is exact. A stream whose metrics all live in another stream too
+(a sample buffer beside the tick) is asked directly whether it holds buckets in the range.
+Where any stream does, that device is read stream by stream.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..metrics import BY_NAME
+from ..store import merge_series
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..store import Store
+    from ..timeline import Timeline
+
+# The metrics a summary reads (``summary._gpu_row``); other metrics are never merged.
+SUMMARY_METRICS = ("mem_used_bytes", "util_pct", "power_w", "sm_active_pct", "temp_c", "energy_j",
+                   "clock_event_reasons")
+MAX_SUFFIXES = ("_max_w", "_max_pct", "_max_bytes")  # a folded frame's per-tick maxima
+# How far before the range a stream's reading may lie to show that the range is not bucketed.
+WITNESS_S = 15.0
+
+Part = tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]
+
+
+class Readings:
+    """One device's readings near [a, b], from a store or a frame; ``series`` slices them."""
+
+    def __init__(self, parts: list[Part], merged: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+                 ) -> None:
+        self.streams = parts
+        self._merged: dict[str, tuple[np.ndarray, np.ndarray]] = dict(merged or {})
+        self._coarse = [p for p in parts if p[2].any()]  # streams holding 10 s buckets
+        self.has_maxima = any(c.endswith(MAX_SUFFIXES) for _, cols, _ in parts for c in cols)
+
+    @classmethod
+    def of_timeline(cls, full: Timeline, gpu: object, a: float, b: float) -> Readings:
+        store = full.store
+        return cls([store.read_stream(gpu, s, a, b) for s in store.streams_of(gpu)])
+
+    @classmethod
+    def of_frame(cls, df: pd.DataFrame, times: np.ndarray) -> Readings:
+        cols = {c: df[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in df.columns
+                if c in BY_NAME or c.endswith(MAX_SUFFIXES)}
+        dec = (df["decimated"].fillna(False).to_numpy(dtype=bool) if "decimated" in df.columns
+               else np.zeros(len(df), dtype=bool))
+        order = np.argsort(times, kind="stable")
+        return cls([(times[order], {k: v[order] for k, v in cols.items()}, dec[order])])
+
+    def merged(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of ``metric`` over all it was read for, NaN dropped; merged once."""
+        merged = self._merged.get(metric)
+        if merged is None:
+            parts_t, parts_v = [], []
+            for t, cols, _ in self.streams:
+                col = cols.get(metric)
+                if col is None:
+                    continue
+                v = col if col.dtype == np.float64 else col.astype(np.float64)
+                ok = v == v  # not NaN
+                if ok.all():
+                    parts_t.append(t)
+                    parts_v.append(v)
+                else:
+                    parts_t.append(t[ok])
+                    parts_v.append(v[ok])
+            merged = self._merged[metric] = merge_series(parts_t, parts_v)
+        return merged
+
+    def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time.
+
+        Each metric's streams are merged once; a range is then two binary searches.
+        """
+        t, v = self.merged(metric)
+        i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
+        return t[i:j], v[i:j]
+
+    def decimated(self, a: float, b: float) -> bool:
+        """Whether any row in [a, b] is a bucket of the store's coarse history."""
+        return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self._coarse)
+
+
+_EMPTY = (np.empty(0), np.empty(0))
+# Per store and device: (its streams, (stream, a metric kept in it alone or None) per stream).
+_witness_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _witnesses(store: Store, gpu: object) -> list[tuple[str, str | None]]:
+    """For each stream of ``gpu``, a metric kept in that stream alone (None: no such metric)."""
+    streams = tuple(store.streams_of(gpu))
+    per_store = _witness_cache.setdefault(store, {})
+    hit = per_store.get(gpu)
+    if hit is not None and hit[0] == streams:
+        return hit[1]
+    columns = {s: list(store.read_stream(gpu, s, math.inf, math.inf)[1]) for s in streams}
+    found = []
+    for s in streams:
+        others = {c for o in streams if o != s for c in columns[o]}
+        alone = [c for c in columns[s] if c not in others]
+        found.append((s, next((c for c in alone if c in SUMMARY_METRICS), alone[0] if alone else None)))
+    per_store[gpu] = (streams, found)
+    return found
+
+
+def timeline_readings(full: Timeline, gpus: list, a: float, b: float) -> list[Readings]:
+    """``Readings.of_timeline(full, g, a, b)`` of each of ``gpus``, read in one pass where exact."""
+    store = full.store
+    plans = [(g, _witnesses(store, g)) for g in gpus]
+    wanted = [list(dict.fromkeys([*SUMMARY_METRICS, *(w for _, w in wit if w is not None)]))
+              for _, wit in plans]
+    pairs = [(g, m) for (g, _), metrics in zip(plans, wanted, strict=True) for m in metrics]
+    lengths, times, values, _ = store.series_packed(pairs, a - WITNESS_S, b, coarse=False)
+    ends = np.cumsum(lengths).tolist()
+    out, k = [], 0
+    for (g, wit), metrics in zip(plans, wanted, strict=True):
+        series = {}
+        for m in metrics:
+            lo, hi = ends[k - 1] if k else 0, ends[k]
+            series[m] = (times[lo:hi], values[lo:hi])
+            k += 1
+        exact = all(len(series[w][0]) and float(series[w][0][0]) <= a if w is not None
+                    else not store.read_stream(g, s, a, b)[2].any() for s, w in wit)
+        if not exact:  # some stream may hold buckets in range: read it as it is kept
+            out.append(Readings.of_timeline(full, g, a, b))
+            continue
+        merged = {}
+        for m in SUMMARY_METRICS:
+            t, v = series.get(m, _EMPTY)
+            i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
+            merged[m] = (t[i:j], v[i:j])
+        out.append(Readings([], merged))
+    return out
