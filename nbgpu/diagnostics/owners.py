@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..sources.base import ProcessInfo
+from ..sources.host import descendant_pids
 from ..units import fmt_bytes
 from .frameworks import nvml_index_of, tensorflow_memory, torch_memory
 
@@ -28,9 +29,12 @@ OK, NONE_LISTED, MISMATCH, UNKNOWN = "ok", "none_listed", "pid_namespace_mismatc
 
 def tree_pids() -> set[int]:
     """This process and all its descendants (DataLoader workers, subprocesses)."""
+    pids = {os.getpid()}
+    found = descendant_pids(os.getpid())
+    if found is not None:
+        return pids | found
     import psutil
 
-    pids = {os.getpid()}
     try:
         pids.update(c.pid for c in psutil.Process().children(recursive=True))
     except psutil.Error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 
 import numpy as np
@@ -9,7 +10,34 @@ import numpy as np
 from ..metrics import HOST_COLUMNS as COLUMNS
 from ..metrics import HOST_KEY
 
-__all__ = ["COLUMNS", "HOST_KEY", "HostSource"]
+__all__ = ["COLUMNS", "HOST_KEY", "HostSource", "descendant_pids"]
+
+
+def descendant_pids(pid: int) -> set[int] | None:
+    """Every descendant of ``pid``, read from ``/proc/<pid>/task/*/children`` down the tree.
+
+    That costs a read per process of the tree, where psutil's ``children()`` reads every
+    process of the machine (4 ms a scan on a GPU host). None where the kernel offers no
+    such file (not Linux, or built without it): ask psutil then.
+    """
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        files = glob.glob(f"/proc/{parent}/task/*/children")
+        if not files and parent == pid:
+            return None
+        for path in files:
+            try:
+                with open(path) as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):  # the thread or process just ended
+                continue
+            for kid in kids:
+                if kid not in found:
+                    found.add(kid)
+                    todo.append(kid)
+    return found
 
 
 class HostSource:
@@ -27,16 +55,29 @@ class HostSource:
         self._ram_total = float(psutil.virtual_memory().total)
         psutil.cpu_percent(None)  # first call primes the counter
 
+    def _live_children(self) -> dict[int, object]:
+        """psutil handles of this process's descendants, the known ones kept (their CPU counters)."""
+        ps = self._psutil
+        pids = descendant_pids(self._me.pid)
+        if pids is None:
+            try:
+                pids = {c.pid for c in self._me.children(recursive=True)}
+            except ps.Error:
+                pids = set()
+        live = {}
+        for pid in pids:
+            try:
+                live[pid] = self._children.get(pid) or ps.Process(pid)
+            except ps.Error:  # ended since it was listed
+                continue
+        return live
+
     def _tree_cpu_seconds(self, now: float) -> tuple[float, float]:
         """CPU seconds of this process, its reaped children and its live children; their RSS."""
         ps = self._psutil
         if now - self._children_at >= self._children_every_s:
             self._children_at = now
-            try:
-                live = {c.pid: c for c in self._me.children(recursive=True)}
-            except ps.Error:
-                live = {}
-            self._children = {pid: self._children.get(pid, c) for pid, c in live.items()}
+            self._children = self._live_children()
         t = self._me.cpu_times()
         cpu = t.user + t.system + t.children_user + t.children_system
         rss = float(self._me.memory_info().rss)

@@ -1,0 +1,64 @@
+"""Host readings: this process tree found from /proc's children lists, not a machine-wide scan."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from nbgpu.diagnostics.owners import tree_pids
+from nbgpu.sources.host import HostSource, descendant_pids
+
+pytestmark = pytest.mark.skipif(descendant_pids(os.getpid()) is None,
+                                reason="this kernel has no /proc/<pid>/task/*/children")
+
+# A child that starts a grandchild, both sleeping until killed.
+GRANDPARENT = ("import subprocess, sys, time; "
+               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+               "time.sleep(60)")
+
+
+@pytest.fixture
+def family():
+    child = subprocess.Popen([sys.executable, "-c", GRANDPARENT])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            kids = psutil.Process(child.pid).children()
+        except psutil.Error:
+            kids = []
+        if kids:
+            break
+        time.sleep(0.05)
+    grandchild = kids[0].pid
+    yield child.pid, grandchild
+    for pid in (grandchild, child.pid):
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+    child.wait(10)
+
+
+def test_descendants_are_the_whole_tree(family):
+    child, grandchild = family
+    assert {child, grandchild} <= descendant_pids(os.getpid())
+    assert descendant_pids(os.getpid()) == {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_host_and_diagnostics_find_the_tree_without_scanning_every_process(family, monkeypatch):
+    # psutil's children() reads every process of the machine (4 ms a scan on a GPU host).
+    def machine_wide_scan(*_a, **_k):
+        raise AssertionError("scanned every process")
+
+    monkeypatch.setattr(psutil.Process, "children", machine_wide_scan)
+    child, grandchild = family
+    assert {os.getpid(), child, grandchild} <= tree_pids()
+    host = HostSource()
+    values = host.read(time.time())
+    assert set(host._children) >= {child, grandchild}
+    assert values["proc_rss_bytes"] > psutil.Process().memory_info().rss  # children counted
