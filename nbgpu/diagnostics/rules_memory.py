@@ -11,7 +11,7 @@ import numpy as np
 from ..peaks import allocator_now, fold_peak
 from ..sources.base import Device
 from .alerts import Finding
-from .window import Context, fmt_bytes, held_for
+from .window import Context, fmt_bytes, held_for, median
 
 OOM_HINT = ("Free what you no longer need (del the tensors, then torch.cuda.empty_cache()), lower the "
             "batch size, use mixed precision or gradient checkpointing; "
@@ -113,14 +113,14 @@ def _segments_rising(t: np.ndarray, v: np.ndarray, t0: float, t1: float, n: int)
         part = v[(t >= a) & (t < b) if b < t1 else (t >= a)]
         if not len(part):
             return None
-        medians.append(float(np.median(part)))
+        medians.append(median(part))
     steps = np.diff(medians)
     total = medians[-1] - medians[0]
     if total <= 0 or (steps < 0.25 * total / (n - 1)).any():
         return None
     last = v[t >= edges[-2]]  # still rising at the end, not a finished warm-up
     half = len(last) // 2
-    if half < 1 or np.median(last[half:]) - np.median(last[:half]) < total / (n - 1) / 8:
+    if half < 1 or median(last[half:]) - median(last[:half]) < total / (n - 1) / 8:
         return None
     return total
 
@@ -167,7 +167,7 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
         if not len(sel):
             ctx.mark_cache[key] = None
             return None
-        at.append(float(np.median(sel[-3:])))
+        at.append(median(sel[-3:]))
     steps = np.diff(at)
     mean_step = float(np.mean(steps))
     found = None

@@ -14,6 +14,16 @@ from ..units import fmt_bytes  # noqa: F401 - the rules' one byte formatter (bin
 from .thresholds import Thresholds
 
 
+def median(values: np.ndarray) -> float:
+    """``np.median`` without its dispatch (a tenth of the time on the rules' small arrays,
+    which the sampler thread evaluates every 2 s); NaN if any value is NaN, as it."""
+    ordered = np.sort(values)
+    n = len(ordered)
+    if not n or np.isnan(ordered[-1]):  # NaN sorts last
+        return math.nan
+    return float(ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+
+
 class Window:
     """Reads the last seconds of a metric once per evaluation and says if they suffice.
 
@@ -55,7 +65,7 @@ class Window:
         if len(t) < 2 or t[-1] <= t[0]:
             return float(np.mean(v))
         dt = np.diff(np.r_[t, self.now])
-        dt = np.minimum(dt, np.median(dt) * 4)  # a gap does not make one reading count for long
+        dt = np.minimum(dt, median(dt) * 4)  # a gap does not make one reading count for long
         return float(np.sum(v * dt) / np.sum(dt))
 
     def host_mean(self, metric: str, span_s: float) -> float:
