@@ -4,6 +4,10 @@ Panels and cell profiles never start their own thread while this one runs. Askin
 different ``source`` or ``interval`` replaces the shared sampler (the old one is stopped
 first and its timeline stays readable); ``gpus``, ``window`` and ``metrics`` are per-panel
 view settings and never touch the sampler.
+
+``%load_ext`` lists the GPUs through ``listed_source()``: NVML initialised and the cards
+named, nothing probed. The sampler that ``ensure_sampler`` starts next for that source takes
+this very source and probes it, so NVML is opened once from ``%load_ext`` to the panel.
 """
 
 from __future__ import annotations
@@ -12,11 +16,38 @@ import threading
 from collections.abc import Callable
 
 from .sampler import DEFAULT_INTERVAL_S, Sampler
+from .sources import resolve_source
 
 _lock = threading.RLock()
 _shared: Sampler | None = None
 _settings: tuple[object, float] | None = None
 _on_replace: list[Callable[[Sampler | None, Sampler], None]] = []
+_listed: tuple[str, object] | None = None  # (source spec, its listed source) for the next start
+
+
+def listed_source(source: str = "auto") -> object:
+    """The NVML source ("auto", "nvml") with its GPUs listed (not probed), kept for the next sampler.
+
+    Raises what opening it raises (``NVMLUnavailableError`` without NVML). A running shared
+    sampler of that source is not asked: the caller reads its devices instead.
+    """
+    global _listed
+    with _lock:
+        if _listed is not None and _listed[0] == source:
+            return _listed[1]
+        _drop_listed()
+        src = resolve_source(source)
+        src.open_listing()
+        _listed = (source, src)
+        return src
+
+
+def _drop_listed() -> None:
+    """Release a listed source no sampler took (another source was started, or unload)."""
+    global _listed
+    if _listed is not None:
+        _listed, (_, src) = None, _listed
+        src.close()
 
 
 def shared_sampler() -> Sampler | None:
@@ -37,7 +68,7 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
         want_interval = cur_interval if interval is None else float(interval)
         if _shared is not None and _shared.running and (want_source, want_interval) == _settings:
             return _shared
-        new = Sampler(source=want_source, interval=want_interval)
+        new = Sampler(source=_take_listed(want_source), interval=want_interval)
         old = _shared
         if old is not None:
             old.stop()
@@ -48,6 +79,16 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
             except Exception:
                 pass
         return new
+
+
+def _take_listed(source: object) -> object:
+    """The listed source for ``source`` if there is one (the sampler probes it), else ``source``."""
+    global _listed
+    if _listed is not None and isinstance(source, str) and _listed[0] == source:
+        _listed, (_, src) = None, _listed
+        return src
+    _drop_listed()
+    return source
 
 
 def on_replace(fn: Callable[[Sampler | None, Sampler], None]) -> Callable[[], None]:
@@ -76,5 +117,6 @@ def reset() -> None:
     global _shared, _settings
     with _lock:
         stop_shared()
+        _drop_listed()
         _shared, _settings = None, None
         _on_replace.clear()

@@ -17,22 +17,22 @@ log = logging.getLogger("nbgpu")
 
 
 def load_message() -> str:
-    """One line: how many GPUs, their names and the driver; or why none are visible."""
-    from ..sources import open_source
+    """One line: how many GPUs, their names and the driver; or why none are visible.
+
+    The GPUs are only listed (no probe), and the listed source is kept for the sampler
+    ``%gpumon`` starts, so NVML is opened once.
+    """
     from ..widgets.hostonly import HostOnlySource, plain_reason
 
     shared = session.shared_sampler()
     if shared is not None and shared.running and not isinstance(shared.source, HostOnlySource):
         return f"nbgpu {__version__}: {shared.source.describe()}. %gpumon shows the live panel."
     try:
-        src = open_source("auto")
+        src = session.listed_source("auto")
     except NbgpuError as exc:
         return (f"nbgpu {__version__}: no GPU visible: {plain_reason(str(exc))} "
                 "Try %gpumon --source sim for simulated GPUs.")
-    try:
-        return f"nbgpu {__version__}: {src.describe()}. %gpumon shows the live panel."
-    finally:
-        src.close()
+    return f"nbgpu {__version__}: {src.describe()}. %gpumon shows the live panel."
 
 
 def load(ipython) -> None:

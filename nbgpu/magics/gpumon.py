@@ -23,10 +23,17 @@ def _available_gpus(opts: Options, prog: str) -> list[object]:
     shared = session.shared_sampler()
     if shared is not None and shared.running and opts.source is None:
         return [d.key for d in shared.devices if d.parent is None]
+    spec = (opts.source or "auto").strip()
+    if spec in ("auto", "nvml"):  # listed, not probed, and kept for the sampler started next
+        try:
+            src = session.listed_source(spec)
+        except NbgpuError as exc:
+            raise UsageError(f"{prog}: --gpus given but {exc}") from None
+        return [d.key for d in src.devices() if d.parent is None]
     from ..sources import open_source
 
     try:
-        src = open_source(opts.source or "auto")
+        src = open_source(opts.source)
     except NbgpuError as exc:
         raise UsageError(f"{prog}: --gpus given but {exc}") from None
     try:

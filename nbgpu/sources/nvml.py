@@ -200,6 +200,8 @@ class _Device:
     spacing_us: dict[str, float] = field(default_factory=dict)  # stream -> sample spacing (µs)
     retry_at: dict[str, float] = field(default_factory=dict)  # stream -> no drain before (s)
     gpm: list = field(default_factory=list)  # [previous, next] GPM samples once allocated
+    unconfirmed: set[str] = field(default_factory=set)  # reads assumed at open, decided at first read
+    probed: bool = False
     lost: bool = False
     errors: int = 0
 
@@ -221,6 +223,7 @@ class Read:
     parent_only: bool = False
     buffer: int | None = None
     scale: float = 1.0
+    probe_at_first_read: bool = False
 
 
 # -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
@@ -332,7 +335,7 @@ READS: tuple[Read, ...] = (
     Read("gpm", tuple(GPM_METRIC_IDS.values()), _r_gpm, "tick", parent_only=True),
     Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
     Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie",
-         parent_only=True),
+         parent_only=True, probe_at_first_read=True),
     Read("procs", (), None, "procs"),
     Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER,
          scale=1e-3),
@@ -376,7 +379,32 @@ class NVMLSource:
 
     # -- lifecycle -------------------------------------------------------------------
     def open(self) -> None:
-        """Initialise NVML (paired with ``close``) and probe every device once."""
+        """Initialise NVML (paired with ``close``) and probe every device once.
+
+        After ``open_listing`` this only probes, on the NVML reference already held.
+        """
+        self.open_listing()
+        if all(d.probed for d in self._devices):
+            return
+        try:
+            probed: list[_Device] = []
+            for dev in self._devices:
+                if dev.parent is None:
+                    probed.append(self._probe(dev))
+                    probed.extend(self._mig_devices(dev.key, dev.handle))
+            self._devices = probed
+        except (NVMLUnavailableError, NVMLCallError) as exc:
+            self._fail()
+            if isinstance(exc, NVMLUnavailableError):
+                raise
+            raise unavailable(exc, "probing GPUs failed") from exc.__cause__
+
+    def open_listing(self) -> None:
+        """Initialise NVML and list the GPUs (names, driver) without probing what each reads.
+
+        Enough for ``describe()`` and the cards' keys (``%load_ext``'s one line); ``open()``
+        later probes on the same NVML reference, so NVML is initialised once.
+        """
         if self._opened:
             return
         if self._nvml is None:
@@ -401,15 +429,19 @@ class NVMLSource:
             self.driver_version = _str(self._maybe("nvmlSystemGetDriverVersion") or "")
             for index in range(count):
                 handle = g.call("nvmlDeviceGetHandleByIndex", index)
-                self._devices.append(self._probe(index, handle, parent=None))
-                self._devices.extend(self._mig_devices(index, handle))
+                self._devices.append(self._listed(index, handle, parent=None))
         except (NVMLUnavailableError, NVMLCallError) as exc:
-            self._release()
-            self._devices = []
+            self._fail()
             if isinstance(exc, NVMLUnavailableError):
                 raise
             raise unavailable(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
+
+    def _fail(self) -> None:
+        """Undo a failed open: free what was taken and drop NVML's reference."""
+        self._release()
+        self._devices = []
+        self._opened = False
 
     def close(self) -> None:
         """Free GPM samples and release our NVML reference; others' NVML stays up.
@@ -480,27 +512,37 @@ class NVMLSource:
         except NVMLCallError:
             return None
 
-    def _probe(self, index: int, handle, parent) -> _Device:
+    def _listed(self, index: int, handle, parent) -> _Device:
+        """A device as listed: key, handle and name; ``_probe`` adds the rest."""
         key = index if parent is None else f"{parent}/{index}"
+        info = {"key": key, "parent": parent, "mig": parent is not None,
+                "name": _str(self._maybe("nvmlDeviceGetName", handle) or "unknown GPU"),
+                "uuid": "", "mem_total_bytes": None, "power_limit_w": None,
+                "slowdown_temp_c": None, "simulated": self.simulated}
+        return _Device(key=key, handle=handle, parent=parent, info=info)
+
+    def _probe(self, dev: _Device) -> _Device:
+        """Fill in a listed device's details and find which reads it has."""
+        handle = dev.handle
         mem = self._maybe("nvmlDeviceGetMemoryInfo", handle)
         limit_mw = self._maybe("nvmlDeviceGetEnforcedPowerLimit", handle)
         slowdown = self._maybe("nvmlDeviceGetTemperatureThreshold", handle,
                                TEMPERATURE_THRESHOLD_SLOWDOWN)
-        info = {
-            "key": key, "parent": parent, "mig": parent is not None,
-            "name": _str(self._maybe("nvmlDeviceGetName", handle) or "unknown GPU"),
+        dev.info.update({
             "uuid": _str(self._maybe("nvmlDeviceGetUUID", handle) or ""),
             "mem_total_bytes": int(mem.total) if mem is not None else None,
             "power_limit_w": limit_mw / 1000.0 if limit_mw else None,
             "slowdown_temp_c": float(slowdown) if slowdown else None,
-            "simulated": self.simulated,
-        }
-        dev = _Device(key=key, handle=handle, parent=parent, info=info)
+        })
         for row in READS:
-            if row.parent_only and parent is not None:
+            if row.parent_only and dev.parent is not None:
                 continue
-            if self._probe_read(dev, row):
+            if row.probe_at_first_read:
+                dev.unconfirmed.add(row.name)
                 dev.caps.update(row.metrics)
+            elif self._probe_read(dev, row):
+                dev.caps.update(row.metrics)
+        dev.probed = True
         return dev
 
     def _probe_read(self, dev: _Device, row: Read) -> bool:
@@ -534,7 +576,7 @@ class NVMLSource:
         for i in range(self._maybe("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
             mig = self._maybe("nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
             if mig is not None:
-                out.append(self._probe(i, mig, parent=index))
+                out.append(self._probe(self._listed(i, mig, parent=index)))
         return out
 
     # -- reading -------------------------------------------------------------------------
@@ -600,14 +642,21 @@ class NVMLSource:
     def _run(self, dev: _Device, row: Read, reading: Reading) -> dict[str, float]:
         """One read of the table through the gateway: values, or {} with the failure recorded."""
         try:
-            return row.reader(self._gw, dev)
+            values = row.reader(self._gw, dev)
+            dev.unconfirmed.discard(row.name)
+            return values
         except NotSupportedError as exc:
             gone = tuple(sorted(set(row.metrics) & dev.caps))
             dev.caps.difference_update(row.metrics)
             if row.name == "gpm":
                 _gpm_free(self._gw, dev)
-            message = f"GPU {dev.key}: {row.name} is no longer supported ({exc.text})"
-            self._gw.log_once(logging.WARNING, (dev.key, row.name, "unsupported"), message)
+            if row.name in dev.unconfirmed:  # its probe, made late: never supported here
+                dev.unconfirmed.discard(row.name)
+                message = f"GPU {dev.key}: {row.name} is not supported ({exc.text})"
+                log.debug(message)
+            else:
+                message = f"GPU {dev.key}: {row.name} is no longer supported ({exc.text})"
+                self._gw.log_once(logging.WARNING, (dev.key, row.name, "unsupported"), message)
             reading.events.append(DeviceEvent(dev.key, "unsupported", message, gone))
         except (TransientError, NothingNewError) as exc:
             self._transient(dev, row.name, exc, reading)
