@@ -167,12 +167,13 @@ class GPUMonMagics(Magics):
         startup.stamp("sampler_ready")
         try:
             mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
-                             refresh_s=opts.refresh_s)
+                             refresh_s=opts.refresh_s, start=False)
         except NbgpuError as exc:
             raise UsageError(f"%gpumon: {exc}") from None
         startup.stamp("panel_built")
         display(mon)
         startup.stamp("displayed")
+        mon.start()  # after the display: a sampler that has read is drawn at once
         return None
 
     gpumon.__doc__ = help_text()

@@ -172,9 +172,10 @@ class GPUMonitor(widgets.VBox):
             registry.add(self)
             if self.running:
                 return self
-            # The sampler reads once as it starts: draw as soon as it has (tick() looks again
-            # every FIRST_DRAW_S until then), not a fixed delay later.
-            SCHEDULE.add(self, FIRST_DRAW_S)  # its first tick draws the header too
+            # A sampler that has read already is drawn at once; one yet to read is looked at
+            # every FIRST_DRAW_S until it has (tick()), not a fixed delay later.
+            first_s = 0.0 if getattr(self.sampler, "ticks", 0) else FIRST_DRAW_S
+            SCHEDULE.add(self, first_s)  # its first tick draws the header too
         return self
 
     def stop(self) -> None:
