@@ -40,7 +40,7 @@ def test_one_pass_equals_reading_each_stream(full_res_s):
     for start in (2.0, 30.0, 45.0, 55.0, 79.0, 81.0, 150.0, 199.0):
         for length in (0.0, 0.01, 3.0, 30.0):
             a, b = T0 + start - 5.0, T0 + start + length + 5.0
-            fast = timeline_readings(tl, [0, 1], a, b)
+            fast = timeline_readings(tl, [0, 1], a, b, a + 5.0, b - 5.0)
             for gpu, got in zip((0, 1), fast, strict=True):
                 want = Readings.of_timeline(tl, gpu, a, b)
                 for m in SUMMARY_METRICS:
@@ -48,5 +48,5 @@ def test_one_pass_equals_reading_each_stream(full_res_s):
                     wt, wv = want.series(m)
                     np.testing.assert_array_equal(gt, wt)
                     np.testing.assert_array_equal(gv, wv)
-                t0, t1 = a + 5.0, b - 5.0
-                assert got.decimated(t0, t1) == want.decimated(t0, t1), (full_res_s, start, length)
+                for lo, hi in ((a + 5.0, b - 5.0), (a, b), (a + 1.0, b - 7.0)):
+                    assert got.decimated(lo, hi) == want.decimated(lo, hi), (full_res_s, start, length)

@@ -3,11 +3,10 @@
 ``Readings.of_timeline`` reads one device's streams whole (with the mask of rows that are
 10 s buckets); ``timeline_readings`` reads the block of every device at once, in one store
 read of only the metrics the summary uses, and gives the same series. A stream's buckets
-are all older than its oldest full-resolution row, so when each stream of a device has a
-full-resolution reading at or before the start of the range, none of the range is
-bucketed and the one read is exact. A stream whose metrics all live in another stream too
-(a sample buffer beside the tick) is asked directly whether it holds buckets in the range.
-Where any stream does, that device is read stream by stream.
+are all older than its oldest full-resolution row, so when a stream has a full-resolution
+reading at or before the start of the block, none of the block is
+bucketed. A stream whose metrics all live in another stream too (a sample buffer beside
+the tick) is asked directly whether it holds buckets in the range.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 SUMMARY_METRICS = ("mem_used_bytes", "util_pct", "power_w", "sm_active_pct", "temp_c", "energy_j",
                    "clock_event_reasons")
 MAX_SUFFIXES = ("_max_w", "_max_pct", "_max_bytes")  # a folded frame's per-tick maxima
-# How far before the range a stream's reading may lie to show that the range is not bucketed.
+# How far before the block a stream's reading may lie to show that the block is not bucketed.
 WITNESS_S = 15.0
 
 Part = tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]
@@ -40,9 +39,11 @@ Part = tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]
 class Readings:
     """One device's readings near [a, b], from a store or a frame; ``series`` slices them."""
 
-    def __init__(self, parts: list[Part], merged: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
-                 ) -> None:
+    def __init__(self, parts: list[Part], merged: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+                 block: tuple[float, float, bool] | None = None, source: tuple | None = None) -> None:
         self.streams = parts
+        self._block = block  # (t0, t1, whether [t0, t1] holds buckets), known from the read
+        self._source = source  # (timeline, gpu) to ask about other ranges
         self._merged: dict[str, tuple[np.ndarray, np.ndarray]] = dict(merged or {})
         self._coarse = [p for p in parts if p[2].any()]  # streams holding 10 s buckets
         self.has_maxima = any(c.endswith(MAX_SUFFIXES) for _, cols, _ in parts for c in cols)
@@ -92,6 +93,11 @@ class Readings:
 
     def decimated(self, a: float, b: float) -> bool:
         """Whether any row in [a, b] is a bucket of the store's coarse history."""
+        if self._block is not None and self._block[:2] == (a, b):
+            return self._block[2]
+        if self._source is not None:
+            full, gpu = self._source
+            return any(full.store.read_stream(gpu, s, a, b)[2].any() for s in full.store.streams_of(gpu))
         return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self._coarse)
 
 
@@ -117,31 +123,31 @@ def _witnesses(store: Store, gpu: object) -> list[tuple[str, str | None]]:
     return found
 
 
-def timeline_readings(full: Timeline, gpus: list, a: float, b: float) -> list[Readings]:
-    """``Readings.of_timeline(full, g, a, b)`` of each of ``gpus``, read in one pass where exact."""
+def timeline_readings(full: Timeline, gpus: list, a: float, b: float, t0: float, t1: float
+                      ) -> list[Readings]:
+    """``Readings.of_timeline(full, g, a, b)`` of each of ``gpus``, read in one pass.
+
+    The series are read as kept (buckets included), so they are the same; whether the
+    block [t0, t1] holds buckets is settled per stream: none where a full-resolution
+    reading of a metric kept in that stream alone lies at or before ``t0`` (buckets are all
+    older than a stream's oldest full-resolution row), else by asking the stream.
+    """
     store = full.store
     plans = [(g, _witnesses(store, g)) for g in gpus]
-    wanted = [list(dict.fromkeys([*SUMMARY_METRICS, *(w for _, w in wit if w is not None)]))
-              for _, wit in plans]
-    pairs = [(g, m) for (g, _), metrics in zip(plans, wanted, strict=True) for m in metrics]
-    lengths, times, values, _ = store.series_packed(pairs, a - WITNESS_S, b, coarse=False)
+    pairs = [(g, m) for g in gpus for m in SUMMARY_METRICS]
+    lengths, times, values, _ = store.series_packed(pairs, a, b)
+    seen = [(g, w) for g, wit in plans for _, w in wit if w is not None]
+    wl, _, _, _ = store.series_packed(seen, t0 - WITNESS_S, t0, coarse=False)
+    witnessed = {pair for pair, n in zip(seen, wl.tolist(), strict=True) if n}
     ends = np.cumsum(lengths).tolist()
     out, k = [], 0
-    for (g, wit), metrics in zip(plans, wanted, strict=True):
-        series = {}
-        for m in metrics:
-            lo, hi = ends[k - 1] if k else 0, ends[k]
-            series[m] = (times[lo:hi], values[lo:hi])
-            k += 1
-        exact = all(len(series[w][0]) and float(series[w][0][0]) <= a if w is not None
-                    else not store.read_stream(g, s, a, b)[2].any() for s, w in wit)
-        if not exact:  # some stream may hold buckets in range: read it as it is kept
-            out.append(Readings.of_timeline(full, g, a, b))
-            continue
+    for g, wit in plans:
         merged = {}
         for m in SUMMARY_METRICS:
-            t, v = series.get(m, _EMPTY)
-            i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
-            merged[m] = (t[i:j], v[i:j])
-        out.append(Readings([], merged))
+            lo, hi = ends[k - 1] if k else 0, ends[k]
+            merged[m] = (times[lo:hi], values[lo:hi])
+            k += 1
+        bucketed = any((g, w) not in witnessed and store.read_stream(g, s, t0, t1)[2].any()
+                       for s, w in wit)
+        out.append(Readings([], merged, block=(t0, t1, bucketed), source=(full, g)))
     return out
