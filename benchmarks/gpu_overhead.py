@@ -17,11 +17,15 @@ Two more arms check the method itself:
   GIL while it runs, NVML calls release it, so this is an upper bound on the time the
   monitor held the GIL away from the loop: a second, low-noise figure.
 
+The process runs on two CPUs: the loop's thread alone on one, every other thread (the
+monitors', the driver's) on the other, placed again before each block; a loop that moved
+between CPUs ran at two speeds 50 % apart, block to block (H200 machine, 2026-12-01).
+
 A monitor is started (and, for the panel, given a full window of history) before its
 "on" block and stopped after it, both outside the timed span. An untimed warm-up of a
 random length between 0.1 s and 0.1 s + the monitor's period follows each start, and a
 block lasts at least two periods, so blocks land at every phase of the monitor's schedule
-(a block shorter than the sampler's 0.5 s interval, started right after its first tick,
+(a block shorter than the sampler's interval, started right after its first tick,
 would never see a tick and would under-state its cost: seen in a first run on the H200).
 ``NBGPU_BENCH_QUARTETS`` and ``NBGPU_BENCH_LOOPS`` (e.g. ``launch_bound``) shorten a run;
 the results record what was used.
@@ -72,6 +76,30 @@ def other_threads_cpu_s() -> float:
     return total
 
 
+_placement: dict[str, int] = {}  # "loop" and "others": the CPU of each, while pinned
+
+
+def _place_threads() -> None:
+    """The loop's thread on its own CPU, every other thread of the process on the other.
+
+    A launch-bound loop that moves between CPUs runs at two speeds (1,400 and 2,100 steps/s
+    on the H200 machine, block to block), which no pairing resolves; on one CPU it keeps one.
+    The monitors' threads still take the GIL from it, which is the cost being measured.
+    """
+    if not _placement:
+        return
+    me = threading.get_native_id()
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, {_placement["loop" if tid == me else "others"]})
+        except OSError:  # the thread just ended
+            continue
+
+
 def _block(loop: Loop, monitor: Monitor | None, steps: int,
            rng: random.Random | None = None) -> tuple[float, float, float, dict]:
     """One timed block: (steps/s, wall s, other threads' CPU s, monitor facts)."""
@@ -82,6 +110,7 @@ def _block(loop: Loop, monitor: Monitor | None, steps: int,
         t_end = time.perf_counter() + WARMUP_S + phase
         while time.perf_counter() < t_end:
             loop.step()
+    _place_threads()
     try:
         cpu0 = other_threads_cpu_s()
         elapsed = loop.timed(steps)
@@ -184,7 +213,8 @@ def _targets(out: Outcome, label: str, launch: dict, compute: dict) -> None:
 
 
 def _pin_two_cpus() -> tuple[set[int] | None, list[int]]:
-    """Pin this process to two of its CPUs; returns (previous set, pinned CPUs)."""
+    """Pin this process to two of its CPUs, the loop's thread alone on the first (see
+    ``_place_threads``); returns (previous set, pinned CPUs)."""
     try:
         before = os.sched_getaffinity(0)
     except (AttributeError, OSError):
@@ -194,6 +224,8 @@ def _pin_two_cpus() -> tuple[set[int] | None, list[int]]:
         os.sched_setaffinity(0, cpus)
     except OSError:
         return None, []
+    if len(cpus) == 2:
+        _placement.update(loop=cpus[0], others=cpus[1])
     return before, cpus
 
 
@@ -223,8 +255,13 @@ def overhead(gpus: list[int], devices: list[str], quick: bool, nvml=None, source
             raw[loop.name] = res
             del loop
     finally:
+        _placement.clear()
         if before is not None:
-            os.sched_setaffinity(0, before)
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    os.sched_setaffinity(int(tid), before)
+                except OSError:
+                    continue
     out = Outcome(raw=raw)
     empty = {"arms": {}}
     _targets(out, label, results.get("launch_bound", empty), results.get("compute_bound", empty))

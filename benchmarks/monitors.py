@@ -76,7 +76,7 @@ class NbgpuMonitor(Monitor):
     """``nbgpu.Sampler(source, gpus)`` at default interval and read schedule."""
 
     name = "nbgpu"
-    period_s = 1.0  # ticks every 0.5 s, buffer drains every 1 s
+    period_s = 1.0  # ticks every 1 s (the default), power buffer drained every 1 s
 
     def __init__(self, source: object = "nvml", gpus: list[int] | None = None) -> None:
         self.source, self.gpus = source, gpus

@@ -115,3 +115,26 @@ def test_thread_cpu_probe_sees_a_busy_thread_and_not_an_idle_one() -> None:
     busy.join()
     idle.join()
     assert used == pytest.approx(own[0], abs=0.03)  # the probe reads the thread's own clock
+
+
+def test_the_loop_thread_runs_alone_on_its_cpu_and_the_others_on_the_other() -> None:
+    import os
+    import threading
+
+    from benchmarks import gpu_overhead as go
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, daemon=True)
+    before, cpus = go._pin_two_cpus()
+    try:
+        worker.start()
+        go._place_threads()
+        assert os.sched_getaffinity(threading.get_native_id()) == {cpus[0]}
+        assert os.sched_getaffinity(worker.native_id) == {cpus[1]}
+    finally:
+        stop.set()
+        go._placement.clear()
+        os.sched_setaffinity(0, before)
+        worker.join(5)
