@@ -22,25 +22,41 @@ def pack_points(traces: list[tuple[int, np.ndarray, np.ndarray, float]], bands: 
     all NaN, which draws nothing).
     """
     n = np.fromiter((len(x) for _, x, _, _ in traces), np.int64, len(traces))
+    x = np.concatenate([x for _, x, _, _ in traces]) if traces else np.empty(0)
+    v = np.concatenate([np.asarray(v, dtype=np.float64) for _, _, v, _ in traces]) if traces else np.empty(0)
+    band = np.fromiter((b for b, _, _, _ in traces), np.int64, len(traces))
+    scale = np.fromiter((s for _, _, _, s in traces), np.float64, len(traces))
+    return pack_packed(n, x, v, band, scale, bands, span_s)
+
+
+def pack_packed(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, band: np.ndarray,
+                scale: np.ndarray, bands: int, span_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """``pack_points`` of flat runs: trace ``i`` is ``lengths[i]`` points of ``x``/``v`` after
+    those of the traces before it, drawn in band ``band[i]`` on scale ``scale[i]``
+    (a scale that is not a positive number reads as 1)."""
+    n = np.asarray(lengths, np.int64)
     width = max(2, int(n.max()) if len(n) else 0)
-    x2 = np.full((max(1, len(traces)), width), -span_s, dtype=np.float32)
+    x2 = np.full((max(1, len(n)), width), -span_s, dtype=np.float32)
     y2 = np.full_like(x2, np.nan)
-    if not n.sum():
+    total = int(n.sum())
+    if not total:
         return x2, y2
-    # Every trace's points at once: one flat array, placed by (row, column) index.
-    xs = np.concatenate([x for _, x, _, _ in traces]).astype(np.float32)
-    vs = np.concatenate([np.asarray(v, dtype=np.float64) for _, _, v, _ in traces])
-    base = np.array([bands - 1 - band for band, _, _, _ in traces], dtype=np.float64)
-    scales = np.array([scale if scale and np.isfinite(scale) and scale > 0 else 1.0
-                       for _, _, _, scale in traces], dtype=np.float64)
-    row = np.repeat(np.arange(len(traces)), n)
-    col = np.arange(len(xs)) - np.repeat(np.cumsum(n) - n, n)
-    ys = (base[row] + INSET + (1 - 2 * INSET) * np.clip(vs / scales[row], 0.0, 1.0)).astype(np.float32)
+    scale = np.asarray(scale, np.float64)
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+    base = (bands - 1 - np.asarray(band, np.float64)) + INSET
+    row = np.repeat(np.arange(len(n)), n)
+    ends = np.cumsum(n)
+    col = np.arange(total) - np.repeat(ends - n, n)
+    ys = (base[row] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64) / scale[row], 0.0, 1.0)
+          ).astype(np.float32)
+    xs = np.asarray(x).astype(np.float32)
     x2[row, col], y2[row, col] = xs, ys
-    pad = (np.arange(width)[None, :] >= n[:, None]) & (n[:, None] > 0)  # repeat the last point
-    last = np.maximum(np.cumsum(n) - 1, 0)
-    x2 = np.where(pad, xs[last][:, None], x2)
-    y2 = np.where(pad, ys[last][:, None], y2)
+    # Pad each non-empty row with its last point: fill the cells right of it.
+    filled = n > 0
+    last = ends[filled] - 1
+    pad = np.arange(width)[None, :] >= n[filled][:, None]
+    x2[filled] = np.where(pad, xs[last][:, None], x2[filled])
+    y2[filled] = np.where(pad, ys[last][:, None], y2[filled])
     return x2, y2
 
 

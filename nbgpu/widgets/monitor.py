@@ -27,7 +27,7 @@ from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sources.base import Device
 from . import registry, text, tree
-from .bands import baselines, pack_points, rules, spaced_labels
+from .bands import baselines, pack_packed, pack_points, rules, spaced_labels
 from .column_view import SPARK_PX, ColumnView, top_of
 from .columns import (
     DEFAULT_REFRESH_S,
@@ -44,7 +44,7 @@ from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
 from .readout import band_scale, label_rows, value_texts
 from .schedule import SCHEDULE
-from .spark import SparkSet, points_of_all
+from .spark import SparkSet, points_packed
 from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
@@ -58,6 +58,7 @@ PANEL_LAYOUT = {"border": "1px solid var(--jp-border-color2,#ccc)", "padding": "
                 "width": "fit-content", "max_width": "100%", "overflow": "auto"}
 HEADER_LAYOUT = {"flex": "1 1 auto", "margin": "0 8px 0 0"}
 _stopped: list = []  # the layouts and style every stopped panel shares
+_NO_ROW: dict = {}  # a GPU with no readings yet
 FIRST_DRAW_S = 0.05  # a new panel's first draw once its sampler has data (it is displayed by then)
 
 
@@ -339,6 +340,10 @@ class GPUMonitor(widgets.VBox):
         for i, col in enumerate(self._columns):
             self._views.append(ColumnView(col, self._traces(col), bands, self._sx, self._sy,
                                            self.window_s, with_labels=(i == 0)))
+        self._trace_keys = [(band, key, metric) for view in self._views
+                            for band, key, metric, _ in view.traces]
+        self._order = [(key, metric) for _, key, metric in self._trace_keys]
+        self._trace_bands = np.array([band for band, _, _ in self._trace_keys], np.int64)
         grid = widgets.HBox([label_box] + [v.box for v in self._views],
                             layout=widgets.Layout(margin="0", overflow="visible"))
         parts = [style, self._sx, self._sy, self._header, self._pause_button, self._window_box, controls,
@@ -416,12 +421,14 @@ class GPUMonitor(widgets.VBox):
             self._labels.value = label_value
         self._draw_header(status)
 
-    def _points(self, now: float, span: float, gap_s: float) -> list[tuple]:
-        """Line points of every trace of every column, from the buckets kept between refreshes.
+    def _points(self, now: float, span: float, gap_s: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Line points of every trace of every column, from the buckets kept between refreshes:
+        (points per trace, x, values) as flat runs, trace after trace.
 
         New buckets when the span (so the bucket width) or the traces change.
         """
-        order = [(key, metric) for view in self._views for _, key, metric, _ in view.traces]
+        order = self._order
         width = span / BUCKETS
         sset = self._sparks
         since = self._cursor
@@ -432,32 +439,31 @@ class GPUMonitor(widgets.VBox):
         lengths, t, v, self._cursor = self.sampler.store.series_packed(
             order, sset.start(now, span), since=since)
         trace, b = sset.update_packed(lengths, t, v, now, span)
-        return points_of_all(trace, b, len(order), now, span, gap_s)
+        return points_packed(trace, b, len(order), now, span, gap_s)
 
     def _packed(self, now: float, span: float, gap_s: float, latest: dict, host: dict,
                 bands: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(x, y) of each column's ``Lines``: every trace packed at once, then cut per column.
 
-        ``pack_points`` pads each row to the longest with its last point, so each column's
+        ``pack_packed`` pads each row to the longest with its last point, so each column's
         rows cut to its own longest row are what packing that column alone gives.
         """
-        pts = iter(self._points(now, span, gap_s))
-        traces, ends, widths = [], [], []
-        for view in self._views:
-            longest = 0
-            for band, key, metric, _ in view.traces:
-                x, v = next(pts)
-                scale = band_scale(metric, self._rows[band], latest.get(key, {}), host, v)
-                traces.append((band, x, v, scale))
-                longest = max(longest, len(x))
-            ends.append(len(traces))
-            widths.append(max(2, longest))
-        x2, y2 = pack_points(traces, bands, span)
+        n, x, v = self._points(now, span, gap_s)
+        ends = np.cumsum(n).tolist()
+        counts = n.tolist()
+        rows = self._rows
+        scales = []
+        for i, (band, key, metric) in enumerate(self._trace_keys):
+            values = v[ends[i] - counts[i]:ends[i]]
+            scales.append(band_scale(metric, rows[band], latest.get(key, _NO_ROW), host, values))
+        x2, y2 = pack_packed(n, x, v, self._trace_bands, np.array(scales, np.float64), bands, span)
         out, lo = [], 0
-        for hi, width in zip(ends, widths, strict=True):
+        for view in self._views:
+            hi = lo + len(view.traces)
             if hi == lo:  # a column with no traces: its one empty row
                 out.append(pack_points([], bands, span))
             else:
+                width = max(2, max(counts[lo:hi]))
                 out.append((x2[lo:hi, :width], y2[lo:hi, :width]))
             lo = hi
         return out

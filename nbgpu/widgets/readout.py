@@ -5,6 +5,7 @@ Pure functions of the sampler's latest readings, kept apart from the widgets.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -17,27 +18,37 @@ from ..units import gib
 from . import text
 from .columns import Column
 
+CPUS = os.cpu_count()  # read once: the host row asks every refresh (None: not known)
+CPU_SCALE_PCT = 100.0 * (CPUS or 1)  # the top of this kernel's CPU band: every core busy
+
 
 def band_scale(metric: str, info: Device, row: dict, host: dict, v: np.ndarray) -> float:
     """The value at the top of a band: fixed for percentages, the card's limits otherwise.
 
     ``info`` is the device's description, ``row`` its latest readings, ``host`` the host's
-    latest readings and ``v`` the values in the window (the last resort for a scale).
+    latest readings and ``v`` the values in the window, looked at only as the last resort
+    for a scale (a card that reports no limit), since every trace asks each refresh.
     """
-    if metric.endswith("_pct") and metric != "proc_cpu_pct":
-        return 100.0
-    if metric == "proc_cpu_pct":
-        return 100.0 * (os.cpu_count() or 1)
+    if metric.endswith("_pct"):
+        return CPU_SCALE_PCT if metric == "proc_cpu_pct" else 100.0
     if metric == "mem_used_bytes":
         return _first(row.get("mem_total_bytes"), info.mem_total_bytes)
     if metric == "power_w":
-        return _first(row.get("power_limit_w"), info.power_limit_w,
-                      float(np.nanmax(v)) if len(v) else np.nan)
+        limit = _first(row.get("power_limit_w"), info.power_limit_w)
+        return limit if limit == limit else _peak(v, np.nan)
     if metric == "temp_c":
         return 100.0
     if metric in ("host_ram_used_bytes", "proc_rss_bytes"):
         return _first(host.get("host_ram_total_bytes"))
-    return float(np.nanmax(v)) if len(v) else 1.0
+    return _peak(v, 1.0)
+
+
+def _peak(v: np.ndarray, empty: float) -> float:
+    """Largest value of ``v`` ignoring NaN; ``empty`` when it has none."""
+    if not len(v):
+        return empty
+    peak = float(np.fmax.reduce(v))  # fmax skips NaN; all NaN gives NaN, with no warning
+    return peak if peak == peak else np.nan
 
 
 def metric_state(col: Column, row: dict, reported: object) -> str:
@@ -102,7 +113,7 @@ def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost:
         key = dev.key
         if key == HOST_KEY:
             total = host.get("host_ram_total_bytes")
-            detail = f"{os.cpu_count() or '?'} CPUs · {gib(total)} GiB RAM"
+            detail = f"{CPUS or '?'} CPUs · {gib(total)} GiB RAM"
             out.append({"title": "host", "name": socket.gethostname(), "detail": detail,
                         "alerts": _badges([a for a in alerts if a.gpu is None])})
             continue
@@ -131,6 +142,6 @@ def _badges(alerts: list) -> list[tuple[str, str, str]]:
 
 def _first(*values: object) -> float:
     for v in values:
-        if isinstance(v, (int, float)) and np.isfinite(v) and v > 0:
+        if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
             return float(v)
     return np.nan

@@ -135,8 +135,19 @@ def points_of_all(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s
     Per bucket its min and max in time order; a NaN where samples are more than ``gap_s``
     apart, so missing data shows as a gap.
     """
+    lengths, x, v = points_packed(trace, b, traces, now, span_s, gap_s)
+    ends = np.cumsum(lengths)
+    return [(x[e - n:e], v[e - n:e]) for n, e in zip(lengths.tolist(), ends.tolist(), strict=True)]
+
+
+def points_packed(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s: float,
+                  gap_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``points_of_all`` as one flat run: (points per trace, x, values), trace after trace.
+
+    The panel packs every line at once from these, with no list of per-trace arrays between.
+    """
     if len(b) == 0:
-        return [(np.empty(0), np.empty(0))] * traces
+        return np.zeros(traces, np.int64), np.empty(0), np.empty(0)
     lo_first = b.tmin <= b.tmax
     t = np.column_stack([np.where(lo_first, b.tmin, b.tmax), np.where(lo_first, b.tmax, b.tmin)]).ravel()
     v = np.column_stack([np.where(lo_first, b.vmin, b.vmax), np.where(lo_first, b.vmax, b.vmin)]).ravel()
@@ -148,6 +159,4 @@ def points_of_all(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s
         v = np.insert(v, at, np.nan)
         tr = np.insert(tr, at, trace[jumps])
     keep = (t >= now - span_s) & (t <= now)  # rows stamped after ``now`` show next time
-    t, v, tr = t[keep] - now, v[keep], tr[keep]
-    cut = np.searchsorted(tr, np.arange(traces + 1))
-    return [(t[cut[i]:cut[i + 1]], v[cut[i]:cut[i + 1]]) for i in range(traces)]
+    return np.bincount(tr[keep], minlength=traces), t[keep] - now, v[keep]

@@ -1,0 +1,106 @@
+"""The panel's refresh path: what it computes only when needed, and its packed forms equal the plain ones."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from nbgpu.sources.base import Device
+from nbgpu.widgets import traffic as traffic_module
+from nbgpu.widgets.bands import pack_packed, pack_points
+from nbgpu.widgets.readout import band_scale
+from nbgpu.widgets.spark import SparkSet, points_of_all, points_packed
+from nbgpu.widgets.traffic import Traffic
+
+
+def _widget(sent: list) -> SimpleNamespace:
+    w = SimpleNamespace(model_id="w1")
+    w._send = lambda msg, buffers=None: sent.append((msg, buffers))
+    return w
+
+
+MSG = {"method": "update", "state": {"value": "<b>42 %</b>"}, "buffer_paths": []}
+
+
+def test_traffic_counts_messages_without_encoding_them_again(monkeypatch) -> None:
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("a message was JSON-encoded a second time")
+
+    monkeypatch.setattr(traffic_module.json, "dumps", no_encoding)
+    sent: list = []
+    t = Traffic()
+    w = _widget(sent)
+    t.watch(w)
+    w._send(MSG)
+    w._send(MSG, buffers=[b"abcd"])
+    assert len(sent) == 2 and t.messages == 2 and t.per_widget["w1"] == 2
+    snap = t.snapshot()
+    assert snap["messages"] == 2 and snap["max_per_widget"] == 2
+    assert snap["bytes"] is None and t.bytes is None  # not counted: unknown, never 0
+
+
+def test_traffic_counts_bytes_when_asked() -> None:
+    sent: list = []
+    t = Traffic(count_bytes=True)
+    w = _widget(sent)
+    t.watch(w)
+    w._send(MSG, buffers=[b"abcd", memoryview(b"xy")])
+    assert t.bytes == len(json.dumps(MSG, default=str)) + 6
+    assert t.snapshot()["bytes"] == t.bytes
+
+
+def _gpu(**kw) -> Device:
+    return Device(0, "GPU", mem_total_bytes=80 * 2**30, power_limit_w=700.0, **kw)
+
+
+def test_band_scale_uses_the_limit_without_looking_at_the_values() -> None:
+    gaps = np.full(5, np.nan)  # nanmax of these warns "All-NaN slice"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert band_scale("power_w", _gpu(), {"power_limit_w": 650.0}, {}, gaps) == 650.0
+        assert band_scale("power_w", _gpu(), {}, {}, gaps) == 700.0
+        assert band_scale("util_pct", _gpu(), {}, {}, gaps) == 100.0
+        assert band_scale("mem_used_bytes", _gpu(), {}, {}, gaps) == 80 * 2**30
+    no_limit = Device(0, "GPU")
+    assert band_scale("power_w", no_limit, {}, {}, np.array([3.0, np.nan, 9.0])) == 9.0
+    assert band_scale("sm_clock_mhz", no_limit, {}, {}, np.array([1.0, 1980.0])) == 1980.0
+    assert band_scale("sm_clock_mhz", no_limit, {}, {}, np.empty(0)) == 1.0
+    assert band_scale("proc_cpu_pct", no_limit, {}, {}, gaps) >= 100.0
+
+
+@pytest.mark.parametrize("gap_s", [0.5, 3.0])
+def test_packed_points_and_packing_equal_the_per_trace_forms(gap_s: float) -> None:
+    rng = np.random.default_rng(1)
+    now, span, traces = 1000.0, 60.0, 5
+    reads = []
+    for i in range(traces):
+        n = [0, 3, 400, 2000, 50][i]
+        t = np.sort(rng.uniform(now - 70, now + 0.2, n))
+        reads.append((t, rng.random(n) * 100))
+    sset = SparkSet(traces, span / 38)
+    keep = [(t[t >= sset.start(now, span)], v[t >= sset.start(now, span)]) for t, v in reads]
+    trace, b = sset.update(keep, now, span)
+    per_trace = points_of_all(trace, b, traces, now, span, gap_s)
+    lengths, x, v = points_packed(trace, b, traces, now, span, gap_s)
+    assert list(lengths) == [len(px) for px, _ in per_trace]
+    np.testing.assert_array_equal(x, np.concatenate([px for px, _ in per_trace]))
+    np.testing.assert_array_equal(v, np.concatenate([pv for _, pv in per_trace]))
+    bands = [0, 1, 1, 2, 3]
+    scales = [100.0, 0.0, np.nan, 50.0, 200.0]
+    plain = pack_points([(bands[i], px, pv, scales[i]) for i, (px, pv) in enumerate(per_trace)], 4, span)
+    packed = pack_packed(lengths, x, v, np.array(bands), np.array(scales), 4, span)
+    for a, c in zip(plain, packed, strict=True):
+        assert a.dtype == c.dtype == np.float32
+        np.testing.assert_array_equal(a, c)
+
+
+def test_packing_nothing_gives_one_empty_row() -> None:
+    x2, y2 = pack_packed(np.zeros(0, np.int64), np.empty(0), np.empty(0), np.zeros(0, np.int64),
+                         np.empty(0), 3, 60.0)
+    px, py = pack_points([], 3, 60.0)
+    np.testing.assert_array_equal(x2, px)
+    np.testing.assert_array_equal(y2, py)
