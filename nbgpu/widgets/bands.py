@@ -36,27 +36,24 @@ def pack_packed(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, band: np.ndar
     (a scale that is not a positive number reads as 1)."""
     n = np.asarray(lengths, np.int64)
     width = max(2, int(n.max()) if len(n) else 0)
-    x2 = np.full((max(1, len(n)), width), -span_s, dtype=np.float32)
-    y2 = np.full_like(x2, np.nan)
-    total = int(n.sum())
-    if not total:
-        return x2, y2
+    if not len(n) or not n.any():
+        x2 = np.full((max(1, len(n)), width), -span_s, dtype=np.float32)
+        return x2, np.full_like(x2, np.nan)
     scale = np.asarray(scale, np.float64)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
     base = (bands - 1 - np.asarray(band, np.float64)) + INSET
     row = np.repeat(np.arange(len(n)), n)
-    ends = np.cumsum(n)
-    col = np.arange(total) - np.repeat(ends - n, n)
+    xs = np.asarray(x).astype(np.float32)
     ys = (base[row] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64) / scale[row], 0.0, 1.0)
           ).astype(np.float32)
-    xs = np.asarray(x).astype(np.float32)
-    x2[row, col], y2[row, col] = xs, ys
-    # Pad each non-empty row with its last point: fill the cells right of it.
-    filled = n > 0
-    last = ends[filled] - 1
-    pad = np.arange(width)[None, :] >= n[filled][:, None]
-    x2[filled] = np.where(pad, xs[last][:, None], x2[filled])
-    y2[filled] = np.where(pad, ys[last][:, None], y2[filled])
+    # Cell (r, c) is point min(c, n[r] - 1) of row r: its points, then its last one repeated.
+    starts = np.cumsum(n) - n
+    at = starts[:, None] + np.minimum(np.arange(width)[None, :], np.maximum(n, 1)[:, None] - 1)
+    at = np.minimum(at, len(xs) - 1)  # an empty row after the last point: replaced below
+    x2, y2 = xs[at], ys[at]
+    empty = n == 0
+    if empty.any():
+        x2[empty], y2[empty] = -span_s, np.nan
     return x2, y2
 
 
