@@ -272,6 +272,9 @@ def run_refresh(ctx: Context) -> Outcome:
                        old["cpu_ms_mean"], "ms")
     if before:
         out.raw["before"] = before
+        out.notes.append(f"The 'before ({before.get('commit', '?')})' figures were measured with rows "
+                         "written straight into the store (every value 'stale'), not with the "
+                         "sampler's steps used here since the feed was changed.")
     out.notes.append("CPU time of the refreshing thread (time.thread_time) per GPUMonitor.refresh(), "
                      "1 s of the sampler's own steps (drains, ticks, diagnostics) between refreshes, "
                      "under a fake clock, with the sampler reading 'running' so values are live as "
