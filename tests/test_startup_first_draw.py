@@ -45,12 +45,16 @@ def test_a_sampler_that_has_read_is_drawn_at_once(schedule) -> None:
 
 def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule) -> None:
     s = _sampler(ticks=0)
+    sim = s.source._nvml
+    sim.inject_hang("nvmlDeviceGetMemoryInfo", 30.0)  # running, its first read not done
     s.start()
     try:
+        assert sim.wait_hanging()
         monitor.GPUMonitor(sampler=s)
         assert schedule.step(0.0) == 0
         assert schedule.step(monitor.FIRST_DRAW_S) == 1
     finally:
+        sim.release_hangs()
         s.stop()
 
 
