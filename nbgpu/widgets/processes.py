@@ -2,8 +2,9 @@
 
 Data from ``Sampler.processes()`` through ``nbgpu.diagnostics.owners.who_uses``; other
 users are only a total and a count, never names or command lines. Hidden where the source
-reports no process lists (Prometheus). Recomputed at most every ``every_s`` seconds, since
-finding this kernel's children walks the process table.
+reports no process lists (Prometheus). Recomputed at most every ``every_s`` seconds; this
+kernel's process tree is walked again only when NVML lists a PID not seen at the last walk
+(a listed process's ancestry does not change), since the walk costs more than the rest.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import html
 
 import ipywidgets as widgets
 
-from ..diagnostics.owners import GpuUsers, users_line, who_uses
+from ..diagnostics.owners import GpuUsers, tree_pids, users_line, who_uses
 
 EVERY_S = 2.0
 
@@ -31,16 +32,27 @@ class ProcessesLine:
         self.widget = widgets.HTML(layout=widgets.Layout(display="none", margin="2px 0 0 0"))
         self.every_s = float(every_s)
         self._at = -float("inf")
+        self._walked: frozenset[int] = frozenset()  # the PIDs listed at the last walk
+        self._mine: set[int] = set()
 
     def refresh(self, sampler, now: float, gpus: set | None = None) -> None:
         """Recompute (at most every ``every_s``) for the GPUs shown (None: all) and update the widget."""
         if now - self._at < self.every_s:
             return
         self._at = now
-        usage = {g: u for g, u in who_uses(sampler).items() if gpus is None or g in gpus}
+        usage = {g: u for g, u in who_uses(sampler, mine=self._kernel_pids(sampler)).items()
+                 if gpus is None or g in gpus}
         display = "block" if usage else "none"
         value = users_html(usage) if usage else ""
         if self.widget.value != value:
             self.widget.value = value
         if self.widget.layout.display != display:
             self.widget.layout.display = display
+
+    def _kernel_pids(self, sampler) -> set[int]:
+        """This kernel's PIDs, walked again only when NVML lists a PID the last walk did not see."""
+        listed = frozenset(p.pid for procs in sampler.processes().values() for p in procs)
+        if not listed <= self._walked:
+            self._mine = tree_pids()
+            self._walked = listed
+        return self._mine
