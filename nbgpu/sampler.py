@@ -421,28 +421,33 @@ class Sampler:
             return self._clock()
         return self._last_step if self._last_step is not None else self._clock()
 
-    def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset) -> dict[str, str]:
+    def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
+                never: float) -> dict[str, str]:
         """"live", "stale", "failed" or "unsupported" of each metric of device ``key``.
 
         Called with ``_lock`` held. Unsupported: the card does not report it (``supported``,
         empty for "all") or NVML said so; failed: a read failed after its newest refresh;
-        stale: not refreshed for ``STALE_PERIODS`` of its own periods.
+        stale: not refreshed for ``STALE_PERIODS`` of its own periods. ``never``: the period
+        assumed before a metric's second refresh (the longest of any read). NaN tests are ``x != x``
+        and the period's floor a comparison: the panel asks this for every metric each refresh.
         """
         unsupported = self._unsupported.get(key, ())
         error_at = self._error_at.get(key)
-        refreshed = self._refreshed
+        refreshed = self._refreshed.get
         interval = self.interval
-        never = max(interval, MAX_BUFFER_DRAIN_S, *self._every.values())  # period before two refreshes
+        unrefreshed = "stale" if error_at is None else "failed"
         out = {}
         for metric in metrics:
-            if (supported and metric not in supported) or metric in unsupported:
+            if metric in unsupported or (supported and metric not in supported):
                 out[metric] = "unsupported"
                 continue
-            newest, previous = refreshed.get((key, metric), _NEVER)
-            if math.isnan(newest):
-                out[metric] = "stale" if error_at is None else "failed"
+            newest, previous = refreshed((key, metric), _NEVER)
+            if newest != newest:
+                out[metric] = unrefreshed
                 continue
-            period = max(interval, never if math.isnan(previous) else newest - previous)
+            period = never if previous != previous else newest - previous
+            if period < interval:
+                period = interval
             age = now - newest
             if error_at is not None and error_at > newest and age > period + 1e-6:
                 out[metric] = "failed"
@@ -466,16 +471,19 @@ class Sampler:
         lost = self.lost
         state = self.state
         out = []
+        nan = math.nan
+        with self._lock:  # the period before a metric's second refresh: the longest of any read
+            never = max(self.interval, MAX_BUFFER_DRAIN_S, *self._every.values())
         for dev in self.devices:
             key = dev.key
             newest_of = self.store.last_many(key)
             with self._lock:
-                states = self._states(key, newest_of, now, frozenset(dev.metrics))
+                states = self._states(key, newest_of, now, frozenset(dev.metrics), never)
             row = {"gpu": key, "name": dev.name, "state": "lost" if key in lost else state}
-            newest = math.nan
+            newest = nan
             for metric, (t, v) in newest_of.items():
-                row[metric] = v if states[metric] == "live" else math.nan
-                if t > newest or math.isnan(newest):
+                row[metric] = v if states[metric] == "live" else nan
+                if t > newest or newest != newest:
                     newest = t
             row["time"] = pd.NaT if math.isnan(newest) else pd.Timestamp(newest, unit="s", tz="UTC")
             row["time_s"] = float(newest)
