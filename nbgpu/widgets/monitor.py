@@ -42,7 +42,7 @@ from .columns import (
 )
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
-from .readout import band_scale, label_rows, value_texts
+from .readout import band_scale, fixed_scale, label_rows, value_texts
 from .schedule import SCHEDULE
 from .spark import SparkSet, points_packed
 from .traffic import Traffic
@@ -344,6 +344,7 @@ class GPUMonitor(widgets.VBox):
                             for band, key, metric, _ in view.traces]
         self._order = [(key, metric) for _, key, metric in self._trace_keys]
         self._trace_bands = np.array([band for band, _, _ in self._trace_keys], np.int64)
+        self._fixed_scales = [fixed_scale(metric) for _, _, metric in self._trace_keys]
         grid = widgets.HBox([label_box] + [v.box for v in self._views],
                             layout=widgets.Layout(margin="0", overflow="visible"))
         parts = [style, self._sx, self._sy, self._header, self._pause_button, self._window_box, controls,
@@ -452,10 +453,11 @@ class GPUMonitor(widgets.VBox):
         ends = np.cumsum(n).tolist()
         counts = n.tolist()
         rows = self._rows
-        scales = []
+        scales = list(self._fixed_scales)
         for i, (band, key, metric) in enumerate(self._trace_keys):
-            values = v[ends[i] - counts[i]:ends[i]]
-            scales.append(band_scale(metric, rows[band], latest.get(key, _NO_ROW), host, values))
+            if scales[i] is None:  # the card's limits, or the window's peak
+                values = v[ends[i] - counts[i]:ends[i]]
+                scales[i] = band_scale(metric, rows[band], latest.get(key, _NO_ROW), host, values)
         x2, y2 = pack_packed(n, x, v, self._trace_bands, np.array(scales, np.float64), bands, span)
         out, lo = [], 0
         for view in self._views:

@@ -29,18 +29,29 @@ def band_scale(metric: str, info: Device, row: dict, host: dict, v: np.ndarray) 
     latest readings and ``v`` the values in the window, looked at only as the last resort
     for a scale (a card that reports no limit), since every trace asks each refresh.
     """
-    if metric.endswith("_pct"):
-        return CPU_SCALE_PCT if metric == "proc_cpu_pct" else 100.0
+    fixed = fixed_scale(metric)
+    if fixed is not None:
+        return fixed
     if metric == "mem_used_bytes":
         return _first(row.get("mem_total_bytes"), info.mem_total_bytes)
     if metric == "power_w":
         limit = _first(row.get("power_limit_w"), info.power_limit_w)
         return limit if limit == limit else _peak(v, np.nan)
-    if metric == "temp_c":
-        return 100.0
     if metric in ("host_ram_used_bytes", "proc_rss_bytes"):
         return _first(host.get("host_ram_total_bytes"))
     return _peak(v, 1.0)
+
+
+def fixed_scale(metric: str) -> float | None:
+    """The top of a band that depends on the metric alone (percentages, temperature); else None.
+
+    The panel asks it once per trace when it builds, and ``band_scale`` only for the others.
+    """
+    if metric.endswith("_pct"):
+        return CPU_SCALE_PCT if metric == "proc_cpu_pct" else 100.0
+    if metric == "temp_c":
+        return 100.0
+    return None
 
 
 def _peak(v: np.ndarray, empty: float) -> float:
