@@ -18,6 +18,7 @@ buffer, and whether only a whole card (not a MIG slice) has it.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 from collections.abc import Callable
@@ -148,6 +149,9 @@ class NVMLGateway:
         Raises ``NothingNewError`` when nothing is newer.
         """
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
+        packed = _packed_samples(listed, vtype)
+        if packed is not None:
+            return packed
         ts = np.fromiter((s.timeStamp for s in listed), dtype=np.float64, count=len(listed))
         vals = np.fromiter((_sample_value(s.sampleValue, vtype) for s in listed), dtype=np.float64,
                            count=len(listed))
@@ -349,6 +353,38 @@ BUFFERED = {r.name: r for r in READS if r.buffer is not None}
 
 def _str(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+SAMPLE_BYTES = 16  # c_nvmlSample_t: unsigned long long timeStamp, then an 8-byte value union
+# The union member of each NVML value type (double, uint, ulong, ulonglong, longlong, int,
+# ushort) as a numpy type in this machine's byte order.
+_VALUE_TYPES = (np.float64, np.uintc, np.uint64 if ctypes.sizeof(ctypes.c_ulong) == 8 else np.uint32,
+                np.ulonglong, np.longlong, np.intc, np.ushort)
+
+
+def _packed_samples(listed, vtype: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(timestamps, values) read straight from the ctypes array pynvml's samples slice views.
+
+    pynvml returns ``array[0:n]``: structs that share one contiguous buffer, so numpy reads
+    it at once (3 µs for 120 samples, against 90 µs attribute by attribute). None where the
+    samples are not such a view (the simulated stand-in, another binding): read them one by one.
+    """
+    if not listed or not 0 <= vtype < len(_VALUE_TYPES):
+        return None
+    first, last = listed[0], listed[-1]
+    base = getattr(first, "_b_base_", None)
+    try:
+        if (base is None or getattr(last, "_b_base_", None) is not base
+                or ctypes.sizeof(first) != SAMPLE_BYTES
+                or ctypes.addressof(last) - ctypes.addressof(first) != (len(listed) - 1) * SAMPLE_BYTES):
+            return None
+        buffer = (ctypes.c_char * (len(listed) * SAMPLE_BYTES)).from_address(ctypes.addressof(first))
+    except TypeError:  # not ctypes objects
+        return None
+    layout = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, _VALUE_TYPES[vtype]],
+                       "offsets": [0, 8], "itemsize": SAMPLE_BYTES})
+    rows = np.frombuffer(buffer, dtype=layout)
+    return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
 
 
 def _sample_value(value, vtype: int) -> float:
