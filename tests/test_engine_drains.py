@@ -57,7 +57,7 @@ def test_an_edge_read_reads_memory_and_not_the_energy_counter():
 
 
 @pytest.mark.parametrize("code, errors", [(999, 1), (3, 0)])
-def test_faults_reach_the_one_call_drain(code, errors):
+def test_drain_faults_are_counted_and_an_unsupported_buffer_is_polled(code, errors):
     sim, clock = fake(1)
     s = nbgpu.Sampler(source=sim, interval=0.5, energy_every_s=60, clock=clock)
     run(s, clock, 2.0)
