@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
@@ -12,7 +15,6 @@ from ..units import fmt_bytes
 from ..widgets.columns import check_gpus
 from ..widgets.hostonly import shared_or_host_only
 from . import startup
-from .background import Background
 from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
 
 STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports
@@ -65,7 +67,7 @@ def _start_shared(opts: Options, prog: str):
     return sampler
 
 
-def _start_beside_imports(opts: Options, prog: str) -> Background:
+def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     """Start the shared sampler while the caller imports the panel's modules.
 
     With none running, a helper thread opens the source (NVML's probe and a Prometheus
@@ -81,8 +83,17 @@ def _start_beside_imports(opts: Options, prog: str) -> Background:
     simulated = (opts.source.strip() in ("sim", "simulated") if opts.source is not None
                  else shared is not None and shared.simulated)
     if simulated or (shared is not None and shared.running):
-        return Background(lambda: _start_shared(opts, prog), thread=None)
-    return Background(lambda: _start_shared(opts, prog), thread=STARTER_THREAD)
+        return lambda: _start_shared(opts, prog)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=STARTER_THREAD)
+    started = pool.submit(_start_shared, opts, prog)
+
+    def result() -> object:  # the sampler, or the helper's exception raised here
+        try:
+            return started.result()
+        finally:
+            pool.shutdown(wait=True)
+
+    return result
 
 
 def _processes_line(gpu: object, procs: list) -> str:
@@ -163,7 +174,7 @@ class GPUMonMagics(Magics):
         from ..widgets.monitor import GPUMonitor
 
         startup.stamp("panel_modules")
-        starting.result()  # the shared sampler started or re-pointed; the panel follows it
+        starting()  # the shared sampler started or re-pointed; the panel follows it
         startup.stamp("sampler_ready")
         try:
             mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
