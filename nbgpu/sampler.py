@@ -324,6 +324,10 @@ class Sampler:
                 f"every {self.interval:g}s, {self.state}, {self.ticks} ticks>")
 
     # -- what other parts of nbgpu ask of it ------------------------------------------------
+    def now(self) -> float:
+        """The sampler's clock (epoch seconds; the fake clock it was given, in tests)."""
+        return self._clock()
+
     def mark(self, label: str, t: float | None = None) -> None:
         """Put a labelled mark on this sampler's timeline."""
         self.store.add_event(Event(self._clock() if t is None else t, "mark", str(label)))

@@ -1,9 +1,10 @@
-"""A capture's edges read the energy counter only where it can resolve the block."""
+"""A capture's edges read the energy counter only where it can resolve the block.
+
+The sampler and its simulated GPUs share a fake clock that only the test moves, so a
+block lasts exactly what the test says; the sampler's thread only serves the edge reads.
+"""
 
 from __future__ import annotations
-
-import math
-import time
 
 import pytest
 
@@ -14,32 +15,55 @@ from nbgpu.profiles.summary import COUNTER_MIN_S
 ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 @pytest.fixture
 def sim_and_sampler(clean_profiles):
-    sim = nbgpu.SimulatedGPUs(count=1)
-    s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=600).start()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and math.isnan(s.store.last(0, "energy_j")[0]):
-        time.sleep(0.01)  # the first tick's counter reading
-    yield sim, s
+    clock = Clock()
+    sim = nbgpu.SimulatedGPUs(count=1, clock=clock)
+    s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=600, clock=clock)
+    for _ in range(5):  # the first tick reads the counter; then 0.5 s of readings
+        clock.t += 0.1
+        s.step(clock.t)
+    s.start()
+    yield sim, s, clock
     s.stop()
 
 
 def test_a_short_block_reads_no_energy_counter_and_its_energy_is_from_power(sim_and_sampler):
-    sim, s = sim_and_sampler
+    sim, s, clock = sim_and_sampler
     before = sim.calls[ENERGY]
-    with nbgpu.capture(sampler=s) as cap:
-        time.sleep(0.05)
-    assert sim.calls[ENERGY] == before  # a fresh reading anchors the start; the end is too short
+    cap = nbgpu.capture(sampler=s).start()  # the counter was read 0.4 s ago: fresh
+    clock.t += 0.05
+    cap.finish()
+    assert sim.calls[ENERGY] == before  # the end is too short for the counter's steps
     row = cap.summarized().rows[0]
+    assert cap.duration_s == pytest.approx(0.05)
     assert row["energy_source"] == "power"
     assert row["energy_j"] == pytest.approx(row["power_mean_w"] * cap.duration_s, rel=0.05)
 
 
 def test_a_long_block_reads_the_counter_at_its_end(sim_and_sampler):
-    sim, s = sim_and_sampler
+    sim, s, clock = sim_and_sampler
     before = sim.calls[ENERGY]
-    with nbgpu.capture(sampler=s) as cap:
-        time.sleep(COUNTER_MIN_S + 0.1)
-    assert sim.calls[ENERGY] >= before + 1
+    cap = nbgpu.capture(sampler=s).start()
+    clock.t += COUNTER_MIN_S + 0.1
+    cap.finish()
+    assert sim.calls[ENERGY] == before + 1
     assert cap.summarized().rows[0]["energy_source"] == "counter"
+
+
+def test_a_start_long_after_the_last_counter_reading_asks_for_one(sim_and_sampler):
+    sim, s, clock = sim_and_sampler
+    clock.t += 3.0  # past COUNTER_FRESH_S since the first tick's reading
+    before = sim.calls[ENERGY]
+    cap = nbgpu.capture(sampler=s).start()
+    clock.t += 0.05
+    cap.finish()  # waits for the edge read, which follows the start's counter read
+    assert sim.calls[ENERGY] == before + 1

@@ -229,7 +229,7 @@ class Capture:
         fast = getattr(self.sampler, "fast_memory", None)
         if callable(fast):
             self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
-        self.start_time = time.time()
+        self.start_time = self.sampler.now()
         if self._counter_stale(self.start_time):  # else the fast memory lane covers the start
             self.sampler.request("energy")
         _active.append(self)
@@ -239,7 +239,7 @@ class Capture:
         """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""
         if not math.isnan(self.end_time):
             return
-        self.end_time = time.time()
+        self.end_time = self._clock()
         self.status = status
         if exc is not None:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -259,6 +259,10 @@ class Capture:
         if self.owns_sampler:
             sampler.stop()
 
+    def _clock(self) -> float:
+        """Now on the sampler's clock, the one its readings are stamped with."""
+        return self.sampler.now() if self.sampler is not None else time.time()
+
     def _counter_stale(self, t: float) -> bool:
         """Whether some GPU's newest energy-counter reading is older than COUNTER_FRESH_S at ``t``."""
         last = self.sampler.store.last
@@ -269,11 +273,11 @@ class Capture:
     # -- results ----------------------------------------------------------------------------
     @property
     def duration_s(self) -> float:
-        end = time.time() if math.isnan(self.end_time) else self.end_time
+        end = self._clock() if math.isnan(self.end_time) else self.end_time
         return end - self.start_time
 
     def _range(self) -> tuple[float, float]:
-        return self.start_time, (time.time() if math.isnan(self.end_time) else self.end_time)
+        return self.start_time, (self._clock() if math.isnan(self.end_time) else self.end_time)
 
     @property
     def window(self) -> Timeline:
