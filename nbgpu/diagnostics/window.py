@@ -21,7 +21,9 @@ def median(values: np.ndarray) -> float:
     n = len(ordered)
     if not n or np.isnan(ordered[-1]):  # NaN sorts last
         return math.nan
-    return float(ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    if n % 2:
+        return float(ordered[n // 2])
+    return float(ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 class Window:
