@@ -6,23 +6,9 @@ import numpy as np
 import pytest
 
 import nbgpu
-from nbgpu.sources.simulated import SimulatedGPUs
-from test_engine_sampler import fake, run
+from test_engine_sampler import fake, run, spy_drains
 
 POWER, UTIL, MEMUTIL = 0, 1, 2
-
-
-def spy_drains(sim: SimulatedGPUs) -> list[int]:
-    """The sampling type of every nvmlDeviceGetSamples call, in order."""
-    kinds: list[int] = []
-    original = sim.nvmlDeviceGetSamples
-
-    def spy(handle, kind, since):
-        kinds.append(kind)
-        return original(handle, kind, since)
-
-    sim.nvmlDeviceGetSamples = spy
-    return kinds
 
 
 def test_drains_that_cannot_find_a_new_sample_are_not_made():

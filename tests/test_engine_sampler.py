@@ -45,6 +45,19 @@ def run(s: nbgpu.Sampler, clock: Clock, seconds: float) -> None:
     clock.t = end
 
 
+def spy_drains(sim: SimulatedGPUs) -> list[int]:
+    """The sampling type of every nvmlDeviceGetSamples call from now on, in order."""
+    kinds: list[int] = []
+    original = sim.nvmlDeviceGetSamples
+
+    def spy(handle, kind, since):
+        kinds.append(kind)
+        return original(handle, kind, since)
+
+    sim.nvmlDeviceGetSamples = spy
+    return kinds
+
+
 def test_devices_describe_each_gpu_and_its_metrics():
     with nbgpu.Sampler(source=SimulatedGPUs(count=3, seed=1)) as s:
         assert [d.key for d in s.devices] == [0, 1, 2]
@@ -226,14 +239,7 @@ def test_public_api_matches_all():
 
 def test_buffers_are_drained_on_their_own_schedule_and_on_request():
     sim, clock = fake(1)
-    kinds: list[int] = []
-    original = sim.nvmlDeviceGetSamples
-
-    def spy(handle, kind, since):
-        kinds.append(kind)
-        return original(handle, kind, since)
-
-    sim.nvmlDeviceGetSamples = spy
+    kinds = spy_drains(sim)
     s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=60, clock=clock)
     kinds.clear()
     run(s, clock, 12.3)
