@@ -265,3 +265,19 @@ def run_all_cells(page, timeout_ms: int = 90_000) -> None:
         await w.sessionContext.ready;
         window.jupyterapp.commands.execute('notebook:run-all-cells');
     }""")
+
+
+def loaded_shell():
+    """An IPython shell with nbgpu loaded; afterwards unloaded, panels closed, session reset."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from nbgpu import session
+    from nbgpu.widgets import registry
+
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "nbgpu")
+    yield sh
+    if "gpumon" in sh.magics_manager.magics["line"]:
+        sh.run_line_magic("unload_ext", "nbgpu")
+    registry.close_all()
+    session.reset()

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
+from conftest_panel import loaded_shell
 from nbgpu import session
 from nbgpu.magics import options
 from nbgpu.widgets import registry
@@ -24,13 +24,7 @@ def _nbgpu_threads() -> list[str]:
 def shell():
     _before.clear()
     _before.update(threading.enumerate())
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "nbgpu")
-    yield sh
-    if "gpumon" in sh.magics_manager.magics["line"]:
-        sh.run_line_magic("unload_ext", "nbgpu")
-    registry.close_all()
-    session.reset()
+    yield from loaded_shell()
 
 
 def test_parse_every_option() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
+from conftest_panel import loaded_shell
 from nbgpu import session
 from nbgpu.errors import NbgpuError
 from nbgpu.magics import gpumon, startup
@@ -21,13 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def shell():
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "nbgpu")
-    yield sh
-    if "gpumon" in sh.magics_manager.magics["line"]:
-        sh.run_line_magic("unload_ext", "nbgpu")
-    registry.close_all()
-    session.reset()
+    yield from loaded_shell()
 
 
 def test_gpumon_starts_the_sampler_off_the_main_thread(shell, monkeypatch) -> None:
