@@ -11,9 +11,9 @@ import psutil
 import pytest
 
 from nbgpu.diagnostics.owners import tree_pids
-from nbgpu.sources.host import HostSource, descendant_pids
+from nbgpu.sources.host import HostSource, _proc_descendants, descendant_pids
 
-pytestmark = pytest.mark.skipif(descendant_pids(os.getpid()) is None,
+pytestmark = pytest.mark.skipif(_proc_descendants(os.getpid()) is None,
                                 reason="this kernel has no /proc/<pid>/task/*/children")
 
 # A child that starts a grandchild, both sleeping until killed.

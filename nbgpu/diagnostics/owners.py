@@ -29,17 +29,7 @@ OK, NONE_LISTED, MISMATCH, UNKNOWN = "ok", "none_listed", "pid_namespace_mismatc
 
 def tree_pids() -> set[int]:
     """This process and all its descendants (DataLoader workers, subprocesses)."""
-    pids = {os.getpid()}
-    found = descendant_pids(os.getpid())
-    if found is not None:
-        return pids | found
-    import psutil
-
-    try:
-        pids.update(c.pid for c in psutil.Process().children(recursive=True))
-    except psutil.Error:
-        pass
-    return pids
+    return {os.getpid()} | descendant_pids(os.getpid())
 
 
 def used_bytes(p: ProcessInfo) -> float:

@@ -13,13 +13,26 @@ from ..metrics import HOST_KEY
 __all__ = ["COLUMNS", "HOST_KEY", "HostSource", "descendant_pids"]
 
 
-def descendant_pids(pid: int) -> set[int] | None:
-    """Every descendant of ``pid``, read from ``/proc/<pid>/task/*/children`` down the tree.
+def descendant_pids(pid: int) -> set[int]:
+    """Every descendant of ``pid`` (empty if it has none or is gone).
 
-    That costs a read per process of the tree, where psutil's ``children()`` reads every
-    process of the machine (4 ms a scan on a GPU host). None where the kernel offers no
-    such file (not Linux, or built without it): ask psutil then.
+    Read from ``/proc/<pid>/task/*/children`` down the tree: a read per process of the tree,
+    where psutil's ``children()`` reads every process of the machine (4 ms a scan on a GPU
+    host). psutil answers where the kernel offers no such file (not Linux, or built without).
     """
+    found = _proc_descendants(pid)
+    if found is not None:
+        return found
+    import psutil
+
+    try:
+        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def _proc_descendants(pid: int) -> set[int] | None:
+    """``descendant_pids`` from /proc's children lists; None where ``pid`` has none to read."""
     found: set[int] = set()
     todo = [pid]
     while todo:
@@ -58,14 +71,8 @@ class HostSource:
     def _live_children(self) -> dict[int, object]:
         """psutil handles of this process's descendants, the known ones kept (their CPU counters)."""
         ps = self._psutil
-        pids = descendant_pids(self._me.pid)
-        if pids is None:
-            try:
-                pids = {c.pid for c in self._me.children(recursive=True)}
-            except ps.Error:
-                pids = set()
         live = {}
-        for pid in pids:
+        for pid in descendant_pids(self._me.pid):
             try:
                 live[pid] = self._children.get(pid) or ps.Process(pid)
             except ps.Error:  # ended since it was listed
