@@ -291,11 +291,6 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     return text
 
 
-def history_file() -> str | None:
-    """The persistent history file in use, or None."""
-    return _store.path
-
-
 def add(record: CellRecord) -> None:
     """Keep a profiled cell (the oldest is dropped past ``MAX_RECORDS``); save it if asked."""
     if not _store.env_checked:
