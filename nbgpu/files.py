@@ -1,4 +1,4 @@
-"""Timeline files (CSV, JSON lines, Parquet): written without destroying anything, read back safely.
+"""Timeline files (CSV, JSON lines, Parquet), written without destroying anything.
 
 An export goes to a temporary file in the target's own folder and is renamed over the target
 only once complete, so a failed export never leaves a truncated file where a good one was. A
@@ -7,7 +7,7 @@ refused, never replaced. A new file gets the mode the umask gives; an existing f
 mode. Every failure is one ``FileError`` line naming the path the user gave.
 
 ``jsonl_record`` is the one builder of JSON-lines records, used by ``Timeline.to_jsonl`` and by
-``nbgpu record``; ``load_run`` reads any of the three formats back into a ``Run``.
+``nbgpu record``; ``nbgpu.runfile.load_run`` reads any of the three formats back.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
 from .errors import FileError
-from .metrics import BY_NAME
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,7 +65,8 @@ def file_error(verb: str, path: str, exc: OSError) -> FileError:
     return FileError(f"cannot {verb} {path}: {reason}", path=path)
 
 
-def _kind(mode: int) -> str | None:
+def kind_of(mode: int) -> str | None:
+    """What a special file is ("a FIFO (named pipe)", ...); None for a regular file or a folder."""
     return next((name for test, name in _KINDS if test(mode)), None)
 
 
@@ -89,8 +88,8 @@ def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | No
         raise file_error("write", text, exc) from exc
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise FileError(f"cannot write {text}: it is a folder; give a file name", path=text)
-    if st is not None and _kind(st.st_mode):
-        raise FileError(f"cannot write {text}: it is {_kind(st.st_mode)}, not a regular file; "
+    if st is not None and kind_of(st.st_mode):
+        raise FileError(f"cannot write {text}: it is {kind_of(st.st_mode)}, not a regular file; "
                         "nbgpu never replaces one, give another path", path=text)
     if not os.path.isdir(os.path.dirname(real)):
         raise FileError(f"cannot write {text}: folder {os.path.dirname(real)} does not exist; "
@@ -273,220 +272,3 @@ def write_parquet(df: pd.DataFrame, path: str, events: list[dict] | None = None)
     with atomic_file(path, "wb") as fh:
         pq.write_table(table, fh)
     return os.fspath(path)
-
-
-# -- reading a run back ----------------------------------------------------------------------
-@dataclass
-class Run:
-    """A recorded run: its rows, its events (run header, marks, alerts, ...) and skipped lines."""
-
-    frame: pd.DataFrame
-    events: list[dict] = field(default_factory=list)
-    skipped_lines: int = 0
-    path: str = ""
-
-    @property
-    def header(self) -> dict:
-        """The ``run`` event the recorder writes first (command, source, devices), or {}."""
-        return next((e for e in self.events if e.get("event") == "run"), {})
-
-    def devices(self) -> list[dict]:
-        """The header's device descriptions (``index``, ``name``, ...) that are well formed."""
-        devices = self.header.get("devices")
-        return [d for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))] \
-            if isinstance(devices, list) else []
-
-    def marks(self) -> list[tuple[float, str]]:
-        """(epoch seconds, label) of every mark."""
-        return [(e["time_s"], str(e.get("label", ""))) for e in self.events if e.get("event") == "mark"]
-
-    def alerts(self) -> list[dict]:
-        """The alert events."""
-        return [e for e in self.events if e.get("event") == "alert"]
-
-
-def _bad(path: str, what: str) -> FileError:
-    return FileError(f"cannot read {path}: {what}; give a file written by `nbgpu record` or an "
-                     "nbgpu export", path=path)
-
-
-def _times(path: str, values: pd.Series, where: str) -> pd.Series:
-    """ISO 8601 text (or datetimes) as UTC nanosecond timestamps, or FileError naming a bad one."""
-    import pandas as pd
-
-    with contextlib.suppress(ValueError, TypeError, OverflowError):
-        if isinstance(values.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(values):
-            parsed = values.dt.tz_convert("UTC") if values.dt.tz is not None else values.dt.tz_localize("UTC")
-        else:
-            text = values.map(lambda v: v if isinstance(v, str) else None)
-            parsed = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
-        bad = parsed.isna()
-        if not bad.any():
-            return parsed.astype("datetime64[ns, UTC]")
-        first = bad.to_numpy().nonzero()[0][0]
-        raise _bad(path, f"{where} {values.index[first]!s}: {str(values.iloc[first])[:40]!r} is not an "
-                   "ISO 8601 time")
-    raise _bad(path, f"its {where.split()[0]} times are not ISO 8601 times")
-
-
-def _numeric(df: pd.DataFrame) -> pd.DataFrame:
-    """Metric columns as floats (anything unreadable NaN); GPU keys as ints or text."""
-    import pandas as pd
-
-    for col in df.columns:
-        if col in BY_NAME or col == "decimated":
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    if "gpu" in df and df["gpu"].dtype == object:
-        df["gpu"] = df["gpu"].map(lambda g: g if isinstance(g, (int, str)) and not isinstance(g, bool)
-                                  else str(g))
-    for col in COUNTER_COLUMNS:  # keep a counter reading only where its value first appears
-        if col in df and "gpu" in df and len(df):
-            df.loc[df[col] == df.groupby("gpu", sort=False)[col].shift(), col] = math.nan
-    return df
-
-
-def _open_regular(path: str) -> int:
-    """Size of ``path`` if it is a regular file, else FileError (a FIFO would block forever)."""
-    if not path:
-        raise FileError("cannot read '': the path is empty; give the file `nbgpu record -o` wrote", path=path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FileError(f"no such file: {path}; give the file `nbgpu record -o` wrote", path=path) from None
-    except OSError as exc:
-        raise file_error("read", path, exc) from exc
-    if stat.S_ISDIR(st.st_mode):
-        raise _bad(path, "it is a folder")
-    if not stat.S_ISREG(st.st_mode):
-        raise _bad(path, f"it is {_kind(st.st_mode) or 'not a regular file'}")
-    if st.st_size == 0:
-        raise _bad(path, "the file is empty")
-    return st.st_size
-
-
-def _check_frame(path: str, df: pd.DataFrame) -> pd.DataFrame:
-    if "time" not in df.columns:
-        raise _bad(path, "it has no `time` column")
-    if "gpu" not in df.columns:
-        raise _bad(path, "it has no `gpu` column")
-    df = _numeric(df.reset_index(drop=True))
-    df["time"] = _times(path, df["time"].set_axis(range(1, len(df) + 1)), "row").to_numpy()
-    return df
-
-
-def _read_csv(path: str) -> Run:
-    import pandas as pd
-
-    try:
-        df = pd.read_csv(path, encoding="utf-8")
-    except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        why = str(exc).splitlines()[0][:80] if str(exc).strip() else type(exc).__name__
-        raise _bad(path, f"it is not CSV ({why})") from exc
-    except OSError as exc:
-        raise file_error("read", path, exc) from exc
-    return Run(_check_frame(path, df), path=path)
-
-
-def _read_parquet(path: str) -> Run:
-    import pandas as pd
-
-    try:
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path)
-        df = table.to_pandas()
-    except ImportError as exc:
-        raise FileError(f"cannot read {path}: reading Parquet needs pyarrow; run `pip install pyarrow`",
-                        path=path) from exc
-    except OSError as exc:
-        if exc.errno is not None:
-            raise file_error("read", path, exc) from exc
-        raise _bad(path, "it is not a valid Parquet file") from exc
-    except Exception as exc:  # pyarrow raises many kinds for a corrupt file
-        raise _bad(path, "it is not a valid Parquet file") from exc
-    if not isinstance(df, pd.DataFrame):
-        raise _bad(path, "it is not a table")
-    events = []
-    raw = (table.schema.metadata or {}).get(PARQUET_EVENTS_KEY)
-    if raw is not None:
-        try:
-            events = _events(path, json.loads(raw))
-        except ValueError as exc:
-            raise _bad(path, "its nbgpu metadata is not valid JSON") from exc
-    return Run(_check_frame(path, df), events, 0, path)
-
-
-def _events(path: str, records: object) -> list[dict]:
-    """Event records with their ``time_s``; FileError on a bad timestamp."""
-    import pandas as pd
-
-    if not isinstance(records, list) or not all(isinstance(e, dict) for e in records):
-        raise _bad(path, "its events are not a list of records")
-    if not records:
-        return []
-    stamps = pd.Series([e.get("timestamp") for e in records], dtype=object,
-                       index=[e.get("_line", i + 1) for i, e in enumerate(records)])
-    times = _times(path, stamps, "line" if "_line" in records[0] else "event")
-    out = []
-    for e, t in zip(records, times, strict=True):
-        e = {k: v for k, v in e.items() if k != "_line"}
-        e["time_s"] = t.timestamp()
-        out.append(e)
-    return out
-
-
-def _read_jsonl(path: str) -> Run:
-    import pandas as pd
-
-    rows, events, skipped = [], [], 0
-    try:
-        with open(path, "rb") as fh:
-            for number, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw.decode("utf-8"))
-                except ValueError:  # a line torn by a crash, or not JSON at all
-                    skipped += 1
-                    continue
-                if not isinstance(rec, dict) or "timestamp" not in rec:
-                    skipped += 1
-                    continue
-                rec["_line"] = number
-                (events if "event" in rec else rows).append(rec)
-    except OSError as exc:
-        raise file_error("read", path, exc) from exc
-    if not rows and not events:
-        raise _bad(path, "it holds no nbgpu records")
-    events = _events(path, events)
-    if not rows:
-        df = pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"), "gpu": pd.Series(dtype=object)})
-        return Run(df, events, skipped, path)
-    df = pd.DataFrame(rows)
-    lines = df.pop("_line")
-    df = df.drop(columns=[k for k in LEGACY_KEYS if k not in BY_NAME and k in df.columns])
-    df = df.drop(columns=["gpu"], errors="ignore").rename(columns={"gpu_id": "gpu"})
-    if "gpu" not in df:
-        df["gpu"] = None
-    stamps = df.pop("timestamp")
-    stamps.index = lines
-    df = _numeric(df)
-    df.insert(0, "time", _times(path, stamps, "line").to_numpy())
-    return Run(df, events, skipped, path)
-
-
-def load_run(path: str | os.PathLike) -> Run:
-    """Read a run written by ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet``.
-
-    Anything that is not such a file gives one ``FileError`` line saying what is wrong.
-    Metric columns read as floats (unreadable cells NaN); in a filled file a repeated energy
-    counter value is a copy, not a reading, so it reads as NaN (else a short run shows 0 J).
-    """
-    text = os.fsdecode(path) if path is not None else ""
-    _open_regular(text)
-    ext = os.path.splitext(text)[1].lower()
-    if ext == ".csv":
-        return _read_csv(text)
-    if ext == ".parquet":
-        return _read_parquet(text)
-    return _read_jsonl(text)

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError, FileError
-from .files import LineFile, check_target, json_line, jsonl_record, load_run, write_parquet
+from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
+from .runfile import load_run
 
 if TYPE_CHECKING:
     from .sampler import Sampler

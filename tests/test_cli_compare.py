@@ -10,7 +10,7 @@ import pytest
 
 from nbgpu.cli import main
 from nbgpu.cli.compare import run_compare, side_of
-from nbgpu.files import load_run
+from nbgpu.runfile import load_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

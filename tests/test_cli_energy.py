@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from nbgpu.cli.report import summarize_run
-from nbgpu.files import json_line, jsonl_record, load_run
+from nbgpu.files import json_line, jsonl_record
+from nbgpu.runfile import load_run
 
 T0 = 1.9e9
 

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from nbgpu.errors import FileError, NbgpuError
-from nbgpu.files import LineFile, load_run, write_csv, write_jsonl, write_parquet
+from nbgpu.files import LineFile, write_csv, write_jsonl, write_parquet
+from nbgpu.runfile import load_run
 
 ROOT = os.geteuid() == 0
 WRITERS = {"csv": write_csv, "jsonl": write_jsonl, "parquet": write_parquet}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nbgpu.files import load_run
 from nbgpu.profiles.summary import summarize
+from nbgpu.runfile import load_run
 from nbgpu.sampler import Sampler
 from nbgpu.sources.simulated import SimulatedGPUs
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..files import Run, atomic_file, load_run
+from ..files import atomic_file
 from ..profiles.bounds import Bound, parse_bound
 from ..profiles.compare import (
     COMPARED,
@@ -31,6 +31,7 @@ from ..profiles.compare import (
 )
 from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
+from ..runfile import Run, load_run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .report import PAGE, html_table
 from .status import epoch_seconds

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 
 from ..errors import FileError
-from ..files import load_run
 from ..recorder import Recorder
+from ..runfile import load_run
 from ..sampler import Sampler
 from .report import summarize_run, summary_lines
 from .status import status_lines

@@ -16,8 +16,9 @@ import os
 import sys
 
 from ..errors import FileError
-from ..files import Run, atomic_file, load_run
+from ..files import atomic_file
 from ..profiles.summary import Summary, summarize
+from ..runfile import Run, load_run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .status import epoch_seconds
 
