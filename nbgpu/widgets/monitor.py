@@ -45,6 +45,7 @@ from .processes import ProcessesLine
 from .readout import band_scale, fixed_scale, label_rows, value_texts
 from .schedule import SCHEDULE
 from .spark import SparkSet, points_packed
+from .sync import send_xy
 from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
@@ -401,14 +402,12 @@ class GPUMonitor(widgets.VBox):
             if not lines:
                 continue
             x, y = next(packed)
-            with view.lines.hold_sync():
-                view.lines.x, view.lines.y = x, y
+            send_xy(view.lines, x, y)
             colors = [LOST_COLOR if key in lost else c for _, key, _, c in view.traces] or ["#888"]
             if colors != list(view.lines.colors):
                 view.lines.colors = colors
             if labels or view.had_rules:
-                with view.rules.hold_sync():
-                    view.rules.x, view.rules.y = rx, ry
+                send_xy(view.rules, rx, ry)
                 if view.labels is not None:
                     with view.labels.hold_sync():
                         if labels:
