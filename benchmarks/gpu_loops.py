@@ -1,5 +1,6 @@
 """Training-loop stand-ins: a launch-bound loop (many tiny kernels) and a compute-bound one
-(large bf16 matmuls), run for a fixed number of steps between two device synchronisations."""
+(large bf16 matmuls), run for a fixed number of steps between two device synchronisations;
+and a CPU-only stand-in for the launch-bound loop (small numpy ops), for machines without a GPU."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ class Loop:
                 break
             n *= 4
         return max(5, int(n * seconds / elapsed))
+
+    def sync(self) -> None:
+        """Wait until every queued step has run on every device."""
+        _sync(self.torch, self.devices)
 
     def timed(self, steps: int) -> float:
         """Wall seconds for ``steps`` steps, synchronised before and after."""
@@ -84,3 +89,26 @@ class ComputeBound(Loop):
         for a, b, c in self.mats:
             for _ in range(4):
                 self.torch.matmul(a, b, out=c)
+
+
+class CpuSmallOps(Loop):
+    """256 in-place numpy ops per step on a 4096-element float32 array: the launch-bound loop's CPU stand-in.
+
+    Like the launch-bound loop it is a Python loop of short native calls that release the
+    GIL; it needs neither torch nor a GPU.
+    """
+
+    name = "cpu_small_ops"
+    about = "256 in-place numpy element-wise ops per step on a 4096-element float32 array"
+
+    def __init__(self, devices: list[str] | None = None) -> None:
+        import numpy as np
+
+        self.torch, self.devices = None, []
+        self.x = np.ones(4096, dtype=np.float32)
+
+    def step(self) -> None:
+        x = self.x
+        for _ in range(128):
+            x *= 0.999
+            x += 0.001

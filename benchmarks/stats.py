@@ -1,4 +1,4 @@
-"""Small statistics for benchmark figures: medians, robust spread, slowdowns."""
+"""Small statistics for benchmark figures: medians, robust spread, slowdowns, step-attributed excess."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
+
+import numpy as np
 
 
 def median(values: Sequence[float]) -> float:
@@ -62,3 +64,134 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
     if k == 0:
         return math.nan, math.nan
     return xs[k - 1], xs[n - k]
+
+
+# Step-attributed excess time (the interference benchmark's estimator). Steps are numbered
+# 1..n: step k ran from end_ns[k-1] to end_ns[k]; cpu_ns[k] is the monitor threads' summed
+# CPU clock read right after end_ns[k]; index 0 is the mark taken before the first step.
+
+
+def touched_steps(cpu_ns: Sequence[int], spill_steps: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Steps during which a monitor thread ran, plus ``spill_steps`` after each; and run starts.
+
+    Returns two boolean arrays of one entry per step: ``touched`` (a monitor thread's CPU
+    clock advanced during the step, or during one of the ``spill_steps`` before it) and
+    ``run_start`` (the first step of each unbroken run of steps whose clock advanced).
+    """
+    if spill_steps < 0:
+        raise ValueError(f"spill_steps must be 0 or more, got {spill_steps}")
+    direct = np.diff(np.asarray(cpu_ns, dtype=np.int64)) > 0
+    touched = direct.copy()
+    for k in range(1, spill_steps + 1):
+        touched[k:] |= direct[:-k]
+    run_start = direct & ~np.concatenate(([False], direct[:-1]))
+    return touched, run_start
+
+
+def step_excess(end_ns: Sequence[int], touched: np.ndarray, window_s: float = 0.2,
+                run_start: np.ndarray | None = None, baseline: str = "mean",
+                min_baseline: int = 10) -> dict[str, np.ndarray]:
+    """Each touched step's excess: its duration minus the untouched steps' level within ±``window_s``.
+
+    ``baseline`` is "mean" (unbiased whatever the shape of the jitter) or "median" (biased
+    upward for right-skewed step times; kept to show it). With ``run_start``, the first step
+    of each run also has the length bias taken off: a step is touched with a chance in
+    proportion to its length, so under no effect it is longer by var/mean of its neighbours.
+    A touched step with fewer than ``min_baseline`` untouched neighbours has no excess (0)
+    and is flagged in ``unbaselined``. Returns per-step arrays (seconds): ``duration_s``,
+    ``end_s`` (since the start mark), ``excess_s`` (0 for untouched steps), ``length_bias_s``.
+    """
+    if baseline not in ("mean", "median"):
+        raise ValueError(f"baseline must be 'mean' or 'median', got {baseline!r}")
+    end = np.asarray(end_ns, dtype=np.int64)
+    dur = np.diff(end) / 1e9
+    t = (end[1:] - end[0]) / 1e9
+    touched = np.asarray(touched, dtype=bool)
+    free_t, free_d = t[~touched], dur[~touched]
+    idx = np.flatnonzero(touched)
+    lo = np.searchsorted(free_t, t[idx] - window_s, side="left")
+    hi = np.searchsorted(free_t, t[idx] + window_s, side="right")
+    count = hi - lo
+    cs1 = np.concatenate(([0.0], np.cumsum(free_d)))
+    cs2 = np.concatenate(([0.0], np.cumsum(free_d * free_d)))
+    s1, s2 = cs1[hi] - cs1[lo], cs2[hi] - cs2[lo]
+    ok = count >= max(min_baseline, 1)
+    safe = np.where(ok, count, 1)
+    if baseline == "mean":
+        level = s1 / safe
+    else:
+        level = np.array([np.median(free_d[a:b]) if good else 0.0
+                          for a, b, good in zip(lo, hi, ok, strict=True)])
+    excess = np.zeros_like(dur)
+    excess[idx] = np.where(ok, dur[idx] - level, 0.0)
+    bias = np.zeros_like(dur)
+    if run_start is not None:
+        first = np.asarray(run_start, dtype=bool)[idx] & ok
+        lb = s2 / np.where(s1 > 0, s1, 1.0) - s1 / safe  # E[d²]/E[d] − E[d] = var/mean
+        bias[idx[first]] = lb[first]
+        excess -= bias
+    unbaselined = np.zeros_like(touched)
+    unbaselined[idx[~ok]] = True
+    return {"duration_s": dur, "end_s": t, "excess_s": excess, "length_bias_s": bias,
+            "unbaselined": unbaselined}
+
+
+def segment_sums(end_s: np.ndarray, values: Sequence[np.ndarray], segment_s: float) -> list[np.ndarray]:
+    """Sums of each per-step array over consecutive spans of ``segment_s`` (the last one takes the rest)."""
+    total = float(end_s[-1]) if len(end_s) else 0.0
+    n = max(1, round(total / segment_s))
+    seg = np.minimum((np.asarray(end_s) / segment_s).astype(np.int64), n - 1)
+    return [np.bincount(seg, weights=v, minlength=n) for v in values]
+
+
+def block_bootstrap_ratio_pct(excess_s: np.ndarray, wall_s: np.ndarray, block: int = 5,
+                              resamples: int = 2000, seed: int = 0,
+                              confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of 100·Σexcess / (Σwall − Σexcess) by a circular block bootstrap of segments.
+
+    Blocks of ``block`` consecutive segments (at most half of them) are drawn with
+    replacement, so short-range correlation between neighbouring segments (shared
+    baseline windows, periodic reads) stays inside a block. NaN with fewer than 4 segments.
+    """
+    e, w = np.asarray(excess_s, dtype=float), np.asarray(wall_s, dtype=float)
+    n = len(e)
+    if n < 4:
+        return math.nan, math.nan
+    size = max(1, min(block, n // 2))
+    blocks = -(-n // size)
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, n, size=(resamples, blocks))
+    picks = (starts[:, :, None] + np.arange(size)) % n
+    ex, wa = e[picks].sum(axis=(1, 2)), w[picks].sum(axis=(1, 2))
+    ratio = 100.0 * ex / (wa - ex)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(ratio, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def excess_slowdown(end_ns: Sequence[int], cpu_ns: Sequence[int], window_s: float = 0.2,
+                    spill_steps: int = 2, segment_s: float = 1.0, block: int = 5,
+                    baseline: str = "mean", length_bias: bool = True, resamples: int = 2000,
+                    seed: int = 0) -> dict:
+    """Slowdown % = total excess / (wall − total excess) × 100, with its block-bootstrap 95 % interval.
+
+    ``end_ns``/``cpu_ns``: the step end times and the monitor threads' CPU clock (see
+    ``touched_steps``). Figures are in seconds unless their name says otherwise.
+    """
+    if len(end_ns) < 3 or len(end_ns) != len(cpu_ns):
+        raise ValueError("need matching end_ns and cpu_ns arrays of at least 3 marks")
+    touched, starts = touched_steps(cpu_ns, spill_steps)
+    ex = step_excess(end_ns, touched, window_s, starts if length_bias else None, baseline)
+    seg_excess, seg_wall = segment_sums(ex["end_s"], [ex["excess_s"], ex["duration_s"]], segment_s)
+    total, wall = float(ex["excess_s"].sum()), float(ex["duration_s"].sum())
+    lo, hi = block_bootstrap_ratio_pct(seg_excess, seg_wall, block, resamples, seed)
+    steps = len(touched)
+    return {"slowdown_pct": 100.0 * total / (wall - total), "ci95_pct": [lo, hi],
+            "excess_s": total, "wall_s": wall, "steps": steps,
+            "mean_step_s": wall / steps, "touched_steps": int(touched.sum()),
+            "touched_fraction": float(touched.mean()), "runs": int(starts.sum()),
+            "unbaselined_steps": int(ex["unbaselined"].sum()),
+            "length_bias_s": float(ex["length_bias_s"].sum()),
+            "window_s": window_s, "spill_steps": spill_steps, "baseline": baseline,
+            "segment_s": segment_s, "bootstrap_block_segments": block,
+            "segment_excess_s": seg_excess.tolist(), "segment_wall_s": seg_wall.tolist()}
