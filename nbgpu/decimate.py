@@ -33,24 +33,31 @@ class Buckets:
         return len(self.index)
 
 
-def _arg_first(hit: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
-    """Index of the first True of each run starting at ``starts`` (n where the run has none)."""
-    pos = np.where(hit, np.arange(n), n)
-    return np.minimum.reduceat(pos, starts)
-
-
 def _runs(v: np.ndarray, bucket: np.ndarray):
     """Run starts and ends of equal ``bucket`` numbers, the first min and max index of each,
-    and which runs are all NaN (their min and max index is the run's start)."""
+    and which runs are all NaN (their min and max index is the run's start).
+
+    A fixed handful of numpy calls (the panel reduces every sparkline's new rows each refresh).
+    """
     n = len(v)
-    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-    ends = np.r_[starts[1:], n]
+    edge = np.empty(n, bool)
+    edge[0] = True
+    np.not_equal(bucket[1:], bucket[:-1], out=edge[1:])
+    starts = np.flatnonzero(edge)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1] = n
     nan = np.isnan(v)
-    vmin = np.minimum.reduceat(np.where(nan, np.inf, v), starts)
-    vmax = np.maximum.reduceat(np.where(nan, -np.inf, v), starts)
-    seg = np.repeat(np.arange(len(starts)), ends - starts)
-    imin = _arg_first(v == vmin[seg], starts, n)
-    imax = _arg_first(v == vmax[seg], starts, n)
+    has_nan = bool(nan.any())
+    vmin = np.minimum.reduceat(np.where(nan, np.inf, v) if has_nan else v, starts)
+    vmax = np.maximum.reduceat(np.where(nan, -np.inf, v) if has_nan else v, starts)
+    seg = np.cumsum(edge) - 1  # each sample's run
+    pos = np.arange(n)
+    # The first index of each run where the value is its min (max); n where it has none (all NaN).
+    imin = np.minimum.reduceat(np.where(v == vmin[seg], pos, n), starts)
+    imax = np.minimum.reduceat(np.where(v == vmax[seg], pos, n), starts)
+    if not has_nan:
+        return starts, ends, imin, imax, np.zeros(len(starts), bool)
     empty = imin == n
     return starts, ends, np.where(empty, starts, imin), np.where(empty, starts, imax), empty
 
@@ -65,10 +72,25 @@ def bucket_minmax(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> Buckets:
         return Buckets(np.empty(0, np.int64), np.empty(0, np.int64), *([empty] * 6))
     v = np.asarray(v, dtype=np.float64)
     starts, ends, imin, imax, empty = _runs(v, bucket)
-    vmin = np.where(empty, np.nan, v[imin])
-    vmax = np.where(empty, np.nan, v[imax])
+    vmin, vmax = v[imin], v[imax]
+    if empty.any():
+        vmin, vmax = np.where(empty, np.nan, vmin), np.where(empty, np.nan, vmax)
     return Buckets(np.asarray(bucket[starts], np.int64), ends - starts, t[starts], t[ends - 1],
                    t[imin], vmin, t[imax], vmax)
+
+
+def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``bucket_minmax`` as (bucket numbers, one row of fields per bucket), for NaN-free ``v``.
+
+    The fields of a row are count, first_t, last_t, tmin, vmin, tmax, vmax: the cells the
+    panel's sparklines keep (``widgets.spark``), gathered in a few numpy calls.
+    """
+    starts, ends, imin, imax, _ = _runs(v, bucket)
+    cells = np.empty((len(starts), 7))
+    cells[:, 0] = ends - starts
+    cells[:, [1, 2, 3, 5]] = t[np.stack([starts, ends - 1, imin, imax], axis=1)]
+    cells[:, [4, 6]] = v[np.stack([imin, imax], axis=1)]
+    return bucket[starts], cells
 
 
 def decimate_minmax(t: np.ndarray, v: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:

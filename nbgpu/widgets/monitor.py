@@ -44,7 +44,7 @@ from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
 from .readout import band_scale, fixed_scale, label_rows, value_texts
 from .schedule import SCHEDULE
-from .spark import SparkSet, points_packed
+from .spark import SparkSet, points_of_cells
 from .sync import send_xy
 from .traffic import Traffic
 
@@ -438,8 +438,8 @@ class GPUMonitor(widgets.VBox):
         # Only the rows the store gained since the last refresh, late-drained ones too.
         lengths, t, v, self._cursor = self.sampler.store.series_packed(
             order, sset.start(now, span), since=since)
-        trace, b = sset.update_packed(lengths, t, v, now, span)
-        return points_packed(trace, b, len(order), now, span, gap_s)
+        trace, _, cells = sset.update_cells(lengths, t, v, now, span)
+        return points_of_cells(trace, cells, len(order), now, span, gap_s)
 
     def _packed(self, now: float, span: float, gap_s: float, latest: dict, host: dict,
                 bands: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..decimate import Buckets, bucket_minmax
+from ..decimate import Buckets, bucket_cells
 
 _FIELDS = ("index", "count", "first_t", "last_t", "tmin", "vmin", "tmax", "vmax")
 _KEPT = _FIELDS[1:]  # what a grid cell keeps; its bucket number is its place in the grid
 COUNT, FIRST, LAST, TMIN, VMIN, TMAX, VMAX = range(len(_KEPT))
+# An empty cell: merging a fresh cell into it keeps the fresh one's fields, with no test.
+_EMPTY = np.array([0.0, np.inf, -np.inf, np.inf, np.inf, np.inf, -np.inf])
 
 
 class SparkSet:
@@ -62,6 +64,13 @@ class SparkSet:
         new rows, time-sorted, no NaN (``Store.series_packed``). Rows before the window
         are dropped.
         """
+        trace, index, cells = self.update_cells(lengths, t, v, now, span_s)
+        return trace, Buckets(index, cells[:, COUNT].astype(np.int64), *cells[:, FIRST:].T)
+
+    def update_cells(self, lengths: np.ndarray, t: np.ndarray, v: np.ndarray, now: float,
+                     span_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``update_packed`` as (trace, bucket number, cells): a row of fields per bucket
+        (count, first_t, last_t, tmin, vmin, tmax, vmax), as ``points_of_cells`` reads them."""
         w = self.width_s
         first, last = int(np.floor((now - span_s) / w)), int(np.floor(now / w))
         self._fit(first, last - first + 2)  # the window's buckets and the one after
@@ -70,7 +79,7 @@ class SparkSet:
         cols = wanted % ring
         moved = self._bucket[cols] != wanted  # a column that held an older bucket: now empty
         if moved.any():
-            self._grid[:, cols[moved], COUNT] = 0.0
+            self._grid[:, cols[moved]] = _EMPTY
             self._bucket[cols[moved]] = wanted[moved]
         trace = np.repeat(np.arange(len(lengths)), lengths)
         bucket = np.floor(t / w).astype(np.int64)
@@ -79,49 +88,45 @@ class SparkSet:
             keep = (bucket >= first) & (bucket <= last + 1)
             t, v, trace, bucket = t[keep], v[keep], trace[keep], bucket[keep]
         if len(t):
-            self._merge(bucket_minmax(t, v, trace * ring + (bucket - first)), first, ring)
+            # Each row's cell in the grid (trace × ring): one run per bucket of a trace.
+            self._merge(*bucket_cells(t, np.asarray(v, np.float64), trace * ring + bucket % ring))
         return self._window(first, last)
 
-    def _merge(self, b: Buckets, first: int, ring: int) -> None:
-        """Fold fresh buckets (index: trace × ring + bucket - first) into their cells."""
-        trace, rel = np.divmod(b.index, ring)
-        at = trace * ring + (rel + first) % ring  # the cells, in the grid as rows of fields
+    def _merge(self, at: np.ndarray, new: np.ndarray) -> None:
+        """Fold fresh cells into the grid's cells ``at`` (an empty cell holds ``_EMPTY``)."""
         flat = self._grid.reshape(-1, len(_KEPT))
         old = flat.take(at, axis=0)
-        new = np.column_stack([getattr(b, f) for f in _KEPT])
-        had = old[:, COUNT] > 0
-        if had.any():
-            new[:, COUNT] += old[:, COUNT]
-            new[:, FIRST] = np.where(had, np.minimum(old[:, FIRST], new[:, FIRST]), new[:, FIRST])
-            new[:, LAST] = np.where(had, np.maximum(old[:, LAST], new[:, LAST]), new[:, LAST])
-            # The first minimum (maximum) in time: the older cell's on a tie of values.
-            lo = had & ((old[:, VMIN] < new[:, VMIN])
-                        | ((old[:, VMIN] == new[:, VMIN]) & (old[:, TMIN] <= new[:, TMIN])))
-            hi = had & ((old[:, VMAX] > new[:, VMAX])
-                        | ((old[:, VMAX] == new[:, VMAX]) & (old[:, TMAX] <= new[:, TMAX])))
-            new[lo, TMIN:VMIN + 1] = old[lo, TMIN:VMIN + 1]
-            new[hi, TMAX:VMAX + 1] = old[hi, TMAX:VMAX + 1]
+        new[:, COUNT] += old[:, COUNT]
+        np.minimum(old[:, FIRST], new[:, FIRST], out=new[:, FIRST])
+        np.maximum(old[:, LAST], new[:, LAST], out=new[:, LAST])
+        # The first minimum (maximum) in time: the older cell's on a tie of values.
+        lo = (old[:, VMIN] < new[:, VMIN]) | ((old[:, VMIN] == new[:, VMIN]) & (old[:, TMIN] <= new[:, TMIN]))
+        hi = (old[:, VMAX] > new[:, VMAX]) | ((old[:, VMAX] == new[:, VMAX]) & (old[:, TMAX] <= new[:, TMAX]))
+        new[lo, TMIN:VMIN + 1] = old[lo, TMIN:VMIN + 1]
+        new[hi, TMAX:VMAX + 1] = old[hi, TMAX:VMAX + 1]
         flat[at] = new
 
     def _fit(self, first: int, buckets: int) -> None:
         """Make the ring hold ``buckets`` columns, keeping the cells from bucket ``first`` on."""
         if self._bucket.size >= buckets:
             return
-        grid = np.zeros((self.traces, buckets, len(_KEPT)))
+        grid = np.empty((self.traces, buckets, len(_KEPT)))
+        grid[:] = _EMPTY
         number = np.full(buckets, np.iinfo(np.int64).min)
         held = np.flatnonzero(self._grid[:, :, COUNT].any(axis=0) & (self._bucket >= first))
         grid[:, self._bucket[held] % buckets] = self._grid[:, held]
         number[self._bucket[held] % buckets] = self._bucket[held]
         self._grid, self._bucket = grid, number
 
-    def _window(self, first: int, last: int) -> tuple[np.ndarray, Buckets]:
-        """The non-empty cells of buckets ``first`` to ``last``, by trace then time."""
+    def _window(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The non-empty cells of buckets ``first`` to ``last``, by trace then time:
+        (trace, bucket number, cells)."""
         ring = self._bucket.size
-        cols = np.arange(first, last + 1) % ring  # each holds its bucket (update_packed)
+        cols = np.arange(first, last + 1) % ring  # each holds its bucket (update_cells)
         trace, k = np.divmod(np.flatnonzero(self._grid[:, cols, COUNT] > 0), len(cols))
-        cells = self._grid.reshape(-1, len(_KEPT)).take(trace * ring + cols[k], axis=0).T
+        cells = self._grid.reshape(-1, len(_KEPT)).take(trace * ring + cols[k], axis=0)
         self._held = len(trace)
-        return trace, Buckets(k + first, cells[COUNT].astype(np.int64), *cells[1:])
+        return trace, k + first, cells
 
     def held(self) -> int:
         """Buckets kept between refreshes (bounded by traces × buckets in the window)."""
@@ -146,17 +151,28 @@ def points_packed(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s
 
     The panel packs every line at once from these, with no list of per-trace arrays between.
     """
-    if len(b) == 0:
+    cells = np.column_stack([b.count, b.first_t, b.last_t, b.tmin, b.vmin, b.tmax, b.vmax]) \
+        if len(b) else np.empty((0, len(_KEPT)))
+    return points_of_cells(trace, cells, traces, now, span_s, gap_s)
+
+
+def points_of_cells(trace: np.ndarray, cells: np.ndarray, traces: int, now: float, span_s: float,
+                    gap_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``points_packed`` of the cells ``SparkSet.update_cells`` returns (a row each)."""
+    if len(cells) == 0:
         return np.zeros(traces, np.int64), np.empty(0), np.empty(0)
-    lo_first = b.tmin <= b.tmax
-    t = np.column_stack([np.where(lo_first, b.tmin, b.tmax), np.where(lo_first, b.tmax, b.tmin)]).ravel()
-    v = np.column_stack([np.where(lo_first, b.vmin, b.vmax), np.where(lo_first, b.vmax, b.vmin)]).ravel()
+    tmin, vmin, tmax, vmax = cells[:, TMIN], cells[:, VMIN], cells[:, TMAX], cells[:, VMAX]
+    lo_first = tmin <= tmax  # per cell its min and max point, the earlier first
+    t = np.column_stack([np.where(lo_first, tmin, tmax), np.where(lo_first, tmax, tmin)]).ravel()
+    v = np.column_stack([np.where(lo_first, vmin, vmax), np.where(lo_first, vmax, vmin)]).ravel()
     tr = np.repeat(trace, 2)
-    jumps = np.flatnonzero((b.first_t[1:] - b.last_t[:-1] > gap_s) & (trace[1:] == trace[:-1]))
+    jumps = np.flatnonzero((cells[1:, FIRST] - cells[:-1, LAST] > gap_s) & (trace[1:] == trace[:-1]))
     if len(jumps):
         at = 2 * (jumps + 1)
-        t = np.insert(t, at, b.last_t[jumps] + gap_s / 2)
+        t = np.insert(t, at, cells[jumps, LAST] + gap_s / 2)
         v = np.insert(v, at, np.nan)
         tr = np.insert(tr, at, trace[jumps])
     keep = (t >= now - span_s) & (t <= now)  # rows stamped after ``now`` show next time
+    if keep.all():
+        return np.bincount(tr, minlength=traces), t - now, v
     return np.bincount(tr[keep], minlength=traces), t[keep] - now, v[keep]
