@@ -88,18 +88,33 @@ def touched_steps(cpu_ns: Sequence[int], spill_steps: int = 2) -> tuple[np.ndarr
     return touched, run_start
 
 
+def _window_sums(times: np.ndarray, columns: list[np.ndarray], centres: np.ndarray,
+                 window_s: float) -> tuple[np.ndarray, list[np.ndarray]]:
+    """For each centre: how many ``times`` lie within ±``window_s``, and each column's sum over them."""
+    lo = np.searchsorted(times, centres - window_s, side="left")
+    hi = np.searchsorted(times, centres + window_s, side="right")
+    sums = []
+    for col in columns:
+        cs = np.concatenate(([0.0], np.cumsum(col)))
+        sums.append(cs[hi] - cs[lo])
+    return hi - lo, sums
+
+
 def step_excess(end_ns: Sequence[int], touched: np.ndarray, window_s: float = 0.2,
                 run_start: np.ndarray | None = None, baseline: str = "mean",
                 min_baseline: int = 10) -> dict[str, np.ndarray]:
     """Each touched step's excess: its duration minus the untouched steps' level within ±``window_s``.
 
     ``baseline`` is "mean" (unbiased whatever the shape of the jitter) or "median" (biased
-    upward for right-skewed step times; kept to show it). With ``run_start``, the first step
-    of each run also has the length bias taken off: a step is touched with a chance in
-    proportion to its length, so under no effect it is longer by var/mean of its neighbours.
-    A touched step with fewer than ``min_baseline`` untouched neighbours has no excess (0)
-    and is flagged in ``unbaselined``. Returns per-step arrays (seconds): ``duration_s``,
-    ``end_s`` (since the start mark), ``excess_s`` (0 for untouched steps), ``length_bias_s``.
+    upward for right-skewed step times; kept to show it). With ``run_start``, the length
+    bias is taken off too: a step is touched with a chance in proportion to its length, so
+    with no effect at all the first step of a run is longer than its neighbours' mean by
+    their var/mean, and each later step of the run (or spill) by their lag-1
+    autocovariance/mean (the loop's level where wake-ups land, weighted by time, is above
+    its mean over steps when the level drifts). A touched step with fewer than
+    ``min_baseline`` untouched neighbours has no excess (0) and is flagged in
+    ``unbaselined``. Returns per-step arrays (seconds): ``duration_s``, ``end_s`` (since
+    the start mark), ``excess_s`` (0 for untouched steps), ``length_bias_s``.
     """
     if baseline not in ("mean", "median"):
         raise ValueError(f"baseline must be 'mean' or 'median', got {baseline!r}")
@@ -107,28 +122,32 @@ def step_excess(end_ns: Sequence[int], touched: np.ndarray, window_s: float = 0.
     dur = np.diff(end) / 1e9
     t = (end[1:] - end[0]) / 1e9
     touched = np.asarray(touched, dtype=bool)
-    free_t, free_d = t[~touched], dur[~touched]
+    free = ~touched
     idx = np.flatnonzero(touched)
-    lo = np.searchsorted(free_t, t[idx] - window_s, side="left")
-    hi = np.searchsorted(free_t, t[idx] + window_s, side="right")
-    count = hi - lo
-    cs1 = np.concatenate(([0.0], np.cumsum(free_d)))
-    cs2 = np.concatenate(([0.0], np.cumsum(free_d * free_d)))
-    s1, s2 = cs1[hi] - cs1[lo], cs2[hi] - cs2[lo]
+    free_d = dur[free]
+    count, (s1, s2) = _window_sums(t[free], [free_d, free_d * free_d], t[idx], window_s)
     ok = count >= max(min_baseline, 1)
     safe = np.where(ok, count, 1)
+    mean = s1 / safe
     if baseline == "mean":
-        level = s1 / safe
+        level = mean
     else:
-        level = np.array([np.median(free_d[a:b]) if good else 0.0
-                          for a, b, good in zip(lo, hi, ok, strict=True)])
+        lo = np.searchsorted(t[free], t[idx] - window_s, side="left")
+        level = np.array([np.median(free_d[a:a + n]) if good else 0.0
+                          for a, n, good in zip(lo, count, ok, strict=True)])
     excess = np.zeros_like(dur)
     excess[idx] = np.where(ok, dur[idx] - level, 0.0)
     bias = np.zeros_like(dur)
     if run_start is not None:
-        first = np.asarray(run_start, dtype=bool)[idx] & ok
-        lb = s2 / np.where(s1 > 0, s1, 1.0) - s1 / safe  # E[d²]/E[d] − E[d] = var/mean
-        bias[idx[first]] = lb[first]
+        pair = free[:-1] & free[1:]  # consecutive untouched steps, for the lag-1 autocovariance
+        a, b = dur[:-1][pair], dur[1:][pair]
+        n_pairs, (pab, pa, pb) = _window_sums(t[:-1][pair], [a * b, a, b], t[idx], window_s)
+        n_safe = np.maximum(n_pairs, 1)
+        cov1 = np.where(n_pairs >= 2, pab / n_safe - (pa / n_safe) * (pb / n_safe), 0.0)
+        var = s2 / safe - mean * mean
+        first = np.asarray(run_start, dtype=bool)[idx]
+        lb = np.where(first, var, cov1) / np.where(mean > 0, mean, 1.0)
+        bias[idx] = np.where(ok, lb, 0.0)
         excess -= bias
     unbaselined = np.zeros_like(touched)
     unbaselined[idx[~ok]] = True
