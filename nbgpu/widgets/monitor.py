@@ -346,6 +346,8 @@ class GPUMonitor(widgets.VBox):
         self._order = [(key, metric) for _, key, metric in self._trace_keys]
         self._trace_bands = np.array([band for band, _, _ in self._trace_keys], np.int64)
         self._fixed_scales = [fixed_scale(metric) for _, _, metric in self._trace_keys]
+        self._colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
+        self._label_key: tuple | None = None  # what the label column was drawn from
         grid = widgets.HBox([label_box] + [v.box for v in self._views],
                             layout=widgets.Layout(margin="0", overflow="visible"))
         parts = [style, self._sx, self._sy, self._header, self._pause_button, self._window_box, controls,
@@ -393,6 +395,9 @@ class GPUMonitor(widgets.VBox):
         lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         packed = iter(self._packed(now, span, gap_s, latest, host, bands) if lines else ())
+        recolor = lines and tuple(lost) != self._colored_for  # line colours follow lost GPUs only
+        if recolor:
+            self._colored_for = tuple(lost)
         for view in self._views:
             texts = value_texts(view.col, self._rows, latest, host, live, lost)
             self._last_values.append(texts)
@@ -403,9 +408,10 @@ class GPUMonitor(widgets.VBox):
                 continue
             x, y = next(packed)
             send_xy(view.lines, x, y)
-            colors = [LOST_COLOR if key in lost else c for _, key, _, c in view.traces] or ["#888"]
-            if colors != list(view.lines.colors):
-                view.lines.colors = colors
+            if recolor:
+                colors = [LOST_COLOR if key in lost else c for _, key, _, c in view.traces] or ["#888"]
+                if colors != list(view.lines.colors):
+                    view.lines.colors = colors
             if labels or view.had_rules:
                 send_xy(view.rules, rx, ry)
                 if view.labels is not None:
@@ -416,9 +422,12 @@ class GPUMonitor(widgets.VBox):
                             view.labels.text = shown
                         view.labels.visible = bool(labels)
                 view.had_rules = bool(labels)
-        label_value = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
-        if self._labels.value != label_value:
-            self._labels.value = label_value
+        label_key = _label_inputs(self._rows, latest, host, alerts, lost)
+        if label_key != self._label_key:  # the clock and PCIe lines, badges, lost flags
+            self._label_key = label_key
+            label_value = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
+            if self._labels.value != label_value:
+                self._labels.value = label_value
         self._draw_header(status)
 
     def _points(self, now: float, span: float, gap_s: float
@@ -598,6 +607,14 @@ def _repointer(panel: GPUMonitor):
             mon._attach(new, mon._gpus, strict=False)
 
     return repoint
+
+
+def _label_inputs(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict) -> tuple:
+    """Everything ``label_rows`` reads that can change while a panel runs (NaN is one object)."""
+    per_gpu = tuple((r.get("sm_clock_mhz"), r.get("pcie_rx_bytes_per_s"), r.get("pcie_tx_bytes_per_s"))
+                    for r in (latest.get(d.key, _NO_ROW) for d in rows if d.key != HOST_KEY))
+    badges = tuple((a.gpu, a.severity, a.rule, a.message, a.suggestion) for a in alerts)
+    return per_gpu, host.get("host_ram_total_bytes"), badges, tuple(lost.items())
 
 
 def _last_event(sampler) -> object:

@@ -9,6 +9,7 @@ kernel's process tree is walked again only when NVML lists a PID not seen at the
 
 from __future__ import annotations
 
+import getpass
 import html
 
 import ipywidgets as widgets
@@ -34,13 +35,14 @@ class ProcessesLine:
         self._at = -float("inf")
         self._walked: frozenset[int] = frozenset()  # the PIDs listed at the last walk
         self._mine: set[int] = set()
+        self._user = getpass.getuser()  # who_uses asks otherwise, every time (tens of us)
 
     def refresh(self, sampler, now: float, gpus: set | None = None) -> None:
         """Recompute (at most every ``every_s``) for the GPUs shown (None: all) and update the widget."""
         if now - self._at < self.every_s:
             return
         self._at = now
-        usage = {g: u for g, u in who_uses(sampler, mine=self._kernel_pids(sampler)).items()
+        usage = {g: u for g, u in who_uses(sampler, mine=self._kernel_pids(sampler), user=self._user).items()
                  if gpus is None or g in gpus}
         display = "block" if usage else "none"
         value = users_html(usage) if usage else ""

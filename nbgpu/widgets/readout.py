@@ -20,6 +20,7 @@ from .columns import Column
 
 CPUS = os.cpu_count()  # read once: the host row asks every refresh (None: not known)
 CPU_SCALE_PCT = 100.0 * (CPUS or 1)  # the top of this kernel's CPU band: every core busy
+_NO_ROW: dict = {}  # a GPU with no readings (yet)
 
 
 def band_scale(metric: str, info: Device, row: dict, host: dict, v: np.ndarray) -> float:
@@ -89,16 +90,25 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
     """
     out = []
     stale = not running
-    mig_cards = {dev.parent for dev in rows if dev.key != HOST_KEY and dev.mig}
+    mig_cards = None
+    metrics = col.metrics
     for dev in rows:
         key = dev.key
         if key == HOST_KEY:
             out.append((text.host_value(col, host), text.host_tooltip(col), stale))
             continue
         reported = dev.metrics
-        row = latest.get(key, {})
-        state = metric_state(col, row, reported)
+        row = latest.get(key, _NO_ROW)
+        states = row.get("states") or _NO_ROW
+        for m in metrics:  # the common case first: one of the column's metrics is live
+            if states.get(m) == "live" and (reported is None or m in reported):
+                state = "live"
+                break
+        else:
+            state = metric_state(col, row, reported)
         if state == "unsupported":
+            if mig_cards is None:
+                mig_cards = {d.parent for d in rows if d.key != HOST_KEY and d.mig}
             if dev.mig:
                 out.append(("n/a (MIG)", "not reported for MIG slices (NVML gives it for the "
                             "whole card only)", True))

@@ -65,25 +65,32 @@ def rate(v: object) -> str:
 
 def gpu_value(col: Column, row: dict, info: Device) -> str:
     """Current value of ``col`` for a GPU from its latest readings (``Sampler.latest()`` row)."""
-    vals = [row.get(m, math.nan) for m in col.metrics]
-    if not any(_ok(v) for v in vals):
-        return "–"
+    metrics = col.metrics
+    v0 = row.get(metrics[0], math.nan)
+    if len(metrics) == 1:
+        if not _ok(v0):
+            return "–"
+        vals = (v0,)
+    else:
+        vals = [v0] + [row.get(m, math.nan) for m in metrics[1:]]
+        if not any(_ok(v) for v in vals):
+            return "–"
     k = col.key
     if k == "mem":
-        return used_of(vals[0], row.get("mem_total_bytes", info.mem_total_bytes))
+        return used_of(v0, row.get("mem_total_bytes", info.mem_total_bytes))
     if k == "power":
         limit = row.get("power_limit_w", info.power_limit_w)
-        return f"{vals[0]:.0f}/{limit:.0f} W" if _ok(limit) and _ok(vals[0]) else \
-            (f"{vals[0]:.0f} W" if _ok(vals[0]) else "–")
+        return f"{v0:.0f}/{limit:.0f} W" if _ok(limit) and _ok(v0) else \
+            (f"{v0:.0f} W" if _ok(v0) else "–")
     if k == "temp":
-        return fmt_celsius(vals[0])
+        return fmt_celsius(v0)
     if k == "clocks":
-        return f"{vals[0]:.0f} MHz"
+        return f"{v0:.0f} MHz"
     if k == "pcie":
-        return f"↓{rate(vals[0])} ↑{rate(vals[1])}"
+        return f"↓{rate(v0)} ↑{rate(vals[1])}"
     if col.percent and len(vals) == 2:
         return " · ".join(f"{v:.0f}" if _ok(v) else "–" for v in vals) + " %"
-    return pct(vals[0])
+    return pct(v0)
 
 
 def host_value(col: Column, host: dict) -> str:
