@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from bqplot import LinearScale, Lines
 
-from nbgpu.widgets.sync import send_xy
+from nbgpu.widgets.sync import send_values, send_xy
 
 
 def _recorded(mark: Lines) -> list:
@@ -79,3 +79,15 @@ def test_send_xy_takes_the_plain_path_for_an_observed_mark() -> None:
     mark.observe(lambda change: seen.append(change["name"]), names=["x", "y"])
     send_xy(mark, ROWS + 1, ROWS + 2)
     assert sorted(seen) == ["x", "y"] and len(sent) == 1
+
+
+@pytest.mark.parametrize("texts", [("<b>1 %</b>", "<b>2 %</b>"), ("<b>1 %</b>", "<b>1 %</b>"), ("", "x")])
+def test_send_values_sends_what_setting_an_html_value_sends(texts: tuple[str, str]) -> None:
+    import ipywidgets as widgets
+
+    plain, fast = widgets.HTML(texts[0]), widgets.HTML(texts[0])
+    sent_plain, sent_fast = _recorded(plain), _recorded(fast)
+    plain.value = texts[1]
+    fast.hold_sync = _no_plain_path
+    send_values(fast, value=texts[1])
+    assert sent_fast == sent_plain and fast.value == plain.value

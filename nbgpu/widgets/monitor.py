@@ -45,7 +45,7 @@ from .processes import ProcessesLine
 from .readout import band_scale, fixed_scale, label_rows, value_texts
 from .schedule import SCHEDULE
 from .spark import SparkSet, points_of_cells
-from .sync import send_xy
+from .sync import send_values, send_xy
 from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
@@ -401,9 +401,7 @@ class GPUMonitor(widgets.VBox):
         for view in self._views:
             texts = value_texts(view.col, self._rows, latest, host, live, lost)
             self._last_values.append(texts)
-            value_html = text.values_html(texts)
-            if view.values.value != value_html:
-                view.values.value = value_html
+            send_values(view.values, value=text.values_html(texts))
             if not lines:
                 continue
             x, y = next(packed)
@@ -425,9 +423,8 @@ class GPUMonitor(widgets.VBox):
         label_key = _label_inputs(self._rows, latest, host, alerts, lost)
         if label_key != self._label_key:  # the clock and PCIe lines, badges, lost flags
             self._label_key = label_key
-            label_value = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
-            if self._labels.value != label_value:
-                self._labels.value = label_value
+            rows = label_rows(self._rows, latest, host, alerts, lost)
+            send_values(self._labels, value=text.label_html(rows))
         self._draw_header(status)
 
     def _points(self, now: float, span: float, gap_s: float

@@ -15,6 +15,7 @@ import html
 import ipywidgets as widgets
 
 from ..diagnostics.owners import GpuUsers, tree_pids, users_line, who_uses
+from .sync import send_values
 
 EVERY_S = 2.0
 
@@ -46,8 +47,7 @@ class ProcessesLine:
                  if gpus is None or g in gpus}
         display = "block" if usage else "none"
         value = users_html(usage) if usage else ""
-        if self.widget.value != value:
-            self.widget.value = value
+        send_values(self.widget, value=value)
         if self.widget.layout.display != display:
             self.widget.layout.display = display
 

@@ -1,4 +1,4 @@
-"""Send a bqplot mark's new ``x`` and ``y`` as the one message ``hold_sync`` would, for less CPU.
+"""Send a widget's new arrays or texts as the one message ``hold_sync`` would, for less CPU.
 
 ``with mark.hold_sync(): mark.x, mark.y = x, y`` validates each array (bqplot squeezes a
 ``(1, n)`` array to ``(n,)``), compares it with the old one (traittypes: no message for an
@@ -6,47 +6,64 @@ equal array), runs traitlets' notification for each, then builds the state throu
 ``get_state`` and ipywidgets' buffer split: about 40 us a mark, five marks every refresh.
 ``send_xy`` keeps the parts the front end sees (the trait's own validation, the same
 "changed" rule, the same state, buffers and message) and drops the notification round
-trip. Where anything else takes part (an observer of x or y, a sync already held, a front
-end update being applied) it takes the plain path. ``tests/test_panel_refresh_sync.py``
-checks the messages equal the plain path's (written against ipywidgets 8, traittypes 0.2,
-bqplot 0.13).
+trip; ``send_values`` does the same for the value texts (about 25 us each). Where anything
+else takes part (an observer of those traits, a sync already held, a front end update
+being applied, a trait neither an array nor a text) it takes the plain path.
+``tests/test_panel_refresh_sync.py`` checks the messages equal the plain path's (written
+against ipywidgets 8, traittypes 0.2, bqplot 0.13).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from traitlets import All
-
-_NAMES = ("x", "y")
+from traitlets import All, Unicode
+from traittypes import Array
 
 
 def send_xy(mark, x: np.ndarray, y: np.ndarray) -> None:
     """Set ``mark.x`` and ``mark.y`` and send what changed in one update message (or none)."""
-    if _observed(mark) or mark._holding_sync or mark._property_lock:
-        with mark.hold_sync():
-            mark.x, mark.y = x, y
+    send_values(mark, x=x, y=y)
+
+
+def send_values(widget, **values: object) -> None:
+    """Set these array or text traits of ``widget`` and send what changed in one message (or none).
+
+    What the plain path (``with widget.hold_sync():`` then setting each) would send: an array
+    is sent when it is not ``np.array_equal`` to the old one (traittypes' rule), a text when
+    it differs (traitlets' rule), each validated by its own trait.
+    """
+    cls = type(widget)
+    traits = [getattr(cls, name) for name in values]
+    if (_observed(widget, values) or widget._holding_sync or widget._property_lock
+            or not all(isinstance(t, (Array, Unicode)) for t in traits)):
+        with widget.hold_sync():
+            for name, value in values.items():
+                setattr(widget, name, value)
         return
-    cls = type(mark)
-    values = mark._trait_values
+    kept = widget._trait_values
     state: dict = {}
     buffers: list = []
-    for name, value in zip(_NAMES, (x, y), strict=True):
-        trait = getattr(cls, name)
-        new = trait._validate(mark, value)
-        old = values.get(name, trait.default_value)
-        values[name] = new
+    paths: list = []
+    for trait, (name, value) in zip(traits, values.items(), strict=True):
+        new = trait._validate(widget, value)
+        old = kept.get(name, trait.default_value)
+        kept[name] = new
+        if isinstance(trait, Unicode):
+            if old != new:
+                state[name] = new
+            continue
         if np.array_equal(old, new):  # traittypes sends nothing for an equal array
             continue
-        to_json = trait.metadata.get("to_json") or mark._trait_to_json
-        part = dict(to_json(new, mark))
+        to_json = trait.metadata.get("to_json") or widget._trait_to_json
+        part = dict(to_json(new, widget))
         buffers.append(part.pop("value"))
+        paths.append([name, "value"])
         state[name] = part
     if state:
-        paths = [[name, "value"] for name in state]
-        mark._send({"method": "update", "state": state, "buffer_paths": paths}, buffers=buffers)
+        widget._send({"method": "update", "state": state, "buffer_paths": paths}, buffers=buffers)
 
 
-def _observed(mark) -> bool:
-    """Whether anyone observes ``x`` or ``y`` of ``mark`` (their notification must then run)."""
-    notifiers = mark._trait_notifiers
-    return any(notifiers.get(name) for name in (*_NAMES, All))
+def _observed(widget, names) -> bool:
+    """Whether anyone observes one of ``names`` of ``widget`` (their notification must then run)."""
+    notifiers = widget._trait_notifiers
+    return any(notifiers.get(name) for name in (*names, All))
