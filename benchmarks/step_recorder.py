@@ -112,11 +112,12 @@ def record_steps(step: Callable[[], None], clocks: list[int], seconds: float,
     ends = np.empty(cap, dtype=np.int64)
     cpus = np.empty(cap, dtype=np.int64)
     now, read = time.perf_counter_ns, time.clock_gettime_ns
-    ids = list(clocks)
-    offset, ended = 0, 0
+    first = _read_alive(list(clocks))
+    ids = list(first)
+    offset, ended = 0, len(clocks) - len(ids)
     deadline = now() + int(seconds * 1e9)
     ends[0] = now()
-    cpus[0] = sum(map(read, ids))
+    cpus[0] = sum(first.values())
     i = 1
     while i < cap:
         step()
