@@ -14,12 +14,16 @@ step with the loop's own speed just around it, so slow drift cancels:
 2. A touched step's excess is its duration minus the mean duration of the untouched steps
    within ±``window_s`` of it. The mean, not the median: step times are skewed, and a
    median baseline would count ordinary jitter as excess. The first step of each run of
-   touched steps also loses var/mean of its neighbours: a step is touched with a chance in
-   proportion to its length (length bias), which with no effect at all makes it longer.
+   touched steps also loses var/mean of its neighbours, and each later one their lag-1
+   autocovariance/mean: a step is touched with a chance in proportion to its length
+   (length bias), which with no effect at all makes it, and where speed drifts its
+   followers, longer than the mean.
 3. Slowdown % = total excess / (wall − total excess) × 100, with a 95 % interval from a
-   circular block bootstrap of per-second excesses (blocks of 5 s): per-second excesses are
-   skewed (a second holding a costly read has a large one) and neighbouring seconds share
-   baseline windows, so a t-interval over segments would be too narrow.
+   circular block bootstrap of per-second excesses (blocks of 2 s): per-second excesses are
+   skewed (a second holding a costly read has a large one), so a t-interval over segments
+   would be off; 2 s blocks keep neighbouring seconds, which share baseline windows,
+   together, while leaving enough blocks (longer blocks gave narrower, under-covering
+   intervals on synthetic series: ``benchmarks/synthetic_steps.py``).
 
 Arms: ``control`` (a thread waking every 1 s, the sampler's interval, doing nothing but
 take the GIL to return from its wait: its interval must contain 0, or lie within ±0.05 %,
@@ -78,7 +82,7 @@ NAIVE_FRACTION_TARGET = 1 / 3
 CONTROL_NEGLIGIBLE_PCT = 0.05  # a control interval inside ±this counts as unbiased
 WINDOW_S = 0.2
 SPILL_STEPS = 2
-BLOCK_S = 5.0  # bootstrap block length
+BLOCK_S = 2.0  # bootstrap block length: see docs/performance.md for the coverage it gives
 SENSITIVITY = [(0, WINDOW_S), (1, WINDOW_S), (4, WINDOW_S), (SPILL_STEPS, 0.1), (SPILL_STEPS, 0.5)]
 ARMS = ("control", "nbgpu", "nbgpu_panel", "naive_50hz", "nvitop", "null_50hz")
 SECONDS = {"gpu": 45.0, "cpu": 10.0, "quick": 3.0}

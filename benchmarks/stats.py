@@ -163,14 +163,14 @@ def segment_sums(end_s: np.ndarray, values: Sequence[np.ndarray], segment_s: flo
     return [np.bincount(seg, weights=v, minlength=n) for v in values]
 
 
-def block_bootstrap_ratio_pct(excess_s: np.ndarray, wall_s: np.ndarray, block: int = 5,
+def block_bootstrap_ratio_pct(excess_s: np.ndarray, wall_s: np.ndarray, block: int = 2,
                               resamples: int = 2000, seed: int = 0,
                               confidence: float = 0.95) -> tuple[float, float]:
     """Percentile interval of 100·Σexcess / (Σwall − Σexcess) by a circular block bootstrap of segments.
 
     Blocks of ``block`` consecutive segments (at most half of them) are drawn with
     replacement, so short-range correlation between neighbouring segments (shared
-    baseline windows, periodic reads) stays inside a block. NaN with fewer than 4 segments.
+    baseline windows) stays inside a block. NaN with fewer than 4 segments.
     """
     e, w = np.asarray(excess_s, dtype=float), np.asarray(wall_s, dtype=float)
     n = len(e)
@@ -189,7 +189,7 @@ def block_bootstrap_ratio_pct(excess_s: np.ndarray, wall_s: np.ndarray, block: i
 
 
 def excess_slowdown(end_ns: Sequence[int], cpu_ns: Sequence[int], window_s: float = 0.2,
-                    spill_steps: int = 2, segment_s: float = 1.0, block: int = 5,
+                    spill_steps: int = 2, segment_s: float = 1.0, block: int = 2,
                     baseline: str = "mean", length_bias: bool = True, resamples: int = 2000,
                     seed: int = 0) -> dict:
     """Slowdown % = total excess / (wall − total excess) × 100, with its block-bootstrap 95 % interval.

@@ -1,9 +1,7 @@
 """The interference benchmark's estimator on synthetic step series, and short real runs of it.
 
-Synthetic series are built with a seeded generator: steps of about 600 µs (the launch-bound
-loop on the H200) whose speed drifts by ±30 % (a slow wave plus speed switches, as seen
-there) with jitter on top; monitor wake-ups land at random times and mark the step they
-land in, as a CPU clock advancing would. Pass or fail never depends on thread scheduling:
+Synthetic series come from ``benchmarks/synthetic_steps.py`` with fixed seeds: 600 µs steps
+drifting by ±30 %, jitter on top, wake-ups at random times. Pass or fail never depends on thread scheduling:
 the real runs check structure only.
 """
 
@@ -23,38 +21,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import stats  # noqa: E402
-
-STEP_S = 600e-6
-
-
-def drifting_steps(seconds: float, rng: np.random.Generator, jitter: str = "lognormal",
-                   sigma: float = 0.15) -> np.ndarray:
-    """Step durations (s): ±30 % drift (a 5 s wave and speed switches every ~1 s) times jitter."""
-    n = int(seconds / STEP_S)
-    t = np.arange(n) * STEP_S
-    switches = np.repeat(rng.choice([-1.0, 1.0], size=int(seconds) + 2), int(1.0 / STEP_S))[:n]
-    level = 1.0 + 0.15 * np.sin(2 * np.pi * t / 5.0) + 0.15 * switches
-    if jitter == "lognormal":
-        noise = rng.lognormal(0.0, sigma, n) / math.exp(sigma**2 / 2)
-    else:  # exponential tail: strongly right-skewed, mean 1
-        noise = 0.8 + rng.exponential(0.2, n)
-    return STEP_S * level * noise
-
-
-def mark_random_events(dur_s: np.ndarray, per_s: float, rng: np.random.Generator) -> np.ndarray:
-    """Indices (0-based steps) hit by wake-ups at uniformly random times: long steps more often."""
-    ends = np.cumsum(dur_s)
-    times = rng.uniform(0.0, ends[-1], rng.poisson(per_s * ends[-1]))
-    return np.unique(np.searchsorted(ends, times))
-
-
-def series(dur_s: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(end_ns, cpu_ns) marks as the recorder stores them: mark 0, then one after each step."""
-    end_ns = np.concatenate(([0], np.cumsum(np.round(dur_s * 1e9).astype(np.int64))))
-    inc = np.zeros(len(dur_s), dtype=np.int64)
-    inc[hit] = 50_000
-    cpu_ns = np.concatenate(([0], np.cumsum(inc)))
-    return end_ns, cpu_ns
+from benchmarks.synthetic_steps import STEP_S, drifting_steps, mark_random_events, series  # noqa: E402
 
 
 def test_injected_excess_is_recovered_within_10_percent_and_its_interval_holds_the_truth() -> None:
