@@ -178,6 +178,7 @@ class Sampler:
         self._error_at: dict[object, float] = {}  # device -> time of its newest read error
         self._unsupported: dict[object, set[str]] = {}
         self._refreshed: dict[tuple[object, str], tuple[float, float]] = {}  # newest, previous
+        self._timestamps: dict[float, object] = {}  # latest()'s newest times, made once
         self._processes: dict[object, list[ProcessInfo]] = {}
         self._urgent: set[str] = set()
         self._fast: list[float] = []
@@ -475,7 +476,6 @@ class Sampler:
         lost = self.lost
         state = self.state
         out = []
-        nan = math.nan
         with self._lock:  # the period before a metric's second refresh: the longest of any read
             never = max(self.interval, MAX_BUFFER_DRAIN_S, *self._every.values())
         for dev in self.devices:
@@ -484,17 +484,32 @@ class Sampler:
             with self._lock:
                 states = self._states(key, newest_of, now, frozenset(dev.metrics), never)
             row = {"gpu": key, "name": dev.name, "state": "lost" if key in lost else state}
-            newest = nan
+            last_good = {}
+            newest = -math.inf
             for metric, (t, v) in newest_of.items():
-                row[metric] = v if states[metric] == "live" else nan
-                if t > newest or newest != newest:
+                row[metric] = v if states[metric] == "live" else math.nan
+                last_good[metric] = v
+                if t > newest:  # NaN (never read) compares False
                     newest = t
-            row["time"] = pd.NaT if math.isnan(newest) else pd.Timestamp(newest, unit="s", tz="UTC")
-            row["time_s"] = float(newest)
+            if newest == -math.inf:
+                row["time"], row["time_s"] = pd.NaT, math.nan
+            else:
+                row["time"], row["time_s"] = self._timestamp(newest), float(newest)
             row["states"] = states
-            row["last_good"] = {metric: v for metric, (_, v) in newest_of.items()}
+            row["last_good"] = last_good
             out.append(row)
         return out
+
+    def _timestamp(self, t: float):
+        """``t`` as a UTC ``pandas.Timestamp``; the last one made is kept (most refreshes reuse it)."""
+        import pandas as pd
+
+        made = self._timestamps.get(t)
+        if made is None:
+            if len(self._timestamps) > 64:
+                self._timestamps.clear()
+            made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")
+        return made
 
     def latest_host(self) -> dict:
         """Newest host readings (empty if host sampling is off)."""

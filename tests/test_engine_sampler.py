@@ -7,6 +7,7 @@ import threading
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import nbgpu
@@ -136,7 +137,6 @@ def test_between_slices_time_and_accepts_datetimes():
     assert len(part)
     assert part["time"].min().timestamp() >= t0
     assert part["time"].max().timestamp() <= t1
-    import pandas as pd
 
     again = s.timeline.between(pd.Timestamp(t0, unit="s", tz="UTC"), pd.Timestamp(t1, unit="s", tz="UTC"))
     assert len(again.to_pandas()) == len(part)
@@ -357,3 +357,20 @@ def test_status_says_what_the_views_need_without_touching_the_source():
     assert st.simulated and st.source_kind == "sim" and "simulated" in st.source_description
     s.stop()
     assert s.status().state == "closed"
+
+
+def test_latest_time_follows_each_step_and_is_nat_before_any():
+    now = [1_800_000_000.0]
+    s = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=2, seed=0, clock=lambda: now[0]),
+                      clock=lambda: now[0])
+    try:
+        before = s.latest()
+        assert all(r["time"] is pd.NaT and math.isnan(r["time_s"]) for r in before)
+        for t in (now[0], now[0] + 1.0, now[0] + 2.0):
+            now[0] = t
+            s.step(t)
+            rows = s.latest()
+            assert [r["time_s"] for r in rows] == [t, t]
+            assert all(r["time"] == pd.Timestamp(t, unit="s", tz="UTC") for r in rows)
+    finally:
+        s.stop()
