@@ -254,3 +254,27 @@ def test_targets_trust_the_run_only_when_the_null_arms_show_no_bias() -> None:
     nbgpu_target = next(t for t in out.targets if t.name.startswith("nbgpu slowdown,"))
     assert "method is biased" in nbgpu_target.note
     assert any("ABBA (old.json)" in n and "intervals overlap" in n for n in out.notes)
+
+
+def test_gpu_path_on_cpu_torch_builds_targets_and_the_abba_cross_check(tmp_path: Path) -> None:
+    """The GPU benchmark's loop and outcome, run on CPU torch: one short arm, then the targets."""
+    pytest.importorskip("torch")
+    import json
+
+    from benchmarks import gpu_interference as gi
+    from benchmarks.gpu_loops import LaunchBound
+
+    res = gi.measure_all(LaunchBound(["cpu"]), {"control": lambda: gi.PeriodicControlMonitor(0.5)},
+                         ["control"], seconds=1.0, warmup_s=0.1)
+    assert res["skipped"] == {} and res["arms"]["control"]["steps"] > 10
+    abba = {"control": {"slowdown_pct": 0.5, "ci95_pct": [-3.0, 4.0]}}
+    (tmp_path / "old.json").write_text(json.dumps({
+        "device": "GPU X", "started_utc": "2026-01-01T00:00:00+00:00",
+        "benchmarks": {"gpu_overhead": {"status": "ok", "raw": {"launch_bound": {"arms": abba}}}}}))
+    ref = gi.abba_reference("GPU X", tmp_path)
+    assert ref == ("old.json", abba)
+    assert gi.abba_reference("GPU Y", tmp_path) is None
+    out = gi.build_outcome(res, "launch-bound", True, ref, {})
+    assert [t.name.split(",")[0] for t in out.targets] == [
+        "control arm's 95 % interval contains 0 or lies within ±0.05 %"]
+    assert any(n.startswith("control: this method") and "ABBA (old.json)" in n for n in out.notes)
