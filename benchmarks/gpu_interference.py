@@ -59,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import REPO_ROOT
@@ -196,7 +196,7 @@ def _brief(res: dict) -> dict:
     return {k: res[k] for k in ("spill_steps", "window_s", "slowdown_pct", "ci95_pct", "touched_fraction")}
 
 
-def analyse(end_ns, cpu_ns) -> dict:
+def analyse(end_ns: Sequence[int], cpu_ns: Sequence[int]) -> dict:
     """The arm's figure at the default window and spill, their sensitivity, and the biased variants."""
     wall_s = (int(end_ns[-1]) - int(end_ns[0])) / 1e9
     seg = {"segment_s": min(1.0, max(0.1, wall_s / 20))}  # short (quick) runs: rougher intervals
