@@ -149,8 +149,21 @@ def test_recorder_marks_the_steps_a_watched_thread_ran_in() -> None:
     assert np.all(np.diff(rec_busy.end_ns) > 0)
     assert rec_busy.cpu_ns[-1] > rec_busy.cpu_ns[0]
     assert not rec_busy.truncated
+    _wait_until_clock_gone(clocks.clocks[0])  # join returns before the OS thread exits
     gone = record_steps(lambda: None, clocks.clocks, 0.01, 100)  # the thread has ended
     assert gone.threads_ended == 1 and len(gone.end_ns) >= 2
+
+
+def _wait_until_clock_gone(clock: int, limit_s: float = 10.0) -> None:
+    """Wait (bounded) until a thread's CPU clock can no longer be read: the OS thread is gone."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            time.clock_gettime_ns(clock)
+        except OSError:
+            return
+        time.sleep(0.001)
+    raise AssertionError("the ended thread's CPU clock stayed readable for 10 s")
 
 
 def test_a_watched_thread_ending_mid_span_is_dropped_and_its_step_marked() -> None:
@@ -168,6 +181,7 @@ def test_a_watched_thread_ending_mid_span_is_dropped_and_its_step_marked() -> No
         if count[0] == 20:  # the 20th step ends the thread
             stop.set()
             t.join()
+            _wait_until_clock_gone(clocks.clocks[0])  # join returns before the OS thread exits
 
     rec = record_steps(step, clocks.clocks, 0.05, 100_000)
     assert rec.threads_ended == 1
