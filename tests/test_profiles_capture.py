@@ -29,9 +29,11 @@ def test_capture_reuses_the_running_sampler(sim_sampler):
     s = cap.summary
     assert list(s["gpu"]) == [0, 1]
     assert (s["status"] == "ok").all()
-    assert s["duration_s"].iloc[0] == pytest.approx(0.6, abs=0.1)
+    # what the block spanned, however the threads were scheduled (a loaded machine sleeps longer)
+    assert s["duration_s"].iloc[0] == pytest.approx(cap.end_time - cap.start_time, abs=0.01)
+    assert s["duration_s"].iloc[0] >= 0.6 - 0.01
     tl = cap.timeline.to_pandas()
-    assert len(tl) > 10
+    assert set(tl["gpu"].dropna()) >= {0, 1}  # the capture's own edge reads, at least
     t0, t1 = (tl["time"].astype("int64") / 1e9).agg(["min", "max"])
     assert cap.start_time <= t0 and t1 <= cap.end_time
 
