@@ -88,8 +88,10 @@ def test_nested_captures(sim_sampler):
             time.sleep(0.3)
         time.sleep(0.3)
     assert outer.start_time < inner.start_time < inner.end_time < outer.end_time
-    assert inner.duration_s == pytest.approx(0.3, abs=0.08)
-    assert outer.duration_s == pytest.approx(0.9, abs=0.15)
+    # sleeps last at least what they ask; how much longer is the machine's load, not nbgpu's
+    assert inner.duration_s == pytest.approx(inner.end_time - inner.start_time)
+    assert inner.duration_s >= 0.3 - 0.01
+    assert outer.duration_s >= inner.duration_s + 0.6 - 0.02
     assert (outer.summary["energy_j"] > inner.summary["energy_j"]).all()
 
 
@@ -112,7 +114,7 @@ def test_track_marks_iterations_and_summarises_each(sim_sampler):
     rows = tracker.summary()
     assert len(rows) == 6  # 3 iterations x 2 GPUs
     assert list(rows["iteration"].unique()) == [0, 1, 2]
-    assert rows["duration_s"].between(0.2, 0.4).all()
+    assert (rows["duration_s"] >= 0.25 - 0.01).all()  # each iteration slept 0.25 s at least
     per_iter = tracker.summary(per_gpu=False)
     assert len(per_iter) == 3 and (per_iter["gpus"] == 2).all()
     assert len(cap.iterations) == 6
