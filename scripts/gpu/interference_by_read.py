@@ -3,8 +3,9 @@
 Runs the step-attributed interference method (``benchmarks/gpu_interference.py``) with one
 arm per read the sampler makes, each a thread calling that read through pynvml at the
 period the sampler uses, plus the sampler itself with and without diagnostics and host
-reads. NVML calls release the GIL, so a read whose loop time lost exceeds its Python time
-slows the loop some other way (the driver, a wake-up); the per-call figure says which.
+reads (the two apart and together). NVML calls release the GIL, so a read whose loop time
+lost exceeds its Python time slows the loop some other way (the driver, a wake-up); the
+per-call figure says which.
 
     python scripts/gpu/interference_by_read.py --out by-read.json [--seconds 15]
 """
@@ -98,6 +99,8 @@ def arms() -> dict[str, Callable[[], Monitor]]:
         "tick_reads_every_1s": lambda: ReadMonitor("tick_reads", 1.0, _tick),
         "energy_every_1s": lambda: ReadMonitor("energy", 1.0, _energy),
         "nbgpu": lambda: SamplerVariant("nbgpu"),
+        "nbgpu_no_diagnostics": lambda: SamplerVariant("nbgpu_no_diag", diagnostics=False),
+        "nbgpu_no_host": lambda: SamplerVariant("nbgpu_no_host", host=False),
         "nbgpu_no_diagnostics_no_host": lambda: SamplerVariant("nbgpu_bare", diagnostics=False, host=False),
     }
 
