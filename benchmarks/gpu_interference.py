@@ -64,6 +64,7 @@ from pathlib import Path
 
 from . import REPO_ROOT
 from .gpu_loops import CpuSmallOps, LaunchBound, Loop
+from .gpu_overhead import monitor_targets
 from .monitors import (
     Monitor,
     NaivePollMonitor,
@@ -77,8 +78,6 @@ from .report import Outcome, Target
 from .stats import excess_slowdown
 from .step_recorder import ThreadClocks, place_threads, record_steps, recording_cost_ns, thread_ids
 
-LAUNCH_TARGET_PCT = 0.5
-NAIVE_FRACTION_TARGET = 1 / 3
 CONTROL_NEGLIGIBLE_PCT = 0.05  # a control interval inside ±this counts as unbiased
 WINDOW_S = 0.2
 SPILL_STEPS = 2
@@ -100,7 +99,11 @@ class PeriodicControlMonitor(ThreadMonitor):
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
+            self._work()
             self.wakes += 1
+
+    def _work(self) -> None:
+        """What a wake-up does: nothing (the control); a subclass may read something here."""
 
     def start(self) -> None:
         self.wakes = 0
@@ -384,15 +387,8 @@ def build_outcome(result: dict, label: str, real: bool, reference: tuple[str, di
     for name, arm in arms.items():
         lo, hi = arm["ci95_pct"]
         if real and name in ("nbgpu", "nbgpu_panel"):
-            note = f"95 % interval [{lo:+.3f}, {hi:+.3f}] %"
-            if not trusted:
-                note += "; a control arm's interval excludes 0, so this run's method is biased"
-            out.targets.append(Target(f"{name} slowdown, {label}", arm["slowdown_pct"], "%", "<=",
-                                      LAUNCH_TARGET_PCT, note=note))
-            ratio = arm["slowdown_pct"] / naive if naive > 0 else float("nan")
-            out.targets.append(Target(f"{name} slowdown / naive 50 Hz slowdown, {label}", ratio, "", "<=",
-                                      round(NAIVE_FRACTION_TARGET, 4),
-                                      note="" if naive > 0 else "naive polling showed no slowdown: no ratio"))
+            monitor_targets(out, name, arm, naive, label,
+                            None if trusted else "a control arm's interval excludes 0")
         else:
             out.figure(f"{name} slowdown, {label} (95 % interval {lo:+.3f} … {hi:+.3f})",
                        arm["slowdown_pct"], "%")

@@ -23,35 +23,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.gpu_interference import PeriodicControlMonitor, measure_all
 from benchmarks.gpu_loops import LaunchBound
-from benchmarks.monitors import Monitor, NbgpuMonitor, ThreadMonitor
+from benchmarks.monitors import Monitor, NbgpuMonitor
 
 
-class ReadMonitor(ThreadMonitor):
-    """A thread calling ``read(handle)`` every ``period_s`` seconds; counts calls."""
+class ReadMonitor(PeriodicControlMonitor):
+    """The control's thread, but each wake-up calls ``read(pynvml, handle)`` of GPU 0."""
 
     def __init__(self, name: str, period_s: float, read: Callable[[object, object], None]) -> None:
-        super().__init__()
-        self.name, self.period_s, self._read, self.calls = name, period_s, read, 0
+        super().__init__(period_s, name)
+        self._read = read
+        self._nvml = self._handle = None
 
     def _run(self) -> None:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            while not self._stop.wait(self.period_s):
-                self._read(pynvml, handle)
-                self.calls += 1
+            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+            super()._run()
         finally:
             pynvml.nvmlShutdown()
 
-    def start(self) -> None:
-        self.calls = 0
-        self._start_thread(self._run, f"read-{self.name}")
-
-    def stop(self) -> dict:
-        self._end_thread()
-        return {"calls": self.calls, "period_s": self.period_s}
+    def _work(self) -> None:
+        self._read(self._nvml, self._handle)
 
 
 def _samples(kind_name: str) -> Callable[[object, object], None]:
@@ -115,7 +109,7 @@ def main() -> int:
     result = measure_all(LaunchBound(["cuda:0"]), factories, list(factories), args.seconds, 1.0)
     rows = {}
     for name, arm in result["arms"].items():
-        calls = arm["monitor_facts"].get("calls")
+        calls = arm["monitor_facts"].get("wakes")  # the read arms and the control: one a wake-up
         rows[name] = {
             "slowdown_pct": arm["slowdown_pct"], "ci95_pct": arm["ci95_pct"],
             "loop_lost_ms_per_s": 1000.0 * arm["excess_s"] / arm["wall_s"],
