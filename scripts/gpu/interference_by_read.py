@@ -7,7 +7,7 @@ reads (the two apart and together). NVML calls release the GIL, so a read whose 
 lost exceeds its Python time slows the loop some other way (the driver, a wake-up); the
 per-call figure says which.
 
-    python scripts/gpu/interference_by_read.py --out by-read.json [--seconds 15]
+    python scripts/gpu/interference_by_read.py --out by-read.json [--seconds 15] [--arms control,nbgpu]
 """
 
 from __future__ import annotations
@@ -103,8 +103,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
     args = ap.parse_args()
     factories = arms()
+    if args.arms:
+        unknown = set(args.arms.split(",")) - set(factories)
+        if unknown:
+            ap.error(f"unknown arms {sorted(unknown)}; choose from {sorted(factories)}")
+        factories = {name: factories[name] for name in args.arms.split(",")}
     t0 = time.time()
     result = measure_all(LaunchBound(["cuda:0"]), factories, list(factories), args.seconds, 1.0)
     rows = {}
