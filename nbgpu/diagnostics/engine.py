@@ -97,6 +97,7 @@ class DiagnosticsEngine:
         self._cell_since: float | None = None
         self._mark_cache: dict = {}
         self._memo: dict = {}
+        self._spans: dict = {}  # the Window's widest span per (device, metric)
         self._pids: tuple[float, set[int]] = (-math.inf, set())
         self.evaluations = 0
         self.callback_errors = 0
@@ -161,7 +162,8 @@ class DiagnosticsEngine:
         """What the rules see now: recent readings, GPUs in use, marks, cell state."""
         th = self.thresholds
         stale = max(th.stale_after_s, 2.5 * sampler.interval)
-        window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval))
+        window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval),
+                        spans=self._spans)
         lost = sampler.lost
         devices = [d for d in sampler.devices if d.key not in lost]
         processes = sampler.processes() or None

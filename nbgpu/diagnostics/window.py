@@ -33,20 +33,41 @@ class Window:
     judges 10 s from 2 s of data) and its newest reading is fresh (a lost GPU is silent).
     """
 
-    def __init__(self, store: Store, now: float, stale_after_s: float, tolerance_s: float) -> None:
+    def __init__(self, store: Store, now: float, stale_after_s: float, tolerance_s: float,
+                 spans: dict | None = None) -> None:
         self.store, self.now = store, now
         self.stale_after_s, self.tolerance_s = stale_after_s, tolerance_s
         self._cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._read: dict[tuple, tuple[float, np.ndarray, np.ndarray]] = {}
+        # Widest span each (device, metric) was asked for, kept by the caller between
+        # evaluations, so the first read of a metric already covers every later ask.
+        self.spans: dict[tuple, float] = {} if spans is None else spans
 
     def series(self, device: object, metric: str, span_s: float) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of the last ``span_s`` seconds, NaN dropped; may be short."""
+        """(times, values) of the last ``span_s`` seconds, NaN dropped; may be short.
+
+        The store is read once per metric, at the widest span it is asked for; a narrower
+        span is the tail of that read (rows are time-sorted, so they are the same rows).
+        """
         key = (device, metric, span_s)
-        if key not in self._cache:
+        if key in self._cache:
+            return self._cache[key]
+        pair = (device, metric)
+        read = self._read.get(pair)
+        if read is None or read[0] < span_s:
+            widest = max(span_s, self.spans.get(pair, span_s))
+            self.spans[pair] = widest
             try:
-                self._cache[key] = self.store.series(device, metric, self.now - span_s, self.now)
+                t, v = self.store.series(device, metric, self.now - widest, self.now)
             except KeyError:
-                self._cache[key] = (np.empty(0), np.empty(0))
-        return self._cache[key]
+                t, v = np.empty(0), np.empty(0)
+            read = self._read[pair] = (widest, t, v)
+        widest, t, v = read
+        if widest > span_s:
+            first = int(np.searchsorted(t, self.now - span_s, "left"))
+            t, v = t[first:], v[first:]
+        self._cache[key] = (t, v)
+        return t, v
 
     def covered(self, t: np.ndarray, span_s: float) -> bool:
         """Whether ``t`` spans the whole window and ends with a fresh reading."""

@@ -1,0 +1,72 @@
+"""The rules' Window: one store read per metric, and the same rows as reading each span."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbgpu.diagnostics.window import Window
+from nbgpu.store import Store
+
+NOW = 10_000.0
+
+
+class CountingStore(Store):
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.reads = 0
+
+    def series(self, *args, **kwargs):
+        self.reads += 1
+        return super().series(*args, **kwargs)
+
+
+def _store() -> CountingStore:
+    """Memory every second in one stream, every 0.1 s in another (two streams, as the
+    sampler's tick and fast-memory lanes), some NaN; older rows folded into buckets."""
+    store = CountingStore(full_res_s=60.0, bucket_s=5.0, history_s=900.0)
+    store.declare(0, "tick", {"mem": np.float64})
+    store.declare(0, "memory", {"mem": np.float64})
+    rng = np.random.default_rng(1)
+    t_slow = np.arange(NOW - 800.0, NOW + 0.5, 1.0)
+    slow = rng.random(len(t_slow))
+    slow[::7] = np.nan
+    store.append_many(0, "tick", t_slow, {"mem": slow})
+    t_fast = np.arange(NOW - 30.0, NOW, 0.1) + 0.05
+    store.append_many(0, "memory", t_fast, {"mem": rng.random(len(t_fast))})
+    return store
+
+
+@pytest.mark.parametrize("spans", [(15.0, 120.0, 600.0), (600.0, 15.0, 120.0), (3.0, 3.0, 61.0, 1.0)])
+def test_every_span_gives_the_rows_a_read_of_that_span_gives(spans):
+    store, direct = _store(), _store()
+    shared: dict = {}
+    for _ in range(2):  # a second evaluation starts from the widest span of the first
+        window = Window(store, NOW, 5.0, 1.0, spans=shared)
+        for span in spans:
+            t, v = window.series(0, "mem", span)
+            want_t, want_v = direct.series(0, "mem", NOW - span, NOW)
+            np.testing.assert_array_equal(t, want_t)
+            np.testing.assert_array_equal(v, want_v)
+            assert len(t) and not np.isnan(v).any()
+
+
+def test_a_metric_is_read_once_per_evaluation_once_its_widest_span_is_known():
+    store = _store()
+    shared: dict = {}
+    first = Window(store, NOW, 5.0, 1.0, spans=shared)
+    for span in (15.0, 120.0, 600.0, 15.0):
+        first.series(0, "mem", span)
+    assert store.reads == 3  # each wider ask reads again; the repeat is cached
+    store.reads = 0
+    second = Window(store, NOW + 1.0, 5.0, 1.0, spans=shared)
+    for span in (15.0, 120.0, 600.0):
+        second.series(0, "mem", span)
+    assert store.reads == 1
+
+
+def test_an_unknown_metric_is_empty():
+    window = Window(_store(), NOW, 5.0, 1.0)
+    t, v = window.series(0, "power_w", 10.0)
+    assert len(t) == len(v) == 0
+    assert window.recent(0, "power_w", 10.0) is None
