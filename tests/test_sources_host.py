@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -62,3 +63,31 @@ def test_host_and_diagnostics_find_the_tree_without_scanning_every_process(famil
     values = host.read(time.time())
     assert set(host._children) >= {child, grandchild}
     assert values["proc_rss_bytes"] > psutil.Process().memory_info().rss  # children counted
+
+
+def test_a_child_forked_by_another_thread_is_in_the_tree():
+    # Each thread has its own children list: a worker started from a thread is listed there.
+    started: list[subprocess.Popen] = []
+    thread = threading.Thread(target=lambda: started.append(
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])))
+    thread.start()
+    thread.join()
+    try:
+        assert started[0].pid in descendant_pids(os.getpid())
+    finally:
+        started[0].kill()
+        started[0].wait(10)
+
+
+def test_process_cpu_share_follows_the_cpu_this_process_spent():
+    host = HostSource()
+    before = psutil.Process().cpu_times()
+    host.read(1000.0)
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:  # burn 0.3 s of CPU in this thread
+        pass
+    values = host.read(1001.0)  # the reads are one (fake) second apart
+    after = psutil.Process().cpu_times()
+    spent_s = (after.user + after.system) - (before.user + before.system)
+    assert values["proc_cpu_pct"] == pytest.approx(100.0 * spent_s, abs=3.0)
+    assert values["proc_cpu_pct"] >= 25.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
@@ -32,17 +31,25 @@ def descendant_pids(pid: int) -> set[int]:
 
 
 def _proc_descendants(pid: int) -> set[int] | None:
-    """``descendant_pids`` from /proc's children lists; None where ``pid`` has none to read."""
+    """``descendant_pids`` from /proc's children lists; None where ``pid`` has none to read.
+
+    Every thread of a process has its own list (a child belongs to the thread that forked
+    it), so each thread's is read; listing the task folder is half the cost of a glob.
+    """
     found: set[int] = set()
     todo = [pid]
     while todo:
         parent = todo.pop()
-        files = glob.glob(f"/proc/{parent}/task/*/children")
-        if not files and parent == pid:
+        tasks = f"/proc/{parent}/task"
+        try:
+            threads = os.listdir(tasks)
+        except OSError:  # the process just ended
+            threads = []
+        if parent == pid and not os.path.exists(f"{tasks}/{pid}/children"):
             return None
-        for path in files:
+        for thread in threads:
             try:
-                with open(path) as f:
+                with open(f"{tasks}/{thread}/children", "rb") as f:
                     kids = [int(k) for k in f.read().split()]
             except (OSError, ValueError):  # the thread or process just ended
                 continue
@@ -85,7 +92,7 @@ class HostSource:
         if now - self._children_at >= self._children_every_s:
             self._children_at = now
             self._children = self._live_children()
-        t = self._me.cpu_times()
+        t = os.times()  # this process's clock and its reaped children's, without a /proc read
         cpu = t.user + t.system + t.children_user + t.children_system
         rss = float(self._me.memory_info().rss)
         for pid, child in list(self._children.items()):
