@@ -40,6 +40,12 @@ CASES = {
     "y with NaN, the same again": (ROWS, WITH_NAN, ROWS + 1, WITH_NAN.copy()),
     "nothing changed": (ROWS, ROWS + 1, ROWS.copy(), ROWS + 1),
     "new width": (ROWS, ROWS, np.zeros((4, 3), np.float32), np.ones((4, 3), np.float32)),
+    # Arrays bqplot's serializer converts or copies, beside the native float ones it sends as they are.
+    "float64": (ROWS, ROWS, ROWS.astype(np.float64) + 1, ROWS.astype(np.float64)),
+    "int64 (sent as int32)": (ROWS, ROWS, ROWS.astype(np.int64), ROWS.astype(np.int64) + 2),
+    "not contiguous": (ROWS, ROWS, ROWS.T + 1, ROWS[:, ::2] + 1),
+    "big-endian": (ROWS, ROWS, (ROWS + 1).astype(">f4"), (ROWS + 2).astype(">f8")),
+    "equal values, other dtype": (ROWS, ROWS, ROWS.astype(np.float64), ROWS.astype(np.int32)),
 }
 
 

@@ -6,7 +6,10 @@ equal array), runs traitlets' notification for each, then builds the state throu
 ``get_state`` and ipywidgets' buffer split: about 40 us a mark, five marks every refresh.
 ``send_xy`` keeps the parts the front end sees (the trait's own validation, the same
 "changed" rule, the same state, buffers and message) and drops the notification round
-trip; ``send_values`` does the same for the value texts (about 25 us each). Where anything
+trip; ``send_values`` does the same for the value texts (about 25 us each). A native
+float array bqplot would send as it is gets its state built here, without the serializer's
+conversion checks (the same dict); the equality test skips ``np.array_equal``'s conversions
+for plain arrays (the same rule). Where anything
 else takes part (an observer of those traits, a sync already held, a front end update
 being applied, a trait neither an array nor a text) it takes the plain path.
 ``tests/test_panel_refresh_sync.py`` checks the messages equal the plain path's (written
@@ -16,8 +19,12 @@ against ipywidgets 8, traittypes 0.2, bqplot 0.13).
 from __future__ import annotations
 
 import numpy as np
+from bqplot.traits import array_to_json
 from traitlets import All, Unicode
 from traittypes import Array
+
+# Native float arrays, which bqplot's ``array_to_json`` sends as they are: its name for each.
+_PLAIN_FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 
 def send_xy(mark, x: np.ndarray, y: np.ndarray) -> None:
@@ -52,10 +59,12 @@ def send_values(widget, **values: object) -> None:
             if old != new:
                 state[name] = new
             continue
-        if np.array_equal(old, new):  # traittypes sends nothing for an equal array
+        if _equal(old, new):  # traittypes sends nothing for an equal array
             continue
         to_json = trait.metadata.get("to_json") or widget._trait_to_json
-        part = dict(to_json(new, widget))
+        part = _plain_json(new) if to_json is array_to_json else None
+        if part is None:
+            part = dict(to_json(new, widget))
         buffers.append(part.pop("value"))
         paths.append([name, "value"])
         state[name] = part
@@ -67,3 +76,21 @@ def _observed(widget, names) -> bool:
     """Whether anyone observes one of ``names`` of ``widget`` (their notification must then run)."""
     notifiers = widget._trait_notifiers
     return any(notifiers.get(name) for name in (*names, All))
+
+
+def _equal(old: object, new: np.ndarray) -> bool:
+    """``np.array_equal(old, new)``, without its conversions when both are plain arrays."""
+    if type(old) is not np.ndarray or type(new) is not np.ndarray:
+        return np.array_equal(old, new)
+    return old.shape == new.shape and bool((old == new).all())
+
+
+def _plain_json(ar: np.ndarray) -> dict | None:
+    """What ``array_to_json`` gives for a C-contiguous native float array (None for any other):
+    the array's own memory, its dtype's name, its shape, no type."""
+    if type(ar) is not np.ndarray or not ar.flags.c_contiguous:
+        return None
+    name = _PLAIN_FLOATS.get(ar.dtype)
+    if name is None:
+        return None
+    return {"value": memoryview(ar), "dtype": name, "shape": ar.shape, "type": None}
