@@ -70,3 +70,13 @@ def test_an_unknown_metric_is_empty():
     t, v = window.series(0, "power_w", 10.0)
     assert len(t) == len(v) == 0
     assert window.recent(0, "power_w", 10.0) is None
+
+
+def test_the_mean_weights_each_reading_until_the_next_and_caps_gaps():
+    store = Store(full_res_s=600.0, bucket_s=5.0, history_s=900.0)
+    store.declare(0, "tick", {"power_w": np.float64})
+    t = np.array([NOW - 9.0, NOW - 8.0, NOW - 7.0, NOW - 1.0])  # a 6 s gap before the last
+    store.append_many(0, "tick", t, {"power_w": np.array([100.0, 200.0, 300.0, 400.0])})
+    window = Window(store, NOW, 5.0, 1.5)
+    # Held for 1, 1, 6 -> capped at 4 x the median spacing (1 s) = 4, and 1 s until now.
+    assert window.mean(0, "power_w", 9.0) == pytest.approx((100 + 200 + 300 * 4 + 400) / 7)

@@ -87,9 +87,11 @@ class Window:
         t, v = got
         if len(t) < 2 or t[-1] <= t[0]:
             return float(np.mean(v))
-        dt = np.diff(np.r_[t, self.now])
-        dt = np.minimum(dt, median(dt) * 4)  # a gap does not make one reading count for long
-        return float(np.sum(v * dt) / np.sum(dt))
+        dt = np.empty(len(t))
+        np.subtract(t[1:], t[:-1], out=dt[:-1])
+        dt[-1] = self.now - t[-1]  # the newest reading holds until now
+        np.minimum(dt, median(dt) * 4, out=dt)  # a gap does not make one reading count for long
+        return float(np.dot(v, dt) / dt.sum())
 
     def host_mean(self, metric: str, span_s: float) -> float:
         return self.mean(HOST_KEY, metric, span_s)
