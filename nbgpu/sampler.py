@@ -562,8 +562,12 @@ class Sampler:
 
     def _note_refreshed(self, device, values: dict, now: float) -> None:
         for metric, arr in values.items():
-            a = np.asarray(arr)
-            if a.size and not np.isnan(a.astype(np.float64, copy=False)).all():
+            if len(arr) == 1:  # a tick's one value: no array calls
+                first = float(arr[0])
+                fresh = first == first
+            else:
+                fresh = len(arr) > 0 and not np.isnan(np.asarray(arr, dtype=np.float64)).all()
+            if fresh:
                 newest, _ = self._refreshed.get((device, metric), (math.nan, math.nan))
                 if newest != now:
                     self._refreshed[(device, metric)] = (now, newest)

@@ -189,6 +189,11 @@ class Stream:
 
     def append_many(self, times: np.ndarray, values: dict[str, np.ndarray]) -> None:
         """Add rows in time order (rows older than the newest kept row are dropped)."""
+        if len(times) == 1:  # a tick's one row: written value by value, without array calls
+            t = float(times[0])
+            if t > self.last_time:
+                self.append(t, {k: v[0] for k, v in values.items()})
+            return
         keep = times > self.last_time
         if not keep.all():
             times = times[keep]

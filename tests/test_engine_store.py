@@ -197,3 +197,26 @@ def test_decimated_is_a_boolean_column_never_none(resolution):
     assert "decimated" in df.columns
     assert df["decimated"].dtype == bool
     assert df["decimated"].any() and not df["decimated"].all()
+
+
+def test_rows_appended_one_at_a_time_are_stored_as_a_batch_of_them_is():
+    # A tick appends one row: its fast path must keep, drop and round exactly as a batch does.
+    cols = {"power_w": np.float32, "mem_used_bytes": np.float64}
+    one, batch = Store(full_res_s=5.0, bucket_s=1.0), Store(full_res_s=5.0, bucket_s=1.0)
+    for store in (one, batch):
+        store.declare(0, "tick", cols)
+    times = np.array([1.0, 1.5, 1.5, 1.2, 2.0, 3.0, 9.0, 9.5])  # a repeat and a late row
+    power = np.array([100.123456789, np.nan, 7.0, 8.0, np.nan, 200.0, 300.0, np.nan])
+    mem = np.arange(len(times), dtype=np.int64) * 2**20  # ints into a float column
+    extra = np.ones(len(times))  # a value with no column is ignored
+    for i in range(len(times)):
+        one.append_many(0, "tick", times[i:i + 1],
+                        {"power_w": power[i:i + 1], "mem_used_bytes": mem[i:i + 1], "x": extra[i:i + 1]})
+    for i in (0, 2, 4, 6):  # the same rows in batches of two: a batch's own rows increase
+        batch.append_many(0, "tick", times[i:i + 2],
+                          {"power_w": power[i:i + 2], "mem_used_bytes": mem[i:i + 2], "x": extra[:2]})
+    for metric in cols:
+        for a, b in zip(one.series(0, metric), batch.series(0, metric), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert one.last(0, metric) == batch.last(0, metric)
+    assert one.last_many(0) == batch.last_many(0)
