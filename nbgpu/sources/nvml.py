@@ -362,6 +362,11 @@ _VALUE_TYPES = (np.float64, np.uintc, np.uint64 if ctypes.sizeof(ctypes.c_ulong)
                 np.ulonglong, np.longlong, np.intc, np.ushort)
 
 
+# One sample's bytes as numpy reads them, per NVML value type (built once, not per drain).
+_LAYOUTS = tuple(np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, value_type],
+                           "offsets": [0, 8], "itemsize": SAMPLE_BYTES}) for value_type in _VALUE_TYPES)
+
+
 def _packed_samples(listed, vtype: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(timestamps, values) read straight from the ctypes array pynvml's samples slice views.
 
@@ -381,9 +386,7 @@ def _packed_samples(listed, vtype: int) -> tuple[np.ndarray, np.ndarray] | None:
         buffer = (ctypes.c_char * (len(listed) * SAMPLE_BYTES)).from_address(ctypes.addressof(first))
     except TypeError:  # not ctypes objects
         return None
-    layout = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, _VALUE_TYPES[vtype]],
-                       "offsets": [0, 8], "itemsize": SAMPLE_BYTES})
-    rows = np.frombuffer(buffer, dtype=layout)
+    rows = np.frombuffer(buffer, dtype=_LAYOUTS[vtype])
     return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
 
 
