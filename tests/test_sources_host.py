@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from nbgpu.diagnostics.owners import tree_pids
+from nbgpu.sources import host as host_module
 from nbgpu.sources.host import HostSource, _proc_descendants, descendant_pids
 
 pytestmark = pytest.mark.skipif(_proc_descendants(os.getpid()) is None,
@@ -91,3 +92,25 @@ def test_process_cpu_share_follows_the_cpu_this_process_spent():
     spent_s = (after.user + after.system) - (before.user + before.system)
     assert values["proc_cpu_pct"] == pytest.approx(100.0 * spent_s, abs=3.0)
     assert values["proc_cpu_pct"] >= 25.0
+
+
+def test_ram_in_use_is_total_less_what_the_kernel_says_is_available():
+    host = HostSource()
+    used = host.read(1000.0)["host_ram_used_bytes"]
+    vm = psutil.virtual_memory()
+    assert used == pytest.approx(vm.total - vm.available, abs=256 * 2**20)  # moved meanwhile
+    assert 0 < used < vm.total
+
+
+def test_ram_comes_from_psutil_where_meminfo_has_no_available_line(tmp_path, monkeypatch):
+    old_kernel = tmp_path / "meminfo"
+    old_kernel.write_text("MemTotal:       16000000 kB\nMemFree:         8000000 kB\n")
+    assert host_module.meminfo_available_bytes(str(old_kernel)) is None
+    assert host_module.meminfo_available_bytes(str(tmp_path / "absent")) is None
+    monkeypatch.setattr(host_module, "MEMINFO_PATH", str(old_kernel))
+    monkeypatch.setattr(host_module.meminfo_available_bytes, "__defaults__", (str(old_kernel),))
+    host = HostSource()
+    assert not host._meminfo
+    used = host.read(1000.0)["host_ram_used_bytes"]
+    vm = psutil.virtual_memory()
+    assert used == pytest.approx(vm.total - vm.available, abs=256 * 2**20)

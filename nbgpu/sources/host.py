@@ -60,6 +60,28 @@ def _proc_descendants(pid: int) -> set[int] | None:
     return found
 
 
+MEMINFO_PATH = "/proc/meminfo"
+
+
+def meminfo_available_bytes(path: str = MEMINFO_PATH) -> float | None:
+    """MemAvailable of the kernel's /proc/meminfo, in bytes; None where it has none.
+
+    It is the third line: read alone it costs a tenth of psutil's ``virtual_memory``, which
+    parses all ~50 fields (0.2 ms at every tick of the sampler on a GPU host).
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return None
+    for line in head.split(b"\n"):
+        if line.startswith(b"MemAvailable:"):
+            fields = line.split()
+            if len(fields) >= 2 and fields[1].isdigit():
+                return float(fields[1]) * 1024.0  # the kernel writes kB (KiB)
+    return None
+
+
 class HostSource:
     """Reads the machine's and this process tree's CPU and memory; cheap enough every tick."""
 
@@ -73,6 +95,7 @@ class HostSource:
         self._children_at = -np.inf
         self._last: tuple[float, float] | None = None
         self._ram_total = float(psutil.virtual_memory().total)
+        self._meminfo = meminfo_available_bytes() is not None  # else psutil answers (not Linux)
         psutil.cpu_percent(None)  # first call primes the counter
 
     def _live_children(self) -> dict[int, object]:
@@ -104,9 +127,15 @@ class HostSource:
                 self._children.pop(pid, None)
         return cpu, rss
 
+    def _ram_available_bytes(self) -> float:
+        available = meminfo_available_bytes() if self._meminfo else None
+        if available is None:
+            available = float(self._psutil.virtual_memory().available)
+        return available
+
     def read(self, now: float) -> dict[str, float]:
         ps = self._psutil
-        vm = ps.virtual_memory()
+        available = self._ram_available_bytes()
         cpu_s, rss = self._tree_cpu_seconds(now)
         proc_pct = np.nan
         if self._last is not None and now > self._last[0]:
@@ -114,7 +143,7 @@ class HostSource:
         self._last = (now, cpu_s)
         return {
             "host_cpu_pct": float(ps.cpu_percent(None)),
-            "host_ram_used_bytes": float(vm.total - vm.available),
+            "host_ram_used_bytes": self._ram_total - available,
             "host_ram_total_bytes": self._ram_total,
             "proc_cpu_pct": proc_pct,
             "proc_rss_bytes": rss,
