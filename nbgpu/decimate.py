@@ -83,13 +83,32 @@ def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.n
     """``bucket_minmax`` as (bucket numbers, one row of fields per bucket), for NaN-free ``v``.
 
     The fields of a row are count, first_t, last_t, tmin, vmin, tmax, vmax: the cells the
-    panel's sparklines keep (``widgets.spark``), gathered in a few numpy calls.
+    panel's sparklines keep (``widgets.spark``). With no NaN to step around, each run's first
+    minimum (maximum) is found against its minimum repeated over the run, and each field is
+    gathered on its own: fewer and cheaper numpy calls than ``_runs``, the same cells.
     """
-    starts, ends, imin, imax, _ = _runs(v, bucket)
+    n = len(v)
+    edge = np.empty(n, bool)
+    edge[0] = True
+    np.not_equal(bucket[1:], bucket[:-1], out=edge[1:])
+    starts = np.flatnonzero(edge)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1] = n
+    sizes = ends - starts
+    vmin = np.minimum.reduceat(v, starts)
+    vmax = np.maximum.reduceat(v, starts)
+    pos = np.arange(n)
+    imin = np.minimum.reduceat(np.where(v == np.repeat(vmin, sizes), pos, n), starts)
+    imax = np.minimum.reduceat(np.where(v == np.repeat(vmax, sizes), pos, n), starts)
     cells = np.empty((len(starts), 7))
-    cells[:, 0] = ends - starts
-    cells[:, [1, 2, 3, 5]] = t[np.stack([starts, ends - 1, imin, imax], axis=1)]
-    cells[:, [4, 6]] = v[np.stack([imin, imax], axis=1)]
+    cells[:, 0] = sizes
+    cells[:, 1] = t[starts]
+    cells[:, 2] = t[ends - 1]
+    cells[:, 3] = t[imin]
+    cells[:, 4] = v[imin]
+    cells[:, 5] = t[imax]
+    cells[:, 6] = v[imax]
     return bucket[starts], cells
 
 

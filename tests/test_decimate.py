@@ -81,3 +81,24 @@ def test_bucket_minmax_reduces_each_bucket():
 def test_bucket_minmax_of_nothing_is_empty():
     b = bucket_minmax(np.empty(0), np.empty(0), np.empty(0, np.int64))
     assert len(b) == 0
+
+
+def test_bucket_cells_are_bucket_minmax_of_nan_free_rows():
+    from nbgpu.decimate import bucket_cells
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    t = np.sort(rng.random(n) * 100.0)
+    v = np.round(rng.normal(50, 20, n), 0)  # ties, so "first" min/max matters
+    v[rng.random(n) < 0.05] = 0.0
+    v[rng.random(n) < 0.05] = -0.0
+    v[rng.random(n) < 0.01] = np.inf
+    v[:40] = 7.0  # a run of one value
+    key = np.repeat(np.arange(60), 50) * 1000 + np.floor(t / 1.5).astype(np.int64)  # traces one after another
+    number, cells = bucket_cells(t, v, key)
+    b = bucket_minmax(t, v, key)
+    np.testing.assert_array_equal(number, b.index)
+    fields = (b.count, b.first_t, b.last_t, b.tmin, b.vmin, b.tmax, b.vmax)
+    for i, want in enumerate(fields):
+        np.testing.assert_array_equal(cells[:, i], want, err_msg=str(i))
+        np.testing.assert_array_equal(np.signbit(cells[:, i]), np.signbit(want), err_msg=str(i))

@@ -104,3 +104,56 @@ def test_packing_nothing_gives_one_empty_row() -> None:
     px, py = pack_points([], 3, 60.0)
     np.testing.assert_array_equal(x2, px)
     np.testing.assert_array_equal(y2, py)
+
+
+def test_packed_rows_are_each_row_placed_in_its_band_then_padded() -> None:
+    from nbgpu.widgets.bands import INSET
+
+    rng = np.random.default_rng(4)
+    lengths = np.array([3, 0, 7, 1, 5])
+    x = -rng.random(lengths.sum()) * 60.0
+    v = np.where(rng.random(lengths.sum()) < 0.2, np.nan, rng.normal(40.0, 30.0, lengths.sum()))
+    bands, scales, bands_n = np.array([0, 0, 1, 2, 3]), [100.0, 50.0, np.inf, -1.0, 80.0], 4
+    x2, y2 = pack_packed(lengths, x, v, bands, np.array(scales), bands_n, 60.0)
+    width, lo = 7, 0
+    for r, n in enumerate(lengths):
+        if n == 0:
+            np.testing.assert_array_equal(x2[r], np.full(width, -60.0, np.float32))
+            assert np.isnan(y2[r]).all()
+            continue
+        scale = scales[r] if np.isfinite(scales[r]) and scales[r] > 0 else 1.0
+        y = (bands_n - 1 - bands[r] + INSET) + (1 - 2 * INSET) * np.clip(v[lo:lo + n] / scale, 0.0, 1.0)
+        pad = width - n
+        np.testing.assert_array_equal(x2[r], np.r_[x[lo:lo + n], [x[lo + n - 1]] * pad].astype(np.float32))
+        np.testing.assert_array_equal(y2[r], np.r_[y, [y[-1]] * pad].astype(np.float32))
+        lo += n
+
+
+def test_a_new_power_limit_is_drawn_on_at_once() -> None:
+    """The panel keeps its bands' scales between refreshes; a card's new limit still rescales."""
+    from nbgpu import Sampler, SimulatedGPUs
+    from nbgpu.widgets.monitor import GPUMonitor
+
+    clock = SimpleNamespace(t=1.7e9)
+    now = lambda: clock.t  # noqa: E731
+    sim = SimulatedGPUs(2, seed=1, clock=now)
+    s = Sampler(sim, interval=0.5, clock=now, host=False)
+    kept = GPUMonitor(sampler=s, metrics="power", window_s=30, start=False)
+    try:
+        s.step(clock.t)
+        for k in range(20):
+            if k == 12:
+                sim.power_limit_w = 350.0
+            end = clock.t + 1.0
+            while clock.t < end:
+                clock.t = min(max(s.next_wake(), clock.t + 1e-3), end)
+                s.step(clock.t)
+            kept.refresh(force=True, now=clock.t)
+        assert {r["power_limit_w"] for r in s.latest()} == {350.0}
+        fresh = GPUMonitor(sampler=s, metrics="power", window_s=30, start=False)
+        fresh.refresh(force=True, now=clock.t)
+        np.testing.assert_array_equal(kept._views[0].lines.y, fresh._views[0].lines.y)
+        fresh.close()
+    finally:
+        kept.close()
+        s.stop()

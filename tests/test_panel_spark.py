@@ -72,6 +72,29 @@ def test_kept_buckets_equal_a_fresh_reduction_at_every_refresh(start: float, spa
         assert not sset.ahead
 
 
+def test_a_window_made_ready_again_is_the_window_made_afresh() -> None:
+    """Refreshes within one bucket and a clock that steps back: skipping the ring's preparation
+    for the window prepared last time gives the buckets that preparing it again gives."""
+    rng = np.random.default_rng(2)
+    span, width = 60.0, 60.0 / 38
+    series = [_series(rng, 1000.0, 400.0, hz, gaps) for hz, gaps in ((50.0, False), (5.0, True))]
+    kept, afresh = SparkSet(len(series), width), SparkSet(len(series), width)
+    given = [0] * len(series)
+    nows = [1070.0, 1070.2, 1070.4, 1071.0, 1070.1, 1069.3, 1072.5, 1072.5, 1071.0, 1200.0, 1199.2,
+            1199.2, 1260.0, 1321.0, 1320.0, 1250.0, 1330.0]
+    newest = -np.inf
+    for now in nows:
+        newest = max(newest, now)
+        lengths, t, v = _packed(series, given, [newest] * len(series), kept.start(now, span))
+        afresh._prepared = None  # as if this window had never been made ready
+        got = kept.update_packed(lengths, t, v, now, span)
+        want = afresh.update_packed(lengths, t, v, now, span)
+        np.testing.assert_array_equal(got[0], want[0])
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(got[1], f), getattr(want[1], f), err_msg=f"{f} at {now}")
+        assert kept.ahead == afresh.ahead
+
+
 def test_reads_as_a_list_are_the_packed_reads() -> None:
     rng = np.random.default_rng(5)
     series = [_series(rng, 500.0, 120.0, hz, False) for hz in (20.0, 3.0)]

@@ -39,18 +39,34 @@ def pack_packed(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, band: np.ndar
     if not len(n) or not n.any():
         x2 = np.full((max(1, len(n)), width), -span_s, dtype=np.float32)
         return x2, np.full_like(x2, np.nan)
+    return pad_rows(n, x, v, *placing(band, scale, bands), span_s)
+
+
+def placing(band: np.ndarray, scale: object, bands: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's base (the bottom of its band plus the inset) and its scale, a scale that is
+    not a positive number read as 1: what ``pad_rows`` places values with."""
     scale = np.asarray(scale, np.float64)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
-    base = (bands - 1 - np.asarray(band, np.float64)) + INSET
-    row = np.repeat(np.arange(len(n)), n)
-    xs = np.asarray(x).astype(np.float32)
-    ys = (base[row] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64) / scale[row], 0.0, 1.0)
-          ).astype(np.float32)
-    # Cell (r, c) is point min(c, n[r] - 1) of row r: its points, then its last one repeated.
+    return (bands - 1 - np.asarray(band, np.float64)) + INSET, scale
+
+
+def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, base: np.ndarray,
+             scale: np.ndarray, span_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """``pack_packed`` once each row's ``base`` and its (positive, finite) ``scale`` are known.
+
+    Cell (r, c) is point min(c, n[r] - 1) of row r: its points, then its last one repeated.
+    Cells are placed in their band after they are gathered, with their row's base and scale:
+    the values placing each point first and padding then gives, without a per-point gather
+    of bases and scales.
+    """
+    n = lengths
+    width = max(2, int(n.max()))
     starts = np.cumsum(n) - n
     at = starts[:, None] + np.minimum(np.arange(width)[None, :], np.maximum(n, 1)[:, None] - 1)
-    at = np.minimum(at, len(xs) - 1)  # an empty row after the last point: replaced below
-    x2, y2 = xs[at], ys[at]
+    at = np.minimum(at, len(x) - 1)  # an empty row after the last point: replaced below
+    x2 = np.asarray(x)[at].astype(np.float32)
+    y2 = (base[:, None] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64)[at] / scale[:, None], 0.0, 1.0)
+          ).astype(np.float32)
     empty = n == 0
     if empty.any():
         x2[empty], y2[empty] = -span_s, np.nan

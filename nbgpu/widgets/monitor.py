@@ -27,7 +27,7 @@ from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sources.base import Device
 from . import registry, text, tree
-from .bands import baselines, pack_packed, pack_points, rules, spaced_labels
+from .bands import baselines, pack_packed, pack_points, pad_rows, placing, rules, spaced_labels
 from .column_view import SPARK_PX, ColumnView, top_of
 from .columns import (
     DEFAULT_REFRESH_S,
@@ -44,7 +44,7 @@ from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
 from .readout import band_scale, fixed_scale, label_rows, value_texts
 from .schedule import SCHEDULE
-from .spark import SparkSet, points_of_cells
+from .spark import SparkSet
 from .sync import send_values, send_xy
 from .traffic import Traffic
 
@@ -346,6 +346,8 @@ class GPUMonitor(widgets.VBox):
         self._order = [(key, metric) for _, key, metric in self._trace_keys]
         self._trace_bands = np.array([band for band, _, _ in self._trace_keys], np.int64)
         self._fixed_scales = [fixed_scale(metric) for _, _, metric in self._trace_keys]
+        self._looked_up = [i for i, scale in enumerate(self._fixed_scales) if scale is None]
+        self._scaled: tuple[list, int, np.ndarray, np.ndarray] | None = None  # see _placing
         self._colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
         self._label_key: tuple | None = None  # what the label column was drawn from
         grid = widgets.HBox([label_box] + [v.box for v in self._views],
@@ -444,8 +446,8 @@ class GPUMonitor(widgets.VBox):
         # Only the rows the store gained since the last refresh, late-drained ones too.
         lengths, t, v, self._cursor = self.sampler.store.series_packed(
             order, sset.start(now, span), since=since)
-        trace, _, cells = sset.update_cells(lengths, t, v, now, span)
-        return points_of_cells(trace, cells, len(order), now, span, gap_s)
+        first, last = sset.add(lengths, t, v, now, span)
+        return sset.points(first, last, now, span, gap_s)
 
     def _packed(self, now: float, span: float, gap_s: float, latest: dict, host: dict,
                 bands: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -455,15 +457,19 @@ class GPUMonitor(widgets.VBox):
         rows cut to its own longest row are what packing that column alone gives.
         """
         n, x, v = self._points(now, span, gap_s)
-        ends = np.cumsum(n).tolist()
         counts = n.tolist()
-        rows = self._rows
         scales = list(self._fixed_scales)
-        for i, (band, key, metric) in enumerate(self._trace_keys):
-            if scales[i] is None:  # the card's limits, or the window's peak
+        if self._looked_up:  # the card's limits, or the window's peak
+            ends = np.cumsum(n).tolist()
+            rows, trace_keys = self._rows, self._trace_keys
+            for i in self._looked_up:
+                band, key, metric = trace_keys[i]
                 values = v[ends[i] - counts[i]:ends[i]]
                 scales[i] = band_scale(metric, rows[band], latest.get(key, _NO_ROW), host, values)
-        x2, y2 = pack_packed(n, x, v, self._trace_bands, np.array(scales, np.float64), bands, span)
+        if n.any():
+            x2, y2 = pad_rows(n, x, v, *self._placing(scales, bands), span)
+        else:
+            x2, y2 = pack_packed(n, x, v, self._trace_bands, np.array(scales, np.float64), bands, span)
         out, lo = [], 0
         for view in self._views:
             hi = lo + len(view.traces)
@@ -474,6 +480,14 @@ class GPUMonitor(widgets.VBox):
                 out.append((x2[lo:hi, :width], y2[lo:hi, :width]))
             lo = hi
         return out
+
+    def _placing(self, scales: list, bands: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each trace's band base and usable scale (``pack_packed``'s), kept while the scales
+        and the number of bands stay: most refreshes draw on the same limits."""
+        kept = self._scaled
+        if kept is None or kept[1] != bands or kept[0] != scales:
+            kept = self._scaled = (scales, bands, *placing(self._trace_bands, scales, bands))
+        return kept[2], kept[3]
 
     def held(self) -> dict[str, int]:
         """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""

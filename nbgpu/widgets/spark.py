@@ -41,8 +41,11 @@ class SparkSet:
         self.width_s = float(width_s)
         self.ahead = False
         self._grid = np.zeros((traces, 0, len(_KEPT)))  # trace × ring column × field
+        self._flat = self._grid.reshape(-1, len(_KEPT))  # the grid as one cell a row (a view)
         self._bucket = np.zeros(0, np.int64)  # bucket number each ring column holds
         self._held = 0
+        self._prepared: tuple[int, int, int] | None = None  # (first, last, ring) made ready
+        self._cols_of: tuple[int, int, int, np.ndarray] | None = None  # the window's columns
 
     def start(self, now: float, span_s: float) -> float:
         """Epoch seconds where the window starts: the first update's rows begin there."""
@@ -71,16 +74,17 @@ class SparkSet:
                      span_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``update_packed`` as (trace, bucket number, cells): a row of fields per bucket
         (count, first_t, last_t, tmin, vmin, tmax, vmax), as ``points_of_cells`` reads them."""
+        first, last = self.add(lengths, t, v, now, span_s)
+        return self._window(first, last)
+
+    def add(self, lengths: np.ndarray, t: np.ndarray, v: np.ndarray, now: float, span_s: float
+            ) -> tuple[int, int]:
+        """Merge new rows (as ``update_packed`` takes them) into their cells; returns the
+        window's first and last bucket numbers (``points`` reads them)."""
         w = self.width_s
         first, last = int(np.floor((now - span_s) / w)), int(np.floor(now / w))
-        self._fit(first, last - first + 2)  # the window's buckets and the one after
+        self._prepare(first, last)
         ring = self._bucket.size
-        wanted = np.arange(first, last + 2)
-        cols = wanted % ring
-        moved = self._bucket[cols] != wanted  # a column that held an older bucket: now empty
-        if moved.any():
-            self._grid[:, cols[moved]] = _EMPTY
-            self._bucket[cols[moved]] = wanted[moved]
         trace = np.repeat(np.arange(len(lengths)), lengths)
         bucket = np.floor(t / w).astype(np.int64)
         if len(bucket) and (bucket.min() < first or bucket.max() > last + 1):
@@ -90,11 +94,32 @@ class SparkSet:
         if len(t):
             # Each row's cell in the grid (trace × ring): one run per bucket of a trace.
             self._merge(*bucket_cells(t, np.asarray(v, np.float64), trace * ring + bucket % ring))
-        return self._window(first, last)
+        return first, last
+
+    def points(self, first: int, last: int, now: float, span_s: float, gap_s: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``points_of_cells`` of the window's cells (buckets ``first`` to ``last``)."""
+        trace, cells = self._cells(first, last)
+        return points_of_cells(trace, cells, self.traces, now, span_s, gap_s)
+
+    def _prepare(self, first: int, last: int) -> None:
+        """Ring columns for buckets ``first`` to ``last + 1``: one that held an older bucket is
+        emptied. Nothing to do for the window made ready last time (the same ring)."""
+        self._fit(first, last - first + 2)  # the window's buckets and the one after
+        ring = self._bucket.size
+        if self._prepared == (first, last, ring):
+            return
+        wanted = np.arange(first, last + 2)
+        cols = wanted % ring
+        moved = self._bucket[cols] != wanted  # a column that held an older bucket: now empty
+        if moved.any():
+            self._grid[:, cols[moved]] = _EMPTY
+            self._bucket[cols[moved]] = wanted[moved]
+        self._prepared = (first, last, ring)
 
     def _merge(self, at: np.ndarray, new: np.ndarray) -> None:
         """Fold fresh cells into the grid's cells ``at`` (an empty cell holds ``_EMPTY``)."""
-        flat = self._grid.reshape(-1, len(_KEPT))
+        flat = self._flat
         old = flat.take(at, axis=0)
         new[:, COUNT] += old[:, COUNT]
         np.minimum(old[:, FIRST], new[:, FIRST], out=new[:, FIRST])
@@ -117,16 +142,31 @@ class SparkSet:
         grid[:, self._bucket[held] % buckets] = self._grid[:, held]
         number[self._bucket[held] % buckets] = self._bucket[held]
         self._grid, self._bucket = grid, number
+        self._flat = grid.reshape(-1, len(_KEPT))
 
     def _window(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The non-empty cells of buckets ``first`` to ``last``, by trace then time:
         (trace, bucket number, cells)."""
-        ring = self._bucket.size
-        cols = np.arange(first, last + 1) % ring  # each holds its bucket (update_cells)
-        trace, k = np.divmod(np.flatnonzero(self._grid[:, cols, COUNT] > 0), len(cols))
-        cells = self._grid.reshape(-1, len(_KEPT)).take(trace * ring + cols[k], axis=0)
-        self._held = len(trace)
+        trace, cells, k = self._cells(first, last, with_bucket=True)
         return trace, k + first, cells
+
+    def _cells(self, first: int, last: int, with_bucket: bool = False) -> tuple:
+        """(trace, cells) of the window's non-empty cells, by trace then time; with
+        ``with_bucket`` also each one's place in the window."""
+        ring = self._bucket.size
+        cols = self._columns(first, last)  # each holds its bucket (_prepare)
+        trace, k = np.divmod(np.flatnonzero(self._grid[:, cols, COUNT] > 0), len(cols))
+        cells = self._flat.take(trace * ring + cols[k], axis=0)
+        self._held = len(trace)
+        return (trace, cells, k) if with_bucket else (trace, cells)
+
+    def _columns(self, first: int, last: int) -> np.ndarray:
+        """Ring columns of buckets ``first`` to ``last`` (kept while the window stays)."""
+        ring = self._bucket.size
+        got = self._cols_of
+        if got is None or got[:3] != (first, last, ring):
+            got = self._cols_of = (first, last, ring, np.arange(first, last + 1) % ring)
+        return got[3]
 
     def held(self) -> int:
         """Buckets kept between refreshes (bounded by traces × buckets in the window)."""
@@ -166,7 +206,9 @@ def points_of_cells(trace: np.ndarray, cells: np.ndarray, traces: int, now: floa
     t = np.column_stack([np.where(lo_first, tmin, tmax), np.where(lo_first, tmax, tmin)]).ravel()
     v = np.column_stack([np.where(lo_first, vmin, vmax), np.where(lo_first, vmax, vmin)]).ravel()
     tr = np.repeat(trace, 2)
-    jumps = np.flatnonzero((cells[1:, FIRST] - cells[:-1, LAST] > gap_s) & (trace[1:] == trace[:-1]))
+    jumps = np.flatnonzero(cells[1:, FIRST] - cells[:-1, LAST] > gap_s)
+    if len(jumps):  # a gap within a trace (not the step from one trace to the next)
+        jumps = jumps[trace[jumps + 1] == trace[jumps]]
     if len(jumps):
         at = 2 * (jumps + 1)
         t = np.insert(t, at, cells[jumps, LAST] + gap_s / 2)

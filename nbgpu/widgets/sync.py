@@ -86,11 +86,11 @@ def _equal(old: object, new: np.ndarray) -> bool:
 
 
 def _plain_json(ar: np.ndarray) -> dict | None:
-    """What ``array_to_json`` gives for a C-contiguous native float array (None for any other):
-    the array's own memory, its dtype's name, its shape, no type."""
-    if type(ar) is not np.ndarray or not ar.flags.c_contiguous:
-        return None
-    name = _PLAIN_FLOATS.get(ar.dtype)
+    """What ``array_to_json`` gives for a native float array (None for any other): its memory
+    (a C-contiguous copy where it is not contiguous), its dtype's name, its shape, no type."""
+    name = _PLAIN_FLOATS.get(ar.dtype) if type(ar) is np.ndarray else None
     if name is None:
         return None
+    if not ar.flags.c_contiguous:
+        ar = np.ascontiguousarray(ar)
     return {"value": memoryview(ar), "dtype": name, "shape": ar.shape, "type": None}
