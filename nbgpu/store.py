@@ -96,6 +96,20 @@ def _views(chunks: deque[_Chunk], columns: list[str], t0: float, t1: float,
     return out
 
 
+def _newest_rows(ch: _Chunk, lo: int, t0: float, t1: float, columns: list[str]
+                 ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+    """Views of rows ``lo`` on of chunk ``ch`` with t0 <= time <= t1 (``pieces_since``'s piece)."""
+    n = ch.n
+    t = ch.times[lo:n]
+    first, last = t[0], t[-1]
+    if last < t0 or first > t1:
+        return []
+    a = int(t.searchsorted(t0, "left")) if first < t0 else 0
+    b = int(t.searchsorted(t1, "right")) if last > t1 else n - lo
+    cols = ch.cols
+    return [(t[a:b], [cols[c][lo + a:lo + b] for c in columns])]
+
+
 def _append_rows(chunks: deque[_Chunk], columns: dict[str, np.dtype], times: np.ndarray,
                  values: dict[str, np.ndarray]) -> None:
     """Append time-sorted rows to a deque of chunks, opening chunks as they fill."""
@@ -304,6 +318,11 @@ class Stream:
         times: a buffer drained late gives rows older than another stream's newest.
         """
         left = self.appended - appended
+        if left <= 0:
+            return []
+        newest = self.chunks[-1] if self.chunks else None
+        if newest is not None and newest.n - left >= newest.start:  # a refresh's usual case
+            return _newest_rows(newest, newest.n - left, t0, t1, columns)
         out = []
         for ch in reversed(self.chunks):
             if left <= 0:
@@ -321,6 +340,15 @@ class Stream:
 
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.chunks) + sum(c.nbytes() for c in self.coarse)
+
+
+class Rows(NamedTuple):
+    """Rows of many series one after another, each with its pair (``Store.series_rows``)."""
+
+    pairs: np.ndarray  # index in the pairs asked of each row's pair, non-decreasing
+    times: np.ndarray  # epoch seconds, float64
+    values: np.ndarray  # float64, no NaN
+    cursor: dict  # (device, stream) -> rows appended so far: ``since`` of the next read
 
 
 class Packed(NamedTuple):
@@ -498,14 +526,21 @@ class Store:
         full-resolution rows appended after that call (late ones included), so a reader
         that follows the store reads each row once.
         """
+        pair, t, v, cursor = self.series_rows(pairs, t0, t1, coarse, since)
+        return Packed(np.bincount(pair, minlength=len(pairs)), t, v, cursor)
+
+    def series_rows(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
+                    t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> Rows:
+        """``series_packed`` with each row's pair in place of the rows per pair: the live
+        panel's read, whose buckets are keyed by the row's pair."""
         with self.lock:
             reads, parts = self._plan(pairs)
             if since is None:
-                got = [self._streams[key].pieces(t0, t1, coarse, names) for key, names in reads]
+                got = [stream.pieces(t0, t1, coarse, names) for _, stream, names in reads]
             else:
-                got = [self._streams[key].pieces_since(since.get(key, 0), t0, t1, names)
-                       for key, names in reads]
-            cursor = {key: self._streams[key].appended for key, _ in reads}
+                got = [stream.pieces_since(since.get(key, 0), t0, t1, names)
+                       for key, stream, names in reads]
+            cursor = {key: stream.appended for key, stream, _ in reads}
         ts: list[np.ndarray] = []
         vs: list[np.ndarray] = []
         owner: list[int] = []
@@ -515,7 +550,7 @@ class Store:
                 vs.append(cols[col])
                 owner.append(i)
         if not ts:
-            return Packed(np.zeros(len(pairs), np.int64), np.empty(0), np.empty(0), cursor)
+            return Rows(np.zeros(0, np.int64), np.empty(0), np.empty(0), cursor)
         sizes = np.fromiter(map(len, ts), np.int64, len(ts))
         t = np.concatenate(ts)
         v = np.concatenate(vs, dtype=np.float64)
@@ -524,16 +559,18 @@ class Store:
         if not ok.all():
             t, v, pair = t[ok], v[ok], pair[ok]
         # A metric kept in two streams (a tick and a sample buffer): merge in time order.
-        if len(t) > 1 and ((t[1:] < t[:-1]) & (pair[1:] == pair[:-1])).any():
+        back = np.flatnonzero(t[1:] < t[:-1])  # mostly where one pair's rows end
+        if len(back) and (pair[back] == pair[back + 1]).any():
             order = _sort_within(pair, t)
             t, v = t[order], v[order]
-        return Packed(np.bincount(pair, minlength=len(pairs)), t, v, cursor)
+        return Rows(pair, t, v, cursor)
 
     def _plan(self, pairs: list[tuple[object, str]]):
         """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached.
 
-        Returns ((stream key, columns) per stream read, (pair, read, column) per part).
-        A panel asks for the same pairs every refresh; declare() clears the cache.
+        Returns ((stream key, stream, columns) per stream read, (pair, read, column) per
+        part). A panel asks for the same pairs every refresh; declare() clears the cache
+        (and is the only place streams are made, so the plan may hold them).
         """
         key = tuple(pairs)
         plan = self._plans.get(key)
@@ -545,7 +582,7 @@ class Store:
                     names = wanted.setdefault((device, stream), {})
                     found.append((i, (device, stream), names.setdefault(metric, len(names))))
             index = {k: j for j, k in enumerate(wanted)}
-            plan = ([(k, list(names)) for k, names in wanted.items()],
+            plan = ([(k, self._streams[k], list(names)) for k, names in wanted.items()],
                     [(i, index[k], col) for i, k, col in found])
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()

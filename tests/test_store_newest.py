@@ -165,3 +165,36 @@ def test_a_reader_following_the_store_gets_every_row_once_late_ones_too() -> Non
     for i, (dev, metric) in enumerate(pairs):
         want, _ = st.series(dev, metric)
         np.testing.assert_array_equal(np.sort(np.concatenate(got_t[i])), want)
+
+
+def test_a_follower_gets_each_new_row_once_within_chunks_and_across_them() -> None:
+    from nbgpu.store import CHUNK_ROWS
+
+    st = Store(full_res_s=3600.0)
+    for dev in (0, 1):
+        st.declare(dev, "power", {"power_w": np.float32})
+    pairs = [(0, "power_w"), (1, "power_w")]
+    rng = np.random.default_rng(8)
+    cursor, t_next = None, 1000.0
+    for k, n in enumerate([5, 700, 0, 1500, CHUNK_ROWS + 300, 3, 2 * CHUNK_ROWS, 40]):
+        times = t_next + np.arange(n) * 0.02
+        t_next += n * 0.02 + 1.0
+        want_t, want_v, want_pair = [], [], []
+        t0 = times[n // 2] if k in (1, 4) else -np.inf  # late rows before the window's start are not read
+        for i, dev in enumerate((0, 1)):
+            v = rng.random(n).astype(np.float32) * 100
+            v[rng.random(n) < 0.1] = np.nan
+            st.append_many(dev, "power", times, {"power_w": v})
+            ok = ~np.isnan(v) & (times >= t0)
+            want_t.append(times[ok])
+            want_v.append(v[ok].astype(np.float64))
+            want_pair.append(np.full(int(ok.sum()), i))
+        pair, t, v, new_cursor = st.series_rows(pairs, t0, since=cursor)
+        lengths, t2, v2, _ = st.series_packed(pairs, t0, since=cursor)
+        cursor = new_cursor
+        np.testing.assert_array_equal(pair, np.concatenate(want_pair))
+        np.testing.assert_array_equal(t, np.concatenate(want_t))
+        np.testing.assert_array_equal(v, np.concatenate(want_v))
+        np.testing.assert_array_equal(lengths, [len(w) for w in want_t])
+        np.testing.assert_array_equal(t2, t)
+        np.testing.assert_array_equal(v2, v)

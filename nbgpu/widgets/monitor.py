@@ -444,9 +444,9 @@ class GPUMonitor(widgets.VBox):
             sset, since = SparkSet(len(order), width), None
             self._sparks = sset
         # Only the rows the store gained since the last refresh, late-drained ones too.
-        lengths, t, v, self._cursor = self.sampler.store.series_packed(
+        trace, t, v, self._cursor = self.sampler.store.series_rows(
             order, sset.start(now, span), since=since)
-        first, last = sset.add(lengths, t, v, now, span)
+        first, last = sset.add_rows(trace, t, v, now, span)
         return sset.points(first, last, now, span, gap_s)
 
     def _packed(self, now: float, span: float, gap_s: float, latest: dict, host: dict,

@@ -81,11 +81,15 @@ class SparkSet:
             ) -> tuple[int, int]:
         """Merge new rows (as ``update_packed`` takes them) into their cells; returns the
         window's first and last bucket numbers (``points`` reads them)."""
+        return self.add_rows(np.repeat(np.arange(len(lengths)), lengths), t, v, now, span_s)
+
+    def add_rows(self, trace: np.ndarray, t: np.ndarray, v: np.ndarray, now: float, span_s: float
+                 ) -> tuple[int, int]:
+        """``add`` of rows given with their trace each (non-decreasing, ``Store.series_rows``)."""
         w = self.width_s
         first, last = int(np.floor((now - span_s) / w)), int(np.floor(now / w))
         self._prepare(first, last)
         ring = self._bucket.size
-        trace = np.repeat(np.arange(len(lengths)), lengths)
         bucket = np.floor(t / w).astype(np.int64)
         if len(bucket) and (bucket.min() < first or bucket.max() > last + 1):
             self.ahead = self.ahead or bool(bucket.max() > last + 1)
