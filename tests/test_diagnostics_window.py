@@ -80,3 +80,40 @@ def test_the_mean_weights_each_reading_until_the_next_and_caps_gaps():
     window = Window(store, NOW, 5.0, 1.5)
     # Held for 1, 1, 6 -> capped at 4 x the median spacing (1 s) = 4, and 1 s until now.
     assert window.mean(0, "power_w", 9.0) == pytest.approx((100 + 200 + 300 * 4 + 400) / 7)
+
+
+def _rising_reference(t, v, t0, t1, n):
+    """_segments_rising's rule written out plainly: every slice's median above the last's."""
+    from nbgpu.diagnostics.window import median
+
+    edges = np.linspace(t0, t1, n + 1)
+    medians = []
+    for i in range(n):
+        sel = (t >= edges[i]) & (t < edges[i + 1]) if i < n - 1 else t >= edges[i]
+        if not sel.any():
+            return None
+        medians.append(median(v[sel]))
+    total = medians[-1] - medians[0]
+    if total <= 0 or (np.diff(medians) < 0.25 * total / (n - 1)).any():
+        return None
+    last = v[t >= edges[-2]]
+    half = len(last) // 2
+    if half < 1 or median(last[half:]) - median(last[:half]) < total / (n - 1) / 8:
+        return None
+    return total
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_leak_trend_decides_from_two_slices_only_what_all_slices_decide(seed):
+    from nbgpu.diagnostics.rules_memory import _segments_rising
+
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0.0, 120.0, rng.integers(0, 300)))
+    shape = seed % 4  # flat, rising, falling, rising with noise and a gap
+    v = {0: np.full(len(t), 5e9), 1: 1e9 + 1e7 * t, 2: 9e9 - 1e7 * t,
+         3: 1e9 + 1e7 * t + rng.normal(0, 3e8, len(t))}[shape]
+    if shape == 3:
+        keep = (t < 40) | (t > 55)
+        t, v = t[keep], v[keep]
+    for n in (2, 3, 4):
+        assert _segments_rising(t, v, 0.0, 120.0, n) == _rising_reference(t, v, 0.0, 120.0, n)

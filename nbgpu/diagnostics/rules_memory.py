@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 
@@ -108,12 +107,18 @@ def oom_risk(ctx: Context) -> list[Finding]:
 def _segments_rising(t: np.ndarray, v: np.ndarray, t0: float, t1: float, n: int) -> float | None:
     """Rise from the first to the last of ``n`` time slices if every slice beats the last."""
     edges = np.linspace(t0, t1, n + 1)
-    medians = []
-    for a, b in itertools.pairwise(edges):
-        part = v[(t >= a) & (t < b) if b < t1 else (t >= a)]
-        if not len(part):
-            return None
-        medians.append(median(part))
+
+    def part(i: int) -> np.ndarray:
+        a, b = edges[i], edges[i + 1]
+        return v[(t >= a) & (t < b) if i < n - 1 else (t >= a)]
+
+    first, last = part(0), part(n - 1)
+    if not len(first) or not len(last) or median(last) <= median(first):
+        return None  # flat or falling memory, the usual case, decided from two slices
+    parts = [part(i) for i in range(n)]
+    if not all(len(p) for p in parts):
+        return None
+    medians = [median(p) for p in parts]
     steps = np.diff(medians)
     total = medians[-1] - medians[0]
     if total <= 0 or (steps < 0.25 * total / (n - 1)).any():
