@@ -46,6 +46,10 @@ CASES = {
     "not contiguous": (ROWS, ROWS, ROWS.T + 1, ROWS[:, ::2] + 1),
     "big-endian": (ROWS, ROWS, (ROWS + 1).astype(">f4"), (ROWS + 2).astype(">f8")),
     "equal values, other dtype": (ROWS, ROWS, ROWS.astype(np.float64), ROWS.astype(np.int32)),
+    "only the first element differs": (ROWS, ROWS, np.r_[[99.0], ROWS.ravel()[1:]].reshape(4, 8), ROWS),
+    "NaN first, the same again": (WITH_NAN[::-1], ROWS, WITH_NAN[::-1].copy(), ROWS),
+    "int64 past 2**53, float64 equal after promotion": (
+        np.full((2, 3), 2**53 + 1, np.int64), ROWS, np.full((2, 3), 2.0**53), ROWS),
 }
 
 

@@ -292,3 +292,25 @@ def test_a_panel_is_ticked_again_soon_until_its_sampler_has_read() -> None:
             p.ready = True
         sched.step(float(now))
     assert p.ticks[:3] == pytest.approx([0.0, 0.05, 0.1]) and len(p.ticks) == 3  # then 1 s later
+
+
+def test_the_header_is_drawn_again_whenever_its_text_is_not_the_one_drawn() -> None:
+    """The header is built only when what it says changes, unless its text was changed since."""
+    s = _sampler()
+    mon = GPUMonitor(sampler=s, start=False)
+    _wait_ticks(s, 2)
+    mon.refresh(force=True)
+    drawn = mon._header.value
+    assert "panel stopped" in drawn
+    mon._header.value = "something else"
+    mon.refresh(force=True)
+    assert mon._header.value == drawn
+    mon.start()
+    mon.refresh(force=True)
+    assert "live" in mon._header.value and "last values" not in mon._header.value
+    mon.stop()
+    assert "last values" in mon._header.value
+    mon.start()
+    mon.refresh(force=True)
+    assert "live" in mon._header.value and "last values" not in mon._header.value
+    mon.close()

@@ -42,7 +42,7 @@ from .columns import (
 )
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
-from .readout import band_scale, fixed_scale, label_rows, value_texts
+from .readout import band_scale, fixed_scale, label_rows, limit_scale, value_texts
 from .schedule import SCHEDULE
 from .spark import SparkSet
 from .sync import send_values, send_xy
@@ -114,6 +114,7 @@ class GPUMonitor(widgets.VBox):
         self._last_values: list[list[tuple[str, str, bool]]] = []
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
+        self._header_said: tuple | None = None  # what the header was drawn from, and its text
         self._parts: list = []
         self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
@@ -393,8 +394,12 @@ class GPUMonitor(widgets.VBox):
         lost = status.lost
         self._last_values = []
         marks = s.timeline.marks()
-        rx, ry, labels = rules(marks, top_of(bands), now, span)
-        lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
+        rx = ry = lx = None
+        labels: list[str] = []
+        shown: list[str] = []
+        if marks or any(view.had_rules for view in self._views):  # else no rule to draw or clear
+            rx, ry, labels = rules(marks, top_of(bands), now, span)
+            lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         packed = iter(self._packed(now, span, gap_s, latest, host, bands) if lines else ())
         recolor = lines and tuple(lost) != self._colored_for  # line colours follow lost GPUs only
@@ -459,13 +464,15 @@ class GPUMonitor(widgets.VBox):
         n, x, v = self._points(now, span, gap_s)
         counts = n.tolist()
         scales = list(self._fixed_scales)
-        if self._looked_up:  # the card's limits, or the window's peak
-            ends = np.cumsum(n).tolist()
-            rows, trace_keys = self._rows, self._trace_keys
-            for i in self._looked_up:
-                band, key, metric = trace_keys[i]
-                values = v[ends[i] - counts[i]:ends[i]]
-                scales[i] = band_scale(metric, rows[band], latest.get(key, _NO_ROW), host, values)
+        rows, trace_keys, ends = self._rows, self._trace_keys, None
+        for i in self._looked_up:  # the card's limits, or (last) the window's peak
+            band, key, metric = trace_keys[i]
+            row = latest.get(key, _NO_ROW)
+            scale = limit_scale(metric, rows[band], row, host)
+            if scale is None:
+                ends = np.cumsum(n).tolist() if ends is None else ends
+                scale = band_scale(metric, rows[band], row, host, v[ends[i] - counts[i]:ends[i]])
+            scales[i] = scale
         if n.any():
             x2, y2 = pad_rows(n, x, v, *self._placing(scales, bands), span)
         else:
@@ -542,12 +549,18 @@ class GPUMonitor(widgets.VBox):
                          + f"; last: {status.last_error}")
         if self.last_error:
             notes.append(f"panel error: {self.last_error}")
+        said = (self._describe, s.interval, status.resolution_note, status.simulated, state, color,
+                tuple(notes))
+        kept = self._header_said
+        if kept is not None and kept[0] == said and self._header.value is kept[1]:
+            return  # the header reads as it did (most refreshes), and nothing else changed it
         describe = f"{self._describe} · every {s.interval:g} s"
         if status.resolution_note:
             describe += f" · {status.resolution_note}"
         value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
         if self._header.value != value:
             self._header.value = value
+        self._header_said = (said, self._header.value)
 
     # -- events and the timer thread ---------------------------------------------------------
     def _on_pause(self, change) -> None:

@@ -33,14 +33,23 @@ def band_scale(metric: str, info: Device, row: dict, host: dict, v: np.ndarray) 
     fixed = fixed_scale(metric)
     if fixed is not None:
         return fixed
+    limit = limit_scale(metric, info, row, host)
+    if limit is not None:
+        return limit
+    return _peak(v, np.nan if metric == "power_w" else 1.0)
+
+
+def limit_scale(metric: str, info: Device, row: dict, host: dict) -> float | None:
+    """``band_scale`` of a metric with no fixed scale, where the limits say it (NaN where a
+    limit is expected and unknown); None where only the window's peak can."""
     if metric == "mem_used_bytes":
         return _first(row.get("mem_total_bytes"), info.mem_total_bytes)
     if metric == "power_w":
         limit = _first(row.get("power_limit_w"), info.power_limit_w)
-        return limit if limit == limit else _peak(v, np.nan)
+        return limit if limit == limit else None
     if metric in ("host_ram_used_bytes", "proc_rss_bytes"):
         return _first(host.get("host_ram_total_bytes"))
-    return _peak(v, 1.0)
+    return None
 
 
 def fixed_scale(metric: str) -> float | None:
@@ -92,6 +101,7 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
     stale = not running
     mig_cards = None
     metrics = col.metrics
+    live_text, tip = text.value_format(col), col.help
     for dev in rows:
         key = dev.key
         if key == HOST_KEY:
@@ -123,7 +133,7 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
             why = "its read failed" if state == "failed" else "not refreshed for several periods"
             out.append((state, f"{why}; last good value {last}", True))
             continue
-        out.append((text.gpu_value(col, row, dev), col.help, stale or key in lost))
+        out.append((live_text(row, dev), tip, stale or key in lost))
     return out
 
 

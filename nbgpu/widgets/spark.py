@@ -129,10 +129,16 @@ class SparkSet:
         np.minimum(old[:, FIRST], new[:, FIRST], out=new[:, FIRST])
         np.maximum(old[:, LAST], new[:, LAST], out=new[:, LAST])
         # The first minimum (maximum) in time: the older cell's on a tie of values.
-        lo = (old[:, VMIN] < new[:, VMIN]) | ((old[:, VMIN] == new[:, VMIN]) & (old[:, TMIN] <= new[:, TMIN]))
-        hi = (old[:, VMAX] > new[:, VMAX]) | ((old[:, VMAX] == new[:, VMAX]) & (old[:, TMAX] <= new[:, TMAX]))
-        new[lo, TMIN:VMIN + 1] = old[lo, TMIN:VMIN + 1]
-        new[hi, TMAX:VMAX + 1] = old[hi, TMAX:VMAX + 1]
+        lo = old[:, VMIN] < new[:, VMIN]
+        tie = old[:, VMIN] == new[:, VMIN]
+        if tie.any():
+            lo |= tie & (old[:, TMIN] <= new[:, TMIN])
+        hi = old[:, VMAX] > new[:, VMAX]
+        tie = old[:, VMAX] == new[:, VMAX]
+        if tie.any():
+            hi |= tie & (old[:, TMAX] <= new[:, TMAX])
+        np.copyto(new[:, TMIN:VMIN + 1], old[:, TMIN:VMIN + 1], where=lo[:, None])
+        np.copyto(new[:, TMAX:VMAX + 1], old[:, TMAX:VMAX + 1], where=hi[:, None])
         flat[at] = new
 
     def _fit(self, first: int, buckets: int) -> None:

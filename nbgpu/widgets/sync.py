@@ -39,10 +39,8 @@ def send_values(widget, **values: object) -> None:
     is sent when it is not ``np.array_equal`` to the old one (traittypes' rule), a text when
     it differs (traitlets' rule), each validated by its own trait.
     """
-    cls = type(widget)
-    traits = [getattr(cls, name) for name in values]
-    if (_observed(widget, values) or widget._holding_sync or widget._property_lock
-            or not all(isinstance(t, (Array, Unicode)) for t in traits)):
+    traits = _direct_traits(type(widget), tuple(values))
+    if traits is None or _observed(widget, values) or widget._holding_sync or widget._property_lock:
         with widget.hold_sync():
             for name, value in values.items():
                 setattr(widget, name, value)
@@ -72,6 +70,19 @@ def send_values(widget, **values: object) -> None:
         widget._send({"method": "update", "state": state, "buffer_paths": paths}, buffers=buffers)
 
 
+_traits_of: dict[tuple[type, tuple[str, ...]], list | None] = {}
+
+
+def _direct_traits(cls: type, names: tuple[str, ...]) -> list | None:
+    """The traits of ``cls`` named ``names``, or None when one is neither an array nor a text
+    (the plain path then); looked up once per class and names."""
+    key = (cls, names)
+    if key not in _traits_of:
+        traits = [getattr(cls, name) for name in names]
+        _traits_of[key] = traits if all(isinstance(t, (Array, Unicode)) for t in traits) else None
+    return _traits_of[key]
+
+
 def _observed(widget, names) -> bool:
     """Whether anyone observes one of ``names`` of ``widget`` (their notification must then run)."""
     notifiers = widget._trait_notifiers
@@ -79,10 +90,15 @@ def _observed(widget, names) -> bool:
 
 
 def _equal(old: object, new: np.ndarray) -> bool:
-    """``np.array_equal(old, new)``, without its conversions when both are plain arrays."""
+    """``np.array_equal(old, new)``, without its conversions when both are plain arrays, and
+    False at once when their first elements differ (a line's x moves with the clock)."""
     if type(old) is not np.ndarray or type(new) is not np.ndarray:
         return np.array_equal(old, new)
-    return old.shape == new.shape and bool((old == new).all())
+    if old.shape != new.shape:
+        return False
+    if old.size and old.dtype == new.dtype and old.dtype.kind in "biuf" and old.item(0) != new.item(0):
+        return False  # (a NaN there too: unequal, as array_equal says)
+    return bool((old == new).all())
 
 
 def _plain_json(ar: np.ndarray) -> dict | None:

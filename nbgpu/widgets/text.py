@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
-from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_rate
+from ..units import GIB, MISSING, fmt_bytes, fmt_celsius, fmt_rate, gib
 from ..units import fmt_used_of as used_of
 from .columns import Column
 
@@ -65,6 +66,82 @@ def rate(v: object) -> str:
 
 def gpu_value(col: Column, row: dict, info: Device) -> str:
     """Current value of ``col`` for a GPU from its latest readings (``Sampler.latest()`` row)."""
+    return value_format(col)(row, info)
+
+
+def value_format(col: Column) -> Callable[[dict, Device], str]:
+    """``gpu_value`` of ``col`` as a function of (row, info), made once per column: the panel
+    formats about forty values a refresh, and most columns need one branch of the rule."""
+    fmt = _formats.get(col)
+    if fmt is None:
+        if len(_formats) >= MAX_ESCAPED:
+            _formats.clear()
+        fmt = _formats[col] = _format_of(col)
+    return fmt
+
+
+def _format_of(col: Column) -> Callable[[dict, Device], str]:
+    """The branch of ``_any_value`` that ``col`` takes, where it is one of the common ones."""
+    metrics, key = col.metrics, col.key
+    m0 = metrics[0]
+    if len(metrics) == 1 and key != "pcie":
+        part = _ONE_METRIC.get(key, _pct_of)
+
+        def one(row: dict, info: Device) -> str:
+            v0 = row.get(m0, math.nan)
+            return part(v0, row, info) if _ok(v0) else "–"
+
+        return one
+    if len(metrics) == 2 and col.percent and key not in _ONE_METRIC and key != "pcie":
+        m1 = metrics[1]
+
+        def pair(row: dict, info: Device) -> str:
+            v0, v1 = row.get(m0, math.nan), row.get(m1, math.nan)
+            ok0, ok1 = _ok(v0), _ok(v1)
+            if not (ok0 or ok1):
+                return "–"
+            return f"{f'{v0:.0f}' if ok0 else '–'} · {f'{v1:.0f}' if ok1 else '–'} %"
+
+        return pair
+    return lambda row, info: _any_value(col, row, info)
+
+
+def _power_of(v0: float, row: dict, info: Device) -> str:
+    limit = row.get("power_limit_w", info.power_limit_w)
+    return f"{v0:.0f}/{limit:.0f} W" if _ok(limit) else f"{v0:.0f} W"
+
+
+def _pct_of(v0: float, row: dict, info: Device) -> str:
+    return f"{v0:.0f} %"
+
+
+def _mem_of(v0: float, row: dict, info: Device) -> str:
+    """``used_of`` of the used and total bytes; for plain positive floats without its checks,
+    the total's text (the same every refresh) kept."""
+    total = row.get("mem_total_bytes", info.mem_total_bytes)
+    if type(v0) is not float or type(total) is not float or not 0.0 < total < math.inf:
+        return used_of(v0, total)
+    shown = _totals.get(total)
+    if shown is None:
+        if len(_totals) >= MAX_ESCAPED:
+            _totals.clear()
+        shown = _totals[total] = gib(total)
+    g = v0 / GIB
+    return f"{g:.1f}/{shown}" if abs(g) < 10 else f"{g:.0f}/{shown}"
+
+
+_totals: dict[float, str] = {}  # a card's memory total as ``gib`` writes it
+_ONE_METRIC: dict[str, Callable[[float, dict, Device], str]] = {  # a finite first value's text
+    "mem": _mem_of,
+    "power": _power_of,
+    "temp": lambda v0, row, info: fmt_celsius(v0),
+    "clocks": lambda v0, row, info: f"{v0:.0f} MHz",
+}
+_formats: dict[Column, Callable[[dict, Device], str]] = {}
+
+
+def _any_value(col: Column, row: dict, info: Device) -> str:
+    """``gpu_value`` by the whole rule, for any column."""
     metrics = col.metrics
     v0 = row.get(metrics[0], math.nan)
     if len(metrics) == 1:
@@ -105,18 +182,36 @@ def host_value(col: Column, host: dict) -> str:
     return pct(v)
 
 
+HOST_TOOLTIPS = {"host_cpu_pct": "CPU of the whole machine",
+                 "host_ram_used_bytes": "RAM in use on the machine",
+                 "proc_cpu_pct": "CPU of this kernel and its child processes (% of one core)",
+                 "proc_rss_bytes": "RAM of this kernel and its child processes"}
+
+
 def host_tooltip(col: Column) -> str:
-    return {"host_cpu_pct": "CPU of the whole machine",
-            "host_ram_used_bytes": "RAM in use on the machine",
-            "proc_cpu_pct": "CPU of this kernel and its child processes (% of one core)",
-            "proc_rss_bytes": "RAM of this kernel and its child processes"}.get(col.host or "", "")
+    """What the host row under ``col`` shows, in words ("" where the column has no host metric)."""
+    return HOST_TOOLTIPS.get(col.host or "", "")
 
 
 def values_html(texts: list[tuple[str, str, bool]]) -> str:
     """One column of values, a row each: (text, tooltip, muted)."""
-    rows = "".join(f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}" '
-                   f'title="{_escape(tip)}">{_escape(text)}</div>' for text, tip, muted in texts)
+    rows = "".join([_value_row(item) for item in texts])
     return f'<div class="nbgpu-p" style="padding-top:{STRIP_PX}px">{rows}</div>'
+
+
+_value_rows: dict[tuple[str, str, bool], str] = {}  # a row's HTML: most rows come again
+
+
+def _value_row(item: tuple[str, str, bool]) -> str:
+    """The HTML of one value row (text, tooltip, muted), remembered like ``_escape``'s texts."""
+    out = _value_rows.get(item)
+    if out is None:
+        text, tip, muted = item
+        if len(_value_rows) >= MAX_ESCAPED:
+            _value_rows.clear()
+        out = _value_rows[item] = (f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}" '
+                                   f'title="{_escape(tip)}">{_escape(text)}</div>')
+    return out
 
 
 def badge(text: str, background: str, tip: str = "") -> str:
