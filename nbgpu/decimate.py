@@ -98,7 +98,7 @@ def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.n
     sizes = ends - starts
     vmin = np.minimum.reduceat(v, starts)
     vmax = np.maximum.reduceat(v, starts)
-    pos = np.arange(n)
+    pos = _positions(n)
     imin = np.minimum.reduceat(np.where(v == np.repeat(vmin, sizes), pos, n), starts)
     imax = np.minimum.reduceat(np.where(v == np.repeat(vmax, sizes), pos, n), starts)
     cells = np.empty((len(starts), 7))
@@ -110,6 +110,24 @@ def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.n
     cells[:, 5] = t[imax]
     cells[:, 6] = v[imax]
     return bucket[starts], cells
+
+
+def _counted(n: int) -> np.ndarray:
+    """``np.arange(n)`` that cannot be written to (views of it are handed out)."""
+    out = np.arange(n)
+    out.flags.writeable = False
+    return out
+
+
+_kept_positions = _counted(4096)
+
+
+def _positions(n: int) -> np.ndarray:
+    """``np.arange(n)``, as a view of one kept array while that is long enough (read only)."""
+    global _kept_positions
+    if n > len(_kept_positions):
+        _kept_positions = _counted(2 * n)
+    return _kept_positions[:n]
 
 
 def decimate_minmax(t: np.ndarray, v: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:

@@ -104,9 +104,11 @@ def _newest_rows(ch: _Chunk, lo: int, t0: float, t1: float, columns: list[str]
     first, last = t[0], t[-1]
     if last < t0 or first > t1:
         return []
+    cols = ch.cols
+    if first >= t0 and last <= t1:  # the usual case: every new row is in the window
+        return [(t, [cols[c][lo:n] for c in columns])]
     a = int(t.searchsorted(t0, "left")) if first < t0 else 0
     b = int(t.searchsorted(t1, "right")) if last > t1 else n - lo
-    cols = ch.cols
     return [(t[a:b], [cols[c][lo + a:lo + b] for c in columns])]
 
 

@@ -62,15 +62,28 @@ def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, base: np.ndarray
     n = lengths
     width = max(2, int(n.max()))
     starts = np.cumsum(n) - n
-    at = starts[:, None] + np.minimum(np.arange(width)[None, :], np.maximum(n, 1)[:, None] - 1)
-    at = np.minimum(at, len(x) - 1)  # an empty row after the last point: replaced below
+    # An empty row points at the point before its start (the last one for a first row):
+    # any point does, since the row is replaced below.
+    at = starts[:, None] + np.minimum(_columns(width), (n - 1)[:, None])
     x2 = np.asarray(x)[at].astype(np.float32)
     y2 = (base[:, None] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64)[at] / scale[:, None], 0.0, 1.0)
           ).astype(np.float32)
-    empty = n == 0
-    if empty.any():
+    if not n.all():
+        empty = n == 0
         x2[empty], y2[empty] = -span_s, np.nan
     return x2, y2
+
+
+def _columns(width: int) -> np.ndarray:
+    """``np.arange(width)`` as a row (a read-only view of one kept array while it is wide enough)."""
+    global _counting
+    if width > len(_counting):
+        _counting = np.arange(2 * width)
+        _counting.flags.writeable = False
+    return _counting[None, :width]
+
+
+_counting = np.arange(0)
 
 
 def baselines(bands: int, window_s: float) -> tuple[np.ndarray, np.ndarray]:

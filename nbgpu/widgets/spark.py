@@ -9,6 +9,8 @@ length or the sample rate, and no row is missed however late it arrives.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..decimate import Buckets, bucket_cells
@@ -49,7 +51,7 @@ class SparkSet:
 
     def start(self, now: float, span_s: float) -> float:
         """Epoch seconds where the window starts: the first update's rows begin there."""
-        return int(np.floor((now - span_s) / self.width_s)) * self.width_s
+        return math.floor((now - span_s) / self.width_s) * self.width_s
 
     def update(self, reads: list[tuple[np.ndarray, np.ndarray]], now: float, span_s: float
                ) -> tuple[np.ndarray, Buckets]:
@@ -87,7 +89,7 @@ class SparkSet:
                  ) -> tuple[int, int]:
         """``add`` of rows given with their trace each (non-decreasing, ``Store.series_rows``)."""
         w = self.width_s
-        first, last = int(np.floor((now - span_s) / w)), int(np.floor(now / w))
+        first, last = math.floor((now - span_s) / w), math.floor(now / w)
         self._prepare(first, last)
         ring = self._bucket.size
         bucket = np.floor(t / w).astype(np.int64)
@@ -213,8 +215,10 @@ def points_of_cells(trace: np.ndarray, cells: np.ndarray, traces: int, now: floa
         return np.zeros(traces, np.int64), np.empty(0), np.empty(0)
     tmin, vmin, tmax, vmax = cells[:, TMIN], cells[:, VMIN], cells[:, TMAX], cells[:, VMAX]
     lo_first = tmin <= tmax  # per cell its min and max point, the earlier first
-    t = np.column_stack([np.where(lo_first, tmin, tmax), np.where(lo_first, tmax, tmin)]).ravel()
-    v = np.column_stack([np.where(lo_first, vmin, vmax), np.where(lo_first, vmax, vmin)]).ravel()
+    t, v = np.empty((len(cells), 2)), np.empty((len(cells), 2))
+    t[:, 0], t[:, 1] = np.where(lo_first, tmin, tmax), np.where(lo_first, tmax, tmin)
+    v[:, 0], v[:, 1] = np.where(lo_first, vmin, vmax), np.where(lo_first, vmax, vmin)
+    t, v = t.ravel(), v.ravel()
     tr = np.repeat(trace, 2)
     jumps = np.flatnonzero(cells[1:, FIRST] - cells[:-1, LAST] > gap_s)
     if len(jumps):  # a gap within a trace (not the step from one trace to the next)
