@@ -1,0 +1,77 @@
+"""The panel refresh benchmark on two source trees, alternated in one run on one machine.
+
+A machine's speed drifts between runs (the same code read 2.03 and 2.15 ms on two runs of
+the H200 host), so a change is judged by trees measured side by side: each round runs
+``benchmarks.cpu_widgets.refresh_cost`` once per tree, in a fresh interpreter, in turn.
+
+    python scripts/gpu/panel_refresh_ab.py --out ab.json --tree before=/path/a --tree after=/path/b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MEASURE = ("import json, sys; from benchmarks.cpu_widgets import refresh_cost; "
+           "print(json.dumps(refresh_cost(float(sys.argv[1]), int(sys.argv[2]))))")
+
+
+def measure(tree: Path, window_s: float, refreshes: int) -> dict:
+    """One ``refresh_cost`` run with ``tree`` first on the path, in a fresh interpreter."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(window_s), str(refreshes)], cwd=tree,
+                          env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--tree", action="append", required=True, help="name=path, at least two")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--refreshes", type=int, default=60)
+    args = ap.parse_args()
+    trees = dict(t.split("=", 1) for t in args.tree)
+    runs: dict[str, dict[str, list]] = {name: {"60": [], "900": []} for name in trees}
+    for r in range(args.rounds):
+        order = list(trees) if r % 2 == 0 else list(reversed(trees))  # ABBA: drift cancels
+        for name in order:
+            for window in ("60", "900"):
+                got = measure(Path(trees[name]), float(window), args.refreshes)
+                runs[name][window].append({k: got[k] for k in ("cpu_ms_mean", "cpu_ms_median",
+                                                               "messages_per_refresh", "bytes_per_refresh")})
+                print(f"round {r} {name:8s} {window:>3s} s: mean {got['cpu_ms_mean']:.3f} ms, "
+                      f"median {got['cpu_ms_median']:.3f} ms", flush=True)
+    summary = {name: {window: {"mean_of_means_ms": statistics.fmean(x["cpu_ms_mean"] for x in rows),
+                               "median_of_medians_ms": statistics.median(x["cpu_ms_median"] for x in rows)}
+                      for window, rows in by_window.items()} for name, by_window in runs.items()}
+    first, *others = list(trees)
+    ratios = {f"{o}/{first}": {w: summary[o][w]["mean_of_means_ms"] / summary[first][w]["mean_of_means_ms"]
+                               for w in ("60", "900")} for o in others}
+    device = driver = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        device = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        pynvml.nvmlShutdown()
+    except Exception:  # a CPU machine: the figures still compare the trees
+        pass
+    args.out.write_text(json.dumps({
+        "command": "python3 scripts/gpu/panel_refresh_ab.py " + " ".join(sys.argv[1:]),
+        "device": device, "driver": driver, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "trees": trees, "rounds": args.rounds, "refreshes_per_run": args.refreshes,
+        "summary": summary, "ratios_of_means": ratios, "runs": runs}, indent=1))
+    print(json.dumps({"summary": summary, "ratios_of_means": ratios}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
