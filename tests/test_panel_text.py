@@ -48,3 +48,33 @@ def test_each_columns_value_is_the_whole_rules_value() -> None:
                 assert got == want, (col.key, row, info)
                 checked += 1
     assert checked > 5000
+
+
+def test_value_texts_with_kept_metric_sets_are_the_texts_without() -> None:
+    import itertools
+    import math
+
+    from nbgpu.metrics import HOST_KEY
+    from nbgpu.sources.base import Device
+    from nbgpu.widgets.columns import COLUMNS
+    from nbgpu.widgets.readout import reported_sets, value_texts
+
+    rows = [Device(0, "GPU", metrics=("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct")),
+            Device(1, "GPU", metrics=()),
+            Device("1/0", "slice", parent=1, mig=True, metrics=("mem_used_bytes",)),
+            Device(2, "GPU", metrics=("tensor_active_pct", "util_pct")), Device(HOST_KEY, "host")]
+    states = ("live", "stale", "failed", "unsupported", None)
+    for k, (a, b) in enumerate(itertools.product(states, states)):
+        latest = {}
+        for i, dev in enumerate(rows[:-1]):
+            st = {m: (a if (i + k) % 2 else b) for m in
+                  ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "tensor_active_pct")}
+            st = {m: s for m, s in st.items() if s is not None}
+            latest[dev.key] = {"states": st, "util_pct": 40.0 + i, "mem_used_bytes": 2.0**33,
+                               "temp_c": math.nan, "last_good": {"temp_c": 61.0}, "power_w": 300.0,
+                               "sm_active_pct": 9.0}
+        host = {"host_cpu_pct": 12.0, "host_ram_used_bytes": 2.0**34, "host_ram_total_bytes": 2.0**36}
+        for col in COLUMNS.values():
+            for running, lost in ((True, {}), (False, {2: 1.7e9})):
+                want = value_texts(col, rows, latest, host, running, lost)
+                assert value_texts(col, rows, latest, host, running, lost, reported_sets(rows)) == want

@@ -42,7 +42,7 @@ from .columns import (
 )
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
-from .readout import band_scale, fixed_scale, label_rows, limit_scale, value_texts
+from .readout import band_scale, fixed_scale, label_rows, limit_scale, reported_sets, value_texts
 from .schedule import SCHEDULE
 from .spark import SparkSet
 from .sync import send_values, send_xy
@@ -300,6 +300,8 @@ class GPUMonitor(widgets.VBox):
             shown = [d for d in sampler.devices if self._gpus is None or d.card in self._gpus]
             has_host = HOST_KEY in sampler.store.devices()
             self._rows: list[Device] = list(shown) + ([Device(HOST_KEY, "host")] if has_host else [])
+            self._reported = reported_sets(self._rows)
+            self._row_keys = {r.key for r in self._rows}
             reported: set[str] = set()
             for d in shown:
                 reported |= set(d.metrics)
@@ -388,7 +390,7 @@ class GPUMonitor(widgets.VBox):
         latest = {r["gpu"]: r for r in s.latest()}
         host = s.latest_host()
         if self._processes is not None:
-            self._processes.refresh(s, now, {r.key for r in self._rows})
+            self._processes.refresh(s, now, self._row_keys)
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
         lost = status.lost
@@ -406,7 +408,7 @@ class GPUMonitor(widgets.VBox):
         if recolor:
             self._colored_for = tuple(lost)
         for view in self._views:
-            texts = value_texts(view.col, self._rows, latest, host, live, lost)
+            texts = value_texts(view.col, self._rows, latest, host, live, lost, self._reported)
             self._last_values.append(texts)
             send_values(view.values, value=text.values_html(texts))
             if not lines:
