@@ -113,7 +113,18 @@ class SparkSet:
         emptied. Nothing to do for the window made ready last time (the same ring)."""
         self._fit(first, last - first + 2)  # the window's buckets and the one after
         ring = self._bucket.size
-        if self._prepared == (first, last, ring):
+        done = self._prepared
+        if done == (first, last, ring):
+            return
+        if done is not None and done[2] == ring and first >= done[0] and 0 <= last - done[1] <= 4:
+            # The window moved on by a bucket or a few: only the buckets it gained need a look
+            # (the others were made ready last time, and no column was given out since).
+            for number in range(max(done[1] + 2, first), last + 2):
+                col = number % ring
+                if self._bucket[col] != number:
+                    self._grid[:, col] = _EMPTY
+                    self._bucket[col] = number
+            self._prepared = (first, last, ring)
             return
         wanted = np.arange(first, last + 2)
         cols = wanted % ring
