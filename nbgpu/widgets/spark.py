@@ -105,12 +105,13 @@ class SparkSet:
     def points(self, first: int, last: int, now: float, span_s: float, gap_s: float
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``points_of_cells`` of the window's cells (buckets ``first`` to ``last``)."""
-        trace, cells = self._cells(first, last)
+        trace, _, cells = self._cells(first, last)
         return points_of_cells(trace, cells, self.traces, now, span_s, gap_s)
 
     def _prepare(self, first: int, last: int) -> None:
         """Ring columns for buckets ``first`` to ``last + 1``: one that held an older bucket is
-        emptied. Nothing to do for the window made ready last time (the same ring)."""
+        emptied. Nothing to do for the window made ready last time (the same ring), and only
+        the buckets gained for a window that moved on by a few."""
         self._fit(first, last - first + 2)  # the window's buckets and the one after
         ring = self._bucket.size
         done = self._prepared
@@ -170,18 +171,17 @@ class SparkSet:
     def _window(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The non-empty cells of buckets ``first`` to ``last``, by trace then time:
         (trace, bucket number, cells)."""
-        trace, cells, k = self._cells(first, last, with_bucket=True)
+        trace, k, cells = self._cells(first, last)
         return trace, k + first, cells
 
-    def _cells(self, first: int, last: int, with_bucket: bool = False) -> tuple:
-        """(trace, cells) of the window's non-empty cells, by trace then time; with
-        ``with_bucket`` also each one's place in the window."""
+    def _cells(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The window's non-empty cells, by trace then time: (trace, place in the window, cells)."""
         ring = self._bucket.size
         cols = self._columns(first, last)  # each holds its bucket (_prepare)
         trace, k = np.divmod(np.flatnonzero(self._grid[:, cols, COUNT] > 0), len(cols))
         cells = self._flat.take(trace * ring + cols[k], axis=0)
         self._held = len(trace)
-        return (trace, cells, k) if with_bucket else (trace, cells)
+        return trace, k, cells
 
     def _columns(self, first: int, last: int) -> np.ndarray:
         """Ring columns of buckets ``first`` to ``last`` (kept while the window stays)."""

@@ -107,11 +107,13 @@ def _format_of(col: Column) -> Callable[[dict, Device], str]:
 
 
 def _power_of(v0: float, row: dict, info: Device) -> str:
+    """Power against the card's limit (the row's, else the device's), where the limit is known."""
     limit = row.get("power_limit_w", info.power_limit_w)
     return f"{v0:.0f}/{limit:.0f} W" if _ok(limit) else f"{v0:.0f} W"
 
 
 def _pct_of(v0: float, row: dict, info: Device) -> str:
+    """A percentage, whole (the rule for any other single-metric column)."""
     return f"{v0:.0f} %"
 
 
