@@ -95,6 +95,28 @@ def test_stop_closes_all_but_a_static_header_and_start_rebuilds() -> None:
     assert _instances() == before
 
 
+def test_a_stopped_panel_holds_no_closed_widget_its_restart_rebuilds() -> None:
+    # A stopped panel stays on screen as long as its output does (hundreds in a long session):
+    # what only drawing needs, its closed scales and labels, must be freed, not kept.
+    import gc
+    import weakref
+
+    s, clock, _ = _stepped(2)
+    _advance(s, clock, 2.0)
+    mon = GPUMonitor(sampler=s, start=True)
+    mon.refresh(force=True, now=clock.t)
+    drawn = [weakref.ref(w) for w in (mon._sx, mon._sy, mon._labels)]
+    mon.stop()
+    gc.collect()
+    assert [ref() for ref in drawn] == [None, None, None]
+    assert mon.refresh(force=True, now=clock.t) is False  # stopped: nothing is drawn
+    mon.start()
+    _advance(s, clock, 1.0)
+    assert mon.refresh(force=True, now=clock.t) is True
+    assert "GPU 1" in _texts(mon)
+    mon.close()
+
+
 def test_many_panels_share_one_timer_and_stopped_ones_are_off_it() -> None:
     s, clock, _ = _stepped(2)
     _advance(s, clock, 1.0)

@@ -215,10 +215,20 @@ class GPUMonitor(widgets.VBox):
             self.children = [self._header]
             tree.close_all(doomed, keep=[self, self._header, self.layout])
             self._parts, self._views, self._sparks = [self._header], [], None
+            self._drop_drawing()
             self._torn_down = True
             if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
                 self._sampler_ref = weakref.ref(self.sampler)
                 self.sampler = None
+
+    def _drop_drawing(self) -> None:
+        """Free what only drawing uses (closed scales and labels, the trace tables, cursors):
+        a stopped panel may stay on screen all session, and ``_build`` makes them again."""
+        self._sx = self._sy = self._labels = None
+        self._trace_keys, self._order, self._fixed_scales, self._looked_up = [], [], [], []
+        self._trace_bands = np.empty(0, np.int64)
+        self._scaled = self._cursor = self._colored_for = self._label_key = None
+        self._last_values = []
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
