@@ -33,13 +33,9 @@ class Buckets:
         return len(self.index)
 
 
-def _runs(v: np.ndarray, bucket: np.ndarray):
-    """Run starts and ends of equal ``bucket`` numbers, the first min and max index of each,
-    and which runs are all NaN (their min and max index is the run's start).
-
-    A fixed handful of numpy calls (the panel reduces every sparkline's new rows each refresh).
-    """
-    n = len(v)
+def _run_edges(bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each run of equal ``bucket`` numbers starts (a mask and indices) and ends."""
+    n = len(bucket)
     edge = np.empty(n, bool)
     edge[0] = True
     np.not_equal(bucket[1:], bucket[:-1], out=edge[1:])
@@ -47,6 +43,17 @@ def _runs(v: np.ndarray, bucket: np.ndarray):
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
     ends[-1] = n
+    return edge, starts, ends
+
+
+def _runs(v: np.ndarray, bucket: np.ndarray):
+    """Run starts and ends of equal ``bucket`` numbers, the first min and max index of each,
+    and which runs are all NaN (their min and max index is the run's start).
+
+    A fixed handful of numpy calls (the panel reduces every sparkline's new rows each refresh).
+    """
+    n = len(v)
+    edge, starts, ends = _run_edges(bucket)
     nan = np.isnan(v)
     has_nan = bool(nan.any())
     vmin = np.minimum.reduceat(np.where(nan, np.inf, v) if has_nan else v, starts)
@@ -88,13 +95,7 @@ def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.n
     gathered on its own: fewer and cheaper numpy calls than ``_runs``, the same cells.
     """
     n = len(v)
-    edge = np.empty(n, bool)
-    edge[0] = True
-    np.not_equal(bucket[1:], bucket[:-1], out=edge[1:])
-    starts = np.flatnonzero(edge)
-    ends = np.empty_like(starts)
-    ends[:-1] = starts[1:]
-    ends[-1] = n
+    _, starts, ends = _run_edges(bucket)
     sizes = ends - starts
     vmin = np.minimum.reduceat(v, starts)
     vmax = np.maximum.reduceat(v, starts)
