@@ -37,7 +37,6 @@ class Window:
                  spans: dict | None = None) -> None:
         self.store, self.now = store, now
         self.stale_after_s, self.tolerance_s = stale_after_s, tolerance_s
-        self._cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._read: dict[tuple, tuple[float, np.ndarray, np.ndarray]] = {}
         # Widest span each (device, metric) was asked for, kept by the caller between
         # evaluations, so the first read of a metric already covers every later ask.
@@ -49,9 +48,6 @@ class Window:
         The store is read once per metric, at the widest span it is asked for; a narrower
         span is the tail of that read (rows are time-sorted, so they are the same rows).
         """
-        key = (device, metric, span_s)
-        if key in self._cache:
-            return self._cache[key]
         pair = (device, metric)
         read = self._read.get(pair)
         if read is None or read[0] < span_s:
@@ -66,7 +62,6 @@ class Window:
         if widest > span_s:
             first = int(np.searchsorted(t, self.now - span_s, "left"))
             t, v = t[first:], v[first:]
-        self._cache[key] = (t, v)
         return t, v
 
     def covered(self, t: np.ndarray, span_s: float) -> bool:
