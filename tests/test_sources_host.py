@@ -108,7 +108,6 @@ def test_ram_comes_from_psutil_where_meminfo_has_no_available_line(tmp_path, mon
     assert host_module.meminfo_available_bytes(str(old_kernel)) is None
     assert host_module.meminfo_available_bytes(str(tmp_path / "absent")) is None
     monkeypatch.setattr(host_module, "MEMINFO_PATH", str(old_kernel))
-    monkeypatch.setattr(host_module.meminfo_available_bytes, "__defaults__", (str(old_kernel),))
     host = HostSource()
     assert not host._meminfo
     used = host.read(1000.0)["host_ram_used_bytes"]
