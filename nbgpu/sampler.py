@@ -336,8 +336,8 @@ class Sampler:
     def request(self, read: str) -> None:
         """Ask for a read ("energy", "pcie", "procs", or "edge") at the next step, never lost.
 
-        "edge" reads memory used and drains the sample buffers, without the energy counter:
-        what a capture's edge needs when it is too short for the counter to resolve.
+        "edge" reads memory used and drains every sample buffer at once: what a capture's
+        end needs (with "energy" too when the block is long enough for the counter).
         """
         with self._lock:
             self._urgent.add(read)

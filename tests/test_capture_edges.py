@@ -67,3 +67,21 @@ def test_a_start_long_after_the_last_counter_reading_asks_for_one(sim_and_sample
     clock.t += 0.05
     cap.finish()  # waits for the edge read, which follows the start's counter read
     assert sim.calls[ENERGY] == before + 1
+
+
+def test_a_long_block_drains_every_sample_buffer_at_its_end(sim_and_sampler):
+    sim, s, clock = sim_and_sampler
+    kinds: list[int] = []
+    original = sim.nvmlDeviceGetSamples
+
+    def spy(handle, kind, since):
+        kinds.append(kind)
+        return original(handle, kind, since)
+
+    cap = nbgpu.capture(sampler=s).start()
+    clock.t += COUNTER_MIN_S + 0.3
+    sim.nvmlDeviceGetSamples = spy
+    cap.finish()
+    assert set(kinds) == {0, 1, 2}  # power, utilisation, memory-bandwidth utilisation
+    t, _ = s.timeline.series(0, "util_pct")
+    assert t[-1] > cap.end_time - 0.2  # the end's utilisation sample is in

@@ -252,7 +252,9 @@ class Capture:
         sampler = self.sampler
         if sampler is None:
             return
-        sampler.request("energy" if self.end_time - self.start_time >= COUNTER_MIN_S else "edge")
+        if self.end_time - self.start_time >= COUNTER_MIN_S:
+            sampler.request("energy")
+        sampler.request("edge")  # the buffers drained up to the end, whatever its length
         if wait or self.owns_sampler:
             wait_for_edge(sampler, self.end_time)
         self._fast.close()

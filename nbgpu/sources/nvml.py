@@ -66,9 +66,10 @@ EMPTY_RETRY_SHARE = 0.25
 # (power ~2.4 s, utilisation ~14 s), not every tick: power every second, utilisation every
 # 2 s (the panel's live value), memory-bandwidth utilisation every 10 s. Polling utilisation
 # at ticks instead would alias with periodic loads (a 0.25 s burst every 1 s polled every
-# 0.5 s reads 0 %), so the buffers stay the only source where they exist. A requested
-# energy or edge read drains them all at once, so a cell's edges are never late; a drain
-# that cannot return anything yet (the next sample is not due) is skipped.
+# 0.5 s reads 0 %), so the buffers stay the only source where they exist. An edge read (a
+# capture's end asks for one) drains them all at once, so a cell's edges are never late;
+# the energy counter's own periodic read drains nothing extra. A drain that cannot return
+# anything yet (the next sample is not due) is skipped.
 DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
 
 HINTS = {
@@ -668,7 +669,7 @@ class NVMLSource:
             if values:
                 reading.batches.append(Batch(dev.key, stream, np.array([now]),
                                              {k: np.array([v]) for k, v in values.items()}))
-        edge = "energy" in due or "edge" in due
+        edge = "edge" in due
         for stream in list(dev.buffers):
             recent = now - dev.drained_at.get(stream, -np.inf) < DRAIN_EVERY_S[stream] - 0.05
             if (recent and not edge) or self._nothing_new_yet(dev, stream, now):
