@@ -48,6 +48,10 @@ MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
 STOP_WAIT_S = 1.0  # stop() returns after this even if the thread is inside a hanging read
 STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stale
+# For this long after someone asks for the newest values (``watch()``; ``latest()`` asks),
+# the source keeps its sample buffers drained at their live periods ("live" in its reads).
+LIVE_HOLD_S = 5.0
+_LIVE = frozenset({"live"})
 _NEVER = (math.nan, math.nan)  # (newest, previous) refresh times of a metric never refreshed
 
 _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
@@ -182,6 +186,7 @@ class Sampler:
         self._processes: dict[object, list[ProcessInfo]] = {}
         self._urgent: set[str] = set()
         self._fast: list[float] = []
+        self._watched_at = -math.inf  # clock time of the newest watch()
         self._sched = schedule.State()
         self._wake_at = -math.inf
         self._last_step: float | None = None
@@ -189,6 +194,7 @@ class Sampler:
         self._wake = threading.Event()
         self._stop_event = threading.Event()
         self._close_requested = False
+        self._stop_overdue = False
         self._closed = False
         self._listeners: list[Callable[[Sampler, float], None]] = []
         self.diagnostics = None  # the DiagnosticsEngine naming problems (nbgpu.diagnostics)
@@ -257,6 +263,7 @@ class Sampler:
                                             "when status().state is 'stopped'")
                 return self
             self._stop_event.clear()
+            self._stop_overdue = False
             self._wake.clear()
             self.started_at = self._clock()
             self.stopped_at = None
@@ -287,6 +294,7 @@ class Sampler:
                 if t is not threading.current_thread():
                     t.join(timeout_s)
                 if t.is_alive():
+                    self._stop_overdue = True  # a read hangs: its end makes no last drain
                     return
                 self._thread = None
             _running.discard(self)
@@ -358,6 +366,15 @@ class Sampler:
         finally:
             with self._lock:
                 self._fast.remove(every_s)
+
+    def watch(self) -> None:
+        """Say that someone is looking at the newest values now (a live panel, an exporter).
+
+        For ``LIVE_HOLD_S`` the sample buffers are drained at their live periods (NVML
+        utilisation every 2 s instead of 4 s); ``latest()`` calls it. Resolution is the same
+        either way: only how old the newest buffered sample can be changes.
+        """
+        self._watched_at = self._clock()
 
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""
@@ -472,6 +489,7 @@ class Sampler:
         """
         import pandas as pd
 
+        self.watch()
         now = self._stale_now()
         lost = self.lost
         state = self.state
@@ -575,6 +593,8 @@ class Sampler:
     def _read(self, now: float, reads: frozenset[str]) -> None:
         """One pass over the source ("tick" in ``reads``: cheap reads, host, a counted tick)."""
         full_tick = "tick" in reads
+        if now - self._watched_at <= LIVE_HOLD_S:
+            reads = reads | _LIVE
         try:
             reading = self.source.read(now, reads)
             for batch in reading.batches:
@@ -628,6 +648,9 @@ class Sampler:
                 wait = self._wake_at - self._clock()
                 if wait > 0 and not self._stop_event.is_set():
                     self._wake.wait(wait)
+            if not self._stop_overdue:  # the last step drains what the buffers still hold
+                self.request("edge")
+                self.step(self._clock())
         except SamplerStateError:
             pass
         finally:

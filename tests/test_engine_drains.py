@@ -54,3 +54,67 @@ def test_drain_faults_are_counted_and_an_unsupported_buffer_is_polled(code, erro
     assert s.errors - before >= errors
     if code == 3:  # NotSupported: that buffer is gone and its metric is polled instead
         assert len(s.source._devices[0].buffers) == 2
+
+
+def _util_drains(watch_every_s: float | None, seconds: float, **kw) -> tuple[list[int], nbgpu.Sampler]:
+    """Utilisation drains in ``seconds`` at defaults, ``latest()`` asked every ``watch_every_s``."""
+    sim, clock = fake(1)
+    kinds = spy_drains(sim)
+    s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock, **kw)
+    run(s, clock, 5.0)
+    kinds.clear()
+    step = watch_every_s or seconds
+    for _ in range(round(seconds / step)):
+        if watch_every_s is not None:
+            s.latest()
+        run(s, clock, step)
+    s.stop()
+    return kinds, s
+
+
+def test_with_no_one_watching_utilisation_is_drained_every_4_s_and_no_sample_is_lost():
+    # Each utilisation drain costs ~2.5 ms of CPU on an H200 whatever it returns; a sampler
+    # nobody reads live values from (a script, a recording) needs them only within the
+    # diagnostics rules' 5 s.
+    kinds, s = _util_drains(None, 40.0)
+    assert 9 <= kinds.count(UTIL) <= 11
+    assert 39 <= kinds.count(POWER) <= 41  # power keeps its 1 s (its buffer holds 2.4 s)
+    t, _ = s.timeline.series(0, "util_pct")
+    assert np.max(np.diff(t[-150:])) == pytest.approx(0.2, abs=1e-6)  # native 200 ms kept
+
+
+def test_a_live_view_asking_every_second_gets_utilisation_drained_every_2_s():
+    kinds, _ = _util_drains(1.0, 40.0)
+    assert 19 <= kinds.count(UTIL) <= 21
+
+
+def test_a_view_that_stops_asking_lets_the_drains_slow_down_again():
+    sim, clock = fake(1)
+    kinds = spy_drains(sim)
+    s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock)
+    for _ in range(10):
+        s.latest()
+        run(s, clock, 1.0)
+    kinds.clear()
+    run(s, clock, 40.0)  # the view was closed: nobody asks any more
+    s.stop()
+    assert 9 <= kinds.count(UTIL) <= 12
+
+
+def test_rules_told_to_ignore_readings_older_than_5_s_keep_the_drains_live():
+    kinds, _ = _util_drains(None, 40.0, thresholds={"stale_after_s": 3.0})
+    assert 19 <= kinds.count(UTIL) <= 21
+
+
+def test_stopping_drains_what_the_buffers_still_hold():
+    # Nobody watches, so utilisation waits up to 4 s between drains: a stop must not leave
+    # the samples since the last drain in NVML's buffer, where they would be lost.
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock)
+    run(s, clock, 5.0)
+    clock.t += 3.5  # no step meanwhile: as if the thread had slept since the last wake-up
+    s.start()  # the thread's first step reads at this clock time
+    s.stop()
+    for metric in ("util_pct", "power_w", "mem_util_pct"):
+        t, _ = s.timeline.series(0, metric)
+        assert t[-1] >= clock.t - 0.2, metric

@@ -93,6 +93,7 @@ def test_stop_returns_within_a_second_while_a_read_hangs_and_the_thread_closes_t
     s = Sampler(sim, interval=0.05, host=False, diagnostics=False).start()
     sim.inject_hang("nvmlDeviceGetMemoryInfo", 30.0)
     assert sim.wait_hanging(5.0)
+    memory_reads = sim.calls["nvmlDeviceGetMemoryInfo"]
     t0 = time.monotonic()
     s.stop()
     assert time.monotonic() - t0 < 1.5
@@ -108,6 +109,7 @@ def test_stop_returns_within_a_second_while_a_read_hangs_and_the_thread_closes_t
     assert s.status().state == "closed"
     assert not sim.initialised
     assert not sampler_threads()
+    assert sim.calls["nvmlDeviceGetMemoryInfo"] == memory_reads  # no last read after a hang
 
 
 def test_starting_while_still_stopping_says_why_in_one_line():

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..schedule import UNWATCHED_MAX_AGE_S
 from .alerts import Alert, Episodes, Finding, alerts_frame
 from .owners import attribute, gpus_in_use, tree_pids
 from .rules_card import busy_thin, throttling
@@ -143,6 +144,8 @@ class DiagnosticsEngine:
     # -- the listener ----------------------------------------------------------------------
     def __call__(self, sampler: Sampler, now: float) -> None:
         """Listener entry: evaluate if ``eval_every_s`` has passed since the last time."""
+        if self.thresholds.stale_after_s < UNWATCHED_MAX_AGE_S:
+            sampler.watch()  # rules this strict about freshness need the buffers live
         if now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
             return
         self._last_eval = now

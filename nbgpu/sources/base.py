@@ -151,7 +151,9 @@ class Source(Protocol):
 
     ``read(now, due)``: "tick" in ``due`` asks for the cheap per-tick reads; "memory" for
     memory used only (cheap, asked often while a profile holds ``fast_memory``); "energy",
-    "pcie", "procs" for the costly ones. Optional methods a source may add:
+    "pcie", "procs" for the costly ones; "edge" for memory used and every sample buffer
+    drained now (a capture's end); "live" while someone watches the newest values, so
+    buffers are drained often enough for a live view. Optional methods a source may add:
     ``select(keys)`` (read only those devices), ``processes()`` (a snapshot
     ``{key: [ProcessInfo]}``) and ``simulated_host(t)`` (host readings a simulated
     scenario implies).
