@@ -27,6 +27,8 @@ def steady_run(gpus: int = 2, seconds: float = 6.0, interval: float = 0.1) -> Sa
     for k in range(int(seconds / 0.01) + 1):
         clock.now = T0 + k * 0.01
         s.step(clock.now)
+    s.request("edge")  # what the buffers still hold, drained as a stopping thread's last step does
+    s.step(clock.now)
     return s
 
 
