@@ -1,7 +1,10 @@
 """Writing a sampler's timeline to a file while it grows, so a crash loses about a second.
 
 ``Recorder(sampler, "run.jsonl")`` appends the rows that arrived since the last
-``flush()`` (call it about once a second) and ends with ``close()``. JSON lines carry the
+``flush()`` (call it about once a second) and ends with ``close()``. A tick's row waits
+until every sample buffer of its GPU was drained past it (``Sampler.drained_until``), so
+samples are averaged into their own tick; ``nbgpu record`` asks for a drain before each
+flush, so rows are written about a second after their tick. JSON lines carry the
 same keys as ``Timeline.to_jsonl`` (each record filled with its GPU's latest values; both
 built by ``nbgpu.files.jsonl_record``), plus event lines (``"event"``: run, mark, lost,
 alert, ...) that log readers can skip. CSV gets a fixed header of every metric the source
@@ -150,6 +153,8 @@ class Recorder:
         # Host rows are appended last in a tick: capping tick rows at the newest host row
         # keeps every tick row together with its host reading.
         cap = np.inf if final or not has_host else store.last(HOST_KEY, "host_ram_total_bytes")[0]
+        if not final:  # a tick whose buffered samples are still in NVML's buffer waits for them
+            cap = min([cap, *(self.sampler.drained_until(d.key) for d in self.sampler.devices)])
         if cap != cap:
             return []
         host: dict[float, dict] = {}

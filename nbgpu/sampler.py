@@ -376,6 +376,16 @@ class Sampler:
         """
         self._watched_at = self._clock()
 
+    def drained_until(self, device: object) -> float:
+        """Clock time up to which every reading of ``device`` is in the store (inf: all).
+
+        Samples NVML buffers reach the store at the buffer's next drain, seconds later; a
+        writer folding them into ticks (the Recorder) writes no tick past this time, so a
+        late sample is never counted in a later tick.
+        """
+        fn = getattr(self.source, "drained_until", None)
+        return fn(device) if callable(fn) else math.inf
+
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""
         with self._lock:

@@ -185,6 +185,36 @@ def test_recorder_keys_match_timeline_to_jsonl(tmp_path):
     assert len(mine) <= 2 * (s.status().ticks + 1)
 
 
+def test_samples_drained_after_their_tick_was_written_are_not_moved_to_a_later_tick(tmp_path):
+    # Utilisation is drained every few seconds (4 s with nobody watching), so when a tick's
+    # row is due its samples may still be in NVML's buffer. Flushed once a second, the file
+    # must hold each tick's own mean, the one the whole timeline gives afterwards.
+    clock = [1.9e9]
+    sim = SimulatedGPUs(count=1, seed=4, clock=lambda: clock[0], scenario="input_bound")
+    s = Sampler(sim, interval=1.0, clock=lambda: clock[0], diagnostics=False)
+    recs = [Recorder(s, str(tmp_path / "a.jsonl")), Recorder(s, str(tmp_path / "a.csv"))]
+    for k in range(1, 3001):  # 30 s in 10 ms steps, a flush each second
+        clock[0] = 1.9e9 + 0.01 * k
+        if clock[0] >= s.next_wake():
+            s.step(clock[0])
+        if k % 100 == 0:
+            for rec in recs:
+                rec.flush()
+    for rec in recs:
+        rec.close()
+    s.stop()
+    mine, _ = read_lines(tmp_path / "a.jsonl")
+    written = {round(pd.Timestamp(r["timestamp"]).timestamp(), 3): r["gpu_util_percent"] for r in mine}
+    frame = s.timeline.to_pandas()
+    truth = {round(t.timestamp(), 3): u for t, u in zip(frame["time"], frame["util_pct"], strict=True)}
+    common = [t for t in sorted(written) if t in truth and truth[t] == truth[t]][2:]
+    assert len(common) >= 20
+    wrong = [(t, written[t], truth[t]) for t in common if written[t] != pytest.approx(truth[t], abs=0.05)]
+    assert not wrong, wrong[:5]
+    written_csv = pd.read_csv(tmp_path / "a.csv")
+    assert written_csv["host_ram_used_bytes"].iloc[1:].notna().all()  # each tick with its host row
+
+
 def test_recorder_writes_alerts_once(tmp_path):
     from nbgpu import Alert
 

@@ -91,11 +91,15 @@ def test_recorder_write_failure_leaves_a_true_count_and_a_valid_file(tmp_path, m
     now = 1.9e9
     for i in range(5):
         s.step(now + 0.2 * i)
+    s.request("edge")  # as nbgpu record asks before each flush: the buffers drained up to now
+    s.step(now + 0.9)
     rec.flush()
     good = rec.rows_written
     assert good > 0
     for i in range(5, 10):
         s.step(now + 0.2 * i)
+    s.request("edge")
+    s.step(now + 1.9)
     real_write = os.write
     budget = [3]
 

@@ -119,6 +119,10 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
                   "and your PATH", file=sys.stderr)
             return 127
         while True:
+            # The buffers drained during the wait, so the flush can write every tick up to
+            # about now with its own samples (the recorder runs beside the command, not in
+            # its process: a drain a second costs the command nothing).
+            sampler.request("edge")
             try:
                 proc.wait(timeout=FLUSH_EVERY_S)
                 break

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -528,6 +529,19 @@ class NVMLSource:
     def processes(self) -> dict[object, list[ProcessInfo]]:
         """The latest process lists per device: a snapshot, replaced whole, never mutated."""
         return self._processes
+
+    def drained_until(self, key: object) -> float:
+        """Clock time up to which every sample buffer of GPU ``key`` is in the readings.
+
+        A buffered sample reaches the store at its buffer's next drain, seconds after its
+        time; a writer that folds samples into ticks waits for this (inf: nothing pending).
+        One sample spacing is kept back, as the driver publishes a sample a little late.
+        """
+        dev = next((d for d in self._devices if d.key == key), None)
+        if dev is None or dev.lost or not dev.buffers:
+            return math.inf
+        return min(dev.drained_at.get(stream, -math.inf) - dev.spacing_us.get(stream, 0.0) / 1e6
+                   for stream in dev.buffers)
 
     def _live(self) -> list[_Device]:
         return [d for d in self._devices
