@@ -185,3 +185,36 @@ def test_gpm_samples_are_freed_on_close(nvml, monkeypatch):
         src.read(time.time() + 0.1 * i, frozenset({"tick"}))
     src.close()
     assert live["n"] == 0, f"{live['n']} GPM samples left allocated (GPM offered: {gpm})"
+
+
+def _util_drains_and_series(watched: bool, seconds: float, monkeypatch):
+    """Utilisation drains made and the util series, a sampler at defaults run ``seconds``."""
+    from nbgpu.sources import nvml as nvml_source
+
+    kinds: list[int] = []
+    original = nvml_source.NVMLGateway.samples
+
+    def counted(self, handle, sampling_type, since_us):
+        kinds.append(sampling_type)
+        return original(self, handle, sampling_type, since_us)
+
+    monkeypatch.setattr(nvml_source.NVMLGateway, "samples", counted)
+    s = nbgpu.Sampler(source="nvml", gpus=[0])
+    if watched:
+        s.add_listener(lambda sampler, _now: sampler.watch())
+    s.start()
+    gpu_busy(seconds)
+    s.stop()
+    stopped = time.time()
+    util_type = nvml_source.SAMPLES_GPU_UTIL
+    return kinds.count(util_type), s.timeline.series(0, "util_pct")[0], stopped
+
+
+def test_utilisation_keeps_every_sample_whether_watched_or_not(nvml, monkeypatch):
+    unwatched, t, stopped = _util_drains_and_series(False, 9.0, monkeypatch)
+    watched, tw, _ = _util_drains_and_series(True, 9.0, monkeypatch)
+    assert unwatched <= 5 < watched  # every 4 s, every 2 s (plus the first and the last)
+    for series in (t, tw):
+        gaps = np.diff(series[series > series[0] + 0.5])
+        assert np.median(gaps) <= 0.25 and gaps.max() <= 0.45  # the card's 200 ms, none lost
+    assert t[-1] >= stopped - 1.0  # stopping drained what the buffer still held
