@@ -118,3 +118,19 @@ def test_stopping_drains_what_the_buffers_still_hold():
     for metric in ("util_pct", "power_w", "mem_util_pct"):
         t, _ = s.timeline.series(0, metric)
         assert t[-1] >= clock.t - 0.2, metric
+
+
+def test_drained_until_trails_the_oldest_buffer_drain_and_ends_with_the_gpu():
+    sim, clock = fake(2)
+    s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock)
+    t0 = clock.t
+    run(s, clock, 12.5)  # memory-bandwidth utilisation last drained at 10 s, the others later
+    assert s.drained_until(0) == pytest.approx(t0 + 10.0 - 0.2, abs=0.05)  # less one spacing
+    s.request("edge")  # every buffer drained now
+    run(s, clock, 0.01)
+    assert s.drained_until(0) == pytest.approx(clock.t - 0.2, abs=0.05)
+    assert s.drained_until(0) <= s.timeline.series(0, "util_pct")[0][-1] + 1e-6
+    sim.lose_gpu(1)
+    run(s, clock, 1.0)
+    assert s.drained_until(1) == np.inf  # nothing more will come from a lost GPU
+    s.stop()
