@@ -1,4 +1,11 @@
-"""nbgpu.capture, mark and track on a running simulated sampler (no kernel needed)."""
+"""nbgpu.capture, mark and track on simulated samplers (no kernel needed).
+
+Most samplers here share a fake clock with their simulated GPUs: history is stepped by hand
+before the sampler starts, then a block lasts exactly the fake time the test moves, and the
+sampler's thread only steps at the times the test set (``advance``, ``settle``, ``held``). What
+only a real clock shows (a capture's own sampler, the kernel's shared one) runs on it, and
+no test waits by sleeping.
+"""
 
 from __future__ import annotations
 
@@ -6,121 +13,269 @@ import contextlib
 import math
 import sys
 import threading
-import time
 import types
+from collections.abc import Iterator
 
 import pytest
 
 import nbgpu
-from conftest_profiles import clean_profiles_fixture, sim_sampler_fixture  # noqa: F401 - fixtures
+from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
+from nbgpu.profiles import marks as marks_module
 from nbgpu.profiles import report
 from nbgpu.profiles.summary import integrate_power_j, summarize
 from nbgpu.sampler import running_samplers
 
+T0 = 1_800_000_000.0
+SETTLE_TIMEOUT_S = 10.0  # a sampler thread that takes no step in this long is broken, not slow
 
-def test_capture_reuses_the_running_sampler(sim_sampler):
+
+class Clock:
+    """A fake clock: moves only when the test moves it."""
+
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run(s: Sampler, clock: Clock, seconds: float) -> None:
+    """Step ``s`` (not started) at every wake-up its thread would have in ``seconds`` of fake time."""
+    if s.next_wake() == -math.inf:  # never stepped: the probe just took a GPM sample at
+        clock.t += 1e-3             # this clock time, and GPM needs two distinct times
+    end = clock.t + seconds
+    while clock.t <= end + 1e-9:
+        s.step(clock.t)
+        clock.t = max(s.next_wake(), clock.t + 1e-6)
+    clock.t = end
+
+
+def settle(s: Sampler) -> None:
+    """Wait until the running sampler's thread has finished two more steps.
+
+    The second one began after this call, so it read the clock as it stands now and served
+    every read asked for before (a capture's edge). With the fake clock standing still, the
+    thread steps again after each of its waits (an interval at most), however it is scheduled.
+    """
+    steps: list[float] = []
+    stepped_twice = threading.Event()
+
+    def on_step(_sampler: Sampler, now: float) -> None:
+        steps.append(now)
+        if len(steps) >= 2:
+            stepped_twice.set()
+
+    s.add_listener(on_step)
+    try:
+        assert stepped_twice.wait(SETTLE_TIMEOUT_S), f"the sampler thread took {len(steps)} step(s)"
+    finally:
+        s.remove_listener(on_step)
+
+
+def advance(s: Sampler, clock: Clock, seconds: float) -> None:
+    """Let ``seconds`` of fake time pass: the thread steps at the new time, as on a real clock.
+
+    Waiting for that step keeps the thread from reading the clock before the move and serving
+    a later request (a capture's end) at the old time.
+    """
+    clock.t += seconds
+    settle(s)
+
+
+@contextlib.contextmanager
+def held(s: Sampler) -> Iterator[None]:
+    """Hold the sampler's thread inside a step while the test moves the clock and asks for reads.
+
+    Released, the thread serves them in its next step, at the new time, and nothing is read
+    at that time before them (a stream keeps one row per time: a tick taken there first
+    would leave no room for a counter reading asked for after it).
+    """
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(_sampler: Sampler, _now: float) -> None:
+        inside.set()
+        release.wait(SETTLE_TIMEOUT_S)
+
+    s.add_listener(hold)
+    try:
+        assert inside.wait(SETTLE_TIMEOUT_S), "the sampler thread took no step"
+    finally:
+        s.remove_listener(hold)  # one step held, no more
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def started(sim: SimulatedGPUs, clock: Clock, history_s: float = 1.0, **kwargs) -> Sampler:
+    """A sampler over ``sim`` ticking every 0.1 s on ``clock``, stepped by hand for ``history_s``, started."""
+    s = Sampler(source=sim, interval=0.1, clock=clock, **kwargs)
+    run(s, clock, history_s)
+    s.start()
+    settle(s)
+    return s
+
+
+@pytest.fixture(name="fake_sampler")
+def fake_sampler_fixture(clean_profiles) -> Iterator[tuple[Sampler, Clock]]:
+    """A running sampler over 2 simulated GPUs on a fake clock, with a second of history."""
+    clock = Clock()
+    s = started(SimulatedGPUs(count=2, seed=1, clock=clock), clock)
+    yield s, clock
+    s.stop()
+
+
+def test_capture_reuses_the_running_sampler(fake_sampler):
+    s, clock = fake_sampler
     threads = threading.active_count()
     with nbgpu.capture() as cap:
-        time.sleep(0.6)
+        advance(s, clock, 0.6)
         assert threading.active_count() == threads  # no sampler of its own
-    assert cap.sampler is sim_sampler and not cap.owns_sampler
-    s = cap.summary
-    assert list(s["gpu"]) == [0, 1]
-    assert (s["status"] == "ok").all()
-    # what the block spanned, however the threads were scheduled (a loaded machine sleeps longer)
-    assert s["duration_s"].iloc[0] == pytest.approx(cap.end_time - cap.start_time, abs=0.01)
-    assert s["duration_s"].iloc[0] >= 0.6 - 0.01
+    settle(s)
+    assert cap.sampler is s and not cap.owns_sampler
+    summary = cap.summary
+    assert list(summary["gpu"]) == [0, 1]
+    assert (summary["status"] == "ok").all()
+    assert cap.duration_s == pytest.approx(0.6, abs=1e-6)
+    assert summary["duration_s"].tolist() == pytest.approx([0.6, 0.6], abs=1e-6)
+    assert summary["samples"].tolist() == [30, 30]  # every 20 ms power sample, drained at the end
     tl = cap.timeline.to_pandas()
-    assert set(tl["gpu"].dropna()) >= {0, 1}  # the capture's own edge reads, at least
-    t0, t1 = (tl["time"].astype("int64") / 1e9).agg(["min", "max"])
-    assert cap.start_time <= t0 and t1 <= cap.end_time
+    assert set(tl["gpu"].dropna()) == {0, 1}
+    times = tl["time"].astype("int64") / 1e9
+    assert cap.start_time - 1e-6 <= times.min()
+    assert times.max() == pytest.approx(cap.end_time, abs=1e-6)  # the end's edge read is in
 
 
-def test_capture_prefers_the_shared_sampler(sim_sampler):
+def test_capture_prefers_the_shared_sampler(clean_profiles):
+    """The kernel's shared sampler wins over a running sampler started after it.
+
+    ``session.ensure_sampler`` builds its sampler on the real clock; the block only needs
+    its thread to answer the end's edge read, which ``finish`` waits for.
+    """
     shared = session.ensure_sampler(SimulatedGPUs(count=1), 0.1)
-    with nbgpu.capture() as cap:
-        time.sleep(0.2)
+    clock = Clock(shared.started_at + 60.0)
+    newer = started(SimulatedGPUs(count=2, clock=clock), clock)
+    try:
+        with nbgpu.capture() as cap:
+            pass
+    finally:
+        newer.stop()
     assert cap.sampler is shared
     assert list(cap.summary["gpu"]) == [0]
 
 
 def test_capture_starts_and_stops_its_own_sampler(clean_profiles):
+    """With none running, capture builds a sampler for the block (on the real clock: it takes no other)."""
     assert running_samplers() == []
     with nbgpu.capture(source="sim", interval=0.1) as cap:
-        time.sleep(0.5)
-        assert cap.sampler.running
+        assert cap.sampler.running and running_samplers() == [cap.sampler]
     assert cap.owns_sampler and not cap.sampler.running
     assert running_samplers() == []
-    s = cap.summary
-    assert len(s) == 2 and s["samples"].min() > 3
-    assert (s["energy_source"] == "power").all()  # 0.5 s: too short for the counter's steps
-    assert (s["energy_j"] > 0).all()
+    assert list(cap.summary["gpu"]) == [0, 1]
 
 
-def test_energy_counter_agrees_with_integrated_power(sim_sampler):
-    with nbgpu.capture() as cap:
-        time.sleep(1.5)
+def test_a_stopped_sampler_given_to_capture_runs_for_the_block_only(clean_profiles):
+    """The block's readings come from a sampler capture started, and its stop drained them all."""
+    clock = Clock()
+    s = Sampler(source=SimulatedGPUs(count=2, seed=1, clock=clock), interval=0.1, clock=clock)
+    run(s, clock, 1.0)
+    with nbgpu.capture(sampler=s) as cap:
+        assert s.running
+        advance(s, clock, 0.5)
+    assert cap.owns_sampler and not s.running
+    summary = cap.summary
+    assert summary["duration_s"].tolist() == pytest.approx([0.5, 0.5], abs=1e-6)
+    assert summary["samples"].tolist() == [25, 25]  # every 20 ms power sample of the block
+    assert (summary["energy_source"] == "power").all()  # 0.5 s: too short for the counter's steps
+    assert (summary["energy_j"] > 0).all()
+    assert summary["energy_j"].tolist() == pytest.approx((summary["power_mean_w"] * 0.5).tolist(), rel=1e-3)
+
+
+def test_energy_counter_agrees_with_integrated_power(fake_sampler):
+    s, clock = fake_sampler
+    cap = nbgpu.capture(sampler=s).start()
+    with held(s):  # the end's counter reading is the first read at the end
+        clock.t += 1.5
+        cap.finish(wait=False)
+    settle(s)
+    assert cap.duration_s == pytest.approx(1.5, abs=1e-6)
     for _, row in cap.summary.iterrows():
-        t, p = sim_sampler.timeline.series(row["gpu"], "power_w")
+        t, p = s.timeline.series(row["gpu"], "power_w")
         integrated = integrate_power_j(t, p, cap.start_time, cap.end_time)
         assert row["energy_source"] == "counter"
         assert row["energy_j"] == pytest.approx(integrated, rel=0.02)
 
 
-def test_exception_propagates_unchanged_and_is_recorded(sim_sampler):
+def test_exception_propagates_unchanged_and_is_recorded(fake_sampler):
+    s, clock = fake_sampler
     err = ValueError("boom")
-    with pytest.raises(ValueError) as info, nbgpu.capture() as cap:
+    with pytest.raises(ValueError) as info, nbgpu.capture(sampler=s) as cap:
+        advance(s, clock, 0.1)
         raise err
     assert info.value is err
     assert cap.status == "failed" and "ValueError: boom" in cap.error
     assert (cap.summary["status"] == "failed").all()
-    with pytest.raises(KeyboardInterrupt), nbgpu.capture() as cap2:
+    with pytest.raises(KeyboardInterrupt), nbgpu.capture(sampler=s) as cap2:
         raise KeyboardInterrupt
     assert cap2.status == "interrupted"
 
 
-def test_nested_captures(sim_sampler):
-    with nbgpu.capture(label="outer") as outer:
-        time.sleep(0.3)
-        with nbgpu.capture(label="inner") as inner:
-            time.sleep(0.3)
-        time.sleep(0.3)
+def test_nested_captures(fake_sampler):
+    s, clock = fake_sampler
+    with nbgpu.capture(sampler=s, label="outer") as outer:
+        advance(s, clock, 0.3)
+        with nbgpu.capture(sampler=s, label="inner") as inner:
+            advance(s, clock, 0.3)
+        settle(s)  # the inner end's edge read, before time moves on
+        advance(s, clock, 0.3)
+    settle(s)
     assert outer.start_time < inner.start_time < inner.end_time < outer.end_time
-    # sleeps last at least what they ask; how much longer is the machine's load, not nbgpu's
-    assert inner.duration_s == pytest.approx(inner.end_time - inner.start_time)
-    assert inner.duration_s >= 0.3 - 0.01
-    assert outer.duration_s >= inner.duration_s + 0.6 - 0.02
+    assert inner.start_time - outer.start_time == pytest.approx(0.3, abs=1e-6)
+    assert inner.duration_s == pytest.approx(0.3, abs=1e-6)
+    assert outer.duration_s == pytest.approx(0.9, abs=1e-6)
     assert (outer.summary["energy_j"] > inner.summary["energy_j"]).all()
 
 
-def test_mark_reaches_every_running_sampler(sim_sampler):
-    other = Sampler(SimulatedGPUs(count=1), interval=0.2).start()
+def test_mark_reaches_every_running_sampler(fake_sampler):
+    s, clock = fake_sampler
+    other_clock = Clock(T0 + 3600.0)
+    other = Sampler(SimulatedGPUs(count=1, clock=other_clock), interval=0.2, clock=other_clock).start()
     try:
         assert nbgpu.mark("checkpoint") is None  # no Out[] when it ends a cell
-        for s in (sim_sampler, other):
-            assert [label for _, label in s.timeline.marks()] == ["checkpoint"]
+        assert s.timeline.marks() == [(clock.t, "checkpoint")]  # each on its sampler's clock
+        assert other.timeline.marks() == [(other_clock.t, "checkpoint")]
     finally:
         other.stop()
 
 
-def test_track_marks_iterations_and_summarises_each(sim_sampler):
-    with nbgpu.capture() as cap:
+def test_track_marks_iterations_and_summarises_each(fake_sampler, monkeypatch):
+    s, clock = fake_sampler
+    # Tracker stamps its iterations with time.time(), not the sampler's clock: give it the fake one.
+    monkeypatch.setattr(marks_module, "time", types.SimpleNamespace(time=clock))
+    seen = []
+    with nbgpu.capture(sampler=s) as cap:
         tracker = nbgpu.track(range(3), label="epoch")
-        seen = [i for i in tracker if time.sleep(0.25) is None]
+        for i in tracker:
+            seen.append(i)
+            advance(s, clock, 0.25)
+    settle(s)
     assert seen == [0, 1, 2]
     assert [label for _, label in cap.marks] == ["epoch 0", "epoch 1", "epoch 2"]
+    mark_times = [t - cap.start_time for t, _ in cap.marks]
+    assert mark_times == pytest.approx([0.0, 0.25, 0.5], abs=1e-6)
     rows = tracker.summary()
     assert len(rows) == 6  # 3 iterations x 2 GPUs
     assert list(rows["iteration"].unique()) == [0, 1, 2]
-    assert (rows["duration_s"] >= 0.25 - 0.01).all()  # each iteration slept 0.25 s at least
+    assert rows["duration_s"].tolist() == pytest.approx([0.25] * 6, abs=1e-6)
+    assert (rows["energy_source"] == "power").all() and (rows["energy_j"] > 0).all()
     per_iter = tracker.summary(per_gpu=False)
     assert len(per_iter) == 3 and (per_iter["gpus"] == 2).all()
     assert len(cap.iterations) == 6
 
 
-def test_track_records_a_loop_left_early(sim_sampler):
+def test_track_records_a_loop_left_early(fake_sampler):
     tracker = nbgpu.track(["a", "b", "c"], label="step")
     with pytest.raises(RuntimeError):
         for item in tracker:
@@ -130,28 +285,33 @@ def test_track_records_a_loop_left_early(sim_sampler):
 
 
 def test_alerts_overlapping_the_block_are_listed(clean_profiles):
-    s = Sampler(SimulatedGPUs(count=1, scenario="throttle"), interval=0.1,
-                thresholds={"throttle_window_s": 1.0, "eval_every_s": 0.2}).start()
+    """The throttle scenario's alert is raised at the first evaluation inside the block."""
+    clock = Clock()
+    s = started(SimulatedGPUs(count=1, scenario="throttle", clock=clock), clock, history_s=0.1,
+                thresholds={"throttle_window_s": 1.0, "eval_every_s": 0.2})
     try:
-        with nbgpu.capture() as cap:
-            time.sleep(3.0)
+        with nbgpu.capture(sampler=s) as cap:
+            advance(s, clock, 0.5)
+        settle(s)
     finally:
         s.stop()
     assert cap.alerts, "the throttle scenario should raise an alert"
-    assert all(a.start <= cap.end_time for a in cap.alerts)
+    assert all(cap.start_time <= a.start <= cap.end_time for a in cap.alerts)
     assert cap.summary["alerts"].iloc[0]
     assert "sw_power_cap" in cap.summary["throttle_reasons"].iloc[0]
 
 
 def test_mig_slices_follow_their_card_and_are_not_counted_twice(clean_profiles):
-    s = Sampler(SimulatedGPUs(count=2, mig={1: 2}), interval=0.1).start()
+    clock = Clock()
+    s = started(SimulatedGPUs(count=2, mig={1: 2}, clock=clock), clock, history_s=0.3)
     try:
-        time.sleep(0.3)
-        with nbgpu.capture(gpus=[1]) as cap:
-            time.sleep(0.4)
+        with nbgpu.capture(sampler=s, gpus=[1]) as cap:
+            advance(s, clock, 0.4)
+        settle(s)
     finally:
         s.stop()
     assert cap.summary["gpu"].tolist() == [1, "1/0", "1/1"]
+    assert cap.duration_s == pytest.approx(0.4, abs=1e-6)
     assert math.isnan(cap.summary["util_mean_pct"].iloc[0])  # not supported in MIG mode: NaN, not 0
     totals = cap.totals
     assert totals["gpus"] == 1
@@ -164,18 +324,10 @@ def _stepped(sim, clock, until: float, fast: bool) -> Sampler:
     s = Sampler(sim, interval=0.5, clock=clock, diagnostics=False)
     lane = s.fast_memory(0.01) if fast else contextlib.nullcontext()
     with lane:
-        while clock.now < until:
-            s.step(clock.now)
-            clock.now += 0.005
+        while clock.t < until:
+            s.step(clock.t)
+            clock.t += 0.005
     return s
-
-
-class _Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -183,7 +335,7 @@ def test_a_60ms_spike_reaches_the_peak_only_with_the_fast_memory_lane(fast):
     t0 = 1_800_000_000.0
     peaks = []
     for spike in (False, True):  # the same simulated run without and with the spike
-        clock = _Clock(t0)
+        clock = Clock(t0)
         sim = SimulatedGPUs(count=1, seed=2, clock=clock)
         if spike:
             sim.add_memory_spike(0, at=t0 + 1.23, seconds=0.06, extra_bytes=16 * 2**30)
@@ -233,10 +385,13 @@ class _FakeCuda:
 def test_the_allocator_peak_is_folded_in_and_named(clean_profiles, monkeypatch):
     cuda = _FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    s = Sampler(SimulatedGPUs(count=1, seed=1), interval=0.1).start()
+    clock = Clock()
+    s = started(SimulatedGPUs(count=1, seed=1, clock=clock), clock)
     try:
-        with nbgpu.capture() as cap:
+        with nbgpu.capture(sampler=s) as cap:
             cuda.spike(16 * 2**30)  # allocated and freed between two memory reads
+            advance(s, clock, 0.1)
+        settle(s)
         row = cap.summary_rows[0]
         # The peak: what NVML counted outside PyTorch at the start + the allocator's peak.
         outside = row["mem_start_bytes"] - 2 * 2**30
@@ -249,6 +404,6 @@ def test_the_allocator_peak_is_folded_in_and_named(clean_profiles, monkeypatch):
         s.stop()
 
 
-def test_capture_with_a_source_while_another_sampler_runs_says_so(sim_sampler):
+def test_capture_with_a_source_while_another_sampler_runs_says_so(fake_sampler):
     with pytest.raises(BadArgumentError, match="already running"), nbgpu.capture(source="sim"):
         pass
