@@ -26,30 +26,9 @@ from nbgpu.profiles import marks as marks_module
 from nbgpu.profiles import report
 from nbgpu.profiles.summary import integrate_power_j, summarize
 from nbgpu.sampler import running_samplers
+from test_engine_sampler import T0, Clock, run
 
-T0 = 1_800_000_000.0
 SETTLE_TIMEOUT_S = 10.0  # a sampler thread that takes no step in this long is broken, not slow
-
-
-class Clock:
-    """A fake clock: moves only when the test moves it."""
-
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def run(s: Sampler, clock: Clock, seconds: float) -> None:
-    """Step ``s`` (not started) at every wake-up its thread would have in ``seconds`` of fake time."""
-    if s.next_wake() == -math.inf:  # never stepped: the probe just took a GPM sample at
-        clock.t += 1e-3             # this clock time, and GPM needs two distinct times
-    end = clock.t + seconds
-    while clock.t <= end + 1e-9:
-        s.step(clock.t)
-        clock.t = max(s.next_wake(), clock.t + 1e-6)
-    clock.t = end
 
 
 def settle(s: Sampler) -> None:
