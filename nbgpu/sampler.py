@@ -555,8 +555,12 @@ class Sampler:
         """When the thread wakes next (clock seconds), as the last step planned; -inf before any."""
         return self._wake_at
 
-    def step(self, now: float) -> None:
-        """Do what the thread would do at time ``now``: the due reads, store writes, listeners."""
+    def step(self, now: float | None = None) -> None:
+        """Do what the thread would do at time ``now``: the due reads, store writes, listeners.
+
+        ``now`` None reads the clock after taking the pending requests (what the thread does),
+        so a request made after that reading, stamped later, waits for the next step.
+        """
         if self._closed:
             raise SamplerStateError("this Sampler is closed; create a new Sampler to sample again")
         with self._step_lock:
@@ -564,6 +568,8 @@ class Sampler:
                 urgent = frozenset(self._urgent)
                 self._urgent.clear()
                 settings = self._settings()
+            if now is None:
+                now = self._clock()
             if self.started_at is None:
                 self.started_at = now
             p = schedule.plan(now, settings, self._sched, urgent)
@@ -654,13 +660,13 @@ class Sampler:
         try:
             while not self._stop_event.is_set():
                 self._wake.clear()
-                self.step(self._clock())
+                self.step()
                 wait = self._wake_at - self._clock()
                 if wait > 0 and not self._stop_event.is_set():
                     self._wake.wait(wait)
             if not self._stop_overdue:  # the last step drains what the buffers still hold
                 self.request("edge")
-                self.step(self._clock())
+                self.step()
         except SamplerStateError:
             pass
         finally:

@@ -263,3 +263,44 @@ def test_session_reset_and_interpreter_exit_leave_no_thread_and_no_nvml_handle()
     Sampler(other, interval=0.05, host=False, diagnostics=False).start()
     _stop_all_at_exit()  # what atexit runs
     assert not sampler_threads() and not other.initialised
+
+
+def test_a_request_landing_while_the_thread_reads_the_clock_is_served_after_it():
+    # A capture ends (its end time read) and asks for an edge while the thread is between
+    # reading the clock and taking the pending requests. Served in that step, the edge would
+    # be stamped before the block's end and the capture would wait for a reading it never gets.
+    from nbgpu.profiles.capture import wait_for_edge
+
+    ended: list[float] = []
+    block_ended = threading.Event()
+
+    class Clock:
+        """1 ms further at each call; the sampler thread's first reading lets a block end."""
+
+        def __init__(self) -> None:
+            self.t, self.armed = 1_800_000_000.0, False
+
+        def __call__(self) -> float:
+            self.t += 1e-3
+            now = self.t
+            if self.armed and threading.current_thread().name == "nbgpu-sampler":
+                self.armed = False
+                ended.append(now + 1e-3)  # the block's end, read just after this
+                self.t += 1e-3
+                s.request("edge")
+                block_ended.set()
+            return now
+
+    clock = Clock()
+    sim = SimulatedGPUs(count=1, clock=clock)
+    s = Sampler(sim, interval=5.0, host=False, diagnostics=False, clock=clock)
+    s.step(clock())
+    clock.armed = True
+    s.start()
+    try:
+        assert block_ended.wait(5.0)
+        assert wait_for_edge(s, ended[0], timeout_s=3.0)  # the next step served it
+    finally:
+        s.stop()
+    t, _ = s.timeline.series(0, "mem_used_bytes")
+    assert (t >= ended[0]).any()
