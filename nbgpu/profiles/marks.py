@@ -51,9 +51,9 @@ class Tracker:
 
     def begin(self, i: int) -> None:
         """Start iteration ``i``: close the previous one and mark this one on every timeline."""
-        now = time.time()
         if self.sampler is None:
             self.sampler = pick_sampler()
+        now = self._now()
         if self._open is not None:
             self.spans.append((*self._open, now, "done"))
         text = f"{self.label} {i}"
@@ -63,8 +63,12 @@ class Tracker:
     def end(self, status: str = "done") -> None:
         """Close the running iteration, if any."""
         if self._open is not None:
-            self.spans.append((*self._open, time.time(), status))
+            self.spans.append((*self._open, self._now(), status))
             self._open = None
+
+    def _now(self) -> float:
+        """The sampler's clock (the one its readings and marks are stamped with)."""
+        return self.sampler.now() if self.sampler is not None else time.time()
 
     def __iter__(self) -> Iterator[Any]:
         status = "done"
