@@ -157,3 +157,46 @@ def test_a_new_power_limit_is_drawn_on_at_once() -> None:
     finally:
         kept.close()
         s.stop()
+
+
+def test_an_open_panel_keeps_utilisation_drained_every_2_s_and_a_closed_one_stops_asking() -> None:
+    """The panel's refresh asks for the newest values, so the sampler drains live for it."""
+    from nbgpu import Sampler, SimulatedGPUs
+    from nbgpu.widgets.monitor import GPUMonitor
+
+    clock = SimpleNamespace(t=1.7e9)
+    now = lambda: clock.t  # noqa: E731
+    sim = SimulatedGPUs(1, seed=1, clock=now)
+    util_drains: list[float] = []
+    original = sim.nvmlDeviceGetSamples
+
+    def counted(handle, kind, since):
+        if kind == 1:  # utilisation
+            util_drains.append(clock.t)
+        return original(handle, kind, since)
+
+    sim.nvmlDeviceGetSamples = counted
+    s = Sampler(sim, clock=now, host=False, diagnostics=False)
+    panel = GPUMonitor(sampler=s, window_s=30, start=False)
+
+    def seconds(n: int, refreshing: bool) -> None:
+        for _ in range(n):
+            end = clock.t + 1.0
+            while clock.t < end:
+                clock.t = min(max(s.next_wake(), clock.t + 1e-3), end)
+                s.step(clock.t)
+            if refreshing:
+                panel.refresh(force=True, now=clock.t)
+
+    try:
+        s.step(clock.t)
+        seconds(10, refreshing=True)
+        open_drains = len(util_drains)
+        panel.close()
+        seconds(6, refreshing=False)  # the 5 s the last ask holds, then nobody watches
+        util_drains.clear()
+        seconds(20, refreshing=False)
+    finally:
+        s.stop()
+    assert 5 <= open_drains <= 7  # every 2 s while open
+    assert 4 <= len(util_drains) <= 6  # every 4 s once closed
