@@ -134,3 +134,20 @@ def test_drained_until_trails_the_oldest_buffer_drain_and_ends_with_the_gpu():
     run(s, clock, 1.0)
     assert s.drained_until(1) == np.inf  # nothing more will come from a lost GPU
     s.stop()
+
+
+def test_drained_until_follows_edges_that_find_nothing_new_yet_and_stops_at_a_failed_drain():
+    sim, clock = fake(1)
+    s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock)
+    run(s, clock, 3.0)
+    for _ in range(20):  # edges 10 ms apart: most drains are skipped, nothing new can exist yet
+        s.request("edge")
+        run(s, clock, 0.01)
+    assert s.drained_until(0) == pytest.approx(clock.t - 0.2, abs=0.03)
+    held = s.drained_until(0)
+    sim.inject_error("nvmlDeviceGetSamples", 999)  # an unknown error: the drains fail
+    clock.t += 0.5
+    s.request("edge")
+    run(s, clock, 0.01)
+    s.stop()
+    assert s.drained_until(0) == held  # a failed drain completes nothing

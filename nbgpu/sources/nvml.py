@@ -209,6 +209,7 @@ class _Device:
     buffers: dict[str, int] = field(default_factory=dict)  # stream -> last timestamp (µs)
     empty_since: dict[str, float] = field(default_factory=dict)  # stream -> first empty drain
     drained_at: dict[str, float] = field(default_factory=dict)  # stream -> last drain time
+    complete_at: dict[str, float] = field(default_factory=dict)  # stream -> all samples read by
     spacing_us: dict[str, float] = field(default_factory=dict)  # stream -> sample spacing (µs)
     retry_at: dict[str, float] = field(default_factory=dict)  # stream -> no drain before (s)
     gpm: list = field(default_factory=list)  # [previous, next] GPM samples once allocated
@@ -540,7 +541,7 @@ class NVMLSource:
         dev = next((d for d in self._devices if d.key == key), None)
         if dev is None or dev.lost or not dev.buffers:
             return math.inf
-        return min(dev.drained_at.get(stream, -math.inf) - dev.spacing_us.get(stream, 0.0) / 1e6
+        return min(dev.complete_at.get(stream, -math.inf) - dev.spacing_us.get(stream, 0.0) / 1e6
                    for stream in dev.buffers)
 
     def _live(self) -> list[_Device]:
@@ -694,7 +695,10 @@ class NVMLSource:
         for stream in list(dev.buffers):
             every_s = unwatched.get(stream) or DRAIN_EVERY_S[stream]
             recent = now - dev.drained_at.get(stream, -np.inf) < every_s - 0.05
-            if (recent and not edge) or self._nothing_new_yet(dev, stream, now):
+            if recent and not edge:
+                continue
+            if self._nothing_new_yet(dev, stream, now):
+                dev.complete_at[stream] = now  # no sample stamped before now is left to read
                 continue
             dev.drained_at[stream] = now
             batch = self._drain(dev, BUFFERED[stream], now, reading)
@@ -749,6 +753,7 @@ class NVMLSource:
         except TransientError as exc:
             self._transient(dev, f"{stream} samples", exc, reading)
             return None
+        dev.complete_at[stream] = now  # every sample stamped before now is read (or none was new)
         if not len(ts):
             # "Not found" means nothing new; a buffer empty for long is treated as absent.
             if stream in dev.spacing_us:
