@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
 import nbgpu
-from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
+from conftest_diagnostics import FakeClock, ShapedGPUs, drive, fired, sim_sampler
 from nbgpu.diagnostics import RULES, Thresholds
 
 TOTAL = 143771 * 2**20
@@ -137,17 +137,37 @@ def test_an_open_capture_is_reported_as_work_on_its_sampler():
 
 
 def test_live_sampler_raises_calls_back_from_its_thread_and_ends_alerts_on_stop():
-    shaped = ShapedGPUs(count=1, mem=lambda g, t, m: 0.97 * TOTAL)
+    """The sampler's own thread raises, escalates and calls back; stopping it ends the alert.
+
+    Its fake clock is moved one interval after each step by a listener of that thread, until
+    the critical call: fake time passes step by step however the thread is scheduled, then
+    stands still, so the test waits on that call, not on elapsed time. Binary fractions of a
+    second keep the times exact.
+    """
+    clock = FakeClock()
+    shaped = ShapedGPUs(count=1, mem=lambda g, t, m: 0.97 * TOTAL, clock=clock)
     calls = []
-    th = {"oom_warning_after_s": 0.3, "oom_critical_after_s": 0.6, "eval_every_s": 0.1}
-    with nbgpu.Sampler(shaped, interval=0.05, thresholds=th) as s:
-        s.on_alert(lambda a: calls.append((a.severity, __import__("threading").current_thread().name)))
-        deadline = time.time() + 10
-        while time.time() < deadline and not any(a.severity == "critical" for a in s.alert_list()):
-            time.sleep(0.05)
+    critical = threading.Event()
+    th = {"oom_warning_after_s": 0.25, "oom_critical_after_s": 0.5, "eval_every_s": 0.125}
+
+    def on_alert(alert) -> None:
+        calls.append((alert.severity, threading.current_thread().name, clock.t - s.started_at))
+        if alert.severity == "critical":
+            critical.set()
+
+    def one_interval_on(sampler: nbgpu.Sampler, now: float) -> None:
+        if not critical.is_set():
+            clock.t = now + sampler.interval
+
+    s = nbgpu.Sampler(shaped, interval=0.0625, thresholds=th, clock=clock)
+    s.on_alert(on_alert)
+    s.add_listener(one_interval_on)
+    clock.t += 2**-10  # the probe took a GPM sample at the clock's time: GPM needs another
+    with s:
+        assert critical.wait(10), f"no critical alert; calls so far: {calls}"
         assert s.running
         active = s.alert_list()
     assert [a.severity for a in active] == ["critical"] and active[0].end is None
-    assert calls[-1] == ("critical", "nbgpu-sampler")
+    assert calls == [("warning", "nbgpu-sampler", 0.25), ("critical", "nbgpu-sampler", 0.5)]
     (ended,) = s.alert_list()
-    assert ended.end is not None
+    assert ended.end == s.started_at + 0.5

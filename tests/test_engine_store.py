@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -14,6 +13,7 @@ import pytest
 
 import nbgpu
 from nbgpu.store import Store
+from test_engine_sampler import fake, run
 
 
 def fill(store: Store, seconds: float, hz: float, start: float = 1e9) -> None:
@@ -102,8 +102,12 @@ def test_series_reads_coarse_then_full_resolution_in_time_order():
 
 
 def sampled() -> nbgpu.Sampler:
-    with nbgpu.Sampler(source="sim", interval=0.1) as s:
-        time.sleep(0.6)
+    """A stopped sampler with 0.6 s of fake time on two simulated GPUs (7 ticks, stepped by hand)."""
+    sim, clock = fake()
+    s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
+    run(s, clock, 0.6)
+    s.stop()
+    assert s.ticks == 7
     return s
 
 
@@ -159,8 +163,11 @@ def test_core_imports_and_samples_without_the_notebook_stack():
     code = (
         "import sys\n"
         "for m in ('IPython', 'ipywidgets', 'bqplot', 'ipykernel'): sys.modules[m] = None\n"
-        "import time, nbgpu\n"
-        "with nbgpu.Sampler(source='sim', interval=0.1) as s: time.sleep(0.3)\n"
+        "import threading, nbgpu\n"
+        "stepped = threading.Event()\n"
+        "s = nbgpu.Sampler(source='sim', interval=0.1)\n"
+        "s.add_listener(lambda sampler, now: stepped.set())\n"
+        "with s: assert stepped.wait(30), 'the sampler thread took no step'\n"
         "print(len(s.timeline.to_pandas()) > 0)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

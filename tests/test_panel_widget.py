@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,11 +12,14 @@ import pytest
 
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
-from nbgpu.widgets import registry
+from nbgpu.widgets import monitor, registry
 from nbgpu.widgets.bands import INSET, pack_points, spaced_labels
+from nbgpu.widgets.column_view import SPARK_PX
 from nbgpu.widgets.hostonly import HostOnlySource
 from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
 from nbgpu.widgets.spark import SparkSet, points_of_all
+from test_engine_sampler import Clock, run
+from test_profiles_capture import SETTLE_TIMEOUT_S, advance, settle
 
 _mine: list[Sampler] = []
 
@@ -30,17 +33,25 @@ def _clean():
         _mine.pop().stop()
 
 
-def _sampler(count: int = 2, interval: float = 0.05, **kw) -> Sampler:
-    s = Sampler(SimulatedGPUs(count, **kw), interval=interval).start()
+def _sampler(count: int = 2, interval: float = 0.05, ticks: int = 4, start: bool = False,
+             source: object = None, clock: Clock | None = None) -> tuple[Sampler, Clock]:
+    """A sampler on a fake clock shared with its simulated GPUs, ``ticks`` intervals stepped by hand.
+
+    ``source`` replaces the GPUs (one on ``clock``, if it reads time).
+
+    ``start``: its thread runs too (a panel says "sampler stopped" of one without), at the
+    fake time the steps left; it has stepped there, so it adds nothing until the test moves
+    the clock (``advance``).
+    """
+    clock = Clock() if clock is None else clock
+    s = Sampler(SimulatedGPUs(count, clock=clock) if source is None else source,
+                interval=interval, clock=clock)
     _mine.append(s)
-    return s
-
-
-def _wait_ticks(s: Sampler, n: int = 4, timeout: float = 5.0) -> None:
-    end = time.time() + timeout
-    start = s.ticks
-    while s.ticks < start + n and time.time() < end:
-        time.sleep(0.02)
+    run(s, clock, ticks * interval)
+    if start:
+        s.start()
+        settle(s)
+    return s, clock
 
 
 def test_import_nbgpu_does_not_import_widgets() -> None:
@@ -117,47 +128,48 @@ def test_mark_labels_never_overlap() -> None:
 
 
 def test_refresh_sends_one_message_per_widget_and_skips_when_unchanged() -> None:
-    s = _sampler()
+    s, clock = _sampler()
     mon = GPUMonitor(sampler=s, start=False)
-    _wait_ticks(s)
     before = mon.traffic.snapshot()
-    assert mon.refresh(force=True)
+    assert mon.refresh(force=True, now=clock.t)
     after = mon.traffic.snapshot()
     assert after["messages"] > before["messages"]
     assert max(mon.traffic.per_widget.values()) == 1
     xs = [v.lines.x for v in mon._views]
     assert all(x.shape[1] <= 2 * BUCKETS + 4 for x in xs)
     s.stop()
-    mon.refresh()
+    mon.refresh(now=clock.t)
     n = mon.traffic.messages
-    assert mon.refresh() is False and mon.traffic.messages == n
-    assert mon.stats["skipped"] >= 1
+    assert mon.refresh(now=clock.t) is False and mon.traffic.messages == n
+    assert mon.stats["skipped"] == 1
 
 
 def test_long_windows_redraw_lines_only_when_a_pixel_has_passed() -> None:
-    s = _sampler()
+    """One refresh sends a line only once the window's pixel (about 24 s of 3600 s) has passed."""
+    s, clock = _sampler()
     mon = GPUMonitor(sampler=s, start=False, window_s=3600)
-    _wait_ticks(s)
-    mon.refresh()
-    lines = mon._views[0].lines
-    n_lines, n_values = mon.traffic.per_widget[lines.model_id], mon.traffic.per_widget[
-        mon._views[0].values.model_id]
-    _wait_ticks(s)
-    assert mon.refresh()  # 3600 s over 76 px: about 24 s a pixel, so only the values move
-    assert mon.traffic.per_widget[lines.model_id] == n_lines
-    assert mon.traffic.per_widget[mon._views[0].values.model_id] >= n_values
+    mon.refresh(now=clock.t)
+    mem = next(v for v in mon._views if v.col.key == "mem")  # its value changes every tick
+    lines, values = mon._views[0].lines.model_id, mem.values.model_id
+    n_lines, n_values = mon.traffic.per_widget[lines], mon.traffic.per_widget[values]
+    run(s, clock, 4 * s.interval)
+    assert mon.refresh(now=clock.t)  # 3600 s over 76 px: about 24 s a pixel, so only the values move
+    assert mon.traffic.per_widget[lines] == n_lines
+    assert mon.traffic.per_widget[values] == n_values + 1
+    run(s, clock, 3600 / (2 * SPARK_PX))
+    assert mon.refresh(now=clock.t)  # a pixel has passed
+    assert mon.traffic.per_widget[lines] == n_lines + 1
     mon.set_window(60)
-    assert mon.traffic.per_widget[lines.model_id] == n_lines + 1
+    assert mon.traffic.per_widget[lines] == n_lines + 2
 
 
 def test_message_count_does_not_grow_with_gpus_or_sample_rate() -> None:
     counts = []
     for count, interval in ((1, 0.5), (8, 0.02)):
-        s = _sampler(count, interval)
+        s, clock = _sampler(count, interval, ticks=3)
         mon = GPUMonitor(sampler=s, start=False, metrics="util,mem,power,temp")
-        _wait_ticks(s, 3)
         n = mon.traffic.messages
-        mon.refresh(force=True)
+        mon.refresh(force=True, now=clock.t)
         counts.append(mon.traffic.messages - n)
         mon.close()
         s.stop()
@@ -165,79 +177,105 @@ def test_message_count_does_not_grow_with_gpus_or_sample_rate() -> None:
 
 
 def test_labels_values_and_states() -> None:
-    sim = SimulatedGPUs(2)
-    s = Sampler(sim, interval=0.05).start()
-    _mine.append(s)
+    """A running sampler's panel: values, then a lost GPU and a mark, then the sampler stopped."""
+    clock = Clock()
+    sim = SimulatedGPUs(2, clock=clock)
+    s, _ = _sampler(source=sim, clock=clock, start=True)
     mon = GPUMonitor(sampler=s, start=False)
-    _wait_ticks(s)
-    mon.refresh(force=True)
+    mon.refresh(force=True, now=clock.t)
     assert "SIMULATED" in mon._header.value
     util = mon._views[0].values.value
     assert "%" in util and any(ch.isdigit() for ch in util)
     assert "GPU 0" in mon._labels.value and "host" in mon._labels.value
+    assert "LOST" not in mon._labels.value and "sampler stopped" not in mon._header.value
     sim.lose_gpu(1)
-    end = time.time() + 5
-    while 1 not in s.lost and time.time() < end:
-        time.sleep(0.02)
-    mon.refresh()
+    advance(s, clock, s.interval)  # the thread's next read finds it gone
+    assert list(s.lost) == [1]
+    mon.refresh(now=clock.t)
     assert "LOST" in mon._labels.value and "Lost GPU" in mon._header.value
     s.mark("epoch 1")
-    mon.refresh()
+    mon.refresh(now=clock.t)
     first = mon._views[0]
     assert first.labels.visible and list(first.labels.text) == ["epoch 1"]
     assert not np.isnan(first.rules.x).all()
     s.stop()
-    mon.refresh()
+    mon.refresh(now=clock.t)
     assert "sampler stopped" in mon._header.value
 
 
 def test_host_only_panel_says_why() -> None:
-    s = Sampler(HostOnlySource("NVML is not available (test); or use source='sim' for simulated GPUs."),
-                interval=0.05).start()
-    _mine.append(s)
+    s, clock = _sampler(ticks=2, source=HostOnlySource(
+        "NVML is not available (test); or use source='sim' for simulated GPUs."))
     mon = GPUMonitor(sampler=s, start=False)
-    _wait_ticks(s, 2)
-    mon.refresh(force=True)
+    mon.refresh(force=True, now=clock.t)
     assert "No GPU visible: NVML is not available (test)." in mon._header.value
     assert "--source sim" in mon._header.value and "SIMULATED" not in mon._header.value
     assert len(mon._rows) == 1 and "%" in mon._views[0].values.value
 
 
 def test_alert_badges_from_the_sampler() -> None:
-    s = _sampler()
+    s, clock = _sampler(ticks=2)
     alert = SimpleNamespace(rule="input_bound", severity="warning", gpu=0, start=1.0, end=None,
                             message="GPU 0 waits for input.", suggestion="Use more loader workers.")
     s.alert_list = lambda: [alert, SimpleNamespace(**{**alert.__dict__, "gpu": 1, "end": 2.0})]
     mon = GPUMonitor(sampler=s, start=False)
-    _wait_ticks(s, 2)
-    mon.refresh(force=True)
+    mon.refresh(force=True, now=clock.t)
     assert mon._labels.value.count("input_bound") == 1
     assert "Use more loader workers." in mon._labels.value
 
 
 def test_a_failing_view_never_stops_the_sampler() -> None:
-    s = _sampler()
+    """A view that fails every draw is counted and shown; the sampler and the panel's timer go on.
+
+    Both threads run: the panel's own timer ticks it, the sampler's thread steps on a fake clock.
+    A tick draws only when the store has changed, so each step the test lets happen is one
+    error; the test waits for the ticks that report them, not for time to pass.
+    """
+    s, clock = _sampler(start=True)
     mon = GPUMonitor(sampler=s, refresh_s=0.25, start=False)
+    ticked: queue.Queue[tuple[int, bool | float]] = queue.Queue()
 
     def broken(*args):
         raise RuntimeError("view broke")
 
-    mon._draw = broken
+    def tick() -> bool | float:
+        keep = GPUMonitor.tick(mon)
+        ticked.put((mon.stats["errors"], keep))
+        return keep
+
+    def wait_for_errors(n: int) -> None:
+        """Until a tick has counted ``n`` errors; no tick may take the panel off its timer."""
+        counted = 0
+        while counted < n:
+            counted, keep = ticked.get(timeout=SETTLE_TIMEOUT_S)
+            assert keep is not False, f"the panel left its timer after {counted} error(s)"
+
+    mon._draw, mon.tick = broken, tick
     mon.start()
     ticks = s.ticks
-    time.sleep(1.0)
-    assert s.running and s.ticks > ticks and mon.running
-    assert mon.stats["errors"] >= 2 and "view broke" in mon.last_error
+    wait_for_errors(1)  # the first tick draws what the sampler has read
+    with mon._lock:  # a tick meanwhile waits, and then sees the whole step, not a part of it
+        advance(s, clock, s.interval)
+    wait_for_errors(2)
+    assert s.running and s.ticks == ticks + 1 and mon.running
+    assert mon.stats["errors"] == 2 and "view broke" in mon.last_error
     mon.stop()
     assert not mon.running and "panel stopped" in mon._header.value
 
 
-def test_pause_window_close() -> None:
-    s = _sampler()
+def test_pause_window_close(monkeypatch) -> None:
+    """The panel on its own timer: paused it draws nothing, a window change redraws, close ends it.
+
+    The panel reads the time itself when it redraws on a change: the sampler's fake clock here.
+    """
+    s, clock = _sampler(start=True)
+    monkeypatch.setattr(monitor, "time", SimpleNamespace(time=clock))
     mon = GPUMonitor(sampler=s, refresh_s=0.25)
     assert mon.running and mon in registry.panels()
     mon.pause()
-    _wait_ticks(s, 2)
+    ticks = s.ticks
+    advance(s, clock, s.interval)
+    assert s.ticks == ticks + 1  # sampling goes on
     assert mon.refresh() is False and "paused" in mon._header.value
     mon.pause(False)
     mon.set_window(300)
@@ -264,11 +302,11 @@ def test_shared_panel_follows_a_replaced_sampler() -> None:
 def test_bad_arguments() -> None:
     for kw in ({"window_s": 0}, {"refresh_s": 0.1}, {"metrics": "util,bogus"}):
         with pytest.raises(BadArgumentError):
-            GPUMonitor(sampler=_sampler(), start=False, **kw)
+            GPUMonitor(sampler=_sampler()[0], start=False, **kw)
     with pytest.raises(BadArgumentError, match="GPU '5'"):
-        GPUMonitor(sampler=_sampler(), gpus="0,5", start=False)
+        GPUMonitor(sampler=_sampler()[0], gpus="0,5", start=False)
     with pytest.raises(BadArgumentError):
-        GPUMonitor(source="sim", sampler=_sampler(), start=False)
+        GPUMonitor(source="sim", sampler=_sampler()[0], start=False)
 
 
 def test_a_panel_is_ticked_again_soon_until_its_sampler_has_read() -> None:
@@ -296,10 +334,9 @@ def test_a_panel_is_ticked_again_soon_until_its_sampler_has_read() -> None:
 
 def test_the_header_is_drawn_again_whenever_its_text_is_not_the_one_drawn() -> None:
     """The header is built only when what it says changes, unless its text was changed since."""
-    s = _sampler()
+    s, clock = _sampler(ticks=2, start=True)
     mon = GPUMonitor(sampler=s, start=False)
-    _wait_ticks(s, 2)
-    mon.refresh(force=True)
+    mon.refresh(force=True, now=clock.t)
     drawn = mon._header.value
     assert "panel stopped" in drawn
     mon._header.value = "something else"
