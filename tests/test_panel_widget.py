@@ -12,7 +12,7 @@ import pytest
 
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
-from nbgpu.widgets import monitor, registry
+from nbgpu.widgets import registry
 from nbgpu.widgets.bands import INSET, pack_points, spaced_labels
 from nbgpu.widgets.column_view import SPARK_PX
 from nbgpu.widgets.hostonly import HostOnlySource
@@ -159,7 +159,10 @@ def test_long_windows_redraw_lines_only_when_a_pixel_has_passed() -> None:
     run(s, clock, 3600 / (2 * SPARK_PX))
     assert mon.refresh(now=clock.t)  # a pixel has passed
     assert mon.traffic.per_widget[lines] == n_lines + 1
-    mon.set_window(60)
+    mon.set_window(60)  # the sampler is younger than both windows: the same picture, not resent
+    assert mon.traffic.per_widget[lines] == n_lines + 1
+    s.started_at -= 1000
+    mon.set_window(300)  # an older sampler fills either window: a new picture at once
     assert mon.traffic.per_widget[lines] == n_lines + 2
 
 
@@ -263,13 +266,12 @@ def test_a_failing_view_never_stops_the_sampler() -> None:
     assert not mon.running and "panel stopped" in mon._header.value
 
 
-def test_pause_window_close(monkeypatch) -> None:
+def test_pause_window_close() -> None:
     """The panel on its own timer: paused it draws nothing, a window change redraws, close ends it.
 
-    The panel reads the time itself when it redraws on a change: the sampler's fake clock here.
+    A redraw on a change reads the sampler's clock (the fake one here), as its readings do.
     """
     s, clock = _sampler(start=True)
-    monkeypatch.setattr(monitor, "time", SimpleNamespace(time=clock))
     mon = GPUMonitor(sampler=s, refresh_s=0.25)
     assert mon.running and mon in registry.panels()
     mon.pause()

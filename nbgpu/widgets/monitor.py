@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import weakref
 
 import ipywidgets as widgets
@@ -261,7 +260,7 @@ class GPUMonitor(widgets.VBox):
         """Redraw from the store now; returns False when skipped (nothing new, paused, stopped).
 
         The panel timer calls this; tests and benchmarks may call it directly, ``now``
-        (epoch seconds; None: the clock) standing in for a fake clock. ``traffic`` counts
+        (epoch seconds; None: the sampler's clock) standing in for a fake clock. ``traffic`` counts
         what was sent.
         """
         with self._lock:
@@ -277,7 +276,7 @@ class GPUMonitor(widgets.VBox):
                 self.stats["skipped"] += 1
                 self._draw_header(status)
                 return False
-            now = time.time() if now is None else float(now)
+            now = s.now() if now is None else float(now)  # the clock readings are stamped with
             # A pixel of a long window is many seconds: redraw its lines only when the
             # picture can have moved; the current values still update every refresh.
             lines = (force or key[1:] != (self._last_key or (None,))[1:]
