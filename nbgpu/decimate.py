@@ -99,7 +99,7 @@ def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.n
     sizes = ends - starts
     vmin = np.minimum.reduceat(v, starts)
     vmax = np.maximum.reduceat(v, starts)
-    pos = _positions(n)
+    pos = positions(n)
     imin = np.minimum.reduceat(np.where(v == np.repeat(vmin, sizes), pos, n), starts)
     imax = np.minimum.reduceat(np.where(v == np.repeat(vmax, sizes), pos, n), starts)
     cells = np.empty((len(starts), 7))
@@ -123,8 +123,9 @@ def _counted(n: int) -> np.ndarray:
 _kept_positions = _counted(4096)
 
 
-def _positions(n: int) -> np.ndarray:
-    """``np.arange(n)``, as a view of one kept array while that is long enough (read only)."""
+def positions(n: int) -> np.ndarray:
+    """``np.arange(n)``, as a read-only view of one kept array while that is long enough:
+    the panel asks for the same few hundred positions at every refresh."""
     global _kept_positions
     if n > len(_kept_positions):
         _kept_positions = _counted(2 * n)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..decimate import positions
+
 INSET = 0.12  # fraction of a band left empty above and below the line
 
 
@@ -64,7 +66,7 @@ def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, base: np.ndarray
     starts = np.cumsum(n) - n
     # An empty row points at the point before its start (the last one for a first row):
     # any point does, since the row is replaced below.
-    at = starts[:, None] + np.minimum(_columns(width), (n - 1)[:, None])
+    at = starts[:, None] + np.minimum(positions(width)[None, :], (n - 1)[:, None])
     x2 = np.asarray(x)[at].astype(np.float32)
     y2 = (base[:, None] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64)[at] / scale[:, None], 0.0, 1.0)
           ).astype(np.float32)
@@ -72,18 +74,6 @@ def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, base: np.ndarray
         empty = n == 0
         x2[empty], y2[empty] = -span_s, np.nan
     return x2, y2
-
-
-def _columns(width: int) -> np.ndarray:
-    """``np.arange(width)`` as a row (a read-only view of one kept array while it is wide enough)."""
-    global _counting
-    if width > len(_counting):
-        _counting = np.arange(2 * width)
-        _counting.flags.writeable = False
-    return _counting[None, :width]
-
-
-_counting = np.arange(0)
 
 
 def baselines(bands: int, window_s: float) -> tuple[np.ndarray, np.ndarray]:
