@@ -111,23 +111,16 @@ class SparkSet:
     def _prepare(self, first: int, last: int) -> None:
         """Ring columns for buckets ``first`` to ``last + 1``: one that held an older bucket is
         emptied. Nothing to do for the window made ready last time (the same ring), and only
-        the buckets gained for a window that moved on by a few."""
+        the buckets gained for a window that moved on (no column was given out since)."""
         self._fit(first, last - first + 2)  # the window's buckets and the one after
         ring = self._bucket.size
         done = self._prepared
         if done == (first, last, ring):
             return
-        if done is not None and done[2] == ring and first >= done[0] and 0 <= last - done[1] <= 4:
-            # The window moved on by a bucket or a few: only the buckets it gained need a look
-            # (the others were made ready last time, and no column was given out since).
-            for number in range(max(done[1] + 2, first), last + 2):
-                col = number % ring
-                if self._bucket[col] != number:
-                    self._grid[:, col] = _EMPTY
-                    self._bucket[col] = number
-            self._prepared = (first, last, ring)
-            return
-        wanted = np.arange(first, last + 2)
+        lowest = first
+        if done is not None and done[2] == ring and first >= done[0] and last >= done[1]:
+            lowest = max(done[1] + 2, first)
+        wanted = np.arange(lowest, last + 2)
         cols = wanted % ring
         moved = self._bucket[cols] != wanted  # a column that held an older bucket: now empty
         if moved.any():
