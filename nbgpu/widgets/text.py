@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
-from ..units import GIB, MISSING, fmt_bytes, fmt_celsius, fmt_rate, gib
+from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_rate
 from ..units import fmt_used_of as used_of
 from .columns import Column
 
@@ -118,21 +118,10 @@ def _pct_of(v0: float, row: dict, info: Device) -> str:
 
 
 def _mem_of(v0: float, row: dict, info: Device) -> str:
-    """``used_of`` of the used and total bytes; for plain positive floats without its checks,
-    the total's text (the same every refresh) kept."""
-    total = row.get("mem_total_bytes", info.mem_total_bytes)
-    if type(v0) is not float or type(total) is not float or not 0.0 < total < math.inf:
-        return used_of(v0, total)
-    shown = _totals.get(total)
-    if shown is None:
-        if len(_totals) >= MAX_ESCAPED:
-            _totals.clear()
-        shown = _totals[total] = gib(total)
-    g = v0 / GIB
-    return f"{g:.1f}/{shown}" if abs(g) < 10 else f"{g:.0f}/{shown}"
+    """``used_of`` of the used and total bytes (the row's total, else the device's)."""
+    return used_of(v0, row.get("mem_total_bytes", info.mem_total_bytes))
 
 
-_totals: dict[float, str] = {}  # a card's memory total as ``gib`` writes it
 _ONE_METRIC: dict[str, Callable[[float, dict, Device], str]] = {  # a finite first value's text
     "mem": _mem_of,
     "power": _power_of,
