@@ -119,6 +119,14 @@ def test_http_endpoint_serves_metrics_on_localhost(sampler):
         assert err.value.code == 404
 
 
+def test_closing_twice_or_after_the_loop_ended_frees_the_port_and_never_raises(sampler):
+    exporter = serve(sampler, port=0, hostname="h")
+    exporter.close()
+    exporter.close()  # the loop ended and closed its trigger: nothing left to wake
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", exporter.port))  # the port is free again
+
+
 def test_scrape_of_eight_gpus_is_fast():
     s = Sampler(SimulatedGPUs(count=8), interval=0.2, host=False).start()
     try:

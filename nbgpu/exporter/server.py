@@ -109,9 +109,13 @@ class Exporter:
         return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
-        """Stop serving and free the port."""
+        """Stop serving and free the port; safe to call again, or after the loop has ended."""
         self._stop.set()
-        self._server.pull_trigger()
+        if self._thread.is_alive():
+            try:
+                self._server.pull_trigger()  # wake the loop so it sees the stop at once
+            except OSError:  # it ended meanwhile and closed its trigger with its sockets
+                pass
         self._thread.join(timeout=5)
 
     def __enter__(self) -> Exporter:
