@@ -58,6 +58,8 @@ _TABLE = [
      "sampler thread CPU seconds per wall second, two GPUs"),
     ("sim_sampler_cpu", "cpu", "sampler_cost:run_simulated",
      "sampler thread CPU seconds per wall second, 8 simulated GPUs"),
+    ("sim_sampler_python", "cpu", "sampler_cost:run_python",
+     "nbgpu's own Python per sampler step (NVML stand-in's time taken out), 1 simulated GPU"),
     ("sim_interference", "cpu", "gpu_interference:run_simulated",
      "the interference method on a CPU loop, monitors watching a simulated GPU"),
     ("widget_traffic", "cpu", "cpu_widgets:run",

@@ -151,3 +151,82 @@ def run_simulated(ctx: Context) -> Outcome:
     out.notes.append("Simulated GPUs compute their readings in Python inside the NVML calls, so "
                      "this over-states the cost of real NVML reads.")
     return out
+
+
+PYTHON_ARMS = {"defaults": {}, "no diagnostics": {"diagnostics": False},
+               "no host reads": {"host": False},
+               "neither": {"diagnostics": False, "host": False}}
+
+
+def python_per_step(kwargs: dict, steps: int, warmup: int = 40) -> dict:
+    """CPU ms of nbgpu's own Python per sampler step: 1 simulated GPU, interval 1 s, steps
+    driven on a fake clock, the time spent inside the NVML stand-in's calls taken out.
+
+    The stand-in computes its readings in Python, so the thread's whole CPU says little
+    about a real card; what is left once its calls are subtracted is nbgpu's own work (the
+    schedule, the reads' handling, the store, the diagnostics rules, the host reads), which
+    is the same on a real card. The two clock reads around each call stay in the figure.
+    """
+    import nbgpu
+    from nbgpu.sources.nvml import NVMLGateway
+
+    inside = [0.0]
+    original = NVMLGateway.call
+
+    def call(self, function: str, *args):
+        c0 = time.thread_time()
+        try:
+            return original(self, function, *args)
+        finally:
+            inside[0] += time.thread_time() - c0
+
+    class Clock:
+        def __init__(self) -> None:
+            self.t = 1.7e9
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+    NVMLGateway.call = call
+    try:
+        sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=1, seed=0, clock=clock),
+                                clock=clock, **kwargs)
+        try:
+            for _ in range(warmup):
+                clock.t += 1.0
+                sampler.step(clock.t)
+            inside[0] = 0.0
+            c0 = time.thread_time()
+            for _ in range(steps):
+                clock.t += 1.0
+                sampler.step(clock.t)
+            total = time.thread_time() - c0
+        finally:
+            sampler.stop()
+    finally:
+        NVMLGateway.call = original
+    return {"python_ms_per_step": 1000 * (total - inside[0]) / steps,
+            "stand_in_ms_per_step": 1000 * inside[0] / steps, "steps": steps}
+
+
+def run_python(ctx: Context) -> Outcome:
+    """nbgpu's own Python per sampler step at defaults, and without diagnostics or host reads:
+    arms alternated over rounds, medians reported (the CPU part of the sampler's cost that
+    the CPU machine resolves; the GPU benchmark's 'of which nbgpu's Python' is its real-card twin)."""
+    import statistics
+
+    rounds, steps = (2, 60) if ctx.quick else (7, 300)
+    runs: dict[str, list[dict]] = {arm: [] for arm in PYTHON_ARMS}
+    for _ in range(rounds):
+        for arm, kwargs in PYTHON_ARMS.items():
+            runs[arm].append(python_per_step(kwargs, steps))
+    out = Outcome(raw={"runs": runs, "rounds": rounds, "steps_per_run": steps,
+                       "setup": "1 simulated GPU, interval 1 s, one step per fake second"})
+    for arm in PYTHON_ARMS:
+        ms = statistics.median(r["python_ms_per_step"] for r in runs[arm])
+        out.figure(f"nbgpu's Python per sampler step, {arm} (median of {rounds})", ms, "ms")
+    out.notes.append("CPU time of the stepping thread minus the time inside the NVML stand-in's "
+                     "calls; one step a fake second at interval 1 s, so ms per step is ms per "
+                     "second of a real sampler")
+    return out

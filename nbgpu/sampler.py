@@ -306,6 +306,8 @@ class Sampler:
             if not self._closed:
                 self._closed = True
                 self.source.close()
+                if self._host is not None:
+                    self._host.close()
 
     def _thread_ended(self) -> None:
         """The thread's last act: record the stop; close the source if that was asked."""

@@ -206,7 +206,15 @@ def test_labels_values_and_states() -> None:
     assert "sampler stopped" in mon._header.value
 
 
-def test_host_only_panel_says_why() -> None:
+def test_host_only_panel_says_why(monkeypatch) -> None:
+    import itertools
+
+    from nbgpu.sources import host
+
+    # The machine's CPU counters as they move between ticks a fake 50 ms apart (a test's
+    # ticks come microseconds apart, when the real ones have not moved: "not measured").
+    counters = itertools.count()
+    monkeypatch.setattr(host, "_stat_cpu_s", lambda _head: (next(counters) * 0.02, next(counters) * 0.05))
     s, clock = _sampler(ticks=2, source=HostOnlySource(
         "NVML is not available (test); or use source='sim' for simulated GPUs."))
     mon = GPUMonitor(sampler=s, start=False)

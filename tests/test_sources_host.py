@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -113,3 +114,112 @@ def test_ram_comes_from_psutil_where_meminfo_has_no_available_line(tmp_path, mon
     used = host.read(1000.0)["host_ram_used_bytes"]
     vm = psutil.virtual_memory()
     assert used == pytest.approx(vm.total - vm.available, abs=256 * 2**20)
+
+
+class _ScriptedCpu:
+    """The machine's CPU times from a file the test rewrites, for /proc/stat readers and psutil alike.
+
+    ``at(busy_s, idle_s)`` writes a /proc/stat whose first line says so; psutil's own
+    ``cpu_times`` is pointed at the same file, so whichever way the host source reads the
+    machine's CPU, it reads these times.
+    """
+
+    def __init__(self, tmp_path, monkeypatch) -> None:
+        self.path = tmp_path / "stat"
+        self.tick = os.sysconf("SC_CLK_TCK")
+        monkeypatch.setattr(host_module, "PROC_STAT_PATH", str(self.path), raising=False)
+        fields = psutil._psplatform.scputimes._fields
+
+        def cpu_times():
+            values = [float(x) / self.tick for x in self.path.read_text().split()[1:len(fields) + 1]]
+            return psutil._psplatform.scputimes(*values)
+
+        monkeypatch.setattr(psutil._psplatform, "cpu_times", cpu_times)
+
+    def at(self, busy_s: float, idle_s: float) -> None:
+        # user nice system idle iowait irq softirq steal guest guest_nice, in clock ticks
+        ticks = [round(busy_s * self.tick), 0, 0, round(idle_s * self.tick), 0, 0, 0, 0, 0, 0]
+        self.path.write_text("cpu  " + " ".join(map(str, ticks)) + "\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+
+
+def test_the_first_host_cpu_reading_on_the_sampler_thread_is_measured_not_zero(tmp_path, monkeypatch):
+    # The source is made on one thread and read on the sampler's: its first reading covers
+    # the time since it was made (here 3 s busy of 4), not 0 % from a counter primed elsewhere.
+    cpu = _ScriptedCpu(tmp_path, monkeypatch)
+    cpu.at(busy_s=100.0, idle_s=100.0)
+    host = HostSource()
+    cpu.at(busy_s=103.0, idle_s=101.0)
+    got: list[dict] = []
+    reader = threading.Thread(target=lambda: got.append(host.read(1000.0)))
+    reader.start()
+    reader.join()
+    assert got[0]["host_cpu_pct"] == pytest.approx(75.0, abs=0.1)
+
+
+def test_host_reads_leave_psutils_cpu_percent_of_the_users_thread_alone(tmp_path, monkeypatch):
+    # A user's psutil.cpu_percent() measures from their own last call: making a host source
+    # (a Sampler) or reading it on the same thread (Sampler.step) must not move that start.
+    cpu = _ScriptedCpu(tmp_path, monkeypatch)
+    cpu.at(busy_s=10.0, idle_s=10.0)
+    psutil.cpu_percent(None)  # the user's start
+    cpu.at(busy_s=20.0, idle_s=10.0)
+    host = HostSource()
+    cpu.at(busy_s=20.0, idle_s=20.0)
+    host.read(1000.0)
+    cpu.at(busy_s=20.0, idle_s=30.0)
+    assert psutil.cpu_percent(None) == pytest.approx(100.0 * 10 / 30, abs=0.1)  # since the user's start
+
+
+def test_host_cpu_percent_follows_its_own_last_reading(tmp_path, monkeypatch):
+    cpu = _ScriptedCpu(tmp_path, monkeypatch)
+    cpu.at(busy_s=0.0, idle_s=0.0)
+    host = HostSource()
+    cpu.at(busy_s=1.0, idle_s=3.0)
+    assert host.read(1.0)["host_cpu_pct"] == pytest.approx(25.0, abs=0.1)
+    psutil.cpu_percent(None)  # someone else's call in between changes nothing here
+    cpu.at(busy_s=3.0, idle_s=3.0)
+    assert host.read(2.0)["host_cpu_pct"] == pytest.approx(100.0, abs=0.1)
+    assert math.isnan(host.read(3.0)["host_cpu_pct"])  # no CPU time passed: not measured, not 0
+
+
+def _open_proc_files() -> set[str]:
+    """What this process's descriptors that point into /proc point at."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/proc/"):
+            out.add(target)
+    return out
+
+
+def test_a_stopped_sampler_leaves_no_proc_file_open():
+    import nbgpu
+
+    before = _open_proc_files()
+    sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=1, seed=0), clock=lambda: 1000.0)
+    sampler.step(1000.0)
+    kept = _open_proc_files() - before
+    assert any(p.endswith("/statm") for p in kept) and "/proc/stat" in kept  # kept between ticks
+    sampler.stop()
+    assert _open_proc_files() - before == set()
+
+
+def test_an_ended_childs_files_are_closed_and_its_figures_leave_the_tree():
+    before = _open_proc_files()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host = HostSource(children_every_s=0.0)
+        host.read(1000.0)
+        assert set(host._children) == {child.pid}
+        assert any(p.startswith(f"/proc/{child.pid}/") for p in _open_proc_files())
+    finally:
+        child.kill()
+        child.wait(10)
+    host.read(1001.0)
+    assert host._children == {}
+    assert not any(p.startswith(f"/proc/{child.pid}/") for p in _open_proc_files())
+    host.close()
+    assert _open_proc_files() - before == set()

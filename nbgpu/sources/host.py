@@ -1,4 +1,8 @@
-"""Host CPU and RAM of the machine and of this process with its children (psutil)."""
+"""Host CPU and RAM of the machine and of this process with its children.
+
+Read from /proc files kept open between ticks where the system has them, from psutil
+elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -61,6 +65,61 @@ def _proc_descendants(pid: int) -> set[int] | None:
 
 
 MEMINFO_PATH = "/proc/meminfo"
+PROC_STAT_PATH = "/proc/stat"
+SELF_STATM_PATH = "/proc/self/statm"
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ProcFile:
+    """A /proc file kept open and read again from its start (``pread``) at every tick.
+
+    The kernel writes the file anew for each read from offset 0, so the figures are fresh;
+    keeping it open saves the open and close, most of a small /proc read's cost (a tenth
+    of it for /proc/self/statm). ``read`` is None once the file cannot be read (a process
+    that ended, or no such file here); a process made by ``fork`` opens its own.
+    """
+
+    def __init__(self, path: str, size: int = 4096) -> None:
+        self.path, self.size = path, size
+        self._fd: int | None = None
+        self._pid = 0
+
+    def read(self) -> bytes | None:
+        if self._fd is None or self._pid != os.getpid():
+            self.close()
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                return None
+            self._pid = os.getpid()
+        try:
+            return os.pread(self._fd, self.size, 0)
+        except OSError:  # the process behind it ended
+            self.close()
+            return None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (a descriptor inherited through ``fork`` is left to its process)."""
+        fd, self._fd = self._fd, None
+        if fd is not None and self._pid == os.getpid():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _meminfo_available(head: bytes | None) -> float | None:
+    """MemAvailable in bytes from the start of /proc/meminfo; None where it has none."""
+    for line in (head or b"").split(b"\n"):
+        if line.startswith(b"MemAvailable:"):
+            fields = line.split()
+            if len(fields) >= 2 and fields[1].isdigit():
+                return float(fields[1]) * 1024.0  # the kernel writes kB (KiB)
+    return None
 
 
 def meminfo_available_bytes(path: str | None = None) -> float | None:
@@ -71,70 +130,166 @@ def meminfo_available_bytes(path: str | None = None) -> float | None:
     """
     try:
         with open(path or MEMINFO_PATH, "rb") as f:
-            head = f.read(512)
+            return _meminfo_available(f.read(512))
     except OSError:
         return None
-    for line in head.split(b"\n"):
-        if line.startswith(b"MemAvailable:"):
-            fields = line.split()
-            if len(fields) >= 2 and fields[1].isdigit():
-                return float(fields[1]) * 1024.0  # the kernel writes kB (KiB)
-    return None
+
+
+def _stat_cpu_s(head: bytes | None) -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine from the first line of /proc/stat.
+
+    As psutil and htop count them: the total leaves out guest time (already in user and
+    nice), busy is the total less idle and iowait.
+    """
+    fields = (head or b"").split(b"\n", 1)[0].split()
+    if len(fields) < 5 or fields[0] != b"cpu":
+        return None
+    try:
+        ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    except ValueError:
+        return None
+    total = sum(ticks)
+    return (total - ticks[3] - ticks[4]) / _CLOCK_TICKS, total / _CLOCK_TICKS
+
+
+def _psutil_cpu_s(psutil) -> tuple[float, float]:
+    """``_stat_cpu_s`` from psutil's ``cpu_times`` (where there is no /proc/stat)."""
+    t = psutil.cpu_times()
+    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    return total - t.idle - getattr(t, "iowait", 0.0), total
+
+
+def _pid_stat_cpu_s(data: bytes | None) -> float | None:
+    """User + system CPU seconds of a process from its /proc/<pid>/stat."""
+    if not data:
+        return None
+    fields = data.rsplit(b")", 1)[-1].split()  # the name, in brackets, may hold spaces
+    try:
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (IndexError, ValueError):
+        return None
+
+
+def _statm_rss_bytes(data: bytes | None) -> float | None:
+    """Resident bytes of a process from its /proc/<pid>/statm (pages, second field)."""
+    fields = (data or b"").split()
+    try:
+        return float(int(fields[1]) * _PAGE_BYTES)
+    except (IndexError, ValueError):
+        return None
+
+
+class _Child:
+    """One descendant's CPU and RSS: its /proc files kept open, or psutil where there are none."""
+
+    def __init__(self, psutil, pid: int, procfs: bool) -> None:
+        self.stat = ProcFile(f"/proc/{pid}/stat", 1024) if procfs else None
+        self.statm = ProcFile(f"/proc/{pid}/statm", 256) if procfs else None
+        self.process = None if procfs else psutil.Process(pid)
+
+    def read(self, psutil) -> tuple[float, float] | None:
+        """(CPU seconds, RSS bytes); None once the process has ended."""
+        if self.process is None:
+            cpu, rss = _pid_stat_cpu_s(self.stat.read()), _statm_rss_bytes(self.statm.read())
+            return None if cpu is None or rss is None else (cpu, rss)
+        try:
+            ct = self.process.cpu_times()
+            return ct.user + ct.system, float(self.process.memory_info().rss)
+        except psutil.Error:
+            return None
+
+    def close(self) -> None:
+        for f in (self.stat, self.statm):
+            if f is not None:
+                f.close()
 
 
 class HostSource:
-    """Reads the machine's and this process tree's CPU and memory; cheap enough every tick."""
+    """Reads the machine's and this process tree's CPU and memory; cheap enough every tick.
+
+    Its figures come from /proc files it keeps open (psutil where the system has none),
+    and it keeps its own last CPU times, so a user's ``psutil.cpu_percent()`` on any thread
+    measures from their own last call, whatever nbgpu reads meanwhile.
+    """
 
     def __init__(self, children_every_s: float = 5.0) -> None:
         import psutil
 
         self._psutil = psutil
         self._me = psutil.Process(os.getpid())
-        self._children: dict[int, object] = {}
+        self._children: dict[int, _Child] = {}
         self._children_every_s = children_every_s
         self._children_at = -np.inf
         self._last: tuple[float, float] | None = None
         self._ram_total = float(psutil.virtual_memory().total)
-        self._meminfo = meminfo_available_bytes() is not None  # else psutil answers (not Linux)
-        psutil.cpu_percent(None)  # first call primes the counter
+        self._meminfo = ProcFile(MEMINFO_PATH, 512)
+        if _meminfo_available(self._meminfo.read()) is None:  # psutil answers (not Linux)
+            self._meminfo.close()
+            self._meminfo = None
+        self._stat = ProcFile(PROC_STAT_PATH, 256)
+        self._statm = ProcFile(SELF_STATM_PATH, 256)
+        self._procfs = _statm_rss_bytes(self._statm.read()) is not None
+        self._cpu_last = self._machine_cpu_s()
 
-    def _live_children(self) -> dict[int, object]:
-        """psutil handles of this process's descendants, the known ones kept (their CPU counters)."""
-        ps = self._psutil
+    def _machine_cpu_s(self) -> tuple[float, float]:
+        got = _stat_cpu_s(self._stat.read()) if self._stat is not None else None
+        if got is None:
+            if self._stat is not None:
+                self._stat.close()
+                self._stat = None
+            got = _psutil_cpu_s(self._psutil)
+        return got
+
+    def _machine_cpu_pct(self) -> float:
+        """Busy share of every CPU of the machine since the last reading (NaN if no time passed)."""
+        busy, total = self._machine_cpu_s()
+        busy0, total0 = self._cpu_last
+        if total <= total0:  # the counters have not moved: the next reading covers both
+            return np.nan
+        self._cpu_last = (busy, total)
+        return min(max(100.0 * (busy - busy0) / (total - total0), 0.0), 100.0)
+
+    def _live_children(self) -> dict[int, _Child]:
+        """This process's descendants, the known ones kept (their files stay open)."""
         live = {}
         for pid in descendant_pids(self._me.pid):
-            try:
-                live[pid] = self._children.get(pid) or ps.Process(pid)
-            except ps.Error:  # ended since it was listed
-                continue
+            child = self._children.pop(pid, None)
+            if child is None:
+                try:
+                    child = _Child(self._psutil, pid, self._procfs)
+                except self._psutil.Error:  # ended since it was listed
+                    continue
+            live[pid] = child
+        for gone in self._children.values():
+            gone.close()
         return live
 
     def _tree_cpu_seconds(self, now: float) -> tuple[float, float]:
         """CPU seconds of this process, its reaped children and its live children; their RSS."""
-        ps = self._psutil
         if now - self._children_at >= self._children_every_s:
             self._children_at = now
             self._children = self._live_children()
         t = os.times()  # this process's clock and its reaped children's, without a /proc read
         cpu = t.user + t.system + t.children_user + t.children_system
-        rss = float(self._me.memory_info().rss)
+        rss = _statm_rss_bytes(self._statm.read()) if self._procfs else None
+        if rss is None:
+            rss = float(self._me.memory_info().rss)
         for pid, child in list(self._children.items()):
-            try:
-                ct = child.cpu_times()
-                cpu += ct.user + ct.system
-                rss += float(child.memory_info().rss)
-            except ps.Error:
-                self._children.pop(pid, None)
+            got = child.read(self._psutil)
+            if got is None:
+                self._children.pop(pid).close()
+                continue
+            cpu += got[0]
+            rss += got[1]
         return cpu, rss
 
     def _ram_available_bytes(self) -> float:
-        available = meminfo_available_bytes() if self._meminfo else None
+        available = _meminfo_available(self._meminfo.read()) if self._meminfo is not None else None
         if available is None:
             available = float(self._psutil.virtual_memory().available)
         return available
 
     def read(self, now: float) -> dict[str, float]:
-        ps = self._psutil
         available = self._ram_available_bytes()
         cpu_s, rss = self._tree_cpu_seconds(now)
         proc_pct = np.nan
@@ -142,9 +297,19 @@ class HostSource:
             proc_pct = max(0.0, 100.0 * (cpu_s - self._last[1]) / (now - self._last[0]))
         self._last = (now, cpu_s)
         return {
-            "host_cpu_pct": float(ps.cpu_percent(None)),
+            "host_cpu_pct": self._machine_cpu_pct(),
             "host_ram_used_bytes": self._ram_total - available,
             "host_ram_total_bytes": self._ram_total,
             "proc_cpu_pct": proc_pct,
             "proc_rss_bytes": rss,
         }
+
+    def close(self) -> None:
+        """Close the /proc files it keeps open (reading again opens them again)."""
+        for f in (self._meminfo, self._stat, self._statm):
+            if f is not None:
+                f.close()
+        for child in self._children.values():
+            child.close()
+        self._children = {}
+        self._children_at = -np.inf
