@@ -156,6 +156,9 @@ def run_simulated(ctx: Context) -> Outcome:
 PYTHON_ARMS = {"defaults": {}, "no diagnostics": {"diagnostics": False},
                "no host reads": {"host": False},
                "neither": {"diagnostics": False, "host": False}}
+# The same at defaults after an hour of steps (the store's full-resolution horizon): what a
+# read of the last seconds costs must not grow with the rows kept behind them.
+LONG_HISTORY_ARM = ("defaults, after 1 h", {}, 3600)
 
 
 def python_per_step(kwargs: dict, steps: int, warmup: int = 40) -> dict:
@@ -217,13 +220,16 @@ def run_python(ctx: Context) -> Outcome:
     import statistics
 
     rounds, steps = (2, 60) if ctx.quick else (7, 300)
-    runs: dict[str, list[dict]] = {arm: [] for arm in PYTHON_ARMS}
+    long_name, long_kwargs, long_warmup = LONG_HISTORY_ARM
+    runs: dict[str, list[dict]] = {arm: [] for arm in [*PYTHON_ARMS, long_name]}
     for _ in range(rounds):
         for arm, kwargs in PYTHON_ARMS.items():
             runs[arm].append(python_per_step(kwargs, steps))
+        runs[long_name].append(python_per_step(long_kwargs, steps,
+                                               warmup=60 if ctx.quick else long_warmup))
     out = Outcome(raw={"runs": runs, "rounds": rounds, "steps_per_run": steps,
                        "setup": "1 simulated GPU, interval 1 s, one step per fake second"})
-    for arm in PYTHON_ARMS:
+    for arm in runs:
         ms = statistics.median(r["python_ms_per_step"] for r in runs[arm])
         out.figure(f"nbgpu's Python per sampler step, {arm} (median of {rounds})", ms, "ms")
     out.notes.append("CPU time of the stepping thread minus the time inside the NVML stand-in's "

@@ -51,22 +51,12 @@ class _Chunk:
         return self.times.nbytes + sum(a.nbytes for a in self.cols.values())
 
 
-def _concat(chunks: list[_Chunk], columns: list[str], t0: float, t1: float):
-    """Live rows of ``chunks`` with t0 <= time <= t1, as (times, {column: values})."""
-    times, cols = [], {c: [] for c in columns}
-    for ch in chunks:
-        if ch.n <= ch.start:
-            continue
-        t = ch.times[ch.start : ch.n]
-        if t[-1] < t0 or t[0] > t1:
-            continue
-        lo, hi = np.searchsorted(t, t0, "left"), np.searchsorted(t, t1, "right")
-        times.append(t[lo:hi])
-        for c in columns:
-            cols[c].append(ch.cols[c][ch.start + lo : ch.start + hi])
-    if not times:
+def _joined(pieces: list[tuple[np.ndarray, list[np.ndarray]]], columns: list[str]):
+    """One copy of the rows of ``pieces`` (``_views``' output), as (times, {column: values})."""
+    if not pieces:
         return np.empty(0), {c: np.empty(0) for c in columns}
-    return np.concatenate(times), {c: np.concatenate(v) for c, v in cols.items()}
+    return (np.concatenate([t for t, _ in pieces]),
+            {c: np.concatenate([cols[i] for _, cols in pieces]) for i, c in enumerate(columns)})
 
 
 def _views(chunks: deque[_Chunk], columns: list[str], t0: float, t1: float,
@@ -275,19 +265,17 @@ class Stream:
         return -np.inf
 
     def read(self, t0: float, t1: float, coarse: bool = True, columns: list[str] | None = None):
-        """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``."""
+        """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``.
+
+        A copy of ``pieces``: the chunks are walked from the newest, so a read of the last
+        seconds costs the same after a minute or an hour of rows.
+        """
         names = list(self.columns) if columns is None else columns
-        oldest = max(t0, self.last_time - self.history_s)
-        times, cols = _concat(list(self.chunks), names, oldest, t1)
+        full, old = self._pieces(t0, t1, coarse, names)
+        times, cols = _joined(old + full, names)
         decimated = np.zeros(len(times), dtype=bool)
-        if coarse and self.coarse:
-            first_full = self._oldest(self.chunks)
-            ct, cc = _concat(list(self.coarse), names, oldest, min(t1, first_full))
-            ct_keep = ct < first_full
-            if ct_keep.any():
-                times = np.concatenate([ct[ct_keep], times])
-                cols = {k: np.concatenate([cc[k][ct_keep], v]) for k, v in cols.items()}
-                decimated = np.concatenate([np.ones(ct_keep.sum(), dtype=bool), decimated])
+        if old:
+            decimated[:sum(len(t) for t, _ in old)] = True
         return times, cols, decimated
 
     def newest(self, metric: str) -> tuple[float, float]:
@@ -304,13 +292,19 @@ class Stream:
     def pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]
                ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
         """The rows ``read`` returns, as views of their chunks (oldest first), copied by none."""
+        full, old = self._pieces(t0, t1, coarse, columns)
+        return old + full if old else full
+
+    def _pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]):
+        """(full-resolution views, coarse views older than every full-resolution row) in [t0, t1]."""
         oldest = max(t0, self.last_time - self.history_s)
-        out = _views(self.chunks, columns, oldest, t1)
+        full = _views(self.chunks, columns, oldest, t1)
+        old: list[tuple[np.ndarray, list[np.ndarray]]] = []
         if coarse and self.coarse:
             first_full = self._oldest(self.chunks)
             if first_full > oldest:
-                out = _views(self.coarse, columns, oldest, t1, before=first_full) + out
-        return out
+                old = _views(self.coarse, columns, oldest, t1, before=first_full)
+        return full, old
 
     def pieces_since(self, appended: int, t0: float, t1: float, columns: list[str]
                      ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
@@ -474,11 +468,16 @@ class Store:
         parts_t, parts_v = [], []
         with self.lock:
             for stream in self._where.get((device, metric), ()):
-                t, cols, _ = self._streams[(device, stream)].read(t0, t1, coarse, [metric])
-                v = cols[metric].astype(np.float64)
-                ok = ~np.isnan(v)
-                parts_t.append(t[ok])
-                parts_v.append(v[ok])
+                pieces = self._streams[(device, stream)].pieces(t0, t1, coarse, [metric])
+                if not pieces:
+                    continue
+                t = np.concatenate([p[0] for p in pieces])
+                v = np.concatenate([p[1][0] for p in pieces], dtype=np.float64)
+                nan = np.isnan(v)
+                if nan.any():
+                    t, v = t[~nan], v[~nan]
+                parts_t.append(t)
+                parts_v.append(v)
         return merge_series(parts_t, parts_v)
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
