@@ -63,3 +63,25 @@ def test_samples_that_are_not_one_array_are_read_one_by_one():
     ts, vals = NVMLGateway(Scattered()).samples(None, 0, 0)
     assert list(ts) == [10.0, 30.0] and list(vals) == [1.0, 2.0]
     assert ctypes.sizeof(a) == nvml_mod.SAMPLE_BYTES
+
+
+def test_simulated_gpus_answer_as_pynvml_does_so_ci_decodes_them_the_packed_way(monkeypatch):
+    # The stand-in's samples are one ctypes array, as pynvml returns them: the decode that
+    # runs on a real card (read at once, no per-sample step) is the one CI and demos run.
+    import nbgpu
+
+    def one_by_one(*_a):
+        raise AssertionError("read sample by sample")
+
+    monkeypatch.setattr(nvml_mod, "_sample_value", one_by_one)
+    clock = [1.7e9]
+    sim = nbgpu.SimulatedGPUs(count=1, seed=0, clock=lambda: clock[0])
+    sim.nvmlInit()
+    handle = sim.nvmlDeviceGetHandleByIndex(0)
+    clock[0] += 1.0
+    vtype, listed = sim.nvmlDeviceGetSamples(handle, 0, 0)
+    assert vtype == 1 and len(listed) >= 50  # a second of 20 ms samples
+    ts, vals = NVMLGateway(sim).samples(handle, 0, 0)
+    assert np.all(np.diff(ts) == 20_000) and np.all(vals > 0)
+    np.testing.assert_array_equal(vals, [s.sampleValue.uiVal for s in listed])
+    assert ctypes.sizeof(listed[0]) == nvml_mod.SAMPLE_BYTES

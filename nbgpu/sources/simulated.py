@@ -12,6 +12,7 @@ it reports is named as simulated.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import threading
@@ -19,6 +20,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
+
+import numpy as np
 
 from ..errors import BadArgumentError
 
@@ -91,20 +94,34 @@ class _Util:
     memory: int
 
 
-class _Value:
-    """Like pynvml's c_nvmlValue_t union: every member holds the same number."""
+class _Value(ctypes.Union):
+    """NVML's nvmlValue_t: the sample's value, read through the member its value type names."""
 
-    __slots__ = ("dVal", "siVal", "sllVal", "uiVal", "ulVal", "ullVal", "usVal")
-
-    def __init__(self, v: float) -> None:
-        self.dVal = float(v)
-        self.uiVal = self.ulVal = self.ullVal = self.sllVal = self.siVal = self.usVal = int(v)
+    _fields_ = (("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
+                ("usVal", ctypes.c_ushort))
 
 
-@dataclass
-class _Sample:
-    timeStamp: int  # noqa: N815 - NVML's field names
-    sampleValue: _Value  # noqa: N815
+class _Sample(ctypes.Structure):
+    """NVML's nvmlSample_t: a CPU timestamp in µs, then the value."""
+
+    _fields_ = (("timeStamp", ctypes.c_ulonglong), ("sampleValue", _Value))
+
+
+# One sample's bytes as unsigned-int samples lay them out (the value type NVML gives power
+# and utilisation samples), for filling a whole array at once.
+_UINT_SAMPLE = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, np.uintc], "offsets": [0, 8],
+                         "itemsize": ctypes.sizeof(_Sample)})
+
+
+def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
+    """What pynvml's nvmlDeviceGetSamples returns: a slice of one ctypes array of samples."""
+    n = len(ts_us)
+    array = (_Sample * n)()
+    rows = np.frombuffer(array, dtype=_UINT_SAMPLE)
+    rows["ts"] = ts_us
+    rows["v"] = values
+    return array[0:n]
 
 
 @dataclass
@@ -555,7 +572,8 @@ class SimulatedGPUs:
         now = self.clock()
         newest = math.floor((now - self.start_time) / period)
         first = max(newest - kept + 1, 0)
-        samples = []
+        stamps: list[int] = []
+        values: list[int] = []
         for k in range(first, newest + 1):
             t_rel = k * period
             ts = round((self.start_time + t_rel) * 1e6)
@@ -566,10 +584,11 @@ class SimulatedGPUs:
             else:
                 u = self.util_window(h.gpu, t_rel, period)
                 v = u if sampling_type == 1 else u * 0.45
-            samples.append(_Sample(ts, _Value(round(v))))
-        if not samples:
+            stamps.append(ts)
+            values.append(max(round(v), 0))
+        if not stamps:
             raise _error(NVML_ERROR_NOT_FOUND)
-        return 1, samples
+        return 1, _sample_array(stamps, values)
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:  # noqa: N802
         self._enter("nvmlDeviceGetMigMode", h)
