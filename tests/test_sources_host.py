@@ -223,3 +223,29 @@ def test_an_ended_childs_files_are_closed_and_its_figures_leave_the_tree():
     assert not any(p.startswith(f"/proc/{child.pid}/") for p in _open_proc_files())
     host.close()
     assert _open_proc_files() - before == set()
+
+
+def test_without_proc_files_psutil_answers_every_figure(tmp_path, monkeypatch):
+    # Another system (no /proc/stat, /proc/self/statm, /proc/meminfo): the same figures
+    # through psutil, the machine's CPU still from the source's own last reading.
+    for name in ("PROC_STAT_PATH", "SELF_STATM_PATH", "MEMINFO_PATH"):
+        monkeypatch.setattr(host_module, name, str(tmp_path / "absent"))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host = HostSource(children_every_s=0.0)
+        assert not host._procfs and host._meminfo is None
+        first = host.read(1000.0)
+        end = time.thread_time() + 0.1
+        while time.thread_time() < end:
+            pass
+        values = host.read(1001.0)
+        assert set(host._children) == {child.pid} and host._children[child.pid].process is not None
+    finally:
+        child.kill()
+        child.wait(10)
+    me = psutil.Process().memory_info().rss
+    assert values["proc_rss_bytes"] > me  # this process and its child
+    assert 0.0 < values["host_cpu_pct"] <= 100.0  # 0.1 s of this thread spinning between the reads
+    assert values["proc_cpu_pct"] >= 5.0 and math.isnan(first["proc_cpu_pct"])
+    vm = psutil.virtual_memory()
+    assert values["host_ram_used_bytes"] == pytest.approx(vm.total - vm.available, abs=256 * 2**20)
