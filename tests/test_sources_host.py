@@ -249,3 +249,35 @@ def test_without_proc_files_psutil_answers_every_figure(tmp_path, monkeypatch):
     assert values["proc_cpu_pct"] >= 5.0 and math.isnan(first["proc_cpu_pct"])
     vm = psutil.virtual_memory()
     assert values["host_ram_used_bytes"] == pytest.approx(vm.total - vm.available, abs=256 * 2**20)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_process_reads_its_own_files_not_its_parents():
+    # The kept /proc/self files name the process that opened them: a forked child (a
+    # DataLoader worker made by fork, say) that reads the source opens its own.
+    import warnings
+
+    host = HostSource()
+    host.read(1000.0)
+    ballast = bytearray(64 * 2**20)  # the parent's RSS, well above the child's own
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running
+        pid = os.fork()
+    if pid == 0:  # the child: drop the ballast, then report its RSS as the source reads it
+        try:
+            del ballast
+            import gc
+
+            gc.collect()
+            seen = host._tree_cpu_seconds(1001.0)[1]
+            os.write(write_end, f"{seen} {psutil.Process().memory_info().rss}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    got, own = (float(x) for x in os.read(read_end, 256).split())
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert got == pytest.approx(own, rel=0.2)  # the child's RSS, not the parent's
+    assert host.read(1002.0)["proc_rss_bytes"] >= len(ballast)  # the parent's files still its own
