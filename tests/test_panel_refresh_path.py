@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from types import SimpleNamespace
 
@@ -13,8 +14,9 @@ from nbgpu.sources.base import Device
 from nbgpu.widgets import traffic as traffic_module
 from nbgpu.widgets.bands import pack_packed, pack_points
 from nbgpu.widgets.readout import band_scale
-from nbgpu.widgets.spark import SparkSet, points_of_all, points_packed
+from nbgpu.widgets.spark import SparkSet
 from nbgpu.widgets.traffic import Traffic
+from spark_oracle import points_of_all, points_packed, update
 
 
 def _widget(sent: list) -> SimpleNamespace:
@@ -83,9 +85,14 @@ def test_packed_points_and_packing_equal_the_per_trace_forms(gap_s: float) -> No
         reads.append((t, rng.random(n) * 100))
     sset = SparkSet(traces, span / 38)
     keep = [(t[t >= sset.start(now, span)], v[t >= sset.start(now, span)]) for t, v in reads]
-    trace, b = sset.update(keep, now, span)
+    trace, b = update(sset, keep, now, span)
     per_trace = points_of_all(trace, b, traces, now, span, gap_s)
     lengths, x, v = points_packed(trace, b, traces, now, span, gap_s)
+    # The panel reads the points straight from the kept grid: the same as from the buckets.
+    first, last = math.floor((now - span) / sset.width_s), math.floor(now / sset.width_s)
+    direct = sset.points(first, last, now, span, gap_s)
+    for got, want in zip(direct, (lengths, x, v), strict=True):
+        np.testing.assert_array_equal(got, want)
     assert list(lengths) == [len(px) for px, _ in per_trace]
     np.testing.assert_array_equal(x, np.concatenate([px for px, _ in per_trace]))
     np.testing.assert_array_equal(v, np.concatenate([pv for _, pv in per_trace]))

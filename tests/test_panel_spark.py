@@ -7,6 +7,7 @@ import pytest
 
 from nbgpu.decimate import bucket_minmax
 from nbgpu.widgets.spark import SparkSet
+from spark_oracle import points_of_all, update, update_packed
 
 FIELDS = ("index", "count", "first_t", "last_t", "tmin", "vmin", "tmax", "vmax")
 
@@ -65,7 +66,7 @@ def test_kept_buckets_equal_a_fresh_reduction_at_every_refresh(start: float, spa
         # 50 Hz drained every 1 s, 2.4 s late; the last trace in 10 s drains (memory bandwidth)
         arrived = [now - 2.4 - (k % 3) * 0.3, now, now, now, np.floor((now - start) / 10) * 10 + start]
         lengths, t, v = _packed(series, given, arrived, sset.start(now, span))
-        trace, b = sset.update_packed(lengths, t, v, now, span)
+        trace, b = update_packed(sset, lengths, t, v, now, span)
         seen = [(t[t <= at], v[t <= at]) for (t, v), at in zip(series, arrived, strict=True)]
         want_trace, want = _reference(seen, now, span, width)
         np.testing.assert_array_equal(trace, want_trace)
@@ -90,8 +91,8 @@ def test_a_window_made_ready_again_is_the_window_made_afresh() -> None:
         newest = max(newest, now)
         lengths, t, v = _packed(series, given, [newest] * len(series), kept.start(now, span))
         afresh._prepared = None  # as if this window had never been made ready
-        got = kept.update_packed(lengths, t, v, now, span)
-        want = afresh.update_packed(lengths, t, v, now, span)
+        got = update_packed(kept, lengths, t, v, now, span)
+        want = update_packed(afresh, lengths, t, v, now, span)
         np.testing.assert_array_equal(got[0], want[0])
         for f in FIELDS:
             np.testing.assert_array_equal(getattr(got[1], f), getattr(want[1], f), err_msg=f"{f} at {now}")
@@ -109,8 +110,8 @@ def test_reads_as_a_list_are_the_packed_reads() -> None:
         lengths, t, v = _packed(series, given, [now, now], t0)
         ends = np.cumsum(lengths)
         reads = [(t[e - n:e], v[e - n:e]) for n, e in zip(lengths, ends, strict=True)]
-        ta, ba = a.update(reads, now, 60.0)
-        tb, bb = b.update_packed(lengths, t, v, now, 60.0)
+        ta, ba = update(a, reads, now, 60.0)
+        tb, bb = update_packed(b, lengths, t, v, now, 60.0)
         np.testing.assert_array_equal(ta, tb)
         for f in FIELDS:
             np.testing.assert_array_equal(getattr(ba, f), getattr(bb, f))
@@ -118,15 +119,15 @@ def test_reads_as_a_list_are_the_packed_reads() -> None:
 
 def test_rows_ahead_of_now_ask_for_a_new_set() -> None:
     sset = SparkSet(1, 1.0)
-    sset.update_packed(np.array([2]), np.array([99.5, 100.5]), np.array([1.0, 2.0]), 100.0, 38.0)
+    update_packed(sset, np.array([2]), np.array([99.5, 100.5]), np.array([1.0, 2.0]), 100.0, 38.0)
     assert not sset.ahead  # the next bucket is kept
-    sset.update_packed(np.array([1]), np.array([105.0]), np.array([3.0]), 100.2, 38.0)
+    update_packed(sset, np.array([1]), np.array([105.0]), np.array([3.0]), 100.2, 38.0)
     assert sset.ahead
 
 
 def test_no_rows_no_buckets() -> None:
     sset = SparkSet(3, 1.0)
-    trace, b = sset.update_packed(np.zeros(3, np.int64), np.empty(0), np.empty(0), 100.0, 38.0)
+    trace, b = update_packed(sset, np.zeros(3, np.int64), np.empty(0), np.empty(0), 100.0, 38.0)
     assert len(trace) == len(b) == 0 and sset.held() == 0
 
 
@@ -166,13 +167,11 @@ def test_rows_drained_late_reach_the_panel_lines() -> None:
 
 
 def test_rows_stamped_after_now_wait_for_a_later_refresh() -> None:
-    from nbgpu.widgets.spark import points_of_all
-
     sset = SparkSet(1, 1.0)
     t = np.array([99.2, 99.6, 100.3])  # the last one a little after now (clocks differ)
-    trace, b = sset.update_packed(np.array([3]), t, np.array([1.0, 5.0, 9.0]), 100.0, 38.0)
+    trace, b = update_packed(sset, np.array([3]), t, np.array([1.0, 5.0, 9.0]), 100.0, 38.0)
     x, v = points_of_all(trace, b, 1, 100.0, 38.0, 3.0)[0]
     assert len(x) and x.max() <= 0 and 9.0 not in v
-    trace, b = sset.update_packed(np.array([0]), np.empty(0), np.empty(0), 100.5, 38.0)
+    trace, b = update_packed(sset, np.array([0]), np.empty(0), np.empty(0), 100.5, 38.0)
     x, v = points_of_all(trace, b, 1, 100.5, 38.0, 3.0)[0]
     assert 9.0 in v and x.max() <= 0

@@ -17,7 +17,8 @@ from nbgpu.widgets.bands import INSET, pack_points, spaced_labels
 from nbgpu.widgets.column_view import SPARK_PX
 from nbgpu.widgets.hostonly import HostOnlySource
 from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
-from nbgpu.widgets.spark import SparkSet, points_of_all
+from nbgpu.widgets.spark import SparkSet
+from spark_oracle import points_of_all, update
 from test_engine_sampler import Clock, run
 from test_profiles_capture import SETTLE_TIMEOUT_S, advance, settle
 
@@ -68,7 +69,7 @@ def _rows(t: np.ndarray, v: np.ndarray, t0: float, t1: float):
 
 def _line(t: np.ndarray, v: np.ndarray, now: float, span: float, width: float, gap_s: float = 3.0):
     sset = SparkSet(1, width)
-    trace, b = sset.update([_rows(t, v, sset.start(now, span), now)], now, span)
+    trace, b = update(sset, [_rows(t, v, sset.start(now, span), now)], now, span)
     return points_of_all(trace, b, 1, now, span, gap_s)[0]
 
 
@@ -107,11 +108,11 @@ def test_incremental_buckets_equal_a_fresh_reduction() -> None:
     for now in np.arange(1100.0, 1300.0, 1.0):  # each refresh hands over the new rows only
         new = [(t[(t > given) & (t <= now)], v[(t > given) & (t <= now)])
                for t, v in zip(traces, values, strict=True)]
-        inc = kept.update(new, now, 60)
+        inc = update(kept, new, now, 60)
         given = now
     fresh_set = SparkSet(3, 60 / BUCKETS)
-    fresh = fresh_set.update([_rows(t, v, fresh_set.start(now, 60), now)
-                              for t, v in zip(traces, values, strict=True)], now, 60)
+    fresh = update(fresh_set, [_rows(t, v, fresh_set.start(now, 60), now)
+                               for t, v in zip(traces, values, strict=True)], now, 60)
     np.testing.assert_array_equal(inc[0], fresh[0])
     for name in ("index", "count", "tmin", "vmin", "tmax", "vmax"):
         np.testing.assert_array_equal(getattr(inc[1], name), getattr(fresh[1], name))

@@ -13,11 +13,11 @@ import math
 
 import numpy as np
 
-from ..decimate import Buckets, bucket_cells
+from ..decimate import bucket_cells
 
-_FIELDS = ("index", "count", "first_t", "last_t", "tmin", "vmin", "tmax", "vmax")
-_KEPT = _FIELDS[1:]  # what a grid cell keeps; its bucket number is its place in the grid
-COUNT, FIRST, LAST, TMIN, VMIN, TMAX, VMAX = range(len(_KEPT))
+# What a grid cell keeps (``decimate.Buckets``' fields less the bucket number: its place).
+KEPT_FIELDS = ("count", "first_t", "last_t", "tmin", "vmin", "tmax", "vmax")
+COUNT, FIRST, LAST, TMIN, VMIN, TMAX, VMAX = range(len(KEPT_FIELDS))
 # An empty cell: merging a fresh cell into it keeps the fresh one's fields, with no test.
 _EMPTY = np.array([0.0, np.inf, -np.inf, np.inf, np.inf, np.inf, -np.inf])
 
@@ -42,8 +42,8 @@ class SparkSet:
         self.traces = traces
         self.width_s = float(width_s)
         self.ahead = False
-        self._grid = np.zeros((traces, 0, len(_KEPT)))  # trace × ring column × field
-        self._flat = self._grid.reshape(-1, len(_KEPT))  # the grid as one cell a row (a view)
+        self._grid = np.zeros((traces, 0, len(KEPT_FIELDS)))  # trace × ring column × field
+        self._flat = self._grid.reshape(-1, len(KEPT_FIELDS))  # the grid as one cell a row (a view)
         self._bucket = np.zeros(0, np.int64)  # bucket number each ring column holds
         self._held = 0
         self._prepared: tuple[int, int, int] | None = None  # (first, last, ring) made ready
@@ -53,41 +53,12 @@ class SparkSet:
         """Epoch seconds where the window starts: the first update's rows begin there."""
         return math.floor((now - span_s) / self.width_s) * self.width_s
 
-    def update(self, reads: list[tuple[np.ndarray, np.ndarray]], now: float, span_s: float
-               ) -> tuple[np.ndarray, Buckets]:
-        """``update_packed`` of ``reads[i]``, trace ``i``'s new rows (time-sorted)."""
-        lengths = np.fromiter((len(t) for t, _ in reads), np.int64, len(reads))
-        t = np.concatenate([r[0] for r in reads]) if reads else np.empty(0)
-        v = np.concatenate([r[1] for r in reads]) if reads else np.empty(0)
-        return self.update_packed(lengths, t, v, now, span_s)
-
-    def update_packed(self, lengths: np.ndarray, t: np.ndarray, v: np.ndarray, now: float,
-                      span_s: float) -> tuple[np.ndarray, Buckets]:
-        """Add new rows; return (trace of each bucket, buckets) in the window, by trace then time.
-
-        ``lengths[i]`` rows of ``t``/``v`` after those of the traces before are trace ``i``'s
-        new rows, time-sorted, no NaN (``Store.series_packed``). Rows before the window
-        are dropped.
-        """
-        trace, index, cells = self.update_cells(lengths, t, v, now, span_s)
-        return trace, Buckets(index, cells[:, COUNT].astype(np.int64), *cells[:, FIRST:].T)
-
-    def update_cells(self, lengths: np.ndarray, t: np.ndarray, v: np.ndarray, now: float,
-                     span_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``update_packed`` as (trace, bucket number, cells): a row of fields per bucket
-        (count, first_t, last_t, tmin, vmin, tmax, vmax), as ``points_of_cells`` reads them."""
-        first, last = self.add(lengths, t, v, now, span_s)
-        return self._window(first, last)
-
-    def add(self, lengths: np.ndarray, t: np.ndarray, v: np.ndarray, now: float, span_s: float
-            ) -> tuple[int, int]:
-        """Merge new rows (as ``update_packed`` takes them) into their cells; returns the
-        window's first and last bucket numbers (``points`` reads them)."""
-        return self.add_rows(np.repeat(np.arange(len(lengths)), lengths), t, v, now, span_s)
-
     def add_rows(self, trace: np.ndarray, t: np.ndarray, v: np.ndarray, now: float, span_s: float
                  ) -> tuple[int, int]:
-        """``add`` of rows given with their trace each (non-decreasing, ``Store.series_rows``)."""
+        """Merge new rows into their cells, each row with its trace (non-decreasing, as
+        ``Store.series_rows`` gives them; time-sorted within a trace, no NaN); rows before
+        the window are dropped. Returns the window's first and last bucket numbers, which
+        ``points`` and ``window`` read."""
         w = self.width_s
         first, last = math.floor((now - span_s) / w), math.floor(now / w)
         self._prepare(first, last)
@@ -152,18 +123,18 @@ class SparkSet:
         """Make the ring hold ``buckets`` columns, keeping the cells from bucket ``first`` on."""
         if self._bucket.size >= buckets:
             return
-        grid = np.empty((self.traces, buckets, len(_KEPT)))
+        grid = np.empty((self.traces, buckets, len(KEPT_FIELDS)))
         grid[:] = _EMPTY
         number = np.full(buckets, np.iinfo(np.int64).min)
         held = np.flatnonzero(self._grid[:, :, COUNT].any(axis=0) & (self._bucket >= first))
         grid[:, self._bucket[held] % buckets] = self._grid[:, held]
         number[self._bucket[held] % buckets] = self._bucket[held]
         self._grid, self._bucket = grid, number
-        self._flat = grid.reshape(-1, len(_KEPT))
+        self._flat = grid.reshape(-1, len(KEPT_FIELDS))
 
-    def _window(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def window(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The non-empty cells of buckets ``first`` to ``last``, by trace then time:
-        (trace, bucket number, cells)."""
+        (trace, bucket number, cells), a cell a row of ``KEPT_FIELDS``."""
         trace, k, cells = self._cells(first, last)
         return trace, k + first, cells
 
@@ -189,32 +160,12 @@ class SparkSet:
         return self._held
 
 
-def points_of_all(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s: float,
-                  gap_s: float) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Line points of every trace: a list of (x, values), x in seconds before ``now``.
-
-    Per bucket its min and max in time order; a NaN where samples are more than ``gap_s``
-    apart, so missing data shows as a gap.
-    """
-    lengths, x, v = points_packed(trace, b, traces, now, span_s, gap_s)
-    ends = np.cumsum(lengths)
-    return [(x[e - n:e], v[e - n:e]) for n, e in zip(lengths.tolist(), ends.tolist(), strict=True)]
-
-
-def points_packed(trace: np.ndarray, b: Buckets, traces: int, now: float, span_s: float,
-                  gap_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``points_of_all`` as one flat run: (points per trace, x, values), trace after trace.
-
-    The panel packs every line at once from these, with no list of per-trace arrays between.
-    """
-    cells = np.column_stack([b.count, b.first_t, b.last_t, b.tmin, b.vmin, b.tmax, b.vmax]) \
-        if len(b) else np.empty((0, len(_KEPT)))
-    return points_of_cells(trace, cells, traces, now, span_s, gap_s)
-
-
 def points_of_cells(trace: np.ndarray, cells: np.ndarray, traces: int, now: float, span_s: float,
                     gap_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``points_packed`` of the cells ``SparkSet.update_cells`` returns (a row each)."""
+    """Line points of every trace from cells (a row of ``KEPT_FIELDS`` each, by trace then time):
+    (points per trace, x, values) as one flat run, trace after trace, x in seconds before
+    ``now``. Per bucket its min and max in time order; a NaN where samples are more than
+    ``gap_s`` apart, so missing data shows as a gap."""
     if len(cells) == 0:
         return np.zeros(traces, np.int64), np.empty(0), np.empty(0)
     tmin, vmin, tmax, vmax = cells[:, TMIN], cells[:, VMIN], cells[:, TMAX], cells[:, VMAX]
