@@ -278,6 +278,16 @@ class Stream:
             decimated[:sum(len(t) for t, _ in old)] = True
         return times, cols, decimated
 
+    def may_hold(self, column: str, t0: float) -> bool:
+        """Whether a row at or after ``t0`` can hold a value (not NaN) of ``column``.
+
+        False when the column's newest value is older than ``t0`` by more than a bucket (the
+        row it folds into is stamped within its bucket), or when it never had one: a tick
+        stream's power column beside a power sample buffer, say.
+        """
+        good = self._good.get(column)
+        return good is not None and good[0] + self.bucket_s >= t0
+
     def newest(self, metric: str) -> tuple[float, float]:
         """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none.
 
@@ -467,8 +477,11 @@ class Store:
         """(times, values) of one metric of one device in [t0, t1], NaN rows dropped."""
         parts_t, parts_v = [], []
         with self.lock:
-            for stream in self._where.get((device, metric), ()):
-                pieces = self._streams[(device, stream)].pieces(t0, t1, coarse, [metric])
+            for name in self._where.get((device, metric), ()):
+                stream = self._streams[(device, name)]
+                if not stream.may_hold(metric, t0):
+                    continue
+                pieces = stream.pieces(t0, t1, coarse, [metric])
                 if not pieces:
                     continue
                 t = np.concatenate([p[0] for p in pieces])
@@ -476,8 +489,9 @@ class Store:
                 nan = np.isnan(v)
                 if nan.any():
                     t, v = t[~nan], v[~nan]
-                parts_t.append(t)
-                parts_v.append(v)
+                if len(t):  # a stream that keeps the column but wrote none of it: nothing to merge
+                    parts_t.append(t)
+                    parts_v.append(v)
         return merge_series(parts_t, parts_v)
 
     def last(self, device: object, metric: str) -> tuple[float, float]:

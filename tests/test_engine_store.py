@@ -101,6 +101,34 @@ def test_series_reads_coarse_then_full_resolution_in_time_order():
     assert t[0] < 1e9 + 10 and t[-1] > 1e9 + 299
 
 
+def test_series_of_a_metric_whose_values_stopped_still_finds_its_folded_bucket():
+    # Values until t=102, NaN after; folded into 10 s buckets stamped at their middle (105).
+    # A read from 103 on finds no row at full resolution, but the bucket's row at 105 is in it.
+    store = Store(full_res_s=30, bucket_s=10, history_s=3600)
+    store.declare(0, "tick", {"a": np.float64, "b": np.float64})
+    t = np.arange(0.0, 400.0, 0.5)
+    store.append_many(0, "tick", t, {"a": np.where(t <= 102, 7.0, np.nan), "b": np.ones(len(t))})
+    got_t, got_v = store.series(0, "a", 103.0, 400.0)
+    assert list(got_t) == [105.0] and list(got_v) == [7.0]
+    assert len(store.series(0, "a", 110.5, 400.0)[0]) == 0
+    assert len(store.series(0, "b", 103.0, 400.0)[0]) > 0
+
+
+def test_a_stream_that_never_wrote_a_column_adds_nothing_to_its_series():
+    # Power polled in the tick stream (NaN there beside a sample buffer) and buffered: the
+    # series is the buffer's rows alone, in order, whichever stream is asked first.
+    store = Store()
+    store.declare(0, "tick", {"power_w": np.float32, "temp_c": np.float32})
+    store.declare(0, "power", {"power_w": np.float32})
+    ticks = 1e9 + np.arange(0.0, 20.0, 1.0)
+    store.append_many(0, "tick", ticks, {"power_w": np.full(20, np.nan), "temp_c": np.full(20, 50.0)})
+    samples = 1e9 + np.arange(0.0, 20.0, 0.02)
+    store.append_many(0, "power", samples, {"power_w": np.full(len(samples), 300.0)})
+    t, v = store.series(0, "power_w", 1e9 + 5.0, 1e9 + 10.0)
+    np.testing.assert_array_equal(t, samples[(samples >= 1e9 + 5.0) & (samples <= 1e9 + 10.0)])
+    assert (v == 300.0).all()
+
+
 def sampled() -> nbgpu.Sampler:
     """A stopped sampler with 0.6 s of fake time on two simulated GPUs (7 ticks, stepped by hand)."""
     sim, clock = fake()

@@ -67,7 +67,10 @@ def idle(ctx: Context) -> list[Finding]:
 def imbalance(ctx: Context) -> list[Finding]:
     """GPUs of this kernel differ in mean utilisation by more than 20 points, sustained."""
     th, span = ctx.thresholds, ctx.thresholds.imbalance_window_s
-    means = {d.key: ctx.window.mean(d.key, "util_pct", span) for d in ctx.used_gpus()}
+    used = ctx.used_gpus()
+    if len(used) < 2:
+        return []
+    means = {d.key: ctx.window.mean(d.key, "util_pct", span) for d in used}
     means = {g: u for g, u in means.items() if not math.isnan(u)}
     if len(means) < 2:
         return []

@@ -132,6 +132,9 @@ def _segments_rising(t: np.ndarray, v: np.ndarray, t0: float, t1: float, n: int)
 
 def _trend_leak(ctx: Context, gpu: object) -> dict | None:
     th = ctx.thresholds
+    _, held = ctx.window.series(gpu, "mem_used_bytes", max(th.leak_windows_s))
+    if not len(held) or float(held.max() - held.min()) < th.leak_min_growth_bytes:
+        return None  # a window's rise (median to median) is within its range: none can report
     for span in th.leak_windows_s:
         got = ctx.window.recent(gpu, "mem_used_bytes", span)
         if got is None:
