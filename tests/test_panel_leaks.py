@@ -174,7 +174,17 @@ def test_a_failing_memory_read_shows_failed_and_counts_in_the_header() -> None:
     assert f"{status.errors} read(s) failed" in shown
 
 
-def test_24_hours_keep_the_panel_bounded() -> None:
+def test_24_hours_keep_the_panel_bounded(monkeypatch) -> None:
+    from nbgpu.widgets.spark import SparkSet
+
+    handed: list[int] = []  # rows each refresh hands to the sparklines: the new ones only
+    add_rows = SparkSet.add_rows
+
+    def counted(self, trace, t, v, now, span_s):
+        handed.append(len(t))
+        return add_rows(self, trace, t, v, now, span_s)
+
+    monkeypatch.setattr(SparkSet, "add_rows", counted)
     s, clock, _ = _stepped(8)
     mon = GPUMonitor(sampler=s, start=False)
     held, costs = [], []
@@ -195,4 +205,6 @@ def test_24_hours_keep_the_panel_bounded() -> None:
           f"store {s.store.nbytes() / 2**20:.1f} MiB")
     assert all(h["buckets"] <= traces * (BUCKETS + 2) for h in held)
     assert len({h["widgets"] for h in held}) == 1
-    assert np.median(costs[-6:]) < 5 * np.median(costs[:6]) + 0.005
+    # The last hours' refreshes hand over about what the first hours' did (the rows since the
+    # refresh before), not the history behind them.
+    assert len(handed) == 24 * 3 and max(handed[-6:]) <= 2 * max(handed[:6]), handed

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import sys
 import threading
-import time
 import tracemalloc
 from collections import deque
 
@@ -81,11 +80,36 @@ def test_silent_executions_are_not_recorded(shell, sim_sampler):
     assert len(nbgpu.history()) == 0
 
 
-def test_hooks_are_cheap_leave_no_threads_and_bounded_memory(shell, sim_sampler):
+def test_hooks_are_cheap_leave_no_threads_and_bounded_memory(shell, sim_sampler, monkeypatch):
+    # Cheap by what they do, not by a clock (the cell_hook benchmark times them): a cell
+    # shorter than --cells-min makes no NVML call and no summary on the cell's thread and
+    # does not wait for the sampler's edge read.
+    from nbgpu.profiles.capture import Capture
+    from nbgpu.sources.nvml import NVMLGateway
+
+    main = threading.get_ident()
+    on_main: list[str] = []
+    waits: list[bool] = []
+    gateway_call, finish = NVMLGateway.call, Capture.finish
+
+    def call(self, function, *args):
+        if threading.get_ident() == main:
+            on_main.append(function)
+        return gateway_call(self, function, *args)
+
+    def finishing(self, *args, **kwargs):
+        waits.append(bool(kwargs.get("wait", True)))
+        return finish(self, *args, **kwargs)
+
+    def no_summary(self):
+        raise AssertionError("a short cell was summarised by its hooks")
+
+    monkeypatch.setattr(NVMLGateway, "call", call)
+    monkeypatch.setattr(Capture, "finish", finishing)
+    monkeypatch.setattr(Capture, "summarized", no_summary)
     cells.enable_cell_mode(shell, lambda: sim_sampler, min_duration_s=60)
     mode = cells._mode
     threads = threading.active_count()
-    costs = []
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
@@ -93,17 +117,14 @@ def test_hooks_are_cheap_leave_no_threads_and_bounded_memory(shell, sim_sampler)
         info = ExecutionInfo(f"x = {i}", True, False, True, f"cell-{i}")
         result = ExecutionResult(info)
         result.execution_count = i + 1
-        t = time.perf_counter()
         mode.pre_run_cell(info)
         mode.post_run_cell(result)
-        costs.append(time.perf_counter() - t)
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown = sum(d.size_diff for d in after.compare_to(before, "filename")
                 if "nbgpu/profiles" in str(d.traceback))
-    costs.sort()
-    assert costs[len(costs) // 2] < 0.005 and costs[int(len(costs) * 0.95)] < 0.005, costs[-5:]
+    assert on_main == [] and waits == [False] * 1000
     assert threading.active_count() == threads
     assert len(records()) == 1000
     assert grown < 2_000 * 1000, f"{grown} bytes for 1000 cells"
