@@ -161,56 +161,93 @@ PYTHON_ARMS = {"defaults": {}, "no diagnostics": {"diagnostics": False},
 LONG_HISTORY_ARM = ("defaults, after 1 h", {}, 3600)
 
 
-def python_per_step(kwargs: dict, steps: int, warmup: int = 40) -> dict:
-    """CPU ms of nbgpu's own Python per sampler step: 1 simulated GPU, interval 1 s, steps
-    driven on a fake clock, the time spent inside the NVML stand-in's calls taken out.
+_inside_s = [0.0]  # thread CPU seconds spent inside NVML calls since the last reset
+_timer: list = [0, None]  # (samplers using the timed gateway, the gateway's own call)
+
+
+def _time_gateway(on: bool) -> None:
+    """Count the CPU time inside every NVML call (the stand-in's Python) while a user needs it."""
+    from nbgpu.sources.nvml import NVMLGateway
+
+    if on:
+        if _timer[0] == 0:
+            original = _timer[1] = NVMLGateway.call
+
+            def call(self, function: str, *args):
+                c0 = time.thread_time()
+                try:
+                    return original(self, function, *args)
+                finally:
+                    _inside_s[0] += time.thread_time() - c0
+
+            NVMLGateway.call = call
+        _timer[0] += 1
+        return
+    _timer[0] -= 1
+    if _timer[0] == 0:
+        NVMLGateway.call = _timer[1]
+
+
+class _FakeClock:
+    def __init__(self) -> None:
+        self.t = 1.7e9
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class SteppedSampler:
+    """A sampler on 1 simulated GPU at interval 1 s, stepped on a fake clock one second a step,
+    whose steps report nbgpu's own Python: the thread's CPU less the time inside the NVML
+    stand-in's calls.
 
     The stand-in computes its readings in Python, so the thread's whole CPU says little
     about a real card; what is left once its calls are subtracted is nbgpu's own work (the
     schedule, the reads' handling, the store, the diagnostics rules, the host reads), which
     is the same on a real card. The two clock reads around each call stay in the figure.
     """
-    import nbgpu
-    from nbgpu.sources.nvml import NVMLGateway
 
-    inside = [0.0]
-    original = NVMLGateway.call
+    def __init__(self, kwargs: dict, warmup: int) -> None:
+        import nbgpu
 
-    def call(self, function: str, *args):
+        _time_gateway(True)
+        self.clock = _FakeClock()
+        try:
+            self.sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=1, seed=0, clock=self.clock),
+                                         clock=self.clock, **kwargs)
+        except Exception:
+            _time_gateway(False)
+            raise
+        self._step(warmup)
+
+    def _step(self, steps: int) -> None:
+        for _ in range(steps):
+            self.clock.t += 1.0
+            self.sampler.step(self.clock.t)
+
+    def python_ms_per_step(self, steps: int) -> float:
+        """Run ``steps`` steps; nbgpu's own Python CPU ms per step (the stand-in's time out)."""
+        _inside_s[0] = 0.0
         c0 = time.thread_time()
-        try:
-            return original(self, function, *args)
-        finally:
-            inside[0] += time.thread_time() - c0
+        self._step(steps)
+        total = time.thread_time() - c0
+        self.stand_in_ms_per_step = 1000 * _inside_s[0] / steps
+        return 1000 * (total - _inside_s[0]) / steps
 
-    class Clock:
-        def __init__(self) -> None:
-            self.t = 1.7e9
+    def close(self) -> None:
+        self.sampler.stop()
+        _time_gateway(False)
 
-        def __call__(self) -> float:
-            return self.t
 
-    clock = Clock()
-    NVMLGateway.call = call
+def python_per_step(kwargs: dict, steps: int, warmup: int = 40) -> dict:
+    """``SteppedSampler``'s figure for one run of ``steps`` steps after ``warmup`` steps."""
+    stepped = SteppedSampler(kwargs, warmup)
     try:
-        sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=1, seed=0, clock=clock),
-                                clock=clock, **kwargs)
-        try:
-            for _ in range(warmup):
-                clock.t += 1.0
-                sampler.step(clock.t)
-            inside[0] = 0.0
-            c0 = time.thread_time()
-            for _ in range(steps):
-                clock.t += 1.0
-                sampler.step(clock.t)
-            total = time.thread_time() - c0
-        finally:
-            sampler.stop()
+        ms = stepped.python_ms_per_step(steps)
     finally:
-        NVMLGateway.call = original
-    return {"python_ms_per_step": 1000 * (total - inside[0]) / steps,
-            "stand_in_ms_per_step": 1000 * inside[0] / steps, "steps": steps}
+        stepped.close()
+    return {"python_ms_per_step": ms, "stand_in_ms_per_step": stepped.stand_in_ms_per_step,
+            "steps": steps}
 
 
 def run_python(ctx: Context) -> Outcome:

@@ -1,9 +1,12 @@
-"""nbgpu's own Python per sampler step on two or more source trees, alternated in one run.
+"""nbgpu's own Python per sampler step on two source trees, in short alternated blocks.
 
-Runs ``benchmarks.sampler_cost.python_per_step`` (this checkout's copy) against each tree's
-``nbgpu`` in a fresh interpreter, tree after tree, for ``--rounds`` rounds, and writes the
-per-arm medians (defaults, no diagnostics, no host reads, neither) of each tree: a change
-is judged by trees measured side by side on one machine, not by runs on different days.
+One worker process per tree holds a sampler for each arm of
+``benchmarks.sampler_cost.python_per_step`` (this checkout's copy, run against that tree's
+``nbgpu``): defaults, no diagnostics, no host reads, neither, and defaults after an hour
+of steps. Blocks of ``--steps`` steps then run tree after tree (ABBA within a round), so a
+machine that slows down for seconds slows both trees' blocks of a round alike: each round
+gives a paired ratio (second tree over first), and the figure is the median ratio with a
+distribution-free 95 % interval, beside each tree's median ms per step.
 
     python scripts/sampler_python_ab.py --out ab.json --tree before=/path/a --tree after=/path/b
 """
@@ -20,56 +23,92 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-# This checkout's benchmark module, loaded under another package name so that ``nbgpu``
-# comes from the tree under test (first on the path) and not from this checkout.
-MEASURE = """
+# A worker: this checkout's benchmark module, loaded under another package name so that
+# ``nbgpu`` comes from the tree under test (first on the path), not from this checkout.
+WORKER = """
 import importlib, json, sys, types
 pkg = types.ModuleType("bench_here"); pkg.__path__ = [sys.argv[1]]; sys.modules["bench_here"] = pkg
 cost = importlib.import_module("bench_here.sampler_cost")
-out = {arm: cost.python_per_step(kw, int(sys.argv[2])) for arm, kw in cost.PYTHON_ARMS.items()}
-name, kw, warmup = cost.LONG_HISTORY_ARM
-out[name] = cost.python_per_step(kw, int(sys.argv[2]), warmup=warmup)
-print(json.dumps(out))
+long_name, long_kwargs, long_warmup = cost.LONG_HISTORY_ARM
+arms = {**{a: (kw, 40) for a, kw in cost.PYTHON_ARMS.items()}, long_name: (long_kwargs, long_warmup)}
+steppers = {a: cost.SteppedSampler(kw, warmup) for a, (kw, warmup) in arms.items()}
+print(json.dumps(list(arms)), flush=True)
+for line in sys.stdin:
+    arm, steps = json.loads(line)
+    print(json.dumps(steppers[arm].python_ms_per_step(steps)), flush=True)
+for s in steppers.values():
+    s.close()
 """
 
 
-def measure(tree: Path, steps: int) -> dict:
-    """One run of every arm with ``tree``'s nbgpu, in a fresh interpreter."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(HERE / "benchmarks"), str(steps)],
-                          cwd=tree, env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+class Worker:
+    """A process with one tree's nbgpu, answering "run ``steps`` steps of ``arm``" requests."""
+
+    def __init__(self, tree: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(HERE / "benchmarks")],
+                                     cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.arms = json.loads(self.proc.stdout.readline())
+
+    def run(self, arm: str, steps: int) -> float:
+        self.proc.stdin.write(json.dumps([arm, steps]) + "\n")
+        self.proc.stdin.flush()
+        return float(json.loads(self.proc.stdout.readline()))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(60)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--tree", action="append", required=True, help="name=path, at least two")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--tree", action="append", required=True, help="name=path, exactly two")
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=60, help="steps per block")
     args = ap.parse_args()
     trees = {name: Path(path).resolve() for name, path in (t.split("=", 1) for t in args.tree)}
-    runs: dict[str, list[dict]] = {name: [] for name in trees}
-    for _ in range(args.rounds):
-        for name, tree in trees.items():
-            runs[name].append(measure(tree, args.steps))
-    medians = {name: {arm: statistics.median(r[arm]["python_ms_per_step"] for r in rs)
-                      for arm in rs[0]} for name, rs in runs.items()}
-    # Noise on a shared machine only adds CPU time, so the least run is the steadiest figure.
-    least = {name: {arm: min(r[arm]["python_ms_per_step"] for r in rs) for arm in rs[0]}
-             for name, rs in runs.items()}
+    if len(trees) != 2:
+        ap.error("give exactly two trees")
     sys.path.insert(0, str(HERE))
     from benchmarks.env import host_info
+    from benchmarks.stats import median_interval
 
-    doc = {"command": " ".join(["python", *sys.argv]), "host": host_info(),
-           "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    (first, a_tree), (second, b_tree) = trees.items()
+    workers = {first: Worker(a_tree), second: Worker(b_tree)}
+    arms = workers[first].arms
+    blocks: dict[str, dict[str, list[float]]] = {arm: {first: [], second: []} for arm in arms}
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        for r in range(args.rounds):
+            order = (first, second, second, first) if r % 2 == 0 else (second, first, first, second)
+            for arm in arms:
+                got = {first: [], second: []}
+                for name in order:
+                    got[name].append(workers[name].run(arm, args.steps))
+                for name in (first, second):
+                    blocks[arm][name].append(statistics.fmean(got[name]))
+    finally:
+        for w in workers.values():
+            w.close()
+    summary = {}
+    for arm in arms:
+        ratios = [b / a for a, b in zip(blocks[arm][first], blocks[arm][second], strict=True)]
+        lo, hi = median_interval(ratios)
+        summary[arm] = {f"{first}_ms_per_step_median": statistics.median(blocks[arm][first]),
+                        f"{second}_ms_per_step_median": statistics.median(blocks[arm][second]),
+                        "ratio_median": statistics.median(ratios), "ratio_95": [lo, hi]}
+    doc = {"command": " ".join(["python", *sys.argv]), "host": host_info(), "started_utc": started,
            "trees": {name: str(tree) for name, tree in trees.items()},
            "setup": "1 simulated GPU, interval 1 s, one step per fake second; CPU of the stepping "
-                    "thread less the time inside the NVML stand-in's calls",
-           "rounds": args.rounds, "steps_per_run": args.steps,
-           "python_ms_per_step_median": medians, "python_ms_per_step_least": least, "runs": runs}
+                    "thread less the time inside the NVML stand-in's calls; per round and arm "
+                    "the trees' blocks run ABBA (BAAB the next round), each tree's mean of its "
+                    "two; each arm's sampler keeps stepping from block to block (its fake clock "
+                    "runs on)",
+           "rounds": args.rounds, "steps_per_block": args.steps, "summary": summary, "blocks": blocks}
     args.out.write_text(json.dumps(doc, indent=1))
-    print(json.dumps({"median": medians, "least": least}, indent=1))
+    print(json.dumps(summary, indent=1))
     return 0
 
 
