@@ -1,0 +1,66 @@
+"""The sampler thread's CPU at defaults on real GPU 0 for two source trees, alternated in one run.
+
+Each block is one 31 s run of a tree's own ``benchmarks.sampler_cost._run`` (defaults, nobody
+watching) in a fresh interpreter; trees alternate A B B A for ``--rounds`` rounds, so a
+machine whose speed drifts over the run weighs on both alike. Last, one breakdown run per
+tree (``_breakdown``: NVML calls against nbgpu's own Python).
+
+    python3 scripts/gpu/sampler_cpu_ab.py --out ab.json --tree before=/path/a --tree after=/path/b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RUN = ("import json, types; from benchmarks import sampler_cost as c; "
+       "ctx = types.SimpleNamespace(quick=False); "
+       "print(json.dumps(c._run(ctx, 'nvml', [0], 'defaults')[0]))")
+BREAKDOWN = ("import json, types; from benchmarks import sampler_cost as c; "
+             "ctx = types.SimpleNamespace(quick=False); "
+             "s = c._breakdown(ctx, [0]); s.pop('run'); print(json.dumps(s))")
+
+
+def _in(tree: Path, code: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--tree", action="append", required=True, help="name=path, exactly two")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    trees = {name: Path(path).resolve() for name, path in (t.split("=", 1) for t in args.tree)}
+    (a, _), (b, _) = trees.items()
+    runs: dict[str, list[dict]] = {a: [], b: []}
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for _ in range(args.rounds):
+        for name in (a, b, b, a):
+            runs[name].append(_in(trees[name], RUN))
+    split = {name: _in(tree, BREAKDOWN) for name, tree in trees.items()}
+    summary = {name: {"cpu_ms_per_s_each": [round(1000 * r["cpu_s_per_s"], 3) for r in rs],
+                      "cpu_ms_per_s_mean": 1000 * statistics.fmean(r["cpu_s_per_s"] for r in rs),
+                      "breakdown_nvml_ms_per_s": split[name]["nvml_cpu_ms_per_s"],
+                      "breakdown_python_ms_per_s": split[name]["python_cpu_ms_per_s"],
+                      "breakdown_thread_ms_per_s": split[name]["thread_cpu_ms_per_s"]}
+               for name, rs in runs.items()}
+    doc = {"command": " ".join(["python3", *sys.argv]), "started_utc": started,
+           "trees": {name: str(tree) for name, tree in trees.items()}, "order": "A B B A per round",
+           "summary": summary, "runs": runs, "breakdown": split}
+    args.out.write_text(json.dumps(doc, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
