@@ -11,23 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from _in_tree import run_json
+
 MEASURE = ("import json, sys; from benchmarks.cpu_widgets import refresh_cost; "
            "print(json.dumps(refresh_cost(float(sys.argv[1]), int(sys.argv[2]))))")
-
-
-def measure(tree: Path, window_s: float, refreshes: int) -> dict:
-    """One ``refresh_cost`` run with ``tree`` first on the path, in a fresh interpreter."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(window_s), str(refreshes)], cwd=tree,
-                          env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -43,7 +35,7 @@ def main() -> int:
         order = list(trees) if r % 2 == 0 else list(reversed(trees))  # ABBA: drift cancels
         for name in order:
             for window in ("60", "900"):
-                got = measure(Path(trees[name]), float(window), args.refreshes)
+                got = run_json(Path(trees[name]), MEASURE, float(window), args.refreshes)
                 runs[name][window].append({k: got[k] for k in ("cpu_ms_mean", "cpu_ms_median",
                                                                "messages_per_refresh", "bytes_per_refresh")})
                 print(f"round {r} {name:8s} {window:>3s} s: mean {got['cpu_ms_mean']:.3f} ms, "

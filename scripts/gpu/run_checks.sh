@@ -16,7 +16,7 @@ for script in scripts/gpu/*.py; do
   name=$(basename "$script" .py)
   echo "== $name"
   case $name in
-    *_ab) continue ;;   # compare two source trees: run by hand with --tree name=path twice
+    *_ab|_*) continue ;;   # two-tree scripts (run by hand, --tree name=path twice) and helpers
     oom_notebook) target="$out" ;;   # writes oom.ipynb and oom.json into a folder
     *) target="$out/$name.json" ;;
   esac

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _in_tree import run_json
 
 RUN = ("import json, types; from benchmarks import sampler_cost as c; "
        "ctx = types.SimpleNamespace(quick=False); "
@@ -25,13 +25,6 @@ RUN = ("import json, types; from benchmarks import sampler_cost as c; "
 BREAKDOWN = ("import json, types; from benchmarks import sampler_cost as c; "
              "ctx = types.SimpleNamespace(quick=False); "
              "s = c._breakdown(ctx, [0]); s.pop('run'); print(json.dumps(s))")
-
-
-def _in(tree: Path, code: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True,
-                          text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -46,8 +39,8 @@ def main() -> int:
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for _ in range(args.rounds):
         for name in (a, b, b, a):
-            runs[name].append(_in(trees[name], RUN))
-    split = {name: _in(tree, BREAKDOWN) for name, tree in trees.items()}
+            runs[name].append(run_json(trees[name], RUN))
+    split = {name: run_json(tree, BREAKDOWN) for name, tree in trees.items()}
     summary = {name: {"cpu_ms_per_s_each": [round(1000 * r["cpu_s_per_s"], 3) for r in rs],
                       "cpu_ms_per_s_mean": 1000 * statistics.fmean(r["cpu_s_per_s"] for r in rs),
                       "breakdown_nvml_ms_per_s": split[name]["nvml_cpu_ms_per_s"],
