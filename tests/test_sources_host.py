@@ -106,8 +106,8 @@ def test_ram_in_use_is_total_less_what_the_kernel_says_is_available():
 def test_ram_comes_from_psutil_where_meminfo_has_no_available_line(tmp_path, monkeypatch):
     old_kernel = tmp_path / "meminfo"
     old_kernel.write_text("MemTotal:       16000000 kB\nMemFree:         8000000 kB\n")
-    assert host_module.meminfo_available_bytes(str(old_kernel)) is None
-    assert host_module.meminfo_available_bytes(str(tmp_path / "absent")) is None
+    assert host_module._meminfo_available(host_module.ProcFile(str(old_kernel)).read()) is None
+    assert host_module.ProcFile(str(tmp_path / "absent")).read() is None
     monkeypatch.setattr(host_module, "MEMINFO_PATH", str(old_kernel))
     host = HostSource()
     assert not host._meminfo

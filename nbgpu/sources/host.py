@@ -113,26 +113,17 @@ class ProcFile:
 
 
 def _meminfo_available(head: bytes | None) -> float | None:
-    """MemAvailable in bytes from the start of /proc/meminfo; None where it has none."""
+    """MemAvailable in bytes from the start of /proc/meminfo; None where it has none.
+
+    It is the third line: read alone it costs a tenth of psutil's ``virtual_memory``, which
+    parses all ~50 fields (0.2 ms at every tick of the sampler on a GPU host).
+    """
     for line in (head or b"").split(b"\n"):
         if line.startswith(b"MemAvailable:"):
             fields = line.split()
             if len(fields) >= 2 and fields[1].isdigit():
                 return float(fields[1]) * 1024.0  # the kernel writes kB (KiB)
     return None
-
-
-def meminfo_available_bytes(path: str | None = None) -> float | None:
-    """MemAvailable of the kernel's /proc/meminfo, in bytes; None where it has none.
-
-    It is the third line: read alone it costs a tenth of psutil's ``virtual_memory``, which
-    parses all ~50 fields (0.2 ms at every tick of the sampler on a GPU host).
-    """
-    try:
-        with open(path or MEMINFO_PATH, "rb") as f:
-            return _meminfo_available(f.read(512))
-    except OSError:
-        return None
 
 
 def _stat_cpu_s(head: bytes | None) -> tuple[float, float] | None:
