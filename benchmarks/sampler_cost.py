@@ -4,7 +4,7 @@ The thread's CPU is read inside it (``time.thread_time`` from a listener) and fr
 A second pass times every NVML call the thread makes (CPU time of the calling thread
 around ``NVMLGateway.call``), so the figure splits into NVML functions and nbgpu's own
 Python; the floor is what the NVML calls needed for native resolution cost by themselves.
-Both count only between the first tick and the end (the start-up probe is a separate,
+Both count only between the first tick and the last (the start-up probe is a separate,
 one-time cost), over two periods of the costly reads (energy, PCIe: 15 s each), so the
 figure is the steady state.
 """
@@ -71,32 +71,66 @@ def _run(ctx: Context, source: object, gpus: list[int] | None, label: str,
     return res, out
 
 
-def _breakdown(ctx: Context, gpus: list[int]) -> dict:
-    """Thread CPU per second split by NVML function, at defaults, one more run."""
+class TickSnapshots:
+    """A sampler listener that copies the NVML call table at every tick: the first and the last
+    copy bound the same span as ``ThreadCpuProbe``'s figure (first to last tick).
+
+    Listeners run in the order added, so added before the probe it copies the table at the
+    moment the probe reads the thread's CPU. What runs after the last tick (``stop()``: the
+    sources' final reads, ``nvmlShutdown``) is outside both. A copy costs a few µs a tick,
+    inside the figure.
+    """
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self._table = table
+        self.first: dict[str, list[float]] | None = None
+        self.last: dict[str, list[float]] = {}
+
+    def __call__(self, _sampler: object, _now: float) -> None:
+        copy = {fn: list(row) for fn, row in self._table.items()}
+        if self.first is None:
+            self.first = copy
+        self.last = copy
+
+    def steady(self) -> dict[str, list[float]]:
+        """(calls, CPU s, wall s) per NVML function from the first tick to the last, none zero."""
+        first = self.first or {}
+        out = {}
+        for fn, row in self.last.items():
+            d = [a - b for a, b in zip(row, first.get(fn, (0, 0.0, 0.0)), strict=True)]
+            if d[0]:
+                out[fn] = d
+        return out
+
+
+def split_by_function(steady: dict[str, list[float]], wall_s: float, thread_cpu_s_per_s: float
+                      ) -> dict:
+    """The thread's CPU per second split into NVML functions (from ``TickSnapshots.steady``,
+    over the same ``wall_s``) and what is left: nbgpu's own Python."""
+    per_fn = {fn: {"calls_per_s": n / wall_s, "cpu_ms_per_s": 1000 * cpu / wall_s,
+                   "cpu_us_per_call": 1e6 * cpu / n, "wall_ms_per_s": 1000 * w / wall_s}
+              for fn, (n, cpu, w) in sorted(steady.items(), key=lambda kv: -kv[1][1])}
+    nvml_ms = sum(v["cpu_ms_per_s"] for v in per_fn.values())
+    total_ms = 1000 * thread_cpu_s_per_s
+    return {"per_function": per_fn, "nvml_cpu_ms_per_s": nvml_ms, "thread_cpu_ms_per_s": total_ms,
+            "python_cpu_ms_per_s": total_ms - nvml_ms}
+
+
+def _breakdown(ctx: Context, gpus: list[int], source: object = "nvml") -> dict:
+    """Thread CPU per second split by NVML function, at defaults, one more run; the calls are
+    counted over the span the thread's CPU is (first tick to last), not up to ``stop()``."""
     import nbgpu
 
     seconds = 4.0 if ctx.quick else STEADY_S
     with timed_nvml_calls() as table:
-        sampler = nbgpu.Sampler(source="nvml", gpus=gpus)
-        at_first_tick: list[dict[str, list[float]]] = []
-
-        def snapshot(_sampler, _now) -> None:  # what the start-up probe and first tick cost
-            if not at_first_tick:
-                at_first_tick.append({fn: list(row) for fn, row in table.items()})
-
-        sampler.add_listener(snapshot)
+        sampler = nbgpu.Sampler(source=source, gpus=gpus)
+        ticks = TickSnapshots(table)
+        sampler.add_listener(ticks)
         res = measure(sampler, seconds)
-        start = at_first_tick[0] if at_first_tick else {}
-        steady = {fn: [a - b for a, b in zip(row, start.get(fn, (0, 0.0, 0.0)), strict=True)]
-                  for fn, row in table.items()}
     wall = res.get("wall_s") or seconds
-    per_fn = {fn: {"calls_per_s": n / wall, "cpu_ms_per_s": 1000 * cpu / wall,
-                   "cpu_us_per_call": 1e6 * cpu / n, "wall_ms_per_s": 1000 * w / wall}
-              for fn, (n, cpu, w) in sorted(steady.items(), key=lambda kv: -kv[1][1]) if n}
-    nvml_ms = sum(v["cpu_ms_per_s"] for v in per_fn.values())
-    total_ms = 1000 * res["cpu_s_per_s"]
-    return {"per_function": per_fn, "nvml_cpu_ms_per_s": nvml_ms, "thread_cpu_ms_per_s": total_ms,
-            "python_cpu_ms_per_s": total_ms - nvml_ms, "run": res}
+    split = split_by_function(ticks.steady(), wall, res["cpu_s_per_s"])
+    split["run"] = res
+    return split
 
 
 def run_gpu_one(ctx: Context) -> Outcome:

@@ -3,7 +3,8 @@
 Each block is one 31 s run of a tree's own ``benchmarks.sampler_cost._run`` (defaults, nobody
 watching) in a fresh interpreter; trees alternate A B B A for ``--rounds`` rounds, so a
 machine whose speed drifts over the run weighs on both alike. Last, one breakdown run per
-tree (``_breakdown``: NVML calls against nbgpu's own Python).
+tree (``_breakdown``: NVML calls against nbgpu's own Python), with this checkout's
+``benchmarks`` measuring each tree's ``nbgpu``, so both splits are counted the same way.
 
     python3 scripts/gpu/sampler_cpu_ab.py --out ab.json --tree before=/path/a --tree after=/path/b
 """
@@ -22,7 +23,11 @@ from _in_tree import run_json
 RUN = ("import json, types; from benchmarks import sampler_cost as c; "
        "ctx = types.SimpleNamespace(quick=False); "
        "print(json.dumps(c._run(ctx, 'nvml', [0], 'defaults')[0]))")
-BREAKDOWN = ("import json, types; from benchmarks import sampler_cost as c; "
+HERE = Path(__file__).resolve().parents[2]  # this checkout: its benchmarks, the tree's nbgpu
+BREAKDOWN = ("import json, sys, types; here = sys.argv[1]; sys.path.insert(0, here); "
+             "from benchmarks import sampler_cost as c; "
+             "sys.path[:] = [p for p in sys.path if p != here]; import nbgpu; "
+             "assert nbgpu.__file__.startswith(sys.argv[2] + '/'), nbgpu.__file__; "
              "ctx = types.SimpleNamespace(quick=False); "
              "s = c._breakdown(ctx, [0]); s.pop('run'); print(json.dumps(s))")
 
@@ -40,7 +45,7 @@ def main() -> int:
     for _ in range(args.rounds):
         for name in (a, b, b, a):
             runs[name].append(run_json(trees[name], RUN))
-    split = {name: run_json(tree, BREAKDOWN) for name, tree in trees.items()}
+    split = {name: run_json(tree, BREAKDOWN, HERE, tree) for name, tree in trees.items()}
     summary = {name: {"cpu_ms_per_s_each": [round(1000 * r["cpu_s_per_s"], 3) for r in rs],
                       "cpu_ms_per_s_mean": 1000 * statistics.fmean(r["cpu_s_per_s"] for r in rs),
                       "breakdown_nvml_ms_per_s": split[name]["nvml_cpu_ms_per_s"],
