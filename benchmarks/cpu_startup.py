@@ -9,6 +9,7 @@ import sys
 import time
 
 from . import REPO_ROOT
+from .bytecode import precompile
 from .registry import Context
 from .report import Outcome, Target, UnavailableError
 from .stats import median
@@ -42,6 +43,7 @@ def _env() -> dict[str, str]:
 def run_import(ctx: Context) -> Outcome:
     """Median of several fresh-interpreter imports (the interpreter's own start excluded)."""
     repeats = 3 if ctx.quick else 9
+    precompiled = precompile(REPO_ROOT / "nbgpu")  # an installed nbgpu imports from bytecode
     import_s, process_s, engine_s, engine_warm_s = [], [], [], []
     for _ in range(repeats):
         one, whole = _timed(_IMPORT_SNIPPET)
@@ -50,7 +52,8 @@ def run_import(ctx: Context) -> Outcome:
         engine_s.append(_timed(_ENGINE_SNIPPET)[0])
         engine_warm_s.append(_timed(_ENGINE_AFTER_NUMPY_SNIPPET)[0])
     out = Outcome(raw={"import_s": import_s, "process_s": process_s, "engine_s": engine_s,
-                       "engine_after_numpy_s": engine_warm_s, "repeats": repeats})
+                       "engine_after_numpy_s": engine_warm_s, "repeats": repeats,
+                       "nbgpu_precompiled": precompiled})
     out.targets.append(Target("import nbgpu (median)", median(import_s), "s", "<=", IMPORT_TARGET_S))
     out.figure("whole interpreter run (median)", median(process_s), "s")
     out.figure("import nbgpu + engine modules, numpy included (median)", median(engine_s), "s")
@@ -86,6 +89,7 @@ def run_first_update(ctx: Context) -> Outcome:
     """Time from sending ``%load_ext nbgpu`` + ``%gpumon`` to the first widget update."""
     from .kernel_probe import first_panel_update
 
+    precompiled = precompile(REPO_ROOT / "nbgpu")
     try:
         res = first_panel_update(_env(), repeats=1 if ctx.quick else 3,
                                  source=None if ctx.gpus.usable else "sim")
@@ -100,4 +104,20 @@ def run_first_update(ctx: Context) -> Outcome:
     rows = breakdown(res["runs"])
     res["breakdown"] = rows
     out.notes.append(_bound_note(rows, res.get("imports")))
+    res["nbgpu_precompiled"] = precompiled
+    out.notes.append(_bytecode_note(res["runs"], precompiled))
     return out
+
+
+def _bytecode_note(runs: list[dict], precompiled: bool) -> str:
+    """One line: whether nbgpu's bytecode was written ahead, and what each run compiled anyway."""
+    ahead = ("nbgpu's bytecode written before the runs, as pip install writes it" if precompiled
+             else "nbgpu's bytecode could not be written ahead (a read-only tree): each run may compile it")
+    seen = [r.get("compiled_in_cell_by_package") for r in runs]
+    if any(s is None for s in seen):
+        return ahead + "; what the runs compiled is not known"
+    each = "; ".join(", ".join(f"{pkg} {n}" for pkg, n in s.items()) or "none" for s in seen)
+    off = any(r.get("dont_write_bytecode") for r in runs)
+    return (f"{ahead}. Modules the cell compiled from source, per run: {each}"
+            + (" (bytecode writing is off in the kernel, so those are compiled in every fresh kernel)"
+               if off and any(seen) else ""))

@@ -16,13 +16,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from .bytecode import by_package
+
 TIMEOUT_S = 30.0
 _MARK = "NBGPU-STARTUP "
-# Run in the kernel after the first update: the stamps, the first tick, what got imported.
+# Run in the kernel after the first update: the stamps, the first tick, what got imported and
+# what was compiled from source (``_sent_s``: when the cell was sent, set in front of it).
 _REPORT_CODE = f"""
 import json as _j, sys as _s
 from nbgpu import session as _se
 from nbgpu.magics import startup as _st
+from benchmarks import bytecode as _bc
 _smp = _se.shared_sampler()
 _t = _smp.store.read_stream("host", "tick")[0] if _smp is not None else []
 print({_MARK!r} + _j.dumps({{
@@ -31,6 +35,8 @@ print({_MARK!r} + _j.dumps({{
     "modules": sorted(m for m in ("numpy", "pandas", "pyarrow", "bqplot", "ipywidgets", "pynvml",
                                   "torch", "matplotlib", "nbgpu.diagnostics", "nbgpu.profiles")
                       if m in _s.modules),
+    "compiled": _bc.compiled_here(_sent_s),
+    "dont_write_bytecode": _s.dont_write_bytecode,
 }}))
 """
 HEAVY_ROOTS = 12  # how many packages the import list keeps
@@ -130,18 +136,23 @@ def timeline(seen: dict, kernel: dict | None) -> list[list]:
 def _one(env: dict[str, str], code: str) -> dict:
     with _kernel(env) as kc:
         seen = _watch(kc, code)
-        kernel = _ask(kc, _REPORT_CODE) if seen["first_update"] is not None else None
+        kernel = (_ask(kc, f"_sent_s = {seen['sent']!r}\n" + _REPORT_CODE)
+                  if seen["first_update"] is not None else None)
     sent = seen["sent"]
     return {"displayed_s": None if seen["displayed"] is None else seen["displayed"] - sent,
             "first_update_s": None if seen["first_update"] is None else seen["first_update"] - sent,
             "comm_opens": seen["comm_opens"], "errors": seen["errors"], "output": seen["output"],
-            "modules": (kernel or {}).get("modules"), "timeline": timeline(seen, kernel)}
+            "modules": (kernel or {}).get("modules"), "timeline": timeline(seen, kernel),
+            "compiled": (kernel or {}).get("compiled"),
+            "dont_write_bytecode": (kernel or {}).get("dont_write_bytecode")}
 
 
 def parse_importtime(text: str) -> dict:
-    """Top-level imports (cumulative ms) and own time per root package (ms) from ``-X importtime``."""
+    """Top-level imports (cumulative ms), own time per root package (ms) and every module
+    imported, from ``-X importtime``."""
     top: list[tuple[str, float]] = []
     roots: dict[str, float] = {}
+    modules: list[str] = []
     for line in text.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
@@ -150,6 +161,7 @@ def parse_importtime(text: str) -> dict:
             continue  # the header line
         own_us, cum_us, name = int(parts[0]), int(parts[1]), parts[2]
         module = name.strip()
+        modules.append(module)
         depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
         roots[module.split(".")[0]] = roots.get(module.split(".")[0], 0.0) + own_us / 1000
         if depth == 0:
@@ -158,7 +170,7 @@ def parse_importtime(text: str) -> dict:
     heavy = sorted(roots.items(), key=lambda r: -r[1])[:HEAVY_ROOTS]
     return {"top_level_ms": [[m, round(ms, 1)] for m, ms in top[:HEAVY_ROOTS]],
             "own_ms_by_package": [[m, round(ms, 1)] for m, ms in heavy],
-            "total_own_ms": round(sum(roots.values()), 1)}
+            "total_own_ms": round(sum(roots.values()), 1), "modules": modules}
 
 
 def imports_of(env: dict[str, str], code: str) -> dict:
@@ -196,4 +208,8 @@ def first_panel_update(env: dict[str, str], repeats: int, source: str | None = "
                               f"{TIMEOUT_S:g} s" + (f": {errors[0]}" if errors else ""))
     elif imports:
         out["imports"] = imports_of(env, code)
+        cell = set(out["imports"]["modules"])
+        for run in runs:  # what each timed run compiled from source among the cell's imports
+            if run.get("compiled") is not None:
+                run["compiled_in_cell_by_package"] = by_package(run["compiled"], cell)
     return out
