@@ -78,12 +78,17 @@ def _times(path: str, values: pd.Series, where: str) -> pd.Series:
 
 
 def _numeric(df: pd.DataFrame) -> pd.DataFrame:
-    """Metric columns as floats (anything unreadable NaN); GPU keys as ints or text."""
+    """Metric columns as floats (anything unreadable NaN, an infinity too: no reading is
+    infinite); GPU keys as ints or text."""
+    import numpy as np
     import pandas as pd
 
     for col in df.columns:
         if col in BY_NAME or col == "decimated":
-            df[col] = pd.to_numeric(df[col], errors="coerce")
+            values = pd.to_numeric(df[col], errors="coerce")
+            if values.dtype.kind == "f":
+                values = values.where(np.isfinite(values) | values.isna())
+            df[col] = values
     if "gpu" in df and df["gpu"].dtype == object:
         df["gpu"] = df["gpu"].map(lambda g: g if isinstance(g, (int, str)) and not isinstance(g, bool)
                                   else str(g))

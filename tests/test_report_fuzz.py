@@ -98,6 +98,27 @@ def test_a_bad_file_in_a_real_process_has_no_traceback(tmp_path):
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize("text", ["INF", "-inf", "Infinity"])
+def test_an_infinite_value_reads_as_not_measured_and_the_report_is_drawn(tmp_path, valid, text):
+    """No GPU metric is infinite: such a cell is unreadable, like text, and reads NaN (the
+    fuzzer found that one made the report's timeline scale raise OverflowError)."""
+    from nbgpu.runfile import load_run
+
+    lines = valid["csv"].decode().splitlines()
+    header = lines[0].split(",")
+    col = header.index("power_w")
+    row = lines[3].split(",")
+    row[col] = text
+    lines[3] = ",".join(row)
+    data = ("\n".join(lines) + "\n").encode()
+    code, err = report_of(tmp_path, "inf.csv", data)
+    assert code == 0, err
+    run = load_run(str(tmp_path / "inf.csv"))
+    power = run.frame["power_w"]
+    assert power.notna().any() and not power.isin([float("inf"), float("-inf")]).any()
+    assert power.isna().sum() >= 1
+
+
 def mutate(data: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
     """Apply (kind, position, bytes) edits: overwrite, insert, delete or cut."""
     out = bytearray(data)
