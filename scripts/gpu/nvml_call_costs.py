@@ -1,8 +1,11 @@
 """What the sampler's NVML reads cost on a real card: CPU time per call, and per sample drained.
 
 Times ``nvmlDeviceGetSamples`` for power and utilisation with buffers of different ages
-(so a fixed per-call cost can be told from a per-sample one), the energy counter, GPM
-sample reads, the cheap per-tick getters, and the host read (psutil) that a tick adds.
+(so a fixed per-call cost can be told from a per-sample one), then a drain three ways:
+pynvml's function (two NVML calls: the size, then the samples), nbgpu's gateway (one call
+into an array large enough) and the size query alone, back to back and spaced 0.25 s apart
+(the sampler calls them cold); the energy counter, GPM sample reads, the cheap per-tick
+getters, and the host read (psutil) that a tick adds.
 The floor of the sampler's CPU at native resolution follows from these figures.
 
     python scripts/gpu/nvml_call_costs.py --out costs.json [--gpu 0]
@@ -29,6 +32,58 @@ def cpu_cost_us(fn, repeats: int) -> dict:
     cpu.sort()
     return {"cpu_us_median": statistics.median(cpu), "cpu_us_p90": cpu[int(0.9 * (len(cpu) - 1))],
             "wall_us_median": statistics.median(wall), "calls": repeats}
+
+
+def spaced_cost_us(fn, repeats: int, gap_s: float) -> dict:
+    """``cpu_cost_us`` of calls ``gap_s`` apart (caches and clocks gone cold between them)."""
+    cpu = []
+    for _ in range(repeats):
+        time.sleep(gap_s)
+        c0 = time.thread_time()
+        fn()
+        cpu.append(1e6 * (time.thread_time() - c0))
+    cpu.sort()
+    return {"cpu_us_median": statistics.median(cpu), "cpu_us_p90": cpu[int(0.9 * (len(cpu) - 1))],
+            "calls": repeats, "gap_s": gap_s}
+
+
+def drain_ways(nv, h, kinds: dict) -> dict:
+    """Per buffer, the last second drained by pynvml (two calls), by nbgpu's gateway (one call)
+    and the size query alone (pynvml's first call), back to back and spaced."""
+    import ctypes
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from nbgpu.sources.nvml import NothingNewError, NVMLGateway
+
+    gw = NVMLGateway(nv)
+    c_fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
+    out = {}
+    for name, kind in kinds.items():
+        _, samples = nv.nvmlDeviceGetSamples(h, kind, 0)
+        since = int(max(s.timeStamp for s in samples) - 1e6)
+
+        def two(kind=kind, since=since):
+            try:
+                nv.nvmlDeviceGetSamples(h, kind, since)
+            except nv.NVMLError_NotFound:
+                pass
+
+        def one(kind=kind, since=since):
+            try:
+                gw.samples(h, kind, since)
+            except NothingNewError:
+                pass
+
+        def size(kind=kind, since=since):
+            vtype, count = ctypes.c_uint(0), ctypes.c_uint(0)
+            c_fn(h, ctypes.c_uint(kind), ctypes.c_ulonglong(since), ctypes.byref(vtype),
+                 ctypes.byref(count), None)
+
+        for way, fn in (("pynvml, two calls", two), ("nbgpu gateway, one call", one),
+                        ("size query alone", size)):
+            out[f"drain {name}, last 1 s, {way}"] = cpu_cost_us(fn, 30)
+            out[f"drain {name}, last 1 s, {way}, 0.25 s apart"] = spaced_cost_us(fn, 12, 0.25)
+    return out
 
 
 def main() -> int:
@@ -65,6 +120,7 @@ def main() -> int:
                     n = 0
                 label = "whole buffer" if not age_s else f"last {age_s:g} s"
                 fig[f"samples {name}, {label}"] = dict(cpu_cost_us(drain, 30), samples_returned=n)
+        fig.update(drain_ways(nv, h, kinds))
         fig["total energy"] = cpu_cost_us(lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), 20)
         for label, fn in {
             "utilization rates": lambda: nv.nvmlDeviceGetUtilizationRates(h),
