@@ -218,31 +218,3 @@ def test_utilisation_keeps_every_sample_whether_watched_or_not(nvml, monkeypatch
         gaps = np.diff(series[series > series[0] + 0.5])
         assert np.median(gaps) <= 0.25 and gaps.max() <= 0.45  # the card's 200 ms, none lost
     assert t[-1] >= stopped - 1.0  # stopping drained what the buffer still held
-
-
-def test_one_call_drains_read_what_pynvmls_two_call_drains_read(nvml):
-    """On the real driver the gateway's one-call drain returns pynvml's samples, in one call."""
-    from nbgpu.sources.nvml import NothingNewError, NVMLGateway
-    from nbgpu.sources.nvml_samples import SampleRun
-
-    gw = NVMLGateway(nvml)
-    assert "nvmlDeviceGetSamples" in gw._own  # the real binding has what the one call needs
-    h = nvml.nvmlDeviceGetHandleByIndex(0)
-    time.sleep(0.5)  # a few new power samples
-    for kind in (0, 1):  # power, GPU utilisation
-        gw.call("nvmlDeviceGetSamples", h, kind, 0)  # a buffer larger than the array grows it
-        _, run = gw.call("nvmlDeviceGetSamples", h, kind, 0)
-        assert type(run) is SampleRun and 0 < len(run) < gw._own["nvmlDeviceGetSamples"].capacity
-        newest = run[-1].timeStamp
-        since = run[len(run) // 2].timeStamp
-        ts, vals = gw.samples(h, kind, since)
-        _, listed = nvml.nvmlDeviceGetSamples(h, kind, since)
-        # both read the same buffer a moment apart: pynvml's may hold samples that came since
-        common = min(len(ts), len(listed))
-        assert common >= len(run) - len(run) // 2 - 1
-        np.testing.assert_array_equal(ts[:common], [float(s.timeStamp) for s in listed[:common]])
-        assert float(listed[0].timeStamp) > since and ts[0] > since
-        assert np.all(np.diff(ts) > 0) and ts[-1] >= newest
-        assert np.isfinite(vals).all()
-        with pytest.raises(NothingNewError):
-            gw.samples(h, kind, 2**62)

@@ -30,7 +30,6 @@ import numpy as np
 from ..errors import NVMLUnavailableError
 from ..metrics import BY_NAME
 from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading
-from .nvml_samples import OneCallSamples, SampleRun
 
 log = logging.getLogger("nbgpu")
 
@@ -141,12 +140,10 @@ class NVMLGateway:
         self.nvml = nvml
         self._logged: set[tuple] = set()
         self._lock = threading.Lock()
-        # NVML functions called here in place of the binding's own (same arguments, same result)
-        self._own = {"nvmlDeviceGetSamples": OneCallSamples(nvml)} if OneCallSamples.available(nvml) else {}
 
     def call(self, function: str, *args):
         """``nvml.<function>(*args)``, or an ``NVMLCallError`` of the right kind raised from it."""
-        fn = self._own.get(function) or getattr(self.nvml, function, None)
+        fn = getattr(self.nvml, function, None)
         if fn is None:
             raise NotSupportedError(function, ERR_FUNCTION_NOT_FOUND, "not in this NVML binding")
         try:
@@ -160,10 +157,6 @@ class NVMLGateway:
         Raises ``NothingNewError`` when nothing is newer.
         """
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
-        if (type(listed) is SampleRun and 0 <= vtype < len(_VALUE_TYPES)
-                and ctypes.sizeof(listed.array._type_) == SAMPLE_BYTES):
-            rows = np.frombuffer(listed.array, dtype=_LAYOUTS[vtype], count=listed.count)
-            return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
         packed = _packed_samples(listed, vtype)
         if packed is not None:
             return packed

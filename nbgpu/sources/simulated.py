@@ -189,8 +189,6 @@ class SimulatedGPUs:
 
     SIMULATED = True
     c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t  # noqa: N815 - pynvml's name
-    c_nvmlSample_t = _Sample  # noqa: N815 - pynvml's name
-    NVMLError = NVMLError
     NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
 
     def __init__(self, count: int = 2, seed: int = 0, scenario: str = "steady",
@@ -591,31 +589,6 @@ class SimulatedGPUs:
         if not stamps:
             raise _error(NVML_ERROR_NOT_FOUND)
         return 1, _sample_array(stamps, values)
-
-    def _nvmlGetFunctionPointer(self, name: str) -> Callable[..., int]:  # noqa: N802 - pynvml's name
-        """NVML's C entry point ``name`` as pynvml looks it up: arguments and return code as in C
-        (only ``nvmlDeviceGetSamples``, the one nbgpu calls so)."""
-        if name != "nvmlDeviceGetSamples":
-            raise _error(13)
-        return self._c_get_samples
-
-    def _c_get_samples(self, h: _Handle, sampling_type: ctypes.c_uint, since_us: ctypes.c_ulonglong,
-                       value_type, count, samples) -> int:
-        """The C ``nvmlDeviceGetSamples``: with no array, the number of samples newer than
-        ``since_us`` into ``count``; with one, as many of them as it holds (``count`` in: its
-        size, out: how many were filled), oldest first. Errors are return codes."""
-        try:
-            vtype, listed = self.nvmlDeviceGetSamples(h, sampling_type.value, since_us.value)
-        except NVMLError as exc:
-            return exc.value
-        value_type._obj.value = vtype
-        if samples is None:
-            count._obj.value = len(listed)
-            return 0
-        n = min(count._obj.value, len(samples), len(listed))
-        ctypes.memmove(samples, ctypes.addressof(listed[0]), n * ctypes.sizeof(_Sample))
-        count._obj.value = n
-        return 0
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:  # noqa: N802
         self._enter("nvmlDeviceGetMigMode", h)

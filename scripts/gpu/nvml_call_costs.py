@@ -1,11 +1,11 @@
 """What the sampler's NVML reads cost on a real card: CPU time per call, and per sample drained.
 
 Times ``nvmlDeviceGetSamples`` for power and utilisation with buffers of different ages
-(so a fixed per-call cost can be told from a per-sample one), then a drain three ways:
-pynvml's function (two NVML calls: the size, then the samples), nbgpu's gateway (one call
-into an array large enough) and the size query alone, back to back and spaced 0.25 s apart
-(the sampler calls them cold); the energy counter, GPM sample reads, the cheap per-tick
-getters, and the host read (psutil) that a tick adds.
+(so a fixed per-call cost can be told from a per-sample one); then pynvml's drain split into
+its two NVML calls (the size query with no array, then the call that fills an array), back
+to back and spaced 0.25 s apart (the sampler calls them cold), which says whether one call
+into a large enough array would save anything; the energy counter, GPM sample reads, the
+cheap per-tick getters, and the host read (psutil) that a tick adds.
 The floor of the sampler's CPU at native resolution follows from these figures.
 
     python scripts/gpu/nvml_call_costs.py --out costs.json [--gpu 0]
@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 
@@ -48,14 +49,10 @@ def spaced_cost_us(fn, repeats: int, gap_s: float) -> dict:
 
 
 def drain_ways(nv, h, kinds: dict) -> dict:
-    """Per buffer, the last second drained by pynvml (two calls), by nbgpu's gateway (one call)
-    and the size query alone (pynvml's first call), back to back and spaced."""
+    """Per buffer, the last second drained by pynvml (two NVML calls), and each of its two calls
+    alone: the size query (no array) and the fill (into an array of 256), back to back and spaced."""
     import ctypes
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from nbgpu.sources.nvml import NothingNewError, NVMLGateway
-
-    gw = NVMLGateway(nv)
     c_fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
     out = {}
     for name, kind in kinds.items():
@@ -68,19 +65,16 @@ def drain_ways(nv, h, kinds: dict) -> dict:
             except nv.NVMLError_NotFound:
                 pass
 
-        def one(kind=kind, since=since):
-            try:
-                gw.samples(h, kind, since)
-            except NothingNewError:
-                pass
-
-        def size(kind=kind, since=since):
-            vtype, count = ctypes.c_uint(0), ctypes.c_uint(0)
+        def c_call(array, kind=kind, since=since):
+            vtype, count = ctypes.c_uint(0), ctypes.c_uint(0 if array is None else len(array))
             c_fn(h, ctypes.c_uint(kind), ctypes.c_ulonglong(since), ctypes.byref(vtype),
-                 ctypes.byref(count), None)
+                 ctypes.byref(count), array)
 
-        for way, fn in (("pynvml, two calls", two), ("nbgpu gateway, one call", one),
-                        ("size query alone", size)):
+        array = (nv.c_nvmlSample_t * 256)()
+        size = partial(c_call, None)
+        fill = partial(c_call, array)
+        for way, fn in (("pynvml, both calls", two), ("size query alone", size),
+                        ("fill alone (array of 256)", fill)):
             out[f"drain {name}, last 1 s, {way}"] = cpu_cost_us(fn, 30)
             out[f"drain {name}, last 1 s, {way}, 0.25 s apart"] = spaced_cost_us(fn, 12, 0.25)
     return out
