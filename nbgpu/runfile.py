@@ -87,7 +87,7 @@ def _numeric(df: pd.DataFrame) -> pd.DataFrame:
         if col in BY_NAME or col == "decimated":
             values = pd.to_numeric(df[col], errors="coerce")
             if values.dtype.kind == "f":
-                values = values.where(np.isfinite(values) | values.isna())
+                values = values.where(np.isfinite(values))  # NaN stays NaN
             df[col] = values
     if "gpu" in df and df["gpu"].dtype == object:
         df["gpu"] = df["gpu"].map(lambda g: g if isinstance(g, (int, str)) and not isinstance(g, bool)
