@@ -101,3 +101,26 @@ def test_send_values_sends_what_setting_an_html_value_sends(texts: tuple[str, st
     fast.hold_sync = _no_plain_path
     send_values(fast, value=texts[1])
     assert sent_fast == sent_plain and fast.value == plain.value
+
+
+def test_a_widget_without_the_internals_read_takes_the_plain_path_and_sends_the_same(monkeypatch) -> None:
+    """Another ipywidgets or traitlets, without one of the private names read: slower, not broken."""
+    import ipywidgets as widgets
+
+    from nbgpu.widgets import sync
+
+    monkeypatch.setattr(sync, "_INTERNALS", (*sync._INTERNALS, "_a_name_this_version_lacks"))
+    monkeypatch.setattr(sync, "_internals_of", {})
+    plain, other = widgets.HTML("a"), widgets.HTML("a")
+    sent_plain, sent_other = _recorded(plain), _recorded(other)
+    held: list = []
+    hold = other.hold_sync
+
+    def counted_hold():
+        held.append(True)
+        return hold()
+
+    other.hold_sync = counted_hold
+    plain.value = "b"
+    send_values(other, value="b")
+    assert held and sent_other == sent_plain and other.value == "b"

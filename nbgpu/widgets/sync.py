@@ -11,7 +11,9 @@ float array bqplot would send as it is gets its state built here, without the se
 conversion checks (the same dict); the equality test skips ``np.array_equal``'s conversions
 for plain arrays (the same rule). Where anything
 else takes part (an observer of those traits, a sync already held, a front end update
-being applied, a trait neither an array nor a text) it takes the plain path.
+being applied, a trait neither an array nor a text) it takes the plain path, and so does a
+widget class that lacks one of the ipywidgets and traitlets internals read here (another
+version of them): slower, never wrong.
 ``tests/test_panel_refresh_sync.py`` checks the messages equal the plain path's (written
 against ipywidgets 8, traittypes 0.2, bqplot 0.13).
 """
@@ -40,7 +42,8 @@ def send_values(widget, **values: object) -> None:
     it differs (traitlets' rule), each validated by its own trait.
     """
     traits = _direct_traits(type(widget), tuple(values))
-    if traits is None or _observed(widget, values) or widget._holding_sync or widget._property_lock:
+    if (traits is None or not _internals_present(widget) or _observed(widget, values)
+            or widget._holding_sync or widget._property_lock):
         with widget.hold_sync():
             for name, value in values.items():
                 setattr(widget, name, value)
@@ -81,6 +84,21 @@ def _direct_traits(cls: type, names: tuple[str, ...]) -> list | None:
         traits = [getattr(cls, name) for name in names]
         _traits_of[key] = traits if all(isinstance(t, (Array, Unicode)) for t in traits) else None
     return _traits_of[key]
+
+
+# The internals the direct path reads or calls, as ipywidgets 8 and traitlets 5 name them.
+_INTERNALS = ("_trait_values", "_trait_notifiers", "_holding_sync", "_property_lock", "_send",
+              "_trait_to_json")
+_internals_of: dict[type, bool] = {}
+
+
+def _internals_present(widget) -> bool:
+    """Whether ``widget`` has every internal the direct path uses (looked at once per class)."""
+    cls = type(widget)
+    found = _internals_of.get(cls)
+    if found is None:
+        found = _internals_of[cls] = all(hasattr(widget, name) for name in _INTERNALS)
+    return found
 
 
 def _observed(widget, names) -> bool:
