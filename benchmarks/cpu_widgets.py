@@ -177,9 +177,11 @@ class GCWatch:
             self.ms[gen] += (time.thread_time() - self._t0) * 1000.0
 
 
-def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0) -> dict:
+def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
+                 comm: str = "recording") -> dict:
     """Thread CPU ms of ``GPUMonitor.refresh()`` at steady state: a full window, 1 s of new rows
-    between refreshes, 8 simulated GPUs at interval 0.1 s, a recording comm as the kernel.
+    between refreshes, 8 simulated GPUs at interval 0.1 s, a recording comm as the kernel
+    (``comm="kernel"``: the widgets' own comms, run inside a kernel; ``kernel_refresh``).
 
     Rows reach the store as in a live panel: the sampler's own ``step`` on a fake clock (its
     drains, its ticks, its states "live"), 1 s of steps between refreshes; only the window's
@@ -198,7 +200,7 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0) 
 
     from .comm_recorder import install
 
-    log = install()
+    log = install() if comm == "recording" else None
     clock = FakeClock(1.7e9, tick_s=1e-6)
     rng = np.random.default_rng(0)
     watch = GCWatch()
@@ -214,7 +216,9 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0) 
         try:
             panel.refresh(force=True)  # the first, full draw is not steady state
             cpu_ms = []
-            log.clear()
+            if log is not None:
+                log.clear()
+            sent_before = panel.traffic.snapshot()["messages"]
             gc.callbacks.append(watch)
             for _ in range(refreshes):
                 _step_until(sampler, clock, clock.t + refresh_every_s)
@@ -223,7 +227,8 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0) 
                 panel.refresh()
                 cpu_ms.append((time.thread_time() - c0) * 1000.0)
                 watch.inside = False
-            sent = log.between(-float("inf"), float("inf"))
+            sent = log.between(-float("inf"), float("inf")) if log is not None else None
+            messages = panel.traffic.snapshot()["messages"] - sent_before
             states = Counter(st for r in sampler.latest() for st in r["states"].values())
             read_errors = sampler.status().errors
         finally:
@@ -235,11 +240,24 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0) 
     return {"window_s": window_s, "refreshes": refreshes, "prefilled_rows": rows,
             "cpu_ms_median": float(np.median(arr)), "cpu_ms_mean": float(arr.mean()),
             "cpu_ms_p90": float(np.percentile(arr, 90)), "cpu_ms_max": float(arr.max()),
-            "messages_per_refresh": len(sent) / refreshes,
-            "bytes_per_refresh": sum(m.nbytes for m in sent) / refreshes,
+            "messages_per_refresh": (messages if sent is None else len(sent)) / refreshes,
+            "bytes_per_refresh": None if sent is None else sum(m.nbytes for m in sent) / refreshes,
             "metric_states_at_end": dict(states), "sampler_read_errors": read_errors,
             "gc_in_refreshes": {"collections_by_generation": watch.count,
                                 "ms_by_generation": watch.ms, "ms_total": sum(watch.ms)}}
+
+
+def _in_kernel(windows: list[float], refreshes: int) -> dict:
+    """``refresh_cost`` of ``windows`` inside a fresh kernel, or {"unavailable": why}."""
+    from .cpu_startup import _env
+    from .kernel_refresh import kernel_refresh_cost
+
+    try:
+        return kernel_refresh_cost(_env(), windows, refreshes)
+    except ImportError as exc:
+        return {"unavailable": f"jupyter_client/ipykernel not installed: {exc}"}
+    except Exception as exc:  # a kernel that cannot start or run: said in the results, not raised
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
 
 
 def run_refresh(ctx: Context) -> Outcome:
@@ -255,13 +273,28 @@ def run_refresh(ctx: Context) -> Outcome:
     out = Outcome(raw={"gpus": REFRESH_GPUS, "interval_s": REFRESH_INTERVAL_S})
     before_path = REPO_ROOT / "benchmarks" / "results" / BEFORE_FILE
     before = json.loads(before_path.read_text()) if before_path.exists() else {}
+    in_kernel = _in_kernel(list(REFRESH_TARGET_MS), n)
+    out.raw["in_kernel"] = in_kernel
     for window_s, bound in REFRESH_TARGET_MS.items():
         res = refresh_cost(window_s, n)
         out.raw[f"window_{window_s:g}s"] = res
         label = f"{window_s / 60:g} min" if window_s >= 60 else f"{window_s:g} s"
-        out.targets.append(Target(f"panel refresh CPU, {label} window (mean)", res["cpu_ms_mean"],
-                                  "ms", "<=", bound))
-        out.figure(f"panel refresh CPU, {label} window (median)", res["cpu_ms_median"], "ms")
+        kernel = in_kernel.get(f"window_{window_s:g}s")
+        if kernel is not None:
+            out.targets.append(Target(f"panel refresh CPU in a real kernel, {label} window (mean)",
+                                      kernel["cpu_ms_mean"], "ms", "<=", bound))
+            out.figure(f"panel refresh CPU in a real kernel, {label} window (median)",
+                       kernel["cpu_ms_median"], "ms")
+            if kernel.get("iopub_cpu_ms_per_refresh") is not None:
+                out.figure(f"the kernel's IOPub thread sending those messages, {label} window, "
+                           "per refresh", kernel["iopub_cpu_ms_per_refresh"], "ms")
+            out.figure(f"messages per refresh, {label} window", kernel["messages_per_refresh"], "")
+        out.figure(f"panel refresh CPU with a recording comm (JSON encoding only), {label} window "
+                   "(median)", res["cpu_ms_median"], "ms")
+        out.figure(f"the same, {label} window (mean)", res["cpu_ms_mean"], "ms")
+        if kernel is None:
+            out.targets.append(Target(f"panel refresh CPU, {label} window (mean; no kernel here: "
+                                      "recording comm)", res["cpu_ms_mean"], "ms", "<=", bound))
         gc_ms = res["gc_in_refreshes"]["ms_total"]
         full = res["gc_in_refreshes"]["collections_by_generation"][2]
         out.figure(f"of which garbage collection, {label} window (mean; {full} full collection(s))",
@@ -275,6 +308,16 @@ def run_refresh(ctx: Context) -> Outcome:
         out.notes.append(f"The 'before ({before.get('commit', '?')})' figures were measured with rows "
                          "written straight into the store (every value 'stale'), not with the "
                          "sampler's steps used here since the feed was changed.")
+    if in_kernel.get("unavailable"):
+        out.notes.append(f"No kernel could run the refreshes here ({in_kernel['unavailable']}): the "
+                         "target reads the recording comm's figure, which leaves out what the kernel "
+                         "does with each message.")
+    else:
+        out.notes.append("The target's figure is measured inside a fresh IPython kernel, where each "
+                         "widget message is also cleaned, given a header, serialised and signed by the "
+                         "kernel's session on the refreshing thread, then sent by the IOPub thread "
+                         "(its CPU per refresh is given beside it); the recording comm's figures, "
+                         "which the rounds before this one reported, leave all that out.")
     out.notes.append("CPU time of the refreshing thread (time.thread_time) per GPUMonitor.refresh(), "
                      "1 s of the sampler's own steps (drains, ticks, diagnostics) between refreshes, "
                      "under a fake clock, with the sampler reading 'running' so values are live as "
