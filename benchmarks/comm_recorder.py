@@ -1,8 +1,11 @@
-"""A stand-in for the kernel's comm that records what widgets would send to the front end.
+"""Stand-ins for the kernel's comm that record what widgets would send to the front end.
 
 ``install()`` makes ``comm.create_comm`` return a ``RecordingComm``: every message is
-JSON-encoded (as the kernel's session would) and its size, type, comm and time kept in a
-shared ``Log``. Nothing leaves the process.
+JSON-encoded and its size, type, comm and time kept in a shared ``Log``. Nothing leaves the
+process. That leaves out what a kernel does with each message; ``KernelLikeComms`` does it:
+a ``jupyter_client`` session builds, serialises and signs each message on the sending thread
+and hands it to ipykernel's own IOPub thread, which sends it on a zmq PUB socket nobody reads
+(an in-process address), as a kernel's comm does.
 """
 
 from __future__ import annotations
@@ -62,11 +65,65 @@ def _recording_comm_class():
 
 def install() -> Log:
     """Route every widget created from now on through a recording comm; returns the log."""
-    global _installed
-    if not _installed:
-        import comm
+    import comm
 
-        cls = _recording_comm_class()
-        comm.create_comm = lambda *args, **kwargs: cls(*args, **kwargs)
-        _installed = True
+    global _installed
+    cls = _recording_comm_class()
+    comm.create_comm = lambda *args, **kwargs: cls(*args, **kwargs)
+    _installed = True
     return LOG
+
+
+class KernelLikeComms:
+    """While started, widgets created get comms that send as a kernel's do (see the module's
+    docstring); each message is also logged (its size as 0: weighing it would add work).
+    ``stop()`` ends the IOPub thread and puts the recording comm back."""
+
+    def __init__(self) -> None:
+        import os
+
+        import zmq
+        from ipykernel.iostream import IOPubThread
+        from jupyter_client.session import Session
+
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.PUB)
+        self._socket.bind(f"inproc://nbgpu-bench-{os.getpid()}-{id(self)}")
+        self._thread = IOPubThread(self._socket)
+        self.session = Session(key=os.urandom(32))
+        self.parent = {"header": self.session.msg_header("execute_request")}
+        self.iopub = self._thread.background_socket
+        self.stopped = False
+
+    def start(self) -> KernelLikeComms:
+        import comm
+        from comm.base_comm import BaseComm
+
+        self._thread.start()
+        owner = self
+
+        class KernelLikeComm(BaseComm):
+            def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys) -> None:
+                if owner.stopped:  # a widget closed after the run: nothing left to send on
+                    return
+                content = dict(data={} if data is None else data, comm_id=self.comm_id, **keys)
+                owner.session.send(owner.iopub, msg_type, content, metadata=metadata or {},
+                                   parent=owner.parent, ident=self.topic, buffers=buffers)
+                method = (data or {}).get("method", "") if isinstance(data, dict) else ""
+                with LOG.lock:
+                    LOG.messages.append(Message(time.perf_counter(), self.comm_id, msg_type, method, 0))
+
+        comm.create_comm = lambda *args, **kwargs: KernelLikeComm(*args, **kwargs)
+        return self
+
+    @property
+    def thread(self):
+        """The IOPub thread (a ``threading.Thread``)."""
+        return self._thread.thread
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._thread.stop()
+        self._socket.close(linger=0)
+        self._context.term()
+        install()

@@ -99,7 +99,9 @@ class NbgpuMonitor(Monitor):
 
 
 class NbgpuPanelMonitor(NbgpuMonitor):
-    """The sampler plus the panel's refresh code, called at the panel's own refresh rate."""
+    """The sampler plus the panel's refresh code, called at the panel's own refresh rate, its
+    messages sent as a kernel sends them (its session and IOPub thread; ``KernelLikeComms``)
+    where ipykernel is installed, else to a recording comm."""
 
     name = "nbgpu_panel"
 
@@ -119,7 +121,13 @@ class NbgpuPanelMonitor(NbgpuMonitor):
 
     def start(self) -> None:
         super().start()
-        self.driver = self.panel_api.drive(self.sampler)
+        try:
+            import ipykernel.iostream  # noqa: F401
+            import jupyter_client.session  # noqa: F401
+            kernel_like = True
+        except ImportError:
+            kernel_like = False
+        self.driver = self.panel_api.drive(self.sampler, kernel_like=kernel_like)
 
     def stop(self) -> dict:
         facts = self.driver.stop() if self.driver is not None else {}

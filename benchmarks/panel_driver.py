@@ -37,6 +37,7 @@ class PanelRun:
 
     panel: object
     t0: float
+    comms: object = None  # a started ``KernelLikeComms``, or None for the recording comm
 
     def stop(self) -> dict:
         from .comm_recorder import LOG
@@ -45,9 +46,12 @@ class PanelRun:
         stats = dict(getattr(self.panel, "stats", {}))
         sent = LOG.between(self.t0, t1)
         self.panel.close()
+        if self.comms is not None:
+            self.comms.stop()
         return {"refreshes": stats.get("refreshes"), "skipped": stats.get("skipped"),
                 "panel_errors": stats.get("errors"), "messages": len(sent),
-                "bytes": sum(m.nbytes for m in sent)}
+                "bytes": None if self.comms is not None else sum(m.nbytes for m in sent),
+                "comm": "kernel-like" if self.comms is not None else "recording"}
 
 
 @dataclass
@@ -62,15 +66,19 @@ class PanelAPI:
         """Seconds of history the panel shows by default."""
         return float(inspect.signature(self.cls).parameters["window_s"].default)
 
-    def drive(self, sampler, **kwargs) -> PanelRun:
-        """Open a panel on ``sampler`` (default refresh rate) and let its timer run."""
-        from .comm_recorder import install
+    def drive(self, sampler, kernel_like: bool = False, **kwargs) -> PanelRun:
+        """Open a panel on ``sampler`` (default refresh rate) and let its timer run; its
+        messages go to a recording comm, or with ``kernel_like`` through a kernel's session
+        and IOPub thread (``comm_recorder.KernelLikeComms``)."""
+        from .comm_recorder import KernelLikeComms, install
 
         if not self.available:
             raise RuntimeError(self.reason)
-        install()
+        comms = KernelLikeComms().start() if kernel_like else None
+        if comms is None:
+            install()
         t0 = time.perf_counter()
-        return PanelRun(self.cls(sampler=sampler, start=True, **kwargs), t0)
+        return PanelRun(self.cls(sampler=sampler, start=True, **kwargs), t0, comms)
 
 
 def find_panel() -> PanelAPI:
