@@ -88,7 +88,8 @@ class KernelLikeComms:
 
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PUB)
-        self._socket.bind(f"inproc://nbgpu-bench-{os.getpid()}-{id(self)}")
+        self.address = f"inproc://nbgpu-bench-{os.getpid()}-{id(self)}"  # (same context only)
+        self._socket.bind(self.address)
         self._thread = IOPubThread(self._socket)
         self.session = Session(key=os.urandom(32))
         self.parent = {"header": self.session.msg_header("execute_request")}
@@ -116,6 +117,15 @@ class KernelLikeComms:
         comm.create_comm = lambda *args, **kwargs: KernelLikeComm(*args, **kwargs)
         return self
 
+    def subscriber(self):
+        """A SUB socket on the messages sent (tests read what a front end would get)."""
+        import zmq
+
+        sub = self._context.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(self.address)
+        return sub
+
     @property
     def thread(self):
         """The IOPub thread (a ``threading.Thread``)."""
@@ -124,6 +134,5 @@ class KernelLikeComms:
     def stop(self) -> None:
         self.stopped = True
         self._thread.stop()
-        self._socket.close(linger=0)
-        self._context.term()
+        self._context.destroy(linger=0)  # every socket of it, a test's subscriber too
         install()
