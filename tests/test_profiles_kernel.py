@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest_profiles import kernel_fixture  # noqa: F401 - fixture
@@ -36,7 +38,10 @@ def test_gpumon_cell_of_two_seconds(loaded):
     assert WIDGET in data  # the interactive chart, with static fallbacks beside it
     assert data["image/svg+xml"].startswith("<svg") and "GPU 1" in data["image/svg+xml"]
     assert '<table class="nbgpu-summary"' in data["text/html"] and "<svg" in data["text/html"]
-    assert "GPU0 2.0" in data["text/plain"]
+    # The capture spans the cell: the 2 s sleep and the magic's own start (a sampler opened),
+    # which takes longer on a loaded machine; the text says the recorded duration.
+    shown = re.search(r"GPU0 (\d+\.\d+)s", data["text/plain"])
+    assert shown and 2.0 <= float(shown[1]) < 3.0, data["text/plain"]
     rec = loaded.value(
         "(lambda r, c: {'duration': c.duration_s, 'status': c.status, 'start': c.start_time, "
         "'end': c.end_time, 'summary_s': c.summary['duration_s'].tolist(), "
@@ -44,7 +49,8 @@ def test_gpumon_cell_of_two_seconds(loaded):
         "'energy': c.summary['energy_source'].tolist()})"
         "(nbgpu.profiles.history.records()[-1], nbgpu.profiles.history.records()[-1].capture)")
     assert rec["status"] == "ok"
-    assert rec["summary_s"] == [pytest.approx(2.0, abs=0.15)] * 2
+    assert all(2.0 - 0.02 <= d < 3.0 for d in rec["summary_s"]), rec["summary_s"]
+    assert float(shown[1]) == pytest.approx(rec["summary_s"][0], abs=0.01)
     inside = [t for t in rec["times"] if rec["start"] <= t <= rec["end"]]
     assert len(inside) == len(rec["times"]) > 20
     assert rec["energy"] == ["counter", "counter"]
