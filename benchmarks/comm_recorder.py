@@ -44,7 +44,6 @@ class Log:
 
 
 LOG = Log()
-_installed = False
 
 
 def _recording_comm_class():
@@ -67,10 +66,8 @@ def install() -> Log:
     """Route every widget created from now on through a recording comm; returns the log."""
     import comm
 
-    global _installed
     cls = _recording_comm_class()
     comm.create_comm = lambda *args, **kwargs: cls(*args, **kwargs)
-    _installed = True
     return LOG
 
 
