@@ -82,10 +82,33 @@ def test_sim_source_by_name_has_two_gpus_and_says_simulated():
         s.stop()
 
 
+def _machine_cpu_ticks() -> int:
+    """The machine's CPU time so far in clock ticks (/proc/stat's first line), -1 without it."""
+    try:
+        with open("/proc/stat") as f:
+            return sum(int(x) for x in f.readline().split()[1:])
+    except OSError:
+        return -1
+
+
+def _until_machine_cpu_time_moves() -> None:
+    """Wait (on the counter, not a fixed time) until the machine's CPU counters move: a host CPU %
+    needs CPU time to pass between two reads, which a fake clock does not make."""
+    start, deadline = _machine_cpu_ticks(), time.monotonic() + 5.0
+    while _machine_cpu_ticks() == start and start >= 0 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    if start < 0:
+        time.sleep(0.05)
+
+
 def test_timeline_has_the_documented_columns_and_utc_times():
     sim, clock = fake()
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
-    run(s, clock, 1.2)
+    run(s, clock, 1.0)
+    # Host CPU % is NaN ("not measured") where no CPU time passed since the last read: on a
+    # fast machine the fake clock's ticks can all come within one clock tick of real time.
+    _until_machine_cpu_time_moves()
+    run(s, clock, 0.2)
     s.stop()
     df = s.timeline.to_pandas()
     for col in ("time", "gpu", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
