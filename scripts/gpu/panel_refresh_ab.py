@@ -9,33 +9,28 @@ the H200 host), so a change is judged by trees measured side by side: each round
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from _in_tree import run_json
+from _in_tree import run_json, tree_parser, trees_of
 
 MEASURE = ("import json, sys; from benchmarks.cpu_widgets import refresh_cost; "
            "print(json.dumps(refresh_cost(float(sys.argv[1]), int(sys.argv[2]))))")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--tree", action="append", required=True, help="name=path, at least two")
-    ap.add_argument("--rounds", type=int, default=4)
+    ap = tree_parser(__doc__.splitlines()[0], "at least two", rounds=4)
     ap.add_argument("--refreshes", type=int, default=60)
     args = ap.parse_args()
-    trees = dict(t.split("=", 1) for t in args.tree)
+    trees = trees_of(args)
     runs: dict[str, dict[str, list]] = {name: {"60": [], "900": []} for name in trees}
     for r in range(args.rounds):
         order = list(trees) if r % 2 == 0 else list(reversed(trees))  # ABBA: drift cancels
         for name in order:
             for window in ("60", "900"):
-                got = run_json(Path(trees[name]), MEASURE, float(window), args.refreshes)
+                got = run_json(trees[name], MEASURE, float(window), args.refreshes)
                 runs[name][window].append({k: got[k] for k in ("cpu_ms_mean", "cpu_ms_median",
                                                                "messages_per_refresh", "bytes_per_refresh")})
                 print(f"round {r} {name:8s} {window:>3s} s: mean {got['cpu_ms_mean']:.3f} ms, "
@@ -59,7 +54,8 @@ def main() -> int:
     args.out.write_text(json.dumps({
         "command": "python3 scripts/gpu/panel_refresh_ab.py " + " ".join(sys.argv[1:]),
         "device": device, "driver": driver, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "trees": trees, "rounds": args.rounds, "refreshes_per_run": args.refreshes,
+        "trees": {name: str(path) for name, path in trees.items()}, "rounds": args.rounds,
+        "refreshes_per_run": args.refreshes,
         "summary": summary, "ratios_of_means": ratios, "runs": runs}, indent=1))
     print(json.dumps({"summary": summary, "ratios_of_means": ratios}, indent=1))
     return 0

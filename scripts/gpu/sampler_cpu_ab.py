@@ -11,14 +11,13 @@ tree (``_breakdown``: NVML calls against nbgpu's own Python), with this checkout
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from _in_tree import run_json
+from _in_tree import run_json, tree_parser, trees_of
 
 RUN = ("import json, types; from benchmarks import sampler_cost as c; "
        "ctx = types.SimpleNamespace(quick=False); "
@@ -33,12 +32,8 @@ BREAKDOWN = ("import json, sys, types; here = sys.argv[1]; sys.path.insert(0, he
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--tree", action="append", required=True, help="name=path, exactly two")
-    ap.add_argument("--rounds", type=int, default=1)
-    args = ap.parse_args()
-    trees = {name: Path(path).resolve() for name, path in (t.split("=", 1) for t in args.tree)}
+    args = tree_parser(__doc__.splitlines()[0], "exactly two", rounds=1).parse_args()
+    trees = trees_of(args)
     (a, _), (b, _) = trees.items()
     runs: dict[str, list[dict]] = {a: [], b: []}
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
