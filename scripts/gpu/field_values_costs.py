@@ -14,23 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
-
-def _cost(fn, repeats: int, gap_s: float) -> dict:
-    cpu = []
-    for _ in range(repeats):
-        if gap_s:
-            time.sleep(gap_s)
-        c0 = time.thread_time()
-        fn()
-        cpu.append(1e6 * (time.thread_time() - c0))
-    cpu.sort()
-    return {"cpu_us_median": statistics.median(cpu), "cpu_us_p90": cpu[int(0.9 * (len(cpu) - 1))],
-            "calls": repeats, "gap_s": gap_s}
+from nvml_call_costs import cpu_cost_us, spaced_cost_us
 
 
 def main() -> int:
@@ -56,8 +44,8 @@ def main() -> int:
         }
         for name, fn in ways.items():
             try:
-                out["figures"][name] = _cost(fn, 20, 0.0)
-                out["figures"][f"{name}, 0.25 s apart"] = _cost(fn, 12, 0.25)
+                out["figures"][name] = cpu_cost_us(fn, 20)
+                out["figures"][f"{name}, 0.25 s apart"] = spaced_cost_us(fn, 12, 0.25)
             except nv.NVMLError as exc:
                 out["figures"][name] = {"error": str(exc)}
         pairs = []
