@@ -93,15 +93,18 @@ def _watch(kc, code: str) -> dict:
     return res
 
 
-def _ask(kc, code: str) -> dict | None:
-    """Run ``code`` and return the JSON it printed after ``_MARK`` (None if nothing came)."""
-    printed: list[str] = []
+def _ask(kc, code: str, timeout_s: float = TIMEOUT_S, printed: list[str] | None = None) -> dict | None:
+    """Run ``code`` and return the JSON it printed after ``_MARK`` (None if nothing came);
+    what it printed, and any error, go into ``printed`` where given."""
+    printed = [] if printed is None else printed
 
     def hook(msg) -> None:
         if msg["msg_type"] == "stream":
             printed.append(msg["content"].get("text", ""))
+        elif msg["msg_type"] == "error":
+            printed.append(f"error: {msg['content'].get('ename')}: {msg['content'].get('evalue')}\n")
 
-    reply = kc.execute_interactive(code, timeout=TIMEOUT_S, output_hook=hook)
+    reply = kc.execute_interactive(code, timeout=timeout_s, output_hook=hook)
     if reply["content"].get("status") != "ok":
         return None
     for line in "".join(printed).splitlines():

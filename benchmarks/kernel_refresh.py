@@ -11,9 +11,7 @@ refresh and the IOPub thread's (``pthread_getcpuclockid``).
 
 from __future__ import annotations
 
-import json
-
-from .kernel_probe import _MARK, _kernel
+from .kernel_probe import _MARK, _ask, _kernel
 
 TIMEOUT_S = 180.0
 
@@ -36,18 +34,9 @@ print({mark!r} + _j.dumps(_out))
 def kernel_refresh_cost(env: dict[str, str], windows: list[float], refreshes: int) -> dict:
     """``refresh_cost`` of each window in one fresh kernel: {"window_<s>s": result}."""
     code = _CODE.format(windows=list(windows), refreshes=refreshes, mark=_MARK)
+    printed: list[str] = []
     with _kernel(env) as kc:
-        printed: list[str] = []
-
-        def hook(msg) -> None:
-            if msg["msg_type"] == "stream":
-                printed.append(msg["content"].get("text", ""))
-            elif msg["msg_type"] == "error":
-                printed.append(f"error: {msg['content'].get('ename')}: {msg['content'].get('evalue')}\n")
-
-        reply = kc.execute_interactive(code, timeout=TIMEOUT_S, output_hook=hook)
-    for line in "".join(printed).splitlines():
-        if line.startswith(_MARK):
-            return json.loads(line[len(_MARK):])
-    status = reply["content"].get("status")
-    raise RuntimeError(f"the kernel gave no result (status {status}): {''.join(printed)[-300:]}")
+        got = _ask(kc, code, TIMEOUT_S, printed)
+    if got is None:
+        raise RuntimeError(f"the kernel gave no result: {''.join(printed)[-300:]}")
+    return got
