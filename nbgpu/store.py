@@ -484,8 +484,8 @@ class Store:
                 pieces = stream.pieces(t0, t1, coarse, [metric])
                 if not pieces:
                     continue
-                t = np.concatenate([p[0] for p in pieces])
-                v = np.concatenate([p[1][0] for p in pieces], dtype=np.float64)
+                t, cols = _joined(pieces, [metric])
+                v = cols[metric].astype(np.float64, copy=False)
                 nan = np.isnan(v)
                 if nan.any():
                     t, v = t[~nan], v[~nan]
