@@ -120,13 +120,10 @@ class NbgpuPanelMonitor(NbgpuMonitor):
         prefill(sampler, self.panel_api.default_window_s() + 5.0)
 
     def start(self) -> None:
+        import importlib.util
+
         super().start()
-        try:
-            import ipykernel.iostream  # noqa: F401
-            import jupyter_client.session  # noqa: F401
-            kernel_like = True
-        except ImportError:
-            kernel_like = False
+        kernel_like = all(importlib.util.find_spec(m) is not None for m in ("ipykernel", "jupyter_client"))
         self.driver = self.panel_api.drive(self.sampler, kernel_like=kernel_like)
 
     def stop(self) -> dict:
