@@ -212,8 +212,8 @@ def jupyter_server(app: str, root: Path, theme: str | None = None):
         log.close()
 
 
-PATHS = """() => Array.from(document.querySelectorAll('.nbgpu-spark')).map(
-    f => Array.from(f.querySelectorAll('path.line')).map(p => p.getAttribute('d') || ''))"""
+PATHS = """() => Array.from(document.querySelectorAll('.nbgpu-spark path.line')).map(
+    p => p.getAttribute('d') || '')"""
 VALUES = "() => Array.from(document.querySelectorAll('.nbgpu-v')).map(e => e.textContent)"
 
 
@@ -227,6 +227,16 @@ def panel_motion(page, timeout_ms: int = 90_000) -> tuple[list, list, list]:
     before = page.evaluate(PATHS)
     time.sleep(2.0)
     return before, page.evaluate(PATHS), page.evaluate(VALUES)
+
+
+def assert_sparklines_moved(before: list[str], after: list[str]) -> None:
+    """Every sparkline path (more than two points: not a baseline or a rule) of ``before``
+    changed in ``after``, and there were at least four."""
+    assert len(after) == len(before), (before, after)
+    drawn = [i for i, d in enumerate(before) if d.count("L") >= 2]
+    assert len(drawn) >= 4, before
+    for i in drawn:
+        assert before[i] != after[i], f"sparkline {i} did not change over 2 s"
 
 
 def stop_process(proc: subprocess.Popen) -> None:

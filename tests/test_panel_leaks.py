@@ -71,7 +71,7 @@ def test_close_returns_the_widget_registry_to_its_size_before() -> None:
     before = _instances()
     mon = GPUMonitor(sampler=s, start=False)
     mon.refresh(force=True, now=clock.t)
-    assert _instances() > before + 50  # a panel of 8 GPUs is many widgets
+    assert _instances() > before + 30  # a panel is dozens of widgets (layouts, styles, marks)
     mon.close()
     assert _instances() == before
 
@@ -90,7 +90,7 @@ def test_stop_closes_all_but_a_static_header_and_start_rebuilds() -> None:
     shown = _texts(mon)
     assert "panel stopped" in shown and "last values" in shown and "GPU 7" in shown
     mon.start()
-    assert mon.running and _instances() > before + 50
+    assert mon.running and _instances() > before + 30
     mon.close()
     assert _instances() == before
 
@@ -105,10 +105,10 @@ def test_a_stopped_panel_holds_no_closed_widget_its_restart_rebuilds() -> None:
     _advance(s, clock, 2.0)
     mon = GPUMonitor(sampler=s, start=True)
     mon.refresh(force=True, now=clock.t)
-    drawn = [weakref.ref(w) for w in (mon._sx, mon._sy, mon._labels)]
+    drawn = [weakref.ref(w) for w in (*mon._grid.scales, mon._grid.lines, mon._grid.values)]
     mon.stop()
     gc.collect()
-    assert [ref() for ref in drawn] == [None, None, None]
+    assert [ref() for ref in drawn] == [None] * 4
     assert mon.refresh(force=True, now=clock.t) is False  # stopped: nothing is drawn
     mon.start()
     _advance(s, clock, 1.0)

@@ -15,6 +15,7 @@ import pytest
 
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.widgets import registry
+from nbgpu.widgets.grid_view import COLUMN_PX, SPARK_PX
 from nbgpu.widgets.monitor import GPUMonitor
 from nbgpu.widgets.tree import descendants
 
@@ -46,20 +47,23 @@ def _panel(sim: SimulatedGPUs, seconds: float = 6.0):
 
 
 def _state(mon: GPUMonitor) -> dict:
-    """Labels, columns (title, values per row) and each line mark's y rows, from get_state()."""
+    """Labels, columns (title, values per row) and the y rows each column's lines draw, from
+    get_state(): a line belongs to the column whose sparkline pixels its x lies in."""
     html_values = [w.get_state()["value"] for w in descendants(mon) if type(w).__name__ == "HTML"]
     labels = next(v for v in html_values if "<b>GPU " in v)
-    titles = [w for w in descendants(mon) if type(w).__name__ == "VBox" and w is not mon]
+    grid = next(v for v in html_values if 'class="nbgpu-c"' in v)
+    figure = next(w for w in descendants(mon) if type(w).__name__ == "Figure")
+    lines = figure.marks[1]
+    x, y = np.asarray(lines.x, dtype=float), np.asarray(lines.y, dtype=float)
     columns = {}
-    for box in titles:
-        kids = box.children
-        if len(kids) == 2 and type(kids[1]).__name__ == "HBox":
-            title = " ".join(_plain(kids[0].get_state()["value"]))
-            fig, values = kids[1].children
-            rows = [" ".join(_plain(r)) for r in re.findall(
-                r'<div class="nbgpu-r[^"]*nbgpu-v[^"]*"[^>]*>(.*?)</div>', values.get_state()["value"])]
-            lines = fig.marks[1]
-            columns[title] = {"values": rows, "y": np.asarray(lines.y, dtype=float)}
+    for c, block in enumerate(grid.split('<div class="nbgpu-c">')[1:]):
+        title = " ".join(_plain(re.search(r'<div class="[^"]*nbgpu-t[^"]*"[^>]*>(.*?)</div>', block)[1]))
+        rows = [" ".join(_plain(r)) for r in re.findall(
+            r'<div class="nbgpu-r[^"]*nbgpu-v[^"]*"[^>]*>(.*?)</div>', block)]
+        left = c * COLUMN_PX
+        mine = [(row_x >= left - 1e-3).all() and (row_x <= left + SPARK_PX + 1e-3).all()
+                for row_x in x]
+        columns[title] = {"values": rows, "y": y[np.array(mine, bool)]}
     rows = re.findall(r"<b>(.*?)</b>", labels)
     return {"labels": [html.unescape(r) for r in rows], "columns": columns}
 

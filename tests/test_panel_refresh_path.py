@@ -159,7 +159,7 @@ def test_a_new_power_limit_is_drawn_on_at_once() -> None:
         assert {r["power_limit_w"] for r in s.latest()} == {350.0}
         fresh = GPUMonitor(sampler=s, metrics="power", window_s=30, start=False)
         fresh.refresh(force=True, now=clock.t)
-        np.testing.assert_array_equal(kept._views[0].lines.y, fresh._views[0].lines.y)
+        np.testing.assert_array_equal(kept._grid.lines.y, fresh._grid.lines.y)
         fresh.close()
     finally:
         kept.close()

@@ -14,7 +14,7 @@ from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
 from nbgpu.widgets import registry
 from nbgpu.widgets.bands import INSET, pack_points, spaced_labels
-from nbgpu.widgets.column_view import SPARK_PX
+from nbgpu.widgets.grid_view import SPARK_PX
 from nbgpu.widgets.hostonly import HostOnlySource
 from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
 from nbgpu.widgets.spark import SparkSet
@@ -136,8 +136,7 @@ def test_refresh_sends_one_message_per_widget_and_skips_when_unchanged() -> None
     after = mon.traffic.snapshot()
     assert after["messages"] > before["messages"]
     assert max(mon.traffic.per_widget.values()) == 1
-    xs = [v.lines.x for v in mon._views]
-    assert all(x.shape[1] <= 2 * BUCKETS + 4 for x in xs)
+    assert mon._grid.lines.x.shape[1] <= 2 * BUCKETS + 4
     s.stop()
     mon.refresh(now=clock.t)
     n = mon.traffic.messages
@@ -150,8 +149,7 @@ def test_long_windows_redraw_lines_only_when_a_pixel_has_passed() -> None:
     s, clock = _sampler()
     mon = GPUMonitor(sampler=s, start=False, window_s=3600)
     mon.refresh(now=clock.t)
-    mem = next(v for v in mon._views if v.col.key == "mem")  # its value changes every tick
-    lines, values = mon._views[0].lines.model_id, mem.values.model_id
+    lines, values = mon._grid.lines.model_id, mon._grid.values.model_id  # memory moves every tick
     n_lines, n_values = mon.traffic.per_widget[lines], mon.traffic.per_widget[values]
     run(s, clock, 4 * s.interval)
     assert mon.refresh(now=clock.t)  # 3600 s over 76 px: about 24 s a pixel, so only the values move
@@ -180,6 +178,25 @@ def test_message_count_does_not_grow_with_gpus_or_sample_rate() -> None:
     assert counts[0] == counts[1]
 
 
+def test_a_refresh_sends_two_messages_whatever_the_number_of_columns() -> None:
+    """Every column's lines are one mark and every column's values one widget: a steady refresh
+    sends the lines and the values, one message each, for one column as for eleven."""
+    from nbgpu.widgets.columns import COLUMNS
+
+    sent = []
+    for metrics in ("util", ",".join(COLUMNS)):
+        s, clock = _sampler(8, 0.1, ticks=3)
+        mon = GPUMonitor(sampler=s, start=False, metrics=metrics, processes=False)
+        mon.refresh(force=True, now=clock.t)
+        run(s, clock, 1.0)
+        n = mon.traffic.messages
+        assert mon.refresh(now=clock.t)
+        sent.append(mon.traffic.messages - n)
+        mon.close()
+        s.stop()
+    assert sent == [2, 2]
+
+
 def test_labels_values_and_states() -> None:
     """A running sampler's panel: values, then a lost GPU and a mark, then the sampler stopped."""
     clock = Clock()
@@ -188,18 +205,18 @@ def test_labels_values_and_states() -> None:
     mon = GPUMonitor(sampler=s, start=False)
     mon.refresh(force=True, now=clock.t)
     assert "SIMULATED" in mon._header.value
-    util = mon._views[0].values.value
+    util = mon._grid.values.value
     assert "%" in util and any(ch.isdigit() for ch in util)
-    assert "GPU 0" in mon._labels.value and "host" in mon._labels.value
-    assert "LOST" not in mon._labels.value and "sampler stopped" not in mon._header.value
+    assert "GPU 0" in mon._grid.values.value and "host" in mon._grid.values.value
+    assert "LOST" not in mon._grid.values.value and "sampler stopped" not in mon._header.value
     sim.lose_gpu(1)
     advance(s, clock, s.interval)  # the thread's next read finds it gone
     assert list(s.lost) == [1]
     mon.refresh(now=clock.t)
-    assert "LOST" in mon._labels.value and "Lost GPU" in mon._header.value
+    assert "LOST" in mon._grid.values.value and "Lost GPU" in mon._header.value
     s.mark("epoch 1")
     mon.refresh(now=clock.t)
-    first = mon._views[0]
+    first = mon._grid
     assert first.labels.visible and list(first.labels.text) == ["epoch 1"]
     assert not np.isnan(first.rules.x).all()
     s.stop()
@@ -222,7 +239,7 @@ def test_host_only_panel_says_why(monkeypatch) -> None:
     mon.refresh(force=True, now=clock.t)
     assert "No GPU visible: NVML is not available (test)." in mon._header.value
     assert "--source sim" in mon._header.value and "SIMULATED" not in mon._header.value
-    assert len(mon._rows) == 1 and "%" in mon._views[0].values.value
+    assert len(mon._rows) == 1 and "%" in mon._grid.values.value
 
 
 def test_alert_badges_from_the_sampler() -> None:
@@ -232,8 +249,8 @@ def test_alert_badges_from_the_sampler() -> None:
     s.alert_list = lambda: [alert, SimpleNamespace(**{**alert.__dict__, "gpu": 1, "end": 2.0})]
     mon = GPUMonitor(sampler=s, start=False)
     mon.refresh(force=True, now=clock.t)
-    assert mon._labels.value.count("input_bound") == 1
-    assert "Use more loader workers." in mon._labels.value
+    assert mon._grid.values.value.count("input_bound") == 1
+    assert "Use more loader workers." in mon._grid.values.value
 
 
 def test_a_failing_view_never_stops_the_sampler() -> None:
@@ -290,10 +307,10 @@ def test_pause_window_close() -> None:
     assert mon.refresh() is False and "paused" in mon._header.value
     mon.pause(False)
     mon.set_window(300)
-    assert mon.window_s == 300 and mon._sx.min == -10  # a fresh sampler: the span fills first
+    assert mon.window_s == 300 and mon.drawn_span_s == 10  # a fresh sampler: the span fills first
     s.started_at -= 1000
     mon.refresh(force=True)
-    assert mon._sx.min == -300
+    assert mon.drawn_span_s == 300
     with pytest.raises(BadArgumentError):
         mon.set_window(1)
     mon.close()

@@ -76,13 +76,6 @@ def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, base: np.ndarray
     return x2, y2
 
 
-def baselines(bands: int, window_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Faint lines under each band (the 0 of its scale), as 2-D arrays for a Lines mark."""
-    x = np.tile(np.array([-window_s, 0.0], dtype=np.float32), (max(1, bands), 1))
-    y = np.array([[b + INSET] * 2 for b in range(max(1, bands))], dtype=np.float32)
-    return x, y
-
-
 def rules(marks: list[tuple[float, str]], top: float, now: float, window_s: float
           ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Vertical rules (0 to ``top``) of the marks inside the window: (x, y, labels)."""

@@ -4,10 +4,11 @@ The panel reads the sampler's store from the kernel's one panel timer
 (``schedule.SCHEDULE``); the sampler never calls it, so an error in the panel cannot stop
 sampling. Each refresh sends at most one message per widget (a line's x and y together),
 skips entirely when the store has not changed, and sends the same amount whatever the
-sample rate: one ``Lines`` mark per metric holds every GPU's sparkline, min/max buckets
-of about 2 pixels kept between refreshes (``spark.Spark``), so a refresh reads only new
-rows. A stopped panel closes every widget but its header, which keeps a static line of
-the last values; a closed panel closes them all.
+sample rate: one ``Lines`` mark holds every column's sparklines and one HTML widget every
+column's values (``grid_view``), so a refresh sends two messages whatever the number of
+columns, and min/max buckets of about 2 pixels are kept between refreshes (``spark.Spark``),
+so a refresh reads only new rows. A stopped panel closes every widget but its header,
+which keeps a static line of the last values; a closed panel closes them all.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import weakref
 
 import ipywidgets as widgets
 import numpy as np
-from bqplot import LinearScale
 from ipywidgets.widgets.widget_string import HTMLStyle
 
 from .. import session
@@ -26,8 +26,7 @@ from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sources.base import Device
 from . import registry, text, tree
-from .bands import baselines, pack_packed, pack_points, pad_rows, placing, rules, spaced_labels
-from .column_view import SPARK_PX, ColumnView, top_of
+from .bands import pack_packed, pad_rows, placing, rules, spaced_labels
 from .columns import (
     DEFAULT_REFRESH_S,
     DEFAULT_WINDOW_S,
@@ -39,6 +38,7 @@ from .columns import (
     check_window,
     resolve_columns,
 )
+from .grid_view import COLUMN_PX, SPARK_PX, PanelGrid, to_px, top_of
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
 from .readout import band_scale, fixed_scale, label_rows, limit_scale, reported_sets, value_texts
@@ -49,11 +49,9 @@ from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
 
-LABEL_PX = 150
 MARK_LABEL_PX = 40  # closer mark labels are dropped (the older one), the rules stay
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
 HOST_COLOR = "#0d9488"
-LOST_COLOR = "#9ca3af"
 PANEL_LAYOUT = {"border": "1px solid var(--jp-border-color2,#ccc)", "padding": "4px 8px",
                 "width": "fit-content", "max_width": "100%", "overflow": "auto"}
 HEADER_LAYOUT = {"flex": "1 1 auto", "margin": "0 8px 0 0"}
@@ -105,6 +103,7 @@ class GPUMonitor(widgets.VBox):
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
         self._paused = False
+        self.drawn_span_s: float | None = None  # seconds across the lines last drawn
         self._closed = False
         self._torn_down = False
         self._unsubscribe = None
@@ -201,7 +200,7 @@ class GPUMonitor(widgets.VBox):
             try:
                 self._draw_header()
                 self._header.value = self._header.value + text.snapshot_html(
-                    [v.col for v in self._views], self._rows, self._last_values)
+                    self._columns, self._rows, self._last_values)
             except Exception:
                 log.debug("stopped panel header failed", exc_info=True)
             # Keep only the header (its last words stay on screen) on layouts and a style all
@@ -213,7 +212,7 @@ class GPUMonitor(widgets.VBox):
                 self.layout = panel_layout
             self.children = [self._header]
             tree.close_all(doomed, keep=[self, self._header, self.layout])
-            self._parts, self._views, self._sparks = [self._header], [], None
+            self._parts, self._grid, self._sparks = [self._header], None, None
             self._drop_drawing()
             self._torn_down = True
             if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
@@ -223,7 +222,7 @@ class GPUMonitor(widgets.VBox):
     def _drop_drawing(self) -> None:
         """Free what only drawing uses (closed scales and labels, the trace tables, cursors):
         a stopped panel may stay on screen all session, and ``_build`` makes them again."""
-        self._sx = self._sy = self._labels = None
+        self._labels_html = ""
         self._trace_keys, self._order, self._fixed_scales, self._looked_up = [], [], [], []
         self._trace_bands = np.empty(0, np.int64)
         self._scaled = self._cursor = self._colored_for = self._label_key = None
@@ -239,7 +238,7 @@ class GPUMonitor(widgets.VBox):
             self._closed = True
             registry.discard(self)
             tree.close_all(tree.descendants(self), keep=[self])
-            self._parts, self._views, self._sparks = [], [], None
+            self._parts, self._grid, self._sparks = [], None, None
             if self.sampler is not None:
                 self._sampler_ref = weakref.ref(self.sampler)
                 self.sampler = None
@@ -326,8 +325,6 @@ class GPUMonitor(widgets.VBox):
     def _build(self) -> None:
         old = self._parts
         bands = max(1, len(self._rows))
-        self._sx = LinearScale(min=-self.window_s, max=0.0)
-        self._sy = LinearScale(min=0.0, max=top_of(bands))
         self._header = widgets.HTML(layout=widgets.Layout(**HEADER_LAYOUT))
         self._pause_button = widgets.ToggleButton(
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
@@ -344,17 +341,9 @@ class GPUMonitor(widgets.VBox):
         style = widgets.HTML(text.STYLE, layout=widgets.Layout(width="0", height="0", margin="0"))
         controls = widgets.HBox([style, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
-        self._labels = widgets.HTML(layout=widgets.Layout(width=f"{LABEL_PX}px", margin="0",
-                                                          flex="0 0 auto"))
-        label_title = widgets.HTML(text.title_html("", ""), layout=widgets.Layout(margin="0 0 2px 0"))
-        label_box = widgets.VBox([label_title, self._labels],
-                                 layout=widgets.Layout(margin="0", flex="0 0 auto"))
-        self._views: list[ColumnView] = []
-        for i, col in enumerate(self._columns):
-            self._views.append(ColumnView(col, self._traces(col), bands, self._sx, self._sy,
-                                           self.window_s, with_labels=(i == 0)))
-        self._trace_keys = [(band, key, metric) for view in self._views
-                            for band, key, metric, _ in view.traces]
+        self._labels_html = ""  # the label column's HTML, made again when what it shows changes
+        self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
+        self._trace_keys = [(band, key, metric) for band, key, metric, _ in self._grid.traces]
         self._order = [(key, metric) for _, key, metric in self._trace_keys]
         self._trace_bands = np.array([band for band, _, _ in self._trace_keys], np.int64)
         self._fixed_scales = [fixed_scale(metric) for _, _, metric in self._trace_keys]
@@ -362,18 +351,14 @@ class GPUMonitor(widgets.VBox):
         self._scaled: tuple[list, int, np.ndarray, np.ndarray] | None = None  # see _placing
         self._colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
         self._label_key: tuple | None = None  # what the label column was drawn from
-        grid = widgets.HBox([label_box] + [v.box for v in self._views],
-                            layout=widgets.Layout(margin="0", overflow="visible"))
-        parts = [style, self._sx, self._sy, self._header, self._pause_button, self._window_box, controls,
-                 self._labels, label_title, label_box, grid]
-        for v in self._views:
-            parts.extend(v.widgets())
+        parts = [style, self._header, self._pause_button, self._window_box, controls,
+                 *self._grid.widgets()]
         for w in parts:
             self.traffic.watch(w)
         if self._processes is not None:
             self.traffic.watch(self._processes.widget)
         self._parts = parts
-        self.children = [controls, grid] + ([self._processes.widget] if self._processes else [])
+        self.children = [controls, self._grid.box] + ([self._processes.widget] if self._processes else [])
         tree.close_all([w for o in old for w in tree.descendants(o)])
 
     def _traces(self, col: Column) -> list[tuple[int, object, str, str]]:
@@ -393,9 +378,10 @@ class GPUMonitor(widgets.VBox):
     # -- drawing --------------------------------------------------------------------------
     def _draw(self, alerts: list, now: float, lines: bool, status) -> None:
         s = self.sampler
+        grid = self._grid
         span = self._span(now)
-        if lines and self._sx.min != -span:
-            self._sx.min = -span
+        if lines:
+            self.drawn_span_s = span
         latest = {r["gpu"]: r for r in s.latest()}
         host = s.latest_host()
         if self._processes is not None:
@@ -408,41 +394,28 @@ class GPUMonitor(widgets.VBox):
         rx = ry = lx = None
         labels: list[str] = []
         shown: list[str] = []
-        if marks or any(view.had_rules for view in self._views):  # else no rule to draw or clear
+        if marks or grid.had_rules:  # else no rule to draw or clear
             rx, ry, labels = rules(marks, top_of(bands), now, span)
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
-        packed = iter(self._packed(now, span, gap_s, latest, host, bands) if lines else ())
-        recolor = lines and tuple(lost) != self._colored_for  # line colours follow lost GPUs only
-        if recolor:
-            self._colored_for = tuple(lost)
-        for view in self._views:
-            texts = value_texts(view.col, self._rows, latest, host, live, lost, self._reported)
-            self._last_values.append(texts)
-            send_values(view.values, value=text.values_html(texts))
-            if not lines:
-                continue
-            x, y = next(packed)
-            send_xy(view.lines, x, y)
-            if recolor:
-                colors = [LOST_COLOR if key in lost else c for _, key, _, c in view.traces] or ["#888"]
-                if colors != list(view.lines.colors):
-                    view.lines.colors = colors
-            if labels or view.had_rules:
-                send_xy(view.rules, rx, ry)
-                if view.labels is not None:
-                    with view.labels.hold_sync():
-                        if labels:
-                            view.labels.x = lx
-                            view.labels.y = np.full(len(shown), top_of(bands), np.float32)
-                            view.labels.text = shown
-                        view.labels.visible = bool(labels)
-                view.had_rules = bool(labels)
+        for col in self._columns:
+            self._last_values.append(value_texts(col, self._rows, latest, host, live, lost,
+                                                 self._reported))
         label_key = _label_inputs(self._rows, latest, host, alerts, lost)
         if label_key != self._label_key:  # the clock and PCIe lines, badges, lost flags
             self._label_key = label_key
-            rows = label_rows(self._rows, latest, host, alerts, lost)
-            send_values(self._labels, value=text.label_html(rows))
+            self._labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
+        send_values(grid.values, value=text.grid_html(self._labels_html, grid.titles,
+                                                       self._last_values))
+        if lines:
+            send_xy(grid.lines, *self._packed(now, span, gap_s, latest, host, bands))
+            if tuple(lost) != self._colored_for:  # line colours follow lost GPUs only
+                self._colored_for = tuple(lost)
+                colors = grid.colors(lost)
+                if colors != list(grid.lines.colors):
+                    grid.lines.colors = colors
+            if labels or grid.had_rules:
+                self._draw_rules(rx, ry, lx, shown, labels, span, bands)
         self._draw_header(status)
 
     def _points(self, now: float, span: float, gap_s: float
@@ -465,13 +438,26 @@ class GPUMonitor(widgets.VBox):
         first, last = sset.add_rows(trace, t, v, now, span)
         return sset.points(first, last, now, span, gap_s)
 
-    def _packed(self, now: float, span: float, gap_s: float, latest: dict, host: dict,
-                bands: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(x, y) of each column's ``Lines``: every trace packed at once, then cut per column.
+    def _draw_rules(self, rx: np.ndarray, ry: np.ndarray, lx: np.ndarray, shown: list[str],
+                    labels: list[str], span: float, bands: int) -> None:
+        """The marks' rules in every column and the labels that fit (``shown``) over the first;
+        ``rules`` and ``spaced_labels`` give them in seconds before now."""
+        grid = self._grid
+        lefts = np.arange(max(1, len(self._columns)), dtype=np.float32) * COLUMN_PX
+        x = to_px(np.tile(rx, (len(lefts), 1)), span, np.repeat(lefts, len(rx)))
+        send_xy(grid.rules, x, np.tile(ry, (len(lefts), 1)))
+        with grid.labels.hold_sync():
+            if labels:
+                grid.labels.x = to_px(lx, span, 0.0)
+                grid.labels.y = np.full(len(shown), top_of(bands), np.float32)
+                grid.labels.text = shown
+            grid.labels.visible = bool(labels)
+        grid.had_rules = bool(labels)
 
-        ``pack_packed`` pads each row to the longest with its last point, so each column's
-        rows cut to its own longest row are what packing that column alone gives.
-        """
+    def _packed(self, now: float, span: float, gap_s: float, latest: dict, host: dict,
+                bands: int) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of the one ``Lines`` mark: every trace packed at once, x in the figure's
+        pixels (each column's traces right of the columns before it)."""
         n, x, v = self._points(now, span, gap_s)
         counts = n.tolist()
         scales = list(self._fixed_scales)
@@ -484,20 +470,14 @@ class GPUMonitor(widgets.VBox):
                 ends = np.cumsum(n).tolist() if ends is None else ends
                 scale = band_scale(metric, rows[band], row, host, v[ends[i] - counts[i]:ends[i]])
             scales[i] = scale
+        if not len(n):  # no trace at all: the mark's one empty row
+            x2, y2 = pack_packed(n, x, v, self._trace_bands, np.empty(0), bands, span)
+            return to_px(x2, span, 0.0), y2
         if n.any():
             x2, y2 = pad_rows(n, x, v, *self._placing(scales, bands), span)
         else:
             x2, y2 = pack_packed(n, x, v, self._trace_bands, np.array(scales, np.float64), bands, span)
-        out, lo = [], 0
-        for view in self._views:
-            hi = lo + len(view.traces)
-            if hi == lo:  # a column with no traces: its one empty row
-                out.append(pack_points([], bands, span))
-            else:
-                width = max(2, max(counts[lo:hi]))
-                out.append((x2[lo:hi, :width], y2[lo:hi, :width]))
-            lo = hi
-        return out
+        return to_px(x2, span, self._grid.trace_left_px), y2
 
     def _placing(self, scales: list, bands: int) -> tuple[np.ndarray, np.ndarray]:
         """Each trace's band base and usable scale (``pack_packed``'s), kept while the scales
@@ -586,10 +566,6 @@ class GPUMonitor(widgets.VBox):
     def _on_window(self, change) -> None:
         with self._lock:
             self.window_s = float(change["new"])
-            for view in self._views:
-                bx, by = baselines(max(1, len(self._rows)), self.window_s)
-                with view.base.hold_sync():
-                    view.base.x, view.base.y = bx, by
             self.refresh(force=True)
 
     def _on_views(self, change) -> None:

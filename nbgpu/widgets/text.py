@@ -18,6 +18,12 @@ from .columns import Column
 
 ROW_PX = 30
 STRIP_PX = 12  # strip above the rows where mark labels go
+TITLE_PX = 16  # a column's title line, above the strip
+SPARK_PX = 76  # a column's sparklines
+VALUE_PX = 72  # a column's values, right of its sparklines
+GAP_PX = 4  # between columns
+LABEL_PX = 150  # the rows' labels, left of the columns
+COLUMN_PX = SPARK_PX + VALUE_PX + GAP_PX
 SEVERITY_COLORS = {"critical": "var(--jp-error-color1,#d32f2f)",
                    "warning": "var(--jp-warn-color1,#e08600)",
                    "info": "var(--jp-info-color1,#0288d1)"}
@@ -33,7 +39,13 @@ overflow:hidden;white-space:nowrap}}
 .nbgpu-v{{text-align:right;padding-right:4px;font-size:var(--jp-ui-font-size0,11px)}}
 .nbgpu-d{{font-size:10px}}
 .nbgpu-b{{color:#fff;border-radius:3px;padding:0 4px;margin-left:4px;font-size:10px;font-weight:600}}
-.nbgpu-t{{font-size:11px;white-space:nowrap}}
+.nbgpu-t{{font-size:11px;white-space:nowrap;height:{TITLE_PX - 2}px;margin-bottom:2px;
+overflow:hidden;text-overflow:ellipsis}}
+.nbgpu-g{{display:flex}}
+.nbgpu-l{{flex:0 0 auto;width:{LABEL_PX}px;box-sizing:border-box}}
+.nbgpu-c{{flex:0 0 auto;width:{SPARK_PX + VALUE_PX}px;margin-right:{GAP_PX}px}}
+.nbgpu-w{{margin-left:{SPARK_PX}px;width:{VALUE_PX}px;padding-top:{STRIP_PX}px}}
+.nbgpu-spark{{pointer-events:none}}
 </style>"""
 
 
@@ -185,9 +197,18 @@ def host_tooltip(col: Column) -> str:
 
 
 def values_html(texts: list[tuple[str, str, bool]]) -> str:
-    """One column of values, a row each: (text, tooltip, muted)."""
+    """One column of values, a row each: (text, tooltip, muted), right of its sparklines."""
     rows = "".join([_value_row(item) for item in texts])
-    return f'<div class="nbgpu-p" style="padding-top:{STRIP_PX}px">{rows}</div>'
+    return f'<div class="nbgpu-p nbgpu-w">{rows}</div>'
+
+
+def grid_html(labels: str, titles: list[str], values: list[list[tuple[str, str, bool]]]) -> str:
+    """The rows' labels (``label_html``), then every column's title (``title_html``) over its
+    values: the layer over the panel's one figure of sparklines, each column's values in the
+    gap right of its lines."""
+    cols = "".join([f'<div class="nbgpu-c">{title}{values_html(texts)}</div>'
+                    for title, texts in zip(titles, values, strict=True)])
+    return f'<div class="nbgpu-g">{labels}{cols}</div>'
 
 
 _value_rows: dict[tuple[str, str, bool], str] = {}  # a row's HTML: most rows come again
@@ -225,7 +246,8 @@ def label_html(rows: list[dict]) -> str:
         out.append(f'<div class="nbgpu-r"><div><b>{_escape(str(r["title"]))}</b> '
                    f'<span title="{name}">{name}</span>{badges}</div>'
                    f'<div class="nbgpu-m nbgpu-n nbgpu-d">{detail}</div></div>')
-    return f'<div class="nbgpu-p" style="padding:{STRIP_PX}px 8px 0 0">{"".join(out)}</div>'
+    return (f'<div class="nbgpu-p nbgpu-l" style="padding:{TITLE_PX + STRIP_PX}px 8px 0 0">'
+            f'{"".join(out)}</div>')
 
 
 def header_html(describe: str, simulated: bool, state: str, state_color: str, note: str = "") -> str:
