@@ -11,6 +11,7 @@ from conftest_diagnostics import drive, sim_sampler
 from nbgpu import SimulatedGPUs
 from nbgpu.diagnostics.owners import users_line, who_uses
 from nbgpu.widgets.monitor import GPUMonitor
+from nbgpu.widgets.tree import descendants
 
 GIB = 2**30
 OTHER_PID = 4_194_001  # above the usual pid_max: a made-up process of someone else
@@ -65,11 +66,12 @@ def test_the_panel_shows_the_line_per_gpu_and_can_leave_it_out():
     try:
         mon.refresh(force=True, now=clock.t)
         off.refresh(force=True, now=clock.t)
-        shown = [w for w in mon.children if "nbgpu-procs" in str(w.get_state().get("value", ""))]
+        line = 'class="nbgpu-m nbgpu-procs"'
+        shown = [w for w in descendants(mon) if line in str(w.get_state().get("value", ""))]
         assert len(shown) == 1
-        value = shown[0].get_state()["value"]
+        value = shown[0].get_state()["value"].split(line)[1]
         assert "<b>GPU 0</b>" in value and "<b>GPU 1</b>" in value and "others 15.0 GiB" in value
-        assert not any("nbgpu-procs" in str(w.get_state().get("value", "")) for w in off.children)
+        assert not any(line in str(w.get_state().get("value", "")) for w in descendants(off))
     finally:
         mon.close()
         off.close()

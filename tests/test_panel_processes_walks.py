@@ -33,7 +33,7 @@ def test_same_listed_pids_walk_the_tree_once(monkeypatch):
         drive(s, clock, 2.0)
         line.refresh(s, clock.t)
     assert len(walks) == 1
-    assert "this kernel" in line.widget.value
+    assert "this kernel" in line.html
     s.stop()
 
 
@@ -50,5 +50,5 @@ def test_a_newly_listed_pid_is_looked_up_and_counted_as_the_kernels(monkeypatch)
     drive(s, clock, 3.0)
     line.refresh(s, clock.t)
     assert len(walks) == 2
-    assert "(2 processes)" in line.widget.value or "(2)" in line.widget.value
+    assert "(2 processes)" in line.html or "(2)" in line.html
     s.stop()

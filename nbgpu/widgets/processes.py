@@ -12,10 +12,7 @@ from __future__ import annotations
 import getpass
 import html
 
-import ipywidgets as widgets
-
 from ..diagnostics.owners import GpuUsers, tree_pids, users_line, who_uses
-from .sync import send_values
 
 EVERY_S = 2.0
 
@@ -28,28 +25,26 @@ def users_html(usage: dict[object, GpuUsers]) -> str:
 
 
 class ProcessesLine:
-    """An HTML widget the panel shows under its rows, refreshed from the sampler's process lists."""
+    """The HTML the panel shows under its rows (``html``; "" with no process to show),
+    recomputed from the sampler's process lists; the panel sends it with its values."""
 
     def __init__(self, every_s: float = EVERY_S) -> None:
-        self.widget = widgets.HTML(layout=widgets.Layout(display="none", margin="2px 0 0 0"))
+        self.html = ""
         self.every_s = float(every_s)
         self._at = -float("inf")
         self._walked: frozenset[int] = frozenset()  # the PIDs listed at the last walk
         self._mine: set[int] = set()
         self._user = getpass.getuser()  # who_uses asks otherwise, every time (tens of us)
 
-    def refresh(self, sampler, now: float, gpus: set | None = None) -> None:
-        """Recompute (at most every ``every_s``) for the GPUs shown (None: all) and update the widget."""
+    def refresh(self, sampler, now: float, gpus: set | None = None) -> str:
+        """``html``, recomputed (at most every ``every_s``) for the GPUs shown (None: all)."""
         if now - self._at < self.every_s:
-            return
+            return self.html
         self._at = now
         usage = {g: u for g, u in who_uses(sampler, mine=self._kernel_pids(sampler), user=self._user).items()
                  if gpus is None or g in gpus}
-        display = "block" if usage else "none"
-        value = users_html(usage) if usage else ""
-        send_values(self.widget, value=value)
-        if self.widget.layout.display != display:
-            self.widget.layout.display = display
+        self.html = users_html(usage) if usage else ""
+        return self.html
 
     def _kernel_pids(self, sampler) -> set[int]:
         """This kernel's PIDs, walked again only when NVML lists a PID the last walk did not see."""

@@ -46,6 +46,7 @@ overflow:hidden;text-overflow:ellipsis}}
 .nbgpu-c{{flex:0 0 auto;width:{SPARK_PX + VALUE_PX}px;margin-right:{GAP_PX}px}}
 .nbgpu-w{{margin-left:{SPARK_PX}px;width:{VALUE_PX}px;padding-top:{STRIP_PX}px}}
 .nbgpu-spark{{pointer-events:none}}
+.nbgpu-procs{{margin-top:2px;white-space:normal}}
 </style>"""
 
 
@@ -202,13 +203,14 @@ def values_html(texts: list[tuple[str, str, bool]]) -> str:
     return f'<div class="nbgpu-p nbgpu-w">{rows}</div>'
 
 
-def grid_html(labels: str, titles: list[str], values: list[list[tuple[str, str, bool]]]) -> str:
+def grid_html(labels: str, titles: list[str], values: list[list[tuple[str, str, bool]]],
+              below: str = "") -> str:
     """The rows' labels (``label_html``), then every column's title (``title_html``) over its
     values: the layer over the panel's one figure of sparklines, each column's values in the
-    gap right of its lines."""
+    gap right of its lines; ``below`` (the processes line) under the rows."""
     cols = "".join([f'<div class="nbgpu-c">{title}{values_html(texts)}</div>'
                     for title, texts in zip(titles, values, strict=True)])
-    return f'<div class="nbgpu-g">{labels}{cols}</div>'
+    return f'<div class="nbgpu-g">{labels}{cols}</div>{below}'
 
 
 _value_rows: dict[tuple[str, str, bool], str] = {}  # a row's HTML: most rows come again
