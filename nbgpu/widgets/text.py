@@ -46,7 +46,7 @@ overflow:hidden;text-overflow:ellipsis}}
 .nbgpu-c{{flex:0 0 auto;width:{SPARK_PX + VALUE_PX}px;margin-right:{GAP_PX}px}}
 .nbgpu-w{{margin-left:{SPARK_PX}px;width:{VALUE_PX}px;padding-top:{STRIP_PX}px}}
 .nbgpu-spark{{pointer-events:none}}
-.nbgpu-procs{{margin-top:2px;white-space:normal}}
+.nbgpu-procs{{margin-top:4px;white-space:normal;font-size:11px;line-height:1.4}}
 </style>"""
 
 
