@@ -78,3 +78,19 @@ def test_value_texts_with_kept_metric_sets_are_the_texts_without() -> None:
             for running, lost in ((True, {}), (False, {2: 1.7e9})):
                 want = value_texts(col, rows, latest, host, running, lost)
                 assert value_texts(col, rows, latest, host, running, lost, reported_sets(rows)) == want
+
+
+def test_a_columns_tooltip_is_said_once_and_a_row_that_differs_keeps_its_own() -> None:
+    """Rows inherit their column's tooltip (the browser shows an ancestor's title); only a row
+    whose tooltip differs (stale, the host row) carries one: the values' HTML goes out every
+    refresh, and 45 copies of one help text were half of it."""
+    import re
+
+    help_text = "time a kernel was running"
+    html = text.values_html([("91 %", help_text, False), ("stale", "last good value 90 %", True),
+                             ("5 %", "CPU of the whole machine", False)], help_text)
+    assert html.count(help_text) == 1
+    assert re.search(r'class="[^"]*nbgpu-w[^"]*" title="time a kernel was running"', html)
+    rows = re.findall(r'<div class="nbgpu-r[^"]*"([^>]*)>([^<]*)</div>', html)
+    assert rows == [("", "91 %"), (' title="last good value 90 %"', "stale"),
+                    (' title="CPU of the whole machine"', "5 %")]

@@ -81,6 +81,7 @@ class PanelGrid:
                                   padding="0", overflow="hidden", grid_area="cell"))
         self.figure.add_class("nbgpu-spark")
         self.titles = [text.title_html(col.title, col.help) for col in columns]
+        self.tips = [col.help for col in columns]  # what a live value's row says on hover
         self.values = widgets.HTML(text.grid_html("", self.titles, [[] for _ in columns]),
                                    layout=widgets.Layout(margin="0", grid_area="cell"))
         self.box = widgets.GridBox([self.figure, self.values], layout=widgets.Layout(

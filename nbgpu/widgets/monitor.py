@@ -404,7 +404,7 @@ class GPUMonitor(widgets.VBox):
         # second about five times cheaper than the first when nothing ran in between.
         below = "" if self._processes is None else self._processes.refresh(s, now, self._row_keys)
         send_values(grid.values, value=text.grid_html(self._labels_html, grid.titles,
-                                                       self._last_values, below))
+                                                       self._last_values, below, grid.tips))
         if xy is not None:
             send_xy(grid.lines, *xy)
             if tuple(lost) != self._colored_for:  # line colours follow lost GPUs only

@@ -197,19 +197,27 @@ def host_tooltip(col: Column) -> str:
     return HOST_TOOLTIPS.get(col.host or "", "")
 
 
-def values_html(texts: list[tuple[str, str, bool]]) -> str:
-    """One column of values, a row each: (text, tooltip, muted), right of its sparklines."""
-    rows = "".join([_value_row(item) for item in texts])
-    return f'<div class="nbgpu-p nbgpu-w">{rows}</div>'
+def values_html(texts: list[tuple[str, str, bool]], tip: str = "") -> str:
+    """One column of values, a row each: (text, tooltip, muted), right of its sparklines.
+
+    ``tip`` is the column's tooltip, said once on the column: a row whose tooltip is the
+    same carries none of its own and shows the column's (as the browser shows an ancestor's).
+    """
+    rows = "".join([_value_row(item) if item[1] != tip else _value_row((item[0], "", item[2]))
+                    for item in texts])
+    said = f' title="{_escape(tip)}"' if tip else ""
+    return f'<div class="nbgpu-p nbgpu-w"{said}>{rows}</div>'
 
 
 def grid_html(labels: str, titles: list[str], values: list[list[tuple[str, str, bool]]],
-              below: str = "") -> str:
+              below: str = "", tips: list[str] | None = None) -> str:
     """The rows' labels (``label_html``), then every column's title (``title_html``) over its
     values: the layer over the panel's one figure of sparklines, each column's values in the
-    gap right of its lines; ``below`` (the processes line) under the rows."""
-    cols = "".join([f'<div class="nbgpu-c">{title}{values_html(texts)}</div>'
-                    for title, texts in zip(titles, values, strict=True)])
+    gap right of its lines; ``below`` (the processes line) under the rows; ``tips``: each
+    column's tooltip (``values_html``'s)."""
+    tips = tips if tips is not None else [""] * len(titles)
+    cols = "".join([f'<div class="nbgpu-c">{title}{values_html(texts, tip)}</div>'
+                    for title, texts, tip in zip(titles, values, tips, strict=True)])
     return f'<div class="nbgpu-g">{labels}{cols}</div>{below}'
 
 
@@ -223,8 +231,9 @@ def _value_row(item: tuple[str, str, bool]) -> str:
         text, tip, muted = item
         if len(_value_rows) >= MAX_ESCAPED:
             _value_rows.clear()
-        out = _value_rows[item] = (f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}" '
-                                   f'title="{_escape(tip)}">{_escape(text)}</div>')
+        said = f' title="{_escape(tip)}"' if tip else ""
+        out = _value_rows[item] = (f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}"'
+                                   f'{said}>{_escape(text)}</div>')
     return out
 
 
