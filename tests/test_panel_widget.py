@@ -197,6 +197,30 @@ def test_a_refresh_sends_two_messages_whatever_the_number_of_columns() -> None:
     assert sent == [2, 2]
 
 
+def test_each_columns_lines_and_mark_rules_lie_in_its_own_pixels() -> None:
+    """One figure holds every column: column c's lines stay inside its sparkline's pixels
+    (``c * COLUMN_PX`` to ``+ SPARK_PX``), right edge now, and a mark's rule stands at the
+    same place in every column."""
+    from nbgpu.widgets.grid_view import COLUMN_PX
+
+    s, clock = _sampler(2, 0.1, ticks=30)
+    mon = GPUMonitor(sampler=s, start=False, metrics="util,mem,power", processes=False)
+    s.mark("here")
+    run(s, clock, 2.0)
+    mon.refresh(force=True, now=clock.t)
+    grid = mon._grid
+    x = np.asarray(grid.lines.x, float)
+    for row, left in zip(x, grid.trace_left_px, strict=True):
+        assert left <= row.min() and row.max() <= left + SPARK_PX + 1e-3, (left, row)
+    assert sorted(set(grid.trace_left_px.tolist())) == [0, COLUMN_PX, 2 * COLUMN_PX]
+    assert np.isclose(x.max(), 2 * COLUMN_PX + SPARK_PX, atol=SPARK_PX * 0.2 / mon.drawn_span_s)
+    rule_x = np.asarray(grid.rules.x, float)[:, 0]
+    assert len(rule_x) == 3 and np.allclose(rule_x - [0, COLUMN_PX, 2 * COLUMN_PX], rule_x[0])
+    assert 0 < rule_x[0] < SPARK_PX
+    mon.close()
+    s.stop()
+
+
 def test_labels_values_and_states() -> None:
     """A running sampler's panel: values, then a lost GPU and a mark, then the sampler stopped."""
     clock = Clock()

@@ -3,7 +3,7 @@
 Row ``r`` of ``n`` occupies y in ``[n - 1 - r, n - r]``; a value is drawn at
 ``band + INSET + (1 - 2 * INSET) * clip(value / scale, 0, 1)``, so each row keeps a fixed
 scale (0–100 % for percentages) and rows never overlap. x is seconds before ``now``
-(negative), so the x scale never changes while time moves.
+(negative); the panel turns it into its figure's pixels (``grid_view.to_px``).
 """
 
 from __future__ import annotations

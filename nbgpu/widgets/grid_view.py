@@ -48,12 +48,9 @@ class PanelGrid:
     first column) and the HTML layer of labels, titles and values, stacked in one grid cell."""
 
     def __init__(self, columns: list[Column], traces: list[list[Trace]], bands: int) -> None:
-        self.columns = columns
         self.traces = [t for per_column in traces for t in per_column]  # column after column
-        self.trace_column = np.array([c for c, per_column in enumerate(traces) for _ in per_column],
-                                     np.int64)
-        self.trace_left_px = (self.trace_column * COLUMN_PX).astype(np.float32)
-        self.bands = bands
+        column = np.array([c for c, per_column in enumerate(traces) for _ in per_column], np.int64)
+        self.trace_left_px = (column * COLUMN_PX).astype(np.float32)  # each trace's column's left
         width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))
         sy = LinearScale(min=0.0, max=top_of(bands))
@@ -93,11 +90,6 @@ class PanelGrid:
         """Each trace's colour, grey for a lost GPU's (one colour where there is no trace)."""
         return [LOST_COLOR if key in lost else color for _, key, _, color in self.traces] \
             or [NO_TRACE_COLOR]
-
-    def column_rows(self, column: int) -> slice:
-        """The rows of ``lines.x`` / ``lines.y`` that are ``column``'s traces."""
-        at = np.flatnonzero(self.trace_column == column)
-        return slice(int(at[0]), int(at[-1]) + 1) if len(at) else slice(0, 0)
 
     def widgets(self) -> list:
         return [*self.scales, self.base, self.lines, self.rules, self.labels, self.figure,
