@@ -400,8 +400,8 @@ class GPUMonitor(widgets.VBox):
             self._label_key = label_key
             self._labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
         xy = self._packed(now, span, gap_s, latest, host, bands) if lines else None
-        # Every message of the refresh goes out back to back: a kernel's session sends the
-        # second about five times cheaper than the first when nothing ran in between.
+        # Every message of the refresh goes out back to back, after the computing: a kernel's
+        # session sends a message more cheaply right after another than after other work.
         below = "" if self._processes is None else self._processes.refresh(s, now, self._row_keys)
         send_values(grid.values, value=text.grid_html(self._labels_html, grid.titles,
                                                        self._last_values, below, grid.tips))
