@@ -17,6 +17,8 @@ from bqplot import Figure, Label, LinearScale, Lines
 from . import text
 from .bands import INSET
 from .columns import Column
+from .readout import fixed_scale
+from .spark import SparkSet
 
 SPARK_PX = text.SPARK_PX
 COLUMN_PX = text.COLUMN_PX
@@ -45,12 +47,29 @@ def to_px(x_s: np.ndarray, span_s: float, left_px: object) -> np.ndarray:
 
 class PanelGrid:
     """Every row of the panel: the figure (baselines, lines, mark rules, mark labels over the
-    first column) and the HTML layer of labels, titles and values, stacked in one grid cell."""
+    first column) and the HTML layer of labels, titles and values, stacked in one grid cell.
+
+    It also keeps what only drawing needs between refreshes (the traces' tables, the buckets,
+    the store's cursor, the texts last drawn): a stopped panel drops the grid, and all of it
+    with the widgets.
+    """
 
     def __init__(self, columns: list[Column], traces: list[list[Trace]], bands: int) -> None:
         self.traces = [t for per_column in traces for t in per_column]  # column after column
         column = np.array([c for c, per_column in enumerate(traces) for _ in per_column], np.int64)
         self.trace_left_px = (column * COLUMN_PX).astype(np.float32)  # each trace's column's left
+        self.trace_keys = [(band, key, metric) for band, key, metric, _ in self.traces]
+        self.order = [(key, metric) for _, key, metric in self.trace_keys]  # the store's pairs
+        self.trace_bands = np.array([band for band, _, _ in self.trace_keys], np.int64)
+        self.fixed_scales = [fixed_scale(metric) for _, _, metric in self.trace_keys]
+        self.looked_up = [i for i, scale in enumerate(self.fixed_scales) if scale is None]
+        self.scaled: tuple[list, int, np.ndarray, np.ndarray] | None = None  # the panel's _placing
+        self.sparks: SparkSet | None = None
+        self.cursor: dict | None = None  # the store's cursor after the sparks' last read
+        self.colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
+        self.label_key: tuple | None = None  # what the label column was drawn from
+        self.labels_html = ""  # the label column's HTML, made again when what it shows changes
+        self.last_values: list[list[tuple[str, str, bool]]] = []  # each column's texts drawn last
         width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))
         sy = LinearScale(min=0.0, max=top_of(bands))

@@ -41,7 +41,7 @@ from .columns import (
 from .grid_view import COLUMN_PX, SPARK_PX, PanelGrid, to_px, top_of
 from .hostonly import HostOnlySource, plain_reason, shared_or_host_only
 from .processes import ProcessesLine
-from .readout import band_scale, fixed_scale, label_rows, limit_scale, reported_sets, value_texts
+from .readout import band_scale, label_rows, limit_scale, reported_sets, value_texts
 from .schedule import SCHEDULE
 from .spark import SparkSet
 from .sync import send_values, send_xy
@@ -107,9 +107,7 @@ class GPUMonitor(widgets.VBox):
         self._closed = False
         self._torn_down = False
         self._unsubscribe = None
-        self._sparks: SparkSet | None = None
-        self._cursor: dict | None = None  # the store's cursor after the sparks' last read
-        self._last_values: list[list[tuple[str, str, bool]]] = []
+        self._grid: PanelGrid | None = None
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
         self._header_said: tuple | None = None  # what the header was drawn from, and its text
@@ -198,7 +196,7 @@ class GPUMonitor(widgets.VBox):
             try:
                 self._draw_header()
                 self._header.value = self._header.value + text.snapshot_html(
-                    self._columns, self._rows, self._last_values)
+                    self._columns, self._rows, self._grid.last_values)
             except Exception:
                 log.debug("stopped panel header failed", exc_info=True)
             # Keep only the header (its last words stay on screen) on layouts and a style all
@@ -210,21 +208,11 @@ class GPUMonitor(widgets.VBox):
                 self.layout = panel_layout
             self.children = [self._header]
             tree.close_all(doomed, keep=[self, self._header, self.layout])
-            self._parts, self._grid, self._sparks = [self._header], None, None
-            self._drop_drawing()
+            self._parts, self._grid = [self._header], None  # and what only drawing needs
             self._torn_down = True
             if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
                 self._sampler_ref = weakref.ref(self.sampler)
                 self.sampler = None
-
-    def _drop_drawing(self) -> None:
-        """Free what only drawing uses (closed scales and labels, the trace tables, cursors):
-        a stopped panel may stay on screen all session, and ``_build`` makes them again."""
-        self._labels_html = ""
-        self._trace_keys, self._order, self._fixed_scales, self._looked_up = [], [], [], []
-        self._trace_bands = np.empty(0, np.int64)
-        self._scaled = self._cursor = self._colored_for = self._label_key = None
-        self._last_values = []
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
@@ -236,7 +224,7 @@ class GPUMonitor(widgets.VBox):
             self._closed = True
             registry.discard(self)
             tree.close_all(tree.descendants(self), keep=[self])
-            self._parts, self._grid, self._sparks = [], None, None
+            self._parts, self._grid = [], None
             if self.sampler is not None:
                 self._sampler_ref = weakref.ref(self.sampler)
                 self.sampler = None
@@ -315,7 +303,6 @@ class GPUMonitor(widgets.VBox):
             status = sampler.status()
             self._describe = ("no GPU visible" if status.source_kind == HostOnlySource.kind
                               else status.source_description.replace(" (simulated)", ""))
-            self._sparks = None
             if not self._torn_down:
                 self._build()
             self._last_key = None
@@ -339,16 +326,7 @@ class GPUMonitor(widgets.VBox):
         style = widgets.HTML(text.STYLE, layout=widgets.Layout(width="0", height="0", margin="0"))
         controls = widgets.HBox([style, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
-        self._labels_html = ""  # the label column's HTML, made again when what it shows changes
         self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
-        self._trace_keys = [(band, key, metric) for band, key, metric, _ in self._grid.traces]
-        self._order = [(key, metric) for _, key, metric in self._trace_keys]
-        self._trace_bands = np.array([band for band, _, _ in self._trace_keys], np.int64)
-        self._fixed_scales = [fixed_scale(metric) for _, _, metric in self._trace_keys]
-        self._looked_up = [i for i, scale in enumerate(self._fixed_scales) if scale is None]
-        self._scaled: tuple[list, int, np.ndarray, np.ndarray] | None = None  # see _placing
-        self._colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
-        self._label_key: tuple | None = None  # what the label column was drawn from
         parts = [style, self._header, self._pause_button, self._window_box, controls,
                  *self._grid.widgets()]
         for w in parts:
@@ -383,7 +361,7 @@ class GPUMonitor(widgets.VBox):
         bands = max(1, len(self._rows))
         gap_s = max(3.0 * s.interval, 3.0)
         lost = status.lost
-        self._last_values = []
+        grid.last_values = []
         marks = s.timeline.marks()
         rx = ry = lx = None
         labels: list[str] = []
@@ -393,22 +371,22 @@ class GPUMonitor(widgets.VBox):
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         for col in self._columns:
-            self._last_values.append(value_texts(col, self._rows, latest, host, live, lost,
-                                                 self._reported))
+            grid.last_values.append(value_texts(col, self._rows, latest, host, live, lost,
+                                                self._reported))
         label_key = _label_inputs(self._rows, latest, host, alerts, lost)
-        if label_key != self._label_key:  # the clock and PCIe lines, badges, lost flags
-            self._label_key = label_key
-            self._labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
+        if label_key != grid.label_key:  # the clock and PCIe lines, badges, lost flags
+            grid.label_key = label_key
+            grid.labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
         xy = self._packed(now, span, gap_s, latest, host, bands) if lines else None
         # Every message of the refresh goes out back to back, after the computing: a kernel's
         # session sends a message more cheaply right after another than after other work.
         below = "" if self._processes is None else self._processes.refresh(s, now, self._row_keys)
-        send_values(grid.values, value=text.grid_html(self._labels_html, grid.titles,
-                                                       self._last_values, below, grid.tips))
+        send_values(grid.values, value=text.grid_html(grid.labels_html, grid.titles,
+                                                       grid.last_values, below, grid.tips))
         if xy is not None:
             send_xy(grid.lines, *xy)
-            if tuple(lost) != self._colored_for:  # line colours follow lost GPUs only
-                self._colored_for = tuple(lost)
+            if tuple(lost) != grid.colored_for:  # line colours follow lost GPUs only
+                grid.colored_for = tuple(lost)
                 colors = grid.colors(lost)
                 if colors != list(grid.lines.colors):
                     grid.lines.colors = colors
@@ -423,15 +401,16 @@ class GPUMonitor(widgets.VBox):
 
         New buckets when the span (so the bucket width) or the traces change.
         """
-        order = self._order
+        grid = self._grid
+        order = grid.order
         width = span / BUCKETS
-        sset = self._sparks
-        since = self._cursor
+        sset = grid.sparks
+        since = grid.cursor
         if sset is None or sset.width_s != width or sset.traces != len(order) or sset.ahead:
             sset, since = SparkSet(len(order), width), None
-            self._sparks = sset
+            grid.sparks = sset
         # Only the rows the store gained since the last refresh, late-drained ones too.
-        trace, t, v, self._cursor = self.sampler.store.series_rows(
+        trace, t, v, grid.cursor = self.sampler.store.series_rows(
             order, sset.start(now, span), since=since)
         first, last = sset.add_rows(trace, t, v, now, span)
         return sset.points(first, last, now, span, gap_s)
@@ -458,9 +437,10 @@ class GPUMonitor(widgets.VBox):
         pixels (each column's traces right of the columns before it)."""
         n, x, v = self._points(now, span, gap_s)
         counts = n.tolist()
-        scales = list(self._fixed_scales)
-        rows, trace_keys, ends = self._rows, self._trace_keys, None
-        for i in self._looked_up:  # the card's limits, or (last) the window's peak
+        grid = self._grid
+        scales = list(grid.fixed_scales)
+        rows, trace_keys, ends = self._rows, grid.trace_keys, None
+        for i in grid.looked_up:  # the card's limits, or (last) the window's peak
             band, key, metric = trace_keys[i]
             row = latest.get(key, _NO_ROW)
             scale = limit_scale(metric, rows[band], row, host)
@@ -469,26 +449,27 @@ class GPUMonitor(widgets.VBox):
                 scale = band_scale(metric, rows[band], row, host, v[ends[i] - counts[i]:ends[i]])
             scales[i] = scale
         if not len(n):  # no trace at all: the mark's one empty row
-            x2, y2 = pack_packed(n, x, v, self._trace_bands, np.empty(0), bands, span)
+            x2, y2 = pack_packed(n, x, v, grid.trace_bands, np.empty(0), bands, span)
             return to_px(x2, span, 0.0), y2
         if n.any():
             x2, y2 = pad_rows(n, x, v, *self._placing(scales, bands), span)
         else:
-            x2, y2 = pack_packed(n, x, v, self._trace_bands, np.array(scales, np.float64), bands, span)
-        return to_px(x2, span, self._grid.trace_left_px), y2
+            x2, y2 = pack_packed(n, x, v, grid.trace_bands, np.array(scales, np.float64), bands, span)
+        return to_px(x2, span, grid.trace_left_px), y2
 
     def _placing(self, scales: list, bands: int) -> tuple[np.ndarray, np.ndarray]:
         """Each trace's band base and usable scale (``pack_packed``'s), kept while the scales
         and the number of bands stay: most refreshes draw on the same limits."""
-        kept = self._scaled
+        grid = self._grid
+        kept = grid.scaled
         if kept is None or kept[1] != bands or kept[0] != scales:
-            kept = self._scaled = (scales, bands, *placing(self._trace_bands, scales, bands))
+            kept = grid.scaled = (scales, bands, *placing(grid.trace_bands, scales, bands))
         return kept[2], kept[3]
 
     def held(self) -> dict[str, int]:
         """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""
         with self._lock:
-            sset = self._sparks
+            sset = None if self._grid is None else self._grid.sparks
             return {"traces": 0 if sset is None else sset.traces,
                     "buckets": 0 if sset is None else sset.held(), "widgets": len(self._parts)}
 
