@@ -398,13 +398,17 @@ class Sampler:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
-    def alert_list(self) -> list:
-        """Diagnostics alerts so far (``nbgpu.Alert``), oldest first; ``end`` is None while on."""
+    def alert_list(self, since_s: float | None = None) -> list:
+        """Diagnostics alerts so far (``nbgpu.Alert``), oldest first; ``end`` is None while on.
+
+        ``since_s`` (epoch seconds): only those still on or ended at or after it; ``math.inf``
+        gives those on, as the live panel asks every refresh.
+        """
         if self.diagnostics is None:
             return []
         if self.stopped_at is not None and not self.running:
             self.diagnostics.close_all()
-        return self.diagnostics.alert_list()
+        return self.diagnostics.alert_list(since_s)
 
     @property
     def alerts(self):

@@ -171,3 +171,21 @@ def test_live_sampler_raises_calls_back_from_its_thread_and_ends_alerts_on_stop(
     assert calls == [("warning", "nbgpu-sampler", 0.25), ("critical", "nbgpu-sampler", 0.5)]
     (ended,) = s.alert_list()
     assert ended.end == s.started_at + 0.5
+
+
+def test_alert_list_since_gives_the_alerts_on_then_or_later_and_copies_only_those():
+    from nbgpu.diagnostics.alerts import Alert, Episodes
+
+    ep = Episodes(clear_after_s=5.0)
+    old = Alert("idle", "info", 0, 10.0, 20.0, "m", "s", {"k": 1})
+    late = Alert("idle", "info", 0, 30.0, 40.0, "m", "s", {})
+    on = Alert("input_bound", "warning", 1, 35.0, None, "m", "s", {})
+    ep.alerts.extend([old, late, on])
+    ep._open[("input_bound", 1)] = on
+    assert [a.start for a in ep.snapshot()] == [10.0, 30.0, 35.0]
+    assert [a.start for a in ep.snapshot(since_s=25.0)] == [30.0, 35.0]
+    assert [a.start for a in ep.snapshot(since_s=40.0)] == [30.0, 35.0]  # ended at 40: on then
+    assert [a.start for a in ep.snapshot(since_s=float("inf"))] == [35.0]
+    got = ep.snapshot(since_s=0.0)[0]
+    got.evidence["k"] = 2
+    assert got is not old and old.evidence == {"k": 1}

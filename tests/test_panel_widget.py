@@ -270,11 +270,36 @@ def test_alert_badges_from_the_sampler() -> None:
     s, clock = _sampler(ticks=2)
     alert = SimpleNamespace(rule="input_bound", severity="warning", gpu=0, start=1.0, end=None,
                             message="GPU 0 waits for input.", suggestion="Use more loader workers.")
-    s.alert_list = lambda: [alert, SimpleNamespace(**{**alert.__dict__, "gpu": 1, "end": 2.0})]
+    s.alert_list = lambda since_s=None: [alert, SimpleNamespace(**{**alert.__dict__, "gpu": 1, "end": 2.0})]
     mon = GPUMonitor(sampler=s, start=False)
     mon.refresh(force=True, now=clock.t)
     assert mon._grid.values.value.count("input_bound") == 1
     assert "Use more loader workers." in mon._grid.values.value
+
+
+def test_a_refresh_copies_only_the_alerts_still_on(monkeypatch) -> None:
+    """A long session keeps up to 1,000 ended alerts; a refresh, once a second, must not copy
+    them all to find the few still on (its cost would grow with the session)."""
+    import dataclasses
+
+    from nbgpu.diagnostics import alerts as alerts_module
+
+    s, clock = _sampler(ticks=2)
+    episodes = s.diagnostics._episodes
+    ended = [alerts_module.Alert("idle", "info", 0, float(i), i + 0.5, "idle", "", {})
+             for i in range(500)]
+    on = alerts_module.Alert("input_bound", "warning", 1, 600.0, None, "GPU 1 waits.", "", {})
+    episodes.alerts.extend([*ended, on])
+    episodes._open[("input_bound", 1)] = on
+    copies = []
+    real_replace = dataclasses.replace
+    monkeypatch.setattr(alerts_module.dataclasses, "replace",
+                        lambda a, **kw: copies.append(a) or real_replace(a, **kw))
+    mon = GPUMonitor(sampler=s, start=False)
+    mon.refresh(force=True, now=clock.t)
+    assert copies == [on]
+    assert mon._grid.values.value.count("input_bound") == 1 and "⚠ idle" not in mon._grid.values.value
+    assert len(s.alert_list()) == 501  # everyone else still gets the whole history
 
 
 def test_a_failing_view_never_stops_the_sampler() -> None:

@@ -101,9 +101,17 @@ class Episodes:
             alert.end = self._seen.get(key, now)
         self._open.clear()
 
-    def snapshot(self) -> list[Alert]:
-        """Copies of all alerts, oldest first (safe to read while the sampler runs)."""
-        return [dataclasses.replace(a, evidence=dict(a.evidence)) for a in list(self.alerts)]
+    def snapshot(self, since_s: float | None = None) -> list[Alert]:
+        """Copies of the alerts, oldest first (safe to read while the sampler runs): all of
+        them, or with ``since_s`` those still on or ended at or after it (``inf``: those on).
+
+        Only the alerts given are copied: a view asking every second for the few on does not
+        copy the up to ``max_alerts`` that ended.
+        """
+        kept = list(self.alerts)
+        if since_s is not None:
+            kept = [a for a in kept if a.end is None or a.end >= since_s]
+        return [dataclasses.replace(a, evidence=dict(a.evidence)) for a in kept]
 
 
 def alerts_frame(alerts: list[Alert]) -> pd.DataFrame:

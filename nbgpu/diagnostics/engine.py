@@ -126,10 +126,11 @@ class DiagnosticsEngine:
         self._callbacks.append(fn)
 
     # -- results -------------------------------------------------------------------------
-    def alert_list(self) -> list[Alert]:
-        """Copies of every alert so far, oldest first; ``end is None`` while ongoing."""
+    def alert_list(self, since_s: float | None = None) -> list[Alert]:
+        """Copies of every alert so far, oldest first; ``end is None`` while ongoing. With
+        ``since_s`` (epoch seconds) only those still on or ended at or after it (``inf``: on)."""
         with self._lock:
-            return self._episodes.snapshot()
+            return self._episodes.snapshot(since_s)
 
     @property
     def alerts(self) -> pd.DataFrame:

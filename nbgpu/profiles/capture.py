@@ -393,7 +393,7 @@ class Capture:
             return []
         t0, t1 = self._range()
         try:
-            found = [a for a in get() if a.start <= t1 and (a.end is None or a.end >= t0)]
+            found = [a for a in get(since_s=t0) if a.start <= t1 and (a.end is None or a.end >= t0)]
         except Exception:
             return []
         if self.gpus is not None:

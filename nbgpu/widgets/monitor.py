@@ -14,6 +14,7 @@ which keeps a static line of the last values; a closed panel closes them all.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import weakref
 
@@ -478,7 +479,7 @@ class GPUMonitor(widgets.VBox):
         if fn is None:
             return []
         try:
-            return [a for a in fn() if getattr(a, "end", None) is None]
+            return [a for a in fn(since_s=math.inf) if getattr(a, "end", None) is None]
         except Exception as exc:
             log.debug("alert_list failed: %s", exc)
             return []
