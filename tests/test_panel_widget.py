@@ -302,6 +302,38 @@ def test_a_refresh_copies_only_the_alerts_still_on(monkeypatch) -> None:
     assert len(s.alert_list()) == 501  # everyone else still gets the whole history
 
 
+def test_a_refresh_reads_only_the_new_events_for_its_mark_rules(monkeypatch) -> None:
+    """``nbgpu.track()`` marks every iteration, and the store keeps 10,000 events: a refresh
+    reads only the events added since the last one, and still draws every mark in its window
+    (one stamped in the past after newer ones too), and all of them again for a longer window."""
+    s, clock = _sampler(2, 0.1, ticks=30)
+    mon = GPUMonitor(sampler=s, start=False, processes=False, window_s=60)
+    for i in range(2000):  # an hour of marks, all but the last minute's outside the window
+        s.mark(f"step {i}", t=clock.t - 3600 + i * 1.8)
+    run(s, clock, 1.0)
+    mon.refresh(force=True, now=clock.t)
+    read = []
+    since = s.store.events_since
+    monkeypatch.setattr(s.store, "events_since", lambda seq=0: read.append(len(r := since(seq))) or r)
+    s.mark("late", t=clock.t - 5)  # newer events came before it
+    run(s, clock, 1.0)
+    mon.refresh(now=clock.t)
+    assert read == [1]
+    rules = np.asarray(mon._grid.rules.x, float)[:, 0]
+    in_window = [t for t, _ in s.timeline.marks() if clock.t - mon.drawn_span_s <= t <= clock.t]
+    assert len(rules) == len(in_window) * len(mon._columns) and len(in_window) > 2
+    late_px = SPARK_PX * (1 - (5 + 1.0) / mon.drawn_span_s)  # drawn 1 s later
+    assert np.isclose(rules, late_px, atol=0.05).any(), (rules, late_px)
+    s.started_at -= 7200
+    mon.set_window(3600)
+    rules = np.asarray(mon._grid.rules.x, float)[:, 0]
+    in_window = [t for t, _ in s.timeline.marks() if clock.t - mon.drawn_span_s <= t <= clock.t]
+    assert mon.drawn_span_s == 3600 and len(in_window) > 1900
+    assert len(rules) == len(in_window) * len(mon._columns)
+    mon.close()
+    s.stop()
+
+
 def test_a_failing_view_never_stops_the_sampler() -> None:
     """A view that fails every draw is counted and shown; the sampler and the panel's timer go on.
 

@@ -363,7 +363,7 @@ class GPUMonitor(widgets.VBox):
         gap_s = max(3.0 * s.interval, 3.0)
         lost = status.lost
         grid.last_values = []
-        marks = s.timeline.marks()
+        marks = self._window_marks(now)
         rx = ry = lx = None
         labels: list[str] = []
         shown: list[str] = []
@@ -415,6 +415,28 @@ class GPUMonitor(widgets.VBox):
             order, sset.start(now, span), since=since)
         first, last = sset.add_rows(trace, t, v, now, span)
         return sset.points(first, last, now, span, gap_s)
+
+    def _window_marks(self, now: float) -> list[tuple[float, str]]:
+        """(time, label) of the marks in the window, the store's new events read once each.
+
+        ``nbgpu.track()`` marks every iteration and the store keeps 10,000 events: reading them
+        all every refresh cost more than the rest of it. The grid keeps the window's marks;
+        a longer window reads every event again, once.
+        """
+        grid, store = self._grid, self.sampler.store
+        if grid.marks_window_s != self.window_s:
+            grid.marks, grid.mark_seq, grid.marks_window_s = [], 0, self.window_s
+        new = store.events_since(grid.mark_seq)
+        if new:
+            grid.mark_seq = new[-1].seq
+            grid.marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
+        if grid.marks:
+            start = now - self.window_s
+            with store.lock:  # the store's oldest event: those before it were let go
+                kept_from = store.events[0].seq if store.events else grid.mark_seq + 1
+            if any(t < start or seq < kept_from for t, _, seq in grid.marks):
+                grid.marks = [m for m in grid.marks if m[0] >= start and m[2] >= kept_from]
+        return [(t, label) for t, label, _ in grid.marks]
 
     def _draw_rules(self, rx: np.ndarray, ry: np.ndarray, lx: np.ndarray, shown: list[str],
                     labels: list[str], span: float, bands: int) -> None:
