@@ -177,8 +177,24 @@ class GCWatch:
             self.ms[gen] += (time.thread_time() - self._t0) * 1000.0
 
 
+LONG_SESSION_MARKS = 10_000  # what the store keeps: nbgpu.track() marks every iteration
+LONG_SESSION_ALERTS = 1_000  # the diagnostics' bound on the alerts they keep
+
+
+def _long_session(sampler, t_end: float) -> None:
+    """A long session's history, before the panel opens: the store's 10,000 events as marks
+    over the last hour and the diagnostics' 1,000 ended alerts (what a refresh could grow with)."""
+    from nbgpu.diagnostics.alerts import Alert
+
+    for i in range(LONG_SESSION_MARKS):
+        sampler.mark(f"step {i}", t=t_end - 3600.0 + i * 3600.0 / LONG_SESSION_MARKS)
+    ended = [Alert("idle", "info", 0, t_end - 7200.0 + i, t_end - 7199.0 + i, "GPU 0 idle", "", {})
+             for i in range(LONG_SESSION_ALERTS)]
+    sampler.diagnostics._episodes.alerts.extend(ended)  # no public way to age alerts: the bound's worth
+
+
 def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
-                 comm: str = "recording") -> dict:
+                 comm: str = "recording", long_session: bool = False) -> dict:
     """Thread CPU ms of ``GPUMonitor.refresh()`` at steady state: a full window, 1 s of new rows
     between refreshes, 8 simulated GPUs at interval 0.1 s, a recording comm as the kernel
     (``comm="kernel"``: the widgets' own comms, run inside a kernel; ``kernel_refresh``).
@@ -188,7 +204,8 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
     older part is synthetic rows at the real rates, so that filling it costs seconds, not minutes.
 
     Garbage collections that happen inside a refresh are counted in its time, as they are
-    in a kernel; ``gc_in_refreshes`` says how much of the total they were.
+    in a kernel; ``gc_in_refreshes`` says how much of the total they were. ``long_session``:
+    the store and the diagnostics hold a long session's marks and ended alerts first.
     """
     import gc
     import unittest.mock
@@ -212,6 +229,8 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
         sampler.started_at = t_end - window_s - 5.0  # as long ago as the synthetic rows begin
         rows = _append_rows(sampler, sampler.started_at, clock.t, rng)
         _step_until(sampler, clock, t_end)
+        if long_session:
+            _long_session(sampler, t_end)
         panel = GPUMonitor(sampler=sampler, window_s=window_s, start=False)
         try:
             panel.refresh(force=True)  # the first, full draw is not steady state
@@ -303,6 +322,13 @@ def run_refresh(ctx: Context) -> Outcome:
         if old:
             out.figure(f"before ({before.get('commit', '?')}), {label} window (mean)",
                        old["cpu_ms_mean"], "ms")
+    long = refresh_cost(60.0, n, long_session=True)
+    out.raw["window_60s_long_session"] = long
+    out.figure(f"the same, 1 min window, a long session ({LONG_SESSION_MARKS} marks, "
+               f"{LONG_SESSION_ALERTS} ended alerts) (mean)", long["cpu_ms_mean"], "ms")
+    fresh = out.raw["window_60s"]["cpu_ms_mean"]
+    out.figure("a long session's refresh over a fresh one's, 1 min window (means)",
+               long["cpu_ms_mean"] / fresh if fresh else float("nan"), "")
     if before:
         out.raw["before"] = before
         out.notes.append(f"The 'before ({before.get('commit', '?')})' figures were measured with rows "
