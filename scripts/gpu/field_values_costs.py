@@ -12,28 +12,14 @@ for both fields; and checks that getter and field read the same counter.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
-from pathlib import Path
 
-from nvml_call_costs import cpu_cost_us, spaced_cost_us
+from nvml_call_costs import cpu_cost_us, one_gpu, spaced_cost_us, write_results
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--gpu", type=int, default=0)
-    args = ap.parse_args()
-    import pynvml as nv
-
-    nv.nvmlInit()
-    try:
-        h = nv.nvmlDeviceGetHandleByIndex(args.gpu)
-        out: dict = {"device": nv.nvmlDeviceGetName(h), "driver": nv.nvmlSystemGetDriverVersion(),
-                     "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]), "figures": {},
-                     "agreement": {}}
+    with one_gpu(__doc__.splitlines()[0]) as (args, nv, h, out):
+        out["agreement"] = {}
         energy_f, power_f = nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, nv.NVML_FI_DEV_POWER_INSTANT
         ways = {
             "energy getter": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
@@ -56,12 +42,7 @@ def main() -> int:
                           "field_mj": int(field.value.ullVal), "field_latency_us": int(field.latencyUsec)})
             time.sleep(0.3)
         out["agreement"]["energy getter then field, 0.3 s apart"] = pairs
-    finally:
-        nv.nvmlShutdown()
-    text = json.dumps(out, indent=2)
-    print(text)
-    args.out.write_text(text + "\n")
-    return 0
+    return write_results(out, args.out)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,43 @@ The floor of the sampler's CPU at native resolution follows from these figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+
+
+@contextlib.contextmanager
+def one_gpu(description: str) -> Iterator[tuple]:
+    """A cost script's ``--out``/``--gpu`` arguments and NVML opened on that GPU: yields (args,
+    pynvml, handle, results) with the results' device, driver and command filled in, and
+    shuts NVML down after."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--gpu", type=int, default=0)
+    args = ap.parse_args()
+    import pynvml as nv
+
+    nv.nvmlInit()
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(args.gpu)
+        yield args, nv, h, {"device": nv.nvmlDeviceGetName(h), "driver": nv.nvmlSystemGetDriverVersion(),
+                            "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+                            "figures": {}}
+    finally:
+        nv.nvmlShutdown()
+
+
+def write_results(out: dict, path: Path) -> int:
+    """Print the results and write them to ``path`` as JSON; the script's exit status."""
+    text = json.dumps(out, indent=2)
+    print(text)
+    path.write_text(text + "\n")
+    return 0
 
 
 def cpu_cost_us(fn, repeats: int) -> dict:
@@ -81,17 +112,7 @@ def drain_ways(nv, h, kinds: dict) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--gpu", type=int, default=0)
-    args = ap.parse_args()
-    import pynvml as nv
-
-    nv.nvmlInit()
-    try:
-        h = nv.nvmlDeviceGetHandleByIndex(args.gpu)
-        out: dict = {"device": nv.nvmlDeviceGetName(h), "driver": nv.nvmlSystemGetDriverVersion(),
-                     "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]), "figures": {}}
+    with one_gpu(__doc__.splitlines()[0]) as (args, nv, h, out):
         fig = out["figures"]
         kinds = {"power": nv.NVML_TOTAL_POWER_SAMPLES, "util": nv.NVML_GPU_UTILIZATION_SAMPLES,
                  "memutil": nv.NVML_MEMORY_UTILIZATION_SAMPLES}
@@ -135,8 +156,6 @@ def main() -> int:
                 nv.nvmlGpmSampleFree(sample)
         except nv.NVMLError as exc:
             fig["GPM sample get"] = {"error": str(exc)}
-    finally:
-        nv.nvmlShutdown()
     try:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from nbgpu.sources.host import HostSource
@@ -146,10 +165,7 @@ def main() -> int:
         fig["host read (psutil, process tree)"] = cpu_cost_us(lambda: host.read(time.time()), 50)
     except Exception as exc:  # the host read is context, not the point of this script
         fig["host read (psutil, process tree)"] = {"error": f"{type(exc).__name__}: {exc}"}
-    text = json.dumps(out, indent=2)
-    print(text)
-    args.out.write_text(text + "\n")
-    return 0
+    return write_results(out, args.out)
 
 
 if __name__ == "__main__":
