@@ -370,23 +370,28 @@ class Sampler:
                 self._fast.remove(every_s)
 
     def watch(self) -> None:
-        """Say that someone is looking at the newest values now (a live panel, an exporter).
+        """Say that someone is looking at the newest values now (a live panel, an exporter,
+        the diagnostics while a cell runs).
 
         For ``LIVE_HOLD_S`` the sample buffers are drained at their live periods (NVML
-        utilisation every 2 s instead of 4 s); ``latest()`` calls it. Resolution is the same
+        utilisation every 2 s instead of 10 s); ``latest()`` calls it. Resolution is the same
         either way: only how old the newest buffered sample can be changes.
         """
         self._watched_at = self._clock()
 
-    def drained_until(self, device: object) -> float:
-        """Clock time up to which every reading of ``device`` is in the store (inf: all).
+    def drained_until(self, device: object, metric: str | None = None) -> float:
+        """Clock time up to which every reading of ``device`` (or of its ``metric``) is in
+        the store (inf: all).
 
         Samples NVML buffers reach the store at the buffer's next drain, seconds later; a
         writer folding them into ticks (the Recorder) writes no tick past this time, so a
-        late sample is never counted in a later tick.
+        late sample is never counted in a later tick, and the diagnostics rules judge a
+        buffered metric up to its own time.
         """
         fn = getattr(self.source, "drained_until", None)
-        return fn(device) if callable(fn) else math.inf
+        if not callable(fn):
+            return math.inf
+        return fn(device) if metric is None else fn(device, metric)
 
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""

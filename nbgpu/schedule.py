@@ -20,9 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 MAX_BUFFER_DRAIN_S = 1.0  # NVML keeps ~2.4 s of power samples: drain well within that
-# How old a buffered metric's newest sample may get while nobody watches the newest values
-# (the sources drain within it; "live" in the reads asks for their live periods instead).
-UNWATCHED_MAX_AGE_S = 5.0
 TICK_SLACK_S = 1e-3  # a wake-up this close to a tick is the tick (timers wake a bit early)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
@@ -152,6 +153,61 @@ def test_low_util_with_an_idle_cpu_is_not_input_bound():
     s, clock = sim_sampler(source=shaped)
     drive(s, clock, 60)
     assert fired(s, "input_bound") == []
+
+
+def _findings_per_evaluation(monkeypatch, rule: str) -> list[int]:
+    """Wrap ``rule`` so each evaluation's number of findings is recorded."""
+    from nbgpu.diagnostics import engine
+
+    counts: list[int] = []
+    original = engine.RULE_FUNCTIONS[rule]
+
+    def counted(ctx):
+        found = original(ctx)
+        counts.append(len(found))
+        return found
+
+    monkeypatch.setitem(engine.RULE_FUNCTIONS, rule, counted)
+    return counts
+
+
+@pytest.mark.parametrize("scenario, rule, gpus", [("input_bound", "input_bound", 2),
+                                                  ("imbalance", "imbalance", 1),
+                                                  ("thin", "busy_thin", 2)])
+def test_every_evaluation_judges_utilisation_though_nobody_watches(monkeypatch, scenario, rule, gpus):
+    # Nobody watches, so utilisation reaches the store up to 10 s after it was sampled. The
+    # rules judge it up to where it is complete, not as missing half the time.
+    counts = _findings_per_evaluation(monkeypatch, rule)
+    run(scenario, 60)
+    steady = counts[len(counts) // 2:]
+    assert len(steady) >= 12 and set(steady) == {gpus}, counts
+
+
+def test_utilisation_and_cpu_are_judged_over_the_same_seconds():
+    # A light phase (GPU 30 %, CPU idle) turns into training (GPU 95 %, CPU busy). Any
+    # window both share is never "GPU starved while the CPU works"; utilisation from before
+    # the change beside the CPU after it would be.
+    def util(_g, t, _u):
+        return 30.0 if t < 40 else 95.0
+
+    def host(t, _base):
+        cpu = 10.0 if t < 40 else 230.0
+        return {"proc_cpu_pct": cpu, "host_cpu_pct": cpu / 4}
+
+    for start in np.arange(0.0, 10.0, 0.5):  # every phase of the drains against the change
+        s, clock = sim_sampler(source=ShapedGPUs(count=1, util=util, host=host))
+        drive(s, clock, start)
+        s.diagnostics._last_eval = -np.inf
+        drive(s, clock, 70 - start)
+        assert fired(s, "input_bound") == [], start
+
+
+@pytest.mark.parametrize("scenario", ["input_bound", "imbalance", "thin", "idle"])
+def test_utilisation_rules_fire_unwatched_however_strict_the_staleness(scenario):
+    rule, gpus, _severity, within_s = EXPECTED[scenario]
+    s = run(scenario, within_s, cell=scenario == "idle", thresholds={"stale_after_s": 2.0})
+    assert {a.rule for a in fired(s)} == {rule}
+    assert {a.gpu for a in fired(s)} == gpus
 
 
 # -- idle -------------------------------------------------------------------------------------

@@ -82,6 +82,47 @@ def test_the_mean_weights_each_reading_until_the_next_and_caps_gaps():
     assert window.mean(0, "power_w", 9.0) == pytest.approx((100 + 200 + 300 * 4 + 400) / 7)
 
 
+@pytest.mark.parametrize("lag_s", [0.0, 0.25, 3.0, 9.5])
+def test_a_metric_complete_only_up_to_a_time_is_judged_up_to_it(lag_s):
+    # A buffered metric reaches the store at the buffer's drain: up to ``complete`` only.
+    store, direct = _store(), _store()
+    complete = {(0, "mem"): NOW - lag_s}
+    shared: dict = {}
+    for _ in range(2):
+        window = Window(store, NOW, 5.0, 1.0, spans=shared,
+                        complete=lambda dev, metric: complete.get((dev, metric), np.inf))
+        assert window.end(0, "mem") == NOW - lag_s
+        assert window.end(0, "mem", "other") == NOW - lag_s  # the earliest of the metrics
+        assert window.end(0) == window.end(0, "other") == NOW
+        for span in (15.0, 120.0, 15.0):
+            t, v = window.series(0, "mem", span)
+            want_t, want_v = direct.series(0, "mem", NOW - lag_s - span, NOW - lag_s)
+            np.testing.assert_array_equal(t, want_t)
+            np.testing.assert_array_equal(v, want_v)
+        later = window.series(0, "mem", 15.0, end=NOW)  # another metric's end, asked for
+        np.testing.assert_array_equal(later[0], direct.series(0, "mem", NOW - 15.0, NOW)[0])
+    store.reads = 0
+    window = Window(store, NOW, 5.0, 1.0, spans=shared,
+                    complete=lambda dev, metric: complete.get((dev, metric), np.inf))
+    window.series(0, "mem", 15.0)
+    window.series(0, "mem", 120.0, end=NOW)
+    assert store.reads == 1  # the reach an earlier end needs is remembered too
+
+
+def test_the_mean_and_freshness_are_taken_at_the_windows_end():
+    store = Store(full_res_s=600.0, bucket_s=5.0, history_s=900.0)
+    store.declare(0, "tick", {"util_pct": np.float64})
+    t = np.arange(NOW - 20.0, NOW - 8.0 + 1e-9, 0.5)  # drained 8 s ago
+    store.append_many(0, "tick", t, {"util_pct": np.where(t < NOW - 13.0, 10.0, 90.0)})
+    blind = Window(store, NOW, 5.0, 1.0)
+    assert np.isnan(blind.mean(0, "util_pct", 10.0))  # judged at now: 8 s old, stale
+    window = Window(store, NOW, 5.0, 1.0, complete=lambda dev, metric: NOW - 8.0)
+    # [now - 18, now - 8]: ten readings of 10 % and ten of 90 % held 0.5 s each; the
+    # newest holds until the window's end, which it is (judged at now it would hold 8 s).
+    assert window.mean(0, "util_pct", 10.0) == pytest.approx(50.0)
+    assert window.recent(0, "util_pct", 10.0) is not None
+
+
 def _rising_reference(t, v, t0, t1, n):
     """_segments_rising's rule written out plainly: every slice's median above the last's."""
     from nbgpu.diagnostics.window import median

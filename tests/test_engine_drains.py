@@ -72,12 +72,12 @@ def _util_drains(watch_every_s: float | None, seconds: float, **kw) -> tuple[lis
     return kinds, s
 
 
-def test_with_no_one_watching_utilisation_is_drained_every_4_s_and_no_sample_is_lost():
-    # Each utilisation drain costs ~2.5 ms of CPU on an H200 whatever it returns; a sampler
-    # nobody reads live values from (a script, a recording) needs them only within the
-    # diagnostics rules' 5 s.
+def test_with_no_one_watching_utilisation_is_drained_every_10_s_and_no_sample_is_lost():
+    # Each utilisation drain costs ~2.5 ms of CPU on an H200 whatever it returns, and the
+    # buffer holds ~14 s: a sampler nobody reads live values from (a script, a recording,
+    # the diagnostics rules alone) drains it as often as memory-bandwidth utilisation.
     kinds, s = _util_drains(None, 40.0)
-    assert 9 <= kinds.count(UTIL) <= 11
+    assert 4 <= kinds.count(UTIL) <= 5
     assert 39 <= kinds.count(POWER) <= 41  # power keeps its 1 s (its buffer holds 2.4 s)
     t, _ = s.timeline.series(0, "util_pct")
     assert np.max(np.diff(t[-150:])) == pytest.approx(0.2, abs=1e-6)  # native 200 ms kept
@@ -98,16 +98,18 @@ def test_a_view_that_stops_asking_lets_the_drains_slow_down_again():
     kinds.clear()
     run(s, clock, 40.0)  # the view was closed: nobody asks any more
     s.stop()
-    assert 9 <= kinds.count(UTIL) <= 12
+    assert 4 <= kinds.count(UTIL) <= 6
 
 
-def test_rules_told_to_ignore_readings_older_than_5_s_keep_the_drains_live():
+def test_rules_strict_about_staleness_do_not_keep_the_drains_live():
+    # The rules judge a buffered metric up to where its buffer was drained, so how old
+    # they let a reading be does not depend on how often nobody-watched buffers drain.
     kinds, _ = _util_drains(None, 40.0, thresholds={"stale_after_s": 3.0})
-    assert 19 <= kinds.count(UTIL) <= 21
+    assert 4 <= kinds.count(UTIL) <= 5
 
 
 def test_stopping_drains_what_the_buffers_still_hold():
-    # Nobody watches, so utilisation waits up to 4 s between drains: a stop must not leave
+    # Nobody watches, so utilisation waits up to 10 s between drains: a stop must not leave
     # the samples since the last drain in NVML's buffer, where they would be lost.
     sim, clock = fake(1)
     s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock)

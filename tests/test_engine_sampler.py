@@ -291,7 +291,7 @@ def test_a_scheduled_energy_read_leaves_the_buffers_to_their_own_schedule():
     run(s, clock, 30.0)
     s.stop()
     assert sim.calls["nvmlDeviceGetTotalEnergyConsumption"] - energy_calls >= 9
-    assert 7 <= kinds.count(1) <= 8  # utilisation every 4 s (nobody watches live values)
+    assert 3 <= kinds.count(1) <= 4  # utilisation every 10 s (nobody watches live values)
     assert 3 <= kinds.count(2) <= 4  # memory-bandwidth utilisation every 10 s
 
 

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..schedule import UNWATCHED_MAX_AGE_S
 from .alerts import Alert, Episodes, Finding, alerts_frame
 from .owners import attribute, gpus_in_use, tree_pids
 from .rules_card import busy_thin, throttling
@@ -144,9 +143,13 @@ class DiagnosticsEngine:
 
     # -- the listener ----------------------------------------------------------------------
     def __call__(self, sampler: Sampler, now: float) -> None:
-        """Listener entry: evaluate if ``eval_every_s`` has passed since the last time."""
-        if self.thresholds.stale_after_s < UNWATCHED_MAX_AGE_S:
-            sampler.watch()  # rules this strict about freshness need the buffers live
+        """Listener entry: evaluate if ``eval_every_s`` has passed since the last time.
+
+        While a cell or other work runs, the rules judge it as it happens (the idle rule
+        within a short cell), so the sampler keeps its buffers drained live meanwhile.
+        """
+        if self._cells or _work_active(sampler):
+            sampler.watch()
         if now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
             return
         self._last_eval = now
@@ -167,7 +170,7 @@ class DiagnosticsEngine:
         th = self.thresholds
         stale = max(th.stale_after_s, 2.5 * sampler.interval)
         window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval),
-                        spans=self._spans)
+                        spans=self._spans, complete=sampler.drained_until)
         lost = sampler.lost
         devices = [d for d in sampler.devices if d.key not in lost]
         processes = sampler.processes() or None

@@ -74,11 +74,12 @@ def busy_thin(ctx: Context) -> list[Finding]:
     span = th.thin_window_s
     for dev in ctx.gpus():
         gpu = dev.key
-        active = ctx.window.mean(gpu, "sm_active_pct", span)
-        occupancy = ctx.window.mean(gpu, "sm_occupancy_pct", span)
+        end = ctx.window.end(gpu, "util_pct", "sm_active_pct")  # both over the same seconds
+        active = ctx.window.mean(gpu, "sm_active_pct", span, end)
+        occupancy = ctx.window.mean(gpu, "sm_occupancy_pct", span, end)
         if math.isnan(active) and math.isnan(occupancy):
             continue
-        util = ctx.window.mean(gpu, "util_pct", span)
+        util = ctx.window.mean(gpu, "util_pct", span, end)
         if not util >= th.thin_util_above_pct:
             continue
         if not (active < th.thin_sm_active_below_pct or occupancy < th.thin_occupancy_below_pct):

@@ -28,11 +28,12 @@ def input_bound(ctx: Context) -> list[Finding]:
     """Utilisation below 50 % while this kernel's processes keep the CPU busy: a starved GPU."""
     th, out = ctx.thresholds, []
     span = th.input_window_s
-    cpu = ctx.window.host_mean("proc_cpu_pct", span)
-    if not cpu >= th.input_cpu_busy_pct:
-        return out
     for dev in ctx.used_gpus():
-        util = ctx.window.mean(dev.key, "util_pct", span)
+        end = ctx.window.end(dev.key, "util_pct")  # the CPU over the same seconds
+        cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
+        if not cpu >= th.input_cpu_busy_pct:
+            continue
+        util = ctx.window.mean(dev.key, "util_pct", span, end)
         if not (th.input_min_util_pct <= util < th.input_util_below_pct):
             continue
         message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
@@ -46,13 +47,14 @@ def idle(ctx: Context) -> list[Finding]:
     """Utilisation and CPU both low while a cell runs: the code waits (I/O, sync, sleep)."""
     th, out = ctx.thresholds, []
     span = th.idle_window_s
-    if th.idle_only_in_cell and ctx.in_cell_s < span:
-        return out
-    cpu = ctx.window.host_mean("proc_cpu_pct", span)
-    if not cpu < th.idle_cpu_below_pct:
-        return out
     for dev in ctx.used_gpus():
-        util = ctx.window.mean(dev.key, "util_pct", span)
+        end = ctx.window.end(dev.key, "util_pct")  # the CPU and the cell over the same seconds
+        if th.idle_only_in_cell and ctx.in_cell_s - (ctx.now - end) < span:
+            continue
+        cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
+        if not cpu < th.idle_cpu_below_pct:
+            continue
+        util = ctx.window.mean(dev.key, "util_pct", span, end)
         if not util < th.idle_util_below_pct:
             continue
         during = "while a cell runs, " if ctx.in_cell_s else ""
@@ -70,15 +72,16 @@ def imbalance(ctx: Context) -> list[Finding]:
     used = ctx.used_gpus()
     if len(used) < 2:
         return []
-    means = {d.key: ctx.window.mean(d.key, "util_pct", span) for d in used}
+    end = min(ctx.window.end(d.key, "util_pct") for d in used)  # every GPU over the same seconds
+    means = {d.key: ctx.window.mean(d.key, "util_pct", span, end) for d in used}
     means = {g: u for g, u in means.items() if not math.isnan(u)}
     if len(means) < 2:
         return []
     lagging = set(means)
-    for a, b in itertools.pairwise(np.linspace(ctx.now - span, ctx.now, IMBALANCE_PARTS + 1)):
+    for a, b in itertools.pairwise(np.linspace(end - span, end, IMBALANCE_PARTS + 1)):
         part = {}
         for g in means:  # the same GPU must lag in every part of the window: sustained
-            t, v = ctx.window.series(g, "util_pct", span)
+            t, v = ctx.window.series(g, "util_pct", span, end)
             sel = v[(t >= a) & (t <= b)]
             part[g] = float(np.mean(sel)) if len(sel) else math.nan
         top = max(part.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,27 +32,51 @@ class Window:
 
     A series "covers" a span when it starts near the span's beginning (so a rule never
     judges 10 s from 2 s of data) and its newest reading is fresh (a lost GPU is silent).
+    A metric NVML buffers reaches the store at the buffer's next drain, up to 10 s after it
+    was sampled while nobody watches: each metric is judged over the span that ends where
+    its readings are complete (``end``), and a rule comparing metrics passes one ``end``
+    to all of them, so they describe the same seconds.
     """
 
     def __init__(self, store: Store, now: float, stale_after_s: float, tolerance_s: float,
-                 spans: dict | None = None) -> None:
+                 spans: dict | None = None,
+                 complete: Callable[[object, str], float] | None = None) -> None:
         self.store, self.now = store, now
         self.stale_after_s, self.tolerance_s = stale_after_s, tolerance_s
         self._read: dict[tuple, tuple[float, np.ndarray, np.ndarray]] = {}
-        # Widest span each (device, metric) was asked for, kept by the caller between
-        # evaluations, so the first read of a metric already covers every later ask.
+        # Widest reach (span plus how far its end lies before now) each (device, metric)
+        # was asked for, kept by the caller between evaluations, so the first read of a
+        # metric already covers every later ask.
         self.spans: dict[tuple, float] = {} if spans is None else spans
+        self._complete = complete
+        self._ends: dict[tuple, float] = {}
 
-    def series(self, device: object, metric: str, span_s: float) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of the last ``span_s`` seconds, NaN dropped; may be short.
+    def end(self, device: object, *metrics: str) -> float:
+        """The newest time up to which every one of ``metrics`` of ``device`` is in the store."""
+        return min((self._end(device, metric) for metric in metrics), default=self.now)
 
-        The store is read once per metric, at the widest span it is asked for; a narrower
-        span is the tail of that read (rows are time-sorted, so they are the same rows).
+    def _end(self, device: object, metric: str) -> float:
+        pair = (device, metric)
+        end = self._ends.get(pair)
+        if end is None:
+            until = self._complete(device, metric) if self._complete is not None else math.inf
+            end = self._ends[pair] = min(self.now, until)
+        return end
+
+    def series(self, device: object, metric: str, span_s: float,
+               end: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of the ``span_s`` seconds up to ``end`` (default: where the
+        metric is complete), NaN dropped; may be short.
+
+        The store is read once per metric, as far back as it is ever asked for; a narrower
+        or earlier span is a slice of that read (rows are time-sorted, so they are the same rows).
         """
+        end = self._end(device, metric) if end is None else min(end, self.now)
+        reach = span_s + (self.now - end)
         pair = (device, metric)
         read = self._read.get(pair)
-        if read is None or read[0] < span_s:
-            widest = max(span_s, self.spans.get(pair, span_s))
+        if read is None or read[0] < reach:
+            widest = max(reach, self.spans.get(pair, reach))
             self.spans[pair] = widest
             try:
                 t, v = self.store.series(device, metric, self.now - widest, self.now)
@@ -59,24 +84,29 @@ class Window:
                 t, v = np.empty(0), np.empty(0)
             read = self._read[pair] = (widest, t, v)
         widest, t, v = read
-        if widest > span_s:
-            first = int(np.searchsorted(t, self.now - span_s, "left"))
-            t, v = t[first:], v[first:]
+        if widest > reach:
+            t, v = _tail(t, v, end - span_s)
+        if end < self.now and len(t) and t[-1] > end:
+            last = int(np.searchsorted(t, end, "right"))
+            t, v = t[:last], v[:last]
         return t, v
 
-    def covered(self, t: np.ndarray, span_s: float) -> bool:
-        """Whether ``t`` spans the whole window and ends with a fresh reading."""
-        return (len(t) >= 3 and t[0] <= self.now - span_s + self.tolerance_s
-                and t[-1] >= self.now - self.stale_after_s)
+    def covered(self, t: np.ndarray, span_s: float, end: float | None = None) -> bool:
+        """Whether ``t`` spans the whole window up to ``end`` and ends with a fresh reading."""
+        end = self.now if end is None else end
+        return (len(t) >= 3 and t[0] <= end - span_s + self.tolerance_s
+                and t[-1] >= end - self.stale_after_s)
 
-    def recent(self, device: object, metric: str, span_s: float):
-        """(times, values) of the last ``span_s`` seconds if they cover it, else None."""
-        t, v = self.series(device, metric, span_s)
-        return (t, v) if self.covered(t, span_s) else None
+    def recent(self, device: object, metric: str, span_s: float, end: float | None = None):
+        """(times, values) of the ``span_s`` seconds up to ``end`` if they cover it, else None."""
+        end = self._end(device, metric) if end is None else min(end, self.now)
+        t, v = self.series(device, metric, span_s, end)
+        return (t, v) if self.covered(t, span_s, end) else None
 
-    def mean(self, device: object, metric: str, span_s: float) -> float:
-        """Time-weighted mean over the window (NaN if not covered)."""
-        got = self.recent(device, metric, span_s)
+    def mean(self, device: object, metric: str, span_s: float, end: float | None = None) -> float:
+        """Time-weighted mean over the window up to ``end`` (NaN if not covered)."""
+        end = self._end(device, metric) if end is None else min(end, self.now)
+        got = self.recent(device, metric, span_s, end)
         if got is None:
             return math.nan
         t, v = got
@@ -84,12 +114,17 @@ class Window:
             return float(np.mean(v))
         dt = np.empty(len(t))
         np.subtract(t[1:], t[:-1], out=dt[:-1])
-        dt[-1] = self.now - t[-1]  # the newest reading holds until now
+        dt[-1] = end - t[-1]  # the newest reading holds until the window's end
         np.minimum(dt, median(dt) * 4, out=dt)  # a gap does not make one reading count for long
         return float(np.dot(v, dt) / dt.sum())
 
-    def host_mean(self, metric: str, span_s: float) -> float:
-        return self.mean(HOST_KEY, metric, span_s)
+    def host_mean(self, metric: str, span_s: float, end: float | None = None) -> float:
+        return self.mean(HOST_KEY, metric, span_s, end)
+
+
+def _tail(t: np.ndarray, v: np.ndarray, start: float) -> tuple[np.ndarray, np.ndarray]:
+    first = int(np.searchsorted(t, start, "left"))
+    return t[first:], v[first:]
 
 
 def held_for(t: np.ndarray, ok: np.ndarray, now: float) -> float:

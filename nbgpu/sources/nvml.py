@@ -72,12 +72,14 @@ EMPTY_RETRY_SHARE = 0.25
 # the energy counter's own periodic read drains nothing extra. A drain that cannot return
 # anything yet (the next sample is not due) is skipped.
 DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
-# While nobody watches the newest values ("live" not in the reads: no panel, a script or a
-# recording), utilisation is drained every 4 s: its newest sample stays within
-# ``schedule.UNWATCHED_MAX_AGE_S`` (the diagnostics rules' 5 s), and utilisation drains
-# (~1.25 ms/s at 2 s) are the sampler's largest single cost. Power keeps 1 s: its buffer
-# holds only ~2.4 s.
-UNWATCHED_DRAIN_EVERY_S = {"util": 4.0}  # the streams whose period differs then
+# While nobody watches the newest values ("live" not in the reads: no panel, no exporter,
+# no running cell; a script or a recording), utilisation is drained every 10 s, as memory
+# utilisation always is, well inside the ~14 s the buffer holds: utilisation drains are the
+# sampler's largest single cost (~1.25 ms/s at 2 s, 0.25 ms/s at 10 s). Resolution is kept;
+# only how late the newest sample reaches the store changes, and the diagnostics rules judge
+# a buffered metric up to where it was drained (``Sampler.drained_until``), not as missing.
+# Power keeps 1 s: its buffer holds only ~2.4 s.
+UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}  # the streams whose period differs then
 
 HINTS = {
     ERR_DRIVER_NOT_LOADED: "the NVIDIA driver is not loaded; check `nvidia-smi` on the host",
@@ -531,18 +533,21 @@ class NVMLSource:
         """The latest process lists per device: a snapshot, replaced whole, never mutated."""
         return self._processes
 
-    def drained_until(self, key: object) -> float:
-        """Clock time up to which every sample buffer of GPU ``key`` is in the readings.
+    def drained_until(self, key: object, metric: str | None = None) -> float:
+        """Clock time up to which every sample buffer of GPU ``key`` (or the one holding
+        ``metric``) is in the readings.
 
         A buffered sample reaches the store at its buffer's next drain, seconds after its
-        time; a writer that folds samples into ticks waits for this (inf: nothing pending).
-        One sample spacing is kept back, as the driver publishes a sample a little late.
+        time; a writer that folds samples into ticks waits for this (inf: nothing pending,
+        or ``metric`` is not buffered). One sample spacing is kept back, as the driver
+        publishes a sample a little late.
         """
         dev = next((d for d in self._devices if d.key == key), None)
         if dev is None or dev.lost or not dev.buffers:
             return math.inf
-        return min(dev.complete_at.get(stream, -math.inf) - dev.spacing_us.get(stream, 0.0) / 1e6
-                   for stream in dev.buffers)
+        return min((dev.complete_at.get(stream, -math.inf) - dev.spacing_us.get(stream, 0.0) / 1e6
+                    for stream in dev.buffers
+                    if metric is None or metric in BUFFERED[stream].metrics), default=math.inf)
 
     def _live(self) -> list[_Device]:
         return [d for d in self._devices
