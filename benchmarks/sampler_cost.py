@@ -76,7 +76,8 @@ class TickSnapshots:
     copy bound the same span as ``ThreadCpuProbe``'s figure (first to last tick).
 
     Listeners run in the order added, so added before the probe it copies the table at the
-    moment the probe reads the thread's CPU. What runs after the last tick (``stop()``: the
+    moment the probe reads the thread's CPU (``measure(..., listeners=(snapshots,))``).
+    What runs after the last tick (``stop()``: the final drains of its last step, the
     sources' final reads, ``nvmlShutdown``) is outside both. A copy costs a few µs a tick,
     inside the figure.
     """
@@ -85,8 +86,10 @@ class TickSnapshots:
         self._table = table
         self.first: dict[str, list[float]] | None = None
         self.last: dict[str, list[float]] = {}
+        self.calls = 0
 
     def __call__(self, _sampler: object, _now: float) -> None:
+        self.calls += 1
         copy = {fn: list(row) for fn, row in self._table.items()}
         if self.first is None:
             self.first = copy
@@ -125,8 +128,7 @@ def _breakdown(ctx: Context, gpus: list[int], source: object = "nvml") -> dict:
     with timed_nvml_calls() as table:
         sampler = nbgpu.Sampler(source=source, gpus=gpus)
         ticks = TickSnapshots(table)
-        sampler.add_listener(ticks)
-        res = measure(sampler, seconds)
+        res = measure(sampler, seconds, listeners=(ticks,))
     wall = res.get("wall_s") or seconds
     split = split_by_function(ticks.steady(), wall, res["cpu_s_per_s"])
     split["run"] = res

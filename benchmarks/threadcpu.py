@@ -52,15 +52,22 @@ class ThreadCpuProbe:
             return out
 
 
-def measure(sampler, seconds: float) -> dict:
-    """Run a started-or-not sampler for ``seconds`` and return its thread's CPU use."""
+def measure(sampler, seconds: float, listeners: tuple = ()) -> dict:
+    """Run a started-or-not sampler for ``seconds`` and return its thread's CPU use.
+
+    ``listeners`` (e.g. a ``TickSnapshots``) run before the probe at every tick and are
+    removed with it before the sampler stops, so they see the same ticks: not the step
+    ``stop()`` makes after the last tick (its final drains).
+    """
     probe = ThreadCpuProbe()
-    sampler.add_listener(probe)
+    for fn in (*listeners, probe):
+        sampler.add_listener(fn)
     was_running = sampler.running
     sampler.start()
     time.sleep(seconds)
+    for fn in (probe, *listeners):
+        sampler.remove_listener(fn)
     result = probe.result()
-    sampler.remove_listener(probe)
     if not was_running:
         sampler.stop()
     result["errors"] = sampler.errors

@@ -10,6 +10,7 @@ import pytest
 
 import nbgpu
 from benchmarks.sampler_cost import TickSnapshots, split_by_function, timed_nvml_calls
+from benchmarks.threadcpu import measure
 
 
 class Clock:
@@ -60,3 +61,14 @@ def test_split_by_function_leaves_nbgpus_python_as_the_rest_of_the_threads_cpu()
     assert split["per_function"]["nvmlDeviceGetSamples"]["cpu_us_per_call"] == pytest.approx(1500.0)
     assert split["nvml_cpu_ms_per_s"] == pytest.approx(3.1)
     assert split["python_cpu_ms_per_s"] == pytest.approx(1.4)
+
+
+def test_the_step_stop_makes_after_the_last_tick_is_in_neither_figure() -> None:
+    # The sampler's thread ends with one more step (its buffers' final drains) that runs
+    # the listeners too; the snapshots must stop where the probe's figure stops.
+    with timed_nvml_calls() as table:
+        sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=1, seed=0), interval=0.02)
+        ticks = TickSnapshots(table)
+        res = measure(sampler, 0.3, listeners=(ticks,))
+    assert not sampler.running
+    assert ticks.calls == res["ticks"] >= 2
