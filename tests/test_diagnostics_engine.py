@@ -9,6 +9,7 @@ import pytest
 import nbgpu
 from conftest_diagnostics import FakeClock, ShapedGPUs, drive, fired, sim_sampler
 from nbgpu.diagnostics import RULES, Thresholds
+from nbgpu.sources.simulated import SimulatedGPUs
 
 TOTAL = 143771 * 2**20
 
@@ -189,3 +190,60 @@ def test_alert_list_since_gives_the_alerts_on_then_or_later_and_copies_only_thos
     got = ep.snapshot(since_s=0.0)[0]
     got.evidence["k"] = 2
     assert got is not old and old.evidence == {"k": 1}
+
+
+def _counted(monkeypatch, rule: str) -> list[float]:
+    """The times ``rule`` is run at."""
+    from nbgpu.diagnostics import engine
+
+    runs: list[float] = []
+    original = engine.RULE_FUNCTIONS[rule]
+
+    def counted(ctx):
+        runs.append(ctx.now)
+        return original(ctx)
+
+    monkeypatch.setitem(engine.RULE_FUNCTIONS, rule, counted)
+    return runs
+
+
+@pytest.mark.parametrize("rule", ["input_bound", "busy_thin"])
+def test_rules_judging_utilisation_run_again_only_once_it_moved(monkeypatch, rule):
+    # Nobody watches: utilisation is drained every 10 s and the rules judge it (and the CPU
+    # or SM activity beside it) up to there, so between drains they would find the same.
+    from test_diagnostics_rules import findings_per_evaluation
+
+    runs = _counted(monkeypatch, rule)
+    found = findings_per_evaluation(monkeypatch, rule)
+    s, clock = sim_sampler("input_bound" if rule == "input_bound" else "thin")
+    drive(s, clock, 60)
+    evaluations = s.diagnostics.evaluations
+    assert evaluations >= 29 and len(runs) <= evaluations / 3
+    assert set(found[len(found) // 2:]) == {2}  # every evaluation still reports both GPUs
+
+
+def test_rules_judging_utilisation_run_every_evaluation_where_it_is_polled(monkeypatch):
+    runs = _counted(monkeypatch, "input_bound")
+    sim = SimulatedGPUs(count=2, scenario="input_bound", sample_buffers=False)
+    s, clock = sim_sampler(source=sim)
+    drive(s, clock, 30)
+    assert len(runs) == s.diagnostics.evaluations
+
+
+def test_a_rule_runs_again_when_a_cell_starts_or_a_gpu_is_lost(monkeypatch):
+    runs = _counted(monkeypatch, "input_bound")
+    sim = SimulatedGPUs(count=2, scenario="input_bound")
+    s, clock = sim_sampler(source=sim)
+    drive(s, clock, 21)
+    before = len(runs)
+    s.diagnostics.evaluate(s, clock.t)  # the same inputs: the findings are kept
+    assert len(runs) == before
+    s.diagnostics.cell_running(True)  # a cell starts: the idle rule judges it
+    s.diagnostics.evaluate(s, clock.t)
+    assert len(runs) == before + 1
+    sim.lose_gpu(1)
+    drive(s, clock, 0.5)
+    assert 1 in s.lost
+    s.diagnostics.evaluate(s, clock.t)
+    assert len(runs) == before + 2
+    assert {a.gpu for a in s.diagnostics.alert_list()} == {0, 1}

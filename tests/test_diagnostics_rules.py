@@ -155,19 +155,18 @@ def test_low_util_with_an_idle_cpu_is_not_input_bound():
     assert fired(s, "input_bound") == []
 
 
-def _findings_per_evaluation(monkeypatch, rule: str) -> list[int]:
-    """Wrap ``rule`` so each evaluation's number of findings is recorded."""
-    from nbgpu.diagnostics import engine
+def findings_per_evaluation(monkeypatch, rule: str) -> list[int]:
+    """How many findings of ``rule`` each evaluation hands to the alerts, in order."""
+    from nbgpu.diagnostics.alerts import Episodes
 
     counts: list[int] = []
-    original = engine.RULE_FUNCTIONS[rule]
+    original = Episodes.update
 
-    def counted(ctx):
-        found = original(ctx)
-        counts.append(len(found))
-        return found
+    def update(self, findings, now, rules):
+        counts.append(sum(1 for f in findings if f.rule == rule))
+        return original(self, findings, now, rules)
 
-    monkeypatch.setitem(engine.RULE_FUNCTIONS, rule, counted)
+    monkeypatch.setattr(Episodes, "update", update)
     return counts
 
 
@@ -177,7 +176,7 @@ def _findings_per_evaluation(monkeypatch, rule: str) -> list[int]:
 def test_every_evaluation_judges_utilisation_though_nobody_watches(monkeypatch, scenario, rule, gpus):
     # Nobody watches, so utilisation reaches the store up to 10 s after it was sampled. The
     # rules judge it up to where it is complete, not as missing half the time.
-    counts = _findings_per_evaluation(monkeypatch, rule)
+    counts = findings_per_evaluation(monkeypatch, rule)
     run(scenario, 60)
     steady = counts[len(counts) // 2:]
     assert len(steady) >= 12 and set(steady) == {gpus}, counts

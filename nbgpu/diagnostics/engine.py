@@ -42,6 +42,12 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
     "busy_thin": busy_thin,
 }
 PIDS_EVERY_S = 10.0
+# Rules that judge utilisation over the window ending where it is complete (``Window.end``),
+# and whatever they compare with it over those same seconds. While that end, the GPUs
+# judged, the ones this kernel uses and the running cell stay the same, they would find
+# the same: their findings are kept, not recomputed (nobody watching, utilisation is
+# drained every 10 s and the rules run every 2 s).
+AT_UTILISATION_END = frozenset({"input_bound", "idle", "imbalance", "busy_thin"})
 
 
 _activity_probes: list[Callable[[Sampler], bool]] = []
@@ -98,6 +104,7 @@ class DiagnosticsEngine:
         self._mark_cache: dict = {}
         self._memo: dict = {}
         self._spans: dict = {}  # the Window's widest span per (device, metric)
+        self._kept: dict[str, tuple[tuple, list[Finding]]] = {}  # rule -> (inputs, findings)
         self._pids: tuple[float, set[int]] = (-math.inf, set())
         self.evaluations = 0
         self.callback_errors = 0
@@ -199,17 +206,32 @@ class DiagnosticsEngine:
         ctx = self.context(sampler, now)
         enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}
         findings: list[Finding] = []
+        inputs = self._utilisation_inputs(ctx)
         for name in enabled:
+            kept = self._kept.get(name) if name in AT_UTILISATION_END else None
+            if kept is not None and kept[0] == inputs:
+                findings += kept[1]
+                continue
             try:
-                findings += RULE_FUNCTIONS[name](ctx)
+                found = RULE_FUNCTIONS[name](ctx)
             except Exception:
                 log.debug("diagnostics rule %s failed", name, exc_info=True)
+                continue
+            findings += found
+            if name in AT_UTILISATION_END:
+                self._kept[name] = (inputs, found)
         with self._lock:
             changed = self._episodes.update(findings, now, enabled)
             self.evaluations += 1
         for alert in changed:
             self._notify(alert)
         return changed
+
+    def _utilisation_inputs(self, ctx: Context) -> tuple:
+        """What the ``AT_UTILISATION_END`` rules read besides the store up to those ends."""
+        in_use = None if ctx.gpus_in_use is None else frozenset(ctx.gpus_in_use)
+        ends = tuple((d.key, ctx.window.end(d.key, "util_pct")) for d in ctx.devices)
+        return ends, in_use, ctx.attribution, self._cell_since, ctx.thresholds
 
     def _notify(self, alert: Alert) -> None:
         for fn in list(self._callbacks):

@@ -62,7 +62,7 @@ def idle(ctx: Context) -> list[Finding]:
                    f"{during}over {span:.0f} s: the code is waiting on something")
         out.append(Finding("idle", dev.key, "info", message, IDLE_HINT, {
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span,
-            "in_cell_s": round(ctx.in_cell_s, 1)}))
+            "in_cell_s": round(ctx.in_cell_s - (ctx.now - end), 1)}))  # by the window's end
     return out
 
 
