@@ -451,6 +451,11 @@ class Store:
         out.reverse()
         return out
 
+    def oldest_event_seq(self) -> int:
+        """The ``seq`` of the oldest event kept: a follower drops what it holds from before."""
+        with self.lock:
+            return self.events[0].seq if self.events else self._event_seq + 1
+
     def devices(self) -> list[object]:
         with self.lock:
             seen: dict[object, None] = {}

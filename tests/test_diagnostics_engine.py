@@ -247,3 +247,44 @@ def test_a_rule_runs_again_when_a_cell_starts_or_a_gpu_is_lost(monkeypatch):
     s.diagnostics.evaluate(s, clock.t)
     assert len(runs) == before + 2
     assert {a.gpu for a in s.diagnostics.alert_list()} == {0, 1}
+
+
+def test_an_evaluation_reads_only_the_events_added_since_the_last_one(monkeypatch):
+    # nbgpu.track() marks every iteration and the store keeps 10,000 events: reading them all
+    # at every evaluation (every 2 s, in the sampler's thread) cost 8 times the rest of it.
+    s, clock = sim_sampler("steady", count=1)
+    drive(s, clock, 4)
+    for i in range(2000):
+        s.mark(f"step {i}", clock.t - 3.0 + i * 1e-3)
+    read: list[int] = []
+    since = s.store.events_since
+    monkeypatch.setattr(s.store, "events_since", lambda seq=0: read.append(len(r := since(seq))) or r)
+    s.diagnostics.evaluate(s, clock.t)
+    s.mark("later")
+    s.diagnostics.evaluate(s, clock.t + 0.1)
+    assert read == [2000, 1]
+
+
+def test_the_rules_see_the_newest_marks_up_to_now_and_only_those_the_store_keeps():
+    from collections import deque
+
+    s, clock = sim_sampler("steady", count=1)
+    s.store.events = deque(maxlen=50)  # a small store: its oldest events leave
+    seen: list = []
+    original = s.diagnostics.context
+
+    def context(sampler, now):
+        ctx = original(sampler, now)
+        seen.append(list(ctx.marks))
+        return ctx
+
+    s.diagnostics.context = context
+    for i in range(40):
+        s.mark(f"epoch {i}", clock.t - 100 + i)
+    s.mark("in the future", clock.t + 50)
+    s.diagnostics.evaluate(s, clock.t)
+    assert seen[-1] == [(clock.t - 100 + i, f"epoch {i}") for i in range(36, 40)]
+    for i in range(50):  # every past mark leaves the store
+        s.mark(f"later {i}", clock.t + 60 + i)
+    s.diagnostics.evaluate(s, clock.t + 1)
+    assert seen[-1] == []

@@ -307,6 +307,7 @@ def test_a_refresh_reads_only_the_new_events_for_its_mark_rules(monkeypatch) -> 
     reads only the events added since the last one, and still draws every mark in its window
     (one stamped in the past after newer ones too), and all of them again for a longer window."""
     s, clock = _sampler(2, 0.1, ticks=30)
+    s.remove_listener(s.diagnostics)  # the rules follow the events too: only the panel here
     mon = GPUMonitor(sampler=s, start=False, processes=False, window_s=60)
     for i in range(2000):  # an hour of marks, all but the last minute's outside the window
         s.mark(f"step {i}", t=clock.t - 3600 + i * 1.8)

@@ -10,6 +10,7 @@ It reads only the store (never NVML), turns rule findings into alerts through
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
@@ -102,6 +103,8 @@ class DiagnosticsEngine:
         self._cells = 0
         self._cell_since: float | None = None
         self._mark_cache: dict = {}
+        self._marks: list[tuple[float, str, int]] = []  # the store's marks: (time, label, seq)
+        self._mark_seq = 0  # the newest event read
         self._memo: dict = {}
         self._spans: dict = {}  # the Window's widest span per (device, metric)
         self._kept: dict[str, tuple[tuple, list[Finding]]] = {}  # rule -> (inputs, findings)
@@ -192,14 +195,33 @@ class DiagnosticsEngine:
                 self._cell_since = now
         else:
             self._cell_since = None
-        with sampler.store.lock:
-            events = list(sampler.store.events)
-        marks = [(e.time, e.label) for e in events if e.kind == "mark" and e.time <= now]
+        marks = self._newest_marks(sampler.store, now, th.leak_marks)
         if len(self._mark_cache) > 512:
             self._mark_cache.clear()
         in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
         return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._mark_cache,
                        self._memo)
+
+    def _newest_marks(self, store, now: float, count: int) -> list[tuple[float, str]]:
+        """The newest ``count`` marks at or before ``now`` (time, label), oldest first.
+
+        The store's new events are read once each (``nbgpu.track()`` marks every iteration
+        and the store keeps 10,000 events); marks it has let go are dropped here too.
+        """
+        new = store.events_since(self._mark_seq)
+        if new:
+            self._mark_seq = new[-1].seq
+            self._marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
+        if self._marks and self._marks[0][2] < (kept_from := store.oldest_event_seq()):
+            del self._marks[:bisect.bisect_left(self._marks, kept_from, key=lambda m: m[2])]
+        out: list[tuple[float, str]] = []
+        for t, label, _ in reversed(self._marks):
+            if len(out) >= count:
+                break
+            if t <= now:
+                out.append((t, label))
+        out.reverse()
+        return out
 
     def evaluate(self, sampler: Sampler, now: float) -> list[Alert]:
         """Run every enabled rule once; returns the alerts opened or escalated by this run."""

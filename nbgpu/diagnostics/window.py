@@ -147,7 +147,7 @@ class Context:
     in_cell_s: float  # seconds a cell has been running; 0 if none
     gpus_in_use: set | None  # GPUs this kernel's processes use; None: unknown (all)
     attribution: str = "unknown"
-    marks: list[tuple[float, str]] = field(default_factory=list)
+    marks: list[tuple[float, str]] = field(default_factory=list)  # the newest at or before now
     mark_cache: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)  # what rules keep between evaluations
 

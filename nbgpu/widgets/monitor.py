@@ -432,8 +432,7 @@ class GPUMonitor(widgets.VBox):
             grid.marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
         if grid.marks:
             start = now - self.window_s
-            with store.lock:  # the store's oldest event: those before it were let go
-                kept_from = store.events[0].seq if store.events else grid.mark_seq + 1
+            kept_from = store.oldest_event_seq()  # those before it were let go
             if any(t < start or seq < kept_from for t, _, seq in grid.marks):
                 grid.marks = [m for m in grid.marks if m[0] >= start and m[2] >= kept_from]
         return [(t, label) for t, label, _ in grid.marks]
