@@ -195,6 +195,17 @@ PYTHON_ARMS = {"defaults": {}, "no diagnostics": {"diagnostics": False},
 # The same at defaults after an hour of steps (the store's full-resolution horizon): what a
 # read of the last seconds costs must not grow with the rows kept behind them.
 LONG_HISTORY_ARM = ("defaults, after 1 h", {}, 3600)
+# The same with the store's 10,000 events all marks (``nbgpu.track()`` marks every
+# iteration): the diagnostics, run every 2 s in the thread, must not read them all each time.
+MARKS_ARM = ("defaults, 10,000 marks", 10_000)
+
+
+def stepped_arms() -> dict[str, tuple[dict, int, int]]:
+    """Every arm of ``python_per_step``: name -> (Sampler keywords, warm-up steps, marks)."""
+    long_name, long_kwargs, long_warmup = LONG_HISTORY_ARM
+    marks_name, marks = MARKS_ARM
+    return {**{arm: (kw, 40, 0) for arm, kw in PYTHON_ARMS.items()},
+            long_name: (long_kwargs, long_warmup, 0), marks_name: ({}, 40, marks)}
 
 
 _inside_s = [0.0]  # thread CPU seconds spent inside NVML calls since the last reset
@@ -243,7 +254,7 @@ class SteppedSampler:
     is the same on a real card. The two clock reads around each call stay in the figure.
     """
 
-    def __init__(self, kwargs: dict, warmup: int) -> None:
+    def __init__(self, kwargs: dict, warmup: int, marks: int = 0) -> None:
         import nbgpu
 
         _time_gateway(True)
@@ -255,6 +266,8 @@ class SteppedSampler:
             _time_gateway(False)
             raise
         self._step(warmup)
+        for i in range(marks):  # one a second, the newest just now (``mark(label, t)``)
+            self.sampler.mark(f"step {i}", self.clock.t - marks + i + 1)
 
     def _step(self, steps: int) -> None:
         for _ in range(steps):
@@ -275,9 +288,9 @@ class SteppedSampler:
         _time_gateway(False)
 
 
-def python_per_step(kwargs: dict, steps: int, warmup: int = 40) -> dict:
+def python_per_step(kwargs: dict, steps: int, warmup: int = 40, marks: int = 0) -> dict:
     """``SteppedSampler``'s figure for one run of ``steps`` steps after ``warmup`` steps."""
-    stepped = SteppedSampler(kwargs, warmup)
+    stepped = SteppedSampler(kwargs, warmup, marks)
     try:
         ms = stepped.python_ms_per_step(steps)
     finally:
@@ -293,13 +306,13 @@ def run_python(ctx: Context) -> Outcome:
     import statistics
 
     rounds, steps = (2, 60) if ctx.quick else (7, 300)
-    long_name, long_kwargs, long_warmup = LONG_HISTORY_ARM
-    runs: dict[str, list[dict]] = {arm: [] for arm in [*PYTHON_ARMS, long_name]}
+    arms = stepped_arms()
+    runs: dict[str, list[dict]] = {arm: [] for arm in arms}
     for _ in range(rounds):
-        for arm, kwargs in PYTHON_ARMS.items():
-            runs[arm].append(python_per_step(kwargs, steps))
-        runs[long_name].append(python_per_step(long_kwargs, steps,
-                                               warmup=60 if ctx.quick else long_warmup))
+        for arm, (kwargs, warmup, marks) in arms.items():
+            if ctx.quick:
+                warmup = min(warmup, 60)
+            runs[arm].append(python_per_step(kwargs, steps, warmup, marks))
     out = Outcome(raw={"runs": runs, "rounds": rounds, "steps_per_run": steps,
                        "setup": "1 simulated GPU, interval 1 s, one step per fake second"})
     for arm in runs:

@@ -29,9 +29,8 @@ WORKER = """
 import importlib, json, sys, types
 pkg = types.ModuleType("bench_here"); pkg.__path__ = [sys.argv[1]]; sys.modules["bench_here"] = pkg
 cost = importlib.import_module("bench_here.sampler_cost")
-long_name, long_kwargs, long_warmup = cost.LONG_HISTORY_ARM
-arms = {**{a: (kw, 40) for a, kw in cost.PYTHON_ARMS.items()}, long_name: (long_kwargs, long_warmup)}
-steppers = {a: cost.SteppedSampler(kw, warmup) for a, (kw, warmup) in arms.items()}
+arms = cost.stepped_arms()
+steppers = {a: cost.SteppedSampler(kw, warmup, marks) for a, (kw, warmup, marks) in arms.items()}
 print(json.dumps(list(arms)), flush=True)
 for line in sys.stdin:
     arm, steps = json.loads(line)
