@@ -75,8 +75,8 @@ class TickSnapshots:
     """A sampler listener that copies the NVML call table at every tick: the first and the last
     copy bound the same span as ``ThreadCpuProbe``'s figure (first to last tick).
 
-    Listeners run in the order added, so added before the probe it copies the table at the
-    moment the probe reads the thread's CPU (``measure(..., listeners=(snapshots,))``).
+    Given to ``measure(..., listeners=(snapshots,))``, it runs inside the probe, just before
+    the probe reads the thread's CPU, and not after the probe's result was taken.
     What runs after the last tick (``stop()``: the final drains of its last step, the
     sources' final reads, ``nvmlShutdown``) is outside both. A copy costs a few µs a tick,
     inside the figure.

@@ -18,10 +18,16 @@ def _proc_thread_cpu_s(tid: int) -> float | None:
 
 
 class ThreadCpuProbe:
-    """A sampler listener that records the sampler thread's CPU time at every tick."""
+    """A sampler listener that records the sampler thread's CPU time at every tick.
 
-    def __init__(self) -> None:
+    ``followers`` (listeners such as a ``TickSnapshots``) run inside it, just before it reads
+    the clocks, and not once ``result()`` was taken: both see exactly the same ticks.
+    """
+
+    def __init__(self, followers: tuple = ()) -> None:
         self._lock = threading.Lock()
+        self._followers = followers
+        self._closed = False
         self.first: tuple[float, float] | None = None  # (wall, thread cpu)
         self.last: tuple[float, float] | None = None
         self.calls = 0
@@ -29,8 +35,12 @@ class ThreadCpuProbe:
         self._proc_first: float | None = None
 
     def __call__(self, sampler: object, now: float) -> None:
-        point = (time.perf_counter(), time.thread_time())
         with self._lock:
+            if self._closed:
+                return
+            for fn in self._followers:
+                fn(sampler, now)
+            point = (time.perf_counter(), time.thread_time())
             if self.first is None:
                 self.first = point
                 self.tid = threading.get_native_id()
@@ -39,8 +49,10 @@ class ThreadCpuProbe:
             self.calls += 1
 
     def result(self) -> dict:
-        """CPU seconds per wall second between the first and the last tick seen."""
+        """CPU seconds per wall second between the first and the last tick seen (no later
+        tick is recorded)."""
         with self._lock:
+            self._closed = True
             if self.first is None or self.last is None or self.last[0] <= self.first[0]:
                 return {"ticks": self.calls, "cpu_s_per_s": float("nan")}
             wall = self.last[0] - self.first[0]
@@ -55,19 +67,16 @@ class ThreadCpuProbe:
 def measure(sampler, seconds: float, listeners: tuple = ()) -> dict:
     """Run a started-or-not sampler for ``seconds`` and return its thread's CPU use.
 
-    ``listeners`` (e.g. a ``TickSnapshots``) run before the probe at every tick and are
-    removed with it before the sampler stops, so they see the same ticks: not the step
-    ``stop()`` makes after the last tick (its final drains).
+    ``listeners`` (e.g. a ``TickSnapshots``) run inside the probe at every tick, so they see
+    the same ticks: not the step ``stop()`` makes after the last one (its final drains).
     """
-    probe = ThreadCpuProbe()
-    for fn in (*listeners, probe):
-        sampler.add_listener(fn)
+    probe = ThreadCpuProbe(listeners)
+    sampler.add_listener(probe)
     was_running = sampler.running
     sampler.start()
     time.sleep(seconds)
-    for fn in (probe, *listeners):
-        sampler.remove_listener(fn)
     result = probe.result()
+    sampler.remove_listener(probe)
     if not was_running:
         sampler.stop()
     result["errors"] = sampler.errors
