@@ -63,12 +63,44 @@ def test_split_by_function_leaves_nbgpus_python_as_the_rest_of_the_threads_cpu()
     assert split["python_cpu_ms_per_s"] == pytest.approx(1.4)
 
 
+class _StepsOnStop:
+    """A sampler stand-in whose thread's steps are calls: three ticks on start, and the one
+    more step a real sampler's thread makes when it stops (its final drains)."""
+
+    running = False
+    errors, last_error = 0, None
+
+    def __init__(self, table: dict) -> None:
+        self.listeners: list = []
+        self.table = table
+
+    def add_listener(self, fn) -> None:
+        self.listeners.append(fn)
+
+    def remove_listener(self, fn) -> None:
+        self.listeners.remove(fn)
+
+    def _step(self, function: str) -> None:
+        self.table.setdefault(function, [0, 0.0, 0.0])[0] += 1
+        for fn in list(self.listeners):
+            fn(self, 0.0)
+
+    def start(self) -> None:
+        for _ in range(3):
+            self._step("nvmlDeviceGetTemperature")
+
+    def stop(self) -> None:
+        self._step("nvmlDeviceGetSamples")
+
+
 def test_the_step_stop_makes_after_the_last_tick_is_in_neither_figure() -> None:
     # The sampler's thread ends with one more step (its buffers' final drains) that runs
     # the listeners too; the snapshots must stop where the probe's figure stops.
-    with timed_nvml_calls() as table:
-        sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=1, seed=0), interval=0.02)
-        ticks = TickSnapshots(table)
-        res = measure(sampler, 0.5, listeners=(ticks,))
-    assert not sampler.running
-    assert ticks.calls == res["ticks"] >= 1
+    table: dict = {}
+    sampler = _StepsOnStop(table)
+    ticks = TickSnapshots(table)
+    res = measure(sampler, 0.0, listeners=(ticks,))
+    assert table["nvmlDeviceGetSamples"][0] == 1  # stop() did step
+    assert ticks.calls == res["ticks"] == 3
+    assert "nvmlDeviceGetSamples" not in ticks.steady()
+    assert sampler.listeners == []
