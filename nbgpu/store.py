@@ -10,6 +10,7 @@ times those durations, whatever runs how long. Events carry a ``seq`` number so 
 
 from __future__ import annotations
 
+import bisect
 import math
 import numbers
 import threading
@@ -376,6 +377,29 @@ class Event:
     device: object = None
     extra: dict = field(default_factory=dict)
     seq: int = 0  # set by the store: increases by one per event, never reused
+
+
+class MarkFollower:
+    """A reader's copy of the store's marks, each event read once (``nbgpu.track()`` marks
+    every iteration and the store keeps 10,000 events), less those the store let go.
+
+    ``marks`` holds (time, label, seq) in the store's order; a reader may drop some of them
+    (it keeps the order).
+    """
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, str, int]] = []
+        self._seq = 0  # the newest event read
+
+    def update(self, store: Store) -> list[tuple[float, str, int]]:
+        """``marks`` with the store's new marks added and its let-go ones dropped."""
+        new = store.events_since(self._seq)
+        if new:
+            self._seq = new[-1].seq
+            self.marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
+        if self.marks and self.marks[0][2] < (kept_from := store.oldest_event_seq()):
+            del self.marks[:bisect.bisect_left(self.marks, kept_from, key=lambda m: m[2])]
+        return self.marks
 
 
 def _check_seconds(value: object, name: str, zero_ok: bool = False) -> float:

@@ -10,7 +10,6 @@ It reads only the store (never NVML), turns rule findings into alerts through
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
 import math
@@ -18,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..store import MarkFollower
 from .alerts import Alert, Episodes, Finding, alerts_frame
 from .owners import attribute, gpus_in_use, tree_pids
 from .rules_card import busy_thin, throttling
@@ -103,8 +103,7 @@ class DiagnosticsEngine:
         self._cells = 0
         self._cell_since: float | None = None
         self._mark_cache: dict = {}
-        self._marks: list[tuple[float, str, int]] = []  # the store's marks: (time, label, seq)
-        self._mark_seq = 0  # the newest event read
+        self._marks = MarkFollower()
         self._memo: dict = {}
         self._spans: dict = {}  # the Window's widest span per (device, metric)
         self._kept: dict[str, tuple[tuple, list[Finding]]] = {}  # rule -> (inputs, findings)
@@ -203,19 +202,9 @@ class DiagnosticsEngine:
                        self._memo)
 
     def _newest_marks(self, store, now: float, count: int) -> list[tuple[float, str]]:
-        """The newest ``count`` marks at or before ``now`` (time, label), oldest first.
-
-        The store's new events are read once each (``nbgpu.track()`` marks every iteration
-        and the store keeps 10,000 events); marks it has let go are dropped here too.
-        """
-        new = store.events_since(self._mark_seq)
-        if new:
-            self._mark_seq = new[-1].seq
-            self._marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
-        if self._marks and self._marks[0][2] < (kept_from := store.oldest_event_seq()):
-            del self._marks[:bisect.bisect_left(self._marks, kept_from, key=lambda m: m[2])]
+        """The newest ``count`` marks at or before ``now`` (time, label), oldest first."""
         out: list[tuple[float, str]] = []
-        for t, label, _ in reversed(self._marks):
+        for t, label, _ in reversed(self._marks.update(store)):
             if len(out) >= count:
                 break
             if t <= now:

@@ -14,6 +14,7 @@ import ipywidgets as widgets
 import numpy as np
 from bqplot import Figure, Label, LinearScale, Lines
 
+from ..store import MarkFollower
 from . import text
 from .bands import INSET
 from .columns import Column
@@ -70,8 +71,7 @@ class PanelGrid:
         self.label_key: tuple | None = None  # what the label column was drawn from
         self.labels_html = ""  # the label column's HTML, made again when what it shows changes
         self.last_values: list[list[tuple[str, str, bool]]] = []  # each column's texts drawn last
-        self.marks: list[tuple[float, str, int]] = []  # (time, label, seq) of marks in the window
-        self.mark_seq = 0  # the store's newest event read for them
+        self.marks = MarkFollower()  # the marks in the window
         self.marks_window_s: float | None = None  # the window they were kept for
         width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))

@@ -26,6 +26,7 @@ from .. import session
 from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sources.base import Device
+from ..store import MarkFollower
 from . import registry, text, tree
 from .bands import pack_packed, pad_rows, placing, rules, spaced_labels
 from .columns import (
@@ -423,19 +424,14 @@ class GPUMonitor(widgets.VBox):
         all every refresh cost more than the rest of it. The grid keeps the window's marks;
         a longer window reads every event again, once.
         """
-        grid, store = self._grid, self.sampler.store
+        grid = self._grid
         if grid.marks_window_s != self.window_s:
-            grid.marks, grid.mark_seq, grid.marks_window_s = [], 0, self.window_s
-        new = store.events_since(grid.mark_seq)
-        if new:
-            grid.mark_seq = new[-1].seq
-            grid.marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
-        if grid.marks:
-            start = now - self.window_s
-            kept_from = store.oldest_event_seq()  # those before it were let go
-            if any(t < start or seq < kept_from for t, _, seq in grid.marks):
-                grid.marks = [m for m in grid.marks if m[0] >= start and m[2] >= kept_from]
-        return [(t, label) for t, label, _ in grid.marks]
+            grid.marks, grid.marks_window_s = MarkFollower(), self.window_s
+        marks = grid.marks.update(self.sampler.store)
+        start = now - self.window_s
+        if any(t < start for t, _, _ in marks):
+            marks[:] = [m for m in marks if m[0] >= start]
+        return [(t, label) for t, label, _ in marks]
 
     def _draw_rules(self, rx: np.ndarray, ry: np.ndarray, lx: np.ndarray, shown: list[str],
                     labels: list[str], span: float, bands: int) -> None:
