@@ -27,8 +27,9 @@ step with the loop's own speed just around it, so slow drift cancels:
 
 Arms: ``control`` (a thread waking every 1 s, the sampler's interval, doing nothing but
 take the GIL to return from its wait: its interval must contain 0, or lie within ±0.05 %,
-or the run's method is biased), ``nbgpu``, ``nbgpu_panel``, ``naive_50hz``, ``nvitop`` (the
-monitors of ``monitors.py``), and ``null_50hz``: a child process waking every 20 ms, kept
+or the run's method is biased), ``nbgpu``, ``nbgpu_watched`` (its buffers drained as a
+panel keeps them: the panel arm less its refresh), ``nbgpu_panel``, ``naive_50hz``,
+``nvitop`` (the monitors of ``monitors.py``), and ``null_50hz``: a child process waking every 20 ms, kept
 off the loop's CPU, whose CPU clock marks steps as a thread's would; it cannot take the
 GIL, so its figure is the method's own bias at naive polling's rate (the same 50 Hz wake-ups
 in a thread of the process do cost the loop a GIL hand-over each: not a null). Beside each:
@@ -70,6 +71,7 @@ from .monitors import (
     NaivePollMonitor,
     NbgpuMonitor,
     NbgpuPanelMonitor,
+    NbgpuWatchedMonitor,
     NvitopMonitor,
     ThreadMonitor,
 )
@@ -83,7 +85,7 @@ WINDOW_S = 0.2
 SPILL_STEPS = 2
 BLOCK_S = 2.0  # bootstrap block length: see docs/performance.md for the coverage it gives
 SENSITIVITY = [(0, WINDOW_S), (1, WINDOW_S), (4, WINDOW_S), (SPILL_STEPS, 0.1), (SPILL_STEPS, 0.5)]
-ARMS = ("control", "nbgpu", "nbgpu_panel", "naive_50hz", "nvitop", "null_50hz")
+ARMS = ("control", "nbgpu", "nbgpu_watched", "nbgpu_panel", "naive_50hz", "nvitop", "null_50hz")
 SECONDS = {"gpu": 45.0, "cpu": 10.0, "quick": 3.0}
 CANNOT_SEE = ("cannot see costs spread evenly in time rather than tied to a monitor thread's bursts "
               "(GC debt collected in the loop's thread, GPU-side slowdowns outlasting the burst, "
@@ -155,6 +157,7 @@ def arm_factories(gpus: list[int] | None, nvml: Callable[[], object] | None,
 
     return {"control": lambda: PeriodicControlMonitor(NbgpuMonitor.period_s),
             "nbgpu": lambda: NbgpuMonitor(source(), gpus),
+            "nbgpu_watched": lambda: NbgpuWatchedMonitor(source(), gpus),
             "nbgpu_panel": lambda: NbgpuPanelMonitor(source(), gpus),
             "naive_50hz": naive,
             "nvitop": NvitopMonitor,

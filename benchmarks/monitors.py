@@ -4,6 +4,8 @@
 - ``control``: a thread that waits on an event and does nothing: the overhead benchmark's
   check that its method shows no slowdown where there is none.
 - ``nbgpu``: ``nbgpu.Sampler`` at its defaults.
+- ``nbgpu_watched``: the same, kept live as an open panel keeps it (``watch()`` at every
+  step: the sample buffers drain at their live periods), with no panel.
 - ``nbgpu_panel``: the same plus the live panel (``GPUMonitor``) updating from its own
   timer at its default refresh rate, its messages going to a recording comm instead of a
   browser; the store is first given a full window of synthetic history so the panel does
@@ -96,6 +98,21 @@ class NbgpuMonitor(Monitor):
         s, self.sampler = self.sampler, None
         s.stop()
         return {"ticks": s.ticks, "errors": s.errors, "interval_s": s.interval}
+
+
+class NbgpuWatchedMonitor(NbgpuMonitor):
+    """The sampler kept live as an open panel keeps it (``watch()`` at every step, so the
+    sample buffers drain at their live periods), with no panel: the arm that splits the
+    panel's cost into its sampler's share and its refresh's."""
+
+    name = "nbgpu_watched"
+
+    def _before_start(self, sampler) -> None:
+        sampler.add_listener(_watch)
+
+
+def _watch(sampler, _now: float) -> None:
+    sampler.watch()
 
 
 class NbgpuPanelMonitor(NbgpuMonitor):
