@@ -236,8 +236,10 @@ def measure_arm(loop: Loop, monitor: Monitor, seconds: float, warmup_s: float,
             getattr(monitor, "place", lambda cpus: None)(placement[1])
         cost_ns = recording_cost_ns(clocks.clocks)
         loop.sync()
+        first_ns = clocks.each_ns()
         with _LoopGc() as loop_gc:
             rec = record_steps(loop.step, clocks.clocks, seconds, int(rate * seconds * 3) + 10_000)
+        last_ns = clocks.each_ns()
         loop.sync()
         late = ThreadClocks.new_since(before | set(clocks.tids))
         late_cpu_s = late.total_ns() / 1e9
@@ -247,12 +249,23 @@ def measure_arm(loop: Loop, monitor: Monitor, seconds: float, warmup_s: float,
     wall = res["wall_s"]
     cpu_s = (int(rec.cpu_ns[-1]) - int(rec.cpu_ns[0])) / 1e9
     res.update(threads=clocks.names, threads_cpu_s_per_s=cpu_s / wall,
+               thread_cpu_s_per_s=per_thread(clocks.names, first_ns, last_ns, wall),
                recording_cost_ns_per_step=cost_ns,
                recording_cost_pct=100.0 * cost_ns / 1e9 / res["mean_step_s"],
                loop_gc_collections=loop_gc.collections, loop_gc_s_per_s=loop_gc.seconds / wall,
                late_threads=late.names, late_threads_cpu_s=late_cpu_s, truncated=rec.truncated,
                threads_ended=rec.threads_ended, warmup_steps_per_s=rate, monitor_facts=facts)
     return res
+
+
+def per_thread(names: list[str], first_ns: list, last_ns: list, wall_s: float) -> dict[str, float]:
+    """CPU seconds per second of each watched thread over the recording (threads of one name
+    summed; a thread that ended meanwhile is left out)."""
+    out: dict[str, float] = {}
+    for name, a, b in zip(names, first_ns, last_ns, strict=True):
+        if a is not None and b is not None and wall_s > 0:
+            out[name] = out.get(name, 0.0) + (b - a) / 1e9 / wall_s
+    return out
 
 
 def _placement() -> tuple[tuple[int, set[int]] | None, set[int] | None]:
@@ -405,6 +418,13 @@ def build_outcome(result: dict, label: str, real: bool, reference: tuple[str, di
     return out
 
 
+def _threads(arm: dict) -> str:
+    """The arm's threads, each with its CPU ms per second where the run has it."""
+    each = arm.get("thread_cpu_s_per_s") or {}
+    return ", ".join(f"{n} {1000 * each[n]:.2f} ms/s" if n in each else n
+                     for n in dict.fromkeys(arm["threads"])) or "none found"
+
+
 def _notes(arms: dict, skipped: dict, reference: tuple[str, dict] | None) -> list[str]:
     notes = [f"the method {CANNOT_SEE}; the ABBA benchmark sees them, with wider intervals"]
     notes += cross_check(arms, reference)
@@ -416,7 +436,7 @@ def _notes(arms: dict, skipped: dict, reference: tuple[str, dict] | None) -> lis
                      f"no length-bias correction {arm['no_length_bias_slowdown_pct']:+.3f} %; {sens}; "
                      f"loop-thread GC "
                      f"{1000 * arm['loop_gc_s_per_s']:.3f} ms/s; recording {arm['recording_cost_pct']:.2f} % "
-                     f"of a step; threads: {', '.join(arm['threads']) or 'none found'}")
+                     f"of a step; threads: {_threads(arm)}")
         if arm["late_threads"]:
             notes.append(f"{name}: threads started after the snapshot, not attributed: "
                          f"{', '.join(arm['late_threads'])} ({arm['late_threads_cpu_s']:.3f} CPU s)")

@@ -82,13 +82,17 @@ class ThreadClocks:
 
     def total_ns(self) -> int:
         """Summed CPU nanoseconds of the threads still alive."""
-        total = 0
+        return sum(ns for ns in self.each_ns() if ns is not None)
+
+    def each_ns(self) -> list[int | None]:
+        """Each clock's CPU nanoseconds, in ``clocks``' order (None: its thread has ended)."""
+        out: list[int | None] = []
         for c in self.clocks:
             try:
-                total += time.clock_gettime_ns(c)
+                out.append(time.clock_gettime_ns(c))
             except OSError:
-                continue
-        return total
+                out.append(None)
+        return out
 
 
 @dataclass

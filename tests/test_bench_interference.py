@@ -209,6 +209,9 @@ def test_real_short_run_structure(arm: str, thread: str) -> None:
     assert 0 <= a["touched_steps"] <= a["steps"] and 0.0 <= a["touched_fraction"] <= 1.0
     assert len(a["ci95_pct"]) == 2 and all(math.isfinite(v) for v in a["ci95_pct"])
     assert math.isfinite(a["slowdown_pct"]) and a["threads_cpu_s_per_s"] >= 0.0
+    each = a["thread_cpu_s_per_s"]  # each thread's share, read over the same span
+    assert thread in each and all(v >= 0.0 for v in each.values())
+    assert sum(each.values()) == pytest.approx(a["threads_cpu_s_per_s"], rel=0.05, abs=2e-5)
     assert a["recording_cost_ns_per_step"] > 0
     assert [(s["spill_steps"], s["window_s"]) for s in a["sensitivity"]] == [
         (0, 0.2), (1, 0.2), (4, 0.2), (2, 0.1), (2, 0.5)]
@@ -313,3 +316,10 @@ def test_the_watched_arm_drains_as_an_open_panel_does_and_the_plain_arm_does_not
     s.stop()
     lo, hi = util_drains
     assert lo <= kinds.count(1) <= hi
+
+
+def test_per_thread_cpu_sums_threads_of_one_name_and_leaves_out_ended_ones() -> None:
+    from benchmarks import gpu_interference as gi
+
+    each = gi.per_thread(["a", "b", "a", "c"], [0, 10, 100, None], [2_000_000, 10, 1_100_100, 5], 2.0)
+    assert each == pytest.approx({"a": 0.00155, "b": 0.0})  # (2 ms + 1 ms) over 2 s
