@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from .panel_driver import find_panel, prefill
+from .panel_driver import backdate, find_panel, prefill
 from .registry import Context
 from .report import Outcome, Target, UnavailableError
 
@@ -33,6 +33,7 @@ def _measure(api, interval: float, seconds: float, **panel_kw) -> dict:
     window_s = api.default_window_s()
     prefilled = prefill(sampler, window_s + 5.0)
     sampler.start()
+    backdate(sampler, window_s + 5.0)
     run = api.drive(sampler, **panel_kw)
     try:
         time.sleep(WARMUP_S)  # the panel's first full draw is not steady-state traffic

@@ -134,12 +134,18 @@ class NbgpuPanelMonitor(NbgpuMonitor):
     def _before_start(self, sampler) -> None:
         from .panel_driver import prefill
 
-        prefill(sampler, self.panel_api.default_window_s() + 5.0)
+        prefill(sampler, self._history_s())
+
+    def _history_s(self) -> float:
+        return self.panel_api.default_window_s() + 5.0
 
     def start(self) -> None:
         import importlib.util
 
+        from .panel_driver import backdate
+
         super().start()
+        backdate(self.sampler, self._history_s())
         kernel_like = all(importlib.util.find_spec(m) is not None for m in ("ipykernel", "jupyter_client"))
         self.driver = self.panel_api.drive(self.sampler, kernel_like=kernel_like)
 

@@ -31,6 +31,14 @@ def prefill(sampler, seconds: float) -> int:
     return rows
 
 
+def backdate(sampler, seconds: float) -> None:
+    """Make a just-started sampler look started ``seconds`` ago, as the history ``prefill``
+    gave it says: a panel then draws its whole window at once, as one open for a while does,
+    instead of the growing span of a fresh sampler (a whole read of the window each time
+    the span steps up)."""
+    sampler.started_at = min(sampler.started_at, sampler.now() - seconds)
+
+
 @dataclass
 class PanelRun:
     """A panel over a sampler, updating from its own timer thread; ``stop()`` closes it."""

@@ -323,3 +323,22 @@ def test_per_thread_cpu_sums_threads_of_one_name_and_leaves_out_ended_ones() -> 
 
     each = gi.per_thread(["a", "b", "a", "c"], [0, 10, 100, None], [2_000_000, 10, 1_100_100, 5], 2.0)
     assert each == pytest.approx({"a": 0.00155, "b": 0.0})  # (2 ms + 1 ms) over 2 s
+
+
+def test_the_panel_arm_measures_a_panel_open_for_a_while_not_a_fresh_one() -> None:
+    # The arm fills the store with a window of history so that its panel does the steady
+    # state's work; a sampler started just now made the panel draw a growing span instead
+    # (new buckets, so a whole read of the window, at every step up of the span).
+    import nbgpu
+    from benchmarks.monitors import NbgpuPanelMonitor
+
+    monitor = NbgpuPanelMonitor(nbgpu.SimulatedGPUs(count=1, seed=0), [0])
+    if not monitor.available:
+        pytest.skip(monitor.reason)
+    monitor.start()
+    try:
+        panel = monitor.driver.panel
+        panel.refresh(force=True)
+        assert panel.drawn_span_s == panel.window_s == monitor.panel_api.default_window_s()
+    finally:
+        monitor.stop()

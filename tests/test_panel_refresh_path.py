@@ -207,3 +207,45 @@ def test_an_open_panel_keeps_utilisation_drained_every_2_s_and_a_closed_one_stop
         s.stop()
     assert 5 <= open_drains <= 7  # every 2 s while open
     assert 2 <= len(util_drains) <= 3  # every 10 s once closed
+
+
+def test_a_fresh_panel_rereads_its_window_only_when_its_span_steps_up() -> None:
+    """While a fresh sampler's history is shorter than the window, the span grows with it; each
+    new span means new buckets, so a whole read of the window. It grew every second (a 15 min
+    window re-read up to 15 min of every GPU's rows each second for 15 minutes); it grows in
+    steps of at most 1.5 times, so the lines always cover at least two thirds of the width."""
+    from nbgpu import Sampler, SimulatedGPUs
+    from nbgpu.widgets.monitor import GPUMonitor
+
+    clock = SimpleNamespace(t=1.7e9)
+    now = lambda: clock.t  # noqa: E731
+    s = Sampler(SimulatedGPUs(1, seed=1, clock=now), clock=now, host=False, diagnostics=False)
+    whole_reads: list[int] = []
+    original = s.store.series_rows
+
+    def spy(pairs, t0=-np.inf, t1=np.inf, coarse=True, since=None):
+        rows = original(pairs, t0, t1, coarse, since)
+        if since is None:
+            whole_reads.append(len(rows.times))
+        return rows
+
+    s.store.series_rows = spy
+    panel = GPUMonitor(sampler=s, window_s=60, start=False, processes=False)
+    spans = []
+    try:
+        s.step(clock.t)
+        started = clock.t
+        for _ in range(90):
+            end = clock.t + 1.0
+            while clock.t < end:
+                clock.t = min(max(s.next_wake(), clock.t + 1e-3), end)
+                s.step(clock.t)
+            panel.refresh(now=clock.t)
+            elapsed = clock.t - started
+            spans.append(panel.drawn_span_s)
+            assert min(60.0, elapsed) <= panel.drawn_span_s <= max(10.0, 1.5 * elapsed) + 1e-9
+    finally:
+        panel.close()
+        s.stop()
+    assert spans[-1] == 60.0
+    assert len(set(spans)) == len(whole_reads) <= 7  # one whole read per span, no more

@@ -59,6 +59,8 @@ PANEL_LAYOUT = {"border": "1px solid var(--jp-border-color2,#ccc)", "padding": "
 HEADER_LAYOUT = {"flex": "1 1 auto", "margin": "0 8px 0 0"}
 _stopped: list = []  # the layouts and style every stopped panel shares
 _NO_ROW: dict = {}  # a GPU with no readings yet
+MIN_SPAN_S = 10.0  # a fresh sampler's panel shows at least this many seconds
+SPAN_GROWTH = 1.5  # and then spans this much longer each time its history outgrows one
 FIRST_DRAW_S = 0.05  # a new panel's first draw once its sampler has data (it is displayed by then)
 
 
@@ -504,13 +506,20 @@ class GPUMonitor(widgets.VBox):
     def _span(self, now: float) -> float:
         """Seconds shown: the window, or less while the sampler has not yet filled it.
 
-        A fresh panel fills its width at once instead of drawing in the right edge only;
-        the span grows in whole seconds until it reaches the window.
+        A fresh panel fills most of its width at once instead of drawing in the right edge
+        only. Each new span means new buckets, a read of the whole window, so the span grows
+        in steps of ``SPAN_GROWTH`` (the lines cover at least 1/``SPAN_GROWTH`` of the width),
+        not every second: growing every second re-read the whole window at each refresh
+        until it was full (for a 15 min window, 15 minutes of every GPU's rows each second).
         """
         started = self.sampler.started_at
         if started is None:
             return self.window_s
-        return float(min(self.window_s, max(10.0, np.ceil(now - started))))
+        elapsed = now - started
+        if elapsed >= self.window_s:
+            return self.window_s
+        steps = math.ceil(math.log(max(elapsed, MIN_SPAN_S) / MIN_SPAN_S, SPAN_GROWTH) - 1e-9)
+        return float(min(self.window_s, MIN_SPAN_S * SPAN_GROWTH ** steps))
 
     def _draw_header(self, status=None) -> None:
         s = self.sampler
