@@ -107,6 +107,9 @@ class FakeClock:
         return self.t
 
 
+# A panel over a sampler younger than its window draws a growing span (new buckets at each
+# step up): 10 minutes into a 15 minute window, as a user who opened one at the start sees it.
+GROWING_WINDOW_S, GROWING_HISTORY_S = 900.0, 600.0
 STEPPED_S = 15.0  # the sampler's own reads before the first draw: every drain period has passed
 
 
@@ -195,7 +198,8 @@ def _long_session(sampler, t_end: float) -> None:
 
 
 def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
-                 comm: str = "recording", long_session: bool = False) -> dict:
+                 comm: str = "recording", long_session: bool = False,
+                 history_s: float | None = None) -> dict:
     """Thread CPU ms of ``GPUMonitor.refresh()`` at steady state: a full window, 1 s of new rows
     between refreshes, 8 simulated GPUs at interval 0.1 s, a recording comm as the kernel
     (``comm="kernel"``: the widgets' own comms, run inside a kernel; ``kernel_refresh``).
@@ -207,6 +211,8 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
     Garbage collections that happen inside a refresh are counted in its time, as they are
     in a kernel; ``gc_in_refreshes`` says how much of the total they were. ``long_session``:
     the store and the diagnostics hold a long session's marks and ended alerts first.
+    ``history_s``: the sampler started that long before the first refresh (default: the
+    window and 5 s, the steady state); shorter than the window, the panel's span still grows.
     """
     import gc
     import unittest.mock
@@ -227,7 +233,8 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
         clock.t = t_end - STEPPED_S
         sim = nbgpu.SimulatedGPUs(count=REFRESH_GPUS, seed=0, clock=clock)
         sampler = _stepped_sampler_class()(source=sim, interval=REFRESH_INTERVAL_S, clock=clock)
-        sampler.started_at = t_end - window_s - 5.0  # as long ago as the synthetic rows begin
+        # As long ago as the synthetic rows begin.
+        sampler.started_at = t_end - (window_s + 5.0 if history_s is None else history_s)
         rows = _append_rows(sampler, sampler.started_at, clock.t, rng)
         _step_until(sampler, clock, t_end)
         if long_session:
@@ -330,6 +337,11 @@ def run_refresh(ctx: Context) -> Outcome:
     fresh = out.raw["window_60s"]["cpu_ms_mean"]
     out.figure("a long session's refresh over a fresh one's, 1 min window (means)",
                long["cpu_ms_mean"] / fresh if fresh else float("nan"), "")
+    growing = refresh_cost(GROWING_WINDOW_S, n, history_s=GROWING_HISTORY_S)
+    out.raw["window_900s_fresh_sampler"] = growing
+    out.figure(f"a fresh sampler's panel, {GROWING_HISTORY_S / 60:g} min into a "
+               f"{GROWING_WINDOW_S / 60:g} min window (mean; its span still grows)",
+               growing["cpu_ms_mean"], "ms")
     if before:
         out.raw["before"] = before
         out.notes.append(f"The 'before ({before.get('commit', '?')})' figures were measured with rows "
