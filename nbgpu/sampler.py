@@ -607,9 +607,8 @@ class Sampler:
 
     def _note_refreshed(self, device, values: dict, now: float) -> None:
         for metric, arr in values.items():
-            if len(arr) == 1:  # a tick's one value: no array calls
-                first = float(arr[0])
-                fresh = first == first
+            if isinstance(arr, float):  # a tick's one value: no array calls
+                fresh = arr == arr
             else:
                 fresh = len(arr) > 0 and not np.isnan(np.asarray(arr, dtype=np.float64)).all()
             if fresh:
@@ -627,7 +626,10 @@ class Sampler:
             for batch in reading.batches:
                 if batch.device not in self._kept_keys:
                     continue
-                self.store.append_many(batch.device, batch.stream, batch.times, batch.values)
+                if batch.one_row:
+                    self.store.append_row(batch.device, batch.stream, batch.times, batch.values)
+                else:
+                    self.store.append_many(batch.device, batch.stream, batch.times, batch.values)
                 with self._lock:
                     self._note_refreshed(batch.device, batch.values, now)
             for err in getattr(reading, "errors", ()):

@@ -448,6 +448,15 @@ class Store:
             self._streams[(device, stream)].append(t, values)
             self.generation += 1
 
+    def append_row(self, device: object, stream: str, t: float, values: dict[str, float]) -> None:
+        """One row of floats, kept only if newer than the stream's newest (as ``append_many``
+        keeps rows): a tick's reads, written with no array made."""
+        with self.lock:
+            rows = self._streams[(device, stream)]
+            if t > rows.last_time:
+                rows.append(t, values)
+            self.generation += 1
+
     def append_many(self, device: object, stream: str, times: np.ndarray,
                     values: dict[str, np.ndarray]) -> None:
         if len(times) == 0:

@@ -255,3 +255,21 @@ def test_rows_appended_one_at_a_time_are_stored_as_a_batch_of_them_is():
             np.testing.assert_array_equal(a, b)
         assert one.last(0, metric) == batch.last(0, metric)
     assert one.last_many(0) == batch.last_many(0)
+
+
+def test_a_row_of_floats_is_kept_as_append_many_keeps_a_one_row_array():
+    # The sampler writes a tick's reads as one row of floats (no arrays made): the store must
+    # keep exactly what the one-row arrays it replaced kept, a row no newer than the last too.
+    rows = [(10.0, {"a": 1.5, "b": float("nan")}), (10.0, {"a": 9.0, "b": 2.0}),
+            (9.0, {"a": 7.0, "b": 7.0}), (11.0, {"a": 2.5}), (12.0, {"a": float("nan"), "b": 4.0})]
+    by_row, by_array = Store(), Store()
+    for st in (by_row, by_array):
+        st.declare(0, "tick", {"a": np.float32, "b": np.float64})
+    for t, values in rows:
+        by_row.append_row(0, "tick", t, values)
+        by_array.append_many(0, "tick", np.array([t]), {k: np.array([v]) for k, v in values.items()})
+    for metric in ("a", "b"):
+        np.testing.assert_array_equal(by_row.series(0, metric), by_array.series(0, metric))
+        assert by_row.last(0, metric) == by_array.last(0, metric)
+    assert by_row.series(0, "a")[1].tolist() == [1.5, 2.5] and by_row.last(0, "b") == (12.0, 4.0)
+    assert by_row.generation == by_array.generation

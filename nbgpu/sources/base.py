@@ -105,12 +105,18 @@ class ProcessInfo:
 
 @dataclass
 class Batch:
-    """Readings for one (device, stream): one row (``values`` of floats) or many (arrays)."""
+    """Readings for one (device, stream): many rows (``times`` and ``values`` arrays), or one
+    row (``times`` a float, ``values`` floats: a tick's reads, written with no array made)."""
 
     device: object
     stream: str
-    times: np.ndarray
-    values: dict[str, np.ndarray]
+    times: np.ndarray | float
+    values: dict[str, np.ndarray] | dict[str, float]
+
+    @property
+    def one_row(self) -> bool:
+        """Whether this is one row of floats (``times`` a float)."""
+        return not isinstance(self.times, np.ndarray)
 
 
 @dataclass

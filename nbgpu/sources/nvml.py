@@ -669,7 +669,7 @@ class NVMLSource:
         return reading
 
     def _wanted(self, dev: _Device, row: Read, due: frozenset[str]) -> bool:
-        if not set(row.metrics) & dev.caps:
+        if dev.caps.isdisjoint(row.metrics):
             return False
         if row.tier == "tick":
             if row.name == "power" and "power" in dev.buffers:
@@ -693,8 +693,7 @@ class NVMLSource:
             (memory if row.tier == "memory" else row_values).update(values)
         for stream, values in (("tick", row_values), ("memory", memory)):
             if values:
-                reading.batches.append(Batch(dev.key, stream, np.array([now]),
-                                             {k: np.array([v]) for k, v in values.items()}))
+                reading.batches.append(Batch(dev.key, stream, now, values))
         edge = "edge" in due
         unwatched = {} if "live" in due else UNWATCHED_DRAIN_EVERY_S
         for stream in list(dev.buffers):
