@@ -236,10 +236,8 @@ def measure_arm(loop: Loop, monitor: Monitor, seconds: float, warmup_s: float,
             getattr(monitor, "place", lambda cpus: None)(placement[1])
         cost_ns = recording_cost_ns(clocks.clocks)
         loop.sync()
-        first_ns = clocks.each_ns()
         with _LoopGc() as loop_gc:
             rec = record_steps(loop.step, clocks.clocks, seconds, int(rate * seconds * 3) + 10_000)
-        last_ns = clocks.each_ns()
         loop.sync()
         late = ThreadClocks.new_since(before | set(clocks.tids))
         late_cpu_s = late.total_ns() / 1e9
@@ -249,7 +247,8 @@ def measure_arm(loop: Loop, monitor: Monitor, seconds: float, warmup_s: float,
     wall = res["wall_s"]
     cpu_s = (int(rec.cpu_ns[-1]) - int(rec.cpu_ns[0])) / 1e9
     res.update(threads=clocks.names, threads_cpu_s_per_s=cpu_s / wall,
-               thread_cpu_s_per_s=per_thread(clocks.names, first_ns, last_ns, wall),
+               thread_cpu_s_per_s=per_thread(clocks.names, [rec.first_ns.get(c) for c in clocks.clocks],
+                                             [rec.last_ns.get(c) for c in clocks.clocks], wall),
                recording_cost_ns_per_step=cost_ns,
                recording_cost_pct=100.0 * cost_ns / 1e9 / res["mean_step_s"],
                loop_gc_collections=loop_gc.collections, loop_gc_s_per_s=loop_gc.seconds / wall,
@@ -259,8 +258,9 @@ def measure_arm(loop: Loop, monitor: Monitor, seconds: float, warmup_s: float,
 
 
 def per_thread(names: list[str], first_ns: list, last_ns: list, wall_s: float) -> dict[str, float]:
-    """CPU seconds per second of each watched thread over the recording (threads of one name
-    summed; a thread that ended meanwhile is left out)."""
+    """CPU seconds per second of each watched thread over the recording, from the clock
+    readings the step recorder made at its start and end (so they sum to its figure); threads
+    of one name summed, one that ended meanwhile left out."""
     out: dict[str, float] = {}
     for name, a, b in zip(names, first_ns, last_ns, strict=True):
         if a is not None and b is not None and wall_s > 0:

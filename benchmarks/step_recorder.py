@@ -82,17 +82,13 @@ class ThreadClocks:
 
     def total_ns(self) -> int:
         """Summed CPU nanoseconds of the threads still alive."""
-        return sum(ns for ns in self.each_ns() if ns is not None)
-
-    def each_ns(self) -> list[int | None]:
-        """Each clock's CPU nanoseconds, in ``clocks``' order (None: its thread has ended)."""
-        out: list[int | None] = []
+        total = 0
         for c in self.clocks:
             try:
-                out.append(time.clock_gettime_ns(c))
+                total += time.clock_gettime_ns(c)
             except OSError:
-                out.append(None)
-        return out
+                continue
+        return total
 
 
 @dataclass
@@ -103,6 +99,8 @@ class Recording:
     cpu_ns: np.ndarray
     truncated: bool  # the preallocated arrays filled up before the span ended
     threads_ended: int  # watched threads that ended during the span
+    first_ns: dict[int, int]  # clock id -> its reading in mark 0 (threads alive then)
+    last_ns: dict[int, int]  # clock id -> its reading just after the last mark (alive then)
 
 
 def record_steps(step: Callable[[], None], clocks: list[int], seconds: float,
@@ -139,7 +137,7 @@ def record_steps(step: Callable[[], None], clocks: list[int], seconds: float,
         i += 1
         if t >= deadline:
             break
-    return Recording(ends[:i].copy(), cpus[:i].copy(), i == cap, ended)
+    return Recording(ends[:i].copy(), cpus[:i].copy(), i == cap, ended, first, _read_alive(ids))
 
 
 def _read_alive(clocks: list[int]) -> dict[int, int]:

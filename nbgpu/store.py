@@ -194,12 +194,15 @@ class Stream:
         self.last_time = t
         self._fold()
 
+    def append_row(self, t: float, values: dict[str, float]) -> None:
+        """Add one row if newer than the newest kept, as ``append_many`` keeps rows."""
+        if t > self.last_time:
+            self.append(t, values)
+
     def append_many(self, times: np.ndarray, values: dict[str, np.ndarray]) -> None:
         """Add rows in time order (rows older than the newest kept row are dropped)."""
-        if len(times) == 1:  # a tick's one row: written value by value, without array calls
-            t = float(times[0])
-            if t > self.last_time:
-                self.append(t, {k: v[0] for k, v in values.items()})
+        if len(times) == 1:  # one row: written value by value, without array calls
+            self.append_row(float(times[0]), {k: v[0] for k, v in values.items()})
             return
         keep = times > self.last_time
         if not keep.all():
@@ -452,9 +455,7 @@ class Store:
         """One row of floats, kept only if newer than the stream's newest (as ``append_many``
         keeps rows): a tick's reads, written with no array made."""
         with self.lock:
-            rows = self._streams[(device, stream)]
-            if t > rows.last_time:
-                rows.append(t, values)
+            self._streams[(device, stream)].append_row(t, values)
             self.generation += 1
 
     def append_many(self, device: object, stream: str, times: np.ndarray,

@@ -19,7 +19,6 @@ import os
 import platform
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,9 +41,8 @@ def main() -> int:
     import nbgpu
     from benchmarks.panel_driver import backdate, find_panel, prefill
 
-    spent: Counter = Counter()
-    calls: Counter = Counter()
-    sections._wrap(spent, calls)
+    timers = sections._wrap()
+    spent, calls = timers.cpu_ns, timers.calls
     api = find_panel()
     if not api.available:
         print(api.reason)
@@ -62,8 +60,7 @@ def main() -> int:
     try:
         while time.perf_counter() - t0 < SETTLE_S + args.seconds:
             if not settled and time.perf_counter() - t0 >= SETTLE_S:
-                spent.clear()
-                calls.clear()
+                timers.reset()
                 settled = True
             if args.idle:
                 time.sleep(0.001)

@@ -18,8 +18,6 @@ import json
 import os
 import platform
 import sys
-import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,25 +43,17 @@ STEPS = (
 )
 
 
-def _wrap(spent: Counter, calls: Counter) -> None:
-    """Put a thread-CPU timer around every step of ``STEPS``."""
+def _wrap():
+    """A ``SectionTimers`` with a thread-CPU timer around every step of ``STEPS``."""
     import importlib
 
+    from benchmarks.threadcpu import SectionTimers
+
+    timers = SectionTimers()
     for module, owner, attr, name in STEPS:
         where = importlib.import_module(module)
-        if owner is not None:
-            where = getattr(where, owner)
-        inner = getattr(where, attr)
-
-        def timed(*args, _inner=inner, _name=name, **kwargs):
-            c0 = time.thread_time_ns()
-            try:
-                return _inner(*args, **kwargs)
-            finally:
-                spent[_name] += time.thread_time_ns() - c0
-                calls[_name] += 1
-
-        setattr(where, attr, timed)
+        timers.wrap(where if owner is None else getattr(where, owner), attr, name)
+    return timers
 
 
 def main() -> int:
@@ -78,9 +68,8 @@ def main() -> int:
     from benchmarks.comm_recorder import KernelLikeComms
 
     comms = KernelLikeComms().start() if args.kernel_like else None
-    spent: Counter = Counter()
-    calls: Counter = Counter()
-    _wrap(spent, calls)
+    timers = _wrap()
+    spent, calls = timers.cpu_ns, timers.calls
     try:
         got = cpu_widgets.refresh_cost(args.window, args.refreshes,
                                        comm="kernel" if comms is not None else "recording")

@@ -149,9 +149,14 @@ def test_recorder_marks_the_steps_a_watched_thread_ran_in() -> None:
     assert np.all(np.diff(rec_busy.end_ns) > 0)
     assert rec_busy.cpu_ns[-1] > rec_busy.cpu_ns[0]
     assert not rec_busy.truncated
+    # Each clock's own readings at the span's ends, the first the very ones of mark 0.
+    assert sum(rec_busy.first_ns.values()) == rec_busy.cpu_ns[0]
+    assert sum(rec_busy.last_ns.values()) >= rec_busy.cpu_ns[-1]
+    assert set(rec_busy.first_ns) == set(rec_busy.last_ns) == set(clocks.clocks)
     _wait_until_clock_gone(clocks.clocks[0])  # join returns before the OS thread exits
     gone = record_steps(lambda: None, clocks.clocks, 0.01, 100)  # the thread has ended
     assert gone.threads_ended == 1 and len(gone.end_ns) >= 2
+    assert gone.first_ns == gone.last_ns == {}  # an ended thread has no share to report
 
 
 def _wait_until_clock_gone(clock: int, limit_s: float = 10.0) -> None:

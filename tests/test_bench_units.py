@@ -138,3 +138,27 @@ def test_the_loop_thread_runs_alone_on_its_cpu_and_the_others_on_the_other() -> 
         go._placement.clear()
         os.sched_setaffinity(0, before)
         worker.join(5)
+
+
+def test_section_timers_count_each_wrapped_function_and_put_it_back() -> None:
+    from benchmarks.threadcpu import SectionTimers
+
+    class Worker:
+        def busy(self, n: int) -> int:
+            return sum(range(n))
+
+    table = {"rule": lambda x: x + 1}
+    timers = SectionTimers()
+    timers.wrap(Worker, "busy", "busy")
+    timers.wrap(table, "rule", "rule")
+    w = Worker()
+    assert [w.busy(200_000) for _ in range(3)] == [sum(range(200_000))] * 3
+    assert table["rule"](1) == 2
+    assert timers.calls == {"busy": 3, "rule": 1}
+    assert timers.cpu_ns["busy"] > 0
+    timers.reset()
+    assert not timers.calls and not timers.cpu_ns
+    timers.undo()
+    w.busy(10)
+    table["rule"](1)
+    assert not timers.calls  # the originals are back: nothing counts

@@ -25,50 +25,6 @@ if __package__ in (None, ""):
 PARTS = ("nvml calls", "host reads", "store appends", "diagnostics")  # none nests in another
 
 
-class Sections:
-    """CPU seconds of the sampler thread inside each wrapped function, and its calls."""
-
-    def __init__(self) -> None:
-        self.cpu_s: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-        self._undo: list = []
-
-    def timed(self, fn, name: str):
-        """``fn``, counting its CPU and calls under ``name``."""
-        cpu, calls = self.cpu_s, self.calls
-
-        def timed(*args, **kwargs):
-            c0 = time.thread_time()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                cpu[name] = cpu.get(name, 0.0) + time.thread_time() - c0
-                calls[name] = calls.get(name, 0) + 1
-
-        return timed
-
-    def wrap(self, owner: object, attr: str, name: str) -> None:
-        """Count ``owner.attr``'s CPU under ``name`` (a class's method, an instance's, a dict's item)."""
-        if isinstance(owner, dict):
-            original = owner[attr]
-            owner[attr] = self.timed(original, name)
-        else:
-            original = getattr(owner, attr)
-            setattr(owner, attr, self.timed(original, name))
-        self._undo.append((owner, attr, original))
-
-    def reset(self) -> None:
-        self.cpu_s.clear()
-        self.calls.clear()
-
-    def undo(self) -> None:
-        for owner, attr, original in reversed(self._undo):
-            if isinstance(owner, dict):
-                owner[attr] = original
-            else:
-                setattr(owner, attr, original)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -77,16 +33,18 @@ def main() -> int:
     args = ap.parse_args()
 
     import nbgpu
+    from benchmarks.threadcpu import SectionTimers
     from nbgpu.diagnostics import engine
     from nbgpu.sources.host import HostSource
     from nbgpu.sources.nvml import NVMLGateway
     from nbgpu.store import Store
 
-    sections = Sections()
+    sections = SectionTimers()
     sections.wrap(NVMLGateway, "call", "nvml calls")
     sections.wrap(HostSource, "read", "host reads")
     sections.wrap(Store, "append_many", "store appends")
     sections.wrap(Store, "append", "store appends")
+    sections.wrap(Store, "append_row", "store appends")  # a tick's reads
     sections.wrap(engine.DiagnosticsEngine, "evaluate", "diagnostics")
     sections.wrap(engine.DiagnosticsEngine, "context", "diagnostics: context")
     for rule in list(engine.RULE_FUNCTIONS):
@@ -100,7 +58,8 @@ def main() -> int:
     t0 = time.perf_counter()
     time.sleep(args.seconds)
     wall_s = time.perf_counter() - t0
-    cpu, calls = dict(sections.cpu_s), dict(sections.calls)
+    cpu = {k: ns / 1e9 for k, ns in sections.cpu_ns.items()}
+    calls = dict(sections.calls)
     s.stop()
     sections.undo()
 
