@@ -1,0 +1,123 @@
+"""One configuration object for every user-facing default: ``NbGpu``, a traitlets Configurable.
+
+``%config NbGpu.interval = 0.5`` in a kernel, ``c.NbGpu.interval = 0.5`` in
+``ipython_config.py``, or an ``NBGPU_*`` environment variable set the same traits; the
+sampler, panel, magics, history and exporter read their defaults from ``settings()``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from traitlets import Bool, CFloat, CInt, Enum, Float, Int, TraitError, Unicode, validate
+from traitlets.config import Configurable
+
+from .errors import BadArgumentError
+
+# Environment variables that map onto traits (read once, when the object is made).
+ENV = {
+    "NBGPU_INTERVAL": "interval",
+    "NBGPU_WINDOW_S": "window_s",
+    "NBGPU_HISTORY_FILE": "history_path",
+    "NBGPU_PRICE_PER_KWH": "price_per_kwh",
+    "NBGPU_CURRENCY": "currency",
+    "NBGPU_CARBON_G_PER_KWH": "carbon_g_per_kwh",
+    "NBGPU_FLIGHT_RECORDER": "flight_recorder",
+    "NBGPU_EXPORTER_PORT": "exporter_port",
+}
+
+
+class NbGpu(Configurable):
+    """nbgpu's settings; each trait's ``help`` is what ``%config NbGpu`` prints."""
+
+    interval = CFloat(1.0, help="Seconds between sampler ticks (utilisation and power keep "
+                      "the card's own resolution between ticks).").tag(config=True)
+    window_s = CFloat(60.0, help="Seconds of history the live panel shows.").tag(config=True)
+    gpus = Unicode("", help="GPUs to show, e.g. '0,1' or 'MIG-...'; empty: all.").tag(config=True)
+    cells = Enum(["off", "on"], "off", help="Profile every cell (the same as "
+                 "'%gpumon --cells').").tag(config=True)
+    cells_min_s = CFloat(2.0, help="In per-cell mode, cells shorter than this many seconds "
+                         "get no report.").tag(config=True)
+    thresholds_file = Unicode("", help="A JSON file of diagnostic thresholds "
+                              "(see docs/diagnostics.md); empty: the defaults.").tag(config=True)
+    history_path = Unicode("", help="Where the history of profiled cells is kept; empty: "
+                           "$XDG_DATA_HOME/nbgpu/history.jsonl once keep_history() is "
+                           "called.").tag(config=True)
+    price_per_kwh = Float(None, allow_none=True, help="Price of one kWh, in 'currency'; "
+                          "None: cost not shown.").tag(config=True)
+    currency = Unicode("", help="Currency code or symbol for 'price_per_kwh'.").tag(config=True)
+    carbon_g_per_kwh = Float(None, allow_none=True, help="Grams of CO2 per kWh of your grid; "
+                             "None: CO2 not shown.").tag(config=True)
+    exporter_port = Int(9464, help="Port of 'nbgpu export' (Prometheus metrics).").tag(config=True)
+    flight_recorder = Bool(True, help="Keep a crash-safe record of the last minutes "
+                           "under ~/.cache/nbgpu/ to explain a kernel that died.").tag(config=True)
+    stack_samples_hz = CInt(40, help="While a profiled cell runs, how often the main "
+                            "thread's stack is sampled (0: never).").tag(config=True)
+
+    @validate("interval")
+    def _check_interval(self, proposal):
+        v = proposal["value"]
+        if not (v > 0 and v < 3600):
+            raise TraitError(f"NbGpu.interval must be between 0 and 3600 seconds, got {v!r}")
+        return v
+
+    @validate("window_s")
+    def _check_window(self, proposal):
+        v = proposal["value"]
+        if not v > 0:
+            raise TraitError(f"NbGpu.window_s must be > 0 seconds, got {v!r}")
+        return v
+
+
+_instance: NbGpu | None = None
+
+
+def _from_env(cfg: NbGpu) -> None:
+    for var, trait in ENV.items():
+        raw = os.environ.get(var)
+        if raw is None or raw == "":
+            continue
+        if trait == "flight_recorder":
+            value: object = raw.strip().lower() not in ("0", "false", "no", "off")
+        else:
+            value = raw
+        try:
+            setattr(cfg, trait, value)
+        except (TraitError, ValueError) as e:
+            raise BadArgumentError(f"${var}={raw!r} is not a valid setting ({e}); unset it "
+                                   f"or give a valid value") from None
+
+
+def settings() -> NbGpu:
+    """The process's one ``NbGpu``: IPython's configured instance in a kernel, else its own."""
+    global _instance
+    if _instance is None:
+        parent = None
+        try:
+            from IPython import get_ipython
+
+            parent = get_ipython()
+        except ImportError:  # pragma: no cover - IPython is a dependency
+            parent = None
+        cfg = NbGpu(parent=parent) if parent is not None else NbGpu()
+        _from_env(cfg)
+        _instance = cfg
+    return _instance
+
+
+def register(shell) -> NbGpu:
+    """Make ``%config NbGpu`` reach the settings object (called by ``%load_ext nbgpu``)."""
+    global _instance
+    cfg = settings()
+    if cfg.parent is not shell:
+        # a kernel's %config set before %load_ext lives in shell.config: apply it now
+        cfg.update_config(shell.config)
+    if cfg not in shell.configurables:
+        shell.configurables.append(cfg)
+    return cfg
+
+
+def reset() -> None:
+    """Forget the settings object (tests; a new one is made from config and environment)."""
+    global _instance
+    _instance = None
