@@ -50,7 +50,7 @@ EDGE_SLACK_S = 5.0
 COARSE_SPACING_S = 1.0
 
 # Update periods of the card's own figures, in one place, measured on an H200 (driver 580)
-# by scripts/gpu/nvml_periods.py (benchmarks/results/gpu-runs/nvml-periods-nvidia-h200-*.json):
+# by scripts/gpu/nvml_periods.py (its results are in the git history):
 # the total-energy counter changes every 100 ms; the power sample buffer holds a sample
 # every 20 ms (the polled power reading itself changes every 100 ms).
 RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
