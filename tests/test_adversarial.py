@@ -33,6 +33,11 @@ def test_cell_report_escapes_names_keys_and_marks():
         sampler.stop()
     assert "<img" not in page
     assert ESCAPED in page
+    from nbgpu.widgets.cell_report import build_widget
+
+    view = build_widget(cap)
+    html_values = [c.value for c in view.children if hasattr(c, "value") and isinstance(c.value, str)]
+    assert html_values and not any("<img" in v for v in html_values)
     rows = [dict(r, gpu=EVIL) for r in cap.summary_rows]
     table = summary_html(rows)
     assert "<img" not in table and ESCAPED in table
