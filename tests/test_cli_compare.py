@@ -68,8 +68,8 @@ def test_bad_bound_is_one_line_and_exit_2_before_reading(tmp_path, capsys):
     assert err.startswith("nbgpu compare: error: bad --fail-if 'energy>+5%': unknown metric")
 
 
-def test_missing_file_is_one_line_exit_1(tmp_path, capsys):
-    assert main(["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 1
+def test_missing_file_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import FileError
 from ..files import atomic_file
 from ..profiles.bounds import Bound, parse_bound
 from ..profiles.compare import (
@@ -31,9 +32,10 @@ from ..profiles.compare import (
 )
 from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
-from ..runfile import Run, load_run
+from ..runfile import Run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .report import PAGE, html_table
+from .options import refuse_overwrite
+from .report import PAGE, html_table, load_input
 from .status import epoch_seconds
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
@@ -187,7 +189,19 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
 def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequence[str] = ()) -> int:
     """Print the comparison of ``base`` and ``new``; write HTML to ``output``; apply the bounds."""
     bounds = [parse_bound(text) for text in fail_if]  # a bad bound fails before any reading
-    a, b = side_of(load_run(base)), side_of(load_run(new))
+    if output:
+        refuse_overwrite(output, [base, new])
+    try:
+        runs = [load_input(path) for path in (base, new)]
+    except FileError as exc:
+        print(f"nbgpu compare: error: {exc}", file=sys.stderr)
+        return 2
+    for run in runs:
+        if not len(run.frame):
+            print(f"nbgpu compare: error: {run.path} has no GPU readings; nothing to compare",
+                  file=sys.stderr)
+            return 2
+    a, b = side_of(runs[0]), side_of(runs[1])
     print(text_table(a, b))
     broken = broken_lines(bounds, a, b)
     if output:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -138,3 +139,21 @@ class OnceParser(argparse.ArgumentParser):
         ns, rest = super().parse_known_args(args, namespace)
         self.given = ns.__dict__.pop("_given", {})
         return ns, rest
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (the same inode, or the same real path)."""
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_overwrite(output: str, inputs: Sequence[str]) -> None:
+    """BadArgumentError when ``output`` would replace one of ``inputs`` (exit code 2)."""
+    for path in inputs:
+        if same_file(output, path):
+            raise BadArgumentError(f"the output {output} is the same file as the input {path}; "
+                                   "give another output with -o")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,7 +90,15 @@ def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
 
 
 def run_record(cmd: list[str], source: str, interval: float, output: str, quiet: bool = False) -> int:
-    """Run ``cmd`` while recording; returns the command's exit code."""
+    """Run ``cmd`` while recording; returns the command's exit code.
+
+    A command that cannot be found is refused (127) before ``output`` is opened, so an
+    existing recording there is never truncated by a typo.
+    """
+    if shutil.which(cmd[0]) is None:
+        print(f"nbgpu record: cannot run {cmd[0]!r}: no such command or not executable; check the "
+              f"command and your PATH ({output} left as it was)", file=sys.stderr)
+        return 127
     sampler = Sampler(source, interval=interval)
     try:
         recorder = Recorder(sampler, output, header={"command": cmd})

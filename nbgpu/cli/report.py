@@ -20,6 +20,7 @@ from ..files import atomic_file
 from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from .options import refuse_overwrite
 from .status import epoch_seconds
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
@@ -154,14 +155,23 @@ def summary_lines(summary: Summary) -> list[str]:
     return lines
 
 
+def load_input(path: str) -> Run:
+    """``load_run`` for the command line: any file that is not a run is one FileError line."""
+    try:
+        return load_run(path)
+    except RecursionError:
+        raise FileError(f"cannot read {path}: it is nested too deeply to be a run", path=path) from None
+
+
 def run_report(path: str, output: str | None = None, title: str | None = None) -> int:
     """Write the HTML report of ``path``; returns the exit code (2: the file is not a run)."""
+    out = output or os.path.splitext(path)[0] + ".html"
+    refuse_overwrite(out, [path])
     try:
-        run = load_run(path)
+        run = load_input(path)
     except FileError as exc:
         print(f"nbgpu report: error: {exc}", file=sys.stderr)
         return 2
-    out = output or os.path.splitext(path)[0] + ".html"
     page = render_html(run, title)
     with atomic_file(out) as fh:
         fh.write(page)

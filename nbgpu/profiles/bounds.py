@@ -46,9 +46,11 @@ METRIC_UNITS: dict[str, dict[str, float]] = {
 }
 EXAMPLE = '"energy_j>+5%"'
 
-_PATTERN = re.compile(r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>>=|<=|>|<)\s*"
-                      r"(?P<sign>[+-]?)\s*(?P<num>(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)\s*"
-                      r"(?P<unit>%|[A-Za-z°]+)?\s*$")
+# Matched against the stripped text, with no two runs of spaces side by side, so a failing
+# match backtracks over each run of spaces once (linear time, however many spaces).
+_PATTERN = re.compile(r"(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>>=|<=|>|<)\s*"
+                      r"(?:(?P<sign>[+-])\s*)?(?P<num>(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)\s*"
+                      r"(?P<unit>%|[A-Za-z°]+)?")
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,11 @@ def parse_bound(text: str) -> Bound:
     """Parse one ``--fail-if`` bound; raises ``BadArgumentError`` saying what is wrong."""
     if not isinstance(text, str):
         raise _fail(str(text), "a bound is text")
-    m = _PATTERN.match(text)
+    m = _PATTERN.fullmatch(text.strip())
     if m is None:
         raise _fail(text, "expected METRIC, one of > >= < <=, then a bound such as +5%, "
                     "+2GiB or 300s")
-    metric, op, sign, unit = m["metric"], m["op"], m["sign"], m["unit"]
+    metric, op, sign, unit = m["metric"], m["op"], m["sign"] or "", m["unit"]
     if metric not in METRIC_UNITS:
         raise _fail(text, f"unknown metric {metric!r}; use one of {', '.join(METRIC_UNITS)}")
     number = float(m["num"])
@@ -105,6 +107,8 @@ def parse_bound(text: str) -> Bound:
     if unit not in units:
         raise _fail(text, f"{metric} takes % or one of {', '.join(units)}, not {unit!r}")
     amount = number * units[unit]
+    if not math.isfinite(amount):
+        raise _fail(text, "the bound is too large to be a finite number")
     if sign:
         return Bound(text, metric, op, "delta", amount if sign == "+" else -amount)
     return Bound(text, metric, op, "value", amount)

@@ -86,7 +86,7 @@ def summary_html(summary) -> str:
            "<thead><tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{escape(h)}</th>'
                                    for h in head) + "</tr></thead><tbody>"]
     for r in rows:
-        cells = [f"{r['gpu']} {escape(str(r['name']))}", fmt_duration(r["duration_s"]),
+        cells = [f"{escape(str(r['gpu']))} {escape(str(r['name']))}", fmt_duration(r["duration_s"]),
                  f"{fmt_bytes(r['mem_start_bytes'])} → {fmt_bytes(r['mem_end_bytes'])}",
                  _peak_cell(r), fmt_bytes(r["mem_delta_bytes"], signed=True),
                  f"{fmt_pct(r['util_mean_pct'])} / {fmt_pct(r['util_max_pct'])}"]

@@ -1,0 +1,132 @@
+"""Adversarial inputs (issue 34): markup from outside, outputs over inputs, slow or huge bounds,
+compare's exit codes and deeply nested JSON."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nbgpu import Sampler, SimulatedGPUs
+from nbgpu.cli import main
+from nbgpu.errors import BadArgumentError
+from nbgpu.profiles.bounds import parse_bound
+from nbgpu.profiles.capture import Capture
+from nbgpu.profiles.report import static_html, summary_html
+
+EVIL = "<img src=x onerror=alert(1)>"
+ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
+
+
+def test_cell_report_escapes_names_keys_and_marks():
+    sampler = Sampler(SimulatedGPUs(count=1, seed=3, name=EVIL), interval=0.05, host=False).start()
+    try:
+        cap = Capture(sampler).start()
+        sampler.mark(EVIL)
+        time.sleep(0.3)
+        cap.finish()
+        page = static_html(cap)
+    finally:
+        sampler.stop()
+    assert "<img" not in page
+    assert ESCAPED in page
+    from nbgpu.widgets.cell_report import build_widget
+
+    view = build_widget(cap)
+    html_values = [c.value for c in view.children if hasattr(c, "value") and isinstance(c.value, str)]
+    assert html_values and not any("<img" in v for v in html_values)
+    rows = [dict(r, gpu=EVIL) for r in cap.summary_rows]
+    table = summary_html(rows)
+    assert "<img" not in table and ESCAPED in table
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("adv") / "run.jsonl")
+    code = main(["record", "--source", "sim", "--interval", "0.1", "-q", "-o", path, "--",
+                 sys.executable, "-c", "import time; time.sleep(0.5)"])
+    assert code == 0
+    return path
+
+
+def _lines(path) -> int:
+    with open(path) as fh:
+        return sum(1 for _ in fh)
+
+
+def test_report_refuses_output_over_its_input(run_file, capsys):
+    before = Path(run_file).read_text()
+    assert main(["report", run_file, "-o", run_file]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "same file" in err[0]
+    assert Path(run_file).read_text() == before
+
+
+def test_report_of_html_refuses_to_replace_itself(tmp_path, capsys):
+    page = tmp_path / "run.html"
+    page.write_text("<html>a report</html>")
+    assert main(["report", str(page)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert page.read_text() == "<html>a report</html>"
+
+
+def test_compare_refuses_output_over_an_input(run_file, capsys):
+    before = Path(run_file).read_text()
+    assert main(["compare", run_file, run_file, "-o", run_file]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "same file" in err[-1] and "Traceback" not in "".join(err)
+    assert Path(run_file).read_text() == before
+
+
+def test_record_keeps_an_existing_file_when_the_command_does_not_start(run_file, capsys):
+    lines = _lines(run_file)
+    assert main(["record", "--source", "sim", "-q", "-o", run_file, "--", "nbgpu-no-such-command-x"]) == 127
+    assert _lines(run_file) == lines
+
+
+def test_fail_if_parses_in_linear_time():
+    t = time.monotonic()
+    with pytest.raises(BadArgumentError):
+        parse_bound("energy_j>" + " " * 50_000 + "x")
+    assert time.monotonic() - t < 2.0
+
+
+@pytest.mark.parametrize("text", ["energy_j>+1e308kWh", "energy_j>1e400J", "energy_j>+1e999%"])
+def test_fail_if_refuses_overflowing_limits(text, run_file, capsys):
+    with pytest.raises(BadArgumentError, match="finite"):
+        parse_bound(text)
+    assert main(["compare", run_file, run_file, "--fail-if", text]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_compare_unreadable_input_exits_2(run_file, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "missing.jsonl"), run_file]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nbgpu compare: error:")
+
+
+def test_compare_empty_run_exits_2_with_a_user_line(run_file, tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    with open(run_file) as fh:
+        empty.write_text(fh.readline())  # the header line only: no readings
+    capsys.readouterr()
+    assert main(["compare", str(empty), run_file]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "summarize()" not in err[0] and "no GPU readings" in err[0]
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_deeply_nested_json_is_one_line(command, run_file, tmp_path, capsys):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n")
+    args = [str(deep)] if command == "report" else [str(deep), run_file]
+    out = ["-o", str(tmp_path / "out.html")]
+    capsys.readouterr()
+    assert main([command, *args, *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Recursion" not in err[0]
+    assert not os.path.exists(tmp_path / "out.html")
