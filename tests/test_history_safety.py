@@ -210,3 +210,15 @@ def test_a_read_only_folder_warns_the_user_once(tmp_path):
         assert len(_user_warnings(caught)) == 1
     finally:
         folder.chmod(0o755)
+
+
+def test_a_long_file_drops_its_oldest_records_but_no_foreign_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(history, "MAX_SAVED", 4)
+    path = tmp_path / "history.jsonl"
+    path.write_text("# my notes\n")
+    keep_history(path)
+    for n in range(60):
+        add(_rec(n))
+    lines = path.read_text().splitlines()
+    assert lines[0] == "# my notes" and json.loads(lines[-1])["execution_count"] == 59
+    assert path.stat().st_size <= 2048 * 4 + len(lines[-1]) + 1
