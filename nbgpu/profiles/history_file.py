@@ -63,18 +63,19 @@ def locked(path: str, shared: bool = False) -> Iterator[None]:
     """Hold the lock of the history file ``path`` (shared for reading, exclusive for writing)."""
     folder, name = os.path.split(path)
     lock = os.path.join(folder, f".{name}.lock")
+    fd = -1
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o666)
     except OSError as exc:
-        if shared:  # a read-only folder: read without the lock
-            yield
-            return
-        raise file_error("write", path, exc) from exc
+        if not shared:  # a reader in a read-only folder reads without the lock
+            raise file_error("write", path, exc) from exc
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def _number(v: object) -> bool:
