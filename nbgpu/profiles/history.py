@@ -5,11 +5,12 @@ computed when first asked for, so recording a cell costs nothing but an append. 
 is bounded: the oldest records go first.
 
 A persistent history (opt-in: ``nbgpu.keep_history()``, or the ``NBGPU_HISTORY_FILE``
-environment variable) also writes each cell's summary to a JSON-lines file, atomically,
-so a later kernel compares its cells with the runs before a restart. Its default place is
+environment variable) also appends each cell's summary to a JSON-lines file (under a lock,
+so several kernels share one file), so a later kernel compares its cells with the runs
+before a restart. Its default place is
 ``$XDG_DATA_HOME/nbgpu/history.jsonl`` (``~/.local/share/nbgpu/history.jsonl``). Keeping
 it costs each profiled cell its summary (computed at once instead of on demand) and one
-rewrite of the file (at most ``MAX_SAVED`` lines).
+appended line; the newest ``MAX_SAVED`` records are read back.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import json
 import logging
 import math
 import os
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ..errors import BadArgumentError
-from ..files import atomic_file
+from ..files import file_error
+from . import history_file
 from .compare import RunFigures, capture_figures
 from .cost import cost_of
 from .summary import SUMMARY_COLUMNS
@@ -213,24 +215,35 @@ def _reindex() -> None:
     _added = len(_records)
 
 
+def _warn(message: str) -> None:
+    """One line the notebook user sees (a UserWarning), also in the ``nbgpu`` logger."""
+    log.warning("%s", message)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _key(data: dict) -> tuple:
+    return (data.get("source_hash"), data.get("start"), data.get("execution_count"))
+
+
 class _Store:
-    """The persistent history file: its path and its newest lines, rewritten whole on each add."""
+    """The persistent history file: its path; each record is appended under the file's lock."""
 
     def __init__(self) -> None:
         self.path: str | None = None
-        self.lines: deque[str] = deque(maxlen=MAX_SAVED)
         self.env_checked = False
         self.warned = False
 
-    def save(self, record: CellRecord) -> None:
+    def save(self, records: list[CellRecord]) -> None:
+        if not records:
+            return
         try:
-            self.lines.append(json.dumps(record.to_json(), allow_nan=False))
-            with atomic_file(self.path) as fh:
-                fh.write("\n".join(self.lines) + "\n")
+            lines = [json.dumps(r.to_json(), allow_nan=False) for r in records]
+            history_file.append(self.path, lines, MAX_SAVED)
         except Exception as exc:  # never break the user's cell over the history file
             if not self.warned:
                 self.warned = True
-                log.warning("nbgpu: the history file %s could not be written: %s", self.path, exc)
+                _warn(f"nbgpu: the history file {self.path} could not be written, so this "
+                      f"kernel's cells are not kept there: {exc}")
 
 
 _store = _Store()
@@ -245,22 +258,11 @@ def default_history_path() -> str:
 
 
 def _read_saved(path: str) -> list[SavedRecord]:
-    out = []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    continue  # a torn or foreign line: skip it
-                if isinstance(data, dict) and data.get("v") == 1:
-                    out.append(SavedRecord(data))
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise BadArgumentError(f"cannot read the history file {path}: {exc.strerror or exc}; "
-                               "give a readable path to keep_history()") from exc
-    return out[-MAX_SAVED:]
+    saved, bad = history_file.read(path)
+    if bad:
+        _warn(f"nbgpu: skipped {bad} unreadable line(s) in the history file {path} "
+              "(they stay in the file)")
+    return [SavedRecord(d) for d in saved[-MAX_SAVED:]]
 
 
 def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
@@ -269,25 +271,33 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     Args:
         path: the JSON-lines file; None uses ``default_history_path()``; False stops
             writing (the file stays). Cells the file already holds join ``history()``
-            and serve as the last run of cells run again.
+            and serve as the last run of cells run again. Keeping the file already kept
+            does nothing; several kernels may keep one file (each appends its cells).
     """
     if path is False:
         _store.path = None
         return None
     text = default_history_path() if path is None or path is True else os.fspath(path)
     text = os.path.abspath(os.path.expanduser(text))
-    os.makedirs(os.path.dirname(text), exist_ok=True)
+    if text == _store.path:
+        return text
+    history_file.check_path(text)
+    try:
+        os.makedirs(os.path.dirname(text), exist_ok=True)
+    except OSError as exc:
+        raise file_error("keep history in", text, exc) from exc
     saved = _read_saved(text)
     live = [r for r in _records if isinstance(r, CellRecord)]
+    in_file = {_key(r.data) for r in saved}
+    live_keys = {id(r): _key({"source_hash": r.source_hash, "start": _clean(r.start_time),
+                              "execution_count": r.execution_count}) for r in live}
+    kept_here = set(live_keys.values())
     _records.clear()
-    _records.extend(saved)
+    _records.extend(r for r in saved if _key(r.data) not in kept_here)
     _records.extend(live)
     _reindex()
-    _store.path, _store.env_checked = text, True
-    _store.lines.clear()
-    _store.lines.extend(json.dumps(r.data, allow_nan=False) for r in saved)
-    for rec in live:
-        _store.save(rec)
+    _store.path, _store.env_checked, _store.warned = text, True, False
+    _store.save([r for r in live if live_keys[id(r)] not in in_file])
     return text
 
 
@@ -299,11 +309,11 @@ def add(record: CellRecord) -> None:
             try:
                 keep_history(None)
             except Exception as exc:
-                log.warning("nbgpu: %s is set but cannot be used: %s", ENV_HISTORY_FILE, exc)
+                _warn(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
     _records.append(record)
     _index(record)
     if _store.path is not None:
-        _store.save(record)
+        _store.save([record])
 
 
 def records() -> list[CellRecord | SavedRecord]:
