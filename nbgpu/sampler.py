@@ -114,7 +114,7 @@ class Sampler:
     """Samples every GPU of a source (and the host) from one background thread.
 
     Args:
-        source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "prometheus=URL",
+        source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "sim:N", "prometheus=URL",
             a ``SimulatedGPUs`` or any object with the source interface.
         interval: seconds between ticks of cheap reads (10 ms to 3600 s; default 1 s).
             Power and utilisation come from NVML's sample buffers at the card's own

@@ -27,6 +27,30 @@ def _port(value: str) -> int:
     return int(value)
 
 
+FAIL_IF_GRAMMAR = """\
+--fail-if grammar (spaces allowed between the parts):
+  BOUND  := METRIC OP LIMIT
+  OP     := > | >= | < | <=
+  LIMIT  := SIGN NUMBER %      NEW against BASE x (1 + N/100)
+          | SIGN NUMBER UNIT   NEW minus BASE
+          | NUMBER UNIT        NEW itself
+  SIGN   := + | -
+A bound says when the gate fails. A figure missing from either run breaks its bound.
+
+METRIC and its units (totals over all GPUs):
+  duration_s                      ms, s, min, h
+  energy_j                        J, kJ, MJ, Wh, kWh
+  mem_peak_bytes, mem_delta_bytes B, KiB, MiB, GiB, TiB, kB, MB, GB, TB
+  util_mean_pct, util_max_pct     pp (percentage points)
+  power_mean_w, power_max_w       W, kW
+  temp_max_c                      C
+
+examples:
+  nbgpu compare base.jsonl new.jsonl --fail-if "energy_j>+5%"
+  nbgpu compare base.jsonl new.jsonl --fail-if "mem_peak_bytes>+1GiB" --fail-if "duration_s>300s"
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``nbgpu`` and its sub-commands."""
     from ..version import __version__
@@ -61,11 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--title", default=None, help="title of the report")
 
     c = sub.add_parser("compare", help="compare two recorded runs; with --fail-if, a CI regression gate",
-                       description="Read two runs written by `nbgpu record` and print a side-by-side table "
-                       "per GPU and over all GPUs: both figures, the change and whether it is beyond the "
-                       "runs' own noise. Exit code 1 if a --fail-if bound is broken, 2 for a bad bound.",
-                       epilog='example: nbgpu compare base.jsonl new.jsonl --fail-if "energy_j>+5%%" '
-                       "(grammar: docs/compare.md)")
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Read two runs written by `nbgpu record` and print a side-by-side table\n"
+                       "per GPU and over all GPUs: both figures, the change and whether it is beyond\n"
+                       "the runs' own noise. Exit code 1 if a --fail-if bound is broken, 2 for a bad\n"
+                       "bound.", epilog=FAIL_IF_GRAMMAR)
     c.add_argument("base", metavar="BASE", help="the reference run")
     c.add_argument("new", metavar="NEW", help="the run to check against it")
     c.add_argument("-o", "--output", default=None, metavar="FILE",

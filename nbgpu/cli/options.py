@@ -16,13 +16,16 @@ from dataclasses import dataclass
 
 from ..errors import BadArgumentError
 
-SOURCES = "auto, nvml, sim or prometheus=URL"
+SOURCES = "auto, nvml, sim, sim:N (N simulated GPUs) or prometheus=URL"
 
 
 def check_source(text: str) -> str:
-    """A ``--source`` value (``auto``, ``nvml``, ``sim``, ``prometheus=URL``), or BadArgumentError."""
+    """A ``--source`` value (``auto``, ``nvml``, ``sim``, ``sim:N``, ``prometheus=URL``), else an error."""
+    from ..sources import sim_count
+
     spec = text.strip()
-    if spec in ("auto", "nvml", "sim", "simulated") or (spec.startswith("prometheus=") and len(spec) > 11):
+    prometheus = spec.startswith("prometheus=") and len(spec) > 11
+    if spec in ("auto", "nvml") or prometheus or sim_count(spec) is not None:
         return spec
     raise BadArgumentError(f"unknown source {text!r}; use {SOURCES}")
 

@@ -11,6 +11,7 @@ from IPython.display import display
 
 from .. import session
 from ..errors import NbgpuError
+from ..sources import sim_count
 from ..units import fmt_bytes
 from ..widgets.columns import check_gpus
 from ..widgets.hostonly import shared_or_host_only
@@ -80,7 +81,7 @@ def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     from .. import diagnostics  # noqa: F401
 
     shared = session.shared_sampler()
-    simulated = (opts.source.strip() in ("sim", "simulated") if opts.source is not None
+    simulated = (sim_count(opts.source) is not None if opts.source is not None
                  else shared is not None and shared.simulated)
     if simulated or (shared is not None and shared.running):
         return lambda: _start_shared(opts, prog)

@@ -46,6 +46,20 @@ def _cell_id(shell, info=None) -> str | None:
     return str(cid) if cid else None
 
 
+def current_count(shell) -> int | None:
+    """The In [] number of the running cell, as the front end shows it.
+
+    IPython 9 adds one to ``shell.execution_count`` before the cell runs (IPython 8 after),
+    so the running cell's own ``ExecutionResult`` is asked first.
+    """
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    count = getattr(result, "execution_count", None)
+    if isinstance(count, int):
+        return count
+    count = getattr(shell, "execution_count", None)
+    return count if isinstance(count, int) else None
+
+
 def _display(obj) -> None:
     from IPython.display import display
 
@@ -201,7 +215,7 @@ def cell_mode_enabled() -> bool:
 def _run_body(shell, cell: str):
     """Run the cell body in the user's namespace like a cell: the last expression is displayed."""
     source = shell.transform_cell(cell)
-    filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
+    filename = shell.compile.cache(source, current_count(shell) or 0, raw_code=cell)
     tree = shell.compile.ast_parse(source, filename=filename)
     tree = shell.transform_ast(tree)
     last = None
@@ -242,7 +256,7 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
 
 def _record_and_show(shell, cell: str, cap: Capture, story=None) -> None:
     """Record the cell, then show: the OOM story first (if any), the report, the comparison."""
-    rec = CellRecord(getattr(shell, "execution_count", None), _cell_id(shell), cell, cap)
+    rec = CellRecord(current_count(shell), _cell_id(shell), cell, cap)
     add_record(rec)
     if story is not None:
         _show_post_mortem(cap, story)

@@ -7,7 +7,9 @@ from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading, S
 from .nvml import NVMLSource
 from .simulated import SimulatedGPUs
 
-SOURCE_CHOICES = "'auto', 'nvml', 'sim', 'prometheus=URL', a SimulatedGPUs or a source object"
+SOURCE_CHOICES = ("'auto', 'nvml', 'sim', 'sim:N', 'prometheus=URL', a SimulatedGPUs "
+                  "or a source object")
+SIM_MAX = 64
 
 __all__ = [
     "SOURCE_CHOICES",
@@ -22,7 +24,25 @@ __all__ = [
     "Source",
     "open_source",
     "resolve_source",
+    "sim_count",
 ]
+
+
+def sim_count(spec: str) -> int | None:
+    """The number of GPUs ``spec`` simulates ("sim": 2, "sim:8": 8); None if not simulated.
+
+    ``sim:0``, ``sim:abc`` and counts above 64 raise one BadArgumentError.
+    """
+    spec = spec.strip()
+    if spec in ("sim", "simulated"):
+        return 2
+    head, sep, count = spec.partition(":")
+    if not sep or head not in ("sim", "simulated"):
+        return None
+    if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= SIM_MAX:
+        raise BadArgumentError(f"sim:N takes a whole number of GPUs from 1 to {SIM_MAX}, "
+                               f"got {spec!r}")
+    return int(count)
 
 
 def resolve_source(source: object) -> Source:
@@ -33,8 +53,9 @@ def resolve_source(source: object) -> Source:
         spec = source.strip()
         if spec in ("auto", "nvml"):
             return NVMLSource()
-        if spec in ("sim", "simulated"):
-            return NVMLSource(SimulatedGPUs())
+        count = sim_count(spec)
+        if count is not None:
+            return NVMLSource(SimulatedGPUs(count=count))
         if spec.startswith("prometheus="):
             from .prometheus import PrometheusSource
 

@@ -177,6 +177,7 @@ class _Child:
         self.stat = ProcFile(f"/proc/{pid}/stat", 1024) if procfs else None
         self.statm = ProcFile(f"/proc/{pid}/statm", 256) if procfs else None
         self.process = None if procfs else psutil.Process(pid)
+        self.base_s: float | None = None  # its CPU when first read: spent before it was seen
 
     def read(self, psutil) -> tuple[float, float] | None:
         """(CPU seconds, RSS bytes); None once the process has ended."""
@@ -211,6 +212,8 @@ class HostSource:
         self._children: dict[int, _Child] = {}
         self._children_every_s = children_every_s
         self._children_at = -np.inf
+        self._gone_base_s = 0.0  # first readings of ended children: their time before being seen
+        self._max_pct = 100.0 * (os.cpu_count() or 1)
         self._last: tuple[float, float] | None = None
         self._ram_total = float(psutil.virtual_memory().total)
         self._meminfo = ProcFile(MEMINFO_PATH, 512)
@@ -252,25 +255,36 @@ class HostSource:
                     continue
             live[pid] = child
         for gone in self._children.values():
-            gone.close()
+            self._forget(gone)
         return live
 
+    def _forget(self, child: _Child) -> None:
+        """Close an ended child's files; its pre-seen time stays out once it is reaped here."""
+        self._gone_base_s += child.base_s or 0.0
+        child.close()
+
     def _tree_cpu_seconds(self, now: float) -> tuple[float, float]:
-        """CPU seconds of this process, its reaped children and its live children; their RSS."""
+        """CPU seconds of this process, its reaped children and its live children; their RSS.
+
+        A child counts from its first reading: what it spent before it was found (children
+        are listed every ``children_every_s``) is left out, not added in one tick.
+        """
         if now - self._children_at >= self._children_every_s:
             self._children_at = now
             self._children = self._live_children()
         t = os.times()  # this process's clock and its reaped children's, without a /proc read
-        cpu = t.user + t.system + t.children_user + t.children_system
+        cpu = t.user + t.system + t.children_user + t.children_system - self._gone_base_s
         rss = _statm_rss_bytes(self._statm.read()) if self._procfs else None
         if rss is None:
             rss = float(self._me.memory_info().rss)
         for pid, child in list(self._children.items()):
             got = child.read(self._psutil)
             if got is None:
-                self._children.pop(pid).close()
+                self._forget(self._children.pop(pid))
                 continue
-            cpu += got[0]
+            if child.base_s is None:
+                child.base_s = got[0]
+            cpu += got[0] - child.base_s
             rss += got[1]
         return cpu, rss
 
@@ -285,7 +299,8 @@ class HostSource:
         cpu_s, rss = self._tree_cpu_seconds(now)
         proc_pct = np.nan
         if self._last is not None and now > self._last[0]:
-            proc_pct = max(0.0, 100.0 * (cpu_s - self._last[1]) / (now - self._last[0]))
+            pct = 100.0 * (cpu_s - self._last[1]) / (now - self._last[0])
+            proc_pct = min(max(0.0, pct), self._max_pct)  # a never-seen child reaped at once
         self._last = (now, cpu_s)
         return {
             "host_cpu_pct": self._machine_cpu_pct(),
@@ -304,3 +319,4 @@ class HostSource:
             child.close()
         self._children = {}
         self._children_at = -np.inf
+        self._last = None  # children found again start from new baselines
