@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 SEVERITIES = ("info", "warning", "critical")
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
+MAX_HELD = 2000  # findings kept per alert (over an hour at one evaluation every 2 s)
+BEFORE_CELL = " (since before this cell)"
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Alert:
     message: str
     suggestion: str
     evidence: dict = field(default_factory=dict)
+    # (evaluated at, judged from, severity, message, evidence) of each finding, oldest first
+    held: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def active(self) -> bool:
@@ -53,6 +57,7 @@ class Finding:
     message: str
     suggestion: str
     evidence: dict
+    since: float | None = None  # the oldest reading the judgment rests on (epoch seconds)
 
 
 class Episodes:
@@ -72,13 +77,17 @@ class Episodes:
             key = (f.rule, f.gpu)
             self._seen[key] = now
             alert = self._open.get(key)
+            held = (now, now if f.since is None else f.since, f.severity, f.message, dict(f.evidence))
             if alert is None:
                 alert = Alert(f.rule, f.severity, f.gpu, now, None, f.message, f.suggestion,
-                              dict(f.evidence))
+                              dict(f.evidence), [held])
                 self._open[key] = alert
                 self.alerts.append(alert)
                 changed.append(alert)
                 continue
+            alert.held.append(held)
+            if len(alert.held) > MAX_HELD:
+                del alert.held[: len(alert.held) - MAX_HELD]
             escalated = _RANK[f.severity] > _RANK[alert.severity]
             if _RANK[f.severity] >= _RANK[alert.severity]:
                 alert.message, alert.suggestion = f.message, f.suggestion
@@ -111,7 +120,33 @@ class Episodes:
         kept = list(self.alerts)
         if since_s is not None:
             kept = [a for a in kept if a.end is None or a.end >= since_s]
-        return [dataclasses.replace(a, evidence=dict(a.evidence)) for a in kept]
+        return [dataclasses.replace(a, evidence=dict(a.evidence), held=list(a.held)) for a in kept]
+
+
+def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.0) -> list[Alert]:
+    """The alerts of a cell (t0..t1): those whose condition held inside it, as seen there.
+
+    A finding counts when it was made inside the span and rests on no reading from before
+    it (``tolerance_s`` allowed); a cell too short for a rule's window is not judged by it.
+    Each alert shows its worst (then newest) counted finding; one that began before the
+    cell says so. Alerts without findings (read from a file) count where they overlap.
+    """
+    out = []
+    for a in alerts:
+        if not a.held:
+            if a.start <= t1 and (a.end is None or a.end >= t0):
+                out.append(a)
+            continue
+        counted = [h for h in a.held if t0 <= h[0] <= t1 and h[1] >= t0 - tolerance_s]
+        if not counted:
+            continue
+        _, _, severity, message, evidence = max(counted, key=lambda h: (_RANK[h[2]], h[0]))
+        before = a.start < t0
+        out.append(dataclasses.replace(
+            a, severity=severity, message=message + (BEFORE_CELL if before else ""),
+            evidence=dict(evidence, since_before_cell=before), held=counted,
+            end=a.end if a.end is not None and a.end <= t1 else None))
+    return out
 
 
 def alerts_frame(alerts: list[Alert]) -> pd.DataFrame:

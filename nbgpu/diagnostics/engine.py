@@ -80,6 +80,22 @@ def _work_active(sampler: Sampler) -> bool:
     return False
 
 
+_WINDOWS = {"input_bound": "input_window_s", "idle": "idle_window_s",
+            "imbalance": "imbalance_window_s", "throttling": "throttle_window_s",
+            "busy_thin": "thin_window_s"}
+
+
+def _judged_from(f: Finding, now: float, th: Thresholds) -> float:
+    """The oldest reading a finding rests on: its rule's window, memory's hold, the first mark."""
+    ev = f.evidence
+    if f.rule == "memory_leak":
+        return ev["marks_from_s"] if ev.get("method") == "marks" else now - ev.get("window_s", 0.0)
+    if f.rule == "oom_risk":  # the hold its severity needs (memory is above the level now)
+        need = th.oom_critical_after_s if f.severity == "critical" else th.oom_warning_after_s
+        return now - min(float(ev.get("held_s", 0.0)), need)
+    return now - float(getattr(th, _WINDOWS.get(f.rule, ""), 0.0))
+
+
 def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> DiagnosticsEngine:
     """A DiagnosticsEngine for ``sampler``, added as its tick listener (the sampler's factory)."""
     engine = DiagnosticsEngine(thresholds)
@@ -228,6 +244,10 @@ class DiagnosticsEngine:
             except Exception:
                 log.debug("diagnostics rule %s failed", name, exc_info=True)
                 continue
+            for f in found:  # utilisation rules judge the window ending where it was drained
+                drained = name in AT_UTILISATION_END and f.gpu is not None
+                end = ctx.window.end(f.gpu, "util_pct") if drained else now
+                f.since = _judged_from(f, end, self.thresholds)
             findings += found
             if name in AT_UTILISATION_END:
                 self._kept[name] = (inputs, found)

@@ -15,6 +15,9 @@ from .window import Context, fmt_bytes, held_for, median
 OOM_HINT = ("Free what you no longer need (del the tensors, then torch.cuda.empty_cache()), lower the "
             "batch size, use mixed precision or gradient checkpointing; "
             "nbgpu.diagnostics.memory_owners(sampler) shows whose memory it is.")
+# A mark-based leak ends when no mark came for this many mark spacings (at least the seconds).
+MARKS_STOPPED_SPACINGS = 3.0
+MARKS_STOPPED_MIN_S = 20.0
 LEAK_HINT = ("Something keeps GPU tensors alive: a list of losses or outputs kept with their graph "
              "(store loss.item() or .detach().cpu() instead), a growing cache, tensors in global "
              "variables. Compare torch.cuda.memory_allocated() across epochs. If a model or data "
@@ -166,14 +169,28 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
     if len(marks) < th.leak_marks:
         return None
     key = (gpu, tuple(m[0] for m in marks))
-    if key in ctx.mark_cache:
-        return ctx.mark_cache[key]
+    if key not in ctx.mark_cache:
+        ctx.mark_cache[key] = _rise_at_marks(ctx, gpu, marks)
+    found = ctx.mark_cache[key]
+    if found is None:
+        return None
+    spacing = (marks[-1][0] - marks[0][0]) / (len(marks) - 1)
+    if ctx.now - marks[-1][0] > max(MARKS_STOPPED_SPACINGS * spacing, MARKS_STOPPED_MIN_S):
+        return None  # the loop stopped marking: it ended
+    _, v = ctx.window.series(gpu, "mem_used_bytes", 5.0)
+    if len(v) and float(v[-1]) < found["mem_used_bytes"] - 0.5 * found["per_mark_bytes"]:
+        return None  # the memory fell back: it was freed
+    return found
+
+
+def _rise_at_marks(ctx: Context, gpu: object, marks: list[tuple[float, str]]) -> dict | None:
+    """Memory at each mark, if it rose at every one (the figures of a mark-based leak)."""
+    th = ctx.thresholds
     t, v = ctx.window.store.series(gpu, "mem_used_bytes", marks[0][0] - 5.0, marks[-1][0] + 0.001)
     at = []
     for tm, _ in marks:
         sel = v[(t <= tm + 0.001) & (t >= tm - 2.0)]
         if not len(sel):
-            ctx.mark_cache[key] = None
             return None
         at.append(median(sel[-3:]))
     steps = np.diff(at)
@@ -184,8 +201,7 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
         found = {"per_mark_bytes": mean_step, "unit": _unit_of([m[1] for m in marks]),
                  "marks": [m[1] for m in marks], "mem_at_marks_bytes": at,
                  "rate_bytes_per_min": (at[-1] - at[0]) / span * 60.0 if span > 0 else math.nan,
-                 "mem_used_bytes": at[-1]}
-    ctx.mark_cache[key] = found
+                 "mem_used_bytes": at[-1], "marks_from_s": marks[0][0]}
     return found
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..diagnostics.alerts import judged_in
 from ..diagnostics.engine import register_activity
 from ..errors import BadArgumentError
 from ..peaks import torch_uuid
@@ -70,9 +71,7 @@ def status_of(exc_type: type[BaseException] | None) -> str:
     """"ok", "interrupted" (KeyboardInterrupt) or "failed" (any other exception)."""
     if exc_type is None:
         return "ok"
-    if issubclass(exc_type, KeyboardInterrupt):
-        return "interrupted"
-    return "failed"
+    return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
 
 
 def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
@@ -85,10 +84,9 @@ def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
 def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
     """Wait until every live GPU has a tick reading at or after ``t`` (the requested read).
 
-    Returns at once when the store already covers ``t``; otherwise it sleeps until the
-    sampler's next step (a tick listener wakes it), never polling. Returns False on
-    timeout or if the sampler is not running; the summary then extends the nearest
-    readings to the edge instead.
+    Returns at once when the store covers ``t``; else sleeps until the sampler's next step
+    (a tick listener wakes it). False on timeout or if the sampler is not running: the
+    summary then extends the nearest readings to the edge instead.
     """
     if not sampler.running:
         return False
@@ -128,11 +126,9 @@ class _TorchStats:
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None) if torch is not None else None
         try:
-            if cuda is not None and cuda.is_initialized():
-                return cuda
+            return cuda if cuda is not None and cuda.is_initialized() else None
         except Exception:
             return None
-        return None
 
     def start(self, outer: list[Capture]) -> None:
         cuda = self.cuda()
@@ -275,8 +271,8 @@ class Capture:
     # -- results ----------------------------------------------------------------------------
     @property
     def duration_s(self) -> float:
-        end = self._clock() if math.isnan(self.end_time) else self.end_time
-        return end - self.start_time
+        t0, t1 = self._range()
+        return t1 - t0
 
     def _range(self) -> tuple[float, float]:
         return self.start_time, (self._clock() if math.isnan(self.end_time) else self.end_time)
@@ -333,9 +329,8 @@ class Capture:
         alerts = self.alerts
         for row in result.rows:
             for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
-                        "torch_allocated_end_bytes", "torch_reserved_end_bytes"):
-                if torch_rows:
-                    row[col] = _count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
+                        "torch_allocated_end_bytes", "torch_reserved_end_bytes") if torch_rows else ():
+                row[col] = _count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
             row["label"] = self.label
             row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
                                       if a.gpu is None or a.gpu == row["gpu"])
@@ -385,7 +380,7 @@ class Capture:
 
     @property
     def alerts(self) -> list:
-        """Alerts of the sampler's diagnostics that overlap the block (empty if none run)."""
+        """Alerts whose condition held inside the block, as seen there (empty if none run)."""
         if self._alerts is not None:
             return self._alerts
         get = getattr(self.sampler, "alert_list", None)
@@ -393,13 +388,11 @@ class Capture:
             return []
         t0, t1 = self._range()
         try:
-            found = [a for a in get(since_s=t0) if a.start <= t1 and (a.end is None or a.end >= t0)]
+            found = judged_in(get(since_s=t0), t0, t1, max(1.0, 2.0 * self.sampler.interval))
         except Exception:
             return []
-        if self.gpus is not None:
-            parents = {d.key: d.parent for d in self.sampler.devices}
-            found = [a for a in found
-                     if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
+        parents = {d.key: d.parent for d in self.sampler.devices}
+        found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
         if not math.isnan(self.end_time):
             self._alerts = found
         return found
@@ -451,8 +444,7 @@ def capture(sampler: Sampler | None = None, *, source: object = None, interval: 
             gpus: list | None = None, label: str = "") -> Capture:
     """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``.
 
-    Reuses the running sampler; without one, starts a sampler for the block (``source``,
-    ``interval``) and stops it at the end; ``source``/``interval`` while another sampler
-    runs raise ``BadArgumentError``. The block's exception, if any, is never caught.
+    Reuses the running sampler, else starts one for the block (``source``, ``interval``) and
+    stops it at its end (either while another runs: ``BadArgumentError``). Never catches.
     """
     return Capture(sampler, source=source, interval=interval, gpus=gpus, label=label)

@@ -1,0 +1,106 @@
+"""A cell (a capture) is judged on the cell: only findings whose condition held inside it.
+
+The history before a block is stepped by hand on a fake clock; then the sampler's thread
+runs and ``advance`` moves the clock during the block, as in tests/test_profiles_capture.py.
+"""
+
+from __future__ import annotations
+
+import nbgpu
+from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
+from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
+from test_profiles_capture import advance, settle
+
+MIB = 1 << 20
+
+
+def _block(s, clock, seconds: float, step: float = 0.5):
+    """A capture of ``seconds`` of fake time on the running sampler ``s``."""
+    s.start()
+    settle(s)
+    cap = nbgpu.capture(sampler=s).start()
+    for _ in range(round(seconds / step)):
+        advance(s, clock, step)
+    cap.finish()
+    _ = cap.summary  # read as the cell report does, while the sampler still runs
+    return cap
+
+
+def test_a_leak_found_at_epoch_marks_ends_when_memory_is_freed_and_a_quiet_cell_lists_none(clean_profiles):
+    def mem(g, t, m):  # +256 MiB an epoch of 4 s for 6 epochs, freed at t = 26
+        return 20e9 + 256 * MIB * min(int(t / 4), 6) if t < 26 else 20e9
+
+    s, clock = sim_sampler(source=ShapedGPUs(count=1, mem=mem), thresholds={"leak_windows_s": (600.0,)})
+    for i in range(6):
+        s.mark(f"epoch {i}")
+        drive(s, clock, 4.0)
+    s.mark("epoch 6")
+    drive(s, clock, 2.0)
+    assert [a.evidence["method"] for a in fired(s, "memory_leak")] == ["marks"]
+    try:
+        cap = _block(s, clock, 15.0)
+    finally:
+        s.stop()
+    assert "memory_leak" not in [a.rule for a in cap.alerts]
+    assert "memory_leak" not in cap.summary["alerts"].iloc[0]
+    assert all(a.end is not None for a in fired(s, "memory_leak"))
+
+
+def test_a_leak_found_at_marks_ends_when_the_marks_stop(clean_profiles):
+    def mem(g, t, m):  # memory rises with each epoch, then stays up
+        return 20e9 + 256 * MIB * min(int(t / 4), 6)
+
+    s, clock = sim_sampler(source=ShapedGPUs(count=1, mem=mem), thresholds={"leak_windows_s": (600.0,)})
+    for i in range(6):
+        s.mark(f"epoch {i}")
+        drive(s, clock, 4.0)
+    s.mark("epoch 6")
+    drive(s, clock, 2.0)
+    assert fired(s, "memory_leak")
+    drive(s, clock, 60.0)  # no new mark for a minute
+    assert all(a.end is not None for a in fired(s, "memory_leak"))
+
+
+def _oom_sampler(high_until: float):
+    total = 143771 * MIB  # the simulated card's
+
+    def mem(g, t, m):  # 93 % of the card from t = 5 until ``high_until``, then half
+        return total * (0.93 if 5 <= t < high_until else 0.5)
+
+    return sim_sampler(source=ShapedGPUs(count=1, mem=mem, mem_total_bytes=total))
+
+
+def test_an_alert_whose_condition_ended_before_the_cell_is_not_the_cells(clean_profiles):
+    s, clock = _oom_sampler(high_until=20.0)
+    drive(s, clock, 21.0)
+    assert fired(s, "oom_risk") and fired(s, "oom_risk")[0].end is None  # the episode is still on
+    try:
+        cap = _block(s, clock, 5.0)
+    finally:
+        s.stop()
+    assert cap.alerts == []
+    assert cap.summary["alerts"].iloc[0] == ""
+
+
+def test_an_alert_carried_into_the_cell_says_it_began_before_it(clean_profiles):
+    s, clock = _oom_sampler(high_until=60.0)
+    drive(s, clock, 20.0)
+    try:
+        cap = _block(s, clock, 5.0)
+    finally:
+        s.stop()
+    (alert,) = [a for a in cap.alerts if a.rule == "oom_risk"]
+    assert alert.start < cap.start_time
+    assert alert.message.endswith("(since before this cell)")
+    assert "since before this cell" in cap.summary["alerts"].iloc[0]
+
+
+def test_a_cell_shorter_than_a_rules_window_is_not_judged_on_readings_from_before_it(clean_profiles):
+    s, clock = sim_sampler("throttle", count=1)
+    drive(s, clock, 30.0)
+    assert fired(s, "throttling")  # its 10 s window: throttled before the cell and during it
+    try:
+        cap = _block(s, clock, 3.0)
+    finally:
+        s.stop()
+    assert "throttling" not in [a.rule for a in cap.alerts]
