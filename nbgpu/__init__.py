@@ -105,8 +105,6 @@ def __getattr__(name: str) -> object:
     ``nbgpu.metrics.reason_names`` work after a plain ``import nbgpu``.
     """
     module = _LAZY.get(name)
-    if name == "Sampler":  # importing diagnostics gives every Sampler its alerts engine
-        importlib.import_module(".diagnostics", __name__)
     if module is not None:
         value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value

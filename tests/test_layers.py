@@ -160,6 +160,17 @@ def test_every_module_has_a_layer():
     assert not unplaced, "\n".join(unplaced)
 
 
+def test_every_layer_row_names_a_module_that_exists():
+    missing = []
+    for index, patterns in enumerate(LAYERS):
+        for pattern in patterns:
+            rel = pattern[:-2] if pattern.endswith("/*") else pattern
+            name = "nbgpu" if rel == "nbgpu/__init__" else "nbgpu." + rel.replace("/", ".")
+            if name not in MODULES:
+                missing.append(f"layer {index}: `{pattern}` names no module in nbgpu/")
+    assert not missing, "\n".join(missing)
+
+
 def test_no_module_imports_a_higher_layer():
     new = backward_edges()
     assert not new, "backward imports (importer -> imported, layers):\n" + "\n".join(
@@ -192,8 +203,8 @@ def test_the_walker_sees_lazy_and_dynamic_imports(tmp_path):
 
 
 @pytest.mark.parametrize(("module", "layer"), [
-    ("nbgpu.errors", 0), ("nbgpu.sources.nvml", 1), ("nbgpu.sampler", 4),
-    ("nbgpu.widgets.cell_report", 8), ("nbgpu.svg", 3), ("nbgpu", len(LAYERS) - 1),
+    ("nbgpu.errors", 0), ("nbgpu.diagnostics.engine", 3), ("nbgpu.sources.nvml", 1), ("nbgpu.sampler", 4),
+    ("nbgpu.widgets.cell_report", 7), ("nbgpu.svg", 3), ("nbgpu", len(LAYERS) - 1),
 ])
 def test_layer_table_places_modules(module, layer):
     assert layer_of(module) == layer

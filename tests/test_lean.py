@@ -1,0 +1,60 @@
+"""Issue 31 (lean): behaviour that does not depend on import order; one error tree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbgpu import session
+from nbgpu.errors import BadArgumentError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_sampler():
+    yield
+    session.reset()
+
+
+def _fresh(code: str) -> str:
+    """Run ``code`` in a fresh interpreter (nothing of nbgpu imported first); its stdout."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_sampler_has_diagnostics_whatever_was_imported_first():
+    out = _fresh("from nbgpu.sampler import Sampler\n"
+                 "s = Sampler('sim')\n"
+                 "print(type(s.diagnostics).__name__)\n"
+                 "s.stop()\n")
+    assert out == "DiagnosticsEngine"
+
+
+def test_sampler_without_diagnostics_says_so():
+    from nbgpu.sampler import Sampler
+
+    s = Sampler("sim", diagnostics=False)
+    try:
+        assert s.status().diagnostics is False
+        assert "diagnostics=False" in str(s.alerts.attrs.get("note", ""))
+    finally:
+        s.stop()
+    t = Sampler("sim")
+    try:
+        assert t.status().diagnostics is True
+    finally:
+        t.stop()
+
+
+@pytest.mark.parametrize("interval", ["abc", True, -1, 0, float("nan")])
+def test_ensure_sampler_refuses_a_bad_interval_with_one_line(interval):
+    with pytest.raises(BadArgumentError) as info:
+        session.ensure_sampler("sim", interval)
+    assert "\n" not in str(info.value) and "interval" in str(info.value)
+    assert session.shared_sampler() is None or session.shared_sampler().interval != interval
