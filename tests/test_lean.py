@@ -58,3 +58,14 @@ def test_ensure_sampler_refuses_a_bad_interval_with_one_line(interval):
         session.ensure_sampler("sim", interval)
     assert "\n" not in str(info.value) and "interval" in str(info.value)
     assert session.shared_sampler() is None or session.shared_sampler().interval != interval
+
+
+def test_views_resolve_their_defaults_without_nbgpu_init():
+    out = _fresh("from nbgpu import hooks\n"
+                 "hooks._VIEWS.clear()\n"
+                 "print(*(hooks.default_view(k).__name__ for k in ('cell_report', 'oom_report')))\n")
+    assert out.split() == ["CellReport", "OomReport"]
+    assert "nbgpu.widgets" not in _fresh("import sys, nbgpu.hooks; print(sorted(sys.modules))")
+    from nbgpu import hooks
+
+    assert hooks.view("no-such-view", 5) == 5
