@@ -119,7 +119,8 @@ class Sampler:
     Args:
         source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "prometheus=URL",
             a ``SimulatedGPUs`` or any object with the source interface.
-        interval: seconds between ticks of cheap reads (10 ms to 3600 s; default 1 s).
+        interval: seconds between ticks of cheap reads (10 ms to 3600 s); None: the
+            ``NbGpu.interval`` setting (1 s unless configured).
             Power and utilisation come from NVML's sample buffers at the card's own
             resolution whatever the interval.
         gpus: keys of the cards to keep (a card's MIG slices go with it); None keeps all.
@@ -131,13 +132,17 @@ class Sampler:
         thresholds: ``nbgpu.Thresholds`` or a dict of the thresholds to change; None: defaults.
     """
 
-    def __init__(self, source: object = "auto", interval: float = DEFAULT_INTERVAL_S,
+    def __init__(self, source: object = "auto", interval: float | None = None,
                  gpus: Iterable[DeviceKey] | None = None, *, host: bool = True,
                  energy_every_s: float = 15.0, pcie_every_s: float = 15.0,
                  procs_every_s: float = 2.0, full_res_s: float | None = None,
                  bucket_s: float | None = None, history_s: float | None = None,
                  clock: Callable[[], float] = time.time, diagnostics: bool = True,
                  thresholds: object = None) -> None:
+        if interval is None:  # read now, not at import: %config NbGpu.interval applies
+            from .config import settings
+
+            interval = settings().interval
         self.interval = check_interval(interval)
         self._every = {"energy": check_interval(energy_every_s, "energy_every_s"),
                        "pcie": check_interval(pcie_every_s, "pcie_every_s"),
