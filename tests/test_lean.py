@@ -69,3 +69,20 @@ def test_views_resolve_their_defaults_without_nbgpu_init():
     from nbgpu import hooks
 
     assert hooks.view("no-such-view", 5) == 5
+
+
+def test_cost_settings_are_the_nbgpu_traits(monkeypatch):
+    from nbgpu import config
+    from nbgpu.profiles import cost
+
+    for name in (cost.ENV_PRICE, cost.ENV_CURRENCY, cost.ENV_CARBON):
+        monkeypatch.delenv(name, raising=False)
+    cost.reset()
+    try:
+        cost.configure(price_per_kwh=0.4, currency="EUR")
+        assert (config.settings().price_per_kwh, config.settings().currency) == (0.4, "EUR")
+        config.settings().carbon_g_per_kwh = 300.0  # what %config NbGpu.carbon_g_per_kwh does
+        assert cost.settings() == cost.CostSettings(0.4, "EUR", 300.0)
+    finally:
+        cost.reset()
+    assert cost.settings() == cost.CostSettings()
