@@ -86,3 +86,19 @@ def test_cost_settings_are_the_nbgpu_traits(monkeypatch):
     finally:
         cost.reset()
     assert cost.settings() == cost.CostSettings()
+
+
+def test_panel_window_default_is_the_setting():
+    from nbgpu import config
+    from nbgpu.sampler import Sampler
+    from nbgpu.widgets.monitor import GPUMonitor
+
+    s = Sampler("sim")
+    cfg = config.settings()
+    try:
+        cfg.window_s = 120.0
+        assert GPUMonitor(sampler=s, start=False, processes=False).window_s == 120.0
+        assert GPUMonitor(sampler=s, start=False, processes=False, window_s=30).window_s == 30
+    finally:
+        cfg.window_s = 60.0
+        s.stop()
