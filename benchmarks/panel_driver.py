@@ -72,7 +72,12 @@ class PanelAPI:
 
     def default_window_s(self) -> float:
         """Seconds of history the panel shows by default."""
-        return float(inspect.signature(self.cls).parameters["window_s"].default)
+        default = inspect.signature(self.cls).parameters["window_s"].default
+        if default is None:  # the panel reads NbGpu.window_s when it is made
+            from nbgpu.config import settings
+
+            default = settings().window_s
+        return float(default)
 
     def drive(self, sampler, kernel_like: bool = False, **kwargs) -> PanelRun:
         """Open a panel on ``sampler`` (default refresh rate) and let its timer run; its

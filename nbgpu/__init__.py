@@ -12,7 +12,6 @@ import importlib.util
 import logging
 from typing import TYPE_CHECKING
 
-from . import hooks as _hooks
 from .errors import (
     BadArgumentError,
     FileError,
@@ -55,22 +54,6 @@ _LAZY = {
 logging.getLogger("nbgpu").addHandler(logging.NullHandler())
 
 
-def _cell_report(cap: object) -> object:
-    from .widgets.cell_report import CellReport
-
-    return CellReport(cap)
-
-
-def _oom_report(post_mortem: object) -> object:
-    from .widgets.oom_report import OomReport
-
-    return OomReport(post_mortem)
-
-
-_hooks.register_view("cell_report", _cell_report)
-_hooks.register_view("oom_report", _oom_report)
-
-
 __all__ = [
     "Alert",
     "BadArgumentError",
@@ -105,8 +88,6 @@ def __getattr__(name: str) -> object:
     ``nbgpu.metrics.reason_names`` work after a plain ``import nbgpu``.
     """
     module = _LAZY.get(name)
-    if name == "Sampler":  # importing diagnostics gives every Sampler its alerts engine
-        importlib.import_module(".diagnostics", __name__)
     if module is not None:
         value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value

@@ -1,8 +1,10 @@
-"""Views that lower layers show without importing them: the layer that draws registers here.
+"""Views that lower layers show: ``view(kind, obj)``, resolved here whatever was imported first.
 
 ``profiles`` makes a ``Capture``, but the widget that draws its report lives in ``widgets``,
-a layer above; ``nbgpu/__init__`` registers that widget as the ``"cell_report"`` view, and
-``Capture.report()`` and cell mode ask for the view by name. Data still flows one way.
+a layer above. ``view("cell_report", cap)`` and ``view("oom_report", post_mortem)`` import
+their widget on first use (the two documented exceptions to the layer rule, see
+docs/engine.md "Layers"); ``register_view`` replaces a view. Importing this module imports
+no widget.
 """
 
 from __future__ import annotations
@@ -17,7 +19,20 @@ def register_view(kind: str, factory: Callable[[object], object]) -> None:
     _VIEWS[kind] = factory
 
 
+def default_view(kind: str) -> Callable[[object], object] | None:
+    """nbgpu's own view for ``kind`` (its widget class, imported now), or None for other kinds."""
+    if kind == "cell_report":
+        from .widgets.cell_report import CellReport
+
+        return CellReport
+    if kind == "oom_report":
+        from .widgets.oom_report import OomReport
+
+        return OomReport
+    return None
+
+
 def view(kind: str, obj: object) -> object:
-    """The registered view of ``obj`` for ``kind``, or ``obj`` itself (its own repr) when none is."""
-    factory = _VIEWS.get(kind)
+    """The view of ``obj`` for ``kind`` (registered, else nbgpu's default), or ``obj`` itself."""
+    factory = _VIEWS.get(kind) or default_view(kind)
     return obj if factory is None else factory(obj)

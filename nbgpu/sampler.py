@@ -8,9 +8,9 @@ counted (per GPU too) and kept in ``last_error``, a lost GPU becomes an event, a
 thread carries on. ``stop()`` never waits on a hanging read for more than a second: the
 thread closes the source itself once its last read returned.
 
-Diagnostics live above the sampler: ``nbgpu.diagnostics`` registers a factory with
-``set_diagnostics_factory`` when imported (``nbgpu.Sampler`` imports it), and each
-``Sampler(diagnostics=True)`` gets an engine from it as a tick listener.
+Diagnostics live below the sampler: each ``Sampler(diagnostics=True)`` attaches a
+``nbgpu.diagnostics`` engine as a tick listener when it is made, whatever was imported
+first; ``Sampler(diagnostics=False)`` runs without one and says so in ``status()``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
 _atexit_lock = threading.Lock()
 _atexit_registered = False
 _diagnostics_factory: Callable[[Sampler, object], object] | None = None
+NO_DIAGNOSTICS = ("this Sampler was created with diagnostics=False: no problems are looked for; "
+                  "make it with diagnostics=True for alerts")
 
 
 def running_samplers() -> list[Sampler]:
@@ -81,7 +83,7 @@ def check_interval(interval: object, name: str = "interval") -> float:
 
 
 def set_diagnostics_factory(factory: Callable[[Sampler, object], object] | None) -> None:
-    """Let a higher layer attach its engine: ``factory(sampler, thresholds)`` -> engine."""
+    """Replace the engine factory ``factory(sampler, thresholds)``; None: nbgpu's own engine."""
     global _diagnostics_factory
     _diagnostics_factory = factory
 
@@ -108,6 +110,7 @@ class SamplerStatus:
     source_kind: str = ""
     source_description: str = ""
     resolution_note: str | None = None
+    diagnostics: bool = True  # False: made with diagnostics=False, so no alerts are looked for
 
 
 class Sampler:
@@ -116,7 +119,8 @@ class Sampler:
     Args:
         source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "sim:N", "prometheus=URL",
             a ``SimulatedGPUs`` or any object with the source interface.
-        interval: seconds between ticks of cheap reads (10 ms to 3600 s; default 1 s).
+        interval: seconds between ticks of cheap reads (10 ms to 3600 s); None: the
+            ``NbGpu.interval`` setting (1 s unless configured).
             Power and utilisation come from NVML's sample buffers at the card's own
             resolution whatever the interval.
         gpus: keys of the cards to keep (a card's MIG slices go with it); None keeps all.
@@ -128,13 +132,17 @@ class Sampler:
         thresholds: ``nbgpu.Thresholds`` or a dict of the thresholds to change; None: defaults.
     """
 
-    def __init__(self, source: object = "auto", interval: float = DEFAULT_INTERVAL_S,
+    def __init__(self, source: object = "auto", interval: float | None = None,
                  gpus: Iterable[DeviceKey] | None = None, *, host: bool = True,
                  energy_every_s: float = 15.0, pcie_every_s: float = 15.0,
                  procs_every_s: float = 2.0, full_res_s: float | None = None,
                  bucket_s: float | None = None, history_s: float | None = None,
                  clock: Callable[[], float] = time.time, diagnostics: bool = True,
                  thresholds: object = None) -> None:
+        if interval is None:  # read now, not at import: %config NbGpu.interval applies
+            from .config import settings
+
+            interval = settings().interval
         self.interval = check_interval(interval)
         self._every = {"energy": check_interval(energy_every_s, "energy_every_s"),
                        "pcie": check_interval(pcie_every_s, "pcie_every_s"),
@@ -198,14 +206,15 @@ class Sampler:
         self._closed = False
         self._listeners: list[Callable[[Sampler, float], None]] = []
         self.diagnostics = None  # the DiagnosticsEngine naming problems (nbgpu.diagnostics)
-        if diagnostics and _diagnostics_factory is not None:
+        if diagnostics:
             try:
-                self.diagnostics = _diagnostics_factory(self, thresholds)
+                factory = _diagnostics_factory
+                if factory is None:
+                    from .diagnostics.engine import attach as factory
+                self.diagnostics = factory(self, thresholds)
             except Exception:
                 self.source.close()
                 raise
-        elif diagnostics:
-            log.debug("nbgpu.diagnostics not imported: this Sampler runs without alerts")
 
     @staticmethod
     def _select(devices: list[Device], gpus: Iterable[DeviceKey] | None) -> set | None:
@@ -421,15 +430,17 @@ class Sampler:
         if self.diagnostics is None:
             import pandas as pd
 
-            return pd.DataFrame(columns=["rule", "severity", "gpu", "start", "end", "duration_s",
-                                         "active", "message", "suggestion", "evidence"])
+            frame = pd.DataFrame(columns=["rule", "severity", "gpu", "start", "end", "duration_s",
+                                          "active", "message", "suggestion", "evidence"])
+            frame.attrs["note"] = NO_DIAGNOSTICS
+            return frame
         self.alert_list()  # ends ongoing alerts of a stopped sampler
         return self.diagnostics.alerts
 
     def on_alert(self, fn: Callable) -> None:
         """Call ``fn(alert)`` in the sampler thread when an alert opens or escalates."""
         if self.diagnostics is None:
-            raise BadArgumentError("this Sampler was created with diagnostics=False; no alerts")
+            raise BadArgumentError(NO_DIAGNOSTICS)
         self.diagnostics.on_alert(fn)
 
     @property
@@ -457,7 +468,8 @@ class Sampler:
                 errors_by_gpu=dict(self._errors_by_gpu), last_error=self.last_error,
                 last_error_by_gpu=dict(self._last_error_by_gpu), lost=dict(self._lost),
                 simulated=self.simulated, source_kind=str(self.source.kind),
-                source_description=description, resolution_note=note)
+                source_description=description, resolution_note=note,
+                diagnostics=self.diagnostics is not None)
 
     def _stale_now(self) -> float:
         if self.running:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .sampler import DEFAULT_INTERVAL_S, Sampler
+from .sampler import Sampler, check_interval
 from .sources import resolve_source
 
 _lock = threading.RLock()
@@ -59,13 +59,19 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
     """Return the running shared sampler, starting or replacing it as the arguments require.
 
     ``None`` for ``source`` or ``interval`` means "keep what runs" (or the default for a
-    first start: source "auto", interval 1 s).
+    first start: source "auto", interval ``NbGpu.interval``, 1 s unless configured). A bad ``interval`` raises
+    ``BadArgumentError`` (the sampler's own ``check_interval``) before anything is replaced.
     """
     global _shared, _settings
     with _lock:
-        cur_source, cur_interval = _settings if _settings else ("auto", DEFAULT_INTERVAL_S)
+        if _settings:
+            cur_source, cur_interval = _settings
+        else:  # the configured default, read now (``%config NbGpu.interval``)
+            from .config import settings
+
+            cur_source, cur_interval = "auto", check_interval(settings().interval)
         want_source = cur_source if source is None else source
-        want_interval = cur_interval if interval is None else float(interval)
+        want_interval = cur_interval if interval is None else check_interval(interval)
         if _shared is not None and _shared.running and (want_source, want_interval) == _settings:
             return _shared
         new = Sampler(source=_take_listed(want_source), interval=want_interval)

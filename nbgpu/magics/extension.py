@@ -36,9 +36,12 @@ def load_message() -> str:
 
 
 def load(ipython) -> None:
-    """Register ``%gpumon``/``%%gpumon`` and print the one-line GPU summary."""
+    """Register ``%gpumon``/``%%gpumon`` and ``%config NbGpu``; print the one-line GPU summary."""
     startup.stamp("extension_imported")
+    from .. import config
     from .gpumon import GPUMonMagics
+
+    config.register(ipython)  # %config NbGpu.* now reaches nbgpu's defaults
 
     ipython.register_magics(GPUMonMagics)
     startup.stamp("magics_registered")

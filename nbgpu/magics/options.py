@@ -34,7 +34,7 @@ class Options:
     action: str = "start"
     source: str | None = None
     interval: float | None = None
-    window_s: float = DEFAULT_WINDOW_S
+    window_s: float | None = None  # None: the panel's default, NbGpu.window_s
     gpus: str | None = None
     metrics: tuple[str, ...] | None = None
     refresh_s: float = DEFAULT_REFRESH_S
@@ -100,7 +100,7 @@ def line_parser() -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", default="start", choices=ACTIONS,
                    help="start (default), stop or status")
     _add_sampler_options(p)
-    p.add_argument("--window", type=seconds(check_window), default=DEFAULT_WINDOW_S, metavar="S",
+    p.add_argument("--window", type=seconds(check_window), default=None, metavar="S",
                    dest="window_s", help=f"seconds of history shown, 5 to 86400 (default "
                                          f"{DEFAULT_WINDOW_S:g}); per panel")
     p.add_argument("--metrics", type=argtype(check_metrics), default=None, metavar="LIST",

@@ -1,8 +1,9 @@
 """Energy as kWh, and as money and CO₂ where the user says what their electricity costs.
 
-nbgpu knows no price and no grid: both stay unset until ``nbgpu.configure(...)`` or the
-environment (``NBGPU_PRICE_PER_KWH``, ``NBGPU_CURRENCY``, ``NBGPU_CARBON_G_PER_KWH``) sets
-them; until then only kWh are shown. The figures cover the GPUs' own energy, not the
+nbgpu knows no price and no grid: both stay unset until ``nbgpu.configure(...)`` or
+``%config NbGpu.price_per_kwh`` (the ``NbGpu`` settings, nbgpu/config.py) or the environment
+(``NBGPU_PRICE_PER_KWH``, ``NBGPU_CURRENCY``, ``NBGPU_CARBON_G_PER_KWH``) sets them; until
+then only kWh are shown. The figures cover the GPUs' own energy, not the
 host, cooling or the power supply's losses.
 """
 
@@ -12,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from .. import config
 from ..errors import BadArgumentError
 
 J_PER_KWH = 3.6e6
@@ -27,9 +29,6 @@ class CostSettings:
     price_per_kwh: float | None = None
     currency: str = ""
     carbon_g_per_kwh: float | None = None
-
-
-_configured: dict[str, object] = {}
 
 
 def _rate(name: str, value: object) -> float:
@@ -51,30 +50,33 @@ def configure(price_per_kwh: float | None = None, currency: str | None = None,
         currency: the currency's code or symbol, e.g. "EUR"; None keeps it.
         carbon_g_per_kwh: grams of CO₂ per kWh of your grid; None keeps it.
     """
+    cfg = config.settings()
     if price_per_kwh is not None:
-        _configured["price_per_kwh"] = _rate("price_per_kwh", price_per_kwh)
+        cfg.price_per_kwh = _rate("price_per_kwh", price_per_kwh)
     if currency is not None:
-        _configured["currency"] = str(currency).strip()
+        cfg.currency = str(currency).strip()
     if carbon_g_per_kwh is not None:
-        _configured["carbon_g_per_kwh"] = _rate("carbon_g_per_kwh", carbon_g_per_kwh)
+        cfg.carbon_g_per_kwh = _rate("carbon_g_per_kwh", carbon_g_per_kwh)
     return settings()
 
 
 def reset() -> None:
-    """Forget what ``configure`` set (the environment still applies)."""
-    _configured.clear()
+    """Forget what ``configure`` or ``%config`` set (the environment still applies)."""
+    cfg = config.settings()
+    cfg.price_per_kwh, cfg.currency, cfg.carbon_g_per_kwh = None, "", None
 
 
 def settings() -> CostSettings:
-    """The current settings: ``configure``'s values, else the environment's, else unknown."""
+    """The current settings: the ``NbGpu`` traits where set, else the environment's, else unknown."""
     def env_rate(name: str) -> float | None:
         text = os.environ.get(name, "").strip()
         return _rate(name, text) if text else None
 
-    price = _configured.get("price_per_kwh", env_rate(ENV_PRICE))
-    carbon = _configured.get("carbon_g_per_kwh", env_rate(ENV_CARBON))
-    currency = _configured.get("currency", os.environ.get(ENV_CURRENCY, "").strip())
-    return CostSettings(price, str(currency), carbon)  # type: ignore[arg-type]
+    cfg = config.settings()
+    price = cfg.price_per_kwh if cfg.price_per_kwh is not None else env_rate(ENV_PRICE)
+    carbon = cfg.carbon_g_per_kwh if cfg.carbon_g_per_kwh is not None else env_rate(ENV_CARBON)
+    currency = cfg.currency or os.environ.get(ENV_CURRENCY, "").strip()
+    return CostSettings(price, str(currency), carbon)
 
 
 def energy_kwh(energy_j: float) -> float:

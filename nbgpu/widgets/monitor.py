@@ -31,7 +31,6 @@ from . import registry, text, tree
 from .bands import pack_packed, pad_rows, placing, rules, spaced_labels
 from .columns import (
     DEFAULT_REFRESH_S,
-    DEFAULT_WINDOW_S,
     WINDOW_CHOICES_S,
     Column,
     check_gpus,
@@ -80,7 +79,7 @@ class GPUMonitor(widgets.VBox):
             Changing ``source`` or ``interval`` restarts the kernel's shared sampler and
             every panel follows it.
         gpus: GPU indices to show (e.g. ``[0, 2]`` or ``"0,2"``); None shows all.
-        window_s: seconds of history shown (5 s to 24 h).
+        window_s: seconds of history shown (5 s to 24 h); None: ``NbGpu.window_s`` (60 s).
         metrics: columns to show (e.g. ``"util,mem,power,temp,sm"``); None shows util,
             memory, power and temperature, plus SM/tensor activity where reported.
         refresh_s: seconds between panel updates (0.25 s to 60 s).
@@ -90,9 +89,13 @@ class GPUMonitor(widgets.VBox):
     """
 
     def __init__(self, source: object = None, interval: float | None = None, *,
-                 gpus: object = None, window_s: float = DEFAULT_WINDOW_S, metrics: object = None,
+                 gpus: object = None, window_s: float | None = None, metrics: object = None,
                  refresh_s: float = DEFAULT_REFRESH_S, sampler=None, start: bool = True,
                  processes: bool = True, **kwargs) -> None:
+        if window_s is None:  # read now: %config NbGpu.window_s applies to the next panel
+            from ..config import settings
+
+            window_s = settings().window_s
         self.window_s = check_window(window_s)
         self.refresh_s = check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
