@@ -157,7 +157,9 @@ class _Walker:
             children = self._items(obj, found)
         elif issubclass(kind, BaseException):
             d = _dict_of(obj) or {}
-            children = iter([*d.values(), obj.args, *(_locals(f) for f in _frames(obj.__traceback__))])
+            tb = BaseException.__traceback__.__get__(obj)
+            args = BaseException.args.__get__(obj)
+            children = iter([*d.values(), args, *(_locals(f) for f in _frames(tb))])
         else:
             d = _dict_of(obj)
             children = iter([*(self._items(d, found) if d is not None else ()), *_slots_of(obj)])
