@@ -111,3 +111,22 @@ def test_output_cache_and_kept_exceptions_are_holders():
 def test_without_torch_cuda_there_are_no_cuda_rows_for_cpu():
     t = nbgpu.memory_by_name(device="cpu", namespace={"x": torch.zeros(3)})
     assert "not reachable from a name" not in set(t["name"])
+
+
+def test_the_last_error_lists_its_frames_locals_once(monkeypatch):
+    import sys
+
+    def fail():
+        big = torch.zeros(1000)  # noqa: F841 - held by the traceback
+        raise ValueError("no")
+
+    try:
+        fail()
+    except ValueError:
+        _, value, tb = sys.exc_info()
+    monkeypatch.setattr(sys, "last_traceback", tb, raising=False)
+    monkeypatch.setattr(sys, "last_value", value, raising=False)
+    t = table({})
+    assert t.loc["fail: big (traceback)", "bytes"] == 4000
+    assert bool(t.loc["fail: big (traceback)", "hidden"])
+    assert "sys.last_value" not in t.index

@@ -191,8 +191,16 @@ def _holders(ns: dict) -> Iterator[tuple[str, object, bool]]:
         for local, value in _locals(frame).items():
             yield f"{_frame_name(frame)}: {local} (traceback)", value, True
     value = getattr(sys, "last_value", None)
-    if value is not None:
-        yield "sys.last_value", value, True
+    if issubclass(type(value), BaseException):  # its frames are listed above, local by local
+        yield "sys.last_value", _Shallow(value), True
+
+
+class _Shallow:
+    """An exception's own attributes and args, without its traceback's frames."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.name = type(exc).__name__
+        self.held = [_dict_of(exc) or {}, BaseException.args.__get__(exc)]
 
 
 def _is_internal(frame: types.FrameType) -> bool:
@@ -213,6 +221,8 @@ def _user_ns(namespace: dict | None) -> dict:
 
 
 def _kind(value: object, found: _Found, torch: Any) -> str:
+    if isinstance(value, _Shallow):
+        return f"{value.name} holding {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
     if issubclass(type(value), torch.Tensor):
         return f"tensor {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
     if isinstance(value, types.FrameType):
@@ -251,7 +261,7 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     for name, value, hidden in _holders(ns):
         found = _Found()
         try:
-            walker.walk(value, found)
+            walker.walk(value.held if isinstance(value, _Shallow) else value, found)
         except RecursionError:
             found.capped = True
         if found.storages:
