@@ -130,3 +130,13 @@ def test_the_last_error_lists_its_frames_locals_once(monkeypatch):
     assert t.loc["fail: big (traceback)", "bytes"] == 4000
     assert bool(t.loc["fail: big (traceback)", "hidden"])
     assert "sys.last_value" not in t.index
+
+
+def test_torch_is_never_imported_when_the_user_did_not():
+    import subprocess
+    import sys
+
+    code = ("import sys, nbgpu; t = nbgpu.memory_by_name(namespace={'x': [1]}); "
+            "print(len(t), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "False"]
