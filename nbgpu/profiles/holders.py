@@ -16,6 +16,7 @@ from itertools import islice
 from typing import Any
 
 CAP = 10_000  # items visited per container
+BUDGET = 200_000  # objects visited per holder, so nested huge containers stay bounded
 COLUMNS = ["name", "kind", "bytes", "tensors", "shared_with", "hidden", "note"]
 UNREACHABLE = "not reachable from a name"
 RESERVED_FREE = "reserved but free"
@@ -32,6 +33,7 @@ class _Found:
     storages: dict[tuple, tuple[int, str]] = field(default_factory=dict)
     tensors: int = 0
     capped: bool = False
+    visited: int = 0
 
 
 def _dict_of(obj: object) -> dict | None:
@@ -136,6 +138,10 @@ class _Walker:
         """Add what ``obj`` holds to ``found``; cycles and repeats are visited once."""
         seen = set() if seen is None else seen
         if id(obj) in seen or id(obj) in self.skip or level > self.depth:
+            return
+        found.visited += 1
+        if found.visited > BUDGET:
+            found.capped = True
             return
         kind = type(obj)
         if issubclass(kind, self.torch.Tensor):
@@ -254,7 +260,12 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     torch = sys.modules.get("torch")
     if torch is None:
         return pd.DataFrame(columns=COLUMNS)
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        from ..errors import BadArgumentError
+
+        raise BadArgumentError(f"device must be like 'cuda', 'cuda:1' or 'cpu', got {device!r}") from None
     ns = _user_ns(namespace)
     walker = _Walker(torch, dev, max(0, int(depth)), {id(ns)})
     rows: list[tuple[str, object, bool, _Found]] = []
@@ -273,7 +284,7 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     table = []
     for name, value, hidden, found in rows:
         shared = sorted({o for key in found.storages for o in owners[key] if o != name})
-        notes = [f"capped at {CAP:,} items per container"] if found.capped else []
+        notes = [f"capped: {CAP:,} items per container, {BUDGET:,} objects"] if found.capped else []
         if len(found.storages) < found.tensors:
             notes.append("views share storage, counted once")
         table.append({"name": name, "kind": _kind(value, found, torch),
