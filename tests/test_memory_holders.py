@@ -144,7 +144,7 @@ def test_torch_is_never_imported_when_the_user_did_not():
 
 def test_nested_huge_containers_stay_bounded_and_a_bad_device_is_one_line():
     nest = [torch.zeros(1), [[[0] * 100 for _ in range(5_000)] for _ in range(2)]]
-    t = table({"nest": nest})  # under CAP per container, 1,000,000 objects in all
+    t = table({"nest": nest}, depth=4)  # under CAP per container, 1,000,000 objects in all
     assert "capped" in t.loc["nest", "note"]
     with pytest.raises(nbgpu.BadArgumentError) as err:
         nbgpu.memory_by_name(device="gpu-ish", namespace={})
