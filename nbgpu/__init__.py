@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .profiles import Capture, capture, mark, track
     from .profiles.cost import configure
     from .profiles.history import history, keep_history
+    from .profiles.holders import memory_by_name
     from .profiles.oom import snapshot_on_alert
     from .sampler import Sampler
     from .sources.simulated import SimulatedGPUs
@@ -43,6 +44,7 @@ _LAZY = {
     "track": ".profiles",
     "history": ".profiles.history",
     "keep_history": ".profiles.history",
+    "memory_by_name": ".profiles.holders",
     "configure": ".profiles.cost",
     "snapshot_on_alert": ".profiles.oom",
     "Sampler": ".sampler",
@@ -75,6 +77,7 @@ __all__ = [
     "keep_history",
     "load_ipython_extension",
     "mark",
+    "memory_by_name",
     "snapshot_on_alert",
     "track",
     "unload_ipython_extension",

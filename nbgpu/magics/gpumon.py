@@ -143,6 +143,17 @@ class GPUMonMagics(Magics):
     def gpumon(self, line: str = "", cell: str | None = None):
         if cell is not None:
             return self._profile_cell(line, cell)
+        word, _, rest = line.strip().partition(" ")
+        if word in ("memory", "free"):
+            from .memory import free, memory_text
+
+            if word == "free":
+                print(free(self.shell, rest))
+            elif rest.strip():
+                raise UsageError(f"%gpumon memory: takes no options, got {rest.strip()}")
+            else:
+                print(memory_text(self.shell.user_ns))
+            return None
         try:
             opts = parse_line(line)
         except HelpRequestedError as shown:

@@ -93,7 +93,9 @@ def line_parser() -> argparse.ArgumentParser:
                 description="Show a live panel of the GPUs (and host CPU/RAM), updating while "
                             "other cells run.\nAll panels share the kernel's one sampler thread.",
                 epilog="Actions: start (default) opens a panel; stop stops the sampler and every "
-                       "panel;\nstatus prints what runs.\n\n"
+                       "panel;\nstatus prints what runs. %gpumon memory lists the names that hold GPU "
+                       "memory;\n%gpumon free NAME... [--outputs] [--traceback] [--all-hidden] "
+                       "releases them.\n\n"
                        "Cell magic: %%gpumon [--source SRC] [--interval S] [--gpus LIST] profiles "
                        "the cell\nbelow it and shows its timeline and summary.\n\nMetrics (--metrics):\n"
                        + "\n".join(f"  {c.key:<10} {c.help}" for c in COLUMNS.values()))
@@ -155,3 +157,28 @@ def parse_cell_line(line: str) -> Options:
 def help_text() -> str:
     """``%gpumon?``: every option of the line and cell magics."""
     return line_parser().format_help()
+
+
+def free_parser() -> argparse.ArgumentParser:
+    """The parser of ``%gpumon free NAME... [--outputs] [--traceback] [--all-hidden]``."""
+    p = _Parser(prog="%gpumon free", add_help=False,
+                description="Delete the named variables (and, if asked, the output cache and the "
+                            "last traceback), then release PyTorch's cached memory.")
+    p.add_argument("-h", "--help", action=_Help)
+    p.add_argument("names", nargs="*", metavar="NAME", help="variables of the notebook to delete")
+    p.add_argument("--outputs", action="store_true", help="clear the output cache (Out, _, __, ___)")
+    p.add_argument("--traceback", action="store_true",
+                   help="drop the last error (sys.last_traceback, sys.last_value)")
+    p.add_argument("--all-hidden", action="store_true", dest="all_hidden",
+                   help="both --outputs and --traceback")
+    return p
+
+
+def parse_free(line: str) -> argparse.Namespace:
+    """Options of ``%gpumon free``; UsageError when nothing or something wrong is asked."""
+    ns = free_parser().parse_args(_split(line, "%gpumon free"))
+    if ns.all_hidden:
+        ns.outputs = ns.traceback = True
+    if not (ns.names or ns.outputs or ns.traceback):
+        raise UsageError("%gpumon free: name what to free: NAME..., --outputs, --traceback or --all-hidden")
+    return ns

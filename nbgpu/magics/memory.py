@@ -1,0 +1,91 @@
+"""``%gpumon memory`` (which names hold device memory) and ``%gpumon free`` (release them)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from ..units import fmt_bytes
+from .options import HelpRequestedError, parse_free
+
+_LAST = ("last_traceback", "last_value", "last_type", "last_exc")
+
+
+def _device() -> str:
+    torch = sys.modules.get("torch")
+    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+
+
+def memory_text(user_ns: dict, device: str | None = None) -> str:
+    """The table of ``memory_by_name`` as text, sizes in GiB/MiB."""
+    if sys.modules.get("torch") is None:
+        return "nbgpu: torch is not imported, so no name holds tensors."
+    from ..profiles.holders import memory_by_name
+
+    device = device or _device()
+    frame = memory_by_name(device=device, namespace=user_ns)
+    if frame.empty:
+        return f"nbgpu: no name holds {device} tensors."
+    width = max(12, *(len(str(n)) for n in frame["name"]))
+    lines = [f"{'name':<{width}}  {'size':>10}  what"]
+    for row in frame.itertuples(index=False):
+        extra = [x for x in (f"shared with {row.shared_with}" if row.shared_with else "",
+                             "hidden" if row.hidden else "", row.note) if x]
+        lines.append(f"{row.name!s:<{width}}  {fmt_bytes(row.bytes):>10}  {row.kind}"
+                     + (f" ({'; '.join(extra)})" if extra else ""))
+    return "\n".join(lines)
+
+
+def _readings() -> dict[str, int]:
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return {}
+    return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+
+
+def _clear_outputs(shell: Any, user_ns: dict) -> None:
+    hook = getattr(shell, "displayhook", None)
+    if hook is not None and getattr(hook, "do_full_cache", False):
+        hook.flush()
+    out = user_ns.get("Out")
+    if isinstance(out, dict):
+        for n in list(out):
+            user_ns.pop(f"_{n}", None)
+        out.clear()
+    for name in ("_", "__", "___"):
+        if name in user_ns:
+            user_ns[name] = ""
+
+
+def free(shell: Any, line: str) -> str:
+    """Delete what the line names, collect, empty PyTorch's cache; before -> after as text."""
+    try:
+        opts = parse_free(line)
+    except HelpRequestedError as shown:
+        return str(shown)
+    user_ns = shell.user_ns
+    unknown = [n for n in opts.names if n not in user_ns]
+    if unknown:
+        raise UsageError(f"%gpumon free: no variable named {', '.join(unknown)}; nothing was deleted")
+    before = _readings()
+    for name in opts.names:
+        del user_ns[name]
+    if opts.outputs:
+        _clear_outputs(shell, user_ns)
+    if opts.traceback:
+        for attr in _LAST:
+            if hasattr(sys, attr):
+                setattr(sys, attr, None)
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    after = _readings()
+    freed = [*opts.names, *(["the output cache"] if opts.outputs else []),
+             *(["the last traceback"] if opts.traceback else [])]
+    lines = [f"nbgpu: freed {', '.join(freed)}"]
+    lines.extend(f"nbgpu: PyTorch {k}: {fmt_bytes(before[k])} -> {fmt_bytes(after[k])}" for k in before)
+    return "\n".join(lines)
