@@ -130,3 +130,37 @@ def test_deeply_nested_json_is_one_line(command, run_file, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Recursion" not in err[0]
     assert not os.path.exists(tmp_path / "out.html")
+
+
+def test_exporter_answers_while_many_clients_trickle():
+    import socket
+    import urllib.request
+
+    from nbgpu.exporter.server import Exporter
+    from nbgpu.exporter.text import registry_for
+
+    sampler = Sampler(SimulatedGPUs(count=1, seed=1), interval=0.1, host=False).start()
+    exporter = Exporter(registry_for(sampler), port=0, timeout_s=5, request_deadline_s=1.0)
+    socks = []
+    try:
+        for _ in range(80):
+            s = socket.create_connection(("127.0.0.1", exporter.port), timeout=2)
+            s.sendall(b"G")
+            socks.append(s)
+        t0 = time.monotonic()
+        for i in range(3):  # keep trickling one byte to each, as a slow client does
+            for s in socks:
+                try:
+                    s.sendall(b"E")
+                except OSError:
+                    pass
+            if i < 2:
+                time.sleep(0.4)
+        with urllib.request.urlopen(exporter.url, timeout=5) as resp:
+            assert resp.status == 200
+        assert time.monotonic() - t0 < 5
+    finally:
+        for s in socks:
+            s.close()
+        exporter.close()
+        sampler.stop()

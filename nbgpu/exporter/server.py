@@ -30,6 +30,7 @@ DEFAULT_TIMEOUT_S = 5  # an idle or slow-header connection is closed after this
 WORKERS = 2  # scrapes are answered from memory in about a millisecond
 BACKLOG = 1024
 MAX_CONNECTIONS = 64
+REQUEST_DEADLINE_S = 3.0  # a request must arrive whole within this, however it trickles
 
 _Start = Callable[[str, list], object]
 
@@ -72,10 +73,13 @@ class Exporter:
         host: address to bind; 127.0.0.1 keeps it on this machine.
         port: TCP port; 0 picks a free one (see ``port``/``url`` afterwards).
         timeout_s: seconds after which an idle or stalled connection is closed.
+        request_deadline_s: seconds a request may take to arrive whole; a client that trickles
+            it (one byte a second keeps waitress's idle timer fresh) is dropped after this.
     """
 
     def __init__(self, registry: CollectorRegistry, host: str = DEFAULT_HOST,
-                 port: int = DEFAULT_PORT, timeout_s: int = DEFAULT_TIMEOUT_S) -> None:
+                 port: int = DEFAULT_PORT, timeout_s: int = DEFAULT_TIMEOUT_S,
+                 request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
         from waitress.server import create_server
 
         self._map: dict = {}
@@ -87,6 +91,7 @@ class Exporter:
         except OSError as exc:
             raise NbgpuError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
                              "choose another --port or stop what uses it") from exc
+        _drop_slow_requests(self._server, float(request_deadline_s))
         self.host = host
         self.port = int(self._server.effective_port)
         self._stop = threading.Event()
@@ -123,6 +128,31 @@ class Exporter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _drop_slow_requests(server, deadline_s: float) -> None:
+    """Make ``server``'s periodic cleanup also close channels whose request is still
+    unfinished ``deadline_s`` after its first byte came (waitress only checks idleness)."""
+    idle_check = server.maintenance
+    started: dict[int, tuple[object, float]] = {}
+
+    def maintenance(now: float) -> None:
+        idle_check(now)
+        seen = set()
+        for fd, channel in list(server.active_channels.items()):
+            partial = getattr(channel, "request", None)
+            if partial is None or channel.requests:
+                continue
+            seen.add(fd)
+            first = started.get(fd)
+            if first is None or first[0] is not partial:
+                started[fd] = (partial, now)
+            elif now - first[1] > deadline_s:
+                channel.will_close = True
+        for fd in set(started) - seen:
+            del started[fd]
+
+    server.maintenance = maintenance
 
 
 def serve(sampler: Sampler, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
