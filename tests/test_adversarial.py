@@ -164,3 +164,72 @@ def test_exporter_answers_while_many_clients_trickle():
             s.close()
         exporter.close()
         sampler.stop()
+
+
+def _trickling_http_server(step_s: float = 0.2):
+    """A peer that answers valid JSON one byte every ``step_s``; yields its URL."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+    body = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    def serve_one(conn):
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.recv(65536)
+                for i in range(len(answer)):
+                    if stop.is_set():
+                        return
+                    conn.sendall(answer[i:i + 1])
+                    time.sleep(step_s)
+            except OSError:
+                pass
+
+    def accept():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: (stop.set(), listener.close())
+
+
+def test_prometheus_source_gives_up_on_a_trickling_answer():
+    from nbgpu.errors import SourceError
+    from nbgpu.sources.prometheus import PrometheusSource
+
+    url, stop = _trickling_http_server()
+    try:
+        source = PrometheusSource(url, timeout_s=1.0)
+        t = time.monotonic()
+        with pytest.raises(SourceError, match="slowly"):
+            source.open()
+        assert time.monotonic() - t < 2.0
+        source.state = "ok"  # as after a good open: a trickling poll must leave it unreachable
+        t = time.monotonic()
+        source.read(time.time())
+        assert time.monotonic() - t < 2.0
+        assert source.state == "unreachable"
+    finally:
+        stop()
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:abc", "http://[::1]:99999"])
+def test_prometheus_bad_urls_are_one_line_errors(url):
+    from nbgpu.errors import NbgpuError
+    from nbgpu.sources.prometheus import PrometheusSource
+
+    with pytest.raises(NbgpuError):
+        source = PrometheusSource(url, timeout_s=0.5)
+        source.open()
