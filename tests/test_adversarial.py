@@ -233,3 +233,14 @@ def test_prometheus_bad_urls_are_one_line_errors(url):
     with pytest.raises(NbgpuError):
         source = PrometheusSource(url, timeout_s=0.5)
         source.open()
+
+
+def test_record_keeps_an_existing_file_when_the_command_cannot_exec(run_file, tmp_path, capsys):
+    script = tmp_path / "not-a-program"
+    script.write_text("this is text, not a program\n")
+    script.chmod(0o755)
+    before = Path(run_file).read_text()
+    assert main(["record", "--source", "sim", "-q", "-o", run_file, "--", str(script)]) == 127
+    assert Path(run_file).read_text() == before
+    assert sorted(os.listdir(os.path.dirname(run_file))) == ["run.jsonl"]
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
