@@ -244,3 +244,36 @@ def test_record_keeps_an_existing_file_when_the_command_cannot_exec(run_file, tm
     assert Path(run_file).read_text() == before
     assert sorted(os.listdir(os.path.dirname(run_file))) == ["run.jsonl"]
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("host", ["", "bad host!"])
+def test_export_bad_host_is_one_line_exit_2(host, capsys):
+    capsys.readouterr()
+    assert main(["export", "--source", "sim", "--host", host, "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0] and "host" in err[0]
+
+
+def test_exporter_logs_the_queue_depth_warning_once_per_episode():
+    import logging
+
+    from nbgpu.exporter.server import QueueDepthOnce
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("waitress.queue")
+    logger.addHandler(handler)
+    try:
+        from nbgpu.exporter.server import install_queue_filter
+
+        install_queue_filter(quiet_s=0.3)
+        for depth in range(1, 500):
+            logger.warning("Task queue depth is %d", depth)
+        assert len(records) == 1
+        time.sleep(0.35)
+        logger.warning("Task queue depth is %d", 3)
+        assert len(records) == 2
+        assert sum(isinstance(f, QueueDepthOnce) for f in logger.filters) == 1
+    finally:
+        logger.removeHandler(handler)
