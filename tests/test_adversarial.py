@@ -277,3 +277,11 @@ def test_exporter_logs_the_queue_depth_warning_once_per_episode():
         assert sum(isinstance(f, QueueDepthOnce) for f in logger.filters) == 1
     finally:
         logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:abc"])
+def test_export_from_a_malformed_prometheus_url_is_one_line_exit_2(url, capsys):
+    capsys.readouterr()
+    assert main(["export", "--source", f"prometheus={url}", "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Prometheus URL" in err[0]
