@@ -130,3 +130,165 @@ def test_deeply_nested_json_is_one_line(command, run_file, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Recursion" not in err[0]
     assert not os.path.exists(tmp_path / "out.html")
+
+
+def test_exporter_answers_while_many_clients_trickle():
+    import socket
+    import threading
+    import urllib.request
+
+    from nbgpu.exporter.server import Exporter
+    from nbgpu.exporter.text import registry_for
+
+    sampler = Sampler(SimulatedGPUs(count=1, seed=1), interval=0.1, host=False).start()
+    exporter = Exporter(registry_for(sampler), port=0, timeout_s=5, request_deadline_s=1.0)
+    socks = []
+    stop = None
+    try:
+        for _ in range(80):
+            s = socket.create_connection(("127.0.0.1", exporter.port), timeout=2)
+            s.sendall(b"G")
+            socks.append(s)
+        stop = threading.Event()
+
+        def trickle():  # one byte to each every 0.5 s, as slow clients do, until the end
+            while not stop.wait(0.5):
+                for s in socks:
+                    try:
+                        s.sendall(b"E")
+                    except OSError:
+                        pass
+
+        threading.Thread(target=trickle, daemon=True).start()
+        t0 = time.monotonic()
+        with urllib.request.urlopen(exporter.url, timeout=8) as resp:
+            assert resp.status == 200
+        assert time.monotonic() - t0 < 8
+    finally:
+        if stop is not None:
+            stop.set()
+        for s in socks:
+            s.close()
+        exporter.close()
+        sampler.stop()
+
+
+def _trickling_http_server(step_s: float = 0.2):
+    """A peer that answers valid JSON one byte every ``step_s``; yields its URL."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+    body = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    def serve_one(conn):
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.recv(65536)
+                for i in range(len(answer)):
+                    if stop.is_set():
+                        return
+                    conn.sendall(answer[i:i + 1])
+                    time.sleep(step_s)
+            except OSError:
+                pass
+
+    def accept():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: (stop.set(), listener.close())
+
+
+def test_prometheus_source_gives_up_on_a_trickling_answer():
+    from nbgpu.errors import SourceError
+    from nbgpu.sources.prometheus import PrometheusSource
+
+    url, stop = _trickling_http_server()
+    try:
+        source = PrometheusSource(url, timeout_s=1.0)
+        t = time.monotonic()
+        with pytest.raises(SourceError, match="slowly"):
+            source.open()
+        assert time.monotonic() - t < 2.0
+        source.state = "ok"  # as after a good open: a trickling poll must leave it unreachable
+        t = time.monotonic()
+        source.read(time.time())
+        assert time.monotonic() - t < 2.0
+        assert source.state == "unreachable"
+    finally:
+        stop()
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:abc", "http://[::1]:99999"])
+def test_prometheus_bad_urls_are_one_line_errors(url):
+    from nbgpu.errors import NbgpuError
+    from nbgpu.sources.prometheus import PrometheusSource
+
+    with pytest.raises(NbgpuError):
+        source = PrometheusSource(url, timeout_s=0.5)
+        source.open()
+
+
+def test_record_keeps_an_existing_file_when_the_command_cannot_exec(run_file, tmp_path, capsys):
+    script = tmp_path / "not-a-program"
+    script.write_text("this is text, not a program\n")
+    script.chmod(0o755)
+    before = Path(run_file).read_text()
+    assert main(["record", "--source", "sim", "-q", "-o", run_file, "--", str(script)]) == 127
+    assert Path(run_file).read_text() == before
+    assert sorted(os.listdir(os.path.dirname(run_file))) == ["run.jsonl"]
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("host", ["", "bad host!"])
+def test_export_bad_host_is_one_line_exit_2(host, capsys):
+    capsys.readouterr()
+    assert main(["export", "--source", "sim", "--host", host, "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0] and "host" in err[0]
+
+
+def test_exporter_logs_the_queue_depth_warning_once_per_episode():
+    import logging
+
+    from nbgpu.exporter.server import QueueDepthOnce
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("waitress.queue")
+    logger.addHandler(handler)
+    try:
+        from nbgpu.exporter.server import install_queue_filter
+
+        install_queue_filter(quiet_s=0.3)
+        for depth in range(1, 500):
+            logger.warning("Task queue depth is %d", depth)
+        assert len(records) == 1
+        time.sleep(0.35)
+        logger.warning("Task queue depth is %d", 3)
+        assert len(records) == 2
+        assert sum(isinstance(f, QueueDepthOnce) for f in logger.filters) == 1
+    finally:
+        logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:abc"])
+def test_export_from_a_malformed_prometheus_url_is_one_line_exit_2(url, capsys):
+    capsys.readouterr()
+    assert main(["export", "--source", f"prometheus={url}", "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Prometheus URL" in err[0]

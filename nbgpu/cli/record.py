@@ -10,6 +10,7 @@ SIGKILLed recorder never leaves it running on its own.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -89,6 +91,38 @@ def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
           file=sys.stderr, flush=True)
 
 
+def _temporary_beside(output: str) -> str | None:
+    """A new empty file in ``output``'s folder with the same extension, when ``output`` exists
+    as a regular file (a .parquet is only written at the end anyway); None otherwise."""
+    if not os.path.isfile(output) or os.path.islink(output) or output.lower().endswith(".parquet"):
+        return None
+    folder, name = os.path.split(os.path.abspath(output))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".nbgpu-record-", suffix="-" + name, dir=folder)
+    except OSError:
+        return None  # the Recorder will say in one line why the folder cannot be written
+    os.close(fd)
+    return tmp
+
+
+def _discard(path: str | None) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _take_place(recorder: Recorder, pending: str, output: str) -> None:
+    """Move the recording (still open, still growing) from ``pending`` to ``output``."""
+    try:
+        os.replace(pending, output)
+    except OSError as exc:
+        print(f"nbgpu record: cannot replace {output} ({exc.strerror or exc}); recording to {pending}",
+              file=sys.stderr, flush=True)
+        return
+    recorder.path = recorder.journal = output
+    recorder._file.path = output
+
+
 def run_record(cmd: list[str], source: str, interval: float, output: str, quiet: bool = False) -> int:
     """Run ``cmd`` while recording; returns the command's exit code.
 
@@ -101,7 +135,15 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
         return 127
     sampler = Sampler(source, interval=interval)
     try:
-        recorder = Recorder(sampler, output, header={"command": cmd})
+        # An existing file is replaced only once the command has started (exec can still fail,
+        # e.g. a text file marked executable): until then the recording goes to a temporary
+        # file beside it.
+        pending = _temporary_beside(output)
+        try:
+            recorder = Recorder(sampler, pending or output, header={"command": cmd})
+        except BaseException:
+            _discard(pending)
+            raise
     except BaseException:
         sampler.stop()
         raise
@@ -124,9 +166,16 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
             proc = subprocess.Popen(cmd, preexec_fn=die_with_parent())
         except OSError as exc:
             sampler.mark("command failed to start")
+            if pending:
+                recorder.abandon()
+                quiet = True  # no recording to summarize
+                _discard(pending)
+            kept = f" ({output} left as it was)" if pending else ""
             print(f"nbgpu record: cannot run {cmd[0]!r}: {exc.strerror or exc}; check the command "
-                  "and your PATH", file=sys.stderr)
+                  f"and your PATH{kept}", file=sys.stderr)
             return 127
+        if pending:
+            _take_place(recorder, pending, output)
         while True:
             # The buffers drained during the wait, so the flush can write every tick up to
             # about now with its own samples (the recorder runs beside the command, not in

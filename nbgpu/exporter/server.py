@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from ..errors import NbgpuError
+from ..errors import BadArgumentError, NbgpuError
 from .text import registry_for
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ DEFAULT_TIMEOUT_S = 5  # an idle or slow-header connection is closed after this
 WORKERS = 2  # scrapes are answered from memory in about a millisecond
 BACKLOG = 1024
 MAX_CONNECTIONS = 64
+REQUEST_DEADLINE_S = 3.0  # a request must arrive whole within this, however it trickles
 
 _Start = Callable[[str, list], object]
 
@@ -72,10 +74,13 @@ class Exporter:
         host: address to bind; 127.0.0.1 keeps it on this machine.
         port: TCP port; 0 picks a free one (see ``port``/``url`` afterwards).
         timeout_s: seconds after which an idle or stalled connection is closed.
+        request_deadline_s: seconds a request may take to arrive whole; a client that trickles
+            it (one byte a second keeps waitress's idle timer fresh) is dropped after this.
     """
 
     def __init__(self, registry: CollectorRegistry, host: str = DEFAULT_HOST,
-                 port: int = DEFAULT_PORT, timeout_s: int = DEFAULT_TIMEOUT_S) -> None:
+                 port: int = DEFAULT_PORT, timeout_s: int = DEFAULT_TIMEOUT_S,
+                 request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
         from waitress.server import create_server
 
         self._map: dict = {}
@@ -84,9 +89,14 @@ class Exporter:
                 metrics_app(registry), map=self._map, host=host, port=port, threads=WORKERS,
                 backlog=BACKLOG, connection_limit=MAX_CONNECTIONS, channel_timeout=int(timeout_s),
                 cleanup_interval=1, ident="nbgpu", asyncore_use_poll=True, expose_tracebacks=False)
+        except ValueError:  # waitress: "Invalid host/port specified."
+            raise BadArgumentError(f"--host {host!r} / --port {port!r} is not an address to listen on; "
+                                   "give an IP address or host name, e.g. --host 127.0.0.1") from None
         except OSError as exc:
             raise NbgpuError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
                              "choose another --port or stop what uses it") from exc
+        install_queue_filter()
+        _drop_slow_requests(self._server, float(request_deadline_s))
         self.host = host
         self.port = int(self._server.effective_port)
         self._stop = threading.Event()
@@ -123,6 +133,64 @@ class Exporter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+QUEUE_QUIET_S = 60.0  # a "Task queue depth" episode ends after this long without one
+
+
+class QueueDepthOnce(logging.Filter):
+    """Lets waitress's "Task queue depth is N" warning through once per episode: again only
+    after ``quiet_s`` without one (under load waitress logs it for every queued request)."""
+
+    def __init__(self, quiet_s: float = QUEUE_QUIET_S) -> None:
+        super().__init__()
+        self.quiet_s = quiet_s
+        self._last = -float("inf")
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Task queue depth"):
+            return True
+        now = time.monotonic()
+        with self._lock:
+            new_episode = now - self._last > self.quiet_s
+            self._last = now
+        return new_episode
+
+
+def install_queue_filter(quiet_s: float = QUEUE_QUIET_S) -> QueueDepthOnce:
+    """Put one ``QueueDepthOnce`` on the ``waitress.queue`` logger (replacing an earlier one)."""
+    logger = logging.getLogger("waitress.queue")
+    for old in [f for f in logger.filters if isinstance(f, QueueDepthOnce)]:
+        logger.removeFilter(old)
+    flt = QueueDepthOnce(quiet_s)
+    logger.addFilter(flt)
+    return flt
+
+
+def _drop_slow_requests(server, deadline_s: float) -> None:
+    """Make ``server``'s periodic cleanup also close channels whose request is still
+    unfinished ``deadline_s`` after its first byte came (waitress only checks idleness)."""
+    idle_check = server.maintenance
+    started: dict[int, tuple[object, float]] = {}
+
+    def maintenance(now: float) -> None:
+        idle_check(now)
+        seen = set()
+        for fd, channel in list(server.active_channels.items()):
+            partial = getattr(channel, "request", None)
+            if partial is None or channel.requests:
+                continue
+            seen.add(fd)
+            first = started.get(fd)
+            if first is None or first[0] is not partial:
+                started[fd] = (partial, now)
+            elif now - first[1] > deadline_s:
+                channel.will_close = True
+        for fd in set(started) - seen:
+            del started[fd]
+
+    server.maintenance = maintenance
 
 
 def serve(sampler: Sampler, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,

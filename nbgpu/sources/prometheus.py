@@ -14,9 +14,12 @@ going on. Devices are found when the source opens; GPUs that appear later are no
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -165,8 +168,13 @@ class PrometheusSource:
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_bytes: int = DEFAULT_MAX_BYTES, poll_s: float | None = None) -> None:
-        parts = urllib.parse.urlsplit(str(url).strip())
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urllib.parse.urlsplit(str(url).strip())
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+        except ValueError as exc:
+            raise BadArgumentError(f"Prometheus URL must look like http://HOST:9090, got {url!r} "
+                                   f"({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadArgumentError(f"Prometheus URL must look like http://HOST:9090, got {url!r}")
         self.url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
         self.timeout_s, self.max_bytes, self.poll_s = float(timeout_s), int(max_bytes), poll_s
@@ -192,20 +200,35 @@ class PrometheusSource:
                                      headers={"Content-Type": "application/x-www-form-urlencoded",
                                               "Accept": "application/json"})
         deadline = time.monotonic() + self.timeout_s
+        # The socket timeout bounds each read only; a peer that trickles a byte at a time would
+        # hold us forever. A watchdog shuts the connection down when the whole deadline passes.
+        watchdog = _Watchdog(deadline)
+        opener = urllib.request.build_opener(watchdog.http_handler(), watchdog.https_handler())
+        slow = SourceError(f"Prometheus at {self.url} answered too slowly (over {self.timeout_s:g} s)")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            with opener.open(req, timeout=self.timeout_s) as resp:
                 raw = self._read_bounded(resp, deadline)
         except urllib.error.HTTPError as exc:
             try:
                 raw = self._read_bounded(exc, deadline)
+                if watchdog.fired:
+                    raise slow from None
                 return json.loads(raw)  # Prometheus explains 4xx/5xx in JSON
+            except SourceError:
+                raise
             except Exception:
                 raise SourceError(f"Prometheus at {self.url} answered HTTP {exc.code}") from exc
         except SourceError:
             raise
-        except (OSError, urllib.error.URLError) as exc:
+        except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError) as exc:
+            if watchdog.fired:
+                raise slow from exc
             reason = getattr(exc, "reason", exc)
             raise SourceError(f"Prometheus at {self.url} is unreachable ({reason})") from exc
+        finally:
+            watchdog.cancel()
+        if watchdog.fired:
+            raise slow
         try:
             return json.loads(raw)
         except ValueError as exc:
@@ -340,6 +363,70 @@ class PrometheusSource:
             reading.events.append(DeviceEvent(None, "error", f"source unreachable: {message}"))
         self.state, self.last_error = "unreachable", message
         self._next_poll = now + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self.failures - 1))
+
+
+class _Watchdog:
+    """Shuts down the connections it made once ``deadline`` (time.monotonic) has passed, so a
+    blocked read returns at once; ``fired`` says it did."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline, self.fired = deadline, False
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._socks:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _watch(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._socks.append(sock)
+            if self.fired:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _connection(self, base: type) -> type:
+        watchdog = self
+
+        class Connection(base):  # type: ignore[misc, valid-type]
+            def connect(self) -> None:
+                super().connect()
+                watchdog._watch(self.sock)
+
+        return Connection
+
+    def http_handler(self) -> urllib.request.HTTPHandler:
+        conn = self._connection(http.client.HTTPConnection)
+
+        class Handler(urllib.request.HTTPHandler):
+            def http_open(self, req):
+                return self.do_open(conn, req)
+
+        return Handler()
+
+    def https_handler(self) -> urllib.request.HTTPSHandler:
+        conn = self._connection(http.client.HTTPSConnection)
+
+        class Handler(urllib.request.HTTPSHandler):
+            def https_open(self, req):
+                return self.do_open(conn, req, context=self._context)
+
+        return Handler()
 
 
 def _natural(key: str) -> tuple:
