@@ -83,6 +83,14 @@ def _read_int(path: str) -> int | None:
         return None
 
 
+def _read_field(path: str, index: int) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[index])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def oom_kills(path: str = "/sys/fs/cgroup/memory.events") -> int | None:
     """The cgroup's ``oom_kill`` counter, or None where unreadable."""
     try:
@@ -135,8 +143,8 @@ class Recorder:
         now, cpu = time.monotonic(), sum(os.times()[:2])
         pct = 100.0 * (cpu - self._cpu[1]) / max(now - self._cpu[0], 1e-6)
         self._cpu = (now, cpu)
-        statm = open("/proc/self/statm").read().split() if os.path.exists("/proc/self/statm") else []
-        rss = int(statm[1]) * os.sysconf("SC_PAGE_SIZE") if len(statm) > 1 else None
+        pages = _read_field("/proc/self/statm", 1)
+        rss = pages * os.sysconf("SC_PAGE_SIZE") if pages is not None else None
         total, avail = m.get("MemTotal"), m.get("MemAvailable")
         try:
             gpus = _gpus()
@@ -144,7 +152,7 @@ class Recorder:
             gpus = []
         return {"t": time.time(), "ram_total": total, "ram_avail": avail,
                 "ram_used": total - avail if total and avail is not None else None,
-                "swap_used": (m["SwapTotal"] - m["SwapFree"]) if "SwapTotal" in m and "SwapFree" in m else None,
+                "swap_used": m["SwapTotal"] - m["SwapFree"] if "SwapFree" in m else None,
                 "rss": rss, "cpu": round(pct, 1),
                 "cg_max": _read_int("/sys/fs/cgroup/memory.max"),
                 "cg_cur": _read_int("/sys/fs/cgroup/memory.current"),

@@ -35,7 +35,8 @@ def verdict(recs: list[dict], oom_now: int | None = None) -> str:
     if rss is not None:
         tail = f", this kernel {rss / GIB:.0f} GiB"
         if rate is not None and rate > 0:
-            tail += f", rising {rate / GIB:.1f} GiB/s" if rate >= GIB / 10 else f", rising {rate / 2**20:.0f} MiB/s"
+            fast = rate >= GIB / 10
+            tail += f", rising {rate / GIB:.1f} GiB/s" if fast else f", rising {rate / 2**20:.0f} MiB/s"
     oom = [r.get("cg_oom") for r in window if r.get("cg_oom") is not None]
     confirmed = (len(oom) > 1 and oom[-1] > oom[0]) or (oom and oom_now is not None and oom_now > oom[-1])
     word = "confirmed" if confirmed else "likely"
