@@ -311,14 +311,18 @@ def stop(shell=None) -> None:
 
 
 def on_load(shell) -> None:
-    """``%load_ext nbgpu``: print each dead kernel's post-mortem once, then start recording."""
+    """``%load_ext nbgpu``: print each dead kernel's post-mortem once, then start recording.
+
+    With ``NbGpu.flight_recorder`` off, nothing is read or written.
+    """
     from .config import register
     from .postmortem import report_at_load
 
+    if not register(shell).flight_recorder:
+        return
     try:
         for line in report_at_load():
             print(line)
     except Exception as exc:  # a post-mortem must never break the extension
         print(f"nbgpu: could not read old flight records: {exc}", file=sys.stderr)
-    if register(shell).flight_recorder:
-        start(shell)
+    start(shell)
