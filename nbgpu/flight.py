@@ -32,11 +32,11 @@ def cache_dir() -> Path:
 
 
 def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (None if it is gone)."""
+    """The process's start time in clock ticks since boot (None if it is gone or a zombie)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             rest = f.read().rsplit(b")", 1)[1].split()
-        return int(rest[19])
+        return None if rest[0] == b"Z" else int(rest[19])
     except (OSError, IndexError, ValueError):
         return None
 

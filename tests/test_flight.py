@@ -129,6 +129,10 @@ def test_killed_kernel_is_reported_once_at_the_next_load(cache):
         msg = first.k.kc.execute("for i in range(1000): time.sleep(0.1)")
         assert msg
         time.sleep(2.5)
+        ring = next(cache.glob(f"flight-*-{pid}-*.ring"))
+        deadline = time.monotonic() + 30  # a loaded machine: wait for a record of the cell
+        while not (flight.read_ring(ring)[1][-1].get("cell")) and time.monotonic() < deadline:
+            time.sleep(0.2)
         os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
     finally:
@@ -164,3 +168,26 @@ def test_clean_shutdown_gives_no_report(cache):
         assert "died" not in k.text("%load_ext nbgpu")
     finally:
         k.k.close()
+
+
+def test_dead_ring_is_reported_once_and_cleared(cache):
+    import json
+
+    rec = flight.Recorder(slots=8)
+    t0 = time.time()
+    for i in range(4):
+        rec.write({"t": t0 + i, "rss": GIB, "ram_total": 64 * GIB, "ram_used": 8 * GIB,
+                   "gpus": [], "cell": [5, "train()", t0 - 10]})
+    rec.close()
+    flight.set_flag(rec.path, closed=False, start=-1)  # as if its process died, never closed
+    assert json.loads(_cli("--json").stdout) == json.loads(_cli("--all", "--json").stdout)
+    info = json.loads(_cli("--json").stdout)[0]
+    assert info["cell"] == {"execution_count": 5, "first_line": "train()", "running_s": 13.0}
+    assert "crash inside native code" in info["cause"]
+    flight.set_flag(rec.path, reported=False)
+    lines = postmortem.report_at_load()
+    assert len(lines) == 1 and "In [5] `train()` had run 13 s" in lines[0]
+    assert postmortem.report_at_load() == []
+    done = _cli("--clear")
+    assert done.returncode == 0 and "removed 1" in done.stdout and not rec.path.exists()
+    assert json.loads(_cli("--json").stdout) == []
