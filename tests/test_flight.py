@@ -191,3 +191,19 @@ def test_dead_ring_is_reported_once_and_cleared(cache):
     done = _cli("--clear")
     assert done.returncode == 0 and "removed 1" in done.stdout and not rec.path.exists()
     assert json.loads(_cli("--json").stdout) == []
+
+
+def test_gpus_of_a_running_sampler_are_recorded(cache):
+    from nbgpu import Sampler, SimulatedGPUs, session
+
+    s = Sampler(SimulatedGPUs(count=2, seed=1), interval=0.1).start()
+    try:
+        time.sleep(0.5)
+        session._shared = s
+        rec = flight.Recorder(slots=4)
+        r = rec.reading()
+        rec.close()
+    finally:
+        session._shared = None
+        s.stop()
+    assert len(r["gpus"]) == 2 and r["gpus"][0][1] > 0
