@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Kernels of other tests keep no flight record and report none (tests/test_flight.py turns
+# it on, with its own cache folder); a killed test kernel must not speak at the next load.
+os.environ["NBGPU_FLIGHT_RECORDER"] = "0"
 
 
 @pytest.fixture(scope="module")

@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to listen on (default: 127.0.0.1; 0.0.0.0 exposes it to the network)")
     e.add_argument("--port", type=_port, default=9464, help="port to listen on (default: 9464)")
     e.add_argument("--hostname", default=None, help="the Hostname label (default: this machine's name)")
+    pm = sub.add_parser("postmortem", help="say why the last kernel died (its flight record)",
+                        description="Read the flight records of kernels that died without closing them.")
+    pm.add_argument("--all", action="store_true", help="every dead kernel, not only the newest")
+    pm.add_argument("--json", action="store_true", help="print JSON")
+    pm.add_argument("--clear", action="store_true", help="remove the records already shown")
     return p
 
 
@@ -144,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .compare import run_compare
 
             return run_compare(args.base, args.new, args.output, args.fail_if)
+        if args.command == "postmortem":
+            from ..postmortem import run_cli
+
+            return run_cli(args.all, args.json, args.clear)
         if args.command == "demo":
             from .demo import run_demo
 

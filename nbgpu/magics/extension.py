@@ -47,6 +47,9 @@ def load(ipython) -> None:
     startup.stamp("magics_registered")
     print(load_message())
     startup.stamp("gpus_listed")
+    from .. import flight
+
+    flight.on_load(ipython)
 
 
 def unload(ipython) -> None:
@@ -64,6 +67,9 @@ def unload(ipython) -> None:
         pass
     except Exception as exc:
         log.warning("nbgpu: could not turn off cell profiling: %s", exc)
+    from .. import flight
+
+    flight.stop(ipython)
     session.reset()
     from ..widgets.schedule import SCHEDULE
 

@@ -1,0 +1,209 @@
+"""The flight recorder: a crash-safe ring per kernel, and the post-mortem of a killed kernel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nbgpu import flight, postmortem
+
+GIB = 1024 ** 3
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("NBGPU_FLIGHT_RECORDER", raising=False)
+    return tmp_path / "nbgpu"
+
+
+def test_torn_record_is_skipped(cache):
+    rec = flight.Recorder(slots=10)
+    for _ in range(5):
+        rec.write({"t": time.time(), "rss": 1})
+    fd = os.open(rec.path, os.O_RDWR)
+    os.pwrite(fd, b"garbage!" * 20, flight.HEADER + 2 * flight.SLOT)  # a torn slot
+    os.close(fd)
+    header, recs = flight.read_ring(rec.path)
+    assert header["pid"] == os.getpid() and not header["closed"]
+    assert [r["seq"] for r in recs] == [0, 1, 3, 4]
+    rec.close()
+    assert flight.read_ring(rec.path)[0]["closed"] is True
+
+
+def test_file_size_stays_bounded(cache):
+    rec = flight.Recorder()
+    for i in range(10_000):
+        rec.write({"t": float(i), "rss": i})
+    size = rec.path.stat().st_size
+    assert size == flight.HEADER + flight.SLOTS * flight.SLOT <= 2 * 1024 * 1024
+    _, recs = flight.read_ring(rec.path)
+    assert len(recs) == flight.SLOTS and recs[-1]["seq"] == 9_999 and recs[0]["seq"] == 9_400
+    rec.close()
+
+
+def test_a_real_reading_fits_a_slot(cache):
+    rec = flight.Recorder()
+    r = rec.reading()
+    assert r["ram_total"] > 0 and r["rss"] > 0
+    rec.write(r)
+    assert flight.read_ring(rec.path)[1][0]["rss"] == r["rss"]
+    rec.close()
+
+
+def test_read_only_cache_dir_warns_once_and_does_not_raise(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # the cache folder cannot be made under a file, even as root
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setattr(flight, "_warned", False)
+    assert flight.start() is None
+    assert flight.start() is None
+    err = capsys.readouterr().err
+    assert err.count("cannot keep a flight record") == 1 and len(err.strip().splitlines()) == 1
+
+
+def test_full_disk_while_recording_warns_once(cache, monkeypatch, capsys):
+    import errno
+
+    monkeypatch.setattr(flight, "_warned", False)
+    rec = flight.Recorder(slots=4)
+
+    def full(*a: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rec, "write", full)
+    monkeypatch.setattr(flight._stop, "wait", lambda timeout: False)
+    flight._loop(rec)  # returns after the first failure instead of raising
+    rec.close()
+    assert capsys.readouterr().err.count("No space left on device") == 1
+
+
+def test_oom_verdict_from_ram_at_99_percent_and_rss_rising():
+    total = 62.8 * GIB
+    recs = [{"t": 100.0 + i, "ram_total": total, "ram_used": total * (0.90 + 0.01 * i),
+             "rss": (40 + 2 * i) * GIB, "gpus": []} for i in range(10)]
+    v = postmortem.verdict(recs)
+    assert v.startswith("likely killed by the out-of-memory killer: host RAM 99 %"), v
+    assert "62.8 GiB" in v and "this kernel 58 GiB" in v and "rising 2.0 GiB/s" in v
+    recs[-1]["cg_oom"], recs[0]["cg_oom"] = 3, 2
+    assert postmortem.verdict(recs).startswith("confirmed killed")
+
+
+def test_no_limit_near_means_native_crash():
+    recs = [{"t": float(i), "ram_total": 64 * GIB, "ram_used": 8 * GIB, "rss": GIB,
+             "gpus": [[1 * GIB, 80 * GIB, 10.0, 100.0, 40.0]]} for i in range(5)]
+    assert "crash inside native code" in postmortem.verdict(recs)
+    recs[-1]["gpus"] = [[79.5 * GIB, 80 * GIB, 99.0, 300.0, 70.0]]
+    assert postmortem.verdict(recs).startswith("GPU 0 memory was full")
+
+
+class _Kernel:
+    def __init__(self) -> None:
+        from conftest_profiles import KernelSession
+
+        self.k = KernelSession()
+
+    def text(self, code: str) -> str:
+        reply, outputs = self.k.run(code)
+        assert reply["status"] == "ok", outputs
+        return "".join(o.get("text", "") for o in outputs if o["msg_type"] == "stream")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nbgpu.cli", "postmortem", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.kernel
+def test_killed_kernel_is_reported_once_at_the_next_load(cache):
+    first = _Kernel()
+    try:
+        first.text("%load_ext nbgpu\nimport time")
+        pid = first.k.km.provisioner.process.pid
+        msg = first.k.kc.execute("for i in range(1000): time.sleep(0.1)")
+        assert msg
+        time.sleep(2.5)
+        ring = next(cache.glob(f"flight-*-{pid}-*.ring"))
+        deadline = time.monotonic() + 30  # a loaded machine: wait for a record of the cell
+        while not (flight.read_ring(ring)[1][-1].get("cell")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    finally:
+        first.k.close()
+    second = _Kernel()
+    try:
+        out = second.text("%load_ext nbgpu")
+        assert f"the last kernel (pid {pid}) died at about" in out, out
+        assert "In [2] `for i in range(1000): time.sleep(0.1)`" in out, out
+        cli = _cli()
+        assert cli.returncode == 0 and f"(pid {pid}) died" in cli.stdout, cli
+        second.text("%unload_ext nbgpu")
+        assert "died" not in second.text("%load_ext nbgpu")
+    finally:
+        second.k.close()
+    assert _cli("--clear").returncode == 0
+
+
+@pytest.mark.kernel
+def test_clean_shutdown_gives_no_report(cache):
+    k = _Kernel()
+    try:
+        k.text("%load_ext nbgpu")
+        k.k.kc.shutdown()
+        k.k.km.finish_shutdown(waittime=20)
+    finally:
+        k.k.close()
+    rings = list(cache.glob("flight-*.ring"))
+    assert rings and all(flight.read_ring(p)[0]["closed"] for p in rings)
+    assert postmortem.dead_rings() == []
+    k = _Kernel()
+    try:
+        assert "died" not in k.text("%load_ext nbgpu")
+    finally:
+        k.k.close()
+
+
+def test_dead_ring_is_reported_once_and_cleared(cache):
+    import json
+
+    rec = flight.Recorder(slots=8)
+    t0 = time.time()
+    for i in range(4):
+        rec.write({"t": t0 + i, "rss": GIB, "ram_total": 64 * GIB, "ram_used": 8 * GIB,
+                   "gpus": [], "cell": [5, "train()", t0 - 10]})
+    rec.close()
+    flight.set_flag(rec.path, closed=False, start=-1)  # as if its process died, never closed
+    assert json.loads(_cli("--json").stdout) == json.loads(_cli("--all", "--json").stdout)
+    info = json.loads(_cli("--json").stdout)[0]
+    assert info["cell"] == {"execution_count": 5, "first_line": "train()", "running_s": 13.0}
+    assert "crash inside native code" in info["cause"]
+    flight.set_flag(rec.path, reported=False)
+    lines = postmortem.report_at_load()
+    assert len(lines) == 1 and "In [5] `train()` had run 13 s" in lines[0]
+    assert postmortem.report_at_load() == []
+    done = _cli("--clear")
+    assert done.returncode == 0 and "removed 1" in done.stdout and not rec.path.exists()
+    assert json.loads(_cli("--json").stdout) == []
+
+
+def test_gpus_of_a_running_sampler_are_recorded(cache):
+    from nbgpu import Sampler, SimulatedGPUs, session
+
+    s = Sampler(SimulatedGPUs(count=2, seed=1), interval=0.1).start()
+    try:
+        time.sleep(0.5)
+        session._shared = s
+        rec = flight.Recorder(slots=4)
+        r = rec.reading()
+        rec.close()
+    finally:
+        session._shared = None
+        s.stop()
+    assert len(r["gpus"]) == 2 and r["gpus"][0][1] > 0
