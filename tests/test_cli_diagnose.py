@@ -58,6 +58,16 @@ def test_findings_are_grouped_by_cell_when_the_run_has_marks(tmp_path, capsys):
     assert "cell cell 1:" in out
 
 
+def test_the_exit_mark_of_record_is_not_a_cell(tmp_path, capsys):
+    path = _recording(tmp_path / "run.jsonl")
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"event": "mark", "timestamp": "2027-01-15T08:00:39+00:00",
+                             "label": "command exited with code 0"}) + "\n")
+    assert main(["report", "--diagnose", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}:") and "cell" not in out.splitlines()[0]
+
+
 def test_json_parses(tmp_path, capsys):
     path = _recording(tmp_path / "run.jsonl")
     assert main(["report", "--diagnose", path, "--json"]) == 0

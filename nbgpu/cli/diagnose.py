@@ -24,6 +24,7 @@ from .report import _when, load_input
 
 _GPU = [m.name for m in GPU_METRICS]
 _HOST = [m.name for m in HOST_METRICS]
+EXIT_MARK = "command exited with code"  # the mark `nbgpu record` ends a run with
 
 
 def parse_thresholds(items: list[str] | None) -> dict:
@@ -156,7 +157,7 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
     except (BadArgumentError, FileError) as exc:
         print(f"nbgpu report: error: {exc}", file=sys.stderr)
         return 2
-    marks = sorted(run.marks())
+    marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
     found = [_record(a, marks) for a in replay(run, thresholds)]
     if as_json:
         print(json.dumps({"run": path, "thresholds": thresholds, "findings": found}, default=str))
