@@ -100,3 +100,20 @@ def test_a_quiet_run_has_no_findings(tmp_path, capsys):
     path = _recording(tmp_path / "run.jsonl", scenario="steady", seconds=20)
     assert main(["report", "--diagnose", path]) == 0
     assert "no findings" in capsys.readouterr().out
+
+
+def test_a_file_nbgpu_record_wrote_replays(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = str(tmp_path / "run.jsonl")
+    proc = subprocess.run([sys.executable, "-m", "nbgpu.cli", "record", "--source", "sim",
+                           "--interval", "0.1", "-q", "-o", path, "--", sys.executable, "-c",
+                           "import time; time.sleep(2)"],
+                          env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert main(["report", "--diagnose", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert isinstance(doc["findings"], list) and all(f["cell"] is None for f in doc["findings"])
