@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", default=None, metavar="FILE",
                      help="the HTML file to write (default: RUN with .html)")
     rep.add_argument("--title", default=None, help="title of the report")
+    rep.add_argument("--diagnose", action="store_true",
+                     help="instead of HTML, replay RUN through the diagnostics rules and print the findings")
+    rep.add_argument("--threshold", action="append", default=None, metavar="NAME=NUMBER",
+                     help="with --diagnose: change one threshold (repeatable), e.g. input_util_below_pct=40")
+    rep.add_argument("--json", action="store_true", help="with --diagnose: print the findings as JSON")
 
     c = sub.add_parser("compare", help="compare two recorded runs; with --fail-if, a CI regression gate",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -142,6 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "(see `nbgpu record --help`)\n")
             return run_record(cmd, args.source, args.interval, args.output, args.quiet)
         if args.command == "report":
+            if args.diagnose or args.threshold or args.json:
+                if not args.diagnose:
+                    parser.exit(2, "nbgpu report: error: --threshold and --json need --diagnose\n")
+                from .diagnose import run_diagnose
+
+                return run_diagnose(args.run, args.threshold, args.json)
             from .report import run_report
 
             return run_report(args.run, args.output, args.title)

@@ -1,0 +1,179 @@
+"""``nbgpu report --diagnose``: replay a recorded run through the diagnostics rules.
+
+The recorded readings go into a ``Store`` in time order, tick by tick, and the same
+``DiagnosticsEngine`` the live sampler uses is called after each tick with the
+recording's own time: no rule is copied here. The recorded command counts as work
+running for its whole length (the idle rule judges only while work runs). Findings are
+printed per cell (the span from one mark to the next) where the run has marks, else
+for the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+
+from ..errors import BadArgumentError, FileError
+from ..metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
+from ..runfile import Run
+from ..sources.base import Device
+from ..store import Event, Store
+from .report import _when, load_input
+
+_GPU = [m.name for m in GPU_METRICS]
+_HOST = [m.name for m in HOST_METRICS]
+EXIT_MARK = "command exited with code"  # the mark `nbgpu record` ends a run with
+
+
+def parse_thresholds(items: list[str] | None) -> dict:
+    """``NAME=NUMBER`` items as a dict for ``Thresholds``; BadArgumentError naming a bad one."""
+    from ..diagnostics.thresholds import Thresholds
+
+    fields = {f.name: f for f in dataclasses.fields(Thresholds)}
+    out: dict = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep:
+            raise BadArgumentError(f"--threshold {item!r}: give NAME=NUMBER, e.g. input_util_below_pct=40")
+        f = fields.get(name)
+        if f is None or name in ("disabled", "leak_windows_s") or isinstance(f.default, bool):
+            raise BadArgumentError(f"--threshold {name!r}: not a numeric threshold; see "
+                                   "nbgpu.Thresholds.table() for the names")
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadArgumentError(f"--threshold {name}: {text!r} is not a number") from None
+        if isinstance(f.default, int):
+            if value != int(value):
+                raise BadArgumentError(f"--threshold {name}: {text!r} is not a whole number")
+            value = int(value)
+        out[name] = value
+    Thresholds.from_any(out)  # range checks (BadArgumentError)
+    return out
+
+
+class _Replay:
+    """What the engine reads of a sampler, over a store filled from a recording."""
+
+    def __init__(self, devices: list[Device], interval: float) -> None:
+        self.store = Store()
+        self.devices = devices
+        self.interval = interval
+        self.lost: dict = {}
+
+    def watch(self) -> None:
+        pass
+
+    def drained_until(self, device: object, metric: str | None = None) -> float:
+        return math.inf
+
+    def processes(self) -> dict:
+        return {}
+
+
+def _devices(run: Run, df) -> list[Device]:
+    names = {str(d.get("index")): str(d.get("name", "")) for d in run.devices()}
+    out = []
+    for gpu, rows in df.groupby("gpu", sort=False):
+        def last(col: str, rows=rows) -> float | None:
+            if col not in rows:
+                return None
+            v = rows[col].dropna()
+            return float(v.iloc[-1]) if len(v) else None
+
+        mem = last("mem_total_bytes")
+        out.append(Device(key=gpu, name=names.get(str(gpu), ""),
+                          mem_total_bytes=None if mem is None else int(mem),
+                          power_limit_w=last("power_limit_w")))
+    return out
+
+
+def replay(run: Run, thresholds: dict | None = None) -> list:
+    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first."""
+    import numpy as np
+
+    from ..diagnostics.engine import DiagnosticsEngine
+
+    engine = DiagnosticsEngine(thresholds)
+    df = run.frame
+    if not len(df):
+        return []
+    df = df[df["gpu"].notna()].copy()
+    df["_t"] = df["time"].astype("int64") / 1e9
+    df = df.sort_values("_t", kind="stable")
+    steps = np.diff(np.unique(df["_t"].to_numpy()))
+    interval = float(np.median(steps)) if len(steps) else 1.0
+    sim = _Replay(_devices(run, df), interval)
+    gpu_cols = [c for c in _GPU if c in df.columns]
+    host_cols = [c for c in _HOST if c in df.columns]
+    for d in sim.devices:
+        sim.store.declare(d.key, "tick", {c: np.float64 for c in gpu_cols})
+    if host_cols:
+        sim.store.declare(HOST_KEY, "tick", {c: np.float64 for c in host_cols})
+    marks = sorted(run.marks())
+    for t, label in marks:
+        sim.store.add_event(Event(t, "mark", label))
+    engine.cell_running(True)  # the recorded command ran all along
+    times = df["_t"].to_numpy()
+    gpus = df["gpu"].to_numpy()
+    values = {c: df[c].to_numpy(dtype=np.float64) for c in gpu_cols + host_cols}
+    bounds = np.flatnonzero(np.diff(times)) + 1
+    last_t = None
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(times)], strict=True):
+        t = float(times[lo])
+        for i in range(lo, hi):
+            sim.store.append_row(gpus[i], "tick", t, {c: values[c][i] for c in gpu_cols})
+        if host_cols:
+            sim.store.append_row(HOST_KEY, "tick", t, {c: values[c][lo] for c in host_cols})
+        engine(sim, t)
+        last_t = t
+    engine.close_all(last_t)
+    return engine.alert_list()
+
+
+def _cell_of(start: float, marks: list[tuple[float, str]]) -> str:
+    label = "before the first mark"
+    for t, name in marks:
+        if t <= start:
+            label = name
+    return label
+
+
+def _record(a, marks) -> dict:
+    return {"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": _when(a.start),
+            "end": None if a.end is None else _when(a.end), "start_s": a.start,
+            "end_s": a.end, "message": a.message, "suggestion": a.suggestion,
+            "cell": _cell_of(a.start, marks) if marks else None}
+
+
+def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: bool = False) -> int:
+    """Print the findings of ``path``; 0, or 2 with one line for a bad file or threshold."""
+    try:
+        thresholds = parse_thresholds(threshold_items)
+        run = load_input(path)
+    except (BadArgumentError, FileError) as exc:
+        print(f"nbgpu report: error: {exc}", file=sys.stderr)
+        return 2
+    marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
+    found = [_record(a, marks) for a in replay(run, thresholds)]
+    if as_json:
+        print(json.dumps({"run": path, "thresholds": thresholds, "findings": found}, default=str))
+        return 0
+    if not found:
+        print(f"{path}: no findings")
+        return 0
+    groups: dict = {}
+    for f in found:
+        groups.setdefault(f["cell"], []).append(f)
+    for cell, items in groups.items():
+        print(f"{path}:" if cell is None else f"cell {cell}:")
+        for f in items:
+            until = f["end"] or "the end"
+            print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']} {f['start']} to {until}: {f['message']}")
+    return 0
+
+
+__all__ = ["parse_thresholds", "replay", "run_diagnose"]
