@@ -60,6 +60,17 @@ def _clear_outputs(shell: Any, user_ns: dict) -> None:
             user_ns[name] = ""
 
 
+def _forget_formatted_traceback(shell: Any) -> None:
+    """IPython's traceback formatters keep the last traceback (``.tb``), and with it its frames."""
+    for name in ("InteractiveTB", "SyntaxTB"):
+        formatter = getattr(shell, name, None)
+        if formatter is None:
+            continue
+        for obj in (formatter, *vars(formatter).values()):
+            if "tb" in getattr(obj, "__dict__", {}):
+                obj.tb = None
+
+
 def free(shell: Any, line: str) -> str:
     """Delete what the line names, collect, empty PyTorch's cache; before -> after as text."""
     try:
@@ -79,6 +90,7 @@ def free(shell: Any, line: str) -> str:
         for attr in _LAST:
             if hasattr(sys, attr):
                 setattr(sys, attr, None)
+        _forget_formatted_traceback(shell)
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
