@@ -200,7 +200,7 @@ def test_gpus_selection_keeps_only_those():
     assert set(s.timeline.to_pandas()["gpu"]) == {1, 3}
 
 
-@pytest.mark.parametrize("interval", [0, -1, "fast", None, True, math.nan, math.inf])
+@pytest.mark.parametrize("interval", [0, -1, "fast", True, math.nan, math.inf])
 def test_bad_interval_is_a_value_error_and_starts_nothing(interval):
     sim = SimulatedGPUs()
     before = len(sampler_threads())
@@ -208,6 +208,17 @@ def test_bad_interval_is_a_value_error_and_starts_nothing(interval):
         nbgpu.Sampler(source=sim, interval=interval)
     assert len(sampler_threads()) == before
     assert not sim.initialised
+
+
+def test_no_interval_takes_the_configured_default():
+    from nbgpu import config
+
+    config.reset()
+    try:
+        config.settings().interval = 0.7
+        assert nbgpu.Sampler(source=SimulatedGPUs(), interval=None).interval == 0.7
+    finally:
+        config.reset()
 
 
 def test_unknown_source_is_a_value_error():
