@@ -45,3 +45,16 @@ def test_display_has_no_empty_chart(cap):
     assert "No GPU is visible" in bundle["text/plain"]
     html = static_html(cap)
     assert "<svg" not in html and "No GPU is visible" in html
+
+
+def test_summary_warns_with_the_same_line(cap):
+    with pytest.warns(UserWarning, match="No GPU is visible"):
+        df = cap.summary
+    assert df.empty
+
+
+def test_cell_mode_line_has_no_chart(cap):
+    from nbgpu.profiles.report import compact_html
+
+    html = compact_html(cap)
+    assert "<svg" not in html and "--source sim" in html

@@ -160,6 +160,8 @@ def static_html(cap: Capture, svg: str | None = None) -> str:
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
     """The one-line summary; a click opens the picture and table (no kernel needed)."""
+    if no_gpu(cap):
+        return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
     svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
             f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary_rows)}</details>")
