@@ -104,6 +104,7 @@ def test_demo_without_notebook_says_where_to_run_it(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(demo, "__file__", str(tmp_path / "a" / "b" / "c" / "demo.py"))
+    monkeypatch.setattr(demo, "shipped_notebook", lambda name: None)
     with pytest.raises(NbgpuError, match="run `nbgpu demo` from the nbgpu repository folder"):
         demo.find_notebook()
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 from ..errors import NbgpuError
@@ -15,14 +16,28 @@ from ..errors import NbgpuError
 NOTEBOOK = Path("notebooks") / "quickstart.ipynb"
 
 
+def shipped_notebook(name: str) -> Path | None:
+    """A notebook shipped inside the package (``nbgpu/notebooks/<name>``), or None."""
+    try:
+        found = resources.files("nbgpu") / "notebooks" / name
+    except (ModuleNotFoundError, TypeError):
+        return None
+    path = Path(str(found))
+    return path if found.is_file() and path.is_file() else None
+
+
 def find_notebook() -> Path:
-    """The quickstart notebook: under the current folder, else in nbgpu's source tree."""
+    """The quickstart notebook: under the current folder, in nbgpu's source tree, else the
+    copy shipped in the package (a wheel install has only that one)."""
     here = Path.cwd() / NOTEBOOK
     if here.exists():
         return here
     tree = Path(__file__).resolve().parents[2] / NOTEBOOK
     if tree.exists():
         return tree
+    shipped = shipped_notebook(NOTEBOOK.name)
+    if shipped is not None:
+        return shipped
     raise NbgpuError(f"{NOTEBOOK} was not found here or beside nbgpu's sources; run `nbgpu demo` "
                      "from the nbgpu repository folder")
 

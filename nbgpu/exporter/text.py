@@ -16,6 +16,7 @@ caller asks for ``model_label="modelName"``.
 
 from __future__ import annotations
 
+import math
 import re
 import socket
 from collections.abc import Iterable, Iterator
@@ -32,6 +33,14 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 INFO_NAME = INFO_SERIES
+# dcgm-exporter's int64 fields (it prints them with %d): exported as whole numbers in its
+# units. Framebuffer MiB are truncated as DCGM does (used bytes // MiB); the rest rounded.
+# Its power and profiling fields are doubles and stay as they are.
+WHOLE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_GPU_TEMP",
+                   "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_ENC_UTIL",
+                   "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                   "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_FB_USED"})
+_TRUNCATED = frozenset({"DCGM_FI_DEV_FB_USED"})
 _PROFILE = re.compile(r"\b\d+g\.\d+gb\b")  # a MIG profile in a slice's name, e.g. 2g.35gb
 
 
@@ -61,7 +70,7 @@ def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
             v = values.get(fam.metric)
             if v is None or v != v:
                 continue
-            metric.add_sample(fam.name, labels, float(v) * fam.scale)
+            metric.add_sample(fam.name, labels, _value(fam.name, float(v) * fam.scale))
         if metric.samples:
             out.append(metric)
     if labelled:
@@ -71,6 +80,15 @@ def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
             info.add_sample(INFO_NAME, {**labels, **extra}, 1.0)
         out.append(info)
     return out
+
+
+def _value(name: str, v: float) -> float:
+    """``v`` in the series' own type: whole numbers for dcgm-exporter's integer fields."""
+    if name in _TRUNCATED:
+        return float(math.floor(v))
+    if name in WHOLE:
+        return float(round(v))
+    return v
 
 
 def to_text(metrics: Iterable[Metric]) -> str:
@@ -117,11 +135,16 @@ class GpuCollector:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        """The newest reading of every GPU not lost, then the sampler's tick and error counters."""
+        """The newest reading of every GPU not lost, then the sampler's tick and error counters.
+
+        A GPU not yet read is left out whole (its info series too): nothing is exported
+        before it has a reading.
+        """
         s = self.sampler
         by_key = {d.key: d for d in s.devices}
         rows = [(by_key[row["gpu"]], row) for row in s.latest()
-                if row.get("state") != "lost" and row["gpu"] in by_key]
+                if row.get("state") != "lost" and row["gpu"] in by_key
+                and row.get("time_s", 0.0) == row.get("time_s", 0.0)]  # NaN: never read
         status = _status(s)
         driver = str(getattr(status, "driver_version", "") or "")
         simulated = bool(getattr(status, "simulated", getattr(s, "simulated", False)))

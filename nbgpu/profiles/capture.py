@@ -347,7 +347,16 @@ class Capture:
 
     @property
     def summary(self) -> pd.DataFrame:
-        """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns."""
+        """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns.
+
+        Empty, with a warning that says how to simulate GPUs, when the sampler sees no GPU.
+        """
+        from .report import NO_GPU_LINE, no_gpu
+
+        if no_gpu(self):
+            import warnings
+
+            warnings.warn(NO_GPU_LINE, UserWarning, stacklevel=2)
         if self._summary is not None:
             return self._summary.copy()
         df = rows_frame(self.summary_rows)

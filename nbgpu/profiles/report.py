@@ -126,6 +126,15 @@ def _title(cap: Capture) -> str:
     return f"GPU profile · {label}{fmt_duration(cap.duration_s)}{status}{src}"
 
 
+NO_GPU_LINE = ("No GPU is visible here, so this block has no GPU profile; to try nbgpu on simulated "
+               'GPUs, use %%gpumon --source sim or nbgpu.capture(source="sim").')
+
+
+def no_gpu(cap: Capture) -> bool:
+    """True when the capture's sampler sees no GPU at all (e.g. a host-only sampler without NVML)."""
+    return cap.sampler is not None and not list(cap.sampler.devices)
+
+
 def _gpus(cap: Capture) -> list:
     devices = cap.sampler.devices if cap.sampler is not None else []
     return [d.key for d in devices if selected(d.key, cap.gpus, d.parent)]
@@ -140,14 +149,19 @@ def static_svg(cap: Capture, width: int = 720) -> str:
 
 def static_html(cap: Capture, svg: str | None = None) -> str:
     """Title, SVG picture and summary table of a capture, as one self-contained HTML block."""
-    svg = static_svg(cap) if svg is None else svg
     error = f'<p style="margin:2px 0;color:#a33">{escape(cap.error)}</p>' if cap.error else ""
+    if no_gpu(cap):  # one line, no empty chart
+        return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
+                f"<p>{escape(NO_GPU_LINE)}</p></div>")
+    svg = static_svg(cap) if svg is None else svg
     return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
             f"<div>{svg}</div>{summary_html(cap.summary_rows)}</div>")
 
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
     """The one-line summary; a click opens the picture and table (no kernel needed)."""
+    if no_gpu(cap):
+        return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
     svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
             f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary_rows)}</details>")

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 
 from ..metrics import GPU_METRICS
 from ..profiles.report import (
+    NO_GPU_LINE,
     REPORT_METRICS,
     WIDGET_MAX_POINTS,
     _gpus,
     _title,
+    no_gpu,
     static_html,
     static_svg,
     summary_html,
@@ -36,6 +38,9 @@ class CellReport:
         self.widget = None
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        if no_gpu(self.cap):  # one line saying so and how to simulate GPUs, no empty chart
+            self.widget = None
+            return {"text/plain": f"{_title(self.cap)}\n{NO_GPU_LINE}", "text/html": static_html(self.cap)}
         svg = static_svg(self.cap)
         bundle = {
             "text/plain": f"{_title(self.cap)}\n{self.cap.one_line()}",
@@ -93,6 +98,8 @@ def build_widget(cap: Capture):
 
     from ..decimate import decimate_minmax
 
+    if no_gpu(cap):
+        return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), w.HTML(escape(NO_GPU_LINE))])
     window, gpus = cap.window, _gpus(cap)
     candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
     metrics = [m for m in candidates if m not in ("mem_total_bytes", "energy_j")
