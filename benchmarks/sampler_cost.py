@@ -27,7 +27,7 @@ STEADY_S = 31.0  # two periods of the 15 s costly reads, plus a tick
 @contextmanager
 def timed_nvml_calls():
     """Record (calls, thread CPU s, wall s) per NVML function called through the gateway."""
-    from nbgpu.sources.nvml import NVMLGateway
+    from nbgpu.sources.nvml_gateway import NVMLGateway
 
     table: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     lock = threading.Lock()
@@ -214,7 +214,7 @@ _timer: list = [0, None]  # (samplers using the timed gateway, the gateway's own
 
 def _time_gateway(on: bool) -> None:
     """Count the CPU time inside every NVML call (the stand-in's Python) while a user needs it."""
-    from nbgpu.sources.nvml import NVMLGateway
+    from nbgpu.sources.nvml_gateway import NVMLGateway
 
     if on:
         if _timer[0] == 0:

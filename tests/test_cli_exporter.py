@@ -130,7 +130,7 @@ def test_closing_twice_or_after_the_loop_ended_frees_the_port_and_never_raises(s
 def test_a_scrape_of_eight_gpus_reads_only_the_newest_values(monkeypatch):
     # What keeps a scrape cheap (exporter_scrape times it): the newest row of each metric,
     # no NVML call from the server's thread and no read of the stored history.
-    from nbgpu.sources.nvml import NVMLGateway
+    from nbgpu.sources.nvml_gateway import NVMLGateway
     from nbgpu.store import Store
 
     s = Sampler(SimulatedGPUs(count=8), interval=0.2, host=False).start()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
-from nbgpu.sources.simulated import SCENARIOS
+from nbgpu.sources.sim_workload import SCENARIOS
 
 TOTAL = 143771 * 2**20  # the simulated card's memory, bytes
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from nbgpu.sampler import Sampler
 from nbgpu.sources.simulated import SimulatedGPUs
-from nbgpu.store import CHUNK_ROWS, Store
+from nbgpu.store import Store
+from nbgpu.store_stream import CHUNK_ROWS
 
 T0 = 1_800_000_000.0
 HOUR = 3600.0

@@ -88,7 +88,7 @@ def _opened_source():
 
 def test_gateway_capabilities_are_what_the_card_answers(nvml):
     from nbgpu.sources.base import Device
-    from nbgpu.sources.nvml import NothingNewError, NotSupportedError, NVMLGateway
+    from nbgpu.sources.nvml_gateway import NothingNewError, NotSupportedError, NVMLGateway
 
     src = _opened_source()
     try:
@@ -189,16 +189,16 @@ def test_gpm_samples_are_freed_on_close(nvml, monkeypatch):
 
 def _util_drains_and_series(watched: bool, seconds: float, monkeypatch):
     """Utilisation drains made and the util series, a sampler at defaults run ``seconds``."""
-    from nbgpu.sources import nvml as nvml_source
+    from nbgpu.sources import nvml_gateway, nvml_reads
 
     kinds: list[int] = []
-    original = nvml_source.NVMLGateway.samples
+    original = nvml_gateway.NVMLGateway.samples
 
     def counted(self, handle, sampling_type, since_us):
         kinds.append(sampling_type)
         return original(self, handle, sampling_type, since_us)
 
-    monkeypatch.setattr(nvml_source.NVMLGateway, "samples", counted)
+    monkeypatch.setattr(nvml_gateway.NVMLGateway, "samples", counted)
     s = nbgpu.Sampler(source="nvml", gpus=[0])
     if watched:
         s.add_listener(lambda sampler, _now: sampler.watch())
@@ -206,7 +206,7 @@ def _util_drains_and_series(watched: bool, seconds: float, monkeypatch):
     gpu_busy(seconds)
     s.stop()
     stopped = time.time()
-    util_type = nvml_source.SAMPLES_GPU_UTIL
+    util_type = nvml_reads.SAMPLES_GPU_UTIL
     return kinds.count(util_type), s.timeline.series(0, "util_pct")[0], stopped
 
 

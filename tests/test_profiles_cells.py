@@ -92,7 +92,7 @@ def test_hooks_are_cheap_leave_no_threads_and_bounded_memory(shell, sim_sampler,
     # shorter than --cells-min makes no NVML call and no summary on the cell's thread and
     # does not wait for the sampler's edge read.
     from nbgpu.profiles.capture import Capture
-    from nbgpu.sources.nvml import NVMLGateway
+    from nbgpu.sources.nvml_gateway import NVMLGateway
 
     main = threading.get_ident()
     on_main: list[str] = []

@@ -10,15 +10,15 @@ import pytest
 import nbgpu
 from nbgpu.metrics import BY_NAME
 from nbgpu.sources.base import Device, ProcessInfo, ReadError
-from nbgpu.sources.nvml import (
-    READS,
+from nbgpu.sources.nvml import NVMLSource
+from nbgpu.sources.nvml_gateway import (
     FatalError,
     NothingNewError,
     NotSupportedError,
     NVMLGateway,
-    NVMLSource,
     TransientError,
 )
+from nbgpu.sources.nvml_reads import READS
 from nbgpu.sources.simulated import SimulatedGPUs
 
 TICK = frozenset({"tick"})

@@ -9,8 +9,8 @@ import pytest
 
 pynvml = pytest.importorskip("pynvml")
 
-from nbgpu.sources import nvml as nvml_mod  # noqa: E402
-from nbgpu.sources.nvml import NVMLGateway  # noqa: E402
+from nbgpu.sources import nvml_gateway as nvml_mod  # noqa: E402
+from nbgpu.sources.nvml_gateway import NVMLGateway  # noqa: E402
 
 MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 VALUES = (2.5e5, 301_000, 2**40 + 3, 2**50 + 7, -(2**40), -123, 700)

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from nbgpu.sources.nvml import NVMLSource
-from nbgpu.sources.simulated import HOST_PID_OFFSET, SimulatedGPUs
+from nbgpu.sources.sim_faults import HOST_PID_OFFSET
+from nbgpu.sources.simulated import SimulatedGPUs
 
 PROCS = frozenset({"procs"})
 

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from nbgpu.store import CHUNK_ROWS, Store
+from nbgpu.store import Store
+from nbgpu.store_stream import CHUNK_ROWS
 
 
 def _two_stream_store(start: float) -> Store:
@@ -168,7 +169,7 @@ def test_a_reader_following_the_store_gets_every_row_once_late_ones_too() -> Non
 
 
 def test_a_follower_gets_each_new_row_once_within_chunks_and_across_them() -> None:
-    from nbgpu.store import CHUNK_ROWS
+    from nbgpu.store_stream import CHUNK_ROWS
 
     st = Store(full_res_s=3600.0)
     for dev in (0, 1):

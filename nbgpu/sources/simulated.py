@@ -7,168 +7,45 @@ injected: a GPU lost mid-run, a metric not supported, the driver not loaded, any
 error from any function, a read that hangs, a short memory spike. Processes can be put on
 its GPUs (this process, others of this user, other users'), and a container's PID
 namespace can be imitated (NVML then lists host PIDs that do not exist here). Everything
-it reports is named as simulated.
+it reports is named as simulated. Its parts: ``sim_structs`` (NVML's errors and structs),
+``sim_workload`` (the load model), ``sim_faults`` (fault injection and processes).
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from ..errors import BadArgumentError
+from .sim_faults import FaultInjection
+from .sim_structs import (
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNINITIALIZED,
+    NVML_GPM_METRICS_GET_VERSION,
+    _error,
+    _GpmSample,
+    _GpmSupport,
+    _Handle,
+    _Memory,
+    _Process,
+    _sample_array,
+    _Util,
+    c_nvmlGpmMetricsGet_t,
+)
+from .sim_workload import SCENARIOS, Workload, _noise
 
 SIMULATED = True  # module-level marker that NVMLSource looks for on the object
 
-HOST_PID_OFFSET = 2**22  # above any Linux pid_max: a "host PID" no process here has
-SCENARIOS = ("steady", "input_bound", "leak", "oom", "imbalance", "throttle", "thin", "idle")
 _INIT_ERRORS = {"driver_not_loaded": 9, "library_not_found": 12, "no_permission": 4}
 
-NVML_SUCCESS = 0
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_GPM_METRICS_GET_VERSION = 1
-_ERROR_NAMES = {
-    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
-    6: "Not Found", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
-    13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
-}
 
-
-class NVMLError(Exception):
-    """Simulated NVML error; ``value`` is the NVML return code, as in ``pynvml``."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return _ERROR_NAMES.get(self.value, f"NVML error {self.value}")
-
-
-class NVMLError_NotSupported(NVMLError):  # noqa: N801, N818 - pynvml's names
-    pass
-
-
-class NVMLError_NotFound(NVMLError):  # noqa: N801, N818 - pynvml's names
-    pass
-
-
-class NVMLError_GpuIsLost(NVMLError):  # noqa: N801, N818 - pynvml's names
-    pass
-
-
-_ERROR_CLASSES = {3: NVMLError_NotSupported, 6: NVMLError_NotFound, 15: NVMLError_GpuIsLost}
-
-
-def _error(code: int) -> NVMLError:
-    return _ERROR_CLASSES.get(code, NVMLError)(code)
-
-
-@dataclass
-class _Handle:
-    gpu: int
-    mig: int | None = None
-
-
-@dataclass
-class _Memory:
-    total: int
-    used: int
-    free: int
-
-
-@dataclass
-class _Util:
-    gpu: int
-    memory: int
-
-
-class _Value(ctypes.Union):
-    """NVML's nvmlValue_t: the sample's value, read through the member its value type names."""
-
-    _fields_ = (("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
-                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
-                ("usVal", ctypes.c_ushort))
-
-
-class _Sample(ctypes.Structure):
-    """NVML's nvmlSample_t: a CPU timestamp in µs, then the value."""
-
-    _fields_ = (("timeStamp", ctypes.c_ulonglong), ("sampleValue", _Value))
-
-
-# One sample's bytes as unsigned-int samples lay them out (the value type NVML gives power
-# and utilisation samples), for filling a whole array at once.
-_UINT_SAMPLE = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, np.uintc], "offsets": [0, 8],
-                         "itemsize": ctypes.sizeof(_Sample)})
-
-
-def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
-    """What pynvml's nvmlDeviceGetSamples returns: a slice of one ctypes array of samples."""
-    n = len(ts_us)
-    array = (_Sample * n)()
-    rows = np.frombuffer(array, dtype=_UINT_SAMPLE)
-    rows["ts"] = ts_us
-    rows["v"] = values
-    return array[0:n]
-
-
-@dataclass
-class _Process:
-    pid: int
-    usedGpuMemory: int  # noqa: N815
-
-
-class _GpmSample:
-    def __init__(self) -> None:
-        self.gpu = -1
-        self.t = math.nan
-        self.freed = False
-
-
-@dataclass
-class _GpmSupport:
-    isSupportedDevice: int  # noqa: N815
-
-
-class _GpmMetric:
-    def __init__(self) -> None:
-        self.metricId = 0
-        self.nvmlReturn = 0
-        self.value = 0.0
-
-
-class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds
-    def __init__(self) -> None:
-        self.version = 1
-        self.numMetrics = 0
-        self.sample1 = self.sample2 = None
-        self.metrics = [_GpmMetric() for _ in range(16)]
-
-
-def _noise(*keys: int) -> float:
-    """Deterministic pseudo-random number in [0, 1) from integer keys."""
-    h = 0x9E3779B1
-    for k in keys:
-        h = ((h ^ (k & 0xFFFFFFFF)) * 0x85EBCA6B) & 0xFFFFFFFF
-        h ^= h >> 13
-        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-        h ^= h >> 16
-    return h / 2**32
-
-
-class SimulatedGPUs:
+class SimulatedGPUs(FaultInjection, Workload):
     """A deterministic stand-in for NVML with ``count`` GPUs.
 
     Args:
@@ -232,178 +109,6 @@ class SimulatedGPUs:
 
     def __repr__(self) -> str:
         return f"SimulatedGPUs(count={self.count}, seed={self.seed}, scenario={self.scenario!r})"
-
-    # -- fault injection ---------------------------------------------------------------
-    def lose_gpu(self, gpu: int) -> None:
-        """From now on every call on ``gpu`` answers GPU_IS_LOST."""
-        self._lost.add(gpu)
-
-    def set_unsupported(self, function: str, gpu: int | None = None) -> None:
-        """Make ``function`` answer NotSupported (on ``gpu``, or on all GPUs)."""
-        self._unsupported.add((function, gpu))
-
-    def inject_error(self, function: str, code: int, gpu: int | None = None,
-                     times: int | None = None) -> None:
-        """Make ``function`` raise NVML error ``code`` (``times`` calls, or until cleared)."""
-        self._errors[(function, gpu)] = [code, times]
-
-    def inject_hang(self, function: str, seconds: float, gpu: int | None = None,
-                    times: int | None = 1) -> None:
-        """Make ``function`` block for ``seconds`` (``times`` calls, or until cleared).
-
-        A hang ends early when ``release_hangs()`` is called, so a test never waits it out.
-        """
-        with self._lock:
-            self._release.clear()
-            self._hangs[(function, gpu)] = [float(seconds), times]
-
-    def release_hangs(self) -> None:
-        """End every hang now (blocked calls return) and inject no more."""
-        with self._lock:
-            self._hangs.clear()
-            self._release.set()
-
-    @property
-    def hanging(self) -> int:
-        """How many calls are blocked in an injected hang right now."""
-        return self._hanging
-
-    def wait_hanging(self, timeout: float = 5.0) -> bool:
-        """Block until a call is inside an injected hang; False if none started in ``timeout`` s."""
-        with self._hang_entered:
-            return self._hang_entered.wait_for(lambda: self._hanging > 0, timeout)
-
-    def clear_faults(self) -> None:
-        """Remove injected errors and lost GPUs, and release hangs."""
-        self._errors.clear()
-        self._lost.clear()
-        self.release_hangs()
-
-    def add_process(self, gpu: int, pid: int, used_bytes: int, *, name: str | None = None,
-                    user: str | None = None) -> None:
-        """List ``pid`` on ``gpu`` holding ``used_bytes``, beside the model's own process.
-
-        ``name``/``user`` describe a made-up PID (another user's process, say); for a real
-        PID (a child this test started) leave them None and they are looked up as usual.
-        """
-        with self._lock:
-            self._procs.setdefault(gpu, []).append((int(pid), int(used_bytes), name, user))
-
-    def remove_process(self, pid: int) -> None:
-        """Stop listing ``pid`` on any GPU."""
-        with self._lock:
-            self._procs = {g: [p for p in ps if p[0] != pid] for g, ps in self._procs.items()}
-
-    def simulated_process(self, pid: int) -> tuple[str | None, str | None] | None:
-        """(name, user) given to ``add_process`` for a made-up PID; None: look it up."""
-        for procs in list(self._procs.values()):
-            for p_pid, _used, name, user in procs:
-                if self._listed_pid(p_pid) == pid and (name is not None or user is not None):
-                    return name, user
-        return None
-
-    def add_memory_spike(self, gpu: int, at: float, seconds: float, extra_bytes: int) -> None:
-        """Add ``extra_bytes`` of used memory on ``gpu`` from clock time ``at`` for ``seconds``."""
-        with self._lock:
-            self._spikes.append((gpu, float(at), float(seconds), int(extra_bytes)))
-
-    def _listed_pid(self, pid: int) -> int:
-        return pid + HOST_PID_OFFSET if self.hide_host_pids else pid
-
-    def _hang(self, function: str, gpu: int | None) -> None:
-        with self._lock:
-            for key in ((function, gpu), (function, None)):
-                hang = self._hangs.get(key)
-                if hang is not None:
-                    break
-            else:
-                return
-            seconds, times = hang
-            if times is not None:
-                hang[1] -= 1
-                if hang[1] <= 0:
-                    del self._hangs[key]
-            self._hanging += 1
-            self._hang_entered.notify_all()
-        try:
-            self._release.wait(seconds)
-        finally:
-            with self._lock:
-                self._hanging -= 1
-
-    def _enter(self, function: str, handle: _Handle | None = None) -> None:
-        self.calls[function] = self.calls.get(function, 0) + 1
-        if self._hangs:
-            self._hang(function, None if handle is None else handle.gpu)
-        if self._refcount <= 0 and function not in ("nvmlInit", "nvmlShutdown"):
-            raise _error(NVML_ERROR_UNINITIALIZED)
-        gpu = None if handle is None else handle.gpu
-        if gpu is not None and gpu in self._lost:
-            raise _error(NVML_ERROR_GPU_IS_LOST)
-        for key in ((function, gpu), (function, None)):
-            if key in self._unsupported:
-                raise _error(NVML_ERROR_NOT_SUPPORTED)
-            fault = self._errors.get(key)
-            if fault is not None:
-                code, times = fault
-                if times is not None:
-                    fault[1] -= 1
-                    if fault[1] <= 0:
-                        del self._errors[key]
-                raise _error(code)
-
-    # -- the load model ------------------------------------------------------------------
-    def _t(self) -> float:
-        return self.clock() - self.start_time
-
-    def util_at(self, gpu: int, t: float) -> float:
-        """Percent of time a kernel ran on ``gpu`` around ``t`` seconds after start."""
-        s = self.scenario
-        if s == "idle" or (s == "imbalance" and gpu == self.count - 1):
-            return 2.0 * _noise(self.seed, gpu, int(t * 5))
-        if s == "input_bound":
-            phase = (t + 0.13 * gpu) % 1.0
-            return 100.0 if phase < 0.25 else 0.0
-        if t < 1.5:
-            return max(0.0, 10.0 * t)
-        k = int(t * 5)
-        base = 93.0 + 6.0 * (_noise(self.seed, gpu, k) - 0.5)
-        if (t % 8.0) < 0.6:  # a short evaluation / data pause every 8 s
-            base = 35.0 + 10 * _noise(self.seed, gpu, k, 1)
-        return min(100.0, base)
-
-    def util_window(self, gpu: int, t: float, window: float = 0.2) -> float:
-        """Mean utilisation over the ``window`` seconds before ``t`` (what NVML reports)."""
-        return sum(self.util_at(gpu, max(0.0, t - window * (i + 0.5) / 8)) for i in range(8)) / 8
-
-    def mem_used_at(self, gpu: int, t: float) -> float:
-        total = self.mem_total_bytes
-        base = 0.55e9
-        s = self.scenario
-        if s == "idle":
-            return base
-        if s == "imbalance" and gpu == self.count - 1:  # a rank that holds its model, gets no work
-            return base + 0.1 * total * min(1.0, t / 6.0)
-        if s == "oom":
-            return base + (0.965 * total - base) * min(1.0, t / 8.0)
-        ramp = min(1.0, t / 6.0)
-        used = base + 0.5 * total * ramp
-        if s == "leak":
-            used += 31e6 * t  # about +310 MB every 10 s, never freed
-        return min(used + 64e6 * _noise(self.seed, gpu, int(t)), total)
-
-    def power_at(self, gpu: int, t: float) -> float:
-        if self.scenario == "throttle":
-            return self.power_limit_w * (0.985 + 0.02 * _noise(self.seed, gpu, int(t * 50)))
-        util = self.util_window(gpu, t, 0.1) if self.scenario == "input_bound" else self.util_at(gpu, t)
-        idle = 75.0
-        p = idle + (self.power_limit_w * 0.86 - idle) * util / 100.0
-        return p + 8.0 * (_noise(self.seed, gpu, int(t * 50), 7) - 0.5)
-
-    def temp_at(self, gpu: int, t: float) -> float:
-        if self.scenario == "throttle":
-            return 86.0 + 1.5 * _noise(self.seed, gpu, int(t))
-        return 33.0 + 32.0 * self.power_at(gpu, t) / self.power_limit_w + _noise(self.seed, gpu, int(t))
 
     # -- NVML functions --------------------------------------------------------------------
     def nvmlInit(self) -> None:  # noqa: N802 - NVML's names

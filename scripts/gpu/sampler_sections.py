@@ -36,7 +36,7 @@ def main() -> int:
     from benchmarks.threadcpu import SectionTimers
     from nbgpu.diagnostics import engine
     from nbgpu.sources.host import HostSource
-    from nbgpu.sources.nvml import NVMLGateway
+    from nbgpu.sources.nvml_gateway import NVMLGateway
     from nbgpu.store import Store
 
     sections = SectionTimers()

@@ -1,0 +1,194 @@
+"""What is read from NVML, and how: one table (``READS``), a row per read with its metrics,
+reader, cost tier, whether it drains an NVML sample buffer, and whether only a whole card
+(not a MIG slice) has it; the readers and the GPM sample lifecycle the rows name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .nvml_gateway import ERR_NOT_SUPPORTED, NotSupportedError, NVMLCallError, NVMLGateway
+
+log = logging.getLogger("nbgpu")
+
+# Enumerations used below (values of the C API).
+TEMPERATURE_GPU = 0
+TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+CLOCK_SM, CLOCK_MEM = 1, 2
+PCIE_TX, PCIE_RX = 0, 1
+SAMPLES_POWER, SAMPLES_GPU_UTIL, SAMPLES_MEM_UTIL = 0, 1, 2
+GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_pct",
+                  10: "dram_bw_pct"}
+
+# -- what is kept per device -------------------------------------------------------------
+@dataclass
+class _Device:
+    """What NVMLSource keeps per device: handle, capabilities and buffer positions."""
+
+    key: object
+    handle: object
+    parent: object
+    info: dict
+    caps: set[str] = field(default_factory=set)
+    buffers: dict[str, int] = field(default_factory=dict)  # stream -> last timestamp (µs)
+    empty_since: dict[str, float] = field(default_factory=dict)  # stream -> first empty drain
+    drained_at: dict[str, float] = field(default_factory=dict)  # stream -> last drain time
+    complete_at: dict[str, float] = field(default_factory=dict)  # stream -> all samples read by
+    spacing_us: dict[str, float] = field(default_factory=dict)  # stream -> sample spacing (µs)
+    retry_at: dict[str, float] = field(default_factory=dict)  # stream -> no drain before (s)
+    gpm: list = field(default_factory=list)  # [previous, next] GPM samples once allocated
+    unconfirmed: set[str] = field(default_factory=set)  # reads assumed at open, decided at first read
+    probed: bool = False
+    lost: bool = False
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class Read:
+    """One row of the read table.
+
+    ``tier`` is the name in ``due`` that asks for it ("tick", "memory", "energy", "pcie",
+    "procs", or "drain" for sample buffers, drained on their own schedule); ``buffer`` is
+    the NVML sampling type it drains (None: polled); ``scale`` turns raw samples into the
+    metric's unit; ``parent_only``: a MIG slice does not have it.
+    """
+
+    name: str
+    metrics: tuple[str, ...]
+    reader: Callable[[NVMLGateway, _Device], dict[str, float]] | None
+    tier: str
+    parent_only: bool = False
+    buffer: int | None = None
+    scale: float = 1.0
+    probe_at_first_read: bool = False
+
+
+# -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
+def _r_memory(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    mem = g.call("nvmlDeviceGetMemoryInfo", dev.handle)
+    return {"mem_used_bytes": float(mem.used), "mem_total_bytes": float(mem.total)}
+
+
+def _r_memory_used(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"mem_used_bytes": float(g.call("nvmlDeviceGetMemoryInfo", dev.handle).used)}
+
+
+def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    u = g.call("nvmlDeviceGetUtilizationRates", dev.handle)
+    return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
+
+
+def _r_temp(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"temp_c": float(g.call("nvmlDeviceGetTemperature", dev.handle, TEMPERATURE_GPU))}
+
+
+def _r_power(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"power_w": g.call("nvmlDeviceGetPowerUsage", dev.handle) / 1000.0}
+
+
+def _r_power_limit(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"power_limit_w": g.call("nvmlDeviceGetEnforcedPowerLimit", dev.handle) / 1000.0}
+
+
+def _r_clocks(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"sm_clock_mhz": float(g.call("nvmlDeviceGetClockInfo", dev.handle, CLOCK_SM)),
+            "mem_clock_mhz": float(g.call("nvmlDeviceGetClockInfo", dev.handle, CLOCK_MEM))}
+
+
+def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    bits = g.call_first(("nvmlDeviceGetCurrentClocksEventReasons",
+                         "nvmlDeviceGetCurrentClocksThrottleReasons"), dev.handle)
+    return {"clock_event_reasons": float(bits)}
+
+
+def _r_codec(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"enc_util_pct": float(g.call("nvmlDeviceGetEncoderUtilization", dev.handle)[0]),
+            "dec_util_pct": float(g.call("nvmlDeviceGetDecoderUtilization", dev.handle)[0])}
+
+
+def _r_energy(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"energy_j": g.call("nvmlDeviceGetTotalEnergyConsumption", dev.handle) / 1000.0}
+
+
+def _r_pcie(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    return {"pcie_tx_bytes_per_s": g.call("nvmlDeviceGetPcieThroughput", dev.handle, PCIE_TX) * 1024.0,
+            "pcie_rx_bytes_per_s": g.call("nvmlDeviceGetPcieThroughput", dev.handle, PCIE_RX) * 1024.0}
+
+
+def _gpm_setup(g: NVMLGateway, dev: _Device) -> None:
+    """Allocate the two GPM samples and take the first; frees what it took if it fails."""
+    if not g.call("nvmlGpmQueryDeviceSupport", dev.handle).isSupportedDevice:
+        raise NotSupportedError("nvmlGpmQueryDeviceSupport", ERR_NOT_SUPPORTED, "no GPM on this GPU")
+    try:
+        while len(dev.gpm) < 2:
+            dev.gpm.append(g.call("nvmlGpmSampleAlloc"))
+        g.call("nvmlGpmSampleGet", dev.handle, dev.gpm[0])
+    except NVMLCallError:
+        _gpm_free(g, dev)
+        raise
+
+
+def _gpm_free(g: NVMLGateway, dev: _Device) -> None:
+    """Free every GPM sample this device holds (they live in host memory, even on a lost GPU)."""
+    while dev.gpm:
+        sample = dev.gpm.pop()
+        try:
+            g.call("nvmlGpmSampleFree", sample)
+        except NVMLCallError as exc:
+            log.debug("nvmlGpmSampleFree: %s", exc)
+
+
+def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+    if not dev.gpm:  # first read (or after a failed setup): take the first sample now
+        _gpm_setup(g, dev)
+        return {}
+    prev, nxt = dev.gpm
+    g.call("nvmlGpmSampleGet", dev.handle, nxt)
+    get = g.attr("c_nvmlGpmMetricsGet_t")()
+    get.version = g.attr("NVML_GPM_METRICS_GET_VERSION", 1)
+    get.numMetrics = len(GPM_METRIC_IDS)
+    get.sample1, get.sample2 = prev, nxt
+    for i, metric_id in enumerate(GPM_METRIC_IDS):
+        get.metrics[i].metricId = metric_id
+    g.call("nvmlGpmMetricsGet", get)
+    dev.gpm.reverse()
+    out = {}
+    for i, name in enumerate(GPM_METRIC_IDS.values()):
+        m = get.metrics[i]
+        out[name] = float(m.value) if m.nvmlReturn == 0 else np.nan
+    return out
+
+
+READS: tuple[Read, ...] = (
+    Read("memory", ("mem_used_bytes", "mem_total_bytes"), _r_memory, "tick"),
+    Read("memory_used", ("mem_used_bytes",), _r_memory_used, "memory"),
+    Read("util", ("util_pct", "mem_util_pct"), _r_util, "tick"),
+    Read("temp", ("temp_c",), _r_temp, "tick", parent_only=True),
+    Read("power", ("power_w",), _r_power, "tick", parent_only=True),
+    Read("power_limit", ("power_limit_w",), _r_power_limit, "tick", parent_only=True),
+    Read("clocks", ("sm_clock_mhz", "mem_clock_mhz"), _r_clocks, "tick", parent_only=True),
+    Read("reasons", ("clock_event_reasons",), _r_reasons, "tick", parent_only=True),
+    Read("codec", ("enc_util_pct", "dec_util_pct"), _r_codec, "tick", parent_only=True),
+    Read("gpm", tuple(GPM_METRIC_IDS.values()), _r_gpm, "tick", parent_only=True),
+    Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
+    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie",
+         parent_only=True, probe_at_first_read=True),
+    Read("procs", (), None, "procs"),
+    Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER,
+         scale=1e-3),
+    Read("util", ("util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_GPU_UTIL),
+    Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True,
+         buffer=SAMPLES_MEM_UTIL),
+)
+POLLED = tuple(r for r in READS if r.buffer is None and r.reader is not None)
+BUFFERED = {r.name: r for r in READS if r.buffer is not None}
+
+
+def _str(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+

@@ -1,0 +1,137 @@
+"""Fault injection into ``SimulatedGPUs``: lost GPUs, unsupported functions, NVML errors,
+hangs, memory spikes and processes put on its GPUs; the check every NVML call passes first.
+``SimulatedGPUs`` mixes this in."""
+
+from __future__ import annotations
+
+from .sim_structs import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNINITIALIZED,
+    _error,
+    _Handle,
+)
+
+HOST_PID_OFFSET = 2**22  # above any Linux pid_max: a "host PID" no process here has
+
+
+class FaultInjection:
+    """SimulatedGPUs' faults and processes (the state they use is set up in its ``__init__``)."""
+
+    def lose_gpu(self, gpu: int) -> None:
+        """From now on every call on ``gpu`` answers GPU_IS_LOST."""
+        self._lost.add(gpu)
+
+    def set_unsupported(self, function: str, gpu: int | None = None) -> None:
+        """Make ``function`` answer NotSupported (on ``gpu``, or on all GPUs)."""
+        self._unsupported.add((function, gpu))
+
+    def inject_error(self, function: str, code: int, gpu: int | None = None,
+                     times: int | None = None) -> None:
+        """Make ``function`` raise NVML error ``code`` (``times`` calls, or until cleared)."""
+        self._errors[(function, gpu)] = [code, times]
+
+    def inject_hang(self, function: str, seconds: float, gpu: int | None = None,
+                    times: int | None = 1) -> None:
+        """Make ``function`` block for ``seconds`` (``times`` calls, or until cleared).
+
+        A hang ends early when ``release_hangs()`` is called, so a test never waits it out.
+        """
+        with self._lock:
+            self._release.clear()
+            self._hangs[(function, gpu)] = [float(seconds), times]
+
+    def release_hangs(self) -> None:
+        """End every hang now (blocked calls return) and inject no more."""
+        with self._lock:
+            self._hangs.clear()
+            self._release.set()
+
+    @property
+    def hanging(self) -> int:
+        """How many calls are blocked in an injected hang right now."""
+        return self._hanging
+
+    def wait_hanging(self, timeout: float = 5.0) -> bool:
+        """Block until a call is inside an injected hang; False if none started in ``timeout`` s."""
+        with self._hang_entered:
+            return self._hang_entered.wait_for(lambda: self._hanging > 0, timeout)
+
+    def clear_faults(self) -> None:
+        """Remove injected errors and lost GPUs, and release hangs."""
+        self._errors.clear()
+        self._lost.clear()
+        self.release_hangs()
+
+    def add_process(self, gpu: int, pid: int, used_bytes: int, *, name: str | None = None,
+                    user: str | None = None) -> None:
+        """List ``pid`` on ``gpu`` holding ``used_bytes``, beside the model's own process.
+
+        ``name``/``user`` describe a made-up PID (another user's process, say); for a real
+        PID (a child this test started) leave them None and they are looked up as usual.
+        """
+        with self._lock:
+            self._procs.setdefault(gpu, []).append((int(pid), int(used_bytes), name, user))
+
+    def remove_process(self, pid: int) -> None:
+        """Stop listing ``pid`` on any GPU."""
+        with self._lock:
+            self._procs = {g: [p for p in ps if p[0] != pid] for g, ps in self._procs.items()}
+
+    def simulated_process(self, pid: int) -> tuple[str | None, str | None] | None:
+        """(name, user) given to ``add_process`` for a made-up PID; None: look it up."""
+        for procs in list(self._procs.values()):
+            for p_pid, _used, name, user in procs:
+                if self._listed_pid(p_pid) == pid and (name is not None or user is not None):
+                    return name, user
+        return None
+
+    def add_memory_spike(self, gpu: int, at: float, seconds: float, extra_bytes: int) -> None:
+        """Add ``extra_bytes`` of used memory on ``gpu`` from clock time ``at`` for ``seconds``."""
+        with self._lock:
+            self._spikes.append((gpu, float(at), float(seconds), int(extra_bytes)))
+
+    def _listed_pid(self, pid: int) -> int:
+        return pid + HOST_PID_OFFSET if self.hide_host_pids else pid
+
+    def _hang(self, function: str, gpu: int | None) -> None:
+        with self._lock:
+            for key in ((function, gpu), (function, None)):
+                hang = self._hangs.get(key)
+                if hang is not None:
+                    break
+            else:
+                return
+            seconds, times = hang
+            if times is not None:
+                hang[1] -= 1
+                if hang[1] <= 0:
+                    del self._hangs[key]
+            self._hanging += 1
+            self._hang_entered.notify_all()
+        try:
+            self._release.wait(seconds)
+        finally:
+            with self._lock:
+                self._hanging -= 1
+
+    def _enter(self, function: str, handle: _Handle | None = None) -> None:
+        self.calls[function] = self.calls.get(function, 0) + 1
+        if self._hangs:
+            self._hang(function, None if handle is None else handle.gpu)
+        if self._refcount <= 0 and function not in ("nvmlInit", "nvmlShutdown"):
+            raise _error(NVML_ERROR_UNINITIALIZED)
+        gpu = None if handle is None else handle.gpu
+        if gpu is not None and gpu in self._lost:
+            raise _error(NVML_ERROR_GPU_IS_LOST)
+        for key in ((function, gpu), (function, None)):
+            if key in self._unsupported:
+                raise _error(NVML_ERROR_NOT_SUPPORTED)
+            fault = self._errors.get(key)
+            if fault is not None:
+                code, times = fault
+                if times is not None:
+                    fault[1] -= 1
+                    if fault[1] <= 0:
+                        del self._errors[key]
+                raise _error(code)

@@ -1,0 +1,135 @@
+"""The NVML return codes, errors and structs ``SimulatedGPUs`` answers with, as ``pynvml``
+names them."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_GPM_METRICS_GET_VERSION = 1
+_ERROR_NAMES = {
+    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
+    6: "Not Found", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
+    13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
+}
+
+
+class NVMLError(Exception):
+    """Simulated NVML error; ``value`` is the NVML return code, as in ``pynvml``."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _ERROR_NAMES.get(self.value, f"NVML error {self.value}")
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801, N818 - pynvml's names
+    pass
+
+
+class NVMLError_NotFound(NVMLError):  # noqa: N801, N818 - pynvml's names
+    pass
+
+
+class NVMLError_GpuIsLost(NVMLError):  # noqa: N801, N818 - pynvml's names
+    pass
+
+
+_ERROR_CLASSES = {3: NVMLError_NotSupported, 6: NVMLError_NotFound, 15: NVMLError_GpuIsLost}
+
+
+def _error(code: int) -> NVMLError:
+    return _ERROR_CLASSES.get(code, NVMLError)(code)
+
+
+@dataclass
+class _Handle:
+    gpu: int
+    mig: int | None = None
+
+
+@dataclass
+class _Memory:
+    total: int
+    used: int
+    free: int
+
+
+@dataclass
+class _Util:
+    gpu: int
+    memory: int
+
+
+class _Value(ctypes.Union):
+    """NVML's nvmlValue_t: the sample's value, read through the member its value type names."""
+
+    _fields_ = (("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
+                ("usVal", ctypes.c_ushort))
+
+
+class _Sample(ctypes.Structure):
+    """NVML's nvmlSample_t: a CPU timestamp in µs, then the value."""
+
+    _fields_ = (("timeStamp", ctypes.c_ulonglong), ("sampleValue", _Value))
+
+
+# One sample's bytes as unsigned-int samples lay them out (the value type NVML gives power
+# and utilisation samples), for filling a whole array at once.
+_UINT_SAMPLE = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, np.uintc], "offsets": [0, 8],
+                         "itemsize": ctypes.sizeof(_Sample)})
+
+
+def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
+    """What pynvml's nvmlDeviceGetSamples returns: a slice of one ctypes array of samples."""
+    n = len(ts_us)
+    array = (_Sample * n)()
+    rows = np.frombuffer(array, dtype=_UINT_SAMPLE)
+    rows["ts"] = ts_us
+    rows["v"] = values
+    return array[0:n]
+
+
+@dataclass
+class _Process:
+    pid: int
+    usedGpuMemory: int  # noqa: N815
+
+
+class _GpmSample:
+    def __init__(self) -> None:
+        self.gpu = -1
+        self.t = math.nan
+        self.freed = False
+
+
+@dataclass
+class _GpmSupport:
+    isSupportedDevice: int  # noqa: N815
+
+
+class _GpmMetric:
+    def __init__(self) -> None:
+        self.metricId = 0
+        self.nvmlReturn = 0
+        self.value = 0.0
+
+
+class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds
+    def __init__(self) -> None:
+        self.version = 1
+        self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [_GpmMetric() for _ in range(16)]
