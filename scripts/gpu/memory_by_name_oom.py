@@ -91,8 +91,18 @@ def main() -> int:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     rows = result.get("table", [])
-    named = sum(r.get("bytes", 0) or 0 for r in rows
-                if not str(r.get("name", "")).startswith(("not reachable", "reserved")))
+    counted: set[str] = set()
+    named = 0  # a row whose storages another counted row already holds is not counted twice
+    for r in rows:
+        name = str(r.get("name", ""))
+        if name.startswith(("not reachable", "reserved")):
+            continue
+        partners = {p.strip() for p in str(r.get("shared_with") or "").split(",") if p.strip()}
+        if partners & counted and r.get("bytes") == next(
+                (q.get("bytes") for q in rows if q.get("name") in partners & counted), None):
+            continue
+        counted.add(name)
+        named += r.get("bytes", 0) or 0
     unreachable = sum(r.get("bytes", 0) or 0 for r in rows
                       if str(r.get("name", "")).startswith("not reachable"))
     alloc = result.get("allocated") or 0
