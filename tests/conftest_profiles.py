@@ -96,3 +96,12 @@ def kernel_fixture() -> Iterator[KernelSession]:
         yield k
     finally:
         k.close()
+
+
+@pytest.fixture(scope="module", name="loaded")
+def loaded_fixture(kernel: KernelSession) -> KernelSession:
+    """A kernel with nbgpu loaded on simulated GPUs from the start, whatever ran before."""
+    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time\n"
+                                "from nbgpu import session\nsession.ensure_sampler('sim', 0.1)")
+    assert reply["status"] == "ok", outputs
+    return kernel

@@ -6,21 +6,11 @@ import re
 
 import pytest
 
-from conftest_profiles import kernel_fixture  # noqa: F401 - fixture
+from conftest_profiles import kernel_fixture, loaded_fixture  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kernel
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
-
-
-@pytest.fixture(scope="module")
-def loaded(kernel):
-    # Every test of the module sees the same simulated GPUs, whichever worker runs it and in
-    # whatever order: the kernel's shared sampler is simulated from the start.
-    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time\n"
-                                "from nbgpu import session\nsession.ensure_sampler('sim', 0.1)")
-    assert reply["status"] == "ok", outputs
-    return kernel
 
 
 def displays(outputs: list[dict]) -> list[dict]:

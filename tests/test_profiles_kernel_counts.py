@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_profiles import kernel_fixture  # noqa: F401 - fixture
+from conftest_profiles import kernel_fixture, loaded_fixture  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kernel
-
-
-@pytest.fixture(scope="module")
-def loaded(kernel):
-    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time\n"
-                                "from nbgpu import session\nsession.ensure_sampler('sim', 0.1)")
-    assert reply["status"] == "ok", outputs
-    return kernel
 
 
 def _counts(kernel) -> list:
