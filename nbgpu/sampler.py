@@ -510,8 +510,11 @@ class Sampler:
                 out[metric] = "stale" if age > STALE_PERIODS * period + 1e-6 else "live"
         return out
 
-    def latest(self) -> list[dict]:
+    def latest(self, watch: bool = True) -> list[dict]:
         """Newest value of every metric of every GPU, with its state.
+
+        ``watch=False`` reads without keeping the sampler's buffers live for a viewer (a
+        recorder that nobody looks at).
 
         Each row: ``gpu``, ``name``, ``state`` (of the device), ``time`` (UTC
         ``pandas.Timestamp`` of the newest reading), ``time_s`` (the same as epoch
@@ -522,7 +525,8 @@ class Sampler:
         """
         import pandas as pd
 
-        self.watch()
+        if watch:
+            self.watch()
         now = self._stale_now()
         lost = self.lost
         state = self.state
