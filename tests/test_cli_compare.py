@@ -99,3 +99,27 @@ def test_html_has_both_timelines_on_one_elapsed_axis(runs, tmp_path):
             assert "FAIL duration_s>+5%" in page.locator("body").inner_text()
         finally:
             browser.close()
+
+
+def test_docs_example_a_half_longer_run_is_never_the_same(tmp_path, capsys):
+    """docs/compare.md's 1 s against 1.5 s sleep, at the default interval: the issue's case."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def record(name: str, seconds: float) -> str:
+        path = str(tmp_path / name)
+        proc = subprocess.run([sys.executable, "-m", "nbgpu.cli", "record", "--source", "sim", "-q",
+                               "-o", path, "--", sys.executable, "-c", f"import time; time.sleep({seconds})"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return path
+
+    assert run_compare(record("base.jsonl", 1), record("new.jsonl", 1.5)) == 0
+    out = capsys.readouterr().out
+    verdict = out.splitlines()[-1]
+    assert "duration the same" not in verdict and "longer" in verdict, out
+    for line in out.splitlines():
+        if "duration" in line:
+            assert "changed" in line, line  # the command's own start and exit, to the millisecond
+        if "energy" in line or "util mean" in line:
+            assert "within noise" not in line, line  # +90 % is never called noise
+    assert "the same" not in verdict

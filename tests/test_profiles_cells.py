@@ -199,3 +199,15 @@ def test_a_cell_run_again_says_how_it_compares(clean_profiles):
     line = cells.against_last(more)
     assert "ago): 12 % more energy, duration the same" in line, line
     assert cells.against_last(_record("new", "fresh()", 4000.0, 1.0)) == ""
+
+
+def test_a_cell_with_repeats_judges_by_their_spread(clean_profiles):
+    """Three earlier runs spread by ±5 % in energy (far more than each run's own noise): a 4 %
+    change is inside that spread, 30 % is not."""
+    for i, scale in enumerate((1.0, 1.06, 0.95)):
+        _record("cell-r", "step()", 1000.0 + 100 * i, scale)
+    inside = _record("cell-r", "step()", 2000.0, 0.99)  # 4 % above the last run (0.95)
+    assert "energy the same" in cells.against_last(inside), cells.against_last(inside)
+    outside = _record("cell-r", "step()", 3000.0, 1.29)
+    assert "30 % more energy" in cells.against_last(outside), cells.against_last(outside)
+    assert [r.start_time for r in history.earlier(outside)] == [1000.5, 1100.5, 1200.5, 2000.5]

@@ -78,12 +78,24 @@ class Side:
         return os.path.basename(self.run.path)
 
 
+def command_span(run: Run) -> tuple[float, float] | None:
+    """(start, exit) epoch seconds of the recorded command, from its marks; None without both."""
+    starts = [t for t, label in run.marks() if label == "command started"]
+    ends = [t for t, label in run.marks() if label.startswith("command exited")]
+    return (starts[0], ends[-1]) if starts and ends and ends[-1] > starts[0] else None
+
+
 def side_of(run: Run) -> Side:
-    """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise."""
-    summary = summarize(run.frame, devices=run.devices())
+    """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise.
+
+    A recorded command's run spans its start and exit marks (clock stamps); a run without
+    them spans its first and last readings.
+    """
+    span = command_span(run)
+    summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
     rows, totals = summary.rows, summary.combined
     series = frame_series(run.frame)
-    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {})) for r in rows}
+    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None) for r in rows}
     return Side(run, rows, totals, RunFigures(total_figures(per_gpu, totals), per_gpu))
 
 
@@ -93,8 +105,9 @@ def _change_cells(c: Change) -> list[str]:
     if math.isfinite(pct):
         change += f" ({'+' if pct >= 0 else '-'}{fmt_change_pct(abs(pct))})"
     same = {True: "changed", False: "within noise", None: "cannot tell"}[c.beyond_noise]
-    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change,
-            f"{same} (± {fmt_metric(c.metric, c.noise)})" if math.isfinite(c.noise) else same]
+    why = f"± {fmt_metric(c.metric, c.noise)}" if math.isfinite(c.noise) else "too few readings"
+    noise = f"{same} ({why})"
+    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change, noise]
 
 
 def table_rows(a: Side, b: Side) -> list[tuple[str, str, list[str]]]:

@@ -322,17 +322,21 @@ def records() -> list[CellRecord | SavedRecord]:
 
 def previous(record: CellRecord) -> CellRecord | SavedRecord | None:
     """The newest earlier record of the same cell: same cell id, or same source text."""
+    runs = earlier(record, 1)
+    return runs[-1] if runs else None
+
+
+def earlier(record: CellRecord, limit: int = 10) -> list[CellRecord | SavedRecord]:
+    """Up to ``limit`` earlier records of the same cell (same cell id or source text), newest last."""
     oldest = _added - len(_records) + 1
     at = _position.get(id(record), 0)
-    held = oldest <= at and _by_key_holds(record, at)
-    before = at if held else _added + 1  # a record not in the history: the newest match
-    best: tuple[int, CellRecord | SavedRecord] | None = None
+    before = at if oldest <= at and _by_key_holds(record, at) else _added + 1
+    found: dict[int, CellRecord | SavedRecord] = {}
     for key in _keys(record):
-        items = _by_key.get(key, [])
-        i = bisect.bisect_left(items, before, key=lambda item: item[0]) - 1
-        if i >= 0 and items[i][0] >= oldest and (best is None or items[i][0] > best[0]):
-            best = items[i]
-    return best[1] if best is not None else None
+        for pos, rec in _by_key.get(key, []):
+            if oldest <= pos < before:
+                found[pos] = rec
+    return [found[pos] for pos in sorted(found)][-limit:]
 
 
 def _by_key_holds(record: CellRecord | SavedRecord, at: int) -> bool:
