@@ -111,3 +111,22 @@ def test_a_memory_spike_shows_only_while_it_lasts():
     sim.nvmlShutdown()
     assert during == pytest.approx(16 * 2**30, abs=2**20)  # the ramp moves a little too
     assert abs(other) <= 2**20 and abs(after) <= 2**20
+
+
+def test_the_sim_source_starts_at_its_steady_load():
+    """"sim" GPUs are past their start-up ramp before the first cell: the first readings show
+    the steady memory and load (a re-run cell must not read as a regression)."""
+    import time
+
+    from nbgpu import Sampler
+
+    s = Sampler(source="sim", interval=0.1).start()
+    try:
+        time.sleep(0.5)
+        df = s.timeline.to_pandas()
+    finally:
+        s.stop()
+    first = df.groupby("gpu").head(1)
+    assert len(first) == 2
+    assert (first["mem_used_bytes"] > 0.45 * first["mem_total_bytes"]).all(), first
+    assert (first["power_w"] > 400).all(), first  # loaded, not the idle start of the ramp
