@@ -251,6 +251,19 @@ def test_track_marks_iterations_and_summarises_each(fake_sampler):
     assert len(cap.iterations) == 6
 
 
+def test_track_summary_right_after_the_loop_has_the_last_iterations_buffered_readings(fake_sampler):
+    """Utilisation comes from NVML's sample buffer, read every few seconds: a summary asked for
+    right after the loop fetches the last iteration's samples instead of finding none."""
+    s, clock = fake_sampler
+    tracker = nbgpu.track(range(3), label="epoch")
+    for _ in tracker:
+        advance(s, clock, 1.0)
+    rows = tracker.summary()
+    last = rows[rows["iteration"] == 2]
+    assert last["util_mean_pct"].notna().all(), last[["gpu", "util_mean_pct", "resolution_note"]]
+    assert not last["resolution_note"].str.contains("utilisation").any(), last["resolution_note"].tolist()
+
+
 def test_track_records_a_loop_left_early(fake_sampler):
     tracker = nbgpu.track(["a", "b", "c"], label="step")
     with pytest.raises(RuntimeError):

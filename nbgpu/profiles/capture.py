@@ -113,6 +113,29 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
         sampler.remove_listener(on_step)
 
 
+def fetch_buffered(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
+    """Have the sampler read NVML's sample buffers up to ``t`` (a block's end) now, rather than
+    at their next periodic read seconds later, and wait for it: two steps at or after ``t``,
+    the second begun after the request. False if the sampler is stopped or does not answer."""
+    if not sampler.running:
+        return False
+    steps: list[float] = []
+    done = threading.Event()
+
+    def on_step(_sampler: Sampler, now: float) -> None:
+        if now >= t:
+            steps.append(now)
+            if len(steps) >= 2:
+                done.set()
+
+    sampler.add_listener(on_step)
+    try:
+        sampler.request("edge")
+        return done.wait(timeout_s)
+    finally:
+        sampler.remove_listener(on_step)
+
+
 class _TorchStats:
     """PyTorch allocator figures of a block, read only if the user's code imported torch."""
 

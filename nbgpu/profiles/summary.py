@@ -250,7 +250,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
         label = "utilisation" if metric == "util_pct" else "power"
         if len(t) < 2:
             notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; the block was shorter than "
-                         "the sampling interval")
+                         "the sampling interval, or its samples were not read from NVML's buffer yet")
             continue
         spacing = median(t[1:] - t[:-1])
         if spacing > COARSE_SPACING_S:
