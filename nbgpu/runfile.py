@@ -39,10 +39,22 @@ class Run:
         return next((e for e in self.events if e.get("event") == "run"), {})
 
     def devices(self) -> list[dict]:
-        """The header's device descriptions (``index``, ``name``, ...) that are well formed."""
+        """The header's device descriptions (``index``, ``name``, ...) that are well formed; without
+        a header (CSV), each GPU's first ``name`` in the rows."""
         devices = self.header.get("devices")
-        return [d for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))] \
-            if isinstance(devices, list) else []
+        if isinstance(devices, list):
+            return [d for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))]
+        if "name" not in self.frame.columns or not len(self.frame):
+            return []
+        first = self.frame.drop_duplicates("gpu")
+        return [{"index": g, "name": str(n)} for g, n in zip(first["gpu"], first["name"], strict=True)
+                if isinstance(n, str)]
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the run was recorded on simulated GPUs (its header says so, or a GPU's name)."""
+        return self.header.get("simulated") is True or any(
+            "(simulated)" in str(d.get("name", "")) for d in self.devices())
 
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of every mark."""

@@ -35,7 +35,7 @@ from ..profiles.summary import summarize
 from ..runfile import Run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite
-from .report import PAGE, html_table, load_input
+from .report import PAGE, SIMULATED_NOTE, html_table, load_input
 from .status import epoch_seconds
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
@@ -136,8 +136,14 @@ def text_table(a: Side, b: Side) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body]]
     only = [f"GPU {g} only in {s.name}" for s, o in ((a, b), (b, a))
             for g in s.figures.per_gpu if g not in o.figures.per_gpu]
-    tail = [f"verdict: {verdict(changes(a.figures.total, b.figures.total))}", *only]
+    tail = [f"verdict: {verdict(changes(a.figures.total, b.figures.total))}", *only, *simulated_lines(a, b)]
     return "\n".join(lines + tail)
+
+
+def simulated_lines(a: Side, b: Side) -> list[str]:
+    """``SIMULATED GPUs: … (base.jsonl, new.jsonl)`` when either run was simulated."""
+    names = [s.name for s in (a, b) if s.run.simulated]
+    return [f"{SIMULATED_NOTE} ({', '.join(names)})"] if names else []
 
 
 def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
@@ -184,7 +190,8 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     parts = [f"<h1>{esc(title)}</h1>",
              f"<p>A = <code>{esc(a.run.path)}</code>, B = <code>{esc(b.run.path)}</code>. "
              "Times are seconds since each run's first reading.</p>",
-             f"<p><b>{esc(verdict(changes(a.figures.total, b.figures.total)))}</b></p>"]
+             f"<p><b>{esc(verdict(changes(a.figures.total, b.figures.total)))}</b></p>",
+             *(f'<p style="color:#a33"><b>{esc(line)}</b></p>' for line in simulated_lines(a, b))]
     if broken:
         parts.append("<h2>Gate</h2>" + "".join(f'<p style="color:#a33">{esc(x)}</p>' for x in broken))
     parts.append("<h2>Side by side</h2>")

@@ -446,6 +446,8 @@ class Capture:
 
         result = self.summarized()
         line = one_line(result.rows, self.status, result.combined)
+        if self.sampler is not None and self.sampler.simulated:
+            line += " · SIMULATED"
         if not math.isnan(self.end_time):
             self._line = line
         return line
