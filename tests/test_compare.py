@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -284,3 +285,37 @@ def test_environment_settings_and_bad_values(no_cost_config, monkeypatch):
     monkeypatch.setenv(cost.ENV_CARBON, "lots")
     with pytest.raises(BadArgumentError, match="NBGPU_CARBON_G_PER_KWH"):
         cost.settings()
+
+
+# -- units as a person reads them ------------------------------------------------------------------
+def test_compare_gives_utilisation_changes_in_points_and_cost_only_with_a_price(no_cost_config):
+    from nbgpu.cli.compare import _change_cells, table_rows
+
+    c = Change("util_mean_pct", Figure(73.0, 0.6), Figure(77.0, 0.6))
+    before, after, change, noise = _change_cells(c)
+    assert (before, after) == ("73%", "77%")
+    assert change == "+4 pp (+5.5 %)" and noise == "changed (± 1.2 pp)"
+
+    class _Side:  # the two figures table_rows reads
+        def __init__(self, energy_j):
+            figs = {"energy_j": Figure(energy_j, 1.0)}
+            self.figures = RunFigures(figs, {0: figs})
+            self.totals = {"energy_j": energy_j}
+
+    rows = table_rows(_Side(3.6e6), _Side(7.2e6))
+    assert rows[-1][1] == "energy in kWh" and rows[-1][2][:2] == ["1.00 kWh", "2.00 kWh"]
+    cost.configure(price_per_kwh=0.30, currency="EUR")
+    assert table_rows(_Side(3.6e6), _Side(7.2e6))[-1][1] == "cost"
+
+
+def test_cell_summary_headers_name_no_unit_their_cells_do_not_use():
+    from nbgpu.profiles.report import summary_html
+
+    row = {"gpu": 0, "name": "NVIDIA H200 (simulated)", "duration_s": 2.0, "mem_start_bytes": 2**30,
+           "mem_end_bytes": 2**31, "mem_peak_bytes": 2**31, "mem_delta_bytes": 2**30, "util_mean_pct": 50.0,
+           "util_max_pct": 90.0, "power_mean_w": 300.0, "power_max_w": 400.0, "energy_j": 8200.0,
+           "energy_source": "counter", "temp_max_c": 60.0, "throttle_reasons": "", "status": "ok"}
+    page = summary_html([row, dict(row, gpu=1, mem_start_bytes=2**20, mem_end_bytes=2**21)])
+    heads = re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", page)
+    assert heads and not [h for h in heads if re.search(r"\((?:J|W|%|°C|GiB|MiB|GiB/MiB)\)", h)], heads
+    assert "8.2 kJ" in page

@@ -168,8 +168,8 @@ def test_every_cell_profiled_keeps_a_complete_report_in_its_output(loaded):
     assert "<details" in html
     svg = html[html.index("<svg"):html.index("</svg>")]
     assert "GPU 0" in svg and "GPU 1" in svg and "<path" in svg  # memory lines of both GPUs
-    for head in ("memory start → end", "peak (GiB/MiB)", "util mean / max", "power mean / max",
-                 "energy (J)", "temp max", "throttling", "status"):
+    for head in ("memory start → end", ">peak<", "util mean / max", "power mean / max",
+                 ">energy<", "temp max", "throttling", "status", "all GPUs"):
         assert head in html, head
     row = loaded.value("nbgpu.history().iloc[-1].to_dict()")
     summary_columns = loaded.value("list(nbgpu.profiles.summary.SUMMARY_COLUMNS)")

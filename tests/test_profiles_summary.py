@@ -108,7 +108,7 @@ def test_one_line_and_table_text():
     assert one_line(result, "failed").endswith("· FAILED")
     html = summary_html(result.frame())
     assert "<table" in html and "43.2 kJ (power)" in html and "38.4 GiB" in html
-    assert "peak (GiB/MiB)" in html  # the header states the unit
+    assert ">peak</th>" in html and "all GPUs" not in html  # each cell states its unit; one GPU: no total
     assert fmt_duration(3725) == "1h02m"
 
 

@@ -44,11 +44,14 @@ LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "pea
           "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
 
 
-def fmt_metric(metric: str, value: float, signed: bool = False) -> str:
-    """A figure of ``metric`` as a person reads it (binary units for memory)."""
+def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
+    """A figure of ``metric`` as a person reads it (binary units for memory); ``points``: a
+    difference of percentages, in percentage points (``+4 pp``)."""
     if value is None or not math.isfinite(value):
         return "–"
     sign = "+" if signed and value >= 0 else ""
+    if points and metric.endswith("_pct"):
+        return f"{sign}{value:.1f}".rstrip("0").rstrip(".") + " pp"
     if metric.endswith("_bytes"):
         return fmt_bytes(value, signed=signed)
     if metric.endswith("_s"):
@@ -101,11 +104,11 @@ def side_of(run: Run) -> Side:
 
 def _change_cells(c: Change) -> list[str]:
     pct = c.pct
-    change = fmt_metric(c.metric, c.delta, signed=True)
+    change = fmt_metric(c.metric, c.delta, signed=True, points=True)
     if math.isfinite(pct):
         change += f" ({'+' if pct >= 0 else '-'}{fmt_change_pct(abs(pct))})"
     same = {True: "changed", False: "within noise", None: "cannot tell"}[c.beyond_noise]
-    why = f"± {fmt_metric(c.metric, c.noise)}" if math.isfinite(c.noise) else "too few readings"
+    why = f"± {fmt_metric(c.metric, c.noise, points=True)}" if math.isfinite(c.noise) else "too few readings"
     noise = f"{same} ({why})"
     return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change, noise]
 
@@ -120,7 +123,8 @@ def table_rows(a: Side, b: Side) -> list[tuple[str, str, list[str]]]:
     for c in changes(a.figures.total, b.figures.total):
         out.append(("all GPUs", LABELS[c.metric], _change_cells(c)))
     ca, cb = cost_of(_num(a.totals.get("energy_j"))), cost_of(_num(b.totals.get("energy_j")))
-    out.append(("all GPUs", "cost", [ca.text(), cb.text(), "", ""]))
+    priced = math.isfinite(ca.cost) or math.isfinite(ca.co2_g)
+    out.append(("all GPUs", "cost" if priced else "energy in kWh", [ca.text(), cb.text(), "", ""]))
     return out
 
 

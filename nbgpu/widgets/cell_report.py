@@ -143,4 +143,4 @@ def build_widget(cap: Capture):
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
     return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, fig,
-                   w.HTML(summary_html(cap.summary_rows))])
+                   w.HTML(summary_html(cap.summary_rows, cap.totals))])
