@@ -48,11 +48,12 @@ _ROW_SKIP = ("start", "end", "alerts", "label")
 
 
 def _first_line(source: str) -> str:
-    for line in source.splitlines():
-        if line.strip():
-            text = line.strip()
-            return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
-    return ""
+    """The cell's first meaningful line: not blank, a comment, a magic or an import (the first
+    non-blank line when every line is one of those)."""
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    skip = ("#", "%", "!", "import ", "from ")
+    text = next((line for line in lines if not line.startswith(skip)), lines[0] if lines else "")
+    return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
 
 
 def source_hash(source: str) -> str:
@@ -358,6 +359,9 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     energy as kWh (and cost and CO₂ where configured), status and the alerts that
     overlapped the cell. Cells kept in the history file from earlier kernels come first.
 
+    A notebook shows it as a short table with units; it is a DataFrame all the same, and
+    ``.raw()`` (or any selection of it) is the plain frame with every column.
+
     Args:
         per_gpu: one row per (cell, GPU) with that GPU's summary instead.
     """
@@ -381,10 +385,14 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        return pd.DataFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error"])
+        from .history_view import HistoryFrame
+
+        return HistoryFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error"])
     df = pd.DataFrame(rows)
     order = base + [c for c in df.columns if c not in base]
-    return df[order]
+    from .history_view import HistoryFrame
+
+    return HistoryFrame(df[order])
 
 
 def _float(v: object) -> float:

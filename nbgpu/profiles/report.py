@@ -170,3 +170,4 @@ def compact_html(cap: Capture, svg: str | None = None) -> str:
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
             f"{escape(cap.one_line())}</summary><div>{svg}</div>"
             f"{summary_html(cap.summary_rows, cap.totals)}</details>")
+
