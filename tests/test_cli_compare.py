@@ -124,3 +124,52 @@ def test_docs_example_a_half_longer_run_is_never_the_same(tmp_path, capsys):
         if "energy" in line or "util mean" in line:
             assert "within noise" not in line, line  # +50 % is never called noise
     assert "energy the same" not in verdict and "utilisation the same" not in verdict
+
+
+BOXES_JS = """sel => [...document.querySelectorAll(sel)].map(e => {
+    const r = e.getBoundingClientRect(); return {x: r.left, y: r.top, w: r.width, h: r.height,
+    text: e.textContent, dash: e.getAttribute('stroke-dasharray'), stroke: e.getAttribute('stroke')}; })"""
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] \
+        and b["y"] < a["y"] + a["h"]
+
+
+@pytest.mark.browser
+def test_html_labels_never_overlap_and_identical_runs_stay_visible(runs, tmp_path):
+    """Both runs start their command at 0 s: "A: command started" and "B: command started" are
+    drawn apart, off the charts; a run compared with itself (the simulator's fixed seed) shows
+    both runs' lines, B's dashed over A's."""
+    from playwright.sync_api import sync_playwright
+
+    base, _ = runs
+    out = tmp_path / "compare.html"
+    assert main(["compare", base, base, "-o", str(out)]) == 0
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1000, "height": 1200})
+            page.goto(out.as_uri())
+            texts = page.evaluate(BOXES_JS, "svg text")
+            labels = [t for t in texts if t["text"].startswith(("A: ", "B: "))]
+            assert {t["text"] for t in labels} >= {"A: command started", "B: command started"}
+            for i, a in enumerate(labels):
+                for b in labels[i + 1:]:
+                    assert not _overlap(a, b), (a, b)
+            frames = [r for r in page.evaluate(BOXES_JS, "svg rect[stroke='#ccc']")]
+            assert frames
+            for label in labels:
+                assert not any(_overlap(label, f) for f in frames), label  # labels sit above the charts
+            paths = page.evaluate(BOXES_JS, "svg path[stroke-width]")
+            a_dash = {p["dash"] for p in paths[:2]}
+            assert any(p["dash"] for p in paths) and any(not p["dash"] for p in paths), paths[:4]
+            assert None in a_dash or "" in a_dash
+            legend = [t for t in texts if t["text"].endswith(("(A)", "(B)"))]
+            for i, a in enumerate(legend):
+                for b in legend[i + 1:]:
+                    assert not _overlap(a, b), (a, b)
+            page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
+        finally:
+            browser.close()

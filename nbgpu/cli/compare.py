@@ -206,7 +206,8 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     data = {m: {**da.get(m, {}), **db.get(m, {})} for m in PLOT_METRICS if m in da or m in db}
     keys = list(dict.fromkeys(k for per in data.values() for k in per))
     parts.append("<h2>Timelines (elapsed seconds)</h2>")
-    parts.append(f'<div class="plot">{svg_series(data, ma + mb, 900, keys)}</div>')
+    dashed = {k for k in keys if str(k).endswith("(B)")}
+    parts.append(f'<div class="plot">{svg_series(data, ma + mb, 900, keys, dashed)}</div>')
     return PAGE.format(title=esc(title), body="\n".join(parts))
 
 
