@@ -83,7 +83,8 @@ def summary_html(summary, combined: dict | None = None) -> str:
     head += ["torch peak alloc / reserved"] if has_torch else []
     head += ["status"]
     th = '<th style="text-align:left;padding:2px 8px;white-space:nowrap">'
-    out = ['<table class="nbgpu-summary" style="border-collapse:collapse;font-size:12px">',
+    out = ['<div style="overflow-x:auto">'
+           '<table class="nbgpu-summary" style="border-collapse:collapse;font-size:12px">',
            "<thead><tr>" + "".join(f"{th}{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     total = [dict(combined, gpu="all", alerts="")] if combined and len(rows) > 1 else []
     for r in rows + total:
@@ -105,7 +106,7 @@ def summary_html(summary, combined: dict | None = None) -> str:
         weight = "font-weight:bold;border-top:1px solid #ccc;" if r in total else ""
         out.append("<tr>" + "".join(f'<td style="{weight}padding:2px 8px;white-space:nowrap">{c}</td>'
                                     for c in cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     notes = sorted({r["resolution_note"] for r in rows if isinstance(r.get("resolution_note"), str)
                     and r["resolution_note"]})
     alerts = sorted({r["alerts"] for r in rows if isinstance(r.get("alerts"), str) and r["alerts"]})
@@ -126,7 +127,7 @@ def _peak_cell(r: dict) -> str:
 def _title(cap: Capture) -> str:
     label = f"{cap.label} · " if cap.label else ""
     status = "" if cap.status == "ok" else f" · {cap.status}"
-    src = " · simulated GPUs" if cap.sampler is not None and cap.sampler.simulated else ""
+    src = " · SIMULATED GPUs" if cap.sampler is not None and cap.sampler.simulated else ""
     return f"GPU profile · {label}{fmt_duration(cap.duration_s)}{status}{src}"
 
 
