@@ -55,7 +55,7 @@ def resolve_source(source: object) -> Source:
             return NVMLSource()
         count = sim_count(spec)
         if count is not None:
-            return NVMLSource(SimulatedGPUs(count=count, warm_s=WARM_S))
+            return NVMLSource(SimulatedGPUs(count=count, warm_s=WARM_S, model_process=False))
         if spec.startswith("prometheus="):
             from .prometheus import PrometheusSource
 
