@@ -48,7 +48,7 @@ DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
 MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
-# For this long after someone asks for the newest values (``watch()``; ``latest()`` asks),
+# For this long after someone looks at the newest values (``watch()``: a live panel, a scrape),
 # the source keeps its sample buffers drained at their live periods ("live" in its reads).
 LIVE_HOLD_S = 5.0
 _LIVE = frozenset({"live"})
@@ -243,7 +243,8 @@ class Sampler(SamplerThread, SamplerReads):
         the diagnostics while a cell runs).
 
         For ``LIVE_HOLD_S`` the sample buffers are drained at their live periods (NVML
-        utilisation every 2 s instead of 10 s); ``latest()`` calls it. Resolution is the same
+        utilisation every 2 s instead of 10 s); a live panel calls it at each refresh, the
+        exporter at each scrape. Reads (``latest()``, the timeline) never do. Resolution is the same
         either way: only how old the newest buffered sample can be changes.
         """
         self._watched_at = self._clock()

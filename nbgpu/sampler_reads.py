@@ -54,8 +54,6 @@ class SamplerReads:
         """
         if self.diagnostics is None:
             return []
-        if self.stopped_at is not None and not self.running:
-            self.diagnostics.close_all()
         return self.diagnostics.alert_list(since_s)
 
     @property
@@ -68,7 +66,6 @@ class SamplerReads:
                                           "active", "message", "suggestion", "evidence"])
             frame.attrs["note"] = NO_DIAGNOSTICS
             return frame
-        self.alert_list()  # ends ongoing alerts of a stopped sampler
         return self.diagnostics.alerts
 
     def on_alert(self, fn: Callable) -> None:
@@ -144,11 +141,9 @@ class SamplerReads:
                 out[metric] = "stale" if age > STALE_PERIODS * period + 1e-6 else "live"
         return out
 
-    def latest(self, watch: bool = True) -> list[dict]:
-        """Newest value of every metric of every GPU, with its state.
-
-        ``watch=False`` reads without keeping the sampler's buffers live for a viewer (a
-        recorder that nobody looks at).
+    def latest(self) -> list[dict]:
+        """Newest value of every metric of every GPU, with its state; a read that changes
+        nothing (a view that shows these values live also calls ``watch()``).
 
         Each row: ``gpu``, ``name``, ``state`` (of the device), ``time`` (UTC
         ``pandas.Timestamp`` of the newest reading), ``time_s`` (the same as epoch
@@ -159,8 +154,6 @@ class SamplerReads:
         """
         import pandas as pd
 
-        if watch:
-            self.watch()
         now = self._stale_now()
         lost = self.lost
         state = self.state

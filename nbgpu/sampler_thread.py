@@ -122,8 +122,11 @@ class SamplerThread:
                     self._host.close()
 
     def _thread_ended(self) -> None:
-        """The thread's last act: record the stop; close the source if that was asked."""
+        """The thread's last act: record the stop, end the ongoing alerts, close the source
+        if that was asked."""
         self.stopped_at = self._clock()
+        if self.diagnostics is not None:
+            self.diagnostics.close_all()
         self.store.add_event(Event(self.stopped_at, "sampler", "stopped"))
         _running.discard(self)
         if self._close_requested:

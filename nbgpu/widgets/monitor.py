@@ -253,6 +253,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             key = (s.store.generation, status.state, tuple(status.lost), status.errors,
                    self._paused, self.window_s, _last_event(s),
                    tuple((a.rule, a.gpu, a.start) for a in alerts))
+            if not self._paused:  # someone looks at the newest values: keep them fresh
+                s.watch()
             if not force and (self._paused or key == self._last_key):
                 self.stats["skipped"] += 1
                 self._draw_header(status)
