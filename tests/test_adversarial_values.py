@@ -1,0 +1,208 @@
+"""Adversarial values (issue 34, items 9-11): huge numbers, non-string labels, file names that
+are not UTF-8, recordings with very many keys and escape codes in labels."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nbgpu import Sampler
+from nbgpu.cli import main
+from nbgpu.svg import svg_timeline
+
+ROOT = Path(__file__).resolve().parents[1]
+NBGPU = [sys.executable, "-m", "nbgpu.cli"]
+HUGE = (1e308, -1e308)
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("values") / "run.jsonl")
+    code = main(["record", "--source", "sim", "--interval", "0.1", "-q", "-o", path, "--",
+                 sys.executable, "-c", "import time; time.sleep(0.5)"])
+    assert code == 0
+    return path
+
+
+def _rewrite(src: str, dst: Path, change) -> Path:
+    """A copy of the recording ``src`` with ``change(record)`` applied to each reading line."""
+    out = []
+    with open(src) as fh:
+        for i, line in enumerate(fh):
+            data = json.loads(line)
+            if "gpu_id" in data:
+                change(i, data)
+            out.append(json.dumps(data))
+    dst.write_text("\n".join(out) + "\n")
+    return dst
+
+
+def test_svg_draws_values_at_the_ends_of_the_float_range():
+    df = pd.DataFrame({"time": pd.to_datetime([1.7e9 + i for i in range(6)], unit="s", utc=True),
+                       "gpu": [0] * 6, "util_pct": [1e308, -1e308, 5.0, 1e308, np.inf, -np.inf],
+                       "power_w": [-1e308] * 6})
+    page = svg_timeline(df, ["util_pct", "power_w"])
+    assert page.startswith("<svg") and page.endswith("</svg>")
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_huge_values_in_a_recording_are_not_a_traceback(command, run_file, tmp_path):
+    def huge(i, data):
+        for key in ("util_pct", "gpu_util_percent", "power_w", "temp_c", "temperature_c"):
+            data[key] = HUGE[i % 2]
+
+    bad = _rewrite(run_file, tmp_path / "huge.jsonl", huge)
+    args = [str(bad)] if command == "report" else [str(bad), run_file]
+    done = subprocess.run([*NBGPU, command, *args, "-o", str(tmp_path / "out.html")], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 1
+
+
+@pytest.mark.parametrize("command", ["report", "report-out", "compare", "compare-out", "diagnose"])
+def test_a_file_name_that_is_not_utf8_is_not_a_traceback(command, run_file, tmp_path):
+    folder = os.fsencode(tmp_path)
+    name = os.path.join(folder, b"\xffrun.jsonl")
+    with open(run_file, "rb") as src, open(name, "wb") as dst:
+        dst.write(src.read())
+    text = os.fsdecode(name)
+    out = os.fsdecode(os.path.join(folder, b"\xfeout.html"))
+    args = {"report": ["report", text], "report-out": ["report", run_file, "-o", out],
+            "compare": ["compare", text, run_file], "compare-out": ["compare", run_file, text, "-o", out],
+            "diagnose": ["report", "--diagnose", text]}[command]
+    # a strict UTF-8 terminal, where printing an undecodable name raises
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING="utf-8", LC_ALL="C.UTF-8")
+    done = subprocess.run([*NBGPU, *args], capture_output=True, timeout=120, env=env)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+
+
+class _Prometheus:
+    """A Prometheus that answers every query with the same crafted series, at the current time."""
+
+    def __init__(self, series) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                now = time.time()
+                result = [{"metric": labels, "values": [[now - 3 + i, str(v)] for i, v in enumerate(values)]}
+                          for labels, values in outer.series]
+                body = json.dumps({"status": "success",
+                                   "data": {"resultType": "matrix", "result": result}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.series = series
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_cell_fed_crafted_prometheus_values_shows_none_of_them():
+    from nbgpu.profiles.capture import Capture
+    from nbgpu.profiles.report import static_html
+    from nbgpu.sources.prometheus import PrometheusSource
+
+    good = {"gpu": "0", "Hostname": "n1", "modelName": "H200"}
+    odd = {"gpu": "1", "Hostname": 7, "modelName": ["H200"], "UUID": {"a": 1}}  # labels not strings
+    prom = _Prometheus([
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", **good}, [1e308, -1e308, -50, 40]),
+        ({"__name__": "DCGM_FI_DEV_GPU_TEMP", **good}, [-50, 1e308, 45, -1e308]),
+        ({"__name__": "DCGM_FI_DEV_POWER_USAGE", **good}, [1e308, 200, -1e308, 300]),
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", **odd}, [10, 20, 30, 40]),
+    ])
+    sampler = Sampler(PrometheusSource(prom.url, timeout_s=2.0, poll_s=0.1), interval=0.1, host=False)
+    try:
+        sampler.start()
+        cap = Capture(sampler).start()
+        time.sleep(0.6)
+        cap.finish()
+        page = static_html(cap)
+        df = sampler.timeline.to_pandas()
+    finally:
+        sampler.stop()
+        prom.close()
+    assert "<svg" in page
+    mine = df[df["gpu"] == "n1/0"]
+    for col, lo, hi in (("util_pct", 0, 100), ("temp_c", 0, 200), ("power_w", 0, 1e6)):
+        seen = mine[col].dropna()
+        assert len(seen) and seen.between(lo, hi).all(), (col, seen.tolist())
+    assert set(df["gpu"]) >= {"n1/0"}
+
+
+def test_a_recording_with_100000_distinct_keys_reads_in_bounded_memory(run_file, tmp_path):
+    import resource
+
+    with open(run_file) as fh:
+        header = fh.readline()
+        first = json.loads(fh.readline())
+    lines, k = [header.strip()], 0
+    for n in range(1000):
+        rec = {"timestamp": first["timestamp"], "gpu_id": n % 2, "util_pct": 5}
+        for _ in range(100):
+            rec[f"k{k}"] = 1
+            k += 1
+        lines.append(json.dumps(rec))
+    keys = tmp_path / "keys.jsonl"
+    keys.write_text("\n".join(lines) + "\n")
+
+    def small_memory() -> None:  # 1.5 GB of address space: a frame of every key cannot fit
+        resource.setrlimit(resource.RLIMIT_AS, (1500 * 2**20, resource.RLIM_INFINITY))
+
+    done = subprocess.run([*NBGPU, "report", str(keys), "-o", str(tmp_path / "keys.html")],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          preexec_fn=small_memory)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-500:]
+    assert "k99999" not in (tmp_path / "keys.html").read_text()
+
+
+ESC = "\x1b[2J\x1b[31mred"
+
+
+def test_escape_codes_in_labels_are_not_printed_raw(run_file, tmp_path, capsys):
+    def evil(i, data):
+        data["gpu_id"] = f"{ESC}/{data['gpu_id']}"
+
+    bad = _rewrite(run_file, tmp_path / "ansi.jsonl", evil)
+    capsys.readouterr()
+    assert main(["compare", str(bad), run_file]) == 0
+    out = capsys.readouterr()
+    assert "\x1b" not in out.out + out.err and "\\x1b[31mred" in out.out
+
+
+def test_escape_codes_in_labels_are_not_in_the_record_summary(tmp_path, capsys):
+    labels = {"gpu": "0", "Hostname": ESC}
+    prom = _Prometheus([({"__name__": "DCGM_FI_DEV_GPU_UTIL", **labels}, [10, 20, 30, 40]),
+                        ({"__name__": "DCGM_FI_DEV_POWER_USAGE", **labels}, [90, 95, 99, 98])])
+    try:
+        capsys.readouterr()
+        code = main(["record", "--source", f"prometheus={prom.url}", "--interval", "0.1", "-o",
+                     str(tmp_path / "r.jsonl"), "--", sys.executable, "-c", "import time; time.sleep(1.5)"])
+    finally:
+        prom.close()
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "GPU " in out.err and "\\x1b[31mred" in out.err
+    assert "\x1b" not in out.err
