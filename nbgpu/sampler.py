@@ -172,7 +172,7 @@ class Sampler:
         self._host_override = getattr(self.source, "simulated_host", None)
         if self._host is not None:
             self.store.declare(HOST_KEY, "tick", HOST_COLUMNS)
-        self.timeline = Timeline(self.store, self.devices)
+        self.timeline = Timeline(self.store, self.devices, drained=self.drained_until)
         self.ticks = 0
         self.errors = 0
         self.last_error: str | None = None
