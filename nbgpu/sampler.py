@@ -30,7 +30,7 @@ import numpy as np
 
 from . import schedule
 from .errors import BadArgumentError, SamplerStateError
-from .metrics import HOST_COLUMNS, HOST_KEY
+from .metrics import BY_NAME, HOST_COLUMNS, HOST_KEY
 from .sources import Source, open_source
 from .sources.base import Device, DeviceKey, ProcessInfo
 from .sources.host import HostSource
@@ -53,6 +53,7 @@ STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stal
 LIVE_HOLD_S = 5.0
 _LIVE = frozenset({"live"})
 _NEVER = (math.nan, math.nan)  # (newest, previous) refresh times of a metric never refreshed
+_NO_ERRORS: dict = {}  # a device with no read error yet
 
 _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
 _atexit_lock = threading.Lock()
@@ -187,7 +188,7 @@ class Sampler:
         self._lost: dict[object, float] = {}
         self._errors_by_gpu: dict[object, int] = {}
         self._last_error_by_gpu: dict[object, str] = {}
-        self._error_at: dict[object, float] = {}  # device -> time of its newest read error
+        self._error_at: dict[object, dict] = {}  # device -> {metric (None: any): newest error}
         self._unsupported: dict[object, set[str]] = {}
         self._refreshed: dict[tuple[object, str], tuple[float, float]] = {}  # newest, previous
         self._timestamps: dict[float, object] = {}  # latest()'s newest times, made once
@@ -477,30 +478,32 @@ class Sampler:
         return self._last_step if self._last_step is not None else self._clock()
 
     def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
-                never: float) -> dict[str, str]:
+                never: dict) -> dict[str, str]:
         """"live", "stale", "failed" or "unsupported" of each metric of device ``key``.
 
         Called with ``_lock`` held. Unsupported: the card does not report it (``supported``,
-        empty for "all") or NVML said so; failed: a read failed after its newest refresh;
-        stale: not refreshed for ``STALE_PERIODS`` of its own periods. ``never``: the period
-        assumed before a metric's second refresh (the longest of any read). NaN tests are ``x != x``
+        empty for "all") or NVML said so; failed: a read of that metric (or of the whole
+        device) failed after its newest refresh; stale: not refreshed for ``STALE_PERIODS``
+        of its own periods. ``never``: the period assumed before a metric's second refresh
+        (``_first_periods``: its read's own). NaN tests are ``x != x``
         and the period's floor a comparison: the panel asks this for every metric each refresh.
         """
         unsupported = self._unsupported.get(key, ())
-        error_at = self._error_at.get(key)
+        errors = self._error_at.get(key, _NO_ERRORS)  # metric (None: any) -> newest failure
+        anyone = errors.get(None)
         refreshed = self._refreshed.get
         interval = self.interval
-        unrefreshed = "stale" if error_at is None else "failed"
         out = {}
         for metric in metrics:
             if metric in unsupported or (supported and metric not in supported):
                 out[metric] = "unsupported"
                 continue
+            error_at = errors.get(metric, anyone)
             newest, previous = refreshed((key, metric), _NEVER)
             if newest != newest:
-                out[metric] = unrefreshed
+                out[metric] = "stale" if error_at is None else "failed"
                 continue
-            period = never if previous != previous else newest - previous
+            period = never.get(metric, never[None]) if previous != previous else newest - previous
             if period < interval:
                 period = interval
             age = now - newest
@@ -531,8 +534,7 @@ class Sampler:
         lost = self.lost
         state = self.state
         out = []
-        with self._lock:  # the period before a metric's second refresh: the longest of any read
-            never = max(self.interval, MAX_BUFFER_DRAIN_S, *self._every.values())
+        never = self._first_periods()
         for dev in self.devices:
             key = dev.key
             newest_of = self.store.last_many(key)
@@ -566,12 +568,28 @@ class Sampler:
             made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")
         return made
 
+    def _first_periods(self) -> dict:
+        """The period each metric is assumed to have before its second refresh: its read's
+        own (the source says for buffered ones), else a tick's; key None for the rest."""
+        hint = getattr(self.source, "period_s", None)
+        base = max(self.interval, MAX_BUFFER_DRAIN_S)
+        out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
+               "pcie_tx_bytes_per_s": self._every["pcie"]}
+        if callable(hint):
+            out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
+        return out
+
     def latest_host(self) -> dict:
-        """Newest host readings (empty if host sampling is off)."""
+        """Newest host readings (empty if host sampling is off); NaN where not live (not
+        refreshed for three ticks: the sampler hangs or the read fails), as ``latest()``."""
         if self._host is None:
             return {}
         newest_of = self.store.last_many(HOST_KEY)
-        return {m: newest_of.get(m, (np.nan, np.nan))[1] for m in HOST_COLUMNS}
+        now, never = self._stale_now(), self._first_periods()
+        with self._lock:
+            states = self._states(HOST_KEY, HOST_COLUMNS, now, frozenset(), never)
+        return {m: newest_of.get(m, (np.nan, np.nan))[1] if states[m] == "live" else math.nan
+                for m in HOST_COLUMNS}
 
     # -- one step: what the thread does at each wake-up --------------------------------------
     def _settings(self) -> schedule.Settings:
@@ -612,14 +630,15 @@ class Sampler:
                 except Exception as exc:
                     self._count_error(None, f"listener {getattr(fn, '__name__', fn)}: {exc}", now)
 
-    def _count_error(self, device, message: str, now: float) -> None:
+    def _count_error(self, device, message: str, now: float, metrics: tuple[str, ...] = ()) -> None:
         with self._lock:
             self.errors += 1
             self.last_error = message
             if device is not None:
                 self._errors_by_gpu[device] = self._errors_by_gpu.get(device, 0) + 1
                 self._last_error_by_gpu[device] = message
-                self._error_at[device] = now
+                for metric in metrics or (None,):
+                    self._error_at.setdefault(device, {})[metric] = now
 
     def _note_refreshed(self, device, values: dict, now: float) -> None:
         for metric, arr in values.items():
@@ -649,7 +668,8 @@ class Sampler:
                 with self._lock:
                     self._note_refreshed(batch.device, batch.values, now)
             for err in getattr(reading, "errors", ()):
-                self._count_error(err.device, f"GPU {err.device} {err.read}: {err.message}", now)
+                where = "" if err.device is None else f"GPU {err.device} {err.read}: "
+                self._count_error(err.device, where + err.message, now, getattr(err, "metrics", ()))
             for ev in reading.events:
                 self._on_event(ev, now)
             if "procs" in reads:
@@ -659,6 +679,8 @@ class Sampler:
                 if self._host_override is not None:
                     values.update(self._host_override(now - self.started_at) or {})
                 self.store.append(HOST_KEY, "tick", now, values)
+                with self._lock:
+                    self._note_refreshed(HOST_KEY, {k: float(v) for k, v in values.items()}, now)
             if full_tick:
                 with self._lock:
                     self.ticks += 1

@@ -7,15 +7,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from conftest_cli import CraftedPrometheus
 from nbgpu import Sampler
 from nbgpu.cli import main
 from nbgpu.svg import svg_timeline
@@ -86,39 +85,6 @@ def test_a_file_name_that_is_not_utf8_is_not_a_traceback(command, run_file, tmp_
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
 
 
-class _Prometheus:
-    """A Prometheus that answers every query with the same crafted series, at the current time."""
-
-    def __init__(self, series) -> None:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                now = time.time()
-                result = [{"metric": labels, "values": [[now - 3 + i, str(v)] for i, v in enumerate(values)]}
-                          for labels, values in outer.series]
-                body = json.dumps({"status": "success",
-                                   "data": {"resultType": "matrix", "result": result}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.series = series
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_a_cell_fed_crafted_prometheus_values_shows_none_of_them():
     from nbgpu.profiles.capture import Capture
     from nbgpu.profiles.report import static_html
@@ -126,7 +92,7 @@ def test_a_cell_fed_crafted_prometheus_values_shows_none_of_them():
 
     good = {"gpu": "0", "Hostname": "n1", "modelName": "H200"}
     odd = {"gpu": "1", "Hostname": 7, "modelName": ["H200"], "UUID": {"a": 1}}  # labels not strings
-    prom = _Prometheus([
+    prom = CraftedPrometheus([
         ({"__name__": "DCGM_FI_DEV_GPU_UTIL", **good}, [1e308, -1e308, -50, 40]),
         ({"__name__": "DCGM_FI_DEV_GPU_TEMP", **good}, [-50, 1e308, 45, -1e308]),
         ({"__name__": "DCGM_FI_DEV_POWER_USAGE", **good}, [1e308, 200, -1e308, 300]),
@@ -194,7 +160,7 @@ def test_escape_codes_in_labels_are_not_printed_raw(run_file, tmp_path, capsys):
 
 def test_escape_codes_in_labels_are_not_in_the_record_summary(tmp_path, capsys):
     labels = {"gpu": "0", "Hostname": ESC}
-    prom = _Prometheus([({"__name__": "DCGM_FI_DEV_GPU_UTIL", **labels}, [10, 20, 30, 40]),
+    prom = CraftedPrometheus([({"__name__": "DCGM_FI_DEV_GPU_UTIL", **labels}, [10, 20, 30, 40]),
                         ({"__name__": "DCGM_FI_DEV_POWER_USAGE", **labels}, [90, 95, 99, 98])])
     try:
         capsys.readouterr()

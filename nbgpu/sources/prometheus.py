@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import BadArgumentError, SourceError
 from ..metrics import BY_NAME, plausible
-from .base import Batch, Device, DeviceEvent, Reading
+from .base import Batch, Device, DeviceEvent, ReadError, Reading
 from .prometheus_names import BY_SERIES, FB_FREE, INFO_SERIES, is_blank, selector
 
 log = logging.getLogger("nbgpu")
@@ -349,6 +349,11 @@ class PrometheusSource:
             self._last_t[key] = float(times[-1])
         return reading
 
+    def period_s(self, metric: str) -> float | None:
+        """Seconds between new readings of any metric: a scrape, seen at the next query."""
+        res = self.resolution_s if self.resolution_s == self.resolution_s else 5.0
+        return max(res, self._poll_every())
+
     def _poll_every(self) -> float:
         if self.poll_s is not None:
             return float(self.poll_s)
@@ -360,6 +365,7 @@ class PrometheusSource:
         message = str(exc)
         if not isinstance(exc, SourceError):
             message = f"bad answer from Prometheus at {self.url}: {exc}"
+        reading.errors.append(ReadError(None, "query", message))  # counted in status().errors
         if self.state != "unreachable":
             log.warning("source unreachable: %s", message)
             reading.events.append(DeviceEvent(None, "error", f"source unreachable: {message}"))
