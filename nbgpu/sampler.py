@@ -173,7 +173,8 @@ class Sampler:
         self._host_override = getattr(self.source, "simulated_host", None)
         if self._host is not None:
             self.store.declare(HOST_KEY, "tick", HOST_COLUMNS)
-        self.timeline = Timeline(self.store, self.devices, drained=self.drained_until)
+        drained = getattr(self.source, "drained_until", None)  # the source's: no cycle through self
+        self.timeline = Timeline(self.store, self.devices, drained=drained if callable(drained) else None)
         self.ticks = 0
         self.errors = 0
         self.last_error: str | None = None
