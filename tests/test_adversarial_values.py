@@ -158,6 +158,27 @@ def test_escape_codes_in_labels_are_not_printed_raw(run_file, tmp_path, capsys):
     assert "\x1b" not in out.out + out.err and "\\x1b[31mred" in out.out
 
 
+def test_escape_codes_in_labels_are_not_in_the_findings(tmp_path, capsys):
+    from conftest_diagnostics import drive, sim_sampler
+
+    s, clock = sim_sampler("imbalance", count=2)  # 40 s in which GPU 1 idles beside GPU 0
+    drive(s, clock, 40.0)
+    s.timeline.to_jsonl(str(tmp_path / "run.jsonl"))
+    s.stop()
+
+    def evil(i, data):
+        data["gpu_id"] = f"{ESC}/{data['gpu_id']}"
+
+    bad = _rewrite(str(tmp_path / "run.jsonl"), tmp_path / "ansi.jsonl", evil)
+    with open(bad, "a") as fh:  # a cell mark named with escape codes: findings are listed under it
+        fh.write(json.dumps({"timestamp": "2027-01-15T08:00:01+00:00", "event": "mark", "label": ESC}) + "\n")
+    capsys.readouterr()
+    assert main(["report", "--diagnose", str(bad)]) == 0
+    out = capsys.readouterr().out
+    assert "imbalance" in out and "\\x1b[31mred" in out
+    assert "\x1b" not in out
+
+
 def test_escape_codes_in_labels_are_not_in_the_record_summary(tmp_path, capsys):
     labels = {"gpu": "0", "Hostname": ESC}
     prom = CraftedPrometheus([({"__name__": "DCGM_FI_DEV_GPU_UTIL", **labels}, [10, 20, 30, 40]),
