@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+_TEXT = ("name", "uuid", "parent", "host")  # device labels: text (or an index) or None
+
+
+def _label(v: object) -> bool:
+    return v is None or (isinstance(v, (str, int)) and not isinstance(v, bool))
+
+
 @dataclass
 class Run:
     """A recorded run: its rows, its events (run header, marks, alerts, ...) and skipped lines."""
@@ -39,10 +46,13 @@ class Run:
         return next((e for e in self.events if e.get("event") == "run"), {})
 
     def devices(self) -> list[dict]:
-        """The header's device descriptions (``index``, ``name``, ...) that are well formed."""
+        """The header's device descriptions (``index``, ``name``, ...) that are well formed; a
+        label that is not text (``name``, ``uuid``, ``parent``, ``host``) reads as None."""
         devices = self.header.get("devices")
-        return [d for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))] \
-            if isinstance(devices, list) else []
+        if not isinstance(devices, list):
+            return []
+        return [{k: (v if k not in _TEXT or _label(v) else None) for k, v in d.items()}
+                for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))]
 
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of every mark."""

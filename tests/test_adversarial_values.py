@@ -193,3 +193,16 @@ def test_escape_codes_in_labels_are_not_in_the_record_summary(tmp_path, capsys):
     assert code == 0, out.err
     assert "GPU " in out.err and "\\x1b[31mred" in out.err
     assert "\x1b" not in out.err
+
+
+@pytest.mark.parametrize("bad", [["x"], {"a": 1}, 3.5, True])
+def test_device_labels_that_are_not_text_are_not_a_traceback(bad, run_file, tmp_path, capsys):
+    with open(run_file) as fh:
+        header, *rest = fh.read().splitlines()
+    head = json.loads(header)
+    for key in ("name", "uuid", "parent", "host"):
+        head["devices"][0][key] = bad
+    crafted = tmp_path / "labels.jsonl"
+    crafted.write_text("\n".join([json.dumps(head), *rest]) + "\n")
+    assert main(["report", str(crafted), "-o", str(tmp_path / "r.html")]) == 0
+    assert main(["compare", str(crafted), run_file, "-o", str(tmp_path / "c.html")]) == 0
