@@ -206,3 +206,33 @@ def test_device_labels_that_are_not_text_are_not_a_traceback(bad, run_file, tmp_
     crafted.write_text("\n".join([json.dumps(head), *rest]) + "\n")
     assert main(["report", str(crafted), "-o", str(tmp_path / "r.html")]) == 0
     assert main(["compare", str(crafted), run_file, "-o", str(tmp_path / "c.html")]) == 0
+
+
+def test_escape_codes_in_labels_are_not_in_the_live_lines_on_a_terminal(tmp_path):
+    import pty
+
+    labels = {"gpu": "0", "Hostname": ESC}
+    prom = CraftedPrometheus([({"__name__": "DCGM_FI_DEV_GPU_UTIL", **labels}, [10, 20, 30, 40])])
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*NBGPU, "record", "--source", f"prometheus={prom.url}", "-o",
+                                 str(tmp_path / "a.jsonl"), "--", sys.executable, "-c",
+                                 "import time; time.sleep(2.5)"], stderr=slave, stdout=subprocess.DEVNULL,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(master)
+        prom.close()
+    text = seen.decode(errors="replace")
+    assert "\x1b[2KGPU \\x1b[2J\\x1b[31mred/0" in text  # the live line, its label escaped
+    assert "\x1b[31m" not in text and "\x1b[2J" not in text

@@ -42,7 +42,7 @@ class _LiveStatus:
 
     def draw(self, lines: list[str]) -> None:
         up = f"\x1b[{self.shown}F" if self.shown else ""
-        self.stream.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+        self.stream.write(up + "".join(f"\x1b[2K{shown(line)}\n" for line in lines))
         self.stream.flush()
         self.shown = len(lines)
 
