@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest_cli import CraftedPrometheus
+from conftest_profiles import kernel_fixture  # noqa: F401 - fixture
 from nbgpu import Sampler
 from nbgpu.cli import main
 from nbgpu.svg import svg_timeline
@@ -236,3 +237,22 @@ def test_escape_codes_in_labels_are_not_in_the_live_lines_on_a_terminal(tmp_path
     text = seen.decode(errors="replace")
     assert "\x1b[2KGPU \\x1b[2J\\x1b[31mred/0" in text  # the live line, its label escaped
     assert "\x1b[31m" not in text and "\x1b[2J" not in text
+
+
+def test_a_gpumon_cell_fed_by_a_prometheus_of_huge_values_is_not_a_traceback(kernel):
+    lab = {"gpu": "0", "Hostname": "n1", "modelName": "H200"}
+    prom = CraftedPrometheus([
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", **lab}, [1e308, -1e308, 1e308, -1e308]),
+        ({"__name__": "DCGM_FI_DEV_POWER_USAGE", **lab}, [1e308, 200, -1e308, 300]),
+        ({"__name__": "DCGM_FI_DEV_FB_USED", **lab}, [1e308, 1024, -1e308, 2048]),
+    ])
+    try:
+        reply, outputs = kernel.run(f"%load_ext nbgpu\n%gpumon --source prometheus={prom.url} --interval 0.2")
+        assert reply["status"] == "ok", outputs
+        reply, outputs = kernel.run("%%gpumon\nimport time\ntime.sleep(1.5)")
+    finally:
+        kernel.run("%gpumon stop")
+        prom.close()
+    assert reply["status"] == "ok", outputs
+    said = json.dumps(outputs)
+    assert "OverflowError" not in said and "Traceback" not in said
