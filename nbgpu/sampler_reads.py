@@ -197,13 +197,17 @@ class SamplerReads:
 
     def _first_periods(self) -> dict:
         """The period each metric is assumed to have before its second refresh: its read's
-        own (the source says for buffered ones), else a tick's; key None for the rest."""
-        hint = getattr(self.source, "period_s", None)
-        base = max(self.interval, schedule.MAX_BUFFER_DRAIN_S)
-        out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
-               "pcie_tx_bytes_per_s": self._every["pcie"]}
-        if callable(hint):
-            out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
+        own (the source says for buffered ones), else a tick's; key None for the rest. Made
+        once: the source's periods and the sampler's settings do not change."""
+        out = self.__dict__.get("_periods")
+        if out is None:
+            hint = getattr(self.source, "period_s", None)
+            base = max(self.interval, schedule.MAX_BUFFER_DRAIN_S)
+            out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
+                   "pcie_tx_bytes_per_s": self._every["pcie"]}
+            if callable(hint):
+                out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
+            self._periods = out
         return out
 
     def latest_host(self) -> dict:

@@ -250,7 +250,8 @@ class Timeline:
         rest = [c for c in df.columns if c not in known]
         df = _as_counts(df[known + rest].copy())
         if late:  # say why the newest ticks are NaN there: read again after the next drain
-            df.attrs["not_drained"] = {k: pd.Timestamp(v, unit="s", tz="UTC") for k, v in late.items()}
+            df.attrs["not_drained"] = {k: pd.Timestamp(v, unit="s", tz="UTC") if math.isfinite(v) else pd.NaT
+                                       for k, v in late.items()}
         return df
 
     def host(self) -> pd.DataFrame:
