@@ -101,10 +101,6 @@ class Tracker:
                 rows.append({"iteration": i, "mark": text, **row})
         return rows_frame(rows)
 
-    @property
-    def durations_s(self) -> list[float]:
-        return [t1 - t0 if math.isfinite(t1) else math.nan for _, _, t0, t1, _ in self.spans]
-
 
 def track(iterable: Iterable, label: str = "epoch", start: int = 0) -> Tracker:
     """Iterate ``iterable``, marking each iteration ("epoch 0", "epoch 1", …) on every timeline.
