@@ -158,7 +158,7 @@ def _read_csv(path: str) -> Run:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, encoding="utf-8", usecols=lambda c: c in ROW_KEYS or c == "time")
+        df = pd.read_csv(path, encoding="utf-8", usecols=lambda c: c in ROW_KEYS or c in ("time", "name"))
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         why = str(exc).splitlines()[0][:80] if str(exc).strip() else type(exc).__name__
         raise _bad(path, f"it is not CSV ({why})") from exc
