@@ -397,3 +397,15 @@ def test_the_allocator_peak_is_folded_in_and_named(clean_profiles, monkeypatch):
 def test_capture_with_a_source_while_another_sampler_runs_says_so(fake_sampler):
     with pytest.raises(BadArgumentError, match="already running"), nbgpu.capture(source="sim"):
         pass
+
+
+def test_a_summary_whose_buffered_samples_are_not_read_yet_says_so(fake_sampler):
+    """Asked before the sampler read NVML's buffers (no fetch: a plain summarize right after
+    the block), the note names that reason, not a block shorter than the sampling interval."""
+    s, clock = fake_sampler
+    t0 = clock.t
+    for _ in range(10):
+        advance(s, clock, 0.1)
+    note = summarize(s.timeline, t0 + 0.05, clock.t).rows[0]["resolution_note"]
+    assert "utilisation: 0 sample(s)" in note and "not yet read from NVML's buffer" in note, note
+    assert "shorter than the sampling interval" not in note
