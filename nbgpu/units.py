@@ -91,10 +91,10 @@ def fmt_energy(j: float | None) -> str:
 
 
 def fmt_pct(v: float | None, digits: int = 0) -> str:
-    """A percentage as ``87%``."""
+    """A percentage as ``87 %`` (a space before the unit, as before every other unit)."""
     if not _ok(v):
         return MISSING
-    return f"{float(v):.{digits}f}%"
+    return f"{float(v):.{digits}f} %"
 
 
 def fmt_watts(w: float | None, digits: int = 0) -> str:

@@ -293,7 +293,7 @@ def test_compare_gives_utilisation_changes_in_points_and_cost_only_with_a_price(
 
     c = Change("util_mean_pct", Figure(73.0, 0.6), Figure(77.0, 0.6))
     before, after, change, noise = _change_cells(c)
-    assert (before, after) == ("73%", "77%")
+    assert (before, after) == ("73 %", "77 %")
     assert change == "+4 pp (+5.5 %)" and noise == "changed (± 1.2 pp)"
 
     class _Side:  # the two figures table_rows reads

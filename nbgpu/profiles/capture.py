@@ -391,7 +391,7 @@ class Capture:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def one_line(self) -> str:
-        """The short summary line, e.g. ``GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · …``."""
+        """The short summary line, e.g. ``GPU0 1m12s · util 87 % · peak 41.2 GiB (+3.1 GiB) · …``."""
         if self._line is not None:
             return self._line
         from .report import one_line

@@ -36,7 +36,7 @@ def _isnum(v) -> bool:
 
 
 def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
-    """``GPU0 1m12s · util 87% · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU.
+    """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU.
 
     ``summary`` is a ``Summary``, a summary DataFrame or its rows; with more than two GPUs
     the line shows the combined row (``combined``, or the ``Summary``'s) instead. The delta
