@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -68,7 +69,7 @@ def lab(tmp_path_factory):
 
 
 BOX_JS = "e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }"
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "screenshots")
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
 
 
 def _boxes(loc) -> list[list[float]]:
@@ -142,7 +143,7 @@ def test_report_draws_lines_marks_and_table_and_the_cells_line_opens(lab, tmp_pa
             assert "halfway" in labels and "epoch 0" in labels
             assert report.locator("table.nbgpu-summary tr").count() == 4  # header, 2 GPUs, all GPUs
             update_docs = os.environ.get("NBGPU_UPDATE_SCREENSHOTS") == "1"
-            shot = os.path.join(DOCS, "cell-report-jupyterlab.png") if update_docs else str(tmp_path / "r.png")
+            shot = str(DOCS / "cell-report-jupyterlab.png" if update_docs else tmp_path / "r.png")
             check_report_layout(page, report, shot)
             line = page.locator("details.nbgpu-cell")
             said = re.search(r"GPU0 (\d+\.\d+)s", line.locator("summary").inner_text())
