@@ -69,6 +69,8 @@ _TABLE = [
     ("store_24h", "cpu", "cpu_store:run", "store memory after 24 h at defaults, 8 GPUs"),
     ("import_time", "cpu", "cpu_startup:run_import", "`import nbgpu` in a fresh interpreter"),
     ("cell_hook", "cpu", "cpu_cells:run", "per-cell cost of %gpumon --cells"),
+    ("memory_walk", "cpu", "cpu_memory_walk:run",
+     "memory_by_name over 10,000 names, one a 100,000-element list"),
     ("exporter_scrape", "cpu", "cpu_exporter:run", "Prometheus text of 8 GPUs"),
     ("first_panel_update", "cpu", "cpu_startup:run_first_update",
      "%load_ext nbgpu + %gpumon to the first panel update, real kernel"),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import nbgpu  # noqa: E402
-from nbgpu.profiles.holders import CAP  # noqa: E402
+from nbgpu.holders import CAP  # noqa: E402
 
 MB = 1 << 20
 
@@ -149,3 +150,82 @@ def test_nested_huge_containers_stay_bounded_and_a_bad_device_is_one_line():
     with pytest.raises(nbgpu.BadArgumentError) as err:
         nbgpu.memory_by_name(device="gpu-ish", namespace={})
     assert "\n" not in str(err.value)
+
+
+class SideEffects:
+    """Every attribute read through Python code is recorded: the walk must make none."""
+
+    calls: ClassVar[list] = []
+
+    def __init__(self) -> None:
+        self.t = torch.zeros(8)
+
+    @property
+    def loaded(self):
+        SideEffects.calls.append("loaded")
+        return torch.zeros(1000)
+
+    @property
+    def __class__(self):  # isinstance() falls back to this when the type does not match
+        SideEffects.calls.append("__class__")
+        return SideEffects
+
+    def __getattribute__(self, name):
+        if name != "__dict__":
+            SideEffects.calls.append(name)
+        return object.__getattribute__(self, name)
+
+
+def test_no_property_or_getattribute_of_the_user_runs():
+    SideEffects.calls = []
+    obj = SideEffects()
+    SideEffects.calls.clear()
+    t = table({"obj": obj, "objs": [obj, SideEffects()], "d": {"o": obj}})
+    assert SideEffects.calls == []
+    assert t.loc["obj", "bytes"] == 32 and t.loc["objs", "bytes"] == 64
+
+
+def test_a_namespace_changed_by_another_thread_while_walked_gives_no_error():
+    import threading
+
+    ns = {f"v{i}": {"t": torch.zeros(1), "n": list(range(50))} for i in range(2_000)}
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            d = ns[f"v{i % 2_000}"]
+            d[f"k{i}"] = i  # grows and shrinks the dicts being walked
+            d.pop(f"k{i - 50}", None)
+            i += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for _ in range(5):
+            assert len(table(ns)) == 2_000
+    finally:
+        stop.set()
+        worker.join()
+
+
+def test_what_each_release_would_give_back_counts_only_what_no_name_keeps():
+    import sys
+
+    kept = torch.zeros(250)  # 1,000 bytes, also a name
+
+    def fail():
+        mine = torch.zeros(500)  # noqa: F841 - 2,000 bytes only the traceback holds
+        also = kept  # noqa: F841
+        raise ValueError("no")
+
+    try:
+        fail()
+    except ValueError as exc:
+        err = exc
+    ns = {"kept": kept, "Out": {1: torch.zeros(1000)}, "_": torch.zeros(10)}
+    frame = nbgpu.memory_by_name(device="cpu", namespace=ns, error=err)
+    assert "fail: mine (traceback)" in set(frame["name"])
+    assert frame.attrs["freed_by"] == {"outputs": 4040, "traceback": 2000, "all_hidden": 6040}
+    assert frame.attrs["named_bytes"] == 1000 + 2000 + 4000 + 40
+    assert getattr(sys, "last_traceback", None) is not err.__traceback__

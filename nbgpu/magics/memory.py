@@ -23,7 +23,7 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
     """The table of ``memory_by_name`` as text, sizes in GiB/MiB."""
     if sys.modules.get("torch") is None:
         return "nbgpu: torch is not imported, so no name holds tensors."
-    from ..profiles.holders import memory_by_name
+    from ..holders import memory_by_name
 
     device = device or _device()
     frame = memory_by_name(device=device, namespace=user_ns)

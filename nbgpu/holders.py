@@ -1,17 +1,18 @@
 """Where is my memory: the names of a namespace that hold device tensors, largest first.
 
 The walk reads only ``__dict__``/slots through the C-level descriptors and the items of
-builtin containers, so no property, ``__getattr__`` or user ``__iter__`` runs. Torch is
+builtin containers, and tells types apart by ``type()`` (``isinstance`` may ask a user's
+``__class__``), so no property, ``__getattr__`` or user ``__iter__`` runs. Torch is
 never imported here: with none imported, nothing can hold a tensor.
 """
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -26,44 +27,61 @@ _SKIP_NAMES = {"In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "q
 _ALIAS = re.compile(r"_i{0,3}\d+$")
 
 
-@dataclass
 class _Found:
     """What one holder reaches: storage key -> (bytes, part)."""
 
-    storages: dict[tuple, tuple[int, str]] = field(default_factory=dict)
-    tensors: int = 0
-    capped: bool = False
-    visited: int = 0
+    __slots__ = ("capped", "storages", "tensors", "visited")
+
+    def __init__(self) -> None:
+        self.storages: dict[tuple, tuple[int, str]] = {}
+        self.tensors, self.capped, self.visited = 0, False, 0
+
+
+_LEAF_TYPES = (str, bytes, int, float, complex, bool, type, types.ModuleType, types.FunctionType,
+               types.BuiltinFunctionType, type(None))
 
 
 def _dict_of(obj: object) -> dict | None:
     """``obj.__dict__`` through the C descriptor only (never a property or ``__getattribute__``)."""
-    for klass in type(obj).__mro__:
+    return _read_dict(_dict_descriptor(type(obj)), obj)
+
+
+def _dict_descriptor(kind: type) -> types.GetSetDescriptorType | None:
+    for klass in kind.__mro__:
         desc = klass.__dict__.get("__dict__")
         if desc is not None:
-            if isinstance(desc, types.GetSetDescriptorType):
-                try:
-                    d = desc.__get__(obj, type(obj))
-                except Exception:  # an odd object holds nothing we can see
-                    return None
-                return d if isinstance(d, dict) else None
-            return None
+            return desc if isinstance(desc, types.GetSetDescriptorType) else None
     return None
 
 
-def _slots_of(obj: object) -> Iterator[object]:
-    for klass in type(obj).__mro__:
-        for value in klass.__dict__.values():
-            if isinstance(value, types.MemberDescriptorType):
-                try:
-                    yield value.__get__(obj, type(obj))
-                except Exception:  # an unset slot
-                    continue
+def _read_dict(desc: types.GetSetDescriptorType | None, obj: object) -> dict | None:
+    if desc is None:
+        return None
+    try:
+        d = desc.__get__(obj, type(obj))
+    except Exception:  # an odd object holds nothing we can see
+        return None
+    return d if issubclass(type(d), dict) else None
+
+
+def _slot_descriptors(kind: type) -> tuple:
+    return tuple(v for klass in kind.__mro__ for v in klass.__dict__.values()
+                 if isinstance(v, types.MemberDescriptorType))
+
+
+def _read_slots(descs: tuple, obj: object) -> list[object]:
+    out = []
+    for desc in descs:
+        try:
+            out.append(desc.__get__(obj, type(obj)))
+        except Exception:  # an unset slot
+            continue
+    return out
 
 
 def _frames(tb: object) -> Iterator[types.FrameType]:
     seen = 0
-    while isinstance(tb, types.TracebackType) and seen < 1000:
+    while type(tb) is types.TracebackType and seen < 1000:
         yield tb.tb_frame
         tb, seen = tb.tb_next, seen + 1
 
@@ -74,18 +92,50 @@ def _frame_name(frame: types.FrameType) -> str:
 
 
 class _Walker:
-    """Collects device storages reachable from one holder, to a bounded depth."""
+    """Collects device storages reachable from one holder, to a bounded depth.
+
+    What a type is (tensor, module, container, plain object and its ``__dict__``/slot
+    descriptors) is worked out once per type. Containers are copied before their items are
+    looked at (one C call each), so a walk from another thread sees no dict change size.
+    """
 
     def __init__(self, torch: Any, device: Any, depth: int, skip: set[int]) -> None:
         self.torch, self.device, self.depth, self.skip = torch, device, depth, skip
         self.optim = getattr(getattr(torch, "optim", None), "Optimizer", None)
         self.module = getattr(getattr(torch, "nn", None), "Module", None)
+        self.kinds: dict[type, tuple] = {}
+
+    def _kind(self, kind: type) -> tuple:
+        got = self.kinds.get(kind)
+        if got is None:
+            got = self.kinds[kind] = self._classify(kind)
+        return got
+
+    def _classify(self, kind: type) -> tuple:
+        if issubclass(kind, self.torch.Tensor):
+            return ("tensor",)
+        if issubclass(kind, _LEAF_TYPES) or str(getattr(kind, "__module__", "")).startswith(_SKIP_MODULES):
+            return ("leaf",)
+        for base, name in ((self.module, "module"), (self.optim, "optim")):
+            if base is not None and issubclass(kind, base):
+                return (name,)
+        if issubclass(kind, dict):
+            return ("dict",)
+        for base in (list, tuple, set, frozenset):
+            if issubclass(kind, base):
+                return ("items", base)
+        if issubclass(kind, BaseException):
+            return ("exception",)
+        return ("object", _dict_descriptor(kind), _slot_descriptors(kind))
 
     def _on_device(self, t: Any) -> bool:
+        want = self.device
+        if want.type == "cpu":
+            return t.is_cpu
+        if want.type == "cuda":
+            return t.is_cuda and (want.index is None or t.get_device() == want.index)
         d = t.device
-        if d.type != self.device.type:
-            return False
-        return self.device.index is None or d.index == self.device.index
+        return d.type == want.type and (want.index is None or d.index == want.index)
 
     def _tensor(self, t: Any, found: _Found, part: str) -> None:
         tensor_t = self.torch.Tensor
@@ -102,22 +152,16 @@ class _Walker:
         if grad is not None:
             self._tensor(grad, found, "gradients")
 
-    def _items(self, obj: object, found: _Found) -> Iterator[object]:
-        kind = type(obj)
-        if issubclass(kind, dict):
-            it: Iterator[object] = iter(dict.values(obj))
-            n = dict.__len__(obj)
-        elif issubclass(kind, (list, tuple)):
-            base = list if issubclass(kind, list) else tuple
-            it, n = base.__iter__(obj), base.__len__(obj)
-        elif issubclass(kind, (set, frozenset)):
-            base = set if issubclass(kind, set) else frozenset
-            it, n = base.__iter__(obj), base.__len__(obj)
-        else:
-            return iter(())
-        if n > CAP:
+    @staticmethod
+    def _items(obj: object, base: type, found: _Found) -> list[object]:
+        """Up to ``CAP`` items of a builtin container, copied in one C call."""
+        if base is dict:
+            if dict.__len__(obj) > CAP:
+                found.capped = True
+            return list(islice(dict.values(obj), CAP))
+        if base.__len__(obj) > CAP:
             found.capped = True
-        return islice(it, CAP)
+        return list(islice(base.__iter__(obj), CAP))
 
     def _module(self, m: object, found: _Found, seen: set[int]) -> None:
         stack, done = [m], set()
@@ -129,10 +173,10 @@ class _Walker:
             seen.add(id(mod))
             d = _dict_of(mod) or {}
             for attr, part in (("_parameters", "parameters"), ("_buffers", "buffers")):
-                for t in dict.values(d.get(attr) or {}):
+                for t in list(dict.values(d.get(attr) or {})):
                     if t is not None and issubclass(type(t), self.torch.Tensor):
                         self._tensor(t, found, part)
-            stack.extend(v for v in dict.values(d.get("_modules") or {}) if v is not None)
+            stack.extend(v for v in list(dict.values(d.get("_modules") or {})) if v is not None)
 
     def walk(self, obj: object, found: _Found, level: int = 0, seen: set[int] | None = None) -> None:
         """Add what ``obj`` holds to ``found``; cycles and repeats are visited once."""
@@ -143,33 +187,41 @@ class _Walker:
         if found.visited > BUDGET:
             found.capped = True
             return
-        kind = type(obj)
-        if issubclass(kind, self.torch.Tensor):
+        what = self._kind(type(obj))
+        tag = what[0]
+        if tag == "tensor":
             self._tensor(obj, found, "tensors")
             return
-        if obj is None or issubclass(kind, (str, bytes, int, float, complex, bool, type,
-                                            types.ModuleType, types.FunctionType)):
-            return
-        if str(getattr(kind, "__module__", "")).startswith(_SKIP_MODULES):
+        if tag == "leaf":
             return
         seen.add(id(obj))
-        if self.module is not None and issubclass(kind, self.module):
+        if tag == "module":
             self._module(obj, found, seen)
             return
-        if self.optim is not None and issubclass(kind, self.optim):
+        if tag == "optim":
             state = (_dict_of(obj) or {}).get("state")
-            children: Iterator[object] = self._items(state, found) if isinstance(state, dict) else iter(())
-        elif issubclass(kind, (dict, list, tuple, set, frozenset)):
-            children = self._items(obj, found)
-        elif issubclass(kind, BaseException):
+            children = self._items(state, dict, found) if issubclass(type(state), dict) else []
+        elif tag == "dict":
+            children = self._items(obj, dict, found)
+        elif tag == "items":
+            children = self._items(obj, what[1], found)
+        elif tag == "exception":
             d = _dict_of(obj) or {}
             tb = BaseException.__traceback__.__get__(obj)
             args = BaseException.args.__get__(obj)
-            children = iter([*d.values(), args, *(_locals(f) for f in _frames(tb))])
+            children = [*list(dict.values(d)), args, *(_locals(f) for f in _frames(tb))]
         else:
-            d = _dict_of(obj)
-            children = iter([*(self._items(d, found) if d is not None else ()), *_slots_of(obj)])
+            d = _read_dict(what[1], obj)
+            children = [*(self._items(d, dict, found) if d is not None else ()), *_read_slots(what[2], obj)]
+        found.visited += len(children)  # every item looked at counts, leaves too
+        if found.visited > BUDGET:
+            found.capped = True
+            return
+        kinds = self.kinds
         for child in children:
+            known = kinds.get(type(child))
+            if known is not None and known[0] == "leaf":
+                continue
             self.walk(child, found, level + 1, seen)
 
 
@@ -180,25 +232,28 @@ def _locals(frame: types.FrameType) -> dict:
         return {}
 
 
-def _holders(ns: dict) -> Iterator[tuple[str, object, bool]]:
-    """(name, value, hidden) for every holder: names, the output cache, the last error."""
+def _holders(ns: dict, error: BaseException | None = None) -> Iterator[tuple[str, object, str]]:
+    """(name, value, group) for every holder; group is "name", "outputs" (the output cache) or
+    "traceback" (the frames and exception of ``error``, else of ``sys.last_traceback``)."""
     for name, value in list(ns.items()):
         if name in _SKIP_NAMES or _ALIAS.match(name):
             continue
-        yield name, value, name in _HIDDEN_NAMES
+        yield name, value, "outputs" if name in _HIDDEN_NAMES else "name"
     out = ns.get("Out")
-    if isinstance(out, dict):
-        for n, value in list(out.items()):
-            yield f"Out[{n}]", value, True
-    last_tb = getattr(sys, "last_traceback", None)
+    if issubclass(type(out), dict):
+        for n, value in list(dict.items(out)):
+            yield f"Out[{n}]", value, "outputs"
+    if error is not None:
+        last_tb, value = BaseException.__traceback__.__get__(error), error
+    else:
+        last_tb, value = getattr(sys, "last_traceback", None), getattr(sys, "last_value", None)
     for frame in _frames(last_tb):
         if (frame.f_globals is ns and frame.f_code.co_name == "<module>") or _is_internal(frame):
             continue
-        for local, value in _locals(frame).items():
-            yield f"{_frame_name(frame)}: {local} (traceback)", value, True
-    value = getattr(sys, "last_value", None)
+        for local, held in _locals(frame).items():
+            yield f"{_frame_name(frame)}: {local} (traceback)", held, "traceback"
     if issubclass(type(value), BaseException):  # its frames are listed above, local by local
-        yield "sys.last_value", _Shallow(value), True
+        yield "sys.last_value", _Shallow(value), "traceback"
 
 
 class _Shallow:
@@ -210,8 +265,9 @@ class _Shallow:
 
 
 def _is_internal(frame: types.FrameType) -> bool:
+    """A frame of IPython's or nbgpu's own machinery (``_run_body`` holds the namespace)."""
     module = str(frame.f_globals.get("__name__", ""))
-    return module.startswith(_SKIP_MODULES)
+    return module.startswith(_SKIP_MODULES) or module == "nbgpu" or module.startswith("nbgpu.")
 
 
 def _user_ns(namespace: dict | None) -> dict:
@@ -227,18 +283,18 @@ def _user_ns(namespace: dict | None) -> dict:
 
 
 def _kind(value: object, found: _Found, torch: Any) -> str:
-    if isinstance(value, _Shallow):
+    if type(value) is _Shallow:
         return f"{value.name} holding {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
     if issubclass(type(value), torch.Tensor):
         return f"tensor {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
-    if isinstance(value, types.FrameType):
+    if type(value) is types.FrameType:
         return "frame"
     parts: dict[str, int] = {}
     for size, part in found.storages.values():
         parts[part] = parts.get(part, 0) + size
     name = type(value).__name__
     if set(parts) - {"tensors"}:
-        from ..units import fmt_bytes
+        from .units import fmt_bytes
 
         detail = ", ".join(f"{p} {fmt_bytes(parts.get(p, 0))}" for p in ("parameters", "gradients", "buffers")
                            if p in parts or p != "gradients")
@@ -248,12 +304,23 @@ def _kind(value: object, found: _Found, torch: Any) -> str:
     return f"{name} holding {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
 
 
-def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: int = 3):
+def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: int = 3,
+                   error: BaseException | None = None):
     """The names that hold ``device`` memory, largest first, as a pandas DataFrame.
 
     Storages shared by views or names count once (``shared_with`` says by whom); hidden
     holders are the output cache and the last traceback. On CUDA the last two rows are the
     memory no name reaches and what PyTorch reserved but does not use.
+
+    Args:
+        device: "cuda", "cuda:1", "cpu" (CPU tensors, the same walk).
+        namespace: the names to walk; None: the IPython user namespace (else ``__main__``).
+        depth: how many containers deep to look.
+        error: an exception being handled; its traceback stands for the last one (None:
+            ``sys.last_traceback``).
+    ``attrs`` of the frame: ``named_bytes`` (every named storage, counted once) and
+    ``freed_by`` (bytes held only by the output cache, only by the traceback, only by both:
+    what ``%gpumon free --outputs`` / ``--traceback`` / ``--all-hidden`` can give back).
     """
     import pandas as pd
 
@@ -263,36 +330,51 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        from ..errors import BadArgumentError
+        from .errors import BadArgumentError
 
         raise BadArgumentError(f"device must be like 'cuda', 'cuda:1' or 'cpu', got {device!r}") from None
     ns = _user_ns(namespace)
     walker = _Walker(torch, dev, max(0, int(depth)), {id(ns)})
-    rows: list[tuple[str, object, bool, _Found]] = []
-    for name, value, hidden in _holders(ns):
+    collecting = gc.isenabled()
+    gc.disable()  # the walk's short-lived lists would start dozens of collections, and a full one
+    try:
+        return _table(walker, ns, error, dev, pd)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _table(walker: _Walker, ns: dict, error: BaseException | None, dev: Any, pd: Any):
+    torch = walker.torch
+    rows: list[tuple[str, object, str, _Found]] = []
+    leaf = walker.kinds.get
+    for name, value, group in _holders(ns, error):
+        known = leaf(type(value))
+        if known is not None and known[0] == "leaf":
+            continue
         found = _Found()
         try:
-            walker.walk(value.held if isinstance(value, _Shallow) else value, found)
+            walker.walk(value.held if type(value) is _Shallow else value, found)
         except RecursionError:
             found.capped = True
         if found.storages:
-            rows.append((name, value, hidden, found))
+            rows.append((name, value, group, found))
     owners: dict[tuple, list[str]] = {}
     for name, _, _, found in rows:
         for key in found.storages:
             owners.setdefault(key, []).append(name)
     table = []
-    for name, value, hidden, found in rows:
+    for name, value, group, found in rows:
         shared = sorted({o for key in found.storages for o in owners[key] if o != name})
         notes = [f"capped: {CAP:,} items per container, {BUDGET:,} objects"] if found.capped else []
         if len(found.storages) < found.tensors:
             notes.append("views share storage, counted once")
         table.append({"name": name, "kind": _kind(value, found, torch),
                       "bytes": sum(s for s, _ in found.storages.values()), "tensors": found.tensors,
-                      "shared_with": ", ".join(shared), "hidden": hidden, "note": "; ".join(notes)})
+                      "shared_with": ", ".join(shared), "hidden": group != "name", "note": "; ".join(notes)})
     table.sort(key=lambda r: (-r["bytes"], r["name"]))
+    named = sum(size for size, _ in _union(rows).values())
     if dev.type == "cuda" and torch.cuda.is_available():
-        named = sum(sizes[0] for key, sizes in _union(rows).items())
         allocated, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
         table.append({"name": UNREACHABLE, "kind": "autograd graphs, caches, other threads",
                       "bytes": max(0, allocated - named), "tensors": 0, "shared_with": "",
@@ -300,7 +382,20 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
         table.append({"name": RESERVED_FREE, "kind": "PyTorch's caching allocator",
                       "bytes": max(0, reserved - allocated), "tensors": 0, "shared_with": "",
                       "hidden": True, "note": "torch.cuda.empty_cache() returns it"})
-    return pd.DataFrame(table, columns=COLUMNS)
+    frame = pd.DataFrame(table, columns=COLUMNS)
+    frame.attrs.update(named_bytes=named, freed_by=_freed_by(rows))
+    return frame
+
+
+def _freed_by(rows: list) -> dict[str, int]:
+    """Bytes no name holds, held by the output cache, the traceback, or either."""
+    kept = _union([r for r in rows if r[2] == "name"])
+    out = {}
+    for what, groups in (("outputs", {"outputs"}), ("traceback", {"traceback"}),
+                         ("all_hidden", {"outputs", "traceback"})):
+        held = _union([r for r in rows if r[2] in groups])
+        out[what] = sum(size for key, (size, _) in held.items() if key not in kept)
+    return out
 
 
 def _union(rows: list) -> dict[tuple, tuple[int, str]]:
