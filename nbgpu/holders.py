@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
+from .peaks import torch_cuda, torch_uuid
+from .units import fmt_bytes
+
 CAP = 10_000  # items visited per container
 BUDGET = 200_000  # objects visited per holder, so nested huge containers stay bounded
 COLUMNS = ["name", "kind", "bytes", "tensors", "shared_with", "hidden", "note"]
@@ -84,11 +87,6 @@ def _frames(tb: object) -> Iterator[types.FrameType]:
     while type(tb) is types.TracebackType and seen < 1000:
         yield tb.tb_frame
         tb, seen = tb.tb_next, seen + 1
-
-
-def _frame_name(frame: types.FrameType) -> str:
-    name = frame.f_code.co_name
-    return "cell" if name == "<module>" else name
 
 
 class _Walker:
@@ -250,8 +248,9 @@ def _holders(ns: dict, error: BaseException | None = None) -> Iterator[tuple[str
     for frame in _frames(last_tb):
         if (frame.f_globals is ns and frame.f_code.co_name == "<module>") or _is_internal(frame):
             continue
+        where = "cell" if frame.f_code.co_name == "<module>" else frame.f_code.co_name
         for local, held in _locals(frame).items():
-            yield f"{_frame_name(frame)}: {local} (traceback)", held, "traceback"
+            yield f"{where}: {local} (traceback)", held, "traceback"
     if issubclass(type(value), BaseException):  # its frames are listed above, local by local
         yield "sys.last_value", _Shallow(value), "traceback"
 
@@ -294,8 +293,6 @@ def _kind(value: object, found: _Found, torch: Any) -> str:
         parts[part] = parts.get(part, 0) + size
     name = type(value).__name__
     if set(parts) - {"tensors"}:
-        from .units import fmt_bytes
-
         detail = ", ".join(f"{p} {fmt_bytes(parts.get(p, 0))}" for p in ("parameters", "gradients", "buffers")
                            if p in parts or p != "gradients")
         return f"{name}: {detail}"
@@ -399,7 +396,54 @@ def _freed_by(rows: list) -> dict[str, int]:
 
 
 def _union(rows: list) -> dict[tuple, tuple[int, str]]:
-    merged: dict[tuple, tuple[int, str]] = {}
-    for *_, found in rows:
-        merged.update(found.storages)
-    return merged
+    return {key: v for *_, found in rows for key, v in found.storages.items()}
+
+
+def cuda_device(uuid: str = "", index: int | None = None) -> str | None:
+    """The torch device ("cuda:1") of an NVML GPU, by UUID, else by ``index``; None when the
+    user's torch never started CUDA (nothing is imported or started here)."""
+    cuda = torch_cuda()
+    if cuda is None:
+        return None
+    want = uuid.lower().removeprefix("gpu-")
+    try:
+        for i in range(cuda.device_count() if want else 0):
+            if torch_uuid(cuda, i).lower().removeprefix("gpu-") == want:
+                return f"cuda:{i}"
+    except Exception:  # a CUDA that cannot say: match by index only
+        pass
+    return None if index is None else f"cuda:{index}"
+
+
+def top_holders(device: str, n: int = 3, error: BaseException | None = None) -> tuple[list[dict], dict]:
+    """The ``n`` largest named rows of ``memory_by_name(device)`` and its ``attrs``; nothing
+    (``[], {}``) when torch is not imported or the walk fails (a report must still show)."""
+    if sys.modules.get("torch") is None:
+        return [], {}
+    try:
+        frame = memory_by_name(device=device, error=error)
+    except Exception:
+        return [], {}
+    rows = [r for r in frame.to_dict("records") if r["name"] not in (UNREACHABLE, RESERVED_FREE)]
+    return rows[:n], dict(frame.attrs)
+
+
+def holder_line(row: dict) -> str:
+    """One holder for a person: "`blocks`: list of 17 tensors, 136.0 GiB"."""
+    shared = f", shared with {row['shared_with']}" if row.get("shared_with") else ""
+    return f"`{row['name']}`: {row['kind']}, {fmt_bytes(row['bytes'])}{shared}"
+
+
+def release_line(rows: list[dict], freed_by: dict) -> str:
+    """What ``%gpumon free --traceback`` gives back, and the names to add where it is nothing."""
+    traceback = [r for r in rows if r["name"].endswith("(traceback)") or r["name"] == "sys.last_value"]
+    if not traceback or "traceback" not in freed_by:
+        return ""
+    got = freed_by["traceback"]
+    if got > 0:
+        return f"`%gpumon free --traceback` gives back {fmt_bytes(got)} (the failed cell's locals)"
+    partners = sorted({p.strip() for r in traceback for p in str(r["shared_with"]).split(",")
+                       if p.strip() and "(traceback)" not in p and not p.startswith(("Out[", "_"))})
+    names = " ".join(partners) if partners else "NAME"
+    return (f"`%gpumon free --traceback` alone gives back nothing: names hold the same tensors "
+            f"(`%gpumon free {names} --traceback` releases them)")
