@@ -229,3 +229,35 @@ def test_what_each_release_would_give_back_counts_only_what_no_name_keeps():
     assert frame.attrs["freed_by"] == {"outputs": 4040, "traceback": 2000, "all_hidden": 6040}
     assert frame.attrs["named_bytes"] == 1000 + 2000 + 4000 + 40
     assert getattr(sys, "last_traceback", None) is not err.__traceback__
+
+
+def test_a_leak_finding_names_what_holds_the_memory_now(monkeypatch):
+    import time
+
+    import __main__
+    from conftest_diagnostics import FakeClock, drive, fired
+    from nbgpu import Sampler, SimulatedGPUs
+
+    # CPU tensors stand for the GPU's; the rule asks ``cuda_device`` which device a GPU is
+    monkeypatch.setattr(nbgpu.holders, "cuda_device", lambda *a, **k: "cpu")
+    monkeypatch.setattr(__main__, "losses", [torch.zeros(MB // 4) for _ in range(3)], raising=False)
+    clock = FakeClock(time.time())  # a live evaluation: names are of this process, now
+    s = Sampler(SimulatedGPUs(count=1, scenario="leak", clock=clock), interval=0.5, clock=clock)
+    s.started_at = clock()
+    drive(s, clock, 30)
+    (alert,) = fired(s, "memory_leak")
+    assert alert.suggestion.startswith("Held most by `losses`: list of 3 tensors, 3.0 MiB"), alert.suggestion
+    assert "`%gpumon free NAME` releases one" in alert.suggestion
+    assert alert.evidence["holders"][0] == "`losses`: list of 3 tensors, 3.0 MiB"
+
+
+def test_a_replayed_leak_names_no_holders_of_this_process(monkeypatch):
+    import __main__
+    from conftest_diagnostics import drive, fired, sim_sampler
+
+    monkeypatch.setattr(nbgpu.holders, "cuda_device", lambda *a, **k: "cpu")
+    monkeypatch.setattr(__main__, "losses", [torch.zeros(MB // 4)], raising=False)
+    s, clock = sim_sampler("leak", count=1)  # judged at another time than now
+    drive(s, clock, 30)
+    (alert,) = fired(s, "memory_leak")
+    assert "holders" not in alert.evidence and "Held most" not in alert.suggestion
