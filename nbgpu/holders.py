@@ -40,8 +40,7 @@ class _Found:
         self.tensors, self.capped, self.visited = 0, False, 0
 
 
-_LEAF_TYPES = (str, bytes, int, float, complex, bool, type, types.ModuleType, types.FunctionType,
-               types.BuiltinFunctionType, type(None))
+_LEAF_TYPES = (str, bytes, int, float, complex, type, types.ModuleType, types.FunctionType, type(None))
 
 
 def _dict_of(obj: object) -> dict | None:
@@ -152,14 +151,16 @@ class _Walker:
 
     @staticmethod
     def _items(obj: object, base: type, found: _Found) -> list[object]:
-        """Up to ``CAP`` items of a builtin container, copied in one C call."""
-        if base is dict:
-            if dict.__len__(obj) > CAP:
-                found.capped = True
-            return list(islice(dict.values(obj), CAP))
+        """Up to ``CAP`` items, copied (again if another thread changed its size meanwhile)."""
         if base.__len__(obj) > CAP:
             found.capped = True
-        return list(islice(base.__iter__(obj), CAP))
+        for _ in range(3):
+            try:
+                return list(islice(dict.values(obj) if base is dict else base.__iter__(obj), CAP))
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+        found.capped = True
+        return []
 
     def _module(self, m: object, found: _Found, seen: set[int]) -> None:
         stack, done = [m], set()
@@ -395,7 +396,7 @@ def _freed_by(rows: list) -> dict[str, int]:
     return out
 
 
-def _union(rows: list) -> dict[tuple, tuple[int, str]]:
+def _union(rows: list) -> dict[tuple, tuple[int, str]]:  # storage -> (bytes, part), once each
     return {key: v for *_, found in rows for key, v in found.storages.items()}
 
 
