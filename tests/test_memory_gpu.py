@@ -45,3 +45,29 @@ def test_the_scripts_dry_run_names_the_holders_on_cpu_tensors(tmp_path):
     assert checks["post_mortem_names_blocks"] and checks["post_mortem_says_what_free_traceback_gives"], \
         report["post_mortem"]
     assert report["cells"]["free"]["stdout"].startswith("nbgpu: freed blocks, the last traceback")
+
+
+CONTAINER = Path(__file__).parents[1] / "scripts" / "gpu" / "container_pids.py"
+
+
+@pytest.mark.gpu
+def test_in_a_new_pid_namespace_this_kernel_is_found_on_the_gpu(nvml, tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    out = tmp_path / "container-pids.json"
+    path = os.pathsep.join([str(CONTAINER.parents[2]), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(CONTAINER), "--out", str(out)], capture_output=True, text=True,
+                          timeout=500, env=dict(os.environ, PYTHONPATH=path))
+    assert out.exists(), proc.stderr[-3000:]
+    ways = json.loads(out.read_text())["ways"]
+    assert ways["as_is"]["checks"] and all(ways["as_is"]["checks"].values()), ways["as_is"]
+    measured = {w: e for w, e in ways.items() if e["permitted"]}
+    for way, entry in measured.items():
+        assert entry["checks"] and all(entry["checks"].values()), (way, entry)
+    if len(measured) < len(ways):
+        import warnings
+
+        warnings.warn(f"not measured here: {sorted(set(ways) - set(measured))}: "
+                      f"{next(e.get('error', '') for e in ways.values() if not e['permitted'])[:300]}",
+                      stacklevel=1)

@@ -27,9 +27,20 @@ if TYPE_CHECKING:
 OK, NONE_LISTED, MISMATCH, UNKNOWN = "ok", "none_listed", "pid_namespace_mismatch", "unknown"
 
 
+def self_pid() -> int:
+    """This process's PID as the mounted /proc numbers it: ``os.getpid()``, except in a PID
+    namespace that still sees the host's /proc, where /proc (and NVML) use the host's number."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 def tree_pids() -> set[int]:
-    """This process and all its descendants (DataLoader workers, subprocesses)."""
-    return {os.getpid()} | descendant_pids(os.getpid())
+    """This process and all its descendants (DataLoader workers, subprocesses), numbered as
+    /proc numbers them (so the walk starts from this process, never another one's number)."""
+    me = self_pid()
+    return {me} | descendant_pids(me)
 
 
 def used_bytes(p: ProcessInfo) -> float:
@@ -275,7 +286,7 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
         others = []
         for p in sorted(procs, key=lambda p: -(p.used_bytes or 0)):
             if status == OK and p.pid in mine:
-                who, how = ("this kernel" if p.pid == os.getpid() else "child process"), ""
+                who, how = ("this kernel" if p.pid == self_pid() else "child process"), ""
             elif p.pid in matched:
                 who, how = matched[p.pid].who, matched[p.pid].detail
             else:
