@@ -79,3 +79,17 @@ def test_the_oom_post_mortem_names_the_holders_and_what_freeing_the_traceback_gi
     reply, outputs = kernel.run("%gpumon free blocks --traceback")
     assert reply["status"] == "ok" and "freed blocks, the last traceback" in text(outputs), outputs
     assert kernel.value("[w() is None for w in _w]") == [True] * 4  # nothing else kept them
+
+
+def test_every_cell_mode_names_the_failed_cells_locals_at_an_oom(kernel):
+    reply, outputs = kernel.run("import torch, nbgpu.holders\n%load_ext nbgpu\n"
+                                "nbgpu.holders.cuda_device = lambda *a, **k: 'cpu'\n"
+                                "%gpumon --source sim --cells --cells-min 30")
+    assert reply["status"] == "ok", outputs
+    reply, outputs = kernel.run("def step():\n    acts = [torch.zeros(1 << 18) for _ in range(2)]\n"
+                                "    raise torch.OutOfMemoryError('CUDA out of memory.')\nstep()")
+    assert reply["status"] == "error"
+    story = next(o["data"]["text/plain"] for o in outputs if o["msg_type"] == "display_data")
+    assert "    `step: acts (traceback)`: list of 2 tensors, 2.0 MiB" in story, story
+    assert "`%gpumon free --traceback` gives back 2.0 MiB (the failed cell's locals)" in story
+    kernel.run("%gpumon --cells off\n%gpumon free --traceback")
