@@ -261,3 +261,31 @@ def test_a_replayed_leak_names_no_holders_of_this_process(monkeypatch):
     drive(s, clock, 30)
     (alert,) = fired(s, "memory_leak")
     assert "holders" not in alert.evidence and "Held most" not in alert.suggestion
+
+
+def test_odd_containers_and_a_dict_property_run_no_user_code():
+    calls = []
+
+    class SneakyList(list):
+        def __iter__(self):
+            calls.append("__iter__")
+            return super().__iter__()
+
+        def __len__(self):
+            calls.append("__len__")
+            return 0
+
+    class SneakyDict(dict):
+        def values(self):
+            calls.append("values")
+            return super().values()
+
+    class OwnDict:
+        @property
+        def __dict__(self):
+            calls.append("__dict__")
+            raise RuntimeError("no")
+
+    t = table({"l": SneakyList([torch.zeros(4)]), "d": SneakyDict(a=torch.zeros(2)), "o": OwnDict()})
+    assert calls == []
+    assert t.loc["l", "bytes"] == 16 and t.loc["d", "bytes"] == 8 and "o" not in t.index
