@@ -36,6 +36,7 @@ def test_memory_lists_names_outputs_and_traceback_locals_and_free_drops_them(ker
     reply, outputs = kernel.run("%gpumon memory")
     shown = text(outputs)
     assert reply["status"] == "ok" and "model" in shown and "38.1 MiB" in shown, outputs
+    assert "%gpumon free gives back: --outputs 7.8 KiB, --traceback 38.1 MiB, --all-hidden 38.2 MiB" in shown
     reply, outputs = kernel.run("%gpumon free --outputs --traceback")
     assert reply["status"] == "ok" and "freed the output cache, the last traceback" in text(outputs), outputs
     held = names(kernel)

@@ -38,6 +38,9 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
                              "hidden" if row.hidden else "", row.note) if x]
         lines.append(f"{row.name!s:<{width}}  {fmt_bytes(row.bytes):>10}  {row.kind}"
                      + (f" ({'; '.join(extra)})" if extra else ""))
+    freed_by = frame.attrs.get("freed_by", {})
+    gives = [f"--{k.replace('_', '-')} {fmt_bytes(v)}" for k, v in freed_by.items() if v]
+    lines += [f"%gpumon free gives back: {', '.join(gives)}"] if gives else []
     return "\n".join(lines)
 
 
