@@ -51,6 +51,7 @@ STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stal
 # For this long after someone asks for the newest values (``watch()``; ``latest()`` asks),
 # the source keeps its sample buffers drained at their live periods ("live" in its reads).
 LIVE_HOLD_S = 5.0
+MAX_XIDS_KEPT = 8  # GPU faults (XID events) kept for status(); the store keeps them as events
 _LIVE = frozenset({"live"})
 _NEVER = (math.nan, math.nan)  # (newest, previous) refresh times of a metric never refreshed
 
@@ -111,6 +112,7 @@ class SamplerStatus:
     source_description: str = ""
     resolution_note: str | None = None
     diagnostics: bool = True  # False: made with diagnostics=False, so no alerts are looked for
+    xids: tuple = ()  # the newest GPU faults NVML reported: store Events, extra["code"] the XID
 
 
 class Sampler:
@@ -185,6 +187,7 @@ class Sampler:
         self._life = threading.RLock()
         self._close_lock = threading.Lock()
         self._lost: dict[object, float] = {}
+        self._xids: tuple[Event, ...] = ()
         self._errors_by_gpu: dict[object, int] = {}
         self._last_error_by_gpu: dict[object, str] = {}
         self._error_at: dict[object, float] = {}  # device -> time of its newest read error
@@ -469,7 +472,7 @@ class Sampler:
                 last_error_by_gpu=dict(self._last_error_by_gpu), lost=dict(self._lost),
                 simulated=self.simulated, source_kind=str(self.source.kind),
                 source_description=description, resolution_note=note,
-                diagnostics=self.diagnostics is not None)
+                diagnostics=self.diagnostics is not None, xids=self._xids)
 
     def _stale_now(self) -> float:
         if self.running:
@@ -673,7 +676,13 @@ class Sampler:
                 log.warning(ev.message)
             if ev.kind == "unsupported":
                 self._unsupported.setdefault(ev.device, set()).update(getattr(ev, "metrics", ()))
-        self.store.add_event(Event(now, ev.kind, ev.message, ev.device))
+        code = getattr(ev, "code", None)
+        event = Event(now, ev.kind, ev.message, ev.device, {} if code is None else {"code": code})
+        if ev.kind == "xid":
+            log.warning(ev.message)
+            with self._lock:
+                self._xids = (*self._xids, event)[-MAX_XIDS_KEPT:]
+        self.store.add_event(event)
 
     def _snapshot_processes(self) -> None:
         procs = getattr(self.source, "processes", None)
