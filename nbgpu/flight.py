@@ -4,7 +4,8 @@ Each kernel writes one record a second into slot ``seq % N`` of its ring with
 ``os.pwrite``; every slot carries a sequence number and a CRC32, so a kill at any instant
 leaves a readable file of fixed size. The next ``%load_ext nbgpu`` (or ``nbgpu
 postmortem``) finds rings of kernels that are gone without closing them and says why
-they likely died. XID events are not recorded.
+they likely died. GPU faults (NVML's XID events, which the sampler's thread polls) reach
+the ring in the next second's record; every record carries the kernel's newest ones.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ import socket
 import sys
 import threading
 import time
+import weakref
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 HEADER = 4096
 SLOT = 1024
 SLOTS = 600
 GIB = 1024 ** 3
+FSYNC_EVERY_S = 5.0
+XIDS_KEPT = 4  # the newest GPU faults, in every record (older ones are in older records)
 
 
 def cache_dir() -> Path:
@@ -42,10 +47,14 @@ def start_time(pid: int) -> int | None:
 
 
 def _pack(obj: dict, size: int) -> bytes:
+    """One slot: CRC, JSON, padding. Too long, it keeps 2 GPUs, then drops the cell's line."""
     body = json.dumps(obj, separators=(",", ":")).encode()
-    if len(body) > size - 10:
-        obj = dict(obj, gpus=obj.get("gpus", [])[:2], cell=None)
-        body = json.dumps(obj, separators=(",", ":")).encode()[: size - 10]
+    for cut in ({"gpus": obj.get("gpus", [])[:2]}, {"cell": None}):
+        if len(body) <= size - 10:
+            break
+        obj = dict(obj, **cut)
+        body = json.dumps(obj, separators=(",", ":")).encode()
+    body = body[: size - 10]
     return b"%08x " % zlib.crc32(body) + body.ljust(size - 10) + b"\n"
 
 
@@ -103,39 +112,58 @@ def oom_kills(path: str = "/sys/fs/cgroup/memory.events") -> int | None:
     return None
 
 
-def _gpus() -> list[list[float | None]]:
-    """[used, total, util, power, temp] of every GPU of a running sampler (never starts NVML)."""
+def _from_sampler(cursor: list) -> tuple[list[list[float | None]], list[list]]:
+    """[used, total, util, power, temp] of every GPU of a running sampler (never starts NVML),
+    and the shared sampler's XID events newer than ``cursor`` ([store ref, seq], advanced)."""
     from . import session
 
     s = session.shared_sampler()
-    if s is None or not getattr(s, "running", False):
-        return []
+    if s is None:
+        return [], []
+    store = s.store
+    if cursor[0] is None or cursor[0]() is not store:
+        cursor[:] = [weakref.ref(store), 0]
+    new = store.events_since(cursor[1])
+    if new:
+        cursor[1] = new[-1].seq
+    xids = [[round(e.time, 3), e.device, e.extra.get("code")] for e in new if e.kind == "xid"]
+    if not getattr(s, "running", False):
+        return [], xids
     out: list[list[float | None]] = []
-    rows = s.latest(watch=False)  # the recorder is not a viewer: keep the sampler's slow drains
-    for row in rows:
+    for row in s.latest(watch=False):  # the recorder is not a viewer: keep the slow drains
         vals = [row.get(k) for k in ("mem_used_bytes", "mem_total_bytes", "util_pct", "power_w", "temp_c")]
         out.append([None if v is None or v != v else float(v) for v in vals])
-    return out
+    return out, xids
 
 
 class Recorder:
     """One kernel's ring: ``write()`` a record, ``close()`` marks it closed."""
 
-    def __init__(self, directory: Path | None = None, slots: int = SLOTS) -> None:
+    def __init__(self, directory: Path | None = None, slots: int = SLOTS,
+                 clock: Callable[[], float] = time.time) -> None:
         self.pid = os.getpid()
         self.started = start_time(self.pid) or int(time.time())
         self.slots = slots
         self.seq = 0
         self.cell: list | None = None
+        self.xids: list[list] = []  # [time, gpu, code] of the newest GPU faults
+        self._cursor: list = [None, 0]  # how far the shared sampler's events were read
+        self._clock = clock
         self.header = {"pid": self.pid, "start": self.started, "host": socket.gethostname(),
                        "python": sys.version.split()[0], "nbgpu": _version(), "slots": slots,
-                       "began": time.time(), "closed": False, "reported": False}
+                       "began": clock(), "closed": False, "reported": False}
         d = directory or cache_dir()
         d.mkdir(parents=True, exist_ok=True)
         self.path = d / f"flight-{self.header['host']}-{self.pid}-{self.started}.ring"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.pwrite(self.fd, _pack(self.header, HEADER), 0)
-        self._last_sync = 0.0
+        try:  # its whole size now: a full disk shows here, and the file never grows
+            os.posix_fallocate(self.fd, 0, HEADER + slots * SLOT)
+            os.pwrite(self.fd, _pack(self.header, HEADER), 0)
+        except OSError:
+            os.close(self.fd)
+            self.path.unlink(missing_ok=True)
+            raise
+        self._last_sync = -FSYNC_EVERY_S
         self._cpu = (time.monotonic(), sum(os.times()[:2]))
 
     def reading(self) -> dict:
@@ -148,25 +176,31 @@ class Recorder:
         rss = pages * os.sysconf("SC_PAGE_SIZE") if pages is not None else None
         total, avail = m.get("MemTotal"), m.get("MemAvailable")
         try:
-            gpus = _gpus()
+            gpus, xids = _from_sampler(self._cursor)
         except Exception:
-            gpus = []
-        return {"t": time.time(), "ram_total": total, "ram_avail": avail,
+            gpus, xids = [], []
+        if xids:
+            self.xids = (self.xids + xids)[-XIDS_KEPT:]
+        out = {"t": self._clock(), "ram_total": total, "ram_avail": avail,
                 "ram_used": total - avail if total and avail is not None else None,
                 "swap_used": m["SwapTotal"] - m["SwapFree"] if "SwapFree" in m else None,
                 "rss": rss, "cpu": round(pct, 1),
                 "cg_max": _read_int("/sys/fs/cgroup/memory.max"),
                 "cg_cur": _read_int("/sys/fs/cgroup/memory.current"),
                 "cg_oom": oom_kills(), "gpus": gpus, "cell": self.cell}
+        if self.xids:
+            out["xid"] = self.xids
+        return out
 
     def write(self, record: dict | None = None) -> None:
         """Write one record into the next slot; fsync at most every 5 s (OSError if it fails)."""
         rec = dict(record if record is not None else self.reading(), seq=self.seq)
         os.pwrite(self.fd, _pack(rec, SLOT), HEADER + (self.seq % self.slots) * SLOT)
         self.seq += 1
-        if time.monotonic() - self._last_sync >= 5.0:
+        now = self._clock()
+        if not 0 <= now - self._last_sync < FSYNC_EVERY_S:
             os.fsync(self.fd)
-            self._last_sync = time.monotonic()
+            self._last_sync = now
 
     def close(self) -> None:
         """Mark the ring closed (a clean stop: nothing to report)."""

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from . import flight
+from .sources.nvml_events import meaning
 
 GIB = 1024 ** 3
 WINDOW_S = 10.0
@@ -51,6 +52,13 @@ def verdict(recs: list[dict], oom_now: int | None = None) -> str:
                     f"{100 * used / total:.0f} % ({_gib(used)} of {_gib(total)} GiB){tail}")
     if confirmed:
         return f"confirmed killed by the out-of-memory killer (the cgroup's oom_kill count rose){tail}"
+    faults = xids(recs)
+    if faults:
+        t, gpu, code = faults[-1]
+        said = (f"GPU {gpu} reported XID {code} ({meaning(code)}) {max(last['t'] - t, 0):.0f} s "
+                "before the last record: a GPU fault is the likely cause")
+        earlier = "; ".join(f"XID {c} on GPU {g}" for _, g, c in faults[:-1])
+        return said + (f" (earlier: {earlier})" if earlier else "")
     for r in reversed(window):
         for i, g in enumerate(r.get("gpus") or []):
             if g and g[0] is not None and g[1] and g[0] >= 0.97 * g[1]:
@@ -59,13 +67,20 @@ def verdict(recs: list[dict], oom_now: int | None = None) -> str:
     return "no resource was near a limit: a crash inside native code is likely"
 
 
+def xids(recs: list[dict]) -> list[tuple[float, object, int]]:
+    """Every GPU fault the records name, oldest first, each once: (time, gpu, XID code)."""
+    seen = {tuple(x) for r in recs for x in r.get("xid") or () if isinstance(x, list) and len(x) == 3}
+    return sorted((x for x in seen if isinstance(x[2], int)), key=lambda x: x[0])
+
+
 def describe(header: dict, recs: list[dict], oom_now: int | None = None) -> dict:
     """What is known of one dead kernel, as a plain dict (what ``--json`` prints)."""
     last = recs[-1] if recs else None
     died = last["t"] if last else header.get("began")
     cell = last.get("cell") if last else None
     out = {"pid": header.get("pid"), "host": header.get("host"), "died_at": died,
-           "cell": None, "cause": verdict(recs, oom_now), "records": len(recs)}
+           "cell": None, "cause": verdict(recs, oom_now), "records": len(recs),
+           "xids": [{"time": t, "gpu": g, "code": c, "meaning": meaning(c)} for t, g, c in xids(recs)]}
     if cell:
         out["cell"] = {"execution_count": cell[0], "first_line": cell[1],
                        "running_s": round(died - cell[2], 1)}

@@ -103,6 +103,75 @@ def test_no_limit_near_means_native_crash():
     assert postmortem.verdict(recs).startswith("GPU 0 memory was full")
 
 
+def test_an_xid_from_the_sampler_is_in_the_next_record_and_names_the_cause(cache, monkeypatch):
+    from conftest_diagnostics import drive, sim_sampler
+    from nbgpu import SimulatedGPUs, session
+
+    sim = SimulatedGPUs(count=2)
+    s, clock = sim_sampler(source=sim)
+    s.source.open()
+    monkeypatch.setattr(session, "_shared", s)
+    rec = flight.Recorder(slots=16)
+    try:
+        drive(s, clock, 1.0)
+        rec.write()
+        sim.inject_xid(1, 79)
+        drive(s, clock, 1.0)
+        rec.write()
+        rec.write()  # the fault stays in every later record, read from the store once
+    finally:
+        rec.close()
+        s.stop()
+    recs = flight.read_ring(rec.path)[1]
+    assert "xid" not in recs[0]
+    assert [x[1:] for x in recs[1]["xid"]] == [[1, 79]] == [x[1:] for x in recs[2]["xid"]]
+    for r in recs:
+        r["t"] = recs[0]["t"] + r["seq"]
+    cause = postmortem.verdict(recs)
+    assert cause.startswith("GPU 1 reported XID 79 (GPU has fallen off the bus)"), cause
+    assert "GPU fault is the likely cause" in cause
+    info = postmortem.describe({"pid": 1}, recs)
+    assert [(x["gpu"], x["code"], x["meaning"]) for x in info["xids"]] == [
+        (1, 79, "GPU has fallen off the bus")]
+
+
+def test_memory_at_its_limit_outranks_an_xid_and_earlier_xids_are_named():
+    total = 64 * GIB
+    recs = [{"t": float(i), "ram_total": total, "ram_used": 8 * GIB, "rss": GIB, "gpus": [],
+             "xid": [[0.5, 0, 13], [1.0, 1, 48]][: i + 1]} for i in range(3)]
+    cause = postmortem.verdict(recs)
+    assert cause.startswith("GPU 1 reported XID 48 (double-bit ECC error) 1 s before"), cause
+    assert cause.endswith("(earlier: XID 13 on GPU 0)"), cause
+    recs[-1]["ram_used"] = 0.99 * total
+    assert "out-of-memory killer" in postmortem.verdict(recs)
+
+
+def test_a_day_on_a_fake_clock_keeps_the_file_at_its_size_and_fsyncs_bounded(cache, monkeypatch):
+    from conftest_diagnostics import FakeClock
+
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)  # counted, not waited for: a day of them
+    clock = FakeClock()
+    rec = flight.Recorder(clock=clock)
+    size = rec.path.stat().st_size
+    assert size == flight.HEADER + flight.SLOTS * flight.SLOT  # its whole size from the start
+    gpus = [[140.0 * GIB, 141.0 * GIB, 100.0, 699.9, 85.0] for _ in range(8)]  # the largest record
+    cell = [12345, "x" * 120, clock.t]
+    day = 24 * 3600
+    for i in range(day):
+        clock.t += 1.0
+        rec.write({"t": clock.t, "rss": 60 * GIB + i, "ram_total": 2000 * GIB, "ram_used": 1000 * GIB,
+                   "gpus": gpus, "cell": cell, "xid": [[clock.t, 7, 95]] * flight.XIDS_KEPT})
+        if i % 3600 == 0:
+            assert rec.path.stat().st_size == size, i
+    assert rec.path.stat().st_size == size <= 2 * 1024 * 1024
+    assert day / flight.FSYNC_EVERY_S <= len(synced) <= day / flight.FSYNC_EVERY_S + 1
+    recs = flight.read_ring(rec.path)[1]
+    assert len(recs) == flight.SLOTS and recs[-1]["seq"] == day - 1
+    assert recs[-1]["cell"] == cell and recs[-1]["xid"][0][1:] == [7, 95]  # kept when GPUs are cut
+    rec.close()
+
+
 class _Kernel:
     def __init__(self) -> None:
         from conftest_profiles import KernelSession

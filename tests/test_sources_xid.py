@@ -138,3 +138,35 @@ def test_gateway_timeout_means_nothing_pending_not_an_error(caplog):
         assert watch.poll() == [] and sim.event_sets_live == 0
     finally:
         sim.nvmlShutdown()
+
+
+@pytest.mark.gpu
+def test_real_event_set_calls_answer_timeout_when_no_xid_is_pending(nvml):
+    """On a real GPU: create, register, wait 0 ms (Timeout: nothing pending), free; then the
+    source's own watch on every card, polled at once with no event and no error."""
+    import time
+
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    assert nvml.nvmlDeviceGetSupportedEventTypes(h) & nvml.nvmlEventTypeXidCriticalError
+    es = nvml.nvmlEventSetCreate()
+    try:
+        nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, es)
+        t0 = time.perf_counter()
+        with pytest.raises(nvml.NVMLError) as err:
+            nvml.nvmlEventSetWait(es, 0)
+        assert err.value.value == nvml.NVML_ERROR_TIMEOUT
+        assert time.perf_counter() - t0 < 0.5  # a 0 ms timeout answers now
+    finally:
+        nvml.nvmlEventSetFree(es)
+    cards = []
+    for i in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        uuid = nvml.nvmlDeviceGetUUID(handle)
+        cards.append(type("Card", (), {"handle": handle, "key": i, "info": {"uuid": uuid}})())
+    watch = nvml_events.XidWatch(NVMLGateway(nvml), cards)
+    try:
+        assert watch.watching == list(range(len(cards)))
+        assert watch.poll() == []
+    finally:
+        watch.free()
+    assert watch.events_set is None
