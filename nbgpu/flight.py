@@ -27,6 +27,9 @@ SLOT = 1024
 SLOTS = 600
 GIB = 1024 ** 3
 FSYNC_EVERY_S = 5.0
+EVERY_S = 1.0  # one record a second...
+NEAR_EVERY_S = 0.25  # ...four while memory is past NEAR_LIMIT of host RAM or the cgroup's limit
+NEAR_LIMIT = 0.8
 XIDS_KEPT = 4  # the newest GPU faults, in every record (older ones are in older records)
 
 
@@ -100,8 +103,38 @@ def _read_field(path: str, index: int) -> int | None:
         return None
 
 
-def oom_kills(path: str = "/sys/fs/cgroup/memory.events") -> int | None:
+UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a number near 2**63
+
+
+def memory_cgroup(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str, str, str] | None:
+    """(limit, usage, events) files of this process's memory cgroup, v2 or v1; None if none.
+
+    The events file (v2 ``memory.events``, v1 ``memory.oom_control``) has the ``oom_kill`` count.
+    """
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hid, controllers, path = [*line.split(":", 2), "", ""][:3]
+        path = path.rstrip("/")
+        if "memory" in controllers.split(","):
+            d = "/sys/fs/cgroup/memory" + path
+            if os.path.exists(d + "/memory.limit_in_bytes"):
+                return d + "/memory.limit_in_bytes", d + "/memory.usage_in_bytes", d + "/memory.oom_control"
+        elif hid == "0":
+            for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                d = root + path
+                if os.path.exists(d + "/memory.max"):
+                    return d + "/memory.max", d + "/memory.current", d + "/memory.events"
+    return None
+
+
+def oom_kills(path: str | None) -> int | None:
     """The cgroup's ``oom_kill`` counter, or None where unreadable."""
+    if not path:
+        return None
     try:
         with open(path) as f:
             for line in f:
@@ -149,9 +182,11 @@ class Recorder:
         self.xids: list[list] = []  # [time, gpu, code] of the newest GPU faults
         self._cursor: list = [None, 0]  # how far the shared sampler's events were read
         self._clock = clock
+        self.cgroup = memory_cgroup()
         self.header = {"pid": self.pid, "start": self.started, "host": socket.gethostname(),
                        "python": sys.version.split()[0], "nbgpu": _version(), "slots": slots,
-                       "began": clock(), "closed": False, "reported": False}
+                       "began": clock(), "closed": False, "reported": False,
+                       "cg_events": self.cgroup[2] if self.cgroup else None}
         d = directory or cache_dir()
         d.mkdir(parents=True, exist_ok=True)
         self.path = d / f"flight-{self.header['host']}-{self.pid}-{self.started}.ring"
@@ -185,9 +220,11 @@ class Recorder:
                 "ram_used": total - avail if total and avail is not None else None,
                 "swap_used": m["SwapTotal"] - m["SwapFree"] if "SwapFree" in m else None,
                 "rss": rss, "cpu": round(pct, 1),
-                "cg_max": _read_int("/sys/fs/cgroup/memory.max"),
-                "cg_cur": _read_int("/sys/fs/cgroup/memory.current"),
-                "cg_oom": oom_kills(), "gpus": gpus, "cell": self.cell}
+                "gpus": gpus, "cell": self.cell}
+        if self.cgroup:
+            cg_max = _read_int(self.cgroup[0])
+            out.update(cg_max=cg_max if cg_max and cg_max < UNLIMITED else None,
+                       cg_cur=_read_int(self.cgroup[1]), cg_oom=oom_kills(self.cgroup[2]))
         if self.xids:
             out["xid"] = self.xids
         return out
@@ -269,10 +306,23 @@ def _warn(exc: BaseException) -> None:
               f"{exc}); everything else works.", file=sys.stderr)
 
 
+def near_limit(record: dict) -> bool:
+    """Whether host RAM or the cgroup is past ``NEAR_LIMIT`` of its size in ``record``."""
+    cmax, ccur = record.get("cg_max"), record.get("cg_cur")
+    total, used = record.get("ram_total"), record.get("ram_used")
+    return bool((cmax and ccur is not None and ccur >= NEAR_LIMIT * cmax)
+                or (total and used is not None and used >= NEAR_LIMIT * total))
+
+
 def _loop(rec: Recorder) -> None:
-    while not _stop.wait(1.0):
+    wait = EVERY_S
+    while not _stop.wait(wait):
+        wait = EVERY_S
         try:
-            rec.write()
+            record = rec.reading()
+            rec.write(record)
+            if near_limit(record):  # the last seconds before an OOM kill, 4 records a second
+                wait = NEAR_EVERY_S
         except OSError as exc:
             _warn(exc)
             return

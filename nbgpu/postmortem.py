@@ -11,45 +11,65 @@ from .sources.nvml_events import meaning
 
 GIB = 1024 ** 3
 WINDOW_S = 10.0
+REACH_S = 2.0  # memory rising to its limit within this long after the last record counts as at it
 
 
 def _gib(v: float) -> str:
-    return f"{v / GIB:.1f}"
+    return f"{v / GIB:.2f}" if v < 10 * GIB else f"{v / GIB:.1f}"
 
 
-def _rss_rate(recs: list[dict]) -> float | None:
-    pts = [(r["t"], r["rss"]) for r in recs if r.get("rss") is not None]
+def _rate(recs: list[dict], key: str) -> float | None:
+    """Bytes a second ``key`` rose from the first record of ``recs`` to the last (None: unknown)."""
+    pts = [(r["t"], r[key]) for r in recs if r.get(key) is not None]
     if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
         return None
     return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
 
 
+def _per_s(rate: float) -> str:
+    return f"{rate / GIB:.1f} GiB/s" if rate >= GIB / 10 else f"{rate / 2**20:.0f} MiB/s"
+
+
+def _at_limit(window: list[dict], used: str, limit: str, full: float) -> dict | None:
+    """The newest record where ``used`` was at ``full`` of ``limit``, or was past
+    ``flight.NEAR_LIMIT`` and rising fast enough to reach it within ``REACH_S`` (the kill
+    comes between two records)."""
+    for r in reversed(window):
+        u, cap = r.get(used), r.get(limit)
+        if cap and u is not None and u >= full * cap:
+            return r
+    last = next((r for r in reversed(window) if r.get(limit) and r.get(used) is not None), None)
+    rate = _rate(window, used)
+    if last is None or rate is None or rate <= 0 or last[used] < flight.NEAR_LIMIT * last[limit]:
+        return None
+    return last if last[used] + rate * REACH_S >= full * last[limit] else None
+
+
 def verdict(recs: list[dict], oom_now: int | None = None) -> str:
-    """The likeliest cause of death, with its evidence, from the last records."""
+    """The likeliest cause of death, with its evidence, from the last records.
+
+    ``oom_now``: the dead kernel's cgroup's ``oom_kill`` count read now (None: unreadable).
+    """
     if not recs:
         return "it died before its first record: no evidence of a cause"
     last = recs[-1]
     window = [r for r in recs if r["t"] >= last["t"] - WINDOW_S]
-    rate = _rss_rate(window)
+    rate = _rate(window, "rss")
     rss = last.get("rss")
     tail = ""
     if rss is not None:
-        tail = f", this kernel {rss / GIB:.0f} GiB"
+        tail = f", this kernel {rss / GIB:.0f} GiB" if rss >= GIB else f", this kernel {rss / 2**20:.0f} MiB"
         if rate is not None and rate > 0:
-            fast = rate >= GIB / 10
-            tail += f", rising {rate / GIB:.1f} GiB/s" if fast else f", rising {rate / 2**20:.0f} MiB/s"
+            tail += f", rising {_per_s(rate)}"
     oom = [r.get("cg_oom") for r in window if r.get("cg_oom") is not None]
     confirmed = (len(oom) > 1 and oom[-1] > oom[0]) or (oom and oom_now is not None and oom_now > oom[-1])
     word = "confirmed" if confirmed else "likely"
-    for r in reversed(window):
-        cmax, ccur = r.get("cg_max"), r.get("cg_cur")
-        if cmax and ccur is not None and ccur >= 0.95 * cmax:
-            return (f"{word} killed by the out-of-memory killer: cgroup memory "
-                    f"{100 * ccur / cmax:.0f} % ({_gib(ccur)} of {_gib(cmax)} GiB){tail}")
-        total, used = r.get("ram_total"), r.get("ram_used")
-        if total and used is not None and used >= 0.97 * total:
-            return (f"{word} killed by the out-of-memory killer: host RAM "
-                    f"{100 * used / total:.0f} % ({_gib(used)} of {_gib(total)} GiB){tail}")
+    for what, used, limit, full in (("cgroup memory", "cg_cur", "cg_max", 0.95),
+                                    ("host RAM", "ram_used", "ram_total", 0.97)):
+        r = _at_limit(window, used, limit, full)
+        if r is not None:
+            return (f"{word} killed by the out-of-memory killer: {what} {100 * r[used] / r[limit]:.0f} % "
+                    f"({_gib(r[used])} of {_gib(r[limit])} GiB){tail}")
     if confirmed:
         return f"confirmed killed by the out-of-memory killer (the cgroup's oom_kill count rose){tail}"
     faults = xids(recs)
@@ -101,7 +121,6 @@ def dead_rings(directory: Path | None = None, include_reported: bool = False) ->
     """Rings of dead kernels not closed cleanly, newest first, with their descriptions."""
     d = directory or flight.cache_dir()
     out = []
-    now = flight.oom_kills()
     for path in sorted(d.glob("flight-*.ring")) if d.is_dir() else []:
         got = flight.read_ring(path)
         if got is None:
@@ -111,7 +130,7 @@ def dead_rings(directory: Path | None = None, include_reported: bool = False) ->
             continue
         if header.get("reported") and not include_reported:
             continue
-        out.append((path, describe(header, recs, now)))
+        out.append((path, describe(header, recs, flight.oom_kills(header.get("cg_events")))))
     return sorted(out, key=lambda pi: pi[1]["died_at"] or 0, reverse=True)
 
 

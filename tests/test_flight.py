@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from conftest_flight import Kernel, cache_fixture, postmortem_cli  # noqa: F401 - fixture
 from nbgpu import flight, postmortem
 
 GIB = 1024 ** 3
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("NBGPU_FLIGHT_RECORDER", raising=False)
-    return tmp_path / "nbgpu"
 
 
 def test_torn_record_is_skipped(cache):
@@ -172,71 +163,50 @@ def test_a_day_on_a_fake_clock_keeps_the_file_at_its_size_and_fsyncs_bounded(cac
     rec.close()
 
 
-class _Kernel:
-    def __init__(self) -> None:
-        from conftest_profiles import KernelSession
-
-        self.k = KernelSession()
-
-    def text(self, code: str) -> str:
-        reply, outputs = self.k.run(code)
-        assert reply["status"] == "ok", outputs
-        return "".join(o.get("text", "") for o in outputs if o["msg_type"] == "stream")
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nbgpu.cli", "postmortem", *args],
-                          capture_output=True, text=True, timeout=60)
-
-
 @pytest.mark.kernel
 def test_killed_kernel_is_reported_once_at_the_next_load(cache):
-    first = _Kernel()
+    first = Kernel()
     try:
         first.text("%load_ext nbgpu\nimport time")
-        pid = first.k.km.provisioner.process.pid
-        msg = first.k.kc.execute("for i in range(1000): time.sleep(0.1)")
-        assert msg
-        time.sleep(2.5)
-        ring = next(cache.glob(f"flight-*-{pid}-*.ring"))
-        deadline = time.monotonic() + 30  # a loaded machine: wait for a record of the cell
-        while not (flight.read_ring(ring)[1][-1].get("cell")) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        pid = first.pid
+        first.start("for i in range(1000): time.sleep(0.1)")
+        first.wait_for_cell_record(cache)
         os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
+        first.wait_dead()
     finally:
-        first.k.close()
-    second = _Kernel()
+        first.close()
+    second = Kernel()
     try:
         out = second.text("%load_ext nbgpu")
         assert f"the last kernel (pid {pid}) died at about" in out, out
         assert "In [2] `for i in range(1000): time.sleep(0.1)`" in out, out
-        cli = _cli()
+        cli = postmortem_cli()
         assert cli.returncode == 0 and f"(pid {pid}) died" in cli.stdout, cli
         second.text("%unload_ext nbgpu")
         assert "died" not in second.text("%load_ext nbgpu")
     finally:
-        second.k.close()
-    assert _cli("--clear").returncode == 0
+        second.shut_down()
+    third = Kernel()
+    try:
+        assert "died" not in third.text("%load_ext nbgpu")
+    finally:
+        third.close()
+    assert postmortem_cli("--clear").returncode == 0
 
 
 @pytest.mark.kernel
 def test_clean_shutdown_gives_no_report(cache):
-    k = _Kernel()
-    try:
-        k.text("%load_ext nbgpu")
-        k.k.kc.shutdown()
-        k.k.km.finish_shutdown(waittime=20)
-    finally:
-        k.k.close()
+    k = Kernel()
+    k.text("%load_ext nbgpu")
+    k.shut_down()
     rings = list(cache.glob("flight-*.ring"))
     assert rings and all(flight.read_ring(p)[0]["closed"] for p in rings)
     assert postmortem.dead_rings() == []
-    k = _Kernel()
+    k = Kernel()
     try:
         assert "died" not in k.text("%load_ext nbgpu")
     finally:
-        k.k.close()
+        k.close()
 
 
 def test_dead_ring_is_reported_once_and_cleared(cache):
@@ -249,17 +219,17 @@ def test_dead_ring_is_reported_once_and_cleared(cache):
                    "gpus": [], "cell": [5, "train()", t0 - 10]})
     rec.close()
     flight.set_flag(rec.path, closed=False, start=-1)  # as if its process died, never closed
-    assert json.loads(_cli("--json").stdout) == json.loads(_cli("--all", "--json").stdout)
-    info = json.loads(_cli("--json").stdout)[0]
+    assert json.loads(postmortem_cli("--json").stdout) == json.loads(postmortem_cli("--all", "--json").stdout)
+    info = json.loads(postmortem_cli("--json").stdout)[0]
     assert info["cell"] == {"execution_count": 5, "first_line": "train()", "running_s": 13.0}
     assert "crash inside native code" in info["cause"]
     flight.set_flag(rec.path, reported=False)
     lines = postmortem.report_at_load()
     assert len(lines) == 1 and "In [5] `train()` had run 13 s" in lines[0]
     assert postmortem.report_at_load() == []
-    done = _cli("--clear")
+    done = postmortem_cli("--clear")
     assert done.returncode == 0 and "removed 1" in done.stdout and not rec.path.exists()
-    assert json.loads(_cli("--json").stdout) == []
+    assert json.loads(postmortem_cli("--json").stdout) == []
 
 
 def test_gpus_of_a_running_sampler_are_recorded(cache):

@@ -1,0 +1,88 @@
+"""Real kernels dying as kernels do: killed for memory by the kernel's OOM killer, a segfault,
+two kernels dying at once; the next ``%load_ext nbgpu`` says each once, with its cause."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+from conftest_flight import (  # noqa: F401 - fixtures
+    Kernel,
+    cache_fixture,
+    join_cgroup,
+    memory_cgroup_fixture,
+    postmortem_cli,
+)
+
+pytestmark = pytest.mark.kernel
+
+GROW = """\
+import numpy as np, time
+kept = []
+while True:  # 8 MiB more every 50 ms, every page touched
+    kept.append(np.ones(2**20))
+    time.sleep(0.05)
+"""
+
+
+def test_memory_killed_kernel_is_named_as_killed_for_memory_with_figures(cache, memory_cgroup):
+    folder, limit = memory_cgroup
+    k = Kernel(preexec_fn=join_cgroup(folder))
+    try:
+        k.text("%load_ext nbgpu")
+        pid = k.pid
+        k.start(GROW)
+        k.wait_dead()
+        assert k.k.km.provisioner.process.returncode == -signal.SIGKILL  # the OOM killer's signal
+    finally:
+        k.close()
+    reporter = Kernel()
+    try:
+        out = reporter.text("%load_ext nbgpu")
+    finally:
+        reporter.close()
+    assert f"(pid {pid}) died" in out and "`import numpy as np, time`" in out, out
+    said = re.search(r"(likely|confirmed) killed by the out-of-memory killer: cgroup memory (\d+) % "
+                     r"\((0\.\d\d) of (0\.50) GiB\)", out)
+    assert said and float(said.group(4)) == limit / 2**30 and int(said.group(2)) >= 80, out
+    assert re.search(r"rising \d+ MiB/s|rising \d+\.\d GiB/s", out), out
+
+
+def test_two_kernels_dying_at_once_a_segfault_and_a_kill_are_each_reported_once(cache):
+    crashing, killed = Kernel(), Kernel()
+    try:
+        for k in (crashing, killed):
+            k.text("%load_ext nbgpu\nimport ctypes, time")
+        killed.start("for i in range(1000): time.sleep(0.1)")
+        crashing.start("time.sleep(1.5)\nctypes.string_at(0)")
+        rings = {crashing.wait_for_cell_record(cache), killed.wait_for_cell_record(cache)}
+        assert len(rings) == 2  # each kernel its own ring
+        crashing.wait_dead()
+        assert crashing.k.km.provisioner.process.returncode == -signal.SIGSEGV
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait_dead()
+    finally:
+        crashing.close()
+        killed.close()
+    reporter = Kernel()
+    try:
+        out = reporter.text("%load_ext nbgpu")
+        assert "died" not in reporter.text("%unload_ext nbgpu\n%load_ext nbgpu")
+    finally:
+        reporter.shut_down()
+    further = Kernel()
+    try:
+        assert "died" not in further.text("%load_ext nbgpu")
+    finally:
+        further.close()
+    lines = [ln for ln in out.splitlines() if "died at about" in ln]
+    assert len(lines) == 2, out
+    crash = next(ln for ln in lines if f"(pid {crashing.pid})" in ln)
+    assert "`time.sleep(1.5)`" in crash
+    assert "no resource was near a limit: a crash inside native code is likely" in crash
+    assert any(f"(pid {killed.pid})" in ln for ln in lines)
+    cli = postmortem_cli("--all")  # the shell still lists both (shown or not)
+    assert cli.returncode == 0 and all(f"(pid {k.pid}) died" in cli.stdout for k in (crashing, killed)), cli
