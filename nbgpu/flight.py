@@ -30,6 +30,8 @@ FSYNC_EVERY_S = 5.0
 EVERY_S = 1.0  # one record a second...
 NEAR_EVERY_S = 0.25  # ...four while memory is past NEAR_LIMIT of host RAM or the cgroup's limit
 NEAR_LIMIT = 0.8
+GPU_VALUES = ("mem_used_bytes", "util_pct", "power_w", "temp_c", "clock_event_reasons")
+_NONE = (None, None)
 XIDS_KEPT = 4  # the newest GPU faults, in every record (older ones are in older records)
 
 
@@ -74,33 +76,63 @@ def _unpack(raw: bytes) -> dict | None:
 
 
 # -- readings ----------------------------------------------------------------------------
-def _meminfo() -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                k, v = line.split(":", 1)
-                out[k] = int(v.split()[0]) * 1024
-    except (OSError, ValueError):
-        pass
+class _Kept:
+    """Files read once a second (/proc, the cgroup's): opened once, each read one ``pread``."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def read(self, path: str | None) -> bytes | None:
+        """The file's text now; None where it cannot be read (never retried once missing)."""
+        if not path:
+            return None
+        fd = self._fds.get(path)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                fd = -1
+            self._fds[path] = fd
+        if fd < 0:
+            return None
+        try:
+            return os.pread(fd, 8192, 0)
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            if fd >= 0:
+                os.close(fd)
+        self._fds.clear()
+
+
+_MEMINFO = (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree")
+
+
+def _meminfo(text: bytes | None) -> dict[bytes, int]:
+    """Bytes of the ``_MEMINFO`` fields of /proc/meminfo's text."""
+    out: dict[bytes, int] = {}
+    for line in (text or b"").split(b"\n"):
+        key, _, rest = line.partition(b":")
+        if key in _MEMINFO:
+            out[key] = int(rest.split()[0]) * 1024
     return out
 
 
-def _read_int(path: str) -> int | None:
+def _int(text: bytes | None, index: int = 0) -> int | None:
     try:
-        with open(path) as f:
-            text = f.read().strip()
-        return int(text)
-    except (OSError, ValueError):
+        return int(text.split()[index]) if text else None
+    except (ValueError, IndexError):
         return None
 
 
-def _read_field(path: str, index: int) -> int | None:
-    try:
-        with open(path) as f:
-            return int(f.read().split()[index])
-    except (OSError, ValueError, IndexError):
-        return None
+def _oom_kill(text: bytes | None) -> int | None:
+    """The ``oom_kill`` count of a cgroup's events text (v2 memory.events, v1 memory.oom_control)."""
+    for line in (text or b"").split(b"\n"):
+        if line.startswith(b"oom_kill "):
+            return _int(line, 1)
+    return None
 
 
 UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a number near 2**63
@@ -132,21 +164,17 @@ def memory_cgroup(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str, str, str
 
 
 def oom_kills(path: str | None) -> int | None:
-    """The cgroup's ``oom_kill`` counter, or None where unreadable."""
-    if not path:
-        return None
+    """The cgroup's ``oom_kill`` counter read now, or None where unreadable."""
     try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
+        with open(path or "", "rb") as f:
+            return _oom_kill(f.read())
+    except OSError:
+        return None
 
 
 def _from_sampler(cursor: list) -> tuple[list[list[float | None]], list[list]]:
-    """[used, total, util, power, temp] of every GPU of a running sampler (never starts NVML),
+    """[used, total, util, power, temp, clock-event reasons] of every GPU of a running sampler
+    (never starts NVML),
     and the shared sampler's XID events newer than ``cursor`` ([store ref, seq], advanced)."""
     from . import session
 
@@ -163,9 +191,11 @@ def _from_sampler(cursor: list) -> tuple[list[list[float | None]], list[list]]:
     if not getattr(s, "running", False):
         return [], xids
     out: list[list[float | None]] = []
-    for row in s.latest(watch=False):  # the recorder is not a viewer: keep the slow drains
-        vals = [row.get(k) for k in ("mem_used_bytes", "mem_total_bytes", "util_pct", "power_w", "temp_c")]
-        out.append([None if v is None or v != v else float(v) for v in vals])
+    for dev in s.devices:  # the store's newest values: a read that changes nothing in the sampler
+        newest = store.last_many(dev.key)
+        vals = [newest.get(k, _NONE)[1] for k in GPU_VALUES]
+        vals.insert(1, dev.mem_total_bytes)
+        out.append([None if v is None or v != v else round(float(v), 1) for v in vals])
     return out, xids
 
 
@@ -183,6 +213,8 @@ class Recorder:
         self._cursor: list = [None, 0]  # how far the shared sampler's events were read
         self._clock = clock
         self.cgroup = memory_cgroup()
+        self._kept = _Kept()
+        self._page = os.sysconf("SC_PAGE_SIZE")
         self.header = {"pid": self.pid, "start": self.started, "host": socket.gethostname(),
                        "python": sys.version.split()[0], "nbgpu": _version(), "slots": slots,
                        "began": clock(), "closed": False, "reported": False,
@@ -203,13 +235,14 @@ class Recorder:
 
     def reading(self) -> dict:
         """One record of the host, this process, its cgroup, the GPUs and the running cell."""
-        m = _meminfo()
+        kept = self._kept
+        m = _meminfo(kept.read("/proc/meminfo"))
         now, cpu = time.monotonic(), sum(os.times()[:2])
         pct = 100.0 * (cpu - self._cpu[1]) / max(now - self._cpu[0], 1e-6)
         self._cpu = (now, cpu)
-        pages = _read_field("/proc/self/statm", 1)
-        rss = pages * os.sysconf("SC_PAGE_SIZE") if pages is not None else None
-        total, avail = m.get("MemTotal"), m.get("MemAvailable")
+        pages = _int(kept.read("/proc/self/statm"), 1)
+        rss = pages * self._page if pages is not None else None
+        total, avail = m.get(b"MemTotal"), m.get(b"MemAvailable")
         try:
             gpus, xids = _from_sampler(self._cursor)
         except Exception:
@@ -218,13 +251,13 @@ class Recorder:
             self.xids = (self.xids + xids)[-XIDS_KEPT:]
         out = {"t": self._clock(), "ram_total": total, "ram_avail": avail,
                 "ram_used": total - avail if total and avail is not None else None,
-                "swap_used": m["SwapTotal"] - m["SwapFree"] if "SwapFree" in m else None,
+                "swap_used": m[b"SwapTotal"] - m[b"SwapFree"] if len(m) == len(_MEMINFO) else None,
                 "rss": rss, "cpu": round(pct, 1),
                 "gpus": gpus, "cell": self.cell}
         if self.cgroup:
-            cg_max = _read_int(self.cgroup[0])
+            cg_max = _int(kept.read(self.cgroup[0]))  # v2 "max" reads None: no limit
             out.update(cg_max=cg_max if cg_max and cg_max < UNLIMITED else None,
-                       cg_cur=_read_int(self.cgroup[1]), cg_oom=oom_kills(self.cgroup[2]))
+                       cg_cur=_int(kept.read(self.cgroup[1])), cg_oom=_oom_kill(kept.read(self.cgroup[2])))
         if self.xids:
             out["xid"] = self.xids
         return out
@@ -250,6 +283,7 @@ class Recorder:
             pass
         os.close(self.fd)
         self.fd = -1
+        self._kept.close()
 
 
 def _version() -> str:
