@@ -86,3 +86,29 @@ def test_two_kernels_dying_at_once_a_segfault_and_a_kill_are_each_reported_once(
     assert any(f"(pid {killed.pid})" in ln for ln in lines)
     cli = postmortem_cli("--all")  # the shell still lists both (shown or not)
     assert cli.returncode == 0 and all(f"(pid {k.pid}) died" in cli.stdout for k in (crashing, killed)), cli
+
+
+def test_a_kernel_whose_disk_cannot_take_the_ring_says_so_once_and_works_on(cache, tmp_path):
+    """A real refusal from the OS: files of this kernel may not pass 64 KiB (RLIMIT_FSIZE, the
+    way a full disk refuses the ring's blocks), so the ring cannot be made."""
+    import resource
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    env = dict(os.environ, IPYTHONDIR=str(tmp_path / "ipython"))  # its history stays small
+    k = Kernel(preexec_fn=small_files, env=env)
+    try:
+        reply, outputs = k.k.run("%load_ext nbgpu")
+        assert reply["status"] == "ok", outputs
+        said = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+        assert said.count("cannot keep a flight record") == 1, outputs
+        assert "everything else works" in said
+        reply, outputs = k.k.run("%unload_ext nbgpu\n%load_ext nbgpu\nimport nbgpu\n"
+                                 "print(nbgpu.Sampler('sim', diagnostics=False).start().stop() is None)")
+        assert reply["status"] == "ok", outputs
+        text = "".join(o.get("text", "") for o in outputs)
+        assert "cannot keep a flight record" not in text and "True" in text, outputs
+    finally:
+        k.close()
+    assert not list(cache.glob("flight-*.ring"))  # no half-made ring left behind
