@@ -70,8 +70,9 @@ def verdict(recs: list[dict], oom_now: int | None = None) -> str:
         if r is not None:
             return (f"{word} killed by the out-of-memory killer: {what} {100 * r[used] / r[limit]:.0f} % "
                     f"({_gib(r[used])} of {_gib(r[limit])} GiB){tail}")
-    if confirmed:
-        return f"confirmed killed by the out-of-memory killer (the cgroup's oom_kill count rose){tail}"
+    if confirmed:  # another process of the cgroup may have been the one killed: not confirmed
+        return ("likely killed by the out-of-memory killer: its cgroup's oom_kill count rose, "
+                f"though its memory was not seen at the limit{tail}")
     faults = xids(recs)
     if faults:
         t, gpu, code = faults[-1]

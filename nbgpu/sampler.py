@@ -679,9 +679,11 @@ class Sampler:
         code = getattr(ev, "code", None)
         event = Event(now, ev.kind, ev.message, ev.device, {} if code is None else {"code": code})
         if ev.kind == "xid":
-            log.warning(ev.message)
             with self._lock:
+                seen = any(x.device == ev.device and x.extra == event.extra for x in self._xids)
                 self._xids = (*self._xids, event)[-MAX_XIDS_KEPT:]
+            if not seen:  # a storm of one XID is logged once
+                log.warning(ev.message)
         self.store.add_event(event)
 
     def _snapshot_processes(self) -> None:
