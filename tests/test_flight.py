@@ -250,3 +250,27 @@ def test_gpus_of_a_running_sampler_are_recorded(cache):
         session._shared = None
         s.stop()
     assert len(r["gpus"]) == 2 and r["gpus"][0][1] > 0
+
+
+@pytest.mark.gpu
+def test_the_ring_is_fed_by_real_nvml(nvml, cache, monkeypatch):
+    from nbgpu import Sampler, session
+
+    s = Sampler("nvml", interval=0.2).start()
+    try:
+        monkeypatch.setattr(session, "_shared", s)
+        deadline = time.monotonic() + 10
+        while s.ticks < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rec = flight.Recorder(slots=4)
+        rec.write()
+        rec.close()
+    finally:
+        s.stop()
+    gpus = flight.read_ring(rec.path)[1][-1]["gpus"]
+    cards = nvml.nvmlDeviceGetCount()
+    assert len(gpus) >= cards
+    total = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0)).total
+    used, total_seen, util, power, temp, _reasons = gpus[0]
+    assert total_seen == total and 0 < used <= total
+    assert 0 <= util <= 100 and 10 < power < 2000 and 0 < temp < 120
