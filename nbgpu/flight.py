@@ -372,7 +372,7 @@ def _pre(info) -> None:
         count = getattr(shell, "execution_count", None) if shell is not None else None
         if count is not None and getattr(info, "store_history", False):
             count -= 1  # IPython counts the cell before it triggers pre_run_cell
-        _rec.cell = [count, first, time.time()]
+        _rec.cell = [count, first, time.time(), getattr(info, "cell_id", None)]
 
 
 def _post(result) -> None:

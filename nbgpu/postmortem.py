@@ -104,7 +104,7 @@ def describe(header: dict, recs: list[dict], oom_now: int | None = None) -> dict
            "xids": [{"time": t, "gpu": g, "code": c, "meaning": meaning(c)} for t, g, c in xids(recs)]}
     if cell:
         out["cell"] = {"execution_count": cell[0], "first_line": cell[1],
-                       "running_s": round(died - cell[2], 1)}
+                       "running_s": round(died - cell[2], 1), "cell_id": (cell[3:] or [None])[0]}
     return out
 
 

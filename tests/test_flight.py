@@ -225,7 +225,7 @@ def test_dead_ring_is_reported_once_and_cleared(cache):
     flight.set_flag(rec.path, closed=False, start=-1)  # as if its process died, never closed
     assert json.loads(postmortem_cli("--json").stdout) == json.loads(postmortem_cli("--all", "--json").stdout)
     info = json.loads(postmortem_cli("--json").stdout)[0]
-    assert info["cell"] == {"execution_count": 5, "first_line": "train()", "running_s": 13.0}
+    assert info["cell"] == {"execution_count": 5, "first_line": "train()", "running_s": 13.0, "cell_id": None}
     assert "crash inside native code" in info["cause"]
     flight.set_flag(rec.path, reported=False)
     lines = postmortem.report_at_load()
