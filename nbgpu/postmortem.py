@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from .sources.nvml_events import meaning
 
 GIB = 1024 ** 3
 WINDOW_S = 10.0
+_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of a process's start time in /proc
 REACH_S = 2.0  # memory rising to its limit within this long after the last record counts as at it
 
 
@@ -45,10 +47,43 @@ def _at_limit(window: list[dict], used: str, limit: str, full: float) -> dict | 
     return last if last[used] + rate * REACH_S >= full * last[limit] else None
 
 
-def verdict(recs: list[dict], oom_now: int | None = None) -> str:
+def oom_killed_in_log(pid: int, path: str = "/dev/kmsg", after_s: float = 0.0) -> bool | None:
+    """Whether the kernel log says the OOM killer killed ``pid`` later than ``after_s`` seconds
+    after boot (an older process had the pid before); None: the log is unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    said = f"Killed process {pid} (".encode()
+    try:
+        while True:
+            try:
+                text = os.read(fd, 65536)  # /dev/kmsg: one message a read
+            except BlockingIOError:  # read to the end
+                return False
+            except OSError:  # a message overwritten while reading: read on
+                continue
+            if not text:
+                return False
+            if said in text and _usec(text) >= after_s * 1e6:
+                return True
+    finally:
+        os.close(fd)
+
+
+def _usec(message: bytes) -> float:
+    """Microseconds since boot of a /dev/kmsg message ("prio,seq,usec,flags;text")."""
+    try:
+        return float(message.split(b",", 3)[2])
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def verdict(recs: list[dict], oom_now: int | None = None, logged_oom: bool | None = None) -> str:
     """The likeliest cause of death, with its evidence, from the last records.
 
-    ``oom_now``: the dead kernel's cgroup's ``oom_kill`` count read now (None: unreadable).
+    ``oom_now``: the dead kernel's cgroup's ``oom_kill`` count read now (None: unreadable);
+    ``logged_oom``: whether the kernel log names it as killed for memory (None: unreadable).
     """
     if not recs:
         return "it died before its first record: no evidence of a cause"
@@ -63,13 +98,15 @@ def verdict(recs: list[dict], oom_now: int | None = None) -> str:
             tail += f", rising {_per_s(rate)}"
     oom = [r.get("cg_oom") for r in window if r.get("cg_oom") is not None]
     confirmed = (len(oom) > 1 and oom[-1] > oom[0]) or (oom and oom_now is not None and oom_now > oom[-1])
-    word = "confirmed" if confirmed else "likely"
+    word = "confirmed" if confirmed or logged_oom else "likely"
     for what, used, limit, full in (("cgroup memory", "cg_cur", "cg_max", 0.95),
                                     ("host RAM", "ram_used", "ram_total", 0.97)):
         r = _at_limit(window, used, limit, full)
         if r is not None:
             return (f"{word} killed by the out-of-memory killer: {what} {100 * r[used] / r[limit]:.0f} % "
                     f"({_gib(r[used])} of {_gib(r[limit])} GiB){tail}")
+    if logged_oom:
+        return f"confirmed killed by the out-of-memory killer: the kernel log says so{tail}"
     if confirmed:  # another process of the cgroup may have been the one killed: not confirmed
         return ("likely killed by the out-of-memory killer: its cgroup's oom_kill count rose, "
                 f"though its memory was not seen at the limit{tail}")
@@ -94,13 +131,14 @@ def xids(recs: list[dict]) -> list[tuple[float, object, int]]:
     return sorted((x for x in seen if isinstance(x[2], int)), key=lambda x: x[0])
 
 
-def describe(header: dict, recs: list[dict], oom_now: int | None = None) -> dict:
+def describe(header: dict, recs: list[dict], oom_now: int | None = None,
+             logged_oom: bool | None = None) -> dict:
     """What is known of one dead kernel, as a plain dict (what ``--json`` prints)."""
     last = recs[-1] if recs else None
     died = last["t"] if last else header.get("began")
     cell = last.get("cell") if last else None
     out = {"pid": header.get("pid"), "host": header.get("host"), "died_at": died,
-           "cell": None, "cause": verdict(recs, oom_now), "records": len(recs),
+           "cell": None, "cause": verdict(recs, oom_now, logged_oom), "records": len(recs),
            "xids": [{"time": t, "gpu": g, "code": c, "meaning": meaning(c)} for t, g, c in xids(recs)]}
     if cell:
         out["cell"] = {"execution_count": cell[0], "first_line": cell[1],
@@ -131,7 +169,9 @@ def dead_rings(directory: Path | None = None, include_reported: bool = False) ->
             continue
         if header.get("reported") and not include_reported:
             continue
-        out.append((path, describe(header, recs, flight.oom_kills(header.get("cg_events")))))
+        out.append((path, describe(header, recs, flight.oom_kills(header.get("cg_events")),
+                                   oom_killed_in_log(int(header.get("pid", -1)),
+                                                     after_s=header.get("start", 0) / _TICKS))))
     return sorted(out, key=lambda pi: pi[1]["died_at"] or 0, reverse=True)
 
 

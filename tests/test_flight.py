@@ -90,6 +90,23 @@ def test_oom_verdict_from_ram_at_99_percent_and_rss_rising():
     assert said.startswith("likely killed by the out-of-memory killer: its cgroup's oom_kill"), said
 
 
+def test_the_kernel_log_confirms_an_oom_kill(tmp_path):
+    log = tmp_path / "kmsg"
+    log.write_bytes(b"6,1,200000,-;Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB\n")
+    assert postmortem.oom_killed_in_log(4242, str(log)) is True
+    assert postmortem.oom_killed_in_log(424, str(log)) is False
+    assert postmortem.oom_killed_in_log(4242, str(tmp_path / "none")) is None
+    assert postmortem.oom_killed_in_log(4242, str(log), after_s=1.0) is False  # pid of an older process
+    recs = [{"t": float(i), "ram_total": 64 * GIB, "ram_used": 8 * GIB, "rss": GIB, "gpus": []}
+            for i in range(3)]
+    assert "crash inside native code" in postmortem.verdict(recs, logged_oom=False)
+    said = postmortem.verdict(recs, logged_oom=True)
+    assert said.startswith("confirmed killed by the out-of-memory killer: the kernel log says so"), said
+    recs[-1]["ram_used"] = 63.9 * GIB
+    assert postmortem.verdict(recs, logged_oom=True).startswith("confirmed killed by the out-of-memory "
+                                                                "killer: host RAM 100 %")
+
+
 def test_no_limit_near_means_native_crash():
     recs = [{"t": float(i), "ram_total": 64 * GIB, "ram_used": 8 * GIB, "rss": GIB,
              "gpus": [[1 * GIB, 80 * GIB, 10.0, 100.0, 40.0]]} for i in range(5)]
