@@ -112,3 +112,31 @@ def test_a_kernel_whose_disk_cannot_take_the_ring_says_so_once_and_works_on(cach
     finally:
         k.close()
     assert not list(cache.glob("flight-*.ring"))  # no half-made ring left behind
+
+
+def test_a_kernel_killed_after_a_gpu_fault_is_reported_with_the_xid(cache):
+    """The whole XID path in a real kernel: the simulated GPUs' event set, the sampler's
+    tick, the store, the ring; then the next kernel's ``%load_ext`` names the fault."""
+    k = Kernel()
+    try:
+        k.text("%load_ext nbgpu\nimport nbgpu, time\nfrom nbgpu import session\n"
+               "sim = nbgpu.SimulatedGPUs(count=2)\ns = session.ensure_sampler(sim, 0.1)")
+        k.text("sim.inject_xid(1, 79)\ndeadline = time.monotonic() + 30\n"
+               "while not s.status().xids and time.monotonic() < deadline: time.sleep(0.05)")
+        k.start("for i in range(1000): time.sleep(0.1)")
+        ring = k.wait_for_cell_record(cache)
+        os.kill(k.pid, signal.SIGKILL)
+        k.wait_dead()
+    finally:
+        k.close()
+    from nbgpu import flight
+
+    assert any(r.get("xid") for r in flight.read_ring(ring)[1])
+    reporter = Kernel()
+    try:
+        out = reporter.text("%load_ext nbgpu")
+    finally:
+        reporter.close()
+    assert f"(pid {k.pid}) died" in out and "In [3] `for i in range(1000): time.sleep(0.1)`" in out, out
+    assert "GPU 1 reported XID 79 (GPU has fallen off the bus)" in out, out
+    assert "a GPU fault is the likely cause" in out, out
