@@ -75,6 +75,18 @@ def test_full_disk_while_recording_warns_once(cache, monkeypatch, capsys):
     assert capsys.readouterr().err.count("No space left on device") == 1
 
 
+def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkeypatch):
+    rec = flight.Recorder(slots=8)
+    used = iter([50, 85, 50])  # % of host RAM
+    monkeypatch.setattr(rec, "reading", lambda: {"t": 1.0, "ram_total": 100, "ram_used": next(used)})
+    waits: list[float] = []
+    monkeypatch.setattr(flight._stop, "wait", lambda timeout: waits.append(timeout) or len(waits) > 3)
+    flight._loop(rec)
+    rec.close()
+    assert waits == [flight.EVERY_S, flight.EVERY_S, flight.NEAR_EVERY_S, flight.EVERY_S]
+    assert flight.near_limit({"cg_max": 100, "cg_cur": 81}) and not flight.near_limit({"cg_max": 100})
+
+
 def test_oom_verdict_from_ram_at_99_percent_and_rss_rising():
     total = 62.8 * GIB
     recs = [{"t": 100.0 + i, "ram_total": total, "ram_used": total * (0.90 + 0.01 * i),
