@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -108,16 +109,12 @@ class _Kept:
 
 
 _MEMINFO = (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree")
+_MEMINFO_LINE = re.compile(rb"^(MemTotal|MemAvailable|SwapTotal|SwapFree):\s+(\d+)", re.M)
 
 
 def _meminfo(text: bytes | None) -> dict[bytes, int]:
-    """Bytes of the ``_MEMINFO`` fields of /proc/meminfo's text."""
-    out: dict[bytes, int] = {}
-    for line in (text or b"").split(b"\n"):
-        key, _, rest = line.partition(b":")
-        if key in _MEMINFO:
-            out[key] = int(rest.split()[0]) * 1024
-    return out
+    """Bytes of the ``_MEMINFO`` fields of /proc/meminfo's text (kB there)."""
+    return {key: int(kb) * 1024 for key, kb in _MEMINFO_LINE.findall(text or b"")}
 
 
 def _int(text: bytes | None, index: int = 0) -> int | None:
