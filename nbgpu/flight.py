@@ -26,7 +26,6 @@ from pathlib import Path
 HEADER = 4096
 SLOT = 1024
 SLOTS = 600
-GIB = 1024 ** 3
 FSYNC_EVERY_S = 5.0
 EVERY_S = 1.0  # one record a second...
 NEAR_EVERY_S = 0.25  # ...four while memory is past NEAR_LIMIT of host RAM or the cgroup's limit

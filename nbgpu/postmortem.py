@@ -9,15 +9,17 @@ from pathlib import Path
 
 from . import flight
 from .sources.nvml_events import meaning
+from .units import GIB, fmt_bytes, fmt_rate, gib
 
-GIB = 1024 ** 3
 WINDOW_S = 10.0
 _TICKS = os.sysconf("SC_CLK_TCK")  # the unit of a process's start time in /proc
 REACH_S = 2.0  # memory rising to its limit within this long after the last record counts as at it
 
 
-def _gib(v: float) -> str:
-    return f"{v / GIB:.2f}" if v < 10 * GIB else f"{v / GIB:.1f}"
+def _of(used: float, total: float) -> str:
+    """``62.1 of 62.8 GiB`` (two decimals under 10 GiB)."""
+    digits = 2 if total < 10 * GIB else 1
+    return f"{gib(used, digits)} of {gib(total, digits)} GiB"
 
 
 def _rate(recs: list[dict], key: str) -> float | None:
@@ -26,10 +28,6 @@ def _rate(recs: list[dict], key: str) -> float | None:
     if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
         return None
     return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
-
-
-def _per_s(rate: float) -> str:
-    return f"{rate / GIB:.1f} GiB/s" if rate >= GIB / 10 else f"{rate / 2**20:.0f} MiB/s"
 
 
 def _at_limit(window: list[dict], used: str, limit: str, full: float) -> dict | None:
@@ -93,9 +91,9 @@ def verdict(recs: list[dict], oom_now: int | None = None, logged_oom: bool | Non
     rss = last.get("rss")
     tail = ""
     if rss is not None:
-        tail = f", this kernel {rss / GIB:.0f} GiB" if rss >= GIB else f", this kernel {rss / 2**20:.0f} MiB"
+        tail = f", this kernel {fmt_bytes(rss)}"
         if rate is not None and rate > 0:
-            tail += f", rising {_per_s(rate)}"
+            tail += f", rising {fmt_rate(rate)}"
     oom = [r.get("cg_oom") for r in window if r.get("cg_oom") is not None]
     confirmed = (len(oom) > 1 and oom[-1] > oom[0]) or (oom and oom_now is not None and oom_now > oom[-1])
     word = "confirmed" if confirmed or logged_oom else "likely"
@@ -104,7 +102,7 @@ def verdict(recs: list[dict], oom_now: int | None = None, logged_oom: bool | Non
         r = _at_limit(window, used, limit, full)
         if r is not None:
             return (f"{word} killed by the out-of-memory killer: {what} {100 * r[used] / r[limit]:.0f} % "
-                    f"({_gib(r[used])} of {_gib(r[limit])} GiB){tail}")
+                    f"({_of(r[used], r[limit])}){tail}")
     if logged_oom:
         return f"confirmed killed by the out-of-memory killer: the kernel log says so{tail}"
     if confirmed:  # another process of the cgroup may have been the one killed: not confirmed
@@ -120,7 +118,7 @@ def verdict(recs: list[dict], oom_now: int | None = None, logged_oom: bool | Non
     for r in reversed(window):
         for i, g in enumerate(r.get("gpus") or []):
             if g and g[0] is not None and g[1] and g[0] >= 0.97 * g[1]:
-                return (f"GPU {i} memory was full ({_gib(g[0])} of {_gib(g[1])} GiB): an "
+                return (f"GPU {i} memory was full ({_of(g[0], g[1])}): an "
                         "out-of-memory failure in native GPU code is likely")
     return "no resource was near a limit: a crash inside native code is likely"
 

@@ -93,7 +93,7 @@ def test_oom_verdict_from_ram_at_99_percent_and_rss_rising():
              "rss": (40 + 2 * i) * GIB, "gpus": []} for i in range(10)]
     v = postmortem.verdict(recs)
     assert v.startswith("likely killed by the out-of-memory killer: host RAM 99 %"), v
-    assert "62.8 GiB" in v and "this kernel 58 GiB" in v and "rising 2.0 GiB/s" in v
+    assert "62.8 GiB" in v and "this kernel 58.0 GiB" in v and "rising 2.0 GiB/s" in v
     recs[-1]["cg_oom"], recs[0]["cg_oom"] = 3, 2
     assert postmortem.verdict(recs).startswith("confirmed killed")
     for r in recs:  # memory far from its limit: a risen count may be another process's kill
