@@ -169,9 +169,9 @@ def oom_kills(path: str | None) -> int | None:
 
 
 def _from_sampler(cursor: list) -> tuple[list[list[float | None]], list[list]]:
-    """[used, total, util, power, temp, clock-event reasons] of every GPU of a running sampler
-    (never starts NVML),
-    and the shared sampler's XID events newer than ``cursor`` ([store ref, seq], advanced)."""
+    """[used, total, util, power, temp, clock-event reasons] of every GPU of a running shared
+    sampler (never starts NVML), and its XID events newer than ``cursor`` ([store ref, seq],
+    advanced)."""
     from . import session
 
     s = session.shared_sampler()
