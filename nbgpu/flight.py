@@ -11,6 +11,7 @@ the ring in the next second's record; every record carries the kernel's newest o
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import re
@@ -302,14 +303,16 @@ def read_ring(path: Path) -> tuple[dict, list[dict]] | None:
     return header, sorted(recs, key=lambda r: r["seq"])
 
 
-def set_flag(path: Path, **flags: bool) -> None:
-    """Rewrite a ring's header with ``flags`` set (e.g. ``reported=True``)."""
-    got = read_ring(path)
-    if got is None:
-        return
+def set_flag(path: Path, **flags: bool) -> dict | None:
+    """Rewrite a ring's header with ``flags`` set (e.g. ``reported=True``) under an exclusive
+    lock; the header as it was before, None if unreadable."""
     fd = os.open(path, os.O_RDWR)
     try:
-        os.pwrite(fd, _pack(dict(got[0], **flags), HEADER), 0)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # two kernels loading at once: one reads, then the other
+        header = _unpack(os.pread(fd, HEADER, 0))
+        if header is not None:
+            os.pwrite(fd, _pack(dict(header, **flags), HEADER), 0)
+        return header
     finally:
         os.close(fd)
 

@@ -190,15 +190,18 @@ def sweep(directory: Path | None = None, reported: bool = False) -> int:
     return n
 
 
+def claim(path: Path) -> bool:
+    """Mark a ring reported; False if it already was (another kernel reported it first)."""
+    try:
+        before = flight.set_flag(path, reported=True)
+    except OSError:
+        return False
+    return before is not None and not before.get("reported")
+
+
 def report_at_load() -> list[str]:
     """Each unreported dead kernel's line, once (its ring is then marked reported)."""
-    lines = []
-    for path, info in dead_rings():
-        lines.append(message(info))
-        try:
-            flight.set_flag(path, reported=True)
-        except OSError:
-            pass
+    lines = [message(info) for path, info in dead_rings() if claim(path)]
     try:
         sweep()
     except OSError:

@@ -265,6 +265,20 @@ def test_dead_ring_is_reported_once_and_cleared(cache):
     assert json.loads(postmortem_cli("--json").stdout) == []
 
 
+def test_two_kernels_loading_at_once_report_a_death_once(cache):
+    """Each load claims a ring under a lock: of two kernels reading the same dead ring at the
+    same moment, one reports it."""
+    rec = flight.Recorder(slots=4)
+    rec.write({"t": time.time(), "rss": GIB, "gpus": []})
+    rec.close()
+    flight.set_flag(rec.path, closed=False, start=-1)
+    found = [postmortem.dead_rings(), postmortem.dead_rings()]  # both read it before either reports
+    assert [len(f) for f in found] == [1, 1]
+    claims = [postmortem.claim(path) for f in found for path, _ in f]
+    assert claims == [True, False]
+    assert postmortem.report_at_load() == []
+
+
 def test_gpus_of_a_running_sampler_are_recorded(cache):
     from nbgpu import Sampler, SimulatedGPUs, session
 
