@@ -24,6 +24,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from .version import __version__
+
 HEADER = 4096
 SLOT = 1024
 SLOTS = 600
@@ -213,7 +215,7 @@ class Recorder:
         self._kept = _Kept()
         self._page = os.sysconf("SC_PAGE_SIZE")
         self.header = {"pid": self.pid, "start": self.started, "host": socket.gethostname(),
-                       "python": sys.version.split()[0], "nbgpu": _version(), "slots": slots,
+                       "python": sys.version.split()[0], "nbgpu": __version__, "slots": slots,
                        "began": clock(), "closed": False, "reported": False,
                        "cg_events": self.cgroup[2] if self.cgroup else None}
         d = directory or cache_dir()
@@ -281,12 +283,6 @@ class Recorder:
         os.close(self.fd)
         self.fd = -1
         self._kept.close()
-
-
-def _version() -> str:
-    from .version import __version__
-
-    return __version__
 
 
 def read_ring(path: Path) -> tuple[dict, list[dict]] | None:
