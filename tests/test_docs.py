@@ -10,7 +10,7 @@ Blocks are found with mktestdocs. A block's fence says where it runs:
   so itself. Shell blocks run with ``bash -e`` in a fresh temporary folder where only the
   ``nbgpu`` package (and its ``nbgpu`` command) can be imported, not this repository's
   other folders. A ``print(...)`` line followed by ``# ...`` comment lines documents what
-  it prints: those lines must be in what the block printed.
+  it prints: those lines must be in what the block printed ("..." in them stands for any text).
 - `` ```bash clone `` runs in a clone of the repository (its root folder).
 - `` ```python gpu `` / `` ```bash gpu `` need an NVIDIA GPU: they run only where NVML
   finds one (the GPU test set), and are skipped elsewhere.
@@ -96,9 +96,10 @@ def _run_python(sh, path: Path, code: list[str], capsys) -> None:
             err = result.error_in_exec or result.error_before_exec
             raise AssertionError(f"{path.name}, python block {i + 1} failed: {err!r}\n{block}") from err
         printed = " ".join(capsys.readouterr().out.split())
-        for said in documented_output(block):
-            assert said in printed, (f"{path.name}, python block {i + 1} says it prints {said!r}; "
-                                     f"it printed {printed!r}")
+        for said in documented_output(block):  # "..." in it stands for any text
+            pattern = ".*?".join(re.escape(part) for part in re.split(r"\.\.\.|…", said))
+            assert re.search(pattern, printed), (f"{path.name}, python block {i + 1} says it prints "
+                                                 f"{said!r}; it printed {printed!r}")
 
 
 def _commands(folder: Path) -> Path:
