@@ -2,28 +2,13 @@
 
 While a capture (``%%gpumon``, a ``--cells`` cell, ``nbgpu.capture()``) is open, and never
 otherwise, the sampler's own thread reads the capturing thread's Python stack
-(``sys._current_frames()``) about ``NbGpu.stack_samples_hz`` times a second, as a listener
-of its steps (a capture holds the 10 ms memory lane, so the thread wakes often enough).
-Each sample is one of ``CATEGORIES`` and the cell line it was under: the outermost frame
-whose code is the user's (not the standard library, an installed package or nbgpu).
-
-What a sample can see is the innermost Python frame, the frames around it and the text of
-the line it is on; a C call (``.item()``, ``time.sleep``, ``a @ b``) shows as the line that
-made it. The classifier (``classify``):
-
-- ``data_loader``: any frame in ``torch/utils/data`` (``DataLoader.__next__``, a
-  ``Dataset.__getitem__`` it called, collate, waits on its workers' queues);
-- ``gpu_wait``: ``torch.cuda.synchronize``, stream and event ``synchronize``, a tensor read
-  on the host (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``, printing a tensor);
-- ``h2d_copy``: ``.to(...)``, ``.cuda()``, ``copy_``, ``Module.to``;
-- ``gpu_issue``: inside torch (any other frame in ``torch/``), or a C call from a user line
-  that is a torch op (``torch.``, ``.backward()``, ``.step()``, or names bound to torch
-  objects, ``@`` on them);
-- ``idle``: ``sleep``, I/O, locks, queues, ``select`` (the standard library's threading,
-  queue, socket, selectors, subprocess, multiprocessing and asyncio, or such a call);
-- ``cpu``: anything else (Python, numpy, pandas ...).
-
-It cannot tell which device a torch op runs on, nor whether a C call it cannot name blocks.
+(``sys._current_frames()``) ``NbGpu.stack_samples_hz`` times a second, as a listener of
+its steps (a capture holds the 10 ms memory lane, so the thread wakes often enough). Each
+sample gets one of ``CATEGORIES`` (``classify``; the table in docs/diagnostics.md) and the
+cell line it was under: the outermost frame of the user's own code (not the standard
+library, an installed package or nbgpu). A C call (``.item()``, ``time.sleep``, ``a @ b``)
+shows as the line that made it, so it is named by that line's text; which device a torch
+op runs on is not known.
 """
 
 from __future__ import annotations
@@ -219,10 +204,6 @@ class StackSamples:
         self._next_at = -math.inf
         self.sampled = 0
 
-    @property
-    def holding(self) -> bool:
-        return bool(self._holders)
-
     def add(self, t: float, category: str, line: tuple[str, int] | None = None,
             text: str | None = None, offset: int = 0) -> None:
         """Keep one sample (a recording's, when replayed); ``line`` is (file, line number as
@@ -316,10 +297,6 @@ class Split:
             top = {"line": int(number), "text": best["text"], "share": round(best["share"], 3), "file": path}
         return cls(shares, {c: s * span for c, s in shares.items()}, len(t), top, per_line)
 
-    @property
-    def dominant(self) -> str:
-        return max(self.shares, key=self.shares.get)
-
     def line_of(self, category: str) -> dict | None:
         """The cell line holding most of ``category``'s time: {"line", "text", "share"}."""
         best = max(self.lines.items(), key=lambda kv: kv[1]["by"][category], default=None)
@@ -343,30 +320,6 @@ def where_frame(split: Split | None):
     df.attrs["top_line"] = top
     df.attrs["samples"] = split.samples if split else 0
     return df
-
-
-def where_text(split: Split | None) -> str:
-    """``main thread: data loader 81 %, other CPU work 12 % · line 7 `for x, y in dl`: 81 %``."""
-    if split is None:
-        return ""
-    parts = [f"{LABELS[c]} {100 * s:.0f} %" for c, s in sorted(split.shares.items(), key=lambda kv: -kv[1])
-             if s >= 0.005]
-    text = "main thread: " + ", ".join(parts)
-    top = split.top_line
-    if top is not None:
-        text += f" · line {top['line']} `{top['text']}`: {100 * top['share']:.0f} %"
-    return text
-
-
-def where_bar_html(split: Split | None, width_px: int = 240) -> str:
-    """One small stacked bar of the split (HTML), with each part's name in its tooltip."""
-    if split is None:
-        return ""
-    parts = "".join(
-        f'<span title="{LABELS[c]} {100 * s:.0f} %" style="display:inline-block;height:10px;'
-        f'width:{max(1, round(width_px * s))}px;background:{COLORS[c]}"></span>'
-        for c, s in split.shares.items() if s >= 0.005)
-    return f'<span class="nbgpu-where" style="display:inline-block;vertical-align:middle">{parts}</span>'
 
 
 # -- recordings -------------------------------------------------------------------------------
