@@ -252,3 +252,34 @@ def test_history_rows_carry_the_split(clean_profiles):
     assert row["share_idle"] > 0.8
     assert sum(row[f"share_{c}"] for c in stacks.CATEGORIES) == pytest.approx(1.0, abs=1e-3)
     assert row["top_line"].startswith("line ") and "time.sleep(0.6)" in row["top_line"]
+
+
+def test_report_diagnose_judges_a_recording_by_its_stack_samples(clean_profiles, tmp_path, capsys):
+    import json
+
+    from nbgpu.cli.diagnose import run_diagnose
+
+    s = nbgpu.Sampler(nbgpu.SimulatedGPUs(count=1, scenario="input_bound"), interval=0.1).start()
+    path = tmp_path / "run.jsonl"
+    rec = Recorder(s, str(path))
+    try:
+        dl = iter(DataLoader(SlowDataset(), batch_size=16, num_workers=0))
+        with nbgpu.capture(sampler=s):
+            end = time.monotonic() + 3.5
+            while time.monotonic() < end:
+                batch = next(dl)
+                rec.flush()
+        del batch
+    finally:
+        rec.close()
+        s.stop()
+    assert run_diagnose(str(path), ["input_window_s=2", "eval_every_s=0.5"], as_json=True) == 0
+    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "input_bound"]
+    assert found and "in the data loader at line" in found[0]["message"]
+    assert "`batch = next(dl)`" in found[0]["message"]
+    # The same readings without their stack samples: only a possibility.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(line for line in path.read_text().splitlines(True) if '"stacks"' not in line))
+    assert run_diagnose(str(bare), ["input_window_s=2", "eval_every_s=0.5"], as_json=True) == 0
+    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "input_bound"]
+    assert found and "may be waiting for input" in found[0]["message"]
