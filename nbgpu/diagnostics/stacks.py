@@ -44,6 +44,8 @@ _STOP_FILES = ("IPython/core/interactiveshell.py",)  # above it: the kernel's ow
 _IDLE_STD = ("threading.py", "queue.py", "selectors.py", "socket.py", "ssl.py", "subprocess.py",
              "socketserver.py", "multiprocessing/", "asyncio/", "concurrent/", "http/", "urllib/")
 _kinds: dict[str, tuple[int, str]] = {}
+_LOADER = -1
+_walk: dict[str, int] = {}  # what ``classify``'s walk needs of a file: USER, STOP, _LOADER or LIB
 
 
 def file_kind(filename: str) -> tuple[int, str]:
@@ -67,6 +69,8 @@ def file_kind(filename: str) -> tuple[int, str]:
         got = (STDLIB, filename)
     if len(_kinds) < 100_000:
         _kinds[filename] = got
+        _walk[filename] = (_LOADER if got[0] == TORCH and got[1].startswith("utils/data/")
+                           else got[0] if got[0] in (USER, STOP) else LIB)
     return got
 
 
@@ -80,7 +84,7 @@ _IDLE = re.compile(r"\b(sleep|input|urlopen|select|recv|recvfrom|read|readline|r
                    r"|acquire|communicate|accept)\(|\bopen\(")
 _TORCH = re.compile(r"\btorch\.|\bF\.|\.(backward|step|zero_grad|forward)\(")
 _NAMES = re.compile(r"[A-Za-z_]\w*")
-_inner: dict[tuple, str] = {}
+_inner: dict[tuple, tuple] = {}
 
 
 def torch_category(rel: str, name: str) -> str:
@@ -143,12 +147,14 @@ def _line_text(filename: str, lineno: int) -> str:
 
 
 def inner_category(frame) -> str:
-    """The category of the innermost Python frame of a sample (cached per code and line)."""
-    code, lineno = frame.f_code, frame.f_lineno
-    key = (code, lineno)
+    """The category of the innermost Python frame of a sample (cached per code object and
+    instruction: hashing a code object and finding its line cost more than the rest)."""
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
     got = _inner.get(key)
-    if got is not None:
-        return got
+    if got is not None and got[0] is code:
+        return got[1]
+    lineno = frame.f_lineno
     kind, rel = file_kind(code.co_filename)
     if kind == TORCH:
         got = torch_category(rel, code.co_name)
@@ -160,7 +166,7 @@ def inner_category(frame) -> str:
         got = "cpu"
     if len(_inner) > 50_000:
         _inner.clear()
-    _inner[key] = got
+    _inner[key] = (code, got)  # the code object kept: an id is never reused while cached
     return got
 
 
@@ -171,14 +177,17 @@ def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
     """
     loader = False
     cell_frame = None
-    kinds = _kinds
+    walk = _walk
     f = frame
     while f is not None and f is not anchor:
         name = f.f_code.co_filename
-        kind, rel = kinds.get(name) or file_kind(name)
+        kind = walk.get(name)
+        if kind is None:
+            file_kind(name)
+            kind = walk.get(name, LIB)
         if kind == USER:
             cell_frame = f
-        elif kind == TORCH and rel.startswith("utils/data/"):
+        elif kind == _LOADER:
             loader = True
         elif kind == STOP:
             break
