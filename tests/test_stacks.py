@@ -283,3 +283,16 @@ def test_report_diagnose_judges_a_recording_by_its_stack_samples(clean_profiles,
     assert run_diagnose(str(bare), ["input_window_s=2", "eval_every_s=0.5"], as_json=True) == 0
     found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "input_bound"]
     assert found and "may be waiting for input" in found[0]["message"]
+
+
+def test_a_capture_keeps_its_own_stack_samples(clean_profiles):
+    s = nbgpu.Sampler("sim", interval=0.1).start()
+    try:
+        with nbgpu.capture(sampler=s) as cap:
+            _busy(0.6, lambda: time.sleep(0.002))
+    finally:
+        s.stop()
+    kept = cap.stack_samples()
+    assert len(kept) >= 10 and all(cap.start_time <= t <= cap.end_time for t, *_ in kept)
+    assert {c for _, c, _, _ in kept} == {"idle"}
+    assert {text for *_, text in kept} == {"_busy(0.6, lambda: time.sleep(0.002))"}

@@ -263,6 +263,13 @@ class StackSamples:
             return (t[lo:hi], np.frombuffer(bytes(self.codes[lo:hi]), dtype=np.uint8).copy(),
                     np.array(self.lines[lo:hi], dtype=np.int32))
 
+    def records(self, t0: float, t1: float) -> list[tuple[float, str, int | None, str]]:
+        """(epoch s, category, line, its text) of the samples in [t0, t1], as ``read_records``."""
+        t, codes, lines = self.between(t0, t1)
+        table = self.line_table
+        return [(ti, CATEGORIES[c], *((table[li][1], table[li][2]) if li >= 0 else (None, "")))
+                for ti, c, li in zip(t.tolist(), codes.tolist(), lines.tolist(), strict=True)]
+
     def split(self, t0: float, t1: float, min_samples: int = MIN_SAMPLES,
               coverage: float = 0.0) -> Split | None:
         """The time split of [t0, t1], or None with fewer than ``min_samples`` samples there

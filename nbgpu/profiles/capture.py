@@ -151,6 +151,7 @@ class Capture:
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
         self._split: stacks.Split | None = None
         self._split_final = False  # the split was taken at the block's end
+        self._samples: list = []  # its stack samples, copied at the end
         self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
         self.too_short: list[str] = []  # window rules the finished block was too short to judge
 
@@ -203,6 +204,8 @@ class Capture:
             _active.remove(self)
         if self.sampler is not None:
             stacks.release(self.sampler, self._stacks)
+            got = stacks.samples_of(self.sampler)
+            self._samples = got.records(self.start_time, self.end_time) if got is not None else []
             self._split, self._split_final = self.split(), True
         try:
             self._torch.finish()
@@ -384,6 +387,13 @@ class Capture:
         got = stacks.samples_of(self.sampler)
         t0, t1 = self._range()
         return got.split(t0, t1) if got is not None else None
+
+    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
+        """The main thread's stack samples in the block: (epoch s, category, line, its text)."""
+        if self._split_final:
+            return list(self._samples)
+        got = stacks.samples_of(self.sampler) if self.sampler is not None else None
+        return got.records(*self._range()) if got is not None else []
 
     def where(self) -> pd.DataFrame:
         """Where the main thread was: one row per category (``category``, ``seconds``,
