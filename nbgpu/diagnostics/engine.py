@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..store import MarkFollower
-from .alerts import Alert, Episodes, Finding, alerts_frame
+from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
 from .owners import attribute, gpus_in_use, tree_pids
 from .rules_card import busy_thin, throttling
-from .rules_load import idle, imbalance, input_bound, launch_bound, sync_bound
+from .rules_load import idle, imbalance, input_bound, launch_bound, one_bottleneck, sync_bound
 from .rules_memory import memory_leak, oom_risk
 from .stacks import samples_of
 from .thresholds import Thresholds
@@ -100,6 +100,23 @@ def _judged_from(f: Finding, now: float, th: Thresholds) -> float:
         need = th.oom_critical_after_s if f.severity == "critical" else th.oom_warning_after_s
         return now - min(float(ev.get("held_s", 0.0)), need)
     return now - float(getattr(th, _WINDOWS.get(f.rule, ""), 0.0))
+
+
+def cell_alerts(sampler: Sampler, t0: float, t1: float, split: object = None,
+                finished: bool = True) -> tuple[list[Alert], list[str]]:
+    """A cell's alerts: those whose condition held inside [t0, t1] (``judged_in``); once it
+    finished, each window rule that found nothing there judged on the cell alone
+    (``judge_span``); at most one bottleneck per GPU (``one_bottleneck``, by ``split``).
+    Also returns the rules the cell was too short to judge."""
+    found = judged_in(sampler.alert_list(since_s=t0), t0, t1, max(1.0, 2.0 * sampler.interval))
+    short: list[str] = []
+    engine = getattr(sampler, "diagnostics", None)
+    if finished and engine is not None:
+        done = {a.rule for a in found}
+        own, short = engine.judge_span(sampler, t0, t1)
+        found += [a for a in own if a.rule not in done]
+        short = [r for r in short if r not in done]
+    return one_bottleneck(found, split), short
 
 
 def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> DiagnosticsEngine:

@@ -23,9 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..diagnostics import stacks
-from ..diagnostics.alerts import judged_in
-from ..diagnostics.engine import register_activity
-from ..diagnostics.rules_load import one_bottleneck
+from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
 from ..sampler import Sampler
 from ..sampler_thread import running_samplers
@@ -358,20 +356,12 @@ class Capture:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
         if self._alerts is not None:
             return self._alerts
-        get = getattr(self.sampler, "alert_list", None)
-        if not callable(get):
+        if not callable(getattr(self.sampler, "alert_list", None)):
             return []
         t0, t1 = self._range()
         finished = not math.isnan(self.end_time)
         try:
-            found = judged_in(get(since_s=t0), t0, t1, max(1.0, 2.0 * self.sampler.interval))
-            engine = getattr(self.sampler, "diagnostics", None)
-            if finished and engine is not None:  # window rules that found nothing in it: on its own
-                found_rules = {a.rule for a in found}
-                own, self.too_short = engine.judge_span(self.sampler, t0, t1)
-                found += [a for a in own if a.rule not in found_rules]
-                self.too_short = [r for r in self.too_short if r not in found_rules]
-            found = one_bottleneck(found, self.split())
+            found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), finished)
         except Exception:
             return []
         parents = {d.key: d.parent for d in self.sampler.devices}
