@@ -338,59 +338,6 @@ def where_frame(split: Split | None):
     return df
 
 
-# -- recordings -------------------------------------------------------------------------------
-def stacks_record(got: StackSamples, after: float) -> dict | None:
-    """The samples after time ``after`` as one recording event (None if none):
-    ``{"event": "stacks", "t0": epoch s, "lines": [[line, text], ...],
-    "samples": [[ms after t0, category, index in lines or -1], ...]}``."""
-    t, codes, lines = got.between(after, math.inf)
-    keep = t > after
-    t, codes, lines = t[keep], codes[keep], lines[keep]
-    if not len(t):
-        return None
-    local: dict[int, int] = {}
-    table = []
-    for index in lines.tolist():
-        if index >= 0 and index not in local:
-            local[index] = len(table)
-            _, number, text = got.line_table[index]
-            table.append([number, text])
-    t0 = float(t[0])
-    samples = [[round((ti - t0) * 1000.0, 1), CATEGORIES[c], local.get(li, -1)]
-               for ti, c, li in zip(t.tolist(), codes.tolist(), lines.tolist(), strict=True)]
-    return {"event": "stacks", "t0": t0, "lines": table, "samples": samples, "_last": float(t[-1])}
-
-
-def read_records(events: list[dict]) -> list[tuple[float, str, int | None, str]]:
-    """(epoch s, category, line, text) of every sample in a recording's ``stacks`` events;
-    malformed entries are skipped."""
-    out = []
-    for e in events:
-        if e.get("event") != "stacks":
-            continue
-        try:
-            t0 = float(e["t0"])
-            table = [(int(n), str(text)) for n, text in e.get("lines") or []]
-            for ms, category, index in e.get("samples") or []:
-                if category not in CODE:
-                    continue
-                known = isinstance(index, int) and 0 <= index < len(table)
-                number, text = table[index] if known else (None, "")
-                out.append((t0 + float(ms) / 1000.0, category, number, text))
-        except (KeyError, TypeError, ValueError):
-            continue
-    out.sort(key=lambda s: s[0])
-    return out
-
-
-def samples_from(records: list[tuple[float, str, int | None, str]], hz: float = 40.0) -> StackSamples:
-    """A ``StackSamples`` holding a recording's samples (``read_records``), to replay them."""
-    got = StackSamples(hz)
-    for t, category, number, text in records:
-        got.add(t, category, None if number is None else ("", number), text)
-    return got
-
-
 # -- one StackSamples per sampler ----------------------------------------------------------
 _by_sampler: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
