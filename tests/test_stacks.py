@@ -184,6 +184,8 @@ def test_a_capture_splits_its_time_and_names_its_top_line(clean_profiles):
         assert shares["data_loader"] > 0.55 and shares["gpu_wait"] > 0.1, shares
         top = where.attrs["top_line"]
         assert top["text"] == "batch = next(dl)" and top["share"] > 0.55
+        # the loop around that line, for a finding to name
+        assert cap.split().line_of("data_loader")["loop"][1] == "while time.monotonic() < end:"
         assert 40 * 1.6 * 0.5 <= where.attrs["samples"] <= 40 * 1.6 * 1.5  # about 40 a second
         del batch
         # The report says it: a bar and the line where most time went.

@@ -49,10 +49,14 @@ def holder(split, th) -> str | None:
 
 
 def _held(split, rule: str) -> tuple[float, str]:
-    """(share, " at line 7 `for x, y in dl`") of the rule's category in the split."""
+    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`") of the
+    rule's category in the split."""
     category = HELD_BY[rule]
     line = split.line_of(category)
     where = "" if line is None else f" at line {line['line']} `{line['text']}`"
+    loop = line and line["loop"]
+    if loop and loop[0] != line["line"]:
+        where += f" in the loop at line {loop[0]} `{loop[1]}`"
     return split.shares[category], where
 
 

@@ -146,6 +146,30 @@ def _line_text(filename: str, lineno: int) -> str:
     return linecache.getline(filename, lineno).strip()
 
 
+_loops: dict[str, list[tuple[int, int]]] = {}
+
+
+def loop_of(filename: str, lineno: int, offset: int = 0) -> tuple[int, str] | None:
+    """(line + ``offset``, text) of the innermost ``for`` / ``while`` around line ``lineno``
+    of a file (a cell's source in ``linecache``); None if none or the source cannot be parsed."""
+    import ast
+    import linecache
+
+    spans = _loops.get(filename)
+    if spans is None:
+        try:
+            tree = ast.parse("".join(linecache.getlines(filename)))
+            spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+                     if isinstance(n, (ast.For, ast.AsyncFor, ast.While))]
+        except (SyntaxError, ValueError):
+            spans = []
+        if len(_loops) > 1000:
+            _loops.clear()
+        _loops[filename] = spans
+    inside = [first for first, last in spans if first <= lineno <= last]
+    return (max(inside) + offset, _line_text(filename, max(inside))) if inside else None
+
+
 def inner_category(frame) -> str:
     """The category of the innermost Python frame of a sample (cached per code object and
     instruction: hashing a code object and finding its line cost more than the rest)."""
@@ -206,7 +230,7 @@ class StackSamples:
         self.times = array("d")
         self.codes = bytearray()
         self.lines = array("i")  # index into ``line_table``; -1: no user frame
-        self.line_table: list[tuple[str, int, str]] = []  # (file, line, text)
+        self.line_table: list[tuple] = []  # (file, line, text, its loop's (line, text) or None)
         self._line_ids: dict[tuple[str, int], int] = {}
         self._holders: dict[int, tuple[int, object, int]] = {}  # token -> (thread, anchor, line offset)
         self._token = 0
@@ -223,9 +247,11 @@ class StackSamples:
             if index < 0:
                 index = len(self.line_table)
                 self._line_ids[line] = index
+                loop = None
                 if text is None:
                     text = _line_text(line[0], line[1] - offset)
-                self.line_table.append((line[0], line[1], text))
+                    loop = loop_of(line[0], line[1] - offset, offset)
+                self.line_table.append((line[0], line[1], text, loop))
         with self._lock:
             self.times.append(t)
             self.codes.append(CODE[category])
@@ -303,8 +329,9 @@ class Split:
         per_line: dict = {}
         for index in np.unique(lines[lines >= 0]):
             mask = lines == index
-            path, number, text = table[int(index)]
-            per_line[(path, number)] = {"text": text, "share": float(weight[mask].sum()) / total,
+            path, number, text, loop = table[int(index)]
+            per_line[(path, number)] = {"text": text, "loop": loop,
+                                        "share": float(weight[mask].sum()) / total,
                                         "by": {c: float(weight[mask & (codes == i)].sum()) / total
                                                for i, c in enumerate(CATEGORIES)}}
         top = None
@@ -314,11 +341,13 @@ class Split:
         return cls(shares, {c: s * span for c, s in shares.items()}, len(t), top, per_line)
 
     def line_of(self, category: str) -> dict | None:
-        """The cell line holding most of ``category``'s time: {"line", "text", "share"}."""
+        """The cell line holding most of ``category``'s time: {"line", "text", "share", "loop"}
+        (``loop``: (line, text) of the innermost loop around it, None if none or unknown)."""
         best = max(self.lines.items(), key=lambda kv: kv[1]["by"][category], default=None)
         if best is None or best[1]["by"][category] <= 0:
             return None
-        return {"line": int(best[0][1]), "text": best[1]["text"], "share": best[1]["by"][category]}
+        return {"line": int(best[0][1]), "text": best[1]["text"], "share": best[1]["by"][category],
+                "loop": best[1]["loop"]}
 
 
 def where_frame(split: Split | None):
