@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import BadArgumentError
-from ..files import atomic_file
+from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
+from ..files import atomic_file, check_target
 from ..peaks import torch_cuda, torch_uuid
 from ..sources.base import Device
 from ..units import GIB, KIB, MIB, TIB
@@ -301,15 +301,21 @@ def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple
     if sampler is None:
         raise BadArgumentError("snapshot_on_alert needs a running sampler: run %gpumon first, "
                                "or pass sampler=nbgpu.Sampler(...).start()")
-    target = str(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(folder):
-        raise BadArgumentError(f"cannot write snapshots to {target}: folder {folder} does not exist")
+    target, real, _ = check_target(path)  # refuses "", a folder, a FIFO, a missing folder
+    if not os.access(os.path.dirname(real), os.W_OK):
+        raise FileError(f"cannot write {target}: permission denied; choose a folder you can write to",
+                        path=target)
     floor = SEVERITIES.index(severity)
+    warned = []
 
     def on_alert(alert) -> None:
         if alert.rule in rules and SEVERITIES.index(alert.severity) >= floor:
-            write_snapshot(target, sampler, alert, seconds)
+            try:
+                write_snapshot(target, sampler, alert, seconds)
+            except (NbgpuError, OSError) as exc:  # known only now (disk full, folder gone): say it once
+                if not warned:
+                    warned.append(exc)
+                    warn_user(f"nbgpu: the alert snapshot was not written: {exc}")
 
     sampler.on_alert(on_alert)
     return on_alert

@@ -140,6 +140,7 @@ class ReadError:
     device: object
     read: str
     message: str
+    metrics: tuple[str, ...] = ()  # what the read gives; empty: not known (the whole device)
 
 
 @dataclass

@@ -185,6 +185,11 @@ class NVMLSource(Probing):
         """The latest process lists per device: a snapshot, replaced whole, never mutated."""
         return self._processes
 
+    def period_s(self, metric: str) -> float | None:
+        """Seconds between refreshes of a buffered ``metric`` while watched (its buffer's drain
+        period); None for a metric read at every tick."""
+        return next((DRAIN_EVERY_S[name] for name, row in BUFFERED.items() if metric in row.metrics), None)
+
     def drained_until(self, key: object, metric: str | None = None) -> float:
         """Clock time up to which every sample buffer of GPU ``key`` (or the one holding
         ``metric``) is in the readings.
@@ -306,14 +311,15 @@ class NVMLSource(Probing):
                 self._gw.log_once(logging.WARNING, (dev.key, row.name, "unsupported"), message)
             reading.events.append(DeviceEvent(dev.key, "unsupported", message, gone))
         except (TransientError, NothingNewError) as exc:
-            self._transient(dev, row.name, exc, reading)
+            self._transient(dev, row.name, exc, reading, row.metrics)
         return {}
 
-    def _transient(self, dev: _Device, read: str, exc: NVMLCallError, reading: Reading) -> None:
+    def _transient(self, dev: _Device, read: str, exc: NVMLCallError, reading: Reading,
+                   metrics: tuple[str, ...] = ()) -> None:
         dev.errors += 1
         message = f"GPU {dev.key} {read}: {exc.text}"
         self.last_error = message
-        reading.errors.append(ReadError(dev.key, read, exc.text))
+        reading.errors.append(ReadError(dev.key, read, exc.text, metrics))
         self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), message)
 
     def _pcie_due(self, dev: _Device) -> bool:
@@ -332,7 +338,7 @@ class NVMLSource(Probing):
         except NothingNewError:
             ts = vals = np.empty(0)
         except TransientError as exc:
-            self._transient(dev, f"{stream} samples", exc, reading)
+            self._transient(dev, f"{stream} samples", exc, reading, row.metrics)
             return None
         dev.complete_at[stream] = now  # every sample stamped before now is read (or none was new)
         if not len(ts):
