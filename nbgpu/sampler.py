@@ -51,6 +51,7 @@ MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
 # For this long after someone looks at the newest values (``watch()``: a live panel, a scrape),
 # the source keeps its sample buffers drained at their live periods ("live" in its reads).
 LIVE_HOLD_S = 5.0
+MAX_XIDS_KEPT = 8  # GPU faults (XID events) kept for status(); the store keeps them as events
 _LIVE = frozenset({"live"})
 
 _diagnostics_factory: Callable[[Sampler, object], object] | None = None
@@ -150,6 +151,7 @@ class Sampler(SamplerThread, SamplerReads):
         self._life = threading.RLock()
         self._close_lock = threading.Lock()
         self._lost: dict[object, float] = {}
+        self._xids: tuple[Event, ...] = ()
         self._errors_by_gpu: dict[object, int] = {}
         self._last_error_by_gpu: dict[object, str] = {}
         self._error_at: dict[object, dict] = {}  # device -> {metric (None: any): newest error}
@@ -379,7 +381,15 @@ class Sampler(SamplerThread, SamplerReads):
                 log.warning(ev.message)
             if ev.kind == "unsupported":
                 self._unsupported.setdefault(ev.device, set()).update(getattr(ev, "metrics", ()))
-        self.store.add_event(Event(now, ev.kind, ev.message, ev.device))
+        code = getattr(ev, "code", None)
+        event = Event(now, ev.kind, ev.message, ev.device, {} if code is None else {"code": code})
+        if ev.kind == "xid":
+            with self._lock:
+                seen = any(x.device == ev.device and x.extra == event.extra for x in self._xids)
+                self._xids = (*self._xids, event)[-MAX_XIDS_KEPT:]
+            if not seen:  # a storm of one XID is logged once
+                log.warning(ev.message)
+        self.store.add_event(event)
 
     def _snapshot_processes(self) -> None:
         procs = getattr(self.source, "processes", None)

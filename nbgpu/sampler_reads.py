@@ -42,6 +42,7 @@ class SamplerStatus:
     source_description: str = ""
     resolution_note: str | None = None
     diagnostics: bool = True  # False: made with diagnostics=False, so no alerts are looked for
+    xids: tuple = ()  # the newest GPU faults NVML reported: store Events, extra["code"] the XID
 
 
 class SamplerReads:
@@ -101,7 +102,7 @@ class SamplerReads:
                 last_error_by_gpu=dict(self._last_error_by_gpu), lost=dict(self._lost),
                 simulated=self.simulated, source_kind=str(self.source.kind),
                 source_description=description, resolution_note=note,
-                diagnostics=self.diagnostics is not None)
+                diagnostics=self.diagnostics is not None, xids=self._xids)
 
     def _stale_now(self) -> float:
         if self.running:

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import NVMLUnavailableError
 from ..metrics import BY_NAME
 from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading
+from .nvml_events import XidWatch
 from .nvml_gateway import (
     _NO_MODULE_HINT,
     FatalError,
@@ -78,6 +79,7 @@ class NVMLSource(Probing):
         self._pcie_turn = 0
         self._selected: set | None = None  # device keys to read; None reads all
         self._ts_offset_us: float | None = None
+        self._xid: XidWatch | None = None  # NVML's XID events, polled at each tick
 
     # -- lifecycle -------------------------------------------------------------------
     def open(self) -> None:
@@ -95,6 +97,7 @@ class NVMLSource(Probing):
                     probed.append(self._probe(dev))
                     probed.extend(self._mig_devices(dev.key, dev.handle))
             self._devices = probed
+            self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
         except (NVMLUnavailableError, NVMLCallError) as exc:
             self._fail()
             if isinstance(exc, NVMLUnavailableError):
@@ -157,6 +160,8 @@ class NVMLSource(Probing):
     def _release(self) -> None:
         for dev in self._devices:
             _gpm_free(self._gw, dev)
+        if self._xid is not None:
+            self._xid.free()
         try:
             self._gw.call("nvmlShutdown")
         except NVMLCallError as exc:  # already shut down by someone else: nothing to undo
@@ -248,6 +253,9 @@ class NVMLSource(Probing):
             self._pid_names = {pid: v for pid, v in self._pid_names.items() if pid in listed}
         if "pcie" in due:
             self._pcie_turn += 1
+        if "tick" in due and self._xid is not None:
+            reading.events.extend(e for e in self._xid.poll()
+                                  if self._selected is None or e.device in self._selected)
         return reading
 
     def _wanted(self, dev: _Device, row: Read, due: frozenset[str]) -> bool:
