@@ -264,7 +264,7 @@ class StackSamples:
         # Due one period after the last due time (steps come every 10 ms: the rate holds on average)
         late = now - self._next_at > self.period_s
         self._next_at = (now if late else self._next_at) + self.period_s
-        thread_id, anchor, offset = next(iter(self._holders.values()))
+        thread_id, anchor, offset = next(reversed(self._holders.values()))  # the innermost block
         frame = sys._current_frames().get(thread_id)
         if frame is None:
             return
