@@ -231,7 +231,7 @@ class StackSamples:
         self.codes = bytearray()
         self.lines = array("i")  # index into ``line_table``; -1: no user frame
         self.line_table: list[tuple] = []  # (file, line, text, its loop's (line, text) or None)
-        self._line_ids: dict[tuple[str, int], int] = {}
+        self._line_ids: dict[tuple[str, int, int], int] = {}  # (file, shown line, offset) -> index
         self._holders: dict[int, tuple[int, object, int]] = {}  # token -> (thread, anchor, line offset)
         self._token = 0
         self._next_at = -math.inf
@@ -243,10 +243,11 @@ class StackSamples:
         shown: ``offset`` more than in the file)."""
         index = -1
         if line is not None:
-            index = self._line_ids.get(line, -1)
+            key = (line[0], line[1], offset)  # one file may be shown with two numberings
+            index = self._line_ids.get(key, -1)
             if index < 0:
                 index = len(self.line_table)
-                self._line_ids[line] = index
+                self._line_ids[key] = index
                 loop = None
                 if text is None:
                     text = _line_text(line[0], line[1] - offset)
