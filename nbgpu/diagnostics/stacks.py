@@ -216,7 +216,8 @@ def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
         elif kind == STOP:
             break
         f = f.f_back
-    cell = None if cell_frame is None else (cell_frame.f_code.co_filename, cell_frame.f_lineno)
+    lineno = None if cell_frame is None else cell_frame.f_lineno  # None mid-instruction on 3.12+
+    cell = None if lineno is None else (cell_frame.f_code.co_filename, lineno)
     return ("data_loader" if loader else inner_category(frame)), cell
 
 
