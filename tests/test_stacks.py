@@ -298,3 +298,21 @@ def test_a_capture_keeps_its_own_stack_samples(clean_profiles):
     assert len(kept) >= 10 and all(cap.start_time <= t <= cap.end_time for t, *_ in kept)
     assert {c for _, c, _, _ in kept} == {"idle"}
     assert {text for *_, text in kept} == {"_busy(0.6, lambda: time.sleep(0.002))"}
+
+
+def test_stack_samples_hz_zero_turns_sampling_off(clean_profiles):
+    from nbgpu.config import settings
+
+    s = nbgpu.Sampler("sim", interval=0.05).start()
+    try:
+        with nbgpu.capture(sampler=s):
+            time.sleep(0.3)
+        got = stacks.samples_of(s)
+        before = got.sampled
+        settings().stack_samples_hz = 0
+        with nbgpu.capture(sampler=s) as cap:
+            time.sleep(0.3)
+        assert got.sampled == before and cap.where().attrs["top_line"] is None
+    finally:
+        settings().stack_samples_hz = 40
+        s.stop()

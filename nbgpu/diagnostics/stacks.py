@@ -226,6 +226,7 @@ class StackSamples:
     """Classified samples of one sampler's capturing thread: times, categories, cell lines."""
 
     def __init__(self, hz: float = 40.0) -> None:
+        self.hz = hz  # the NbGpu.stack_samples_hz it was set from
         self.period_s = 1.0 / hz if hz > 0 else math.inf
         self._lock = threading.Lock()
         self.times = array("d")
@@ -381,10 +382,14 @@ def samples_of(sampler: object, create: bool = False) -> StackSamples | None:
         return given
     with _registry_lock:
         got = _by_sampler.get(sampler)
-        if got is None and create:
+        if create:
             from ..config import settings
 
-            got = _by_sampler[sampler] = StackSamples(float(settings().stack_samples_hz))
+            hz = float(settings().stack_samples_hz)
+            if got is None:
+                got = _by_sampler[sampler] = StackSamples(hz)
+            elif hz != got.hz:  # %config NbGpu.stack_samples_hz changed since
+                got.hz, got.period_s = hz, 1.0 / hz if hz > 0 else math.inf
         return got
 
 
