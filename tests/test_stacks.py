@@ -155,6 +155,7 @@ def test_frames_inside_torch_that_cannot_run_on_a_cpu_build(rel, name, category)
     ("x = x.cuda()", "h2d_copy"), ("time.sleep(15)", "idle"), ("data = open(path).read()", "idle"),
     ("loss.backward()", "gpu_issue"), ("y = torch.matmul(a, b)", "gpu_issue"),
     ("total = sum(range(10))", "cpu"), ("x = x.to(torch.float16)", "gpu_issue"),
+    ("label = ', '.join(names)", "cpu"), ("worker.join()", "idle"), ("t.join(timeout=5)", "idle"),
 ])
 def test_a_c_call_from_a_user_line_is_named_by_its_text(text, category):
     assert stacks.line_category(text) == category

@@ -80,8 +80,8 @@ _HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "__repr__", "__format
 _WAIT = re.compile(r"\.(item|cpu|tolist|numpy)\(|synchroni[sz]e\(|\.to\(\s*['\"]cpu")
 _H2D = re.compile(r"\.(cuda|copy_|pin_memory)\(|\.to\((?!\s*(dtype\s*=|torch\.(float|half|bfloat|int|double"
                   r"|long|bool|uint|complex)))")
-_IDLE = re.compile(r"\b(sleep|input|urlopen|select|recv|recvfrom|read|readline|readlines|wait|join"
-                   r"|acquire|communicate|accept)\(|\bopen\(")
+_IDLE = re.compile(r"\b(sleep|input|urlopen|select|recv|recvfrom|read|readline|readlines|wait"
+                   r"|acquire|communicate|accept)\(|\bopen\(|\.join\(\s*(\)|timeout)")  # not ", ".join(...)
 _TORCH = re.compile(r"\btorch\.|\bF\.|\.(backward|step|zero_grad|forward)\(")
 _NAMES = re.compile(r"[A-Za-z_]\w*")
 _inner: dict[tuple, tuple] = {}
