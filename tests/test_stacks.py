@@ -317,3 +317,12 @@ def test_stack_samples_hz_zero_turns_sampling_off(clean_profiles):
     finally:
         settings().stack_samples_hz = 40
         s.stop()
+
+
+def test_a_tensor_read_through_a_builtin_is_a_wait_for_the_gpu():
+    loss = torch.tensor(1.5)
+    frame = sys._getframe()
+    assert stacks.line_category("total += float(loss)", frame) == "gpu_wait"
+    assert stacks.line_category("y = loss * 2", frame) == "gpu_issue"
+    assert stacks.line_category("total += float(count)", frame) == "cpu"
+    del loss

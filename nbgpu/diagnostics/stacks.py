@@ -112,8 +112,8 @@ def line_category(text: str, frame=None) -> str:
     if _TORCH.search(code):
         return "gpu_issue"
     bound = _bound_to(code, frame)
-    if "torch" in bound:
-        return "gpu_issue"
+    if "torch" in bound:  # float(loss), print(loss): a tensor read on the host
+        return "gpu_wait" if re.search(r"\b(float|int|bool|print)\(", code) else "gpu_issue"
     if "@" in code and not bound and "torch" in sys.modules:
         return "gpu_issue"
     return "cpu"
