@@ -71,6 +71,7 @@ class Recorder:
         self._marks: dict[tuple[object, str], float] = {}
         self._event_seq = 0  # the store numbers events from 1
         self._alerts_written: set[tuple] = set()
+        self._stacks_done = -np.inf  # time of the newest stack sample written
         self._last: dict[object, dict] = {}
         self.rows_written = 0
         self.closed = False
@@ -209,6 +210,7 @@ class Recorder:
         for ev in self.sampler.store.events_since(self._event_seq):
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
             self._event_seq = ev.seq
+        self._write_stacks()
         alert_list = getattr(self.sampler, "alert_list", None)
         if not callable(alert_list):
             return
@@ -224,6 +226,25 @@ class Recorder:
             self._event({"event": "alert", "rule": a.rule, "severity": a.severity, "gpu_id": a.gpu,
                          "start": iso(a.start), "end": None if a.end is None else iso(a.end),
                          "message": a.message, "suggestion": a.suggestion}, a.start)
+
+    def _write_stacks(self) -> None:
+        """The main thread's stack samples since the last flush as one line: ``{"event":
+        "stacks", "t0": epoch s, "lines": [[line, text], ...], "samples": [[ms after t0,
+        category, index in lines or -1], ...]}``."""
+        from .diagnostics.stacks import samples_of
+
+        got = samples_of(self.sampler)
+        done = self._stacks_done
+        new = [r for r in got.records(done, np.inf) if r[0] > done] if got is not None else []
+        if not new:
+            return
+        lines = list(dict.fromkeys((n, text) for _, _, n, text in new if n is not None))
+        index = {line: i for i, line in enumerate(lines)}
+        t0 = new[0][0]
+        self._event({"event": "stacks", "t0": t0, "lines": [list(line) for line in lines],
+                     "samples": [[round((t - t0) * 1000.0, 1), c, index.get((n, text), -1)]
+                                 for t, c, n, text in new]}, t0)
+        self._stacks_done = new[-1][0]
 
     # -- public -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> int:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..diagnostics.alerts import judged_in
-from ..diagnostics.engine import register_activity
+from ..diagnostics import stacks
+from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
 from ..sampler import Sampler
 from ..sampler_thread import running_samplers
@@ -169,6 +169,12 @@ class Capture:
         self._line: str | None = None
         self._result: Summary | None = None
         self._series: dict[tuple[object, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
+        self._split: stacks.Split | None = None
+        self._split_final = False  # the split was taken at the block's end
+        self._samples: list = []  # its stack samples, copied at the end
+        self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
+        self.too_short: list[str] = []  # window rules the finished block was too short to judge
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -201,6 +207,7 @@ class Capture:
         if callable(fast):
             self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
+        self._stacks = stacks.hold(self.sampler, self.line_offset)
         if self._counter_stale(self.start_time):  # else the fast memory lane covers the start
             self.sampler.request("energy")
         _active.append(self)
@@ -216,6 +223,11 @@ class Capture:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if self in _active:
             _active.remove(self)
+        if self.sampler is not None:
+            stacks.release(self.sampler, self._stacks)
+            got = stacks.samples_of(self.sampler)
+            self._samples = got.records(self.start_time, self.end_time) if got is not None else []
+            self._split, self._split_final = self.split(), True
         try:
             self._torch.finish()
         except Exception:
@@ -367,19 +379,40 @@ class Capture:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
         if self._alerts is not None:
             return self._alerts
-        get = getattr(self.sampler, "alert_list", None)
-        if not callable(get):
+        if not callable(getattr(self.sampler, "alert_list", None)):
             return []
         t0, t1 = self._range()
+        finished = not math.isnan(self.end_time)
         try:
-            found = judged_in(get(since_s=t0), t0, t1, max(1.0, 2.0 * self.sampler.interval))
+            found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), finished)
         except Exception:
             return []
         parents = {d.key: d.parent for d in self.sampler.devices}
         found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
-        if not math.isnan(self.end_time):
+        if finished:
             self._alerts = found
         return found
+
+    def split(self) -> stacks.Split | None:
+        """Where the main thread's time went in the block (None: no stack samples)."""
+        if self._split_final or self.sampler is None:
+            return self._split
+        got = stacks.samples_of(self.sampler)
+        t0, t1 = self._range()
+        return got.split(t0, t1) if got is not None else None
+
+    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
+        """The main thread's stack samples in the block: (epoch s, category, line, its text)."""
+        if self._split_final:
+            return list(self._samples)
+        got = stacks.samples_of(self.sampler) if self.sampler is not None else None
+        return got.records(*self._range()) if got is not None else []
+
+    def where(self) -> pd.DataFrame:
+        """Where the main thread was: one row per category (``category``, ``seconds``,
+        ``share``); ``attrs["top_line"]`` is the cell line most time went to, e.g.
+        ``{"line": 7, "text": "for x, y in dl", "share": 0.81}`` (None without samples)."""
+        return stacks.where_frame(self.split())
 
     @property
     def iterations(self) -> pd.DataFrame:
