@@ -34,7 +34,7 @@ from .metrics import HOST_COLUMNS, HOST_KEY
 from .sampler_reads import SamplerReads
 from .sampler_thread import SamplerThread
 from .sources import Source, open_source
-from .sources.base import Device, DeviceKey, ProcessInfo
+from .sources.base import Device, DeviceKey, ProcessInfo, check_gpus
 from .sources.host import HostSource
 from .store import Event, Store
 from .timeline import Timeline
@@ -53,6 +53,7 @@ MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
 LIVE_HOLD_S = 5.0
 _LIVE = frozenset({"live"})
 
+REQUESTS = ("energy", "pcie", "procs", "edge")  # what request() may ask for
 _diagnostics_factory: Callable[[Sampler, object], object] | None = None
 
 
@@ -69,6 +70,16 @@ def check_interval(interval: object, name: str = "interval") -> float:
                                "the sampler would use a whole CPU core; power and utilisation "
                                "keep NVML's native resolution at any interval")
     return value
+
+
+def check_sampler(sampler: object, source: object = None, interval: object = None) -> None:
+    """BadArgumentError unless ``sampler`` is None or a Sampler given without source/interval."""
+    if sampler is None:
+        return
+    if not isinstance(sampler, Sampler):
+        raise BadArgumentError(f"sampler must be an nbgpu.Sampler, got {sampler!r}")
+    if source is not None or interval is not None:
+        raise BadArgumentError("give either sampler= or source=/interval=, not both")
 
 
 def set_diagnostics_factory(factory: Callable[[Sampler, object], object] | None) -> None:
@@ -181,22 +192,9 @@ class Sampler(SamplerThread, SamplerReads):
                 raise
 
     @staticmethod
-    def _select(devices: list[Device], gpus: Iterable[DeviceKey] | None) -> set | None:
-        if gpus is None:
-            return None
-        if isinstance(gpus, (int, str)):
-            gpus = [gpus]
-        top = [d.key for d in devices if d.parent is None]
-        keep = set()
-        for g in gpus:
-            if isinstance(g, bool) or not isinstance(g, (int, str)) or g not in top:
-                numbered = top == list(range(len(top)))
-                allowed = ("none (no GPUs)" if not top else f"0 to {len(top) - 1}" if numbered
-                           else ", ".join(map(str, top)))
-                raise BadArgumentError(f"GPU index {g!r} is out of range; this machine has "
-                                       f"{len(top)} GPU(s): {allowed}")
-            keep.add(g)
-        return keep
+    def _select(devices: list[Device], gpus: object) -> set | None:
+        keep = check_gpus(gpus, [d.key for d in devices if d.parent is None])
+        return None if keep is None else set(keep)
 
     def _keeps(self, device: Device) -> bool:
         """Whether ``device`` was selected: a MIG slice goes with its card (``Device.card``)."""
@@ -218,6 +216,8 @@ class Sampler(SamplerThread, SamplerReads):
         "edge" reads memory used and drains every sample buffer at once: what a capture's
         end needs (with "energy" too when the block is long enough for the counter).
         """
+        if read not in REQUESTS:
+            raise BadArgumentError(f"request() takes one of {', '.join(REQUESTS)}, got {read!r}")
         with self._lock:
             self._urgent.add(read)
         self._wake.set()
@@ -265,6 +265,8 @@ class Sampler(SamplerThread, SamplerReads):
 
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""
+        if not callable(fn):
+            raise BadArgumentError(f"add_listener needs a function fn(sampler, now), got {fn!r}")
         with self._lock:
             self._listeners.append(fn)
 

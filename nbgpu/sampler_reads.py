@@ -9,6 +9,7 @@ one whose read failed after its newest refresh "failed", and either reads NaN in
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -52,6 +53,8 @@ class SamplerReads:
         ``since_s`` (epoch seconds): only those still on or ended at or after it; ``math.inf``
         gives those on, as the live panel asks every refresh.
         """
+        if since_s is not None and (isinstance(since_s, bool) or not isinstance(since_s, numbers.Real)):
+            raise BadArgumentError(f"since_s must be epoch seconds (a number) or None, got {since_s!r}")
         if self.diagnostics is None:
             return []
         return self.diagnostics.alert_list(since_s)

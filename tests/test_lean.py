@@ -122,3 +122,48 @@ def test_alerts_end_when_the_sampler_stops_not_when_someone_reads_them():
     engine_view = s.diagnostics.alert_list()  # the engine's own list, not the sampler's façade
     assert engine_view and all(a.end is not None for a in engine_view)
     assert s.alert_list() == engine_view
+
+
+def _bad_calls():
+    """(what, call) pairs: public entry points given a bad argument."""
+    import nbgpu
+    from nbgpu.profiles.history import keep_history
+    from nbgpu.sampler import Sampler
+
+    def with_sampler(fn):
+        def call():
+            s = Sampler("sim", host=False)
+            try:
+                return fn(s)
+            finally:
+                s.stop()
+        return call
+
+    def panel(**kw):
+        from nbgpu.widgets.monitor import GPUMonitor
+
+        return with_sampler(lambda s: GPUMonitor(start=False, processes=False, **kw))
+
+    return [
+        ("Sampler(gpus=1.5)", lambda: Sampler("sim", gpus=1.5).stop()),
+        ("Sampler(gpus=[])", lambda: Sampler("sim", gpus=[]).stop()),
+        ("request('bogus')", with_sampler(lambda s: s.request("bogus"))),
+        ("alert_list('abc')", with_sampler(lambda s: s.alert_list("abc"))),
+        ("add_listener(5)", with_sampler(lambda s: s.add_listener(5))),
+        ("capture(gpus=[7])", with_sampler(lambda s: nbgpu.capture(s, gpus=[7]).start())),
+        ("capture(gpus='zz')", with_sampler(lambda s: nbgpu.capture(s, gpus="zz").start())),
+        ("capture(sampler, source)", with_sampler(lambda s: nbgpu.capture(s, source="sim"))),
+        ("capture(sampler=5)", lambda: nbgpu.capture(sampler=5)),
+        ("GPUMonitor(sampler=5)", panel(sampler=5)),
+        ("to_jsonl(5)", with_sampler(lambda s: s.timeline.to_jsonl(5))),
+        ("to_csv(None)", with_sampler(lambda s: s.timeline.to_csv(None))),
+        ("keep_history(5)", lambda: keep_history(5)),
+    ]
+
+
+@pytest.mark.parametrize("what", [w for w, _ in _bad_calls()])
+def test_bad_input_to_any_entry_point_is_a_one_line_nbgpu_error(what):
+    call = dict(_bad_calls())[what]
+    with pytest.raises(BadArgumentError) as info:
+        call()
+    assert "\n" not in str(info.value)

@@ -94,7 +94,7 @@ def test_panels_share_one_sampler_and_stop_status(shell, capsys) -> None:
 
 
 def test_bad_gpu_starts_nothing(shell) -> None:
-    with pytest.raises(UsageError, match="GPU '7'"):
+    with pytest.raises(UsageError, match="GPU index 7 is out of range"):
         shell.run_line_magic("gpumon", "--source sim --gpus 7")
     assert _nbgpu_threads() == [] and session.shared_sampler() is None
 

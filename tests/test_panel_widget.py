@@ -414,7 +414,7 @@ def test_bad_arguments() -> None:
     for kw in ({"window_s": 0}, {"refresh_s": 0.1}, {"metrics": "util,bogus"}):
         with pytest.raises(BadArgumentError):
             GPUMonitor(sampler=_sampler()[0], start=False, **kw)
-    with pytest.raises(BadArgumentError, match="GPU '5'"):
+    with pytest.raises(BadArgumentError, match="GPU index 5 is out of range"):
         GPUMonitor(sampler=_sampler()[0], gpus="0,5", start=False)
     with pytest.raises(BadArgumentError):
         GPUMonitor(source="sim", sampler=_sampler()[0], start=False)

@@ -12,8 +12,8 @@ from IPython.display import display
 from .. import session
 from ..errors import NbgpuError
 from ..sources import sim_count
+from ..sources.base import check_gpus
 from ..units import fmt_bytes
-from ..widgets.columns import check_gpus
 from ..widgets.hostonly import shared_or_host_only
 from . import startup
 from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line

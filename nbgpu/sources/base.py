@@ -8,11 +8,45 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import BadArgumentError
+
 DeviceKey = int | str  # a card (0), a MIG slice ("0/1"), a remote card ("node/3")
 
 # Old dict keys of a device and the field each one now is (the transitional mapping).
 _OLD_KEYS = {"index": "key", "host": "node"}
 _FLOAT_OR_NAN = ("mem_total_bytes", "power_limit_w", "slowdown_temp_c")
+
+
+def check_gpus(gpus: object, cards: list[DeviceKey]) -> tuple[DeviceKey, ...] | None:
+    """The cards ``gpus`` names ("0,2", 0 or a list), each one of ``cards``; None: all.
+
+    The one check of a GPU selection (``Sampler``, ``GPUMonitor``, ``capture``, ``%gpumon``):
+    anything else is a ``BadArgumentError`` saying which GPUs there are.
+    """
+    if gpus is None:
+        return None
+    numbered = list(cards) == list(range(len(cards)))
+    allowed = ("none (no GPUs)" if not cards else f"0 to {len(cards) - 1}" if numbered
+               else ", ".join(map(str, cards)))
+    if isinstance(gpus, str):
+        items: list = gpus.split(",")
+    elif isinstance(gpus, int) and not isinstance(gpus, bool):
+        items = [gpus]
+    elif isinstance(gpus, (list, tuple, set, frozenset, range)):
+        items = list(gpus)
+    else:
+        raise BadArgumentError(f"gpus must be a GPU index, \"0,2\" or a list of them, got {gpus!r}")
+    out: list[DeviceKey] = []
+    for item in items:
+        match = [] if isinstance(item, bool) else [c for c in cards if str(c) == str(item).strip()]
+        if not match:
+            raise BadArgumentError(f"GPU index {str(item).strip()} is out of range; this machine has "
+                                   f"{len(cards)} GPU(s): {allowed}")
+        if match[0] not in out:
+            out.append(match[0])
+    if not out:
+        raise BadArgumentError(f"gpus is empty; choose from {allowed}")
+    return tuple(out)
 
 
 @dataclass(frozen=True)

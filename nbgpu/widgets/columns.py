@@ -108,26 +108,6 @@ def check_refresh(refresh_s: object) -> float:
     return _seconds(refresh_s, "refresh", MIN_REFRESH_S, 60.0)
 
 
-def check_gpus(gpus: object, available: list[object]) -> tuple[object, ...] | None:
-    """GPU indices from "0,2" or a list, each one of ``available``; None shows all."""
-    if gpus is None:
-        return None
-    items = gpus.split(",") if isinstance(gpus, str) else ([gpus] if isinstance(gpus, int) else gpus)
-    allowed = ", ".join(str(a) for a in available) if available else "none (no GPUs)"
-    out: list[object] = []
-    for item in items:
-        text = str(item).strip()
-        match = [a for a in available if str(a) == text]
-        if isinstance(item, bool) or not match:
-            raise BadArgumentError(f"GPU {text!r} is not on this machine; it has {len(available)} "
-                                   f"GPU(s): {allowed}")
-        if match[0] not in out:
-            out.append(match[0])
-    if not out:
-        raise BadArgumentError(f"gpus is empty; choose from {allowed}")
-    return tuple(out)
-
-
 def resolve_columns(chosen: tuple[str, ...] | None, reported: set[str]) -> list[Column]:
     """Columns to draw: the chosen ones, or the defaults plus those the cards report."""
     if chosen is not None:

@@ -24,12 +24,12 @@ from ipywidgets.widgets.widget_string import HTMLStyle
 from .. import session
 from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
-from ..sources.base import Device
+from ..sampler import check_sampler
+from ..sources.base import Device, check_gpus
 from . import registry, text, tree
 from .columns import (
     DEFAULT_REFRESH_S,
     WINDOW_CHOICES_S,
-    check_gpus,
     check_metrics,
     check_refresh,
     check_window,
@@ -88,8 +88,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self.window_s = check_window(window_s)
         self.refresh_s = check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
-        if sampler is not None and (source is not None or interval is not None):
-            raise BadArgumentError("give either sampler= or source=/interval=, not both")
+        check_sampler(sampler, source, interval)
         self._own_layout = "layout" in kwargs
         kwargs.setdefault("layout", widgets.Layout(**PANEL_LAYOUT))
         super().__init__(**kwargs)
