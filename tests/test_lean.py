@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,78 @@ def test_bad_input_to_any_entry_point_is_a_one_line_nbgpu_error(what):
     with pytest.raises(BadArgumentError) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_modules():
+    import ast
+
+    for path in sorted(TESTS.glob("*.py")):
+        yield path, ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def test_no_test_module_imports_another():
+    # Shared helpers live in conftest*.py (fixtures in conftest.py); a test module imported
+    # by another runs its module-level code twice and ties the two together.
+    import ast
+
+    found = []
+    for path, tree in _test_modules():
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            found += [f"{path.name}: imports {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not found, "\n".join(found)
+
+
+def _self_privates(node) -> set[str]:
+    """Every ``self._name`` set under ``node``."""
+    import ast
+
+    return {n.attr for n in ast.walk(node)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+            and n.attr.startswith("_") and not n.attr.startswith("__") and isinstance(n.ctx, ast.Store)}
+
+
+def _widget_private_names() -> set[str]:
+    """The private state of nbgpu's widgets: ``self._name``s set in the widget classes of
+    nbgpu/widgets (and the parts they inherit) and by no class outside nbgpu/widgets (so a
+    test's ``sampler._lock`` is not taken for a widget's)."""
+    import ast
+
+    widget_bases = re.compile(r"\b(widgets\.\w+|VBox|HBox|DOMWidget|PanelDrawing)\b")
+    mine, others = set(), set()
+    for path in sorted((ROOT / "nbgpu").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if path.parent.name != "widgets":  # a module's own private globals (session._shared)
+            others |= {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                       if isinstance(t, ast.Name) and t.id.startswith("_")}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            is_widget = path.parent.name == "widgets" and (
+                node.name == "PanelDrawing" or any(widget_bases.search(ast.unparse(b)) for b in node.bases))
+            if is_widget:
+                mine |= _self_privates(node)
+            elif path.parent.name != "widgets":
+                others |= _self_privates(node)
+    return mine - others
+
+
+def test_no_test_reads_a_private_attribute_of_an_nbgpu_widget():
+    # Widgets are tested through what a front end would see: get_state(), the messages a
+    # recording comm keeps (the comm_log fixture) and the public widget tree (children).
+    import ast
+
+    private = _widget_private_names()
+    assert {"_grid", "_header"} <= private  # the scan sees the panel's own state
+    found = []
+    for path, tree in _test_modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in private:
+                found.append(f"{path.name}:{node.lineno}: .{node.attr}")
+    assert not found, "\n".join(found)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from ipywidgets.widgets import widget as ipywidget
 
+from conftest_panel import parts
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.widgets import registry
 from nbgpu.widgets.monitor import GPUMonitor
@@ -106,7 +107,7 @@ def test_a_stopped_panel_holds_no_closed_widget_its_restart_rebuilds() -> None:
     _advance(s, clock, 2.0)
     mon = GPUMonitor(sampler=s, start=True)
     mon.refresh(force=True, now=clock.t)
-    drawn = [weakref.ref(w) for w in (*mon._grid.scales, mon._grid.lines, mon._grid.values)]
+    drawn = [weakref.ref(w) for w in (*parts(mon).scales, parts(mon).lines, parts(mon).values)]
     mon.stop()
     gc.collect()
     assert [ref() for ref in drawn] == [None] * 4

@@ -7,7 +7,7 @@ import threading
 import pytest
 from IPython.core.error import UsageError
 
-from conftest_panel import loaded_shell
+from conftest_panel import loaded_shell, row_titles
 from nbgpu import session
 from nbgpu.magics import options
 from nbgpu.widgets import registry
@@ -81,7 +81,8 @@ def test_panels_share_one_sampler_and_stop_status(shell, capsys) -> None:
     assert _nbgpu_threads().count("nbgpu-sampler") == 1  # the panels share one sampler thread
     panels = registry.panels()
     assert len(panels) == 2 and panels[0].sampler is panels[1].sampler
-    assert [d.key for d in panels[1]._rows] == [1, "host"]
+    panels[1].refresh(force=True)
+    assert row_titles(panels[1]) == ["GPU 1", "host"]
     capsys.readouterr()
     shell.run_line_magic("gpumon", "status")
     out = capsys.readouterr().out

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest_panel import parts
 from nbgpu.sources.base import Device
 from nbgpu.widgets import traffic as traffic_module
 from nbgpu.widgets.bands import pack_packed, pack_points
@@ -159,7 +160,7 @@ def test_a_new_power_limit_is_drawn_on_at_once() -> None:
         assert {r["power_limit_w"] for r in s.latest()} == {350.0}
         fresh = GPUMonitor(sampler=s, metrics="power", window_s=30, start=False)
         fresh.refresh(force=True, now=clock.t)
-        np.testing.assert_array_equal(kept._grid.lines.y, fresh._grid.lines.y)
+        np.testing.assert_array_equal(parts(kept).lines.y, parts(fresh).lines.y)
         fresh.close()
     finally:
         kept.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest_panel import parts
 from nbgpu.decimate import bucket_minmax
 from nbgpu.widgets.spark import SparkSet
 from spark_oracle import points_of_all, update, update_packed
@@ -157,8 +158,8 @@ def test_rows_drained_late_reach_the_panel_lines() -> None:
             kept.refresh(force=True, now=clock.t)
         fresh = GPUMonitor(sampler=s, metrics="membw,util,power", window_s=60, start=False)
         fresh.refresh(force=True, now=clock.t)
-        np.testing.assert_array_equal(kept._grid.lines.x, fresh._grid.lines.x)
-        np.testing.assert_array_equal(kept._grid.lines.y, fresh._grid.lines.y)
+        np.testing.assert_array_equal(parts(kept).lines.x, parts(fresh).lines.x)
+        np.testing.assert_array_equal(parts(kept).lines.y, parts(fresh).lines.y)
         fresh.close()
     finally:
         kept.close()

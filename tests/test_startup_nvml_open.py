@@ -10,6 +10,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 import nbgpu
+from conftest_panel import row_titles
 from nbgpu import session
 from nbgpu.sources.nvml import NVMLSource
 from nbgpu.sources.simulated import SimulatedGPUs
@@ -175,4 +176,5 @@ def test_gpus_option_lists_from_the_listed_source(fake_nvml, capsys) -> None:
     sh.run_line_magic("load_ext", "nbgpu")
     sh.run_line_magic("gpumon", "--gpus 0")
     assert fake_nvml.calls["nvmlInit"] == 1
-    assert [d.key for d in registry.panels()[0]._rows] == [0, "host"]
+    registry.panels()[0].refresh(force=True)
+    assert row_titles(registry.panels()[0]) == ["GPU 0", "host"]
