@@ -140,6 +140,12 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(scope="session")
+def make_clock():
+    """``make_clock(t=T0)``: a fake clock, for fixtures wider than one test."""
+    return FakeClock
+
+
 @pytest.fixture
 def stepped(clock):
     """Make samplers on simulated GPUs and the ``clock`` fixture, stepped by ``clock.run``."""

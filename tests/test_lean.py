@@ -243,3 +243,14 @@ def test_no_test_reads_a_private_attribute_of_an_nbgpu_widget():
             if isinstance(node, ast.Attribute) and node.attr in private:
                 found.append(f"{path.name}:{node.lineno}: .{node.attr}")
     assert not found, "\n".join(found)
+
+
+def test_one_fake_clock_for_every_test_module():
+    # The fake clock and the stepped sampler are conftest.py's (the clock and stepped
+    # fixtures); a module-level clock class of a test's own is a copy of them.
+    import ast
+
+    copies = [f"{path.name}: class {node.name}" for path, tree in _test_modules()
+              if path.name != "conftest.py" for node in tree.body
+              if isinstance(node, ast.ClassDef) and node.name.lower().endswith("clock")]
+    assert not copies, "\n".join(copies)

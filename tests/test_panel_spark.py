@@ -132,20 +132,12 @@ def test_no_rows_no_buckets() -> None:
     assert len(trace) == len(b) == 0 and sset.held() == 0
 
 
-class _Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def test_rows_drained_late_reach_the_panel_lines() -> None:
+def test_rows_drained_late_reach_the_panel_lines(stepped) -> None:
     """Memory bandwidth comes in 10 s drains: a kept panel draws what a new one draws."""
     from nbgpu import Sampler, SimulatedGPUs
     from nbgpu.widgets.monitor import GPUMonitor
 
-    clock = _Clock(1.7e9)
+    clock = stepped.new_clock(1.7e9)
     s = Sampler(SimulatedGPUs(2, seed=4, clock=clock), interval=0.5, clock=clock, host=False)
     kept = GPUMonitor(sampler=s, metrics="membw,util,power", window_s=60, start=False)
     try:

@@ -24,21 +24,6 @@ from nbgpu.sources.simulated import SimulatedGPUs
 TICK = frozenset({"tick"})
 
 
-class FakeClock:
-    """Seconds that move only when a test says so."""
-
-    def __init__(self, t: float = 1_700_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
-
-
 def opened(clock, **kw) -> tuple[SimulatedGPUs, NVMLSource]:
     sim = SimulatedGPUs(clock=clock, **kw)
     src = NVMLSource(sim)
