@@ -47,9 +47,13 @@ def test_noise_follows_each_runs_own_spread():
     assert fs["mem_peak_bytes"].noise == MIB
     assert fs["energy_j"].noise == pytest.approx(300.0 * 0.1)
     assert fs["duration_s"].noise == pytest.approx(0.1)
-    # Spread readings: two standard errors of the mean, the largest memory step.
-    u = noisy["util_pct"][1]
-    assert fn["util_mean_pct"].noise == pytest.approx(2 * np.std(u, ddof=1) / math.sqrt(n) + 0.5)
+    # Spread readings: the noise grows with their spread and falls as one over the root of
+    # how many there are (four times the same readings: half of it above the floor).
+    assert fn["util_mean_pct"].noise > 10 * fs["util_mean_pct"].noise
+    longer = _series(4 * n, *(np.tile(noisy[m][1], 4) for m in ("util_pct", "power_w", "mem_used_bytes")))
+    fl = gpu_figures(_row(3000.0, 10.0, 8 * 1024**3, 50.0), longer)
+    above = fn["util_mean_pct"].noise - 0.5, fl["util_mean_pct"].noise - 0.5
+    assert above[1] == pytest.approx(above[0] / 2, rel=0.05)
     step = float(np.max(np.diff(noisy["mem_used_bytes"][1])))
     assert fn["mem_peak_bytes"].noise == pytest.approx(step)
     assert fn["energy_j"].noise > 2 * fs["energy_j"].noise
