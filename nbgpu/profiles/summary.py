@@ -46,7 +46,6 @@ from .energy import (
     block_energy_j,
     line_knots,
     line_stats,
-    median,
 )
 from .readings import Readings, timeline_readings
 
@@ -118,7 +117,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
             notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; the block was shorter than "
                          "the sampling interval")
             continue
-        spacing = median(t[1:] - t[:-1])
+        spacing = float(np.median(t[1:] - t[:-1]))
         if spacing > COARSE_SPACING_S:
             notes.append(f"{label} sampled every {spacing:.1f}s; shorter peaks are not seen")
     key = "energy_period_s" if energy_source == "counter" else "power_period_s"

@@ -41,7 +41,6 @@ from .panel_draw import PanelDrawing
 from .processes import ProcessesLine
 from .readout import reported_sets
 from .schedule import SCHEDULE
-from .traffic import Traffic
 
 log = logging.getLogger("nbgpu")
 
@@ -94,7 +93,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         super().__init__(**kwargs)
         self.add_class("nbgpu-panel")
         self._lock = threading.RLock()
-        self.traffic = Traffic()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
         self._paused = False
@@ -326,8 +324,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
         parts = [style, self._header, self._pause_button, self._window_box, controls,
                  *self._grid.widgets()]
-        for w in parts:
-            self.traffic.watch(w)
         self._parts = parts
         self.children = [controls, self._grid.box]
         tree.close_all([w for o in old for w in tree.descendants(o)])

@@ -103,7 +103,7 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
     stale = not running
     mig_cards = None
     metrics = col.metrics
-    live_text, tip = text.value_format(col), col.help
+    tip = col.help
     for dev, reported in zip(rows, reported_by_row or [d.metrics for d in rows], strict=True):
         key = dev.key
         if key == HOST_KEY:
@@ -134,7 +134,7 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
             why = "its read failed" if state == "failed" else "not refreshed for several periods"
             out.append((state, f"{why}; last good value {last}", True))
             continue
-        out.append((live_text(row, dev), tip, stale or key in lost))
+        out.append((text.gpu_value(col, row, dev), tip, stale or key in lost))
     return out
 
 
