@@ -41,10 +41,6 @@ from .timeline import Timeline
 
 log = logging.getLogger("nbgpu")
 
-# Memory, temperature, clocks and the like once a second, as often as the panel redraws;
-# power and utilisation keep their native 20 ms / 200 ms from the sample buffers, and a
-# capture reads memory every 10 ms while it is open.
-DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
 MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
@@ -54,7 +50,6 @@ LIVE_HOLD_S = 5.0
 _LIVE = frozenset({"live"})
 
 REQUESTS = ("energy", "pcie", "procs", "edge")  # what request() may ask for
-_diagnostics_factory: Callable[[Sampler, object], object] | None = None
 
 
 def check_interval(interval: object, name: str = "interval") -> float:
@@ -80,12 +75,6 @@ def check_sampler(sampler: object, source: object = None, interval: object = Non
         raise BadArgumentError(f"sampler must be an nbgpu.Sampler, got {sampler!r}")
     if source is not None or interval is not None:
         raise BadArgumentError("give either sampler= or source=/interval=, not both")
-
-
-def set_diagnostics_factory(factory: Callable[[Sampler, object], object] | None) -> None:
-    """Replace the engine factory ``factory(sampler, thresholds)``; None: nbgpu's own engine."""
-    global _diagnostics_factory
-    _diagnostics_factory = factory
 
 
 class Sampler(SamplerThread, SamplerReads):
@@ -183,10 +172,9 @@ class Sampler(SamplerThread, SamplerReads):
         self.diagnostics = None  # the DiagnosticsEngine naming problems (nbgpu.diagnostics)
         if diagnostics:
             try:
-                factory = _diagnostics_factory
-                if factory is None:
-                    from .diagnostics.engine import attach as factory
-                self.diagnostics = factory(self, thresholds)
+                from .diagnostics.engine import attach
+
+                self.diagnostics = attach(self, thresholds)
             except Exception:
                 self.source.close()
                 raise

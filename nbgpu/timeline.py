@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
-from .metrics import BY_NAME, GPU_METRICS, HOST_KEY, HOST_METRICS
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .sources.base import Device
 
 if TYPE_CHECKING:
@@ -268,7 +268,3 @@ class Timeline:
         return write_parquet(self.to_pandas(), path)
 
 
-def metric_unit(name: str) -> str:
-    """Unit of a column name ('' for unknown columns)."""
-    m = BY_NAME.get(name)
-    return m.unit if m else ""

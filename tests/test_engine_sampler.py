@@ -24,11 +24,11 @@ def test_devices_describe_each_gpu_and_its_metrics():
         d = s.devices[0]
         assert "simulated" in d.name
         assert d.uuid.startswith("GPU-")
-        assert d["mem_total_bytes"] > 100e9
-        assert d["power_limit_w"] == 700.0
+        assert d.mem_total_bytes > 100e9
+        assert d.power_limit_w == 700.0
         for metric in ("util_pct", "mem_util_pct", "mem_used_bytes", "temp_c", "power_w",
                        "sm_clock_mhz", "energy_j", "sm_active_pct", "tensor_active_pct"):
-            assert metric in d["metrics"], metric
+            assert metric in d.metrics, metric
 
 
 def test_sim_source_by_name_has_two_gpus_and_says_simulated():

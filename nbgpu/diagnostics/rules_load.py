@@ -36,7 +36,7 @@ def input_bound(ctx: Context) -> list[Finding]:
         util = ctx.window.mean(dev.key, "util_pct", span, end)
         if not (th.input_min_util_pct <= util < th.input_util_below_pct):
             continue
-        message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
+        message = (f"GPU {dev.key} busy only {util:.0f} % of the time while this kernel's "
                    f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU is waiting for input")
         out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, {
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
@@ -58,7 +58,7 @@ def idle(ctx: Context) -> list[Finding]:
         if not util < th.idle_util_below_pct:
             continue
         during = "while a cell runs, " if ctx.in_cell_s else ""
-        message = (f"GPU {dev['index']} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
+        message = (f"GPU {dev.key} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
                    f"{during}over {span:.0f} s: the code is waiting on something")
         out.append(Finding("idle", dev.key, "info", message, IDLE_HINT, {
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -13,8 +12,6 @@ from ..errors import BadArgumentError
 DeviceKey = int | str  # a card (0), a MIG slice ("0/1"), a remote card ("node/3")
 
 # Old dict keys of a device and the field each one now is (the transitional mapping).
-_OLD_KEYS = {"index": "key", "host": "node"}
-_FLOAT_OR_NAN = ("mem_total_bytes", "power_limit_w", "slowdown_temp_c")
 
 
 def check_gpus(gpus: object, cards: list[DeviceKey]) -> tuple[DeviceKey, ...] | None:
@@ -56,10 +53,6 @@ class Device:
     ``key`` is an int for a local card, "0/1" for slice 1 of card 0, "node/3" for a remote
     card; ``parent`` is the key of the card a MIG slice belongs to (None for a card).
     ``metrics`` names what it reports; ``None`` in a number field means "not known here".
-
-    Backwards compatibility for user code written when ``Sampler.devices`` held dicts:
-    ``d["index"]``, ``d.get("mig")`` and ``dict(d)`` still work (old keys map to fields,
-    unknown numbers read as NaN as before). nbgpu itself reads attributes only.
     """
 
     key: DeviceKey
@@ -93,33 +86,6 @@ class Device:
         return cls(key=get("index", get("key")), name=str(get("name") or ""),
                    uuid=str(get("uuid") or ""), parent=parent,
                    mig=bool(get("mig", parent is not None)), node=get("host", get("node")))
-
-    def __getitem__(self, old_key: str):
-        """Old dict-style read (kept for user code): ``d["index"]`` is ``d.key``; missing numbers are NaN."""
-        name = _OLD_KEYS.get(old_key, old_key)
-        if name not in self.__dataclass_fields__:
-            raise KeyError(old_key)
-        value = getattr(self, name)
-        if name in _FLOAT_OR_NAN:
-            return math.nan if value is None else float(value)
-        if name == "metrics":
-            return list(value)
-        return value
-
-    def get(self, old_key: str, default=None):
-        """Old ``dict.get`` (kept for user code): the value of an old key or field, else ``default``."""
-        try:
-            return self[old_key]
-        except KeyError:
-            return default
-
-    def __contains__(self, old_key: object) -> bool:
-        return isinstance(old_key, str) and (
-            _OLD_KEYS.get(old_key, old_key) in self.__dataclass_fields__)
-
-    def keys(self) -> list[str]:
-        """The old dict keys, so ``dict(device)`` still gives the old mapping."""
-        return ["index", *(n for n in self.__dataclass_fields__ if n != "key")]
 
 
 @dataclass(frozen=True)
