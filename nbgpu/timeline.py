@@ -90,7 +90,7 @@ class Timeline:
     def __init__(self, store: Store, devices: list[Device], t0: float = -math.inf,
                  t1: float = math.inf, resolution: str | None = None) -> None:
         self.store = store
-        self.devices = [Device.of(d) for d in devices]  # old-style dicts still accepted
+        self.devices = list(devices)
         self.t0, self.t1 = t0, t1
         self.resolution = resolution
 

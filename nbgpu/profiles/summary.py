@@ -369,7 +369,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     per_dev: list[tuple[Device, Readings]] = []
     if hasattr(data, "store"):
         a, b = _bounds(data, t0, t1, None)
-        devs = [dev for dev in map(Device.of, data.devices) if selected(dev.key, gpus, dev.parent)]
+        devs = [dev for dev in data.devices if selected(dev.key, gpus, dev.parent)]
         found = timeline_readings(data, [d.key for d in devs], a - EDGE_SLACK_S, b + EDGE_SLACK_S, a, b)
         per_dev.extend(zip(devs, found, strict=True))
     else:

@@ -74,11 +74,8 @@ class Device:
 
     @classmethod
     def of(cls, described: object) -> Device:
-        """``described`` as a Device: itself, or one built from an old-style mapping.
-
-        Recorded files and old user code describe devices as dicts (``index``, ``name``,
-        ``uuid``, ``parent``, ``mig``, ``host``); unknown keys are ignored.
-        """
+        """``described`` as a Device: itself, or one built from a recorded file's mapping
+        (``index``, ``name``, ``uuid``, ``parent``, ``mig``, ``host``; other keys ignored)."""
         if isinstance(described, Device):
             return described
         get = described.get

@@ -39,7 +39,6 @@ from .grid_view import SPARK_PX, PanelGrid
 from .hostonly import HostOnlySource, shared_or_host_only
 from .panel_draw import PanelDrawing
 from .processes import ProcessesLine
-from .readout import reported_sets
 from .schedule import SCHEDULE
 
 log = logging.getLogger("nbgpu")
@@ -289,7 +288,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             shown = [d for d in sampler.devices if self._gpus is None or d.card in self._gpus]
             has_host = HOST_KEY in sampler.store.devices()
             self._rows: list[Device] = list(shown) + ([Device(HOST_KEY, "host")] if has_host else [])
-            self._reported = reported_sets(self._rows)
             self._row_keys = {r.key for r in self._rows}
             reported: set[str] = set()
             for d in shown:

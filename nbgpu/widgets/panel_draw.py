@@ -87,8 +87,7 @@ class PanelDrawing:
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         for col in self._columns:
-            grid.last_values.append(value_texts(col, self._rows, latest, host, live, lost,
-                                                self._reported))
+            grid.last_values.append(value_texts(col, self._rows, latest, host, live, lost))
         label_key = _label_inputs(self._rows, latest, host, alerts, lost)
         if label_key != grid.label_key:  # the clock and PCIe lines, badges, lost flags
             grid.label_key = label_key
