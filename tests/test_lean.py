@@ -110,11 +110,12 @@ def test_alerts_end_when_the_sampler_stops_not_when_someone_reads_them():
     # whether or not anyone asked the sampler for its alerts afterwards.
     import threading
 
+    from conftest_diagnostics import ShapedGPUs
     from nbgpu.sampler import Sampler
-    from nbgpu.sources.simulated import SimulatedGPUs
 
     opened = threading.Event()
-    s = Sampler(SimulatedGPUs(count=1, scenario="oom", seed=0), interval=0.05, host=False,
+    full = ShapedGPUs(count=1, mem=lambda gpu, t, used: 0.97 * 143771 * 2**20)  # 97 % of an H200
+    s = Sampler(full, interval=0.05, host=False,
                 thresholds={"oom_warning_after_s": 0.1, "eval_every_s": 0.05})
     s.on_alert(lambda alert: opened.set())
     with s:
