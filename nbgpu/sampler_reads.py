@@ -65,10 +65,9 @@ class SamplerReads:
     def alerts(self):
         """``alert_list()`` as a DataFrame: rule, severity, gpu, start, end, message, ..."""
         if self.diagnostics is None:
-            import pandas as pd
+            from .diagnostics.alerts import alerts_frame
 
-            frame = pd.DataFrame(columns=["rule", "severity", "gpu", "start", "end", "duration_s",
-                                          "active", "message", "suggestion", "evidence"])
+            frame = alerts_frame([])
             frame.attrs["note"] = NO_DIAGNOSTICS
             return frame
         return self.diagnostics.alerts
