@@ -7,12 +7,33 @@ sampler, panel, magics, history and exporter read their defaults from ``settings
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 from traitlets import Bool, CFloat, CInt, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .errors import BadArgumentError
+
+MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
+MAX_INTERVAL_S = 3600.0
+
+
+def check_interval(interval: object, name: str = "interval") -> float:
+    """``interval`` as a float of seconds, or BadArgumentError saying what is allowed."""
+    allowed = f"{name} must be a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}"
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
+        raise BadArgumentError(f"{allowed}, got {interval!r}")
+    value = float(interval)
+    if not math.isfinite(value) or value <= 0 or value > MAX_INTERVAL_S:
+        raise BadArgumentError(f"{allowed}, got {interval!r}")
+    if value < MIN_INTERVAL_S:
+        raise BadArgumentError(f"{allowed}, got {interval!r}: below {MIN_INTERVAL_S * 1000:g} ms "
+                               "the sampler would use a whole CPU core; power and utilisation "
+                               "keep NVML's native resolution at any interval")
+    return value
+
 
 # Environment variables that map onto traits (read once, when the object is made).
 ENV = {
@@ -56,10 +77,10 @@ class NbGpu(Configurable):
 
     @validate("interval")
     def _check_interval(self, proposal):
-        v = proposal["value"]
-        if not (v > 0 and v < 3600):
-            raise TraitError(f"NbGpu.interval must be between 0 and 3600 seconds, got {v!r}")
-        return v
+        try:
+            return check_interval(proposal["value"], "NbGpu.interval")
+        except BadArgumentError as exc:
+            raise TraitError(str(exc)) from None
 
     @validate("window_s")
     def _check_window(self, proposal):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import numbers
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from . import schedule
+from .config import check_interval
 from .errors import BadArgumentError, SamplerStateError
 from .metrics import HOST_COLUMNS, HOST_KEY
 from .sampler_reads import SamplerReads
@@ -41,8 +41,6 @@ from .timeline import Timeline
 
 log = logging.getLogger("nbgpu")
 
-MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
-MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
 # For this long after someone looks at the newest values (``watch()``: a live panel, a scrape),
 # the source keeps its sample buffers drained at their live periods ("live" in its reads).
@@ -51,21 +49,6 @@ MAX_XIDS_KEPT = 8  # GPU faults (XID events) kept for status(); the store keeps 
 _LIVE = frozenset({"live"})
 
 REQUESTS = ("energy", "pcie", "procs", "edge")  # what request() may ask for
-
-
-def check_interval(interval: object, name: str = "interval") -> float:
-    """``interval`` as a float of seconds, or BadArgumentError saying what is allowed."""
-    allowed = f"{name} must be a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}"
-    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
-        raise BadArgumentError(f"{allowed}, got {interval!r}")
-    value = float(interval)
-    if not math.isfinite(value) or value <= 0 or value > MAX_INTERVAL_S:
-        raise BadArgumentError(f"{allowed}, got {interval!r}")
-    if value < MIN_INTERVAL_S:
-        raise BadArgumentError(f"{allowed}, got {interval!r}: below {MIN_INTERVAL_S * 1000:g} ms "
-                               "the sampler would use a whole CPU core; power and utilisation "
-                               "keep NVML's native resolution at any interval")
-    return value
 
 
 def check_sampler(sampler: object, source: object = None, interval: object = None) -> None:

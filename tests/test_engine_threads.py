@@ -10,8 +10,9 @@ import pytest
 
 import nbgpu
 from nbgpu import session
+from nbgpu.config import check_interval
 from nbgpu.errors import BadArgumentError, SamplerStateError
-from nbgpu.sampler import Sampler, check_interval
+from nbgpu.sampler import Sampler
 from nbgpu.sampler_thread import _stop_all_at_exit
 from nbgpu.sources.simulated import SimulatedGPUs
 

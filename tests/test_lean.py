@@ -255,3 +255,23 @@ def test_one_fake_clock_for_every_test_module():
               if path.name != "conftest.py" for node in tree.body
               if isinstance(node, ast.ClassDef) and node.name.lower().endswith("clock")]
     assert not copies, "\n".join(copies)
+
+
+@pytest.mark.parametrize("interval", [0.005, 3600.5, float("nan")])
+def test_the_interval_setting_refuses_what_a_sampler_refuses(interval):
+    # %config NbGpu.interval is checked as Sampler(interval=...) is: the same bounds, the same words.
+    from traitlets import TraitError
+
+    from nbgpu import config
+    from nbgpu.sampler import Sampler
+
+    cfg = config.settings()
+    before = cfg.interval
+    with pytest.raises(TraitError) as refused:
+        cfg.interval = interval
+    with pytest.raises(BadArgumentError) as also:
+        Sampler("sim", interval=interval)
+    assert str(also.value).split(",")[0].replace("interval", "NbGpu.interval") in str(refused.value)
+    assert cfg.interval == before
+    cfg.interval = 3600.0  # the largest a sampler takes
+    cfg.interval = before

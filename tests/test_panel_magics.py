@@ -185,7 +185,7 @@ def test_status_and_stop_refuse_options_they_would_ignore(shell, line: str) -> N
 
 @pytest.mark.parametrize("value", ["0.001", "1e-9", "0.0099"])
 def test_interval_below_the_floor_is_one_usage_error(shell, value: str) -> None:
-    from nbgpu.sampler import MIN_INTERVAL_S
+    from nbgpu.config import MIN_INTERVAL_S
 
     for magic in ("line", "cell"):
         with pytest.raises(UsageError) as err:
