@@ -20,19 +20,34 @@ MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue
 MAX_INTERVAL_S = 3600.0
 
 
+MIN_WINDOW_S, MAX_WINDOW_S = 5.0, 86400.0  # what the live panel may show
+
+
+def check_seconds(value: object, name: str, lo: float, hi: float) -> float:
+    """``value`` as seconds from ``lo`` to ``hi``, or BadArgumentError saying what is allowed."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or not lo <= float(value) <= hi):
+        raise BadArgumentError(f"{name} must be a number of seconds from {lo:g} to {hi:g}, "
+                               f"got {value!r}")
+    return float(value)
+
+
 def check_interval(interval: object, name: str = "interval") -> float:
-    """``interval`` as a float of seconds, or BadArgumentError saying what is allowed."""
-    allowed = f"{name} must be a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}"
-    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
-        raise BadArgumentError(f"{allowed}, got {interval!r}")
-    value = float(interval)
-    if not math.isfinite(value) or value <= 0 or value > MAX_INTERVAL_S:
-        raise BadArgumentError(f"{allowed}, got {interval!r}")
-    if value < MIN_INTERVAL_S:
-        raise BadArgumentError(f"{allowed}, got {interval!r}: below {MIN_INTERVAL_S * 1000:g} ms "
-                               "the sampler would use a whole CPU core; power and utilisation "
-                               "keep NVML's native resolution at any interval")
-    return value
+    """Seconds between sampler ticks (10 ms to 3600 s), or BadArgumentError saying why not."""
+    try:
+        return check_seconds(interval, name, MIN_INTERVAL_S, MAX_INTERVAL_S)
+    except BadArgumentError as exc:
+        real = not isinstance(interval, bool) and isinstance(interval, numbers.Real)
+        if real and 0 < interval < MIN_INTERVAL_S:
+            raise BadArgumentError(f"{exc}: below {MIN_INTERVAL_S * 1000:g} ms the sampler would use "
+                                   "a whole CPU core; power and utilisation keep NVML's native "
+                                   "resolution at any interval") from None
+        raise
+
+
+def check_window(window_s: object, name: str = "window") -> float:
+    """Seconds of history the live panel shows: 5 s to 24 h."""
+    return check_seconds(window_s, name, MIN_WINDOW_S, MAX_WINDOW_S)
 
 
 # Environment variables that map onto traits (read once, when the object is made).
@@ -84,10 +99,10 @@ class NbGpu(Configurable):
 
     @validate("window_s")
     def _check_window(self, proposal):
-        v = proposal["value"]
-        if not v > 0:
-            raise TraitError(f"NbGpu.window_s must be > 0 seconds, got {v!r}")
-        return v
+        try:
+            return check_window(proposal["value"], "NbGpu.window_s")
+        except BadArgumentError as exc:
+            raise TraitError(str(exc)) from None
 
 
 _instance: NbGpu | None = None

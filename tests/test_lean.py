@@ -275,3 +275,16 @@ def test_the_interval_setting_refuses_what_a_sampler_refuses(interval):
     assert cfg.interval == before
     cfg.interval = 3600.0  # the largest a sampler takes
     cfg.interval = before
+
+
+@pytest.mark.parametrize("window_s", [1.0, 90000.0])
+def test_the_window_setting_refuses_what_a_panel_refuses(window_s):
+    from traitlets import TraitError
+
+    from nbgpu import config
+
+    cfg = config.settings()
+    before = cfg.window_s
+    with pytest.raises(TraitError, match="window_s must be a number of seconds from 5 to 86400"):
+        cfg.window_s = window_s
+    assert cfg.window_s == before

@@ -22,6 +22,7 @@ import ipywidgets as widgets
 from ipywidgets.widgets.widget_string import HTMLStyle
 
 from .. import session
+from ..config import check_window
 from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sampler import check_sampler
@@ -32,7 +33,6 @@ from .columns import (
     WINDOW_CHOICES_S,
     check_metrics,
     check_refresh,
-    check_window,
     resolve_columns,
 )
 from .grid_view import SPARK_PX, PanelGrid
