@@ -98,6 +98,8 @@ class Sampler(SamplerThread, SamplerReads):
         store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
                                       ("history_s", history_s)) if v is not None}
         self.store = Store(**store_kw)  # checks the bounds before any source opens
+        if not callable(clock):
+            raise BadArgumentError(f"clock must be a function giving epoch seconds, got {clock!r}")
         self._clock = clock
         self.source: Source = open_source(source)
         try:
