@@ -72,6 +72,8 @@ _TABLE = [
      "panel widget messages and bytes per second, interval 0.1 vs 0.5"),
     ("panel_refresh", "cpu", "cpu_widgets:run_refresh",
      "panel refresh CPU ms, 8 GPUs, 60 s and 15 min windows, beside the code before"),
+    ("panel_sections", "cpu", "panel_sections:run",
+     "a live panel's refresh step by step (thread CPU), the main thread busy, 1 simulated GPU"),
     ("flight_cost", "cpu", "flight_cost:run_simulated",
      "flight recorder thread CPU per wall second beside 8 simulated GPUs, with a positive control"),
     ("store_24h", "cpu", "cpu_store:run", "store memory after 24 h at defaults, 8 GPUs"),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
-from .metrics import BY_NAME, GPU_METRICS, HOST_KEY, HOST_METRICS
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .sources.base import Device
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class Timeline:
                  t1: float = math.inf, resolution: str | None = None,
                  drained: Callable[[object, str], float] | None = None) -> None:
         self.store = store
-        self.devices = [Device.of(d) for d in devices]  # old-style dicts still accepted
+        self.devices = list(devices)
         self.t0, self.t1 = t0, t1
         self.resolution = resolution
         # (device, metric) -> the time up to which that metric's sample buffer reached the
@@ -288,7 +288,3 @@ class Timeline:
         return write_parquet(self.to_pandas(), path)
 
 
-def metric_unit(name: str) -> str:
-    """Unit of a column name ('' for unknown columns)."""
-    m = BY_NAME.get(name)
-    return m.unit if m else ""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import nbgpu
 from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
 from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
-from test_profiles_capture import advance, settle
 
 MIB = 1 << 20
 
@@ -17,10 +16,10 @@ MIB = 1 << 20
 def _block(s, clock, seconds: float, step: float = 0.5):
     """A capture of ``seconds`` of fake time on the running sampler ``s``."""
     s.start()
-    settle(s)
+    clock.settle(s)
     cap = nbgpu.capture(sampler=s).start()
     for _ in range(round(seconds / step)):
-        advance(s, clock, step)
+        clock.advance(s, step)
     cap.finish()
     _ = cap.summary  # read as the cell report does, while the sampler still runs
     return cap

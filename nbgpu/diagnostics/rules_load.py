@@ -100,14 +100,14 @@ def input_bound(ctx: Context) -> list[Finding]:
         if not (th.input_min_util_pct <= util < th.input_util_below_pct):
             continue
         if split is None:
-            message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
+            message = (f"GPU {dev.key} busy only {util:.0f} % of the time while this kernel's "
                        f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU may be waiting "
                        "for input, or for Python launching small kernels")
             out.append(Finding("input_bound", dev.key, "warning", message, MAYBE_HINT, {
                 "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
             continue
         share, where = _held(split, "input_bound")
-        message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while the main thread spent "
+        message = (f"GPU {dev.key} busy only {util:.0f} % of the time while the main thread spent "
                    f"{100 * share:.0f} % of it in the data loader{where} (over {span:.0f} s): the GPU "
                    "is waiting for input")
         out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, _evidence(
@@ -138,7 +138,7 @@ def launch_bound(ctx: Context) -> list[Finding]:
         else:
             continue
         share, where = _held(split, "launch_bound")
-        message = (f"GPU {dev['index']} {state} while the main thread spent {100 * share:.0f} % of the "
+        message = (f"GPU {dev.key} {state} while the main thread spent {100 * share:.0f} % of the "
                    f"time issuing GPU work from Python{where} (over {span:.0f} s): the loop is launch-bound")
         out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, _evidence(
             split, "launch_bound", util_pct=round(util, 1), window_s=span,
@@ -154,7 +154,7 @@ def sync_bound(ctx: Context) -> list[Finding]:
         if not util < th.sync_util_below_pct:
             continue
         share, where = _held(split, "sync_bound")
-        message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev['index']}"
+        message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev.key}"
                    f"{where} while it was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound")
         out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, _evidence(
             split, "sync_bound", util_pct=round(util, 1), window_s=span)))
@@ -176,7 +176,7 @@ def idle(ctx: Context) -> list[Finding]:
         if not util < th.idle_util_below_pct:
             continue
         during = "while a cell runs, " if ctx.in_cell_s else ""
-        message = (f"GPU {dev['index']} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
+        message = (f"GPU {dev.key} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
                    f"{during}over {span:.0f} s: the code is waiting on something")
         out.append(Finding("idle", dev.key, "info", message, IDLE_HINT, {
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span,

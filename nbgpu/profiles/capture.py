@@ -25,8 +25,9 @@ import numpy as np
 from ..diagnostics import stacks
 from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
-from ..sampler import Sampler
+from ..sampler import Sampler, check_sampler
 from ..sampler_thread import running_samplers
+from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
 from .summary import Summary, rows_frame, selected, summarize
@@ -152,9 +153,11 @@ class Capture:
 
     def __init__(self, sampler: Sampler | None = None, *, source: object = None,
                  interval: float | None = None, gpus: list | None = None, label: str = "") -> None:
+        check_sampler(sampler, source, interval)
         self.sampler = sampler
         self._source, self._interval = source, interval
-        self.gpus = list(gpus) if gpus is not None else None
+        self._asked_gpus = gpus
+        self.gpus = self._checked_gpus() if sampler is not None else None
         self.label = label
         self.start_time = math.nan
         self.end_time = math.nan
@@ -202,6 +205,7 @@ class Capture:
                 self.sampler = Sampler(self._source or "auto", self._interval or OWN_SAMPLER_INTERVAL_S)
             self.sampler.start()
             self.owns_sampler = True
+        self.gpus = self._checked_gpus()
         self._torch.start(list(_active))
         fast = getattr(self.sampler, "fast_memory", None)
         if callable(fast):
@@ -212,6 +216,10 @@ class Capture:
             self.sampler.request("energy")
         _active.append(self)
         return self
+
+    def _checked_gpus(self) -> list | None:
+        keep = check_gpus(self._asked_gpus, [d.key for d in self.sampler.devices if d.parent is None])
+        return None if keep is None else list(keep)
 
     def finish(self, status: str = "ok", exc: BaseException | None = None, wait: bool = True) -> None:
         """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
 from ..errors import warn_user
-from ..files import file_error
+from ..files import as_path, file_error
 from . import history_file
 from .compare import RunFigures, capture_figures
 from .cost import cost_of
@@ -286,7 +286,7 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     if path is False:
         _store.path = None
         return None
-    text = default_history_path() if path is None or path is True else os.fspath(path)
+    text = default_history_path() if path is None or path is True else as_path(path)
     text = os.path.abspath(os.path.expanduser(text))
     if text == _store.path:
         return text
