@@ -2,10 +2,12 @@
 
 The recorded readings go into a ``Store`` in time order, tick by tick, and the same
 ``DiagnosticsEngine`` the live sampler uses is called after each tick with the
-recording's own time: no rule is copied here. The recorded command counts as work
-running for its whole length (the idle rule judges only while work runs). Findings are
-printed per cell (the span from one mark to the next) where the run has marks, else
-for the run.
+recording's own time: no rule is copied here. A recording with ``cell`` events (a
+profiled cell's span: ``start``, ``end``, ``label``) is judged per cell as a cell report
+judges it (``judged_in``: findings made inside the cell on readings from inside it), and
+counts as work running only inside those spans; otherwise the recorded command counts
+as work running for its whole length (the idle rule judges only while work runs) and
+findings are printed per mark span where the run has marks, else for the run.
 """
 
 from __future__ import annotations
@@ -91,8 +93,26 @@ def _devices(run: Run, df) -> list[Device]:
     return out
 
 
+def cells_of(run: Run) -> list[tuple[str, float, float]]:
+    """(label, start, end) of the run's ``cell`` events, in time order; bad ones left out."""
+    import datetime as _dt
+
+    out = []
+    for e in run.events:
+        if e.get("event") != "cell":
+            continue
+        try:
+            end = _dt.datetime.fromisoformat(str(e["end"])).timestamp()
+        except (KeyError, ValueError, TypeError):
+            continue
+        if end >= e["time_s"]:
+            out.append((str(e.get("label", "")), e["time_s"], end))
+    return sorted(out, key=lambda c: c[1])
+
+
 def replay(run: Run, thresholds: dict | None = None) -> list:
-    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first."""
+    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first (each
+    with the findings it rests on, as the live engine keeps them)."""
     import numpy as np
 
     from ..diagnostics.engine import DiagnosticsEngine
@@ -116,7 +136,10 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     marks = sorted(run.marks())
     for t, label in marks:
         sim.store.add_event(Event(t, "mark", label))
-    engine.cell_running(True)  # the recorded command ran all along
+    edges = sorted([(t0, True) for _, t0, _ in cells_of(run)] + [(t1, False) for _, _, t1 in cells_of(run)],
+                   key=lambda e: e[0])
+    if not edges:
+        engine.cell_running(True)  # the recorded command ran all along
     times = df["_t"].to_numpy()
     gpus = df["gpu"].to_numpy()
     values = {c: df[c].to_numpy(dtype=np.float64) for c in gpu_cols + host_cols}
@@ -124,6 +147,8 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     last_t = None
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(times)], strict=True):
         t = float(times[lo])
+        while edges and edges[0][0] <= t:
+            engine.cell_running(edges.pop(0)[1])
         for i in range(lo, hi):
             sim.store.append_row(gpus[i], "tick", t, {c: values[c][i] for c in gpu_cols})
         if host_cols:
@@ -132,6 +157,17 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
         last_t = t
     engine.close_all(last_t)
     return engine.alert_list()
+
+
+def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
+    """Per ``cell`` event: its label, span and the alerts judged inside it (``judged_in``)."""
+    from ..diagnostics.alerts import judged_in
+
+    alerts = replay(run, thresholds)
+    interval = float(run.header.get("interval_s") or 1.0)
+    return [{"cell": label, "start_s": t0, "end_s": t1,
+             "alerts": judged_in(alerts, t0, t1, max(1.0, 2.0 * interval))}
+            for label, t0, t1 in cells_of(run)]
 
 
 def _cell_of(start: float, marks: list[tuple[float, str]]) -> str:
@@ -157,6 +193,8 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
     except (BadArgumentError, FileError) as exc:
         print(f"nbgpu report: error: {exc}", file=sys.stderr)
         return 2
+    if cells_of(run):
+        return _print_cells(path, run, thresholds, as_json)
     marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
     found = [_record(a, marks) for a in replay(run, thresholds)]
     if as_json:
@@ -176,4 +214,21 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
     return 0
 
 
-__all__ = ["parse_thresholds", "replay", "run_diagnose"]
+def _print_cells(path: str, run: Run, thresholds: dict, as_json: bool) -> int:
+    cells = judge_cells(run, thresholds)
+    for c in cells:
+        c["findings"] = [dict(_record(a, []), cell=c["cell"]) for a in c.pop("alerts")]
+    if as_json:
+        print(json.dumps({"run": path, "thresholds": thresholds, "cells": cells,
+                          "findings": [f for c in cells for f in c["findings"]]}, default=str))
+        return 0
+    for c in cells:
+        print(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):")
+        for f in c["findings"]:
+            print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']}")
+        if not c["findings"]:
+            print("  no findings")
+    return 0
+
+
+__all__ = ["cells_of", "judge_cells", "parse_thresholds", "replay", "run_diagnose"]

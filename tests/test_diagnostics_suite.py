@@ -1,0 +1,77 @@
+"""The labelled real-GPU suite (issue 28): recorded cells replayed through the diagnostics.
+
+``tests/data/suite/expected.json`` says, for each cell, the findings it must get and must
+not get; it was committed before the cells ran. ``cell-NAME.jsonl`` beside it is the cell
+recorded on the H200 by ``scripts/gpu/diagnostics_suite.py`` (readings, marks, stack
+samples, the cell's span). Each is replayed through the rules as ``nbgpu report
+--diagnose`` does and judged as a cell report judges it; precision and recall of the
+expected findings must reach 0.95 in every cell, and no finding may rest on readings from
+outside its cell. These are real traces, not the simulator's scenarios.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+from benchmarks.diagnostics_suite import SUITE, expectations, score_recordings
+from nbgpu.cli import main
+
+DATA = os.path.dirname(SUITE)
+CELLS = list(expectations())
+
+
+@pytest.fixture(scope="module", name="result")
+def result_fixture() -> dict:
+    return score_recordings(DATA)
+
+
+def _cell(result: dict, name: str) -> dict:
+    found = [c for c in result["cells"] if c["cell"] == name]
+    assert found, f"no recording of cell {name} in {DATA}"
+    return found[0]
+
+
+def test_every_cell_of_the_suite_was_recorded(result):
+    assert len(CELLS) >= 12
+    assert result["missing_cells"] == []
+
+
+def test_the_expectations_name_every_rule_once_per_cell():
+    with open(SUITE, encoding="utf-8") as fh:
+        rules = set(json.load(fh)["rules"])
+    for name, cell in expectations().items():
+        must, may, must_not = set(cell["must"]), set(cell["may"]), set(cell["must_not"])
+        assert not (must & may) and not (must & must_not) and not (may & must_not), name
+        assert must | may | must_not == rules, name
+
+
+@pytest.mark.parametrize("name", CELLS)
+def test_precision_and_recall_of_each_cell(result, name):
+    got = _cell(result, name)["replay"]
+    assert got["recall"] >= 0.95, f"{name}: missed {got['missed']} (found {got['found']})"
+    assert got["precision"] >= 0.95, f"{name}: wrongly found {got['false_positives']}"
+
+
+def test_no_finding_rests_on_readings_outside_its_cell(result):
+    for c in result["cells"]:
+        assert c["outside"] == [], c["cell"]
+        for f in c["findings"]:
+            assert f["made_s"] and all(c["start_s"] <= m <= c["end_s"] for m in f["made_s"])
+
+
+def test_the_command_line_gives_the_same_findings(result, capsys):
+    for path in sorted(glob.glob(os.path.join(DATA, "cell-*.jsonl"))):
+        assert main(["report", "--diagnose", path, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        for cell in doc["cells"]:
+            want = _cell(result, cell["cell"])["replay"]["found"]
+            assert sorted({f["rule"] for f in cell["findings"]}) == want, path
+
+
+def test_the_recordings_stay_small():
+    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(DATA, "*")))
+    assert total < 2_000_000
