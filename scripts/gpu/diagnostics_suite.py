@@ -56,12 +56,31 @@ def _suite_dump(name, path, recorder):
         line = cap.one_line()
     except Exception as exc:
         line = repr(exc)
-    out = {"name": name, "start_s": t0, "end_s": t1, "status": cap.status,
+    try:
+        rows = [{k: v for k, v in r.items() if k != "alerts"} for r in cap.summary_rows]
+    except Exception as exc:
+        rows = [{"error": repr(exc)}]
+    out = {"name": name, "start_s": t0, "end_s": t1, "status": cap.status, "error": cap.error,
            "execution_count": rec.execution_count, "one_line": line, "findings": found,
-           "where": where}
+           "where": where, "summary": rows}
     with open(path, "a") as fh:
         fh.write(json.dumps(out, default=str) + "\n")
     recorder.flush()
+
+
+def _suite_close(recorder, out_dir):
+    """Close the recording; keep every alert (with its findings) and the native readings."""
+    import json, os
+    from nbgpu import session
+    from nbgpu.files import write_jsonl
+    recorder.close()
+    s = session.shared_sampler()
+    alerts = [{"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start_s": a.start, "end_s": a.end,
+               "message": a.message, "held": [list(h[:3]) for h in a.held]} for a in s.alert_list()]
+    with open(os.path.join(out_dir, "alerts.json"), "w") as fh:
+        json.dump(alerts, fh, default=str)
+    write_jsonl(s.timeline.to_pandas(resolution="native"), os.path.join(out_dir, "session-native.jsonl"),
+                filled=False)
 '''
 
 
@@ -210,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             if st != "ok":
                 failed.append(f"{name} (dump: {text.strip()[:200]})")
                 _log(log, f"dump {name}: {st} {text.strip()[:600]}")
-        st, text = kernel.run("_suite_rec.close()", 60, silent=True)
+        st, text = kernel.run(f"_suite_close(_suite_rec, {args.out!r})", 120, silent=True)
         _log(log, f"recorder closed: {st} {text.strip()[:200]}")
     finally:
         kernel.close()
