@@ -49,7 +49,7 @@ def _suite_dump(name, path, recorder):
     if callable(fn):
         try:
             w = fn()
-            where = w.to_dict() if hasattr(w, "to_dict") else w
+            where = {"rows": w.to_dict("records"), "attrs": dict(w.attrs)} if hasattr(w, "attrs") else w
         except Exception as exc:
             where = {"error": repr(exc)}
     try:
