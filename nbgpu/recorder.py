@@ -115,8 +115,8 @@ class Recorder:
         NVML's sample buffers (power every 20 ms, utilisation every 200 ms) would make a
         line every 20 ms per GPU; a tick row with the mean of the samples since the previous
         tick keeps files small and the energy right, and ``<metric>_max`` keeps their
-        maximum (a memory peak between two ticks), as ``Timeline.to_pandas`` does. Sources without ticks (Prometheus)
-        keep their own sample times.
+        maximum (a memory peak between two ticks), as ``Timeline.to_pandas`` does. Sources
+        without ticks (Prometheus) keep their own sample times.
         """
         streams = self.sampler.store.streams_of(device)
         if "tick" not in streams:

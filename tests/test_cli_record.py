@@ -314,7 +314,8 @@ def test_a_tick_row_keeps_the_peak_of_the_samples_folded_into_it(tmp_path):
     s.stop()
     mine, _ = read_lines(tmp_path / "a.jsonl")
     frame = s.timeline.to_pandas()
-    truth = {round(t.timestamp(), 3): m for t, m in zip(frame["time"], frame["mem_used_max_bytes"], strict=True)}
+    peaks = frame["mem_used_max_bytes"]
+    truth = {round(t.timestamp(), 3): m for t, m in zip(frame["time"], peaks, strict=True)}
     written = {round(pd.Timestamp(r["timestamp"]).timestamp(), 3): r.get("mem_used_max_bytes") for r in mine}
     common = [t for t in sorted(written) if t in truth][1:-1]  # the final flush folds the rest in
     assert len(common) >= 8
