@@ -104,3 +104,36 @@ def test_a_cell_shorter_than_a_rules_window_is_not_judged_on_readings_from_befor
     finally:
         s.stop()
     assert "throttling" not in [a.rule for a in cap.alerts]
+
+
+def _filling_sampler(fill_at: float):
+    """Memory at half the card, then full from ``fill_at`` on (an allocation loop's OOM)."""
+    total = 143771 * MIB
+
+    def mem(g, t, m):
+        return total * (0.99 if t >= fill_at else 0.5)
+
+    return sim_sampler(source=ShapedGPUs(count=1, mem=mem, mem_total_bytes=total))
+
+
+def test_a_cell_shorter_than_the_hold_that_ends_with_the_card_full_is_judged_at_its_end(clean_profiles):
+    # The issue's OOM cell: under a second, memory full at its end; no evaluation falls inside it.
+    s, clock = _filling_sampler(fill_at=10.3)
+    drive(s, clock, 10.0)
+    try:
+        cap = _block(s, clock, 0.6, step=0.3)
+    finally:
+        s.stop()
+    (alert,) = [a for a in cap.alerts if a.rule == "oom_risk"]
+    assert alert.severity == "warning" and "99 %" in alert.message
+    assert "since before this cell" not in alert.message
+
+
+def test_a_short_cell_with_memory_below_the_level_at_its_end_gets_no_oom_risk(clean_profiles):
+    s, clock = _filling_sampler(fill_at=1e9)
+    drive(s, clock, 10.0)
+    try:
+        cap = _block(s, clock, 0.6, step=0.3)
+    finally:
+        s.stop()
+    assert cap.alerts == []

@@ -148,7 +148,10 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(times)], strict=True):
         t = float(times[lo])
         while edges and edges[0][0] <= t:
-            engine.cell_running(edges.pop(0)[1])
+            start = edges.pop(0)[1]
+            engine.cell_running(start)
+            if not start:
+                engine.judge_cell_end()  # as a capture's end asks, at its edge reading
         for i in range(lo, hi):
             sim.store.append_row(gpus[i], "tick", t, {c: values[c][i] for c in gpu_cols})
         if host_cols:

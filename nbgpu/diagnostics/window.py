@@ -150,6 +150,7 @@ class Context:
     marks: list[tuple[float, str]] = field(default_factory=list)  # the newest at or before now
     mark_cache: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)  # what rules keep between evaluations
+    cell_end: bool = False  # evaluated at the end edge of a cell (or capture) that just ended
 
     def gpus(self, whole_only: bool = True) -> list[Device]:
         """Devices to judge (whole GPUs only unless told otherwise)."""
