@@ -72,6 +72,7 @@ class Recorder:
         self._marks: dict[tuple[object, str], float] = {}
         self._event_seq = 0  # the store numbers events from 1
         self._alerts_written: set[tuple] = set()
+        self._stacks_done = -np.inf  # time of the newest stack sample written
         self._last: dict[object, dict] = {}
         self.rows_written = 0
         self.closed = False
@@ -214,6 +215,7 @@ class Recorder:
         for ev in self.sampler.store.events_since(self._event_seq):
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
             self._event_seq = ev.seq
+        self._write_stacks()
         alert_list = getattr(self.sampler, "alert_list", None)
         if not callable(alert_list):
             return
@@ -229,6 +231,16 @@ class Recorder:
             self._event({"event": "alert", "rule": a.rule, "severity": a.severity, "gpu_id": a.gpu,
                          "start": iso(a.start), "end": None if a.end is None else iso(a.end),
                          "message": a.message, "suggestion": a.suggestion}, a.start)
+
+    def _write_stacks(self) -> None:
+        """The main thread's stack samples since the last flush, as one ``stacks`` event line."""
+        from .diagnostics.stacks import samples_of, stacks_record
+
+        got = samples_of(self.sampler)
+        record = stacks_record(got, self._stacks_done) if got is not None else None
+        if record is not None:
+            self._stacks_done = record.pop("_last")
+            self._event(record, record["t0"])
 
     # -- public -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> int:

@@ -52,6 +52,12 @@ class Run:
         """The alert events."""
         return [e for e in self.events if e.get("event") == "alert"]
 
+    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
+        """(epoch seconds, category, cell line, its text) of the main thread's stack samples."""
+        from .diagnostics.stacks import read_records
+
+        return read_records(self.events)
+
 
 def _bad(path: str, what: str) -> FileError:
     return FileError(f"cannot read {path}: {what}; give a file written by `nbgpu record` or an "

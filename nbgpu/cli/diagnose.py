@@ -65,6 +65,7 @@ class _Replay:
         self.devices = devices
         self.interval = interval
         self.lost: dict = {}
+        self.stack_samples = None  # the recording's main-thread stack samples, if it has any
 
     def watch(self) -> None:
         pass
@@ -127,6 +128,11 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     steps = np.diff(np.unique(df["_t"].to_numpy()))
     interval = float(np.median(steps)) if len(steps) else 1.0
     sim = _Replay(_devices(run, df), interval)
+    records = run.stack_samples()
+    if records:
+        from ..diagnostics.stacks import samples_from
+
+        sim.stack_samples = samples_from(records)
     gpu_cols = [c for c in _GPU if c in df.columns]
     host_cols = [c for c in _HOST if c in df.columns]
     for d in sim.devices:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..diagnostics import stacks
 from ..diagnostics.alerts import judged_in
 from ..diagnostics.engine import register_activity
 from ..errors import BadArgumentError
@@ -202,6 +203,10 @@ class Capture:
         self._line: str | None = None
         self._result: Summary | None = None
         self._series: dict[tuple[object, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
+        self._split: stacks.Split | None = None
+        self._split_final = False  # the split was taken at the block's end
+        self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -234,6 +239,7 @@ class Capture:
         if callable(fast):
             self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
+        self._stacks = stacks.hold(self.sampler)
         if self._counter_stale(self.start_time):  # else the fast memory lane covers the start
             self.sampler.request("energy")
         _active.append(self)
@@ -249,6 +255,9 @@ class Capture:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if self in _active:
             _active.remove(self)
+        if self.sampler is not None and self._stacks is not None:
+            stacks.release(self.sampler, self._stacks)
+            self._split, self._split_final = self.split(), True
         try:
             self._torch.finish()
         except Exception:
@@ -417,6 +426,20 @@ class Capture:
         if not math.isnan(self.end_time):
             self._alerts = found
         return found
+
+    def split(self) -> stacks.Split | None:
+        """Where the main thread's time went in the block (None: no stack samples)."""
+        if self._split_final or self._stacks is None:
+            return self._split
+        got = stacks.samples_of(self.sampler)
+        t0, t1 = self._range()
+        return got.split(t0, t1) if got is not None else None
+
+    def where(self) -> pd.DataFrame:
+        """Where the main thread was: one row per category (``category``, ``seconds``,
+        ``share``); ``attrs["top_line"]`` is the cell line most time went to, e.g.
+        ``{"line": 7, "text": "for x, y in dl", "share": 0.81}`` (None without samples)."""
+        return stacks.where_frame(self.split(), self.line_offset)
 
     @property
     def iterations(self) -> pd.DataFrame:

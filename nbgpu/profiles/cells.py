@@ -236,6 +236,7 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
     if _mode is not None:
         _mode.skip_current = True
     cap = Capture(sampler, gpus=gpus)
+    cap.line_offset = 1  # the body's line 1 is the cell's line 2, under %%gpumon
     cap.start()
     try:
         _run_body(shell, cell)

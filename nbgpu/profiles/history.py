@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..diagnostics.stacks import CATEGORIES
 from ..files import file_error
 from . import history_file
 from .compare import RunFigures, capture_figures
@@ -105,9 +106,14 @@ class CellRecord:
 
     def tail(self) -> dict:
         alerts = self.capture.alerts
+        split = self.capture.split()
+        top = self.capture.where().attrs["top_line"] if split is not None else None
         return {"alerts": len(alerts),
                 "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
-                "error": self.capture.error or ""}
+                "error": self.capture.error or "",
+                **{f"share_{c}": None if split is None else round(split.shares[c], 4) for c in CATEGORIES},
+                "top_line": "" if top is None else f"line {top['line']} `{top['text']}`: "
+                                                   f"{100 * top['share']:.0f} %"}
 
     def gpu_rows(self) -> list[dict]:
         return self.capture.summary_rows
@@ -151,7 +157,8 @@ class SavedRecord:
                                               "duration_s", "status")}
 
     def tail(self) -> dict:
-        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error")}
+        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error", "top_line",
+                                              *(f"share_{c}" for c in CATEGORIES))}
 
     def gpu_rows(self) -> list[dict]:
         return [dict(r) for r in self.data.get("gpus") or []]
@@ -351,8 +358,10 @@ def clear() -> None:
 def history(per_gpu: bool = False) -> pd.DataFrame:
     """One row per profiled cell: execution count, cell id, first line, start, duration,
     the summary over all GPUs (memory, utilisation, power, energy, temperature, throttling),
-    energy as kWh (and cost and CO₂ where configured), status and the alerts that
-    overlapped the cell. Cells kept in the history file from earlier kernels come first.
+    energy as kWh (and cost and CO₂ where configured), status, the alerts judged in the
+    cell and where its main thread was (``share_gpu_wait`` ... ``share_idle``, fractions
+    of its time, None without stack samples; ``top_line``). Cells kept in the history
+    file from earlier kernels come first.
 
     Args:
         per_gpu: one row per (cell, GPU) with that GPU's summary instead.
@@ -377,7 +386,8 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        return pd.DataFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error"])
+        return pd.DataFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error",
+                                                    *(f"share_{c}" for c in CATEGORIES), "top_line"])
     df = pd.DataFrame(rows)
     order = base + [c for c in df.columns if c not in base]
     return df[order]

@@ -147,6 +147,24 @@ def static_svg(cap: Capture, width: int = 720) -> str:
     return svg_series(data, cap.marks, width, gpus)
 
 
+def where_line(cap: Capture) -> str:
+    """``main thread: data loader 81 %, ... · line 7 `for x, y in dl`: 81 %``; "" without samples."""
+    from ..diagnostics.stacks import where_text
+
+    return where_text(cap.split(), cap.line_offset)
+
+
+def where_html(cap: Capture) -> str:
+    """The split as one small bar and its line (HTML); "" without stack samples."""
+    from ..diagnostics.stacks import where_bar_html
+
+    text = where_line(cap)
+    if not text:
+        return ""
+    return (f'<p class="nbgpu-where" style="margin:2px 0;font-size:12px">{where_bar_html(cap.split())} '
+            f"{escape(text)}</p>")
+
+
 def static_html(cap: Capture, svg: str | None = None) -> str:
     """Title, SVG picture and summary table of a capture, as one self-contained HTML block."""
     error = f'<p style="margin:2px 0;color:#a33">{escape(cap.error)}</p>' if cap.error else ""
@@ -155,7 +173,7 @@ def static_html(cap: Capture, svg: str | None = None) -> str:
                 f"<p>{escape(NO_GPU_LINE)}</p></div>")
     svg = static_svg(cap) if svg is None else svg
     return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-            f"<div>{svg}</div>{summary_html(cap.summary_rows)}</div>")
+            f"<div>{svg}</div>{where_html(cap)}{summary_html(cap.summary_rows)}</div>")
 
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
@@ -164,4 +182,5 @@ def compact_html(cap: Capture, svg: str | None = None) -> str:
         return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
     svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary_rows)}</details>")
+            f"{escape(cap.one_line())}</summary><div>{svg}</div>{where_html(cap)}"
+            f"{summary_html(cap.summary_rows)}</details>")

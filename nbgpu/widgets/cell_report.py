@@ -22,6 +22,8 @@ from ..profiles.report import (
     static_html,
     static_svg,
     summary_html,
+    where_html,
+    where_line,
 )
 from ..units import GIB
 
@@ -43,7 +45,8 @@ class CellReport:
             return {"text/plain": f"{_title(self.cap)}\n{NO_GPU_LINE}", "text/html": static_html(self.cap)}
         svg = static_svg(self.cap)
         bundle = {
-            "text/plain": f"{_title(self.cap)}\n{self.cap.one_line()}",
+            "text/plain": "\n".join(x for x in (_title(self.cap), self.cap.one_line(),
+                                                 where_line(self.cap)) if x),
             "text/html": static_html(self.cap, svg),
             "image/svg+xml": svg,
         }
@@ -143,4 +146,4 @@ def build_widget(cap: Capture):
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
     return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, fig,
-                   w.HTML(summary_html(cap.summary_rows))])
+                   w.HTML(where_html(cap) + summary_html(cap.summary_rows))])
