@@ -148,11 +148,18 @@ def _epoch(text: str) -> float:
 
 
 def split_cells(session: str, cells: list[dict], out_dir: str, pre_s: float,
-                post_s: float = 2.0) -> list[str]:
+                post_s: float = 2.0, trim: bool = False) -> list[str]:
     """One recording per cell: the run header, lines within [start - pre_s, end + post_s], and a
-    ``cell`` event with the span and the live findings. Returns the paths written."""
+    ``cell`` event with the span and the live findings. Returns the paths written. ``trim``
+    drops the monitoring script's duplicate keys (``gpu_util_percent``, ...: a reader takes
+    nbgpu's own columns) to keep the files small."""
+    from nbgpu.files import LEGACY_KEYS
+
     with open(session, encoding="utf-8") as fh:
         lines = [json.loads(raw) for raw in fh if raw.strip()]
+    if trim:
+        lines = [{k: v for k, v in rec.items() if k not in LEGACY_KEYS} if "event" not in rec else rec
+                 for rec in lines]
     header = [rec for rec in lines if rec.get("event") == "run"][:1]
     body = [rec for rec in lines if rec.get("event") != "run"]
     stamps = [_epoch(rec["timestamp"]) for rec in body]
@@ -181,8 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None, help="comma-separated cell names (setup entries always run)")
     p.add_argument("--pre", type=float, default=30.0, help="seconds before each cell kept in its recording")
     p.add_argument("--cell-timeout", type=float, default=150.0)
+    p.add_argument("--split-from", default=None, metavar="DIR",
+                   help="run nothing: cut DIR/session.jsonl into cell recordings under --out "
+                        "(with --pre, the duplicate keys dropped)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
+    if args.split_from:
+        with open(os.path.join(args.split_from, "cells.json"), encoding="utf-8") as fh:
+            cells = json.load(fh)["cells"]
+        paths = split_cells(os.path.join(args.split_from, "session.jsonl"), cells, args.out, args.pre,
+                            trim=True)
+        print(f"{len(paths)} cell recordings under {args.out}")
+        return 0
     with open(args.suite, encoding="utf-8") as fh:
         suite = json.load(fh)
     only = set(args.only.split(",")) if args.only else None
