@@ -48,11 +48,13 @@ def score(found: set[str], cell: dict) -> dict:
 
 
 def outside(findings: list[dict], t0: float, t1: float, tolerance_s: float) -> list[str]:
-    """Findings resting on a reading from before the cell or made outside it (should be none)."""
+    """Findings resting on a reading from before the cell or made outside it (should be none;
+    ``tolerance_s``, two sampling intervals, allowed at the edges, where the end edge is judged)."""
     bad = []
     for f in findings:
         made, since = f.get("made_s") or [], f.get("since_s") or []
-        if any(m < t0 or m > t1 for m in made) or any(s < t0 - tolerance_s for s in since):
+        if any(m < t0 or m > t1 + tolerance_s for m in made) or \
+                any(s < t0 - tolerance_s or s > t1 + tolerance_s for s in since):
             bad.append(f["rule"])
     return bad
 

@@ -149,6 +149,12 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     times = df["_t"].to_numpy()
     gpus = df["gpu"].to_numpy()
     values = {c: df[c].to_numpy(dtype=np.float64) for c in gpu_cols + host_cols}
+    if "mem_used_bytes" in values and "mem_used_max_bytes" in df:
+        # The live rules read every memory sample (10 ms while a cell runs); a tick row keeps
+        # their mean and their peak. Memory is judged on the peak: a card that filled up
+        # between two ticks (an allocation loop's OOM) was full, whatever the mean says.
+        peak = df["mem_used_max_bytes"].to_numpy(dtype=np.float64)
+        values["mem_used_bytes"] = np.fmax(values["mem_used_bytes"], peak)
     bounds = np.flatnonzero(np.diff(times)) + 1
     last_t = None
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(times)], strict=True):

@@ -128,7 +128,8 @@ def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.
 
     A finding counts when it was made inside the span (or at its end edge, ``tolerance_s``
     after it, where a short cell is judged) and rests on readings from inside it
-    (``tolerance_s`` allowed before it); a cell too short for a rule's window is not judged by it.
+    (``tolerance_s`` allowed at either edge); a cell too short for a rule's window is not
+    judged by it.
     Each alert shows its worst (then newest) counted finding; one that began before the
     cell says so. Alerts without findings (read from a file) count where they overlap.
     """
@@ -138,7 +139,8 @@ def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.
             if a.start <= t1 and (a.end is None or a.end >= t0):
                 out.append(a)
             continue
-        counted = [h for h in a.held if t0 <= h[0] <= t1 + tolerance_s and t0 - tolerance_s <= h[1] <= t1]
+        counted = [h for h in a.held if t0 <= h[0] <= t1 + tolerance_s
+                   and t0 - tolerance_s <= h[1] <= t1 + tolerance_s]
         if not counted:
             continue
         _, _, severity, message, evidence = max(counted, key=lambda h: (_RANK[h[2]], h[0]))
