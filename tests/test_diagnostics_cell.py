@@ -103,7 +103,11 @@ def test_a_cell_shorter_than_a_rules_window_is_not_judged_on_readings_from_befor
         cap = _block(s, clock, 3.0)
     finally:
         s.stop()
-    assert "throttling" not in [a.rule for a in cap.alerts]
+    # Judged on what it has: its own 3 s, never the 10 s window reaching back before it.
+    (alert,) = [a for a in cap.alerts if a.rule == "throttling"]
+    assert alert.message.endswith("(judged on the cell's 3.0 s)") and " over 3 s" in alert.message
+    assert alert.evidence["judged_on_s"] == 3.0 and alert.start >= cap.start_time
+    assert "since before this cell" not in alert.message
 
 
 def _filling_sampler(fill_at: float):

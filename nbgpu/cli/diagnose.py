@@ -114,6 +114,11 @@ def cells_of(run: Run) -> list[tuple[str, float, float]]:
 def replay(run: Run, thresholds: dict | None = None) -> list:
     """The alerts the diagnostics engine raises on ``run``'s readings, oldest first (each
     with the findings it rests on, as the live engine keeps them)."""
+    return _replayed(run, thresholds)[0].alert_list()
+
+
+def _replayed(run: Run, thresholds: dict | None = None):
+    """(the engine, the replayed sampler) after ``run``'s readings went through them."""
     import numpy as np
 
     from ..diagnostics.engine import DiagnosticsEngine
@@ -121,7 +126,7 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     engine = DiagnosticsEngine(thresholds)
     df = run.frame
     if not len(df):
-        return []
+        return engine, _Replay([], 1.0)
     df = df[df["gpu"].notna()].copy()
     df["_t"] = df["time"].astype("int64") / 1e9
     df = df.sort_values("_t", kind="stable")
@@ -171,18 +176,19 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
         engine(sim, t)
         last_t = t
     engine.close_all(last_t)
-    return engine.alert_list()
+    return engine, sim
 
 
 def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
-    """Per ``cell`` event: its label, span and the alerts judged inside it (``judged_in``)."""
-    from ..diagnostics.alerts import judged_in
-
-    alerts = replay(run, thresholds)
-    interval = float(run.header.get("interval_s") or 1.0)
-    return [{"cell": label, "start_s": t0, "end_s": t1,
-             "alerts": judged_in(alerts, t0, t1, max(1.0, 2.0 * interval))}
-            for label, t0, t1 in cells_of(run)]
+    """Per ``cell`` event: its label, span, the alerts its report lists and the window rules
+    it was too short to judge (``DiagnosticsEngine.judge_cell``, as a capture asks)."""
+    engine, sim = _replayed(run, thresholds)
+    out = []
+    for label, t0, t1 in cells_of(run):
+        stacks = sim.stack_samples
+        found, short = engine.judge_cell(sim, t0, t1, stacks.split(t0, t1) if stacks is not None else None)
+        out.append({"cell": label, "start_s": t0, "end_s": t1, "alerts": found, "too_short": short})
+    return out
 
 
 def _cell_of(start: float, marks: list[tuple[float, str]]) -> str:

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..store import MarkFollower
-from .alerts import Alert, Episodes, Finding, alerts_frame
+from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
 from .owners import attribute, gpus_in_use, tree_pids
 from .rules_card import busy_thin, throttling
-from .rules_load import idle, imbalance, input_bound
+from .rules_load import idle, imbalance, input_bound, launch_bound, one_bottleneck, sync_bound
 from .rules_memory import memory_leak, oom_risk
+from .stacks import samples_of
 from .thresholds import Thresholds
 from .window import Context, Window
 
@@ -37,18 +38,22 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
     "oom_risk": oom_risk,
     "memory_leak": memory_leak,
     "input_bound": input_bound,
+    "launch_bound": launch_bound,
+    "sync_bound": sync_bound,
     "idle": idle,
     "imbalance": imbalance,
     "throttling": throttling,
     "busy_thin": busy_thin,
 }
 PIDS_EVERY_S = 10.0
+JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
 # Rules that judge utilisation over the window ending where it is complete (``Window.end``),
 # and whatever they compare with it over those same seconds. While that end, the GPUs
 # judged, the ones this kernel uses and the running cell stay the same, they would find
 # the same: their findings are kept, not recomputed (nobody watching, utilisation is
 # drained every 10 s and the rules run every 2 s).
-AT_UTILISATION_END = frozenset({"input_bound", "idle", "imbalance", "busy_thin"})
+AT_UTILISATION_END = frozenset({"input_bound", "launch_bound", "sync_bound", "idle", "imbalance",
+                                "busy_thin"})
 
 
 _activity_probes: list[Callable[[Sampler], bool]] = []
@@ -80,7 +85,8 @@ def _work_active(sampler: Sampler) -> bool:
     return False
 
 
-_WINDOWS = {"input_bound": "input_window_s", "idle": "idle_window_s",
+_WINDOWS = {"input_bound": "input_window_s", "launch_bound": "input_window_s",
+            "sync_bound": "input_window_s", "idle": "idle_window_s",
             "imbalance": "imbalance_window_s", "throttling": "throttle_window_s",
             "busy_thin": "thin_window_s"}
 
@@ -202,12 +208,18 @@ class DiagnosticsEngine:
             self._pids = (now, pids)
         return pids
 
-    def context(self, sampler: Sampler, now: float) -> Context:
-        """What the rules see now: recent readings, GPUs in use, marks, cell state."""
-        th = self.thresholds
+    def context(self, sampler: Sampler, now: float, thresholds: Thresholds | None = None,
+                in_cell_s: float | None = None) -> Context:
+        """What the rules see now: recent readings, GPUs in use, marks, cell state.
+
+        ``thresholds`` and ``in_cell_s`` judge a span of its own (``judge_span``): readings
+        up to ``now`` count as complete, and the engine's running state is left alone.
+        """
+        th = self.thresholds if thresholds is None else thresholds
         stale = max(th.stale_after_s, 2.5 * sampler.interval)
+        own = thresholds is not None
         window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval),
-                        spans=self._spans, complete=sampler.drained_until)
+                        spans={} if own else self._spans, complete=None if own else sampler.drained_until)
         lost = sampler.lost
         devices = [d for d in sampler.devices if d.key not in lost]
         processes = sampler.processes() or None
@@ -217,6 +229,9 @@ class DiagnosticsEngine:
         if in_use is not None and not in_use:
             listed = any(processes.values()) if processes else False
             in_use = set() if listed else None
+        if own:
+            return Context(now, window, devices, th, in_cell_s or 0.0, in_use, status, [], {}, {},
+                           samples_of(sampler))
         if self._cells or _work_active(sampler):
             if self._cell_since is None:
                 self._cell_since = now
@@ -227,7 +242,58 @@ class DiagnosticsEngine:
             self._mark_cache.clear()
         in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
         return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._mark_cache,
-                       self._memo)
+                       self._memo, samples_of(sampler))
+
+    def judge_span(self, sampler: Sampler, t0: float, t1: float,
+                   rules: set[str] | None = None) -> tuple[list[Alert], list[str]]:
+        """Judge a cell [t0, t1] on its own readings: each window rule (of ``rules``; None:
+        all) once at its end, its window clipped to the cell. Returns the alerts found
+        (messages say when they were judged on less than the rule's window) and the rules
+        the cell was too short to judge (under ``JUDGE_MIN_S``, or no three utilisation
+        readings in it)."""
+        wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled
+                        and (rules is None or r in rules))
+        seconds = t1 - t0
+        if not wanted:
+            return [], []
+        if seconds < JUDGE_MIN_S:
+            return [], wanted
+        th = dataclasses.replace(self.thresholds, **{
+            _WINDOWS[r]: min(getattr(self.thresholds, _WINDOWS[r]), seconds) for r in wanted})
+        ctx = self.context(sampler, t1, th, in_cell_s=seconds)
+        if all(ctx.window.recent(d.key, "util_pct", seconds) is None for d in ctx.gpus()):
+            return [], wanted
+        out = []
+        for name in wanted:
+            try:
+                found = RULE_FUNCTIONS[name](ctx)
+            except Exception:
+                log.debug("diagnostics rule %s failed", name, exc_info=True)
+                continue
+            window = getattr(self.thresholds, _WINDOWS[name])
+            for f in found:
+                span = getattr(th, _WINDOWS[name])
+                message = f.message + (f" (judged on the cell's {span:.1f} s)" if span < window else "")
+                evidence = dict(f.evidence, judged_on_s=round(span, 2))
+                out.append(Alert(f.rule, f.severity, f.gpu, t1 - span, t1, message, f.suggestion,
+                                 evidence, [(t1, t1 - span, f.severity, message, evidence)]))
+        return out, []
+
+    def judge_cell(self, sampler: Sampler, t0: float, t1: float, split=None,
+                   finished: bool = True) -> tuple[list[Alert], list[str]]:
+        """A cell's [t0, t1] alerts as its report lists them, and the window rules it was too
+        short to judge: the alerts whose condition held inside it (``judged_in``); once it
+        finished, each window rule that found nothing there judged on the cell's own readings
+        (``judge_span``); at most one of input-, launch- and sync-bound per GPU, by ``split``
+        (``one_bottleneck``). A capture and ``nbgpu report --diagnose`` both ask this."""
+        found = judged_in(self.alert_list(since_s=t0), t0, t1, max(1.0, 2.0 * sampler.interval))
+        short: list[str] = []
+        if finished:
+            rules = {a.rule for a in found}
+            own, short = self.judge_span(sampler, t0, t1)
+            found += [a for a in own if a.rule not in rules]
+            short = [r for r in short if r not in rules]
+        return one_bottleneck(found, split), short
 
     def _newest_marks(self, store, now: float, count: int) -> list[tuple[float, str]]:
         """The newest ``count`` marks at or before ``now`` (time, label), oldest first."""

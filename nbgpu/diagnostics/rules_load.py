@@ -1,4 +1,11 @@
-"""Load rules: input-bound, idle / sync-bound and imbalance across GPUs."""
+"""Load rules: input-, launch- and sync-bound, idle, and imbalance across GPUs.
+
+Where the main thread's stack samples cover the window (a profiled cell or a capture ran),
+input-, launch- and sync-bound judge by what held its time: the data loader, issuing GPU
+work from Python, or waiting for the GPU; at most one of them holds a window. Without
+samples (the live panel between cells) only input-bound is judged, from the kernel's CPU,
+and it says it cannot tell a data loader from Python launching small kernels.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +20,17 @@ from .window import Context, fmt_gpus
 INPUT_HINT = ("Feed the GPU faster: DataLoader(num_workers=4 or more, pin_memory=True, "
               "persistent_workers=True, prefetch_factor=2 or more) with .to(device, non_blocking=True); "
               "move decoding and augmentation to the GPU or precompute them; with tf.data, "
-              "num_parallel_calls and .prefetch(tf.data.AUTOTUNE). If one core is pegged launching "
-              "small kernels, use larger batches or CUDA graphs.")
+              "num_parallel_calls and .prefetch(tf.data.AUTOTUNE).")
+MAYBE_HINT = INPUT_HINT + (" If instead one core is pegged launching small kernels, use larger "
+                           "batches or CUDA graphs; a %%gpumon cell tells the two apart.")
+LAUNCH_HINT = ("Python issues kernels too small to keep the GPU busy: use larger batches, CUDA graphs "
+               "(torch.compile(mode=\"reduce-overhead\") or torch.cuda.CUDAGraph), torch.compile to fuse "
+               "small operations, and fewer .item() / .cpu() syncs in the loop.")
+SYNC_HINT = ("Each wait stops Python from queueing the next work, so the GPU idles meanwhile: keep "
+             "values on the GPU and read them every N steps (sum the loss as a tensor, .item() once "
+             "an epoch), leave tensors out of print() and .cpu() / .numpy() in the loop, copy with "
+             "non_blocking=True, time work with CUDA events.")
+HELD_BY = {"input_bound": "data_loader", "launch_bound": "gpu_issue", "sync_bound": "gpu_wait"}
 IDLE_HINT = ("The cell is waiting, not computing: file or network I/O, a lock, sleep, a "
              "host-device sync in a loop (.item(), .cpu(), print of a tensor) or another process. "
              "A profiler (torch.profiler, py-spy dump) shows where it waits.")
@@ -24,22 +40,120 @@ IMBALANCE_HINT = ("Check that every GPU gets its share: DistributedSampler and p
                   "tensors created on cuda:0 by default.")
 
 
+def holder(split, th) -> str | None:
+    """Which of input-, launch- and sync-bound the split points at: the rule whose category
+    (data loader, issuing GPU work, waiting for the GPU) has the largest share, if at least
+    ``split_min_share``; None otherwise."""
+    rule = max(HELD_BY, key=lambda r: split.shares[HELD_BY[r]])
+    return rule if split.shares[HELD_BY[rule]] >= th.split_min_share else None
+
+
+def _held(split, rule: str) -> tuple[float, str]:
+    """(share, " at line 7 `for x, y in dl`") of the rule's category in the split."""
+    category = HELD_BY[rule]
+    line = split.line_of(category)
+    where = "" if line is None else f" at line {line['line']} `{line['text']}`"
+    return split.shares[category], where
+
+
+def _evidence(split, rule: str, **figures) -> dict:
+    line = split.line_of(HELD_BY[rule])
+    return {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
+            "line": None if line is None else line["line"],
+            "line_text": None if line is None else line["text"]}
+
+
+def one_bottleneck(alerts: list, split) -> list:
+    """A cell's alerts with at most one of input-, launch- and sync-bound per GPU: where
+    windows of the cell found more than one, the one whose category holds most of the
+    cell's time (``split``) stays (with no split, the one judged last)."""
+    kept, out = {}, []
+    for a in alerts:
+        if a.rule not in HELD_BY:
+            out.append(a)
+            continue
+        other = kept.get(a.gpu)
+        if other is None or (split.shares[HELD_BY[a.rule]] > split.shares[HELD_BY[other.rule]]
+                             if split is not None else a.start >= other.start):
+            kept[a.gpu] = a
+    return out + [a for a in alerts if a in kept.values()]
+
+
 def input_bound(ctx: Context) -> list[Finding]:
-    """Utilisation below 50 % while this kernel's processes keep the CPU busy: a starved GPU."""
+    """Utilisation below 50 % while the data loader holds the main thread's time (where stack
+    samples cover the window), else while this kernel's processes keep the CPU busy: maybe starved."""
     th, out = ctx.thresholds, []
     span = th.input_window_s
     for dev in ctx.used_gpus():
-        end = ctx.window.end(dev.key, "util_pct")  # the CPU over the same seconds
+        end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
+        split = ctx.split(end - span, end)
+        if split is not None and holder(split, th) != "input_bound":
+            continue
         cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
-        if not cpu >= th.input_cpu_busy_pct:
+        if split is None and not cpu >= th.input_cpu_busy_pct:
             continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)
         if not (th.input_min_util_pct <= util < th.input_util_below_pct):
             continue
-        message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
-                   f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU is waiting for input")
-        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, {
-            "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
+        if split is None:
+            message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
+                       f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU may be waiting "
+                       "for input, or for Python launching small kernels")
+            out.append(Finding("input_bound", dev.key, "warning", message, MAYBE_HINT, {
+                "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
+            continue
+        share, where = _held(split, "input_bound")
+        message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while the main thread spent "
+                   f"{100 * share:.0f} % of it in the data loader{where} (over {span:.0f} s): the GPU "
+                   "is waiting for input")
+        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, _evidence(
+            split, "input_bound", util_pct=round(util, 1), proc_cpu_pct=round(cpu, 1), window_s=span)))
+    return out
+
+
+def launch_bound(ctx: Context) -> list[Finding]:
+    """Python issuing GPU work holds the main thread while the GPU is underused or busy-but-thin."""
+    th, out = ctx.thresholds, []
+    span = th.input_window_s
+    for dev in ctx.used_gpus():
+        end = ctx.window.end(dev.key, "util_pct")
+        split = ctx.split(end - span, end)
+        if split is None or holder(split, th) != "launch_bound":
+            continue
+        util = ctx.window.mean(dev.key, "util_pct", span, end)
+        active = ctx.window.mean(dev.key, "sm_active_pct", span, end)
+        if th.input_min_util_pct <= util < th.input_util_below_pct:
+            state = f"busy only {util:.0f} % of the time"
+        elif util >= th.thin_util_above_pct and active < th.thin_sm_active_below_pct:
+            state = f"looks busy ({util:.0f} %) but its SMs are mostly unused (SM activity {active:.0f} %)"
+        else:
+            continue
+        share, where = _held(split, "launch_bound")
+        message = (f"GPU {dev['index']} {state} while the main thread spent {100 * share:.0f} % of the "
+                   f"time issuing GPU work from Python{where} (over {span:.0f} s): the loop is launch-bound")
+        out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, _evidence(
+            split, "launch_bound", util_pct=round(util, 1), window_s=span,
+            sm_active_pct=None if math.isnan(active) else round(active, 1))))
+    return out
+
+
+def sync_bound(ctx: Context) -> list[Finding]:
+    """The main thread waits for the GPU most of the time while the GPU is not kept busy."""
+    th, out = ctx.thresholds, []
+    span = th.input_window_s
+    for dev in ctx.used_gpus():
+        end = ctx.window.end(dev.key, "util_pct")
+        split = ctx.split(end - span, end)
+        if split is None or holder(split, th) != "sync_bound":
+            continue
+        util = ctx.window.mean(dev.key, "util_pct", span, end)
+        if not util < th.sync_util_below_pct:
+            continue
+        share, where = _held(split, "sync_bound")
+        message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev['index']}"
+                   f"{where} while it was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound")
+        out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, _evidence(
+            split, "sync_bound", util_pct=round(util, 1), window_s=span)))
     return out
 
 

@@ -214,7 +214,7 @@ class StackSamples:
         self.lines = array("i")  # index into ``line_table``; -1: no user frame
         self.line_table: list[tuple[str, int, str]] = []  # (file, line, text)
         self._line_ids: dict[tuple[str, int], int] = {}
-        self._holders: dict[int, tuple[int, object]] = {}  # token -> (thread id, anchor frame)
+        self._holders: dict[int, tuple[int, object, int]] = {}  # token -> (thread, anchor, line offset)
         self._token = 0
         self._next_at = -math.inf
         self.sampled = 0
@@ -224,15 +224,18 @@ class StackSamples:
         return bool(self._holders)
 
     def add(self, t: float, category: str, line: tuple[str, int] | None = None,
-            text: str | None = None) -> None:
-        """Keep one sample (a recording's, when replayed); ``line`` is (file, line number)."""
+            text: str | None = None, offset: int = 0) -> None:
+        """Keep one sample (a recording's, when replayed); ``line`` is (file, line number as
+        shown: ``offset`` more than in the file)."""
         index = -1
         if line is not None:
             index = self._line_ids.get(line, -1)
             if index < 0:
                 index = len(self.line_table)
                 self._line_ids[line] = index
-                self.line_table.append((line[0], line[1], _line_text(*line) if text is None else text))
+                if text is None:
+                    text = _line_text(line[0], line[1] - offset)
+                self.line_table.append((line[0], line[1], text))
         with self._lock:
             self.times.append(t)
             self.codes.append(CODE[category])
@@ -245,13 +248,15 @@ class StackSamples:
         # Due one period after the last due time (steps come every 10 ms: the rate holds on average)
         late = now - self._next_at > self.period_s
         self._next_at = (now if late else self._next_at) + self.period_s
-        thread_id, anchor = next(iter(self._holders.values()))
+        thread_id, anchor, offset = next(iter(self._holders.values()))
         frame = sys._current_frames().get(thread_id)
         if frame is None:
             return
         category, line = classify(frame, anchor)
         del frame
-        self.add(sampler.now(), category, line)  # the step's ``now`` may predate the hold
+        if line is not None and offset:
+            line = (line[0], line[1] + offset)
+        self.add(sampler.now(), category, line, offset=offset)  # the step's ``now`` may predate the hold
         self.sampled += 1
 
     def _trim(self, before: float) -> None:
@@ -268,10 +273,12 @@ class StackSamples:
             return (t[lo:hi], np.frombuffer(bytes(self.codes[lo:hi]), dtype=np.uint8).copy(),
                     np.array(self.lines[lo:hi], dtype=np.int32))
 
-    def split(self, t0: float, t1: float, min_samples: int = MIN_SAMPLES) -> Split | None:
-        """The time split of [t0, t1], or None with fewer than ``min_samples`` samples there."""
+    def split(self, t0: float, t1: float, min_samples: int = MIN_SAMPLES,
+              coverage: float = 0.0) -> Split | None:
+        """The time split of [t0, t1], or None with fewer than ``min_samples`` samples there
+        or samples spanning less than ``coverage`` of it."""
         t, codes, lines = self.between(t0, t1)
-        if len(t) < min_samples:
+        if len(t) < min_samples or t[-1] - t[0] < coverage * (t1 - t0) - 2 * self.period_s:
             return None
         return Split.of(t, codes, lines, self.line_table, t0, t1)
 
@@ -321,7 +328,7 @@ class Split:
         return {"line": int(best[0][1]), "text": best[1]["text"], "share": best[1]["by"][category]}
 
 
-def where_frame(split: Split | None, line_offset: int = 0):
+def where_frame(split: Split | None):
     """``cap.where()``: one row per category (``category``, ``seconds``, ``share``) and
     ``attrs["top_line"]`` ({"line", "text", "share"}, None without samples)."""
     import pandas as pd
@@ -331,14 +338,14 @@ def where_frame(split: Split | None, line_offset: int = 0):
     df = pd.DataFrame(rows, columns=["category", "seconds", "share"])
     top = None
     if split is not None and split.top_line is not None:
-        top = {"line": split.top_line["line"] + line_offset, "text": split.top_line["text"],
+        top = {"line": split.top_line["line"], "text": split.top_line["text"],
                "share": split.top_line["share"]}
     df.attrs["top_line"] = top
     df.attrs["samples"] = split.samples if split else 0
     return df
 
 
-def where_text(split: Split | None, line_offset: int = 0) -> str:
+def where_text(split: Split | None) -> str:
     """``main thread: data loader 81 %, other CPU work 12 % · line 7 `for x, y in dl`: 81 %``."""
     if split is None:
         return ""
@@ -347,7 +354,7 @@ def where_text(split: Split | None, line_offset: int = 0) -> str:
     text = "main thread: " + ", ".join(parts)
     top = split.top_line
     if top is not None:
-        text += f" · line {top['line'] + line_offset} `{top['text']}`: {100 * top['share']:.0f} %"
+        text += f" · line {top['line']} `{top['text']}`: {100 * top['share']:.0f} %"
     return text
 
 
@@ -442,8 +449,10 @@ def _anchor(frame):
     return f.f_back if f is not None else None
 
 
-def hold(sampler: object) -> int | None:
+def hold(sampler: object, line_offset: int = 0) -> int | None:
     """Start sampling the calling thread's stack on ``sampler``'s thread; a token for ``release``.
+
+    ``line_offset`` is added to the block's line numbers (1 under a ``%%gpumon`` line).
 
     None when sampling is off (``NbGpu.stack_samples_hz`` 0) or the sampler takes no listeners.
     """
@@ -457,7 +466,7 @@ def hold(sampler: object) -> int | None:
             got._trim(now - KEEP_S)
             sampler.add_listener(got)
         got._token += 1
-        got._holders[got._token] = (threading.get_ident(), anchor)
+        got._holders[got._token] = (threading.get_ident(), anchor, int(line_offset))
         return got._token
 
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..diagnostics import stacks
-from ..diagnostics.alerts import judged_in
 from ..diagnostics.engine import register_activity
 from ..errors import BadArgumentError
 from ..peaks import torch_uuid
@@ -207,6 +206,7 @@ class Capture:
         self._split: stacks.Split | None = None
         self._split_final = False  # the split was taken at the block's end
         self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
+        self.too_short: list[str] = []  # window rules the finished block was too short to judge
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -239,7 +239,7 @@ class Capture:
         if callable(fast):
             self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
-        self._stacks = stacks.hold(self.sampler)
+        self._stacks = stacks.hold(self.sampler, self.line_offset)
         if self._counter_stale(self.start_time):  # else the fast memory lane covers the start
             self.sampler.request("energy")
         _active.append(self)
@@ -255,7 +255,7 @@ class Capture:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if self in _active:
             _active.remove(self)
-        if self.sampler is not None and self._stacks is not None:
+        if self.sampler is not None:
             stacks.release(self.sampler, self._stacks)
             self._split, self._split_final = self.split(), True
         try:
@@ -413,23 +413,26 @@ class Capture:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
         if self._alerts is not None:
             return self._alerts
-        get = getattr(self.sampler, "alert_list", None)
-        if not callable(get):
+        engine = getattr(self.sampler, "diagnostics", None)
+        if engine is None:
             return []
         t0, t1 = self._range()
+        finished = not math.isnan(self.end_time)
         try:
-            found = judged_in(get(since_s=t0), t0, t1, max(1.0, 2.0 * self.sampler.interval))
+            found, short = engine.judge_cell(self.sampler, t0, t1, self.split(), finished)
         except Exception:
             return []
+        if finished:
+            self.too_short = short
         parents = {d.key: d.parent for d in self.sampler.devices}
         found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
-        if not math.isnan(self.end_time):
+        if finished:
             self._alerts = found
         return found
 
     def split(self) -> stacks.Split | None:
         """Where the main thread's time went in the block (None: no stack samples)."""
-        if self._split_final or self._stacks is None:
+        if self._split_final or self.sampler is None:
             return self._split
         got = stacks.samples_of(self.sampler)
         t0, t1 = self._range()
@@ -439,7 +442,7 @@ class Capture:
         """Where the main thread was: one row per category (``category``, ``seconds``,
         ``share``); ``attrs["top_line"]`` is the cell line most time went to, e.g.
         ``{"line": 7, "text": "for x, y in dl", "share": 0.81}`` (None without samples)."""
-        return stacks.where_frame(self.split(), self.line_offset)
+        return stacks.where_frame(self.split())
 
     @property
     def iterations(self) -> pd.DataFrame:

@@ -151,18 +151,30 @@ def where_line(cap: Capture) -> str:
     """``main thread: data loader 81 %, ... · line 7 `for x, y in dl`: 81 %``; "" without samples."""
     from ..diagnostics.stacks import where_text
 
-    return where_text(cap.split(), cap.line_offset)
+    return where_text(cap.split())
+
+
+def judged_line(cap: Capture) -> str:
+    """``too short to judge: idle, input_bound (it ran 0.50 s; ...)``; "" if every rule judged it."""
+    from ..diagnostics.engine import JUDGE_MIN_S
+
+    _ = cap.alerts  # judging the block names the rules it was too short for
+    if not cap.too_short:
+        return ""
+    return (f"too short to judge: {', '.join(cap.too_short)} (it ran {cap.duration_s:.2f} s; these rules "
+            f"need at least {JUDGE_MIN_S:g} s and three utilisation readings)")
 
 
 def where_html(cap: Capture) -> str:
     """The split as one small bar and its line (HTML); "" without stack samples."""
     from ..diagnostics.stacks import where_bar_html
 
-    text = where_line(cap)
+    text, judged = where_line(cap), judged_line(cap)
+    out = "" if not judged else f'<p style="margin:2px 0;font-size:12px;color:#666">{escape(judged)}</p>'
     if not text:
-        return ""
+        return out
     return (f'<p class="nbgpu-where" style="margin:2px 0;font-size:12px">{where_bar_html(cap.split())} '
-            f"{escape(text)}</p>")
+            f"{escape(text)}</p>{out}")
 
 
 def static_html(cap: Capture, svg: str | None = None) -> str:

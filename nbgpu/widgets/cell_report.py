@@ -18,6 +18,7 @@ from ..profiles.report import (
     WIDGET_MAX_POINTS,
     _gpus,
     _title,
+    judged_line,
     no_gpu,
     static_html,
     static_svg,
@@ -46,7 +47,7 @@ class CellReport:
         svg = static_svg(self.cap)
         bundle = {
             "text/plain": "\n".join(x for x in (_title(self.cap), self.cap.one_line(),
-                                                 where_line(self.cap)) if x),
+                                                 where_line(self.cap), judged_line(self.cap)) if x),
             "text/html": static_html(self.cap, svg),
             "image/svg+xml": svg,
         }
