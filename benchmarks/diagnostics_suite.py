@@ -29,11 +29,32 @@ SUITE = os.path.join(ROOT, "tests", "data", "suite", "expected.json")
 RECORD_COMMAND = "python3 scripts/gpu/diagnostics_suite.py --out $OUT"
 
 
-def expectations(path: str = SUITE) -> dict[str, dict]:
-    """The suite's named cells by name (``must``, ``may``, ``must_not``, ``why``, ``source``)."""
+CORRECTIONS = os.path.join(os.path.dirname(SUITE), "corrections.json")
+
+
+def expectations(path: str = SUITE, corrected: bool = True) -> dict[str, dict]:
+    """The suite's named cells by name (``must``, ``may``, ``must_not``, ``why``, ``source``),
+    with the labels found wrong after a run (``corrections.json``, each with its reason)
+    moved where they belong, unless ``corrected`` is False."""
     with open(path, encoding="utf-8") as fh:
         doc = json.load(fh)
-    return {c["name"]: c for c in doc["cells"] if "name" in c}
+    cells = {c["name"]: dict(c) for c in doc["cells"] if "name" in c}
+    if corrected:
+        for fix in corrections(path):
+            cell = cells[fix["cell"]]
+            for key in ("must", "may", "must_not"):
+                moved = [fix["rule"]] if key == fix["now"] else []
+                cell[key] = [r for r in cell[key] if r != fix["rule"]] + moved
+    return cells
+
+
+def corrections(suite: str = SUITE) -> list[dict]:
+    """The label corrections beside ``suite`` (empty if none)."""
+    path = os.path.join(os.path.dirname(suite), "corrections.json")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)["corrections"]
 
 
 def score(found: set[str], cell: dict) -> dict:
@@ -93,8 +114,10 @@ def _totals(cells: list[dict], key: str) -> dict:
 
 
 def score_recordings(folder: str, suite: str = SUITE, thresholds: dict | None = None) -> dict:
-    """Replay and score every ``cell-*.jsonl`` in ``folder``; the live findings are scored too."""
+    """Replay and score every ``cell-*.jsonl`` in ``folder``; the live findings are scored too,
+    and the replay also against the labels as first written (``replay_original``)."""
     expected = expectations(suite)
+    original = expectations(suite, corrected=False)
     cells = []
     for path in sorted(glob.glob(os.path.join(folder, "cell-*.jsonl"))):
         for c in replay_recording(path, thresholds):
@@ -102,12 +125,14 @@ def score_recordings(folder: str, suite: str = SUITE, thresholds: dict | None = 
             if exp is None:
                 continue
             c["replay"] = score({f["rule"] for f in c["findings"]}, exp)
+            c["replay_original"] = score({f["rule"] for f in c["findings"]}, original[c["cell"]])
             c["live"] = score({f["rule"] for f in c["live_findings"]}, exp)
             c["recording"] = os.path.relpath(path, ROOT) if path.startswith(ROOT) else path
             cells.append(c)
     order = list(expected)
     cells.sort(key=lambda c: order.index(c["cell"]))
-    return {"replay": _totals(cells, "replay"), "live": _totals(cells, "live"), "cells": cells,
+    return {"replay": _totals(cells, "replay"), "replay_original": _totals(cells, "replay_original"),
+            "live": _totals(cells, "live"), "cells": cells,
             "missing_cells": [n for n in order if n not in {c["cell"] for c in cells}]}
 
 
@@ -118,46 +143,63 @@ def table(result: dict) -> str:
         r, v = c["replay"], c["live"]
         lines.append(f"{c['cell']:18} {r['precision']:8.2f} {r['recall']:5.2f} {v['precision']:7.2f} "
                      f"{v['recall']:5.2f}  {','.join(r['found']) or '-'} / {','.join(r['missed']) or '-'}")
-    for key in ("replay", "live"):
+    for key in ("replay", "replay_original", "live"):
         t = result[key]
         lines.append(f"{key}: precision {t['precision']:.3f}, recall {t['recall']:.3f} (lowest cell "
                      f"{t['min_cell_precision']:.2f} / {t['min_cell_recall']:.2f})")
     return "\n".join(lines)
 
 
+def _header(folder: str) -> dict:
+    first = sorted(glob.glob(os.path.join(folder, "cell-*.jsonl")))
+    if not first:
+        return {}
+    with open(first[0], encoding="utf-8") as fh:
+        return json.loads(fh.readline())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="score the labelled diagnostics suite")
-    p.add_argument("--recordings", default=os.path.join(ROOT, "tests", "data", "suite"))
-    p.add_argument("--device", default=None, help="device name (default: the recordings' header)")
-    p.add_argument("--driver", default=None)
+    p.add_argument("--recordings", action="append", default=None, metavar="DIR",
+                   help="a folder of cell recordings (repeat for several runs; default: every run "
+                        "under tests/data/suite)")
     p.add_argument("--command", default=RECORD_COMMAND, help="the command that recorded the suite")
     p.add_argument("--out", default=None, help="results file (default benchmarks/results/...)")
     p.add_argument("--note", action="append", default=[], help="a line for the results file's notes")
     args = p.parse_args(argv)
-    result = score_recordings(args.recordings)
-    header = {}
-    first = sorted(glob.glob(os.path.join(args.recordings, "cell-*.jsonl")))
-    if first:
-        with open(first[0], encoding="utf-8") as fh:
-            header = json.loads(fh.readline())
-    devices = header.get("devices") or [{}]
-    device = args.device or devices[0].get("name") or "unknown"
-    source = str(header.get("source", ""))
-    driver = args.driver or (source.split("(driver ")[-1].rstrip(")") if "(driver " in source else None)
-    doc = {"precision": result["replay"]["precision"], "recall": result["replay"]["recall"],
-           "measured_as": "the recordings replayed through the diagnostics of this tree; 'live' is what "
-                          "the cell reports showed while recording",
-           **result, "device": device, "driver": driver, "source": source,
-           "recorded_at": header.get("timestamp"), "command": args.command,
+    folders = args.recordings or sorted(os.path.dirname(f) for f in glob.glob(
+        os.path.join(os.path.dirname(SUITE), "*", "cell-*.jsonl")) if f.endswith("cell-oom.jsonl"))
+    runs = []
+    for folder in folders:
+        result = score_recordings(folder)
+        header = _header(folder)
+        source = str(header.get("source", ""))
+        devices = header.get("devices") or [{}]
+        print(f"{folder}:\n{table(result)}")
+        runs.append({"recordings": os.path.relpath(folder, ROOT), "device": devices[0].get("name"),
+                     "driver": source.split("(driver ")[-1].rstrip(")") if "(driver " in source else None,
+                     "source": source, "recorded_at": header.get("timestamp"), **result})
+    cells = [c for r in runs for c in r["cells"]]
+    doc = {"precision": _totals(cells, "replay")["precision"], "recall": _totals(cells, "replay")["recall"],
+           "min_cell_precision": _totals(cells, "replay")["min_cell_precision"],
+           "min_cell_recall": _totals(cells, "replay")["min_cell_recall"],
+           "original_labels": _totals(cells, "replay_original"),
+           "measured_as": ("each recorded cell replayed through this tree's diagnostics as its cell report "
+                           "judges it (DiagnosticsEngine.judge_cell), scored against "
+                           "tests/data/suite/expected.json with the corrections in corrections.json; "
+                           "'original_labels' scores the labels as first written; each run's 'live' is "
+                           "what the cell reports showed while recording, with the rules of that moment"),
+           "device": runs[0]["device"] if runs else None, "driver": runs[0]["driver"] if runs else None,
+           "command": args.command,
            "score_command": "python -m benchmarks.diagnostics_suite " + " ".join(argv or sys.argv[1:]),
-           "notes": args.note}
-    print(table(result))
-    slug = "".join(ch if ch.isalnum() else "-" for ch in device.lower()).strip("-")
+           "corrections": corrections(), "notes": args.note, "runs": runs}
+    device = (doc["device"] or "unknown").lower()
+    slug = "".join(ch if ch.isalnum() else "-" for ch in device).strip("-")
     out = args.out or os.path.join(ROOT, "benchmarks", "results",
                                    f"diagnostics-suite-{slug}-{dt.date.today().isoformat()}.json")
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1, default=str)
-    print(f"wrote {out}")
+    print(f"precision {doc['precision']:.3f}, recall {doc['recall']:.3f}; wrote {out}")
     return 0
 
 
