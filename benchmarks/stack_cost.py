@@ -44,13 +44,15 @@ class _Burn:
             pass
 
 
-def _workload(stop: threading.Event):
-    """The main thread's loop: a small model's forward pass (or numpy under 8 frames)."""
+def _workload(stop: threading.Event, cuda: bool = False):
+    """The main thread's loop: a small model's forward pass (on the GPU with ``cuda`` where
+    torch sees one), or numpy under 8 frames without torch."""
     try:
         import torch
 
-        model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)])
-        x = torch.rand(32, 128)
+        device = "cuda" if cuda and torch.cuda.is_available() else "cpu"
+        model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)]).to(device)
+        x = torch.rand(32, 128, device=device)
 
         def step():
             with torch.no_grad():
@@ -67,7 +69,7 @@ def _workload(stop: threading.Event):
         step()
 
 
-def _arm(sampler, seconds: float, mode: str) -> dict:
+def _arm(sampler, seconds: float, mode: str, cuda: bool = False) -> dict:
     """One arm: "off", "on" (stack samples), "control" (off plus a known burn) or "closed"."""
     import nbgpu
     from nbgpu.diagnostics import stacks
@@ -87,7 +89,7 @@ def _arm(sampler, seconds: float, mode: str) -> dict:
     sampler.add_listener(probe)
     timer.start()
     try:
-        _workload(stop)  # the main thread works while the sampler thread samples it
+        _workload(stop, cuda)  # the main thread works while the sampler thread samples it
     finally:
         sampler.remove_listener(probe)
         if burn is not None:
@@ -101,17 +103,17 @@ def _arm(sampler, seconds: float, mode: str) -> dict:
     return res
 
 
-def _run(ctx: Context, source: object, label: str) -> Outcome:
+def _run(ctx: Context, source: object, label: str, cuda: bool = False) -> Outcome:
     import nbgpu
 
     seconds, rounds = (3.0, 1) if ctx.quick else (10.0, 3)
     sampler = nbgpu.Sampler(source=source).start()
     arms: dict[str, list[dict]] = {"off": [], "on": [], "control": [], "closed": []}
     try:
-        _arm(sampler, 1.0, "on")  # warm-up: imports, the classifier's caches
+        _arm(sampler, 1.0, "on", cuda)  # warm-up: imports, CUDA, the classifier's caches
         for _ in range(rounds):
             for mode in arms:
-                arms[mode].append(_arm(sampler, seconds, mode))
+                arms[mode].append(_arm(sampler, seconds, mode, cuda))
     finally:
         sampler.stop()
 
@@ -141,7 +143,7 @@ def _run(ctx: Context, source: object, label: str) -> Outcome:
 
 def run_gpu(ctx: Context) -> Outcome:
     """On the real GPU (NVML)."""
-    return _run(ctx, "nvml", "one GPU")
+    return _run(ctx, "nvml", "one GPU", cuda=True)
 
 
 def run_simulated(ctx: Context) -> Outcome:

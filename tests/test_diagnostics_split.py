@@ -168,3 +168,43 @@ def test_a_cell_too_short_to_judge_says_so(clean_profiles):
     line = judged_line(cap)
     assert line.startswith("too short to judge: ") and "input_bound" in line and "0.50 s" in line
     assert "too short to judge" in cap._repr_html_()
+
+
+def test_a_cell_run_again_says_what_changed(clean_profiles):
+    """Issue 28, defect 5: the fix (more loader workers) is recognised in the re-run's report."""
+    from nbgpu.profiles import cells, history
+    from nbgpu.profiles.marks import Tracker
+
+    fixed_at = [math.inf]
+    src = ShapedGPUs(count=1, util=lambda g, t, d: 7.0 if t < fixed_at[0] else 70.0,
+                     host=lambda t, b: {"proc_cpu_pct": 380.0, "host_cpu_pct": 50.0})
+    s, clock = sim_sampler(source=src)
+    drive(s, clock, 5.0)
+    s.start()  # two captures on one sampler: it runs (on the fake clock) through both
+
+    def run(step_s: float, parts) -> history.CellRecord:
+        feed(s, clock.t, clock.t + 24, parts)
+        cap = nbgpu.capture(sampler=s).start()
+        for _ in Tracker(range(round(24 / step_s)), sampler=s):
+            drive(s, clock, step_s, step=0.25 if step_s >= 0.25 else step_s)
+        cap.finish(wait=False)
+        rec = history.CellRecord(None, "train-cell", "for x, y in dl: step(x)", cap)
+        history.add(rec)
+        return rec
+
+    first = run(2.0, [("data_loader", 0.9, LOOP), ("gpu_issue", 0.1, STEP)])
+    assert "input_bound" in {a.rule for a in first.capture.alerts}
+    drive(s, clock, 5.0)
+    fixed_at[0] = clock.t - s.started_at
+    again = run(0.25, [("gpu_issue", 0.6, STEP), ("gpu_wait", 0.3, ITEM), ("data_loader", 0.1, LOOP)])
+    text = cells.against_last(again)
+    s.stop()
+    head, *findings = text.split("\n")
+    assert head.startswith("vs its last run (")
+    assert "utilisation 7 % → 70 %" in head
+    assert "steps a second 0.5 → 4 (8×)" in head
+    assert ("main thread: data loader 90 % → 10 %, issuing GPU work 10 % → 60 %, "
+            "waiting for the GPU 0 % → 30 %") in head
+    assert "input_bound: gone" in findings
+    assert not any(f.startswith("input_bound: still") for f in findings)
+    assert nbgpu.history()["steps_per_s"].tolist() == [0.5, 4.0]

@@ -252,3 +252,47 @@ def test_history_rows_carry_the_split(clean_profiles):
     assert row["share_idle"] > 0.8
     assert sum(row[f"share_{c}"] for c in stacks.CATEGORIES) == pytest.approx(1.0, abs=1e-3)
     assert row["top_line"].startswith("line ") and "time.sleep(0.6)" in row["top_line"]
+
+
+def test_report_diagnose_judges_a_recording_by_its_stack_samples(clean_profiles, tmp_path, capsys):
+    import json
+
+    from nbgpu.cli.diagnose import run_diagnose
+
+    s = nbgpu.Sampler(nbgpu.SimulatedGPUs(count=1, scenario="input_bound"), interval=0.1).start()
+    path = tmp_path / "run.jsonl"
+    rec = Recorder(s, str(path))
+    try:
+        dl = iter(DataLoader(SlowDataset(), batch_size=16, num_workers=0))
+        with nbgpu.capture(sampler=s):
+            end = time.monotonic() + 3.5
+            while time.monotonic() < end:
+                batch = next(dl)
+                rec.flush()
+        del batch
+    finally:
+        rec.close()
+        s.stop()
+    assert run_diagnose(str(path), ["input_window_s=2", "eval_every_s=0.5"], as_json=True) == 0
+    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "input_bound"]
+    assert found and "getting data in (data loader 100 %) at line" in found[0]["message"]
+    assert "`batch = next(dl)`" in found[0]["message"]
+    # The same readings without their stack samples: only a possibility.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(line for line in path.read_text().splitlines(True) if '"stacks"' not in line))
+    assert run_diagnose(str(bare), ["input_window_s=2", "eval_every_s=0.5"], as_json=True) == 0
+    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "input_bound"]
+    assert found and "may be waiting for input" in found[0]["message"]
+
+
+def test_a_capture_keeps_its_own_stack_samples(clean_profiles):
+    s = nbgpu.Sampler("sim", interval=0.1).start()
+    try:
+        with nbgpu.capture(sampler=s) as cap:
+            _busy(0.6, lambda: time.sleep(0.002))
+    finally:
+        s.stop()
+    kept = cap.stack_samples()
+    assert len(kept) >= 10 and all(cap.start_time <= t <= cap.end_time for t, *_ in kept)
+    assert {c for _, c, _, _ in kept} == {"idle"}
+    assert {text for *_, text in kept} == {"_busy(0.6, lambda: time.sleep(0.002))"}

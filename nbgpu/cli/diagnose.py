@@ -65,10 +65,14 @@ class _Replay:
         self.devices = devices
         self.interval = interval
         self.lost: dict = {}
+        self.diagnostics = None  # the engine replaying the recording (``_replayed``)
         self.stack_samples = None  # the recording's main-thread stack samples, if it has any
 
     def watch(self) -> None:
         pass
+
+    def alert_list(self, since_s: float | None = None) -> list:
+        return self.diagnostics.alert_list(since_s) if self.diagnostics is not None else []
 
     def drained_until(self, device: object, metric: str | None = None) -> float:
         return math.inf
@@ -133,6 +137,7 @@ def _replayed(run: Run, thresholds: dict | None = None):
     steps = np.diff(np.unique(df["_t"].to_numpy()))
     interval = float(np.median(steps)) if len(steps) else 1.0
     sim = _Replay(_devices(run, df), interval)
+    sim.diagnostics = engine
     records = run.stack_samples()
     if records:
         from ..diagnostics.stacks import samples_from
@@ -181,12 +186,14 @@ def _replayed(run: Run, thresholds: dict | None = None):
 
 def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
     """Per ``cell`` event: its label, span, the alerts its report lists and the window rules
-    it was too short to judge (``DiagnosticsEngine.judge_cell``, as a capture asks)."""
-    engine, sim = _replayed(run, thresholds)
+    it was too short to judge (``cell_alerts``, as a capture asks)."""
+    from ..diagnostics.engine import cell_alerts
+
+    _, sim = _replayed(run, thresholds)
     out = []
     for label, t0, t1 in cells_of(run):
         stacks = sim.stack_samples
-        found, short = engine.judge_cell(sim, t0, t1, stacks.split(t0, t1) if stacks is not None else None)
+        found, short = cell_alerts(sim, t0, t1, stacks.split(t0, t1) if stacks is not None else None)
         out.append({"cell": label, "start_s": t0, "end_s": t1, "alerts": found, "too_short": short})
     return out
 

@@ -102,6 +102,23 @@ def _judged_from(f: Finding, now: float, th: Thresholds) -> float:
     return now - float(getattr(th, _WINDOWS.get(f.rule, ""), 0.0))
 
 
+def cell_alerts(sampler: Sampler, t0: float, t1: float, split: object = None,
+                finished: bool = True) -> tuple[list[Alert], list[str]]:
+    """A cell's alerts: those whose condition held inside [t0, t1] (``judged_in``); once it
+    finished, each window rule that found nothing there judged on the cell alone
+    (``judge_span``); at most one bottleneck per GPU (``one_bottleneck``, by ``split``).
+    Also returns the rules the cell was too short to judge."""
+    found = judged_in(sampler.alert_list(since_s=t0), t0, t1, max(1.0, 2.0 * sampler.interval))
+    short: list[str] = []
+    engine = getattr(sampler, "diagnostics", None)
+    if finished and engine is not None:
+        done = {a.rule for a in found}
+        own, short = engine.judge_span(sampler, t0, t1)
+        found += [a for a in own if a.rule not in done]
+        short = [r for r in short if r not in done]
+    return one_bottleneck(found, split), short
+
+
 def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> DiagnosticsEngine:
     """A DiagnosticsEngine for ``sampler``, added as its tick listener (the sampler's factory)."""
     engine = DiagnosticsEngine(thresholds)
@@ -152,11 +169,6 @@ class DiagnosticsEngine:
     def cell_end_pending(self) -> bool:
         """Whether the evaluation ``judge_cell_end`` asked for has not run yet."""
         return self._cell_end_due
-
-    @property
-    def in_cell(self) -> bool:
-        """Whether someone said a cell runs (captures are also seen at each evaluation)."""
-        return self._cells > 0
 
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
@@ -278,22 +290,6 @@ class DiagnosticsEngine:
                 out.append(Alert(f.rule, f.severity, f.gpu, t1 - span, t1, message, f.suggestion,
                                  evidence, [(t1, t1 - span, f.severity, message, evidence)]))
         return out, []
-
-    def judge_cell(self, sampler: Sampler, t0: float, t1: float, split=None,
-                   finished: bool = True) -> tuple[list[Alert], list[str]]:
-        """A cell's [t0, t1] alerts as its report lists them, and the window rules it was too
-        short to judge: the alerts whose condition held inside it (``judged_in``); once it
-        finished, each window rule that found nothing there judged on the cell's own readings
-        (``judge_span``); at most one of input-, launch- and sync-bound per GPU, by ``split``
-        (``one_bottleneck``). A capture and ``nbgpu report --diagnose`` both ask this."""
-        found = judged_in(self.alert_list(since_s=t0), t0, t1, max(1.0, 2.0 * sampler.interval))
-        short: list[str] = []
-        if finished:
-            rules = {a.rule for a in found}
-            own, short = self.judge_span(sampler, t0, t1)
-            found += [a for a in own if a.rule not in rules]
-            short = [r for r in short if r not in rules]
-        return one_bottleneck(found, split), short
 
     def _newest_marks(self, store, now: float, count: int) -> list[tuple[float, str]]:
         """The newest ``count`` marks at or before ``now`` (time, label), oldest first."""

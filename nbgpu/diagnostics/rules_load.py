@@ -128,16 +128,21 @@ def input_bound(ctx: Context) -> list[Finding]:
     return out
 
 
+def _held_gpus(ctx: Context, rule: str):
+    """(GPU, window end, split, mean utilisation) of each used GPU whose window ``rule`` holds."""
+    span = ctx.thresholds.input_window_s
+    for dev in ctx.used_gpus():
+        end = ctx.window.end(dev.key, "util_pct")
+        split = ctx.split(end - span, end)
+        if split is not None and holder(split, ctx.thresholds) == rule:
+            yield dev, end, split, ctx.window.mean(dev.key, "util_pct", span, end)
+
+
 def launch_bound(ctx: Context) -> list[Finding]:
     """Python issuing GPU work holds the main thread while the GPU is underused or busy-but-thin."""
     th, out = ctx.thresholds, []
     span = th.input_window_s
-    for dev in ctx.used_gpus():
-        end = ctx.window.end(dev.key, "util_pct")
-        split = ctx.split(end - span, end)
-        if split is None or holder(split, th) != "launch_bound":
-            continue
-        util = ctx.window.mean(dev.key, "util_pct", span, end)
+    for dev, end, split, util in _held_gpus(ctx, "launch_bound"):
         active = ctx.window.mean(dev.key, "sm_active_pct", span, end)
         if th.input_min_util_pct <= util < th.input_util_below_pct:
             state = f"busy only {util:.0f} % of the time"
@@ -158,12 +163,7 @@ def sync_bound(ctx: Context) -> list[Finding]:
     """The main thread waits for the GPU most of the time while the GPU is not kept busy."""
     th, out = ctx.thresholds, []
     span = th.input_window_s
-    for dev in ctx.used_gpus():
-        end = ctx.window.end(dev.key, "util_pct")
-        split = ctx.split(end - span, end)
-        if split is None or holder(split, th) != "sync_bound":
-            continue
-        util = ctx.window.mean(dev.key, "util_pct", span, end)
+    for dev, _, split, util in _held_gpus(ctx, "sync_bound"):
         share, where = _held(split, "sync_bound")
         if not (util < th.sync_util_below_pct and share < th.sync_wait_below_share):
             continue  # a thread that only waits has nothing to overlap: the GPU is the bottleneck

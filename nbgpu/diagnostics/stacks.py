@@ -2,28 +2,13 @@
 
 While a capture (``%%gpumon``, a ``--cells`` cell, ``nbgpu.capture()``) is open, and never
 otherwise, the sampler's own thread reads the capturing thread's Python stack
-(``sys._current_frames()``) about ``NbGpu.stack_samples_hz`` times a second, as a listener
-of its steps (a capture holds the 10 ms memory lane, so the thread wakes often enough).
-Each sample is one of ``CATEGORIES`` and the cell line it was under: the outermost frame
-whose code is the user's (not the standard library, an installed package or nbgpu).
-
-What a sample can see is the innermost Python frame, the frames around it and the text of
-the line it is on; a C call (``.item()``, ``time.sleep``, ``a @ b``) shows as the line that
-made it. The classifier (``classify``):
-
-- ``data_loader``: any frame in ``torch/utils/data`` (``DataLoader.__next__``, a
-  ``Dataset.__getitem__`` it called, collate, waits on its workers' queues);
-- ``gpu_wait``: ``torch.cuda.synchronize``, stream and event ``synchronize``, a tensor read
-  on the host (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``, printing a tensor);
-- ``h2d_copy``: ``.to(...)``, ``.cuda()``, ``copy_``, ``Module.to``;
-- ``gpu_issue``: inside torch (any other frame in ``torch/``), or a C call from a user line
-  that is a torch op (``torch.``, ``.backward()``, ``.step()``, or names bound to torch
-  objects, ``@`` on them);
-- ``idle``: ``sleep``, I/O, locks, queues, ``select`` (the standard library's threading,
-  queue, socket, selectors, subprocess, multiprocessing and asyncio, or such a call);
-- ``cpu``: anything else (Python, numpy, pandas ...).
-
-It cannot tell which device a torch op runs on, nor whether a C call it cannot name blocks.
+(``sys._current_frames()``) ``NbGpu.stack_samples_hz`` times a second, as a listener of
+its steps (a capture holds the 10 ms memory lane, so the thread wakes often enough). Each
+sample gets one of ``CATEGORIES`` (``classify``; the table in docs/diagnostics.md) and the
+cell line it was under: the outermost frame of the user's own code (not the standard
+library, an installed package or nbgpu). A C call (``.item()``, ``time.sleep``, ``a @ b``)
+shows as the line that made it, so it is named by that line's text; which device a torch
+op runs on is not known.
 """
 
 from __future__ import annotations
@@ -59,6 +44,8 @@ _STOP_FILES = ("IPython/core/interactiveshell.py",)  # above it: the kernel's ow
 _IDLE_STD = ("threading.py", "queue.py", "selectors.py", "socket.py", "ssl.py", "subprocess.py",
              "socketserver.py", "multiprocessing/", "asyncio/", "concurrent/", "http/", "urllib/")
 _kinds: dict[str, tuple[int, str]] = {}
+_LOADER = -1
+_walk: dict[str, int] = {}  # what ``classify``'s walk needs of a file: USER, STOP, _LOADER or LIB
 
 
 def file_kind(filename: str) -> tuple[int, str]:
@@ -82,6 +69,8 @@ def file_kind(filename: str) -> tuple[int, str]:
         got = (STDLIB, filename)
     if len(_kinds) < 100_000:
         _kinds[filename] = got
+        _walk[filename] = (_LOADER if got[0] == TORCH and got[1].startswith("utils/data/")
+                           else got[0] if got[0] in (USER, STOP) else LIB)
     return got
 
 
@@ -95,7 +84,7 @@ _IDLE = re.compile(r"\b(sleep|input|urlopen|select|recv|recvfrom|read|readline|r
                    r"|acquire|communicate|accept)\(|\bopen\(")
 _TORCH = re.compile(r"\btorch\.|\bF\.|\.(backward|step|zero_grad|forward)\(")
 _NAMES = re.compile(r"[A-Za-z_]\w*")
-_inner: dict[tuple, str] = {}
+_inner: dict[tuple, tuple] = {}
 
 
 def torch_category(rel: str, name: str) -> str:
@@ -158,12 +147,14 @@ def _line_text(filename: str, lineno: int) -> str:
 
 
 def inner_category(frame) -> str:
-    """The category of the innermost Python frame of a sample (cached per code and line)."""
-    code, lineno = frame.f_code, frame.f_lineno
-    key = (code, lineno)
+    """The category of the innermost Python frame of a sample (cached per code object and
+    instruction: hashing a code object and finding its line cost more than the rest)."""
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
     got = _inner.get(key)
-    if got is not None:
-        return got
+    if got is not None and got[0] is code:
+        return got[1]
+    lineno = frame.f_lineno
     kind, rel = file_kind(code.co_filename)
     if kind == TORCH:
         got = torch_category(rel, code.co_name)
@@ -175,7 +166,7 @@ def inner_category(frame) -> str:
         got = "cpu"
     if len(_inner) > 50_000:
         _inner.clear()
-    _inner[key] = got
+    _inner[key] = (code, got)  # the code object kept: an id is never reused while cached
     return got
 
 
@@ -186,14 +177,17 @@ def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
     """
     loader = False
     cell_frame = None
-    kinds = _kinds
+    walk = _walk
     f = frame
     while f is not None and f is not anchor:
         name = f.f_code.co_filename
-        kind, rel = kinds.get(name) or file_kind(name)
+        kind = walk.get(name)
+        if kind is None:
+            file_kind(name)
+            kind = walk.get(name, LIB)
         if kind == USER:
             cell_frame = f
-        elif kind == TORCH and rel.startswith("utils/data/"):
+        elif kind == _LOADER:
             loader = True
         elif kind == STOP:
             break
@@ -218,10 +212,6 @@ class StackSamples:
         self._token = 0
         self._next_at = -math.inf
         self.sampled = 0
-
-    @property
-    def holding(self) -> bool:
-        return bool(self._holders)
 
     def add(self, t: float, category: str, line: tuple[str, int] | None = None,
             text: str | None = None, offset: int = 0) -> None:
@@ -273,6 +263,13 @@ class StackSamples:
             return (t[lo:hi], np.frombuffer(bytes(self.codes[lo:hi]), dtype=np.uint8).copy(),
                     np.array(self.lines[lo:hi], dtype=np.int32))
 
+    def records(self, t0: float, t1: float) -> list[tuple[float, str, int | None, str]]:
+        """(epoch s, category, line, its text) of the samples in [t0, t1], as ``read_records``."""
+        t, codes, lines = self.between(t0, t1)
+        table = self.line_table
+        return [(ti, CATEGORIES[c], *((table[li][1], table[li][2]) if li >= 0 else (None, "")))
+                for ti, c, li in zip(t.tolist(), codes.tolist(), lines.tolist(), strict=True)]
+
     def split(self, t0: float, t1: float, min_samples: int = MIN_SAMPLES,
               coverage: float = 0.0) -> Split | None:
         """The time split of [t0, t1], or None with fewer than ``min_samples`` samples there
@@ -316,10 +313,6 @@ class Split:
             top = {"line": int(number), "text": best["text"], "share": round(best["share"], 3), "file": path}
         return cls(shares, {c: s * span for c, s in shares.items()}, len(t), top, per_line)
 
-    @property
-    def dominant(self) -> str:
-        return max(self.shares, key=self.shares.get)
-
     def line_of(self, category: str) -> dict | None:
         """The cell line holding most of ``category``'s time: {"line", "text", "share"}."""
         best = max(self.lines.items(), key=lambda kv: kv[1]["by"][category], default=None)
@@ -343,30 +336,6 @@ def where_frame(split: Split | None):
     df.attrs["top_line"] = top
     df.attrs["samples"] = split.samples if split else 0
     return df
-
-
-def where_text(split: Split | None) -> str:
-    """``main thread: data loader 81 %, other CPU work 12 % · line 7 `for x, y in dl`: 81 %``."""
-    if split is None:
-        return ""
-    parts = [f"{LABELS[c]} {100 * s:.0f} %" for c, s in sorted(split.shares.items(), key=lambda kv: -kv[1])
-             if s >= 0.005]
-    text = "main thread: " + ", ".join(parts)
-    top = split.top_line
-    if top is not None:
-        text += f" · line {top['line']} `{top['text']}`: {100 * top['share']:.0f} %"
-    return text
-
-
-def where_bar_html(split: Split | None, width_px: int = 240) -> str:
-    """One small stacked bar of the split (HTML), with each part's name in its tooltip."""
-    if split is None:
-        return ""
-    parts = "".join(
-        f'<span title="{LABELS[c]} {100 * s:.0f} %" style="display:inline-block;height:10px;'
-        f'width:{max(1, round(width_px * s))}px;background:{COLORS[c]}"></span>'
-        for c, s in split.shares.items() if s >= 0.005)
-    return f'<span class="nbgpu-where" style="display:inline-block;vertical-align:middle">{parts}</span>'
 
 
 # -- recordings -------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import threading
 import time
 import traceback
@@ -24,12 +23,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..diagnostics import stacks
-from ..diagnostics.engine import register_activity
+from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
-from ..peaks import torch_uuid
-from ..sampler import Sampler, running_samplers
+from ..sampler import Sampler
+from ..sampler_thread import running_samplers
 from ..timeline import Timeline
-from .summary import COUNTER_MIN_S, Summary, rows_frame, selected, summarize
+from .energy import COUNTER_MIN_S
+from .summary import Summary, rows_frame, selected, summarize
+from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -121,55 +122,6 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
         sampler.remove_listener(on_step)
 
 
-class _TorchStats:
-    """PyTorch allocator figures of a block, read only if the user's code imported torch."""
-
-    def __init__(self) -> None:
-        self.floor: dict[int, dict[str, float]] = {}
-        self.reserved_start: dict[int, float] = {}
-        self.result: dict[int, dict[str, float]] = {}
-
-    @staticmethod
-    def cuda():
-        torch = sys.modules.get("torch")
-        cuda = getattr(torch, "cuda", None) if torch is not None else None
-        try:
-            return cuda if cuda is not None and cuda.is_initialized() else None
-        except Exception:
-            return None
-
-    def start(self, outer: list[Capture]) -> None:
-        cuda = self.cuda()
-        if cuda is None:
-            return
-        for i in range(cuda.device_count()):
-            peaks = {"allocated": float(cuda.max_memory_allocated(i)),
-                     "reserved": float(cuda.max_memory_reserved(i))}
-            for cap in outer:  # resetting the counters must not lose an outer block's peaks
-                floor = cap._torch.floor.setdefault(i, {})
-                for k, v in peaks.items():
-                    floor[k] = max(floor.get(k, 0.0), v)
-            self.reserved_start[i] = float(cuda.memory_reserved(i))
-            cuda.reset_peak_memory_stats(i)
-
-    def finish(self) -> None:
-        cuda = self.cuda()
-        if cuda is None:
-            return
-        for i in range(cuda.device_count()):
-            floor = self.floor.get(i, {})
-            self.result[i] = {
-                "torch_peak_allocated_bytes": max(float(cuda.max_memory_allocated(i)),
-                                                  floor.get("allocated", 0.0)),
-                "torch_peak_reserved_bytes": max(float(cuda.max_memory_reserved(i)),
-                                                 floor.get("reserved", 0.0)),
-                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
-                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
-                "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
-                "torch_uuid": torch_uuid(cuda, i),
-            }
-
-
 class Capture:
     """The GPU profile of one block: timeline, per-GPU summary, marks, alerts, report.
 
@@ -195,7 +147,7 @@ class Capture:
         self.error: str | None = None
         self.owns_sampler = False
         self.trackers: list = []
-        self._torch = _TorchStats()
+        self._torch = TorchStats()
         self._fast = contextlib.ExitStack()
         self._summary: pd.DataFrame | None = None
         self._alerts: list | None = None
@@ -205,6 +157,7 @@ class Capture:
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
         self._split: stacks.Split | None = None
         self._split_final = False  # the split was taken at the block's end
+        self._samples: list = []  # its stack samples, copied at the end
         self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
         self.too_short: list[str] = []  # window rules the finished block was too short to judge
 
@@ -257,6 +210,8 @@ class Capture:
             _active.remove(self)
         if self.sampler is not None:
             stacks.release(self.sampler, self._stacks)
+            got = stacks.samples_of(self.sampler)
+            self._samples = got.records(self.start_time, self.end_time) if got is not None else []
             self._split, self._split_final = self.split(), True
         try:
             self._torch.finish()
@@ -413,17 +368,14 @@ class Capture:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
         if self._alerts is not None:
             return self._alerts
-        engine = getattr(self.sampler, "diagnostics", None)
-        if engine is None:
+        if not callable(getattr(self.sampler, "alert_list", None)):
             return []
         t0, t1 = self._range()
         finished = not math.isnan(self.end_time)
         try:
-            found, short = engine.judge_cell(self.sampler, t0, t1, self.split(), finished)
+            found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), finished)
         except Exception:
             return []
-        if finished:
-            self.too_short = short
         parents = {d.key: d.parent for d in self.sampler.devices}
         found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
         if finished:
@@ -437,6 +389,13 @@ class Capture:
         got = stacks.samples_of(self.sampler)
         t0, t1 = self._range()
         return got.split(t0, t1) if got is not None else None
+
+    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
+        """The main thread's stack samples in the block: (epoch s, category, line, its text)."""
+        if self._split_final:
+            return list(self._samples)
+        got = stacks.samples_of(self.sampler) if self.sampler is not None else None
+        return got.records(*self._range()) if got is not None else []
 
     def where(self) -> pd.DataFrame:
         """Where the main thread was: one row per category (``category``, ``seconds``,

@@ -113,7 +113,8 @@ class CellRecord:
                 "error": self.capture.error or "",
                 **{f"share_{c}": None if split is None else round(split.shares[c], 4) for c in CATEGORIES},
                 "top_line": "" if top is None else f"line {top['line']} `{top['text']}`: "
-                                                   f"{100 * top['share']:.0f} %"}
+                                                   f"{100 * top['share']:.0f} %",
+                "steps_per_s": _steps_per_s(self.capture)}
 
     def gpu_rows(self) -> list[dict]:
         return self.capture.summary_rows
@@ -137,6 +138,12 @@ class CellRecord:
                 "figures": self.figures().to_json()}
 
 
+def _steps_per_s(cap: Capture) -> float | None:
+    """Iterations a second of the ``nbgpu.track`` loops run in the block (None: none ran)."""
+    spans = [t1 - t0 for t in cap.trackers for _, _, t0, t1, _ in t.spans if math.isfinite(t1) and t1 > t0]
+    return round(len(spans) / sum(spans), 4) if spans else None
+
+
 @dataclass
 class SavedRecord:
     """A profiled cell read back from the persistent history file (an earlier kernel, maybe)."""
@@ -157,7 +164,7 @@ class SavedRecord:
                                               "duration_s", "status")}
 
     def tail(self) -> dict:
-        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error", "top_line",
+        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error", "top_line", "steps_per_s",
                                               *(f"share_{c}" for c in CATEGORIES))}
 
     def gpu_rows(self) -> list[dict]:
@@ -360,7 +367,8 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     the summary over all GPUs (memory, utilisation, power, energy, temperature, throttling),
     energy as kWh (and cost and CO₂ where configured), status, the alerts judged in the
     cell and where its main thread was (``share_gpu_wait`` ... ``share_idle``, fractions
-    of its time, None without stack samples; ``top_line``). Cells kept in the history
+    of its time, None without stack samples; ``top_line``) and the iterations a second of
+    its ``nbgpu.track`` loops (``steps_per_s``). Cells kept in the history
     file from earlier kernels come first.
 
     Args:
@@ -387,7 +395,8 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
         return pd.DataFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error",
-                                                    *(f"share_{c}" for c in CATEGORIES), "top_line"])
+                                                    *(f"share_{c}" for c in CATEGORIES), "top_line",
+                                                    "steps_per_s"])
     df = pd.DataFrame(rows)
     order = base + [c for c in df.columns if c not in base]
     return df[order]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
+from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
 from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .summary import selected
@@ -149,9 +150,15 @@ def static_svg(cap: Capture, width: int = 720) -> str:
 
 def where_line(cap: Capture) -> str:
     """``main thread: data loader 81 %, ... · line 7 `for x, y in dl`: 81 %``; "" without samples."""
-    from ..diagnostics.stacks import where_text
-
-    return where_text(cap.split())
+    split = cap.split()
+    if split is None:
+        return ""
+    shares = sorted(split.shares.items(), key=lambda kv: -kv[1])
+    text = "main thread: " + ", ".join(f"{LABELS[c]} {100 * s:.0f} %" for c, s in shares if s >= 0.005)
+    top = split.top_line
+    if top is not None:
+        text += f" · line {top['line']} `{top['text']}`: {100 * top['share']:.0f} %"
+    return text
 
 
 def judged_line(cap: Capture) -> str:
@@ -167,14 +174,15 @@ def judged_line(cap: Capture) -> str:
 
 def where_html(cap: Capture) -> str:
     """The split as one small bar and its line (HTML); "" without stack samples."""
-    from ..diagnostics.stacks import where_bar_html
-
     text, judged = where_line(cap), judged_line(cap)
     out = "" if not judged else f'<p style="margin:2px 0;font-size:12px;color:#666">{escape(judged)}</p>'
     if not text:
         return out
-    return (f'<p class="nbgpu-where" style="margin:2px 0;font-size:12px">{where_bar_html(cap.split())} '
-            f"{escape(text)}</p>{out}")
+    bar = "".join(f'<span title="{LABELS[c]} {100 * s:.0f} %" style="display:inline-block;height:10px;'
+                  f'width:{max(1, round(240 * s))}px;background:{COLORS[c]}"></span>'
+                  for c, s in cap.split().shares.items() if s >= 0.005)
+    return (f'<p class="nbgpu-where" style="margin:2px 0;font-size:12px"><span style="display:inline-block;'
+            f'vertical-align:middle">{bar}</span> {escape(text)}</p>{out}')
 
 
 def static_html(cap: Capture, svg: str | None = None) -> str:
