@@ -18,16 +18,15 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-import logging
 import math
 import os
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
+from ..errors import warn_user
 from ..files import file_error
 from . import history_file
 from .compare import RunFigures, capture_figures
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
 
     from .capture import Capture
 
-log = logging.getLogger("nbgpu")
 
 MAX_RECORDS = 10_000
 MAX_SAVED = 1_000
@@ -229,12 +227,6 @@ def _reindex() -> None:
     _added = len(_records)
 
 
-def _warn(message: str) -> None:
-    """One line the notebook user sees (a UserWarning), also in the ``nbgpu`` logger."""
-    log.warning("%s", message)
-    warnings.warn(message, UserWarning, stacklevel=3)
-
-
 def _key(data: dict) -> tuple:
     return (data.get("source_hash"), data.get("start"), data.get("execution_count"))
 
@@ -256,7 +248,7 @@ class _Store:
         except Exception as exc:  # never break the user's cell over the history file
             if not self.warned:
                 self.warned = True
-                _warn(f"nbgpu: the history file {self.path} could not be written, so this "
+                warn_user(f"nbgpu: the history file {self.path} could not be written, so this "
                       f"kernel's cells are not kept there: {exc}")
 
 
@@ -274,7 +266,7 @@ def default_history_path() -> str:
 def _read_saved(path: str) -> list[SavedRecord]:
     saved, bad = history_file.read(path)
     if bad:
-        _warn(f"nbgpu: skipped {bad} unreadable line(s) in the history file {path} "
+        warn_user(f"nbgpu: skipped {bad} unreadable line(s) in the history file {path} "
               "(they stay in the file)")
     return [SavedRecord(d) for d in saved[-MAX_SAVED:]]
 
@@ -323,7 +315,7 @@ def add(record: CellRecord) -> None:
             try:
                 keep_history(None)
             except Exception as exc:
-                _warn(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
+                warn_user(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
     _records.append(record)
     _index(record)
     if _store.path is not None:
