@@ -29,9 +29,8 @@ import numpy as np
 
 from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
-from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .runfile import load_run
-from .timeline import max_column
 
 if TYPE_CHECKING:
     from .sampler import Sampler
