@@ -232,14 +232,23 @@ class Recorder:
                          "message": a.message, "suggestion": a.suggestion}, a.start)
 
     def _write_stacks(self) -> None:
-        """The main thread's stack samples since the last flush, as one ``stacks`` event line."""
-        from .diagnostics.stacks import samples_of, stacks_record
+        """The main thread's stack samples since the last flush as one line: ``{"event":
+        "stacks", "t0": epoch s, "lines": [[line, text], ...], "samples": [[ms after t0,
+        category, index in lines or -1], ...]}``."""
+        from .diagnostics.stacks import samples_of
 
         got = samples_of(self.sampler)
-        record = stacks_record(got, self._stacks_done) if got is not None else None
-        if record is not None:
-            self._stacks_done = record.pop("_last")
-            self._event(record, record["t0"])
+        done = self._stacks_done
+        new = [r for r in got.records(done, np.inf) if r[0] > done] if got is not None else []
+        if not new:
+            return
+        lines = list(dict.fromkeys((n, text) for _, _, n, text in new if n is not None))
+        index = {line: i for i, line in enumerate(lines)}
+        t0 = new[0][0]
+        self._event({"event": "stacks", "t0": t0, "lines": [list(line) for line in lines],
+                     "samples": [[round((t - t0) * 1000.0, 1), c, index.get((n, text), -1)]
+                                 for t, c, n, text in new]}, t0)
+        self._stacks_done = new[-1][0]
 
     # -- public -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> int:

@@ -63,10 +63,23 @@ class Run:
         return [e for e in self.events if e.get("event") == "alert"]
 
     def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
-        """(epoch seconds, category, cell line, its text) of the main thread's stack samples."""
-        from .diagnostics.stacks import read_records
+        """(epoch seconds, category, cell line, its text) of the main thread's stack samples
+        (the recorder's ``stacks`` lines), oldest first; malformed entries are skipped."""
+        from .diagnostics.stacks import CODE
 
-        return read_records(self.events)
+        out = []
+        for e in self.events:
+            if e.get("event") != "stacks":
+                continue
+            try:
+                t0, table = float(e["t0"]), [(int(n), str(text)) for n, text in e.get("lines") or []]
+                for ms, category, i in e.get("samples") or []:
+                    if category in CODE:
+                        line = table[i] if isinstance(i, int) and 0 <= i < len(table) else (None, "")
+                        out.append((t0 + float(ms) / 1000.0, category, *line))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return sorted(out, key=lambda s: s[0])
 
 
 # The keys of a reading line that are read; any other key is ignored (it cannot be shown).

@@ -155,6 +155,7 @@ def test_frames_inside_torch_that_cannot_run_on_a_cpu_build(rel, name, category)
     ("x = x.cuda()", "h2d_copy"), ("time.sleep(15)", "idle"), ("data = open(path).read()", "idle"),
     ("loss.backward()", "gpu_issue"), ("y = torch.matmul(a, b)", "gpu_issue"),
     ("total = sum(range(10))", "cpu"), ("x = x.to(torch.float16)", "gpu_issue"),
+    ("label = ', '.join(names)", "cpu"), ("worker.join()", "idle"), ("t.join(timeout=5)", "idle"),
 ])
 def test_a_c_call_from_a_user_line_is_named_by_its_text(text, category):
     assert stacks.line_category(text) == category
@@ -184,6 +185,8 @@ def test_a_capture_splits_its_time_and_names_its_top_line(clean_profiles):
         assert shares["data_loader"] > 0.55 and shares["gpu_wait"] > 0.1, shares
         top = where.attrs["top_line"]
         assert top["text"] == "batch = next(dl)" and top["share"] > 0.55
+        # the loop around that line, for a finding to name
+        assert cap.split().line_of("data_loader")["loop"][1] == "while time.monotonic() < end:"
         assert 40 * 1.6 * 0.5 <= where.attrs["samples"] <= 40 * 1.6 * 1.5  # about 40 a second
         del batch
         # The report says it: a bar and the line where most time went.
@@ -296,3 +299,30 @@ def test_a_capture_keeps_its_own_stack_samples(clean_profiles):
     assert len(kept) >= 10 and all(cap.start_time <= t <= cap.end_time for t, *_ in kept)
     assert {c for _, c, _, _ in kept} == {"idle"}
     assert {text for *_, text in kept} == {"_busy(0.6, lambda: time.sleep(0.002))"}
+
+
+def test_stack_samples_hz_zero_turns_sampling_off(clean_profiles):
+    from nbgpu.config import settings
+
+    s = nbgpu.Sampler("sim", interval=0.05).start()
+    try:
+        with nbgpu.capture(sampler=s):
+            time.sleep(0.3)
+        got = stacks.samples_of(s)
+        before = got.sampled
+        settings().stack_samples_hz = 0
+        with nbgpu.capture(sampler=s) as cap:
+            time.sleep(0.3)
+        assert got.sampled == before and cap.where().attrs["top_line"] is None
+    finally:
+        settings().stack_samples_hz = 40
+        s.stop()
+
+
+def test_a_tensor_read_through_a_builtin_is_a_wait_for_the_gpu():
+    loss = torch.tensor(1.5)
+    frame = sys._getframe()
+    assert stacks.line_category("total += float(loss)", frame) == "gpu_wait"
+    assert stacks.line_category("y = loss * 2", frame) == "gpu_issue"
+    assert stacks.line_category("total += float(count)", frame) == "cpu"
+    del loss

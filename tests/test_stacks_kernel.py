@@ -34,3 +34,15 @@ def test_a_profiled_cell_reports_where_its_main_thread_was(loaded):
     assert shares["idle"] > 0.8
     row = loaded.value("nbgpu.history().iloc[-1][['share_idle', 'top_line']].tolist()")
     assert row[0] > 0.8 and row[1].startswith("line 8 `work(1.5)`")
+
+
+def test_a_profiled_cell_in_cell_mode_numbers_its_lines_as_the_cell_does(loaded):
+    loaded.run("%gpumon --cells --cells-min 0")
+    try:
+        reply, outputs = loaded.run(CELL)
+    finally:
+        loaded.run("%gpumon --cells off")
+    assert reply["status"] == "ok", outputs
+    texts = [o["data"].get("text/plain", "") for o in outputs if o["msg_type"] == "display_data"]
+    report = next(t for t in texts if t.startswith("GPU profile"))
+    assert "line 8 `work(1.5)`:" in report, report

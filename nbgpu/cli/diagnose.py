@@ -141,9 +141,11 @@ def _replayed(run: Run, thresholds: dict | None = None):
     sim.diagnostics = engine
     records = run.stack_samples()
     if records:
-        from ..diagnostics.stacks import samples_from
+        from ..diagnostics.stacks import StackSamples
 
-        sim.stack_samples = samples_from(records)
+        sim.stack_samples = StackSamples()
+        for t, category, number, text in records:
+            sim.stack_samples.add(t, category, None if number is None else ("", number), text)
     gpu_cols = [c for c in _GPU if c in df.columns]
     host_cols = [c for c in _HOST if c in df.columns]
     for d in sim.devices:

@@ -65,9 +65,13 @@ def _line(split, rule: str) -> dict | None:
 
 
 def _held(split, rule: str) -> tuple[float, str]:
-    """(share, " at line 7 `for x, y in dl`") of the rule's categories in the split."""
+    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`") of the
+    rule's categories in the split."""
     line = _line(split, rule)
     where = "" if line is None else f" at line {line['line']} `{line['text']}`"
+    loop = line and line["loop"]
+    if loop and loop[0] != line["line"]:
+        where += f" in the loop at line {loop[0]} `{loop[1]}`"
     return held_share(split, rule), where
 
 

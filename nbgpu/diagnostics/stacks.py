@@ -80,8 +80,8 @@ _HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "__repr__", "__format
 _WAIT = re.compile(r"\.(item|cpu|tolist|numpy)\(|synchroni[sz]e\(|\.to\(\s*['\"]cpu")
 _H2D = re.compile(r"\.(cuda|copy_|pin_memory)\(|\.to\((?!\s*(dtype\s*=|torch\.(float|half|bfloat|int|double"
                   r"|long|bool|uint|complex)))")
-_IDLE = re.compile(r"\b(sleep|input|urlopen|select|recv|recvfrom|read|readline|readlines|wait|join"
-                   r"|acquire|communicate|accept)\(|\bopen\(")
+_IDLE = re.compile(r"\b(sleep|input|urlopen|select|recv|recvfrom|read|readline|readlines|wait"
+                   r"|acquire|communicate|accept)\(|\bopen\(|\.join\(\s*(\)|timeout)")  # not ", ".join(...)
 _TORCH = re.compile(r"\btorch\.|\bF\.|\.(backward|step|zero_grad|forward)\(")
 _NAMES = re.compile(r"[A-Za-z_]\w*")
 _inner: dict[tuple, tuple] = {}
@@ -112,8 +112,8 @@ def line_category(text: str, frame=None) -> str:
     if _TORCH.search(code):
         return "gpu_issue"
     bound = _bound_to(code, frame)
-    if "torch" in bound:
-        return "gpu_issue"
+    if "torch" in bound:  # float(loss), print(loss): a tensor read on the host
+        return "gpu_wait" if re.search(r"\b(float|int|bool|print)\(", code) else "gpu_issue"
     if "@" in code and not bound and "torch" in sys.modules:
         return "gpu_issue"
     return "cpu"
@@ -144,6 +144,30 @@ def _line_text(filename: str, lineno: int) -> str:
     import linecache
 
     return linecache.getline(filename, lineno).strip()
+
+
+_loops: dict[str, list[tuple[int, int]]] = {}
+
+
+def loop_of(filename: str, lineno: int, offset: int = 0) -> tuple[int, str] | None:
+    """(line + ``offset``, text) of the innermost ``for`` / ``while`` around line ``lineno``
+    of a file (a cell's source in ``linecache``); None if none or the source cannot be parsed."""
+    import ast
+    import linecache
+
+    spans = _loops.get(filename)
+    if spans is None:
+        try:
+            tree = ast.parse("".join(linecache.getlines(filename)))
+            spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+                     if isinstance(n, (ast.For, ast.AsyncFor, ast.While))]
+        except (SyntaxError, ValueError):
+            spans = []
+        if len(_loops) > 1000:
+            _loops.clear()
+        _loops[filename] = spans
+    inside = [first for first, last in spans if first <= lineno <= last]
+    return (max(inside) + offset, _line_text(filename, max(inside))) if inside else None
 
 
 def inner_category(frame) -> str:
@@ -192,7 +216,8 @@ def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
         elif kind == STOP:
             break
         f = f.f_back
-    cell = None if cell_frame is None else (cell_frame.f_code.co_filename, cell_frame.f_lineno)
+    lineno = None if cell_frame is None else cell_frame.f_lineno  # None mid-instruction on 3.12+
+    cell = None if lineno is None else (cell_frame.f_code.co_filename, lineno)
     return ("data_loader" if loader else inner_category(frame)), cell
 
 
@@ -201,13 +226,14 @@ class StackSamples:
     """Classified samples of one sampler's capturing thread: times, categories, cell lines."""
 
     def __init__(self, hz: float = 40.0) -> None:
+        self.hz = hz  # the NbGpu.stack_samples_hz it was set from
         self.period_s = 1.0 / hz if hz > 0 else math.inf
         self._lock = threading.Lock()
         self.times = array("d")
         self.codes = bytearray()
         self.lines = array("i")  # index into ``line_table``; -1: no user frame
-        self.line_table: list[tuple[str, int, str]] = []  # (file, line, text)
-        self._line_ids: dict[tuple[str, int], int] = {}
+        self.line_table: list[tuple] = []  # (file, line, text, its loop's (line, text) or None)
+        self._line_ids: dict[tuple[str, int, int], int] = {}  # (file, shown line, offset) -> index
         self._holders: dict[int, tuple[int, object, int]] = {}  # token -> (thread, anchor, line offset)
         self._token = 0
         self._next_at = -math.inf
@@ -219,13 +245,16 @@ class StackSamples:
         shown: ``offset`` more than in the file)."""
         index = -1
         if line is not None:
-            index = self._line_ids.get(line, -1)
+            key = (line[0], line[1], offset)  # one file may be shown with two numberings
+            index = self._line_ids.get(key, -1)
             if index < 0:
                 index = len(self.line_table)
-                self._line_ids[line] = index
+                self._line_ids[key] = index
+                loop = None
                 if text is None:
                     text = _line_text(line[0], line[1] - offset)
-                self.line_table.append((line[0], line[1], text))
+                    loop = loop_of(line[0], line[1] - offset, offset)
+                self.line_table.append((line[0], line[1], text, loop))
         with self._lock:
             self.times.append(t)
             self.codes.append(CODE[category])
@@ -238,7 +267,7 @@ class StackSamples:
         # Due one period after the last due time (steps come every 10 ms: the rate holds on average)
         late = now - self._next_at > self.period_s
         self._next_at = (now if late else self._next_at) + self.period_s
-        thread_id, anchor, offset = next(iter(self._holders.values()))
+        thread_id, anchor, offset = next(reversed(self._holders.values()))  # the innermost block
         frame = sys._current_frames().get(thread_id)
         if frame is None:
             return
@@ -303,8 +332,9 @@ class Split:
         per_line: dict = {}
         for index in np.unique(lines[lines >= 0]):
             mask = lines == index
-            path, number, text = table[int(index)]
-            per_line[(path, number)] = {"text": text, "share": float(weight[mask].sum()) / total,
+            path, number, text, loop = table[int(index)]
+            per_line[(path, number)] = {"text": text, "loop": loop,
+                                        "share": float(weight[mask].sum()) / total,
                                         "by": {c: float(weight[mask & (codes == i)].sum()) / total
                                                for i, c in enumerate(CATEGORIES)}}
         top = None
@@ -314,11 +344,13 @@ class Split:
         return cls(shares, {c: s * span for c, s in shares.items()}, len(t), top, per_line)
 
     def line_of(self, category: str) -> dict | None:
-        """The cell line holding most of ``category``'s time: {"line", "text", "share"}."""
+        """The cell line holding most of ``category``'s time: {"line", "text", "share", "loop"}
+        (``loop``: (line, text) of the innermost loop around it, None if none or unknown)."""
         best = max(self.lines.items(), key=lambda kv: kv[1]["by"][category], default=None)
         if best is None or best[1]["by"][category] <= 0:
             return None
-        return {"line": int(best[0][1]), "text": best[1]["text"], "share": best[1]["by"][category]}
+        return {"line": int(best[0][1]), "text": best[1]["text"], "share": best[1]["by"][category],
+                "loop": best[1]["loop"]}
 
 
 def where_frame(split: Split | None):
@@ -338,59 +370,6 @@ def where_frame(split: Split | None):
     return df
 
 
-# -- recordings -------------------------------------------------------------------------------
-def stacks_record(got: StackSamples, after: float) -> dict | None:
-    """The samples after time ``after`` as one recording event (None if none):
-    ``{"event": "stacks", "t0": epoch s, "lines": [[line, text], ...],
-    "samples": [[ms after t0, category, index in lines or -1], ...]}``."""
-    t, codes, lines = got.between(after, math.inf)
-    keep = t > after
-    t, codes, lines = t[keep], codes[keep], lines[keep]
-    if not len(t):
-        return None
-    local: dict[int, int] = {}
-    table = []
-    for index in lines.tolist():
-        if index >= 0 and index not in local:
-            local[index] = len(table)
-            _, number, text = got.line_table[index]
-            table.append([number, text])
-    t0 = float(t[0])
-    samples = [[round((ti - t0) * 1000.0, 1), CATEGORIES[c], local.get(li, -1)]
-               for ti, c, li in zip(t.tolist(), codes.tolist(), lines.tolist(), strict=True)]
-    return {"event": "stacks", "t0": t0, "lines": table, "samples": samples, "_last": float(t[-1])}
-
-
-def read_records(events: list[dict]) -> list[tuple[float, str, int | None, str]]:
-    """(epoch s, category, line, text) of every sample in a recording's ``stacks`` events;
-    malformed entries are skipped."""
-    out = []
-    for e in events:
-        if e.get("event") != "stacks":
-            continue
-        try:
-            t0 = float(e["t0"])
-            table = [(int(n), str(text)) for n, text in e.get("lines") or []]
-            for ms, category, index in e.get("samples") or []:
-                if category not in CODE:
-                    continue
-                known = isinstance(index, int) and 0 <= index < len(table)
-                number, text = table[index] if known else (None, "")
-                out.append((t0 + float(ms) / 1000.0, category, number, text))
-        except (KeyError, TypeError, ValueError):
-            continue
-    out.sort(key=lambda s: s[0])
-    return out
-
-
-def samples_from(records: list[tuple[float, str, int | None, str]], hz: float = 40.0) -> StackSamples:
-    """A ``StackSamples`` holding a recording's samples (``read_records``), to replay them."""
-    got = StackSamples(hz)
-    for t, category, number, text in records:
-        got.add(t, category, None if number is None else ("", number), text)
-    return got
-
-
 # -- one StackSamples per sampler ----------------------------------------------------------
 _by_sampler: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
@@ -403,10 +382,14 @@ def samples_of(sampler: object, create: bool = False) -> StackSamples | None:
         return given
     with _registry_lock:
         got = _by_sampler.get(sampler)
-        if got is None and create:
+        if create:
             from ..config import settings
 
-            got = _by_sampler[sampler] = StackSamples(float(settings().stack_samples_hz))
+            hz = float(settings().stack_samples_hz)
+            if got is None:
+                got = _by_sampler[sampler] = StackSamples(hz)
+            elif hz != got.hz:  # %config NbGpu.stack_samples_hz changed since
+                got.hz, got.period_s = hz, 1.0 / hz if hz > 0 else math.inf
         return got
 
 

@@ -104,8 +104,9 @@ class CellRecord:
 
     def tail(self) -> dict:
         alerts = self.capture.alerts
-        split = self.capture.split()
-        top = self.capture.where().attrs["top_line"] if split is not None else None
+        split_of = getattr(self.capture, "split", None)  # a stand-in capture may have none
+        split = split_of() if callable(split_of) else None
+        top = split.top_line if split is not None else None
         return {"alerts": len(alerts),
                 "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
                 "error": self.capture.error or "",
@@ -138,7 +139,8 @@ class CellRecord:
 
 def _steps_per_s(cap: Capture) -> float | None:
     """Iterations a second of the ``nbgpu.track`` loops run in the block (None: none ran)."""
-    spans = [t1 - t0 for t in cap.trackers for _, _, t0, t1, _ in t.spans if math.isfinite(t1) and t1 > t0]
+    spans = [t1 - t0 for t in getattr(cap, "trackers", ()) for _, _, t0, t1, _ in t.spans
+             if math.isfinite(t1) and t1 > t0]
     return round(len(spans) / sum(spans), 4) if spans else None
 
 
