@@ -90,3 +90,24 @@ def test_the_recordings_stay_small():
     total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(DATA, "**"), recursive=True)
                 if os.path.isfile(p))
     assert total < 2_000_000
+
+
+def test_report_diagnose_on_a_real_recording_prints_per_cell_and_takes_thresholds(capsys, tmp_path):
+    path = os.path.join(DATA, RUNS[-1], "cell-item_sync.jsonl")
+    assert main(["report", "--diagnose", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cell item_sync (") and "sync_bound [warning] GPU 0:" in out
+    assert "`total += y.float().mean().item()" in out  # the line that waits
+    # utilisation was 56 % (47 % in a window reaching 2 s before the cell): a bound under it moves it away
+    assert main(["report", "--diagnose", path, "--threshold", "sync_util_below_pct=40"]) == 0
+    assert "sync_bound" not in capsys.readouterr().out
+    # a recording torn by a crash is read up to its last whole line
+    torn = tmp_path / "torn.jsonl"
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    torn.write_text(text[: len(text) - 40], encoding="utf-8")
+    assert main(["report", "--diagnose", str(torn)]) == 0
+    capsys.readouterr()
+    assert main(["report", "--diagnose", path, "--threshold", "sync_util_below_pct=lots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sync_util_below_pct" in err
