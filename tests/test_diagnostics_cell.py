@@ -141,3 +141,18 @@ def test_a_short_cell_with_memory_below_the_level_at_its_end_gets_no_oom_risk(cl
     finally:
         s.stop()
     assert cap.alerts == []
+
+
+def test_a_cells_alert_shows_the_figures_of_a_window_inside_the_cell_where_there_is_one():
+    # A window reaching 2 s before the cell (the tolerance at its edge) saw the cell before's
+    # thermal throttling; the cell's own windows see the power cap: its figures are shown.
+    from nbgpu.diagnostics.alerts import Alert, judged_in
+
+    t0 = 1000.0
+    edge = (t0 + 8.5, t0 - 1.5, "warning", "throttling (thermal)", {"temp_c": 88.0})
+    inside = (t0 + 12.5, t0 + 2.5, "info", "throttling (power)", {"power_w": 699.0})
+    a = Alert("throttling", "warning", 0, t0 + 8.5, None, edge[3], "", dict(edge[4]), [edge, inside])
+    (got,) = judged_in([a], t0, t0 + 15.0, tolerance_s=2.0)
+    assert got.message == "throttling (power)" and got.severity == "info"
+    (short,) = judged_in([a], t0, t0 + 9.0, tolerance_s=2.0)  # only the edge window counts
+    assert short.message == "throttling (thermal)"
