@@ -21,7 +21,7 @@ from ..units import fmt_duration, fmt_energy
 from .capture import Capture, status_of
 from .compare import changes
 from .cost import cost_of
-from .history import CellRecord, previous
+from .history import CellRecord, earlier
 from .history import add as add_record
 from .oom import PostMortem, build_story, is_oom
 
@@ -73,11 +73,14 @@ def against_last(rec: CellRecord) -> str:
     ago): 12 % more energy, 3 % longer, peak memory the same, utilisation 7 % → 70 %; steps
     a second 4.1 → 38.5 (9.4×); main thread: data loader 81 % → 9 %``, then a line per
     finding gone, new or still there (with its new figures)."""
-    prev = previous(rec)
-    if prev is None:
+    runs = earlier(rec)
+    if not runs:
         return ""
+    prev = runs[-1]
     try:
-        said = ", ".join(_phrase(c) for c in changes(prev.figures().total, rec.figures().total))
+        repeats = [r.figures().total for r in runs]
+        found = changes(prev.figures().total, rec.figures().total, repeats=repeats)
+        said = ", ".join(_phrase(c) for c in found)
         parts, findings = _what_changed(prev, rec)
     except Exception as exc:  # an old run whose readings are gone: say so, briefly
         return f"vs its last run: cannot compare ({exc})"
