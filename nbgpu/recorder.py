@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
-from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .runfile import load_run
 
 if TYPE_CHECKING:
@@ -114,8 +114,9 @@ class Recorder:
 
         NVML's sample buffers (power every 20 ms, utilisation every 200 ms) would make a
         line every 20 ms per GPU; a tick row with the mean of the samples since the previous
-        tick keeps files small and the energy right. Sources without ticks (Prometheus)
-        keep their own sample times.
+        tick keeps files small and the energy right, and ``<metric>_max`` keeps their
+        maximum (a memory peak between two ticks), as ``Timeline.to_pandas`` does. Sources
+        without ticks (Prometheus) keep their own sample times.
         """
         streams = self.sampler.store.streams_of(device)
         if "tick" not in streams:
@@ -140,11 +141,16 @@ class Recorder:
             slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
             slot = np.minimum(slot, len(t) - 1)
             for name, values in bcols.items():
-                sums = np.bincount(slot, weights=np.nan_to_num(values.astype(np.float64)), minlength=len(t))
+                values = values.astype(np.float64)
+                sums = np.bincount(slot, weights=np.nan_to_num(values), minlength=len(t))
                 counts = np.bincount(slot, weights=~np.isnan(values), minlength=len(t))
                 mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+                peaks = np.full(len(t), np.nan)
+                ok = ~np.isnan(values)
+                np.fmax.at(peaks, slot[ok], values[ok])
                 base = cols.get(name, np.full(len(t), np.nan))
                 cols[name] = np.where(counts > 0, mean, base)
+                cols[max_column(name)] = np.where(counts > 0, peaks, base)  # as Timeline's tick rows
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:

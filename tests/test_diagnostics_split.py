@@ -67,7 +67,7 @@ def test_input_bound_fires_only_when_the_data_loader_holds_the_time():
     feed(s, clock.t, clock.t + 30, [("data_loader", 0.8, LOOP), ("gpu_issue", 0.2, STEP)])
     drive(s, clock, 30.0)
     (alert,) = fired(s, "input_bound")
-    assert "80 % of it in the data loader at line 7 `for x, y in dl`" in alert.message
+    assert "80 % of it getting data in (data loader 80 %) at line 7 `for x, y in dl`" in alert.message
     assert alert.evidence["line"] == 7 and alert.evidence["shares"]["data_loader"] == pytest.approx(0.8)
     assert rules(s) == {"input_bound"}
 
@@ -78,6 +78,25 @@ def test_low_utilisation_and_a_busy_cpu_elsewhere_than_the_loader_is_not_input_b
     feed(s, clock.t, clock.t + 30, [(category, 0.8, STEP), ("data_loader", 0.2, LOOP)])
     drive(s, clock, 30.0)
     assert "input_bound" not in rules(s)
+
+
+def test_host_to_device_copies_count_as_input():
+    # The H200 suite's h2d_pageable cell: blocking copies from pageable memory, no loader.
+    s, clock = shaped(util=14.0, cpu=104.0)
+    feed(s, clock.t, clock.t + 30, [("h2d_copy", 0.96, STEP), ("gpu_issue", 0.04, STEP)])
+    drive(s, clock, 30.0)
+    (alert,) = fired(s, "input_bound")
+    assert "of it getting data in (copies to the GPU 9" in alert.message
+    assert rules(s) == {"input_bound"}
+
+
+def test_a_thread_that_only_waits_for_a_busy_gpu_is_not_sync_bound():
+    # The suite's matmul loops: a sync every few matmuls, the main thread waits 94-100 % of
+    # the time; a window reaching a second before the cell shows utilisation in the 80s.
+    s, clock = shaped(util=85.0, cpu=100.0)
+    feed(s, clock.t, clock.t + 30, [("gpu_wait", 0.96, ITEM), ("gpu_issue", 0.04, STEP)])
+    drive(s, clock, 30.0)
+    assert "sync_bound" not in rules(s)
 
 
 def test_without_a_split_input_bound_says_it_is_a_possibility():
@@ -133,7 +152,7 @@ def test_a_cell_shorter_than_the_window_is_judged_on_its_own_readings(clean_prof
     feed(s, clock.t, clock.t + 4, [("data_loader", 0.9, LOOP), ("cpu", 0.1, STEP)])
     cap = _cell(s, clock, 4.0)
     (alert,) = [a for a in cap.alerts if a.rule == "input_bound"]
-    assert "in the data loader at line 7" in alert.message and "over 4 s" in alert.message
+    assert "getting data in (data loader 90 %) at line 7" in alert.message and "over 4 s" in alert.message
     assert alert.message.endswith("(judged on the cell's 4.0 s)")
     assert alert.start >= cap.start_time and cap.too_short == []
 

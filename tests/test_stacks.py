@@ -278,7 +278,7 @@ def test_report_diagnose_judges_a_recording_by_its_stack_samples(clean_profiles,
         s.stop()
     assert run_diagnose(str(path), ["input_window_s=2", "eval_every_s=0.5"], as_json=True) == 0
     found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "input_bound"]
-    assert found and "in the data loader at line" in found[0]["message"]
+    assert found and "of it getting data in (data loader " in found[0]["message"]
     assert "`batch = next(dl)`" in found[0]["message"]
     # The same readings without their stack samples: only a possibility.
     bare = tmp_path / "bare.jsonl"

@@ -139,6 +139,7 @@ class DiagnosticsEngine:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Alert], None]] = []
         self._last_eval = -math.inf
+        self._cell_end_due = False
         self._cells = 0
         self._cell_since: float | None = None
         self._mark_cache: dict = {}
@@ -158,6 +159,16 @@ class DiagnosticsEngine:
             self._cells = self._cells + 1 if running else max(0, self._cells - 1)
             if self._cells == 0:
                 self._cell_since = None
+
+    def judge_cell_end(self) -> None:
+        """Evaluate at the sampler's next step, off schedule, as the end of a cell: a cell
+        shorter than the 2 s between evaluations is judged at its end edge."""
+        self._cell_end_due = True
+
+    @property
+    def cell_end_pending(self) -> bool:
+        """Whether the evaluation ``judge_cell_end`` asked for has not run yet."""
+        return self._cell_end_due
 
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
@@ -193,10 +204,11 @@ class DiagnosticsEngine:
         """
         if self._cells or _work_active(sampler):
             sampler.watch()
-        if now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
+        cell_end, self._cell_end_due = self._cell_end_due, False
+        if not cell_end and now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
             return
         self._last_eval = now
-        self.evaluate(sampler, now)
+        self.evaluate(sampler, now, cell_end)
 
     def _my_pids(self, now: float) -> set[int]:
         at, pids = self._pids
@@ -290,9 +302,11 @@ class DiagnosticsEngine:
         out.reverse()
         return out
 
-    def evaluate(self, sampler: Sampler, now: float) -> list[Alert]:
-        """Run every enabled rule once; returns the alerts opened or escalated by this run."""
+    def evaluate(self, sampler: Sampler, now: float, cell_end: bool = False) -> list[Alert]:
+        """Run every enabled rule once; returns the alerts opened or escalated by this run.
+        ``cell_end``: this is the edge of a cell that just ended (``judge_cell_end``)."""
         ctx = self.context(sampler, now)
+        ctx.cell_end = cell_end
         enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}
         findings: list[Finding] = []
         inputs = self._utilisation_inputs(ctx)

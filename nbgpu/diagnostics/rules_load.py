@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .alerts import Finding
+from .stacks import LABELS
 from .window import Context, fmt_gpus
 
 INPUT_HINT = ("Feed the GPU faster: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -30,7 +31,11 @@ SYNC_HINT = ("Each wait stops Python from queueing the next work, so the GPU idl
              "values on the GPU and read them every N steps (sum the loss as a tensor, .item() once "
              "an epoch), leave tensors out of print() and .cpu() / .numpy() in the loop, copy with "
              "non_blocking=True, time work with CUDA events.")
-HELD_BY = {"input_bound": "data_loader", "launch_bound": "gpu_issue", "sync_bound": "gpu_wait"}
+# The main thread's categories that hold each rule's time. Input is the data loader and the
+# host-to-device copies alike: both are the batch on its way to the GPU (pinned memory and
+# non_blocking copies help the second as workers help the first).
+HELD_BY = {"input_bound": ("data_loader", "h2d_copy"), "launch_bound": ("gpu_issue",),
+           "sync_bound": ("gpu_wait",)}
 IDLE_HINT = ("The cell is waiting, not computing: file or network I/O, a lock, sleep, a "
              "host-device sync in a loop (.item(), .cpu(), print of a tensor) or another process. "
              "A profiler (torch.profiler, py-spy dump) shows where it waits.")
@@ -44,24 +49,34 @@ def holder(split, th) -> str | None:
     """Which of input-, launch- and sync-bound the split points at: the rule whose category
     (data loader, issuing GPU work, waiting for the GPU) has the largest share, if at least
     ``split_min_share``; None otherwise."""
-    rule = max(HELD_BY, key=lambda r: split.shares[HELD_BY[r]])
-    return rule if split.shares[HELD_BY[rule]] >= th.split_min_share else None
+    rule = max(HELD_BY, key=lambda r: held_share(split, r))
+    return rule if held_share(split, rule) >= th.split_min_share else None
+
+
+def held_share(split, rule: str) -> float:
+    """The share of the main thread's time in the categories that hold ``rule``'s time."""
+    return sum(split.shares[c] for c in HELD_BY[rule])
+
+
+def _line(split, rule: str) -> dict | None:
+    """The cell line holding most of the rule's time (of its largest category)."""
+    category = max(HELD_BY[rule], key=lambda c: split.shares[c])
+    return split.line_of(category)
 
 
 def _held(split, rule: str) -> tuple[float, str]:
     """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`") of the
-    rule's category in the split."""
-    category = HELD_BY[rule]
-    line = split.line_of(category)
+    rule's categories in the split."""
+    line = _line(split, rule)
     where = "" if line is None else f" at line {line['line']} `{line['text']}`"
     loop = line and line["loop"]
     if loop and loop[0] != line["line"]:
         where += f" in the loop at line {loop[0]} `{loop[1]}`"
-    return split.shares[category], where
+    return held_share(split, rule), where
 
 
 def _evidence(split, rule: str, **figures) -> dict:
-    line = split.line_of(HELD_BY[rule])
+    line = _line(split, rule)
     return {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
             "line": None if line is None else line["line"],
             "line_text": None if line is None else line["text"]}
@@ -77,7 +92,7 @@ def one_bottleneck(alerts: list, split) -> list:
             out.append(a)
             continue
         other = kept.get(a.gpu)
-        if other is None or (split.shares[HELD_BY[a.rule]] > split.shares[HELD_BY[other.rule]]
+        if other is None or (held_share(split, a.rule) > held_share(split, other.rule)
                              if split is not None else a.start >= other.start):
             kept[a.gpu] = a
     return out + [a for a in alerts if a in kept.values()]
@@ -107,9 +122,11 @@ def input_bound(ctx: Context) -> list[Finding]:
                 "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
             continue
         share, where = _held(split, "input_bound")
+        parts = [f"{LABELS[c]} {100 * split.shares[c]:.0f} %" for c in HELD_BY["input_bound"]
+                 if split.shares[c] >= 0.05]
         message = (f"GPU {dev.key} busy only {util:.0f} % of the time while the main thread spent "
-                   f"{100 * share:.0f} % of it in the data loader{where} (over {span:.0f} s): the GPU "
-                   "is waiting for input")
+                   f"{100 * share:.0f} % of it getting data in ({', '.join(parts)}){where} (over "
+                   f"{span:.0f} s): the GPU is waiting for input")
         out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, _evidence(
             split, "input_bound", util_pct=round(util, 1), proc_cpu_pct=round(cpu, 1), window_s=span)))
     return out
@@ -151,9 +168,9 @@ def sync_bound(ctx: Context) -> list[Finding]:
     th, out = ctx.thresholds, []
     span = th.input_window_s
     for dev, _, split, util in _held_gpus(ctx, "sync_bound"):
-        if not util < th.sync_util_below_pct:
-            continue
         share, where = _held(split, "sync_bound")
+        if not (util < th.sync_util_below_pct and share < th.sync_wait_below_share):
+            continue  # a thread that only waits has nothing to overlap: the GPU is the bottleneck
         message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev.key}"
                    f"{where} while it was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound")
         out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, _evidence(

@@ -53,8 +53,11 @@ class Thresholds:
     split_min_share: float = _t(0.4, "share of the main thread's time (its stack samples over the input "
                                      "window) that holds it: in the data loader for input-bound, issuing "
                                      "GPU work for launch-bound, waiting for the GPU for sync-bound")
-    sync_util_below_pct: float = _t(90.0, "mean utilisation below this while the main thread waits for the "
+    sync_util_below_pct: float = _t(75.0, "mean utilisation below this while the main thread waits for the "
                                           "GPU counts as sync-bound (the waits cost the GPU work)")
+    sync_wait_below_share: float = _t(0.9, "share of the main thread's time waiting for the GPU below which "
+                                           "it is sync-bound (at or above it, it has nothing else to do: "
+                                           "the GPU itself is the bottleneck)")
 
     idle_window_s: float = _t(10.0, "window (s) for the idle rule")
     idle_util_below_pct: float = _t(10.0, "mean utilisation below this counts as idle")

@@ -144,6 +144,7 @@ class Context:
     mark_cache: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)  # what rules keep between evaluations
     stacks: object = None  # the main thread's stack samples (``stacks.StackSamples``), if any
+    cell_end: bool = False  # evaluated at the end edge of a cell (or capture) that just ended
 
     def split(self, t0: float, t1: float):
         """Where the main thread's time went in [t0, t1] (``stacks.Split``); None without

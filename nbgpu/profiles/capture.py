@@ -34,6 +34,8 @@ from .summary import Summary, rows_frame, selected, summarize
 from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
 
 OWN_SAMPLER_INTERVAL_S = 0.2
@@ -83,8 +85,10 @@ def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
                for k in keys)
 
 
-def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
-    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read).
+def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
+                  also: Callable[[], bool] | None = None) -> bool:
+    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read),
+    and ``also()`` (if given: something else the sampler's thread is to do) is False.
 
     Returns at once when the store covers ``t``; else sleeps until the sampler's next step
     (a tick listener wakes it). False on timeout or if the sampler is not running: the
@@ -94,7 +98,11 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
         return False
     lost = sampler.lost
     keys = [d.key for d in sampler.devices if d.key not in lost]
-    if not _edge_pending(sampler, keys, t):
+
+    def pending() -> bool:
+        return _edge_pending(sampler, keys, t) or (also is not None and also())
+
+    if not pending():
         return True
     stepped = threading.Event()
 
@@ -104,7 +112,7 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
     deadline = time.monotonic() + timeout_s
     sampler.add_listener(on_step)
     try:
-        while _edge_pending(sampler, keys, t):
+        while pending():
             left = deadline - time.monotonic()
             if left <= 0 or not sampler.running:
                 return False
@@ -245,9 +253,13 @@ class Capture:
             return
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
+        engine = getattr(sampler, "diagnostics", None)
+        if engine is not None:
+            engine.judge_cell_end()  # the rules judge the block at its end edge, however short
         sampler.request("edge")  # the buffers drained up to the end, whatever its length
         if wait or self.owns_sampler:
-            wait_for_edge(sampler, self.end_time)
+            wait_for_edge(sampler, self.end_time,
+                          also=None if engine is None else lambda: engine.cell_end_pending)
         self._fast.close()
         if self.owns_sampler:
             sampler.stop()

@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS
+from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS, max_column
 from ..peaks import fold_peak
 from ..sources.base import Device
-from ..timeline import max_column
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
