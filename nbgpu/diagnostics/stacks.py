@@ -27,6 +27,7 @@ import numpy as np
 
 CATEGORIES = ("gpu_wait", "data_loader", "h2d_copy", "gpu_issue", "cpu", "idle")
 CODE = {c: i for i, c in enumerate(CATEGORIES)}
+_LOADER_CODE = CODE["data_loader"]
 LABELS = {"gpu_wait": "waiting for the GPU", "data_loader": "data loader",
           "h2d_copy": "copies to the GPU", "gpu_issue": "issuing GPU work", "cpu": "other CPU work",
           "idle": "sleep, I/O, locks"}
@@ -84,7 +85,7 @@ _IDLE = re.compile(r"\b(sleep|input|urlopen|select|recv|recvfrom|read|readline|r
                    r"|acquire|communicate|accept)\(|\bopen\(|\.join\(\s*(\)|timeout)")  # not ", ".join(...)
 _TORCH = re.compile(r"\btorch\.|\bF\.|\.(backward|step|zero_grad|forward)\(")
 _NAMES = re.compile(r"[A-Za-z_]\w*")
-_inner: dict[tuple, tuple] = {}
+_inner: dict[int, tuple] = {}  # id(code) -> (code, {f_lasti: CODE})
 
 
 def torch_category(rel: str, name: str) -> str:
@@ -171,34 +172,39 @@ def loop_of(filename: str, lineno: int, offset: int = 0) -> tuple[int, str] | No
 
 
 def inner_category(frame) -> str:
-    """The category of the innermost Python frame of a sample (cached per code object and
-    instruction: hashing a code object and finding its line cost more than the rest)."""
+    """The category of the innermost Python frame of a sample."""
+    return CATEGORIES[_inner_code(frame)]
+
+
+def _inner_code(frame) -> int:
+    """``CODE`` of the innermost frame's category, cached per code object and instruction
+    (by id, the code object kept: an id is never reused while cached)."""
     code = frame.f_code
-    key = (id(code), frame.f_lasti)
-    got = _inner.get(key)
-    if got is not None and got[0] is code:
-        return got[1]
-    lineno = frame.f_lineno
+    per = _inner.get(id(code))
+    if per is not None and per[0] is code:
+        got = per[1].get(frame.f_lasti)
+        if got is not None:
+            return got
+    else:
+        if len(_inner) > 20_000:
+            _inner.clear()
+        per = _inner[id(code)] = (code, {})
     kind, rel = file_kind(code.co_filename)
     if kind == TORCH:
         got = torch_category(rel, code.co_name)
     elif kind == STDLIB:
         got = "idle" if rel.startswith(_IDLE_STD) or code.co_name in ("sleep", "wait", "select") else "cpu"
-    elif kind == USER:
-        got = line_category(_line_text(code.co_filename, lineno or 0), frame)
+    elif kind == USER:  # once per distinct instruction: the line's text and the frame's names
+        got = line_category(_line_text(code.co_filename, frame.f_lineno or 0), frame)
     else:
         got = "cpu"
-    if len(_inner) > 50_000:
-        _inner.clear()
-    _inner[key] = (code, got)  # the code object kept: an id is never reused while cached
-    return got
+    per[1][frame.f_lasti] = CODE[got]
+    return CODE[got]
 
 
-def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
-    """(category, (file, line) of the outermost user frame or None) of a stack's innermost ``frame``.
-
-    The walk stops at ``anchor`` (a frame outside the block) or at IPython's ``run_code``.
-    """
+def _walk_up(frame, anchor):
+    """(the outermost user frame or None, whether a data-loader frame is on the way) from
+    ``frame`` up to ``anchor`` or IPython's ``run_code``: one pass, no list of frames."""
     loader = False
     cell_frame = None
     walk = _walk
@@ -216,6 +222,15 @@ def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
         elif kind == STOP:
             break
         f = f.f_back
+    return cell_frame, loader
+
+
+def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
+    """(category, (file, line) of the outermost user frame or None) of a stack's innermost ``frame``.
+
+    The walk stops at ``anchor`` (a frame outside the block) or at IPython's ``run_code``.
+    """
+    cell_frame, loader = _walk_up(frame, anchor)
     lineno = None if cell_frame is None else cell_frame.f_lineno  # None mid-instruction on 3.12+
     cell = None if lineno is None else (cell_frame.f_code.co_filename, lineno)
     return ("data_loader" if loader else inner_category(frame)), cell
@@ -232,50 +247,70 @@ class StackSamples:
         self.times = array("d")
         self.codes = bytearray()
         self.lines = array("i")  # index into ``line_table``; -1: no user frame
-        self.line_table: list[tuple] = []  # (file, line, text, its loop's (line, text) or None)
-        self._line_ids: dict[tuple[str, int, int], int] = {}  # (file, shown line, offset) -> index
+        self._table: list[list] = []  # [file, shown line, text, loop, offset]; text None: not read yet
+        self._line_ids: dict[tuple[str, int, int], int] = {}  # (file, line in the file, offset) -> index
         self._holders: dict[int, tuple[int, object, int]] = {}  # token -> (thread, anchor, line offset)
+        self._holder: tuple[int, object, int] | None = None  # the innermost block's
         self._token = 0
         self._next_at = -math.inf
         self.sampled = 0
+
+    @property
+    def line_table(self) -> list[tuple]:
+        """(file, line, text, its loop's (line, text) or None) per line index; each line's
+        text and loop are read once, here, not while sampling."""
+        with self._lock:
+            rows = self._table[:]
+        for row in rows:
+            if row[2] is None:
+                row[2] = _line_text(row[0], row[1] - row[4])
+                row[3] = loop_of(row[0], row[1] - row[4], row[4])
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def _line_index(self, file: str, lineno: int, offset: int, text: str | None = None) -> int:
+        key = (file, lineno, offset)  # one file may be shown with two numberings
+        index = self._line_ids.get(key, -1)
+        if index < 0:
+            with self._lock:
+                index = self._line_ids[key] = len(self._table)
+                self._table.append([file, lineno + offset, text, None, offset])
+        return index
 
     def add(self, t: float, category: str, line: tuple[str, int] | None = None,
             text: str | None = None, offset: int = 0) -> None:
         """Keep one sample (a recording's, when replayed); ``line`` is (file, line number as
         shown: ``offset`` more than in the file)."""
-        index = -1
-        if line is not None:
-            key = (line[0], line[1], offset)  # one file may be shown with two numberings
-            index = self._line_ids.get(key, -1)
-            if index < 0:
-                index = len(self.line_table)
-                self._line_ids[key] = index
-                loop = None
-                if text is None:
-                    text = _line_text(line[0], line[1] - offset)
-                    loop = loop_of(line[0], line[1] - offset, offset)
-                self.line_table.append((line[0], line[1], text, loop))
+        index = -1 if line is None else self._line_index(line[0], line[1] - offset, offset, text)
         with self._lock:
             self.times.append(t)
             self.codes.append(CODE[category])
             self.lines.append(index)
 
     def __call__(self, sampler: object, now: float) -> None:
-        """The sampler-thread listener: one sample when its period has passed."""
-        if now < self._next_at or not self._holders:
+        """The sampler-thread listener: one sample when its period has passed (a frame walk
+        with cached lookups; no text is read and nothing but the sample is kept)."""
+        if now < self._next_at or self._holder is None:
             return
         # Due one period after the last due time (steps come every 10 ms: the rate holds on average)
         late = now - self._next_at > self.period_s
         self._next_at = (now if late else self._next_at) + self.period_s
-        thread_id, anchor, offset = next(reversed(self._holders.values()))  # the innermost block
+        thread_id, anchor, offset = self._holder
         frame = sys._current_frames().get(thread_id)
         if frame is None:
             return
-        category, line = classify(frame, anchor)
+        cell_frame, loader = _walk_up(frame, anchor)
+        code = _LOADER_CODE if loader else _inner_code(frame)
         del frame
-        if line is not None and offset:
-            line = (line[0], line[1] + offset)
-        self.add(sampler.now(), category, line, offset=offset)  # the step's ``now`` may predate the hold
+        index = -1
+        if cell_frame is not None:
+            lineno = cell_frame.f_lineno  # None mid-instruction on 3.12+
+            if lineno is not None:
+                index = self._line_index(cell_frame.f_code.co_filename, lineno, offset)
+        t = sampler.now()  # the step's ``now`` may predate the hold
+        with self._lock:
+            self.times.append(t)
+            self.codes.append(code)
+            self.lines.append(index)
         self.sampled += 1
 
     def _trim(self, before: float) -> None:
@@ -418,7 +453,7 @@ def hold(sampler: object, line_offset: int = 0) -> int | None:
             got._trim(now - KEEP_S)
             sampler.add_listener(got)
         got._token += 1
-        got._holders[got._token] = (threading.get_ident(), anchor, int(line_offset))
+        got._holders[got._token] = got._holder = (threading.get_ident(), anchor, int(line_offset))
         return got._token
 
 
@@ -429,5 +464,6 @@ def release(sampler: object, token: int | None) -> None:
         return
     with _registry_lock:
         got._holders.pop(token, None)
+        got._holder = next(reversed(got._holders.values()), None)  # the innermost block left
         if not got._holders:
             sampler.remove_listener(got)
