@@ -1,4 +1,5 @@
-"""The sampler's thread: start, stop, close, and the loop that calls ``step()``.
+"""The sampler's thread: start, stop, close, the loop that calls ``step()``, and waiting for
+its steps (a block's edges: ``wait_for_edge``, ``fetch_buffered``).
 
 ``start()`` and ``stop()`` are safe from any thread and there is one thread at most.
 ``stop()`` never waits on a hanging read for more than ``STOP_WAIT_S``: the thread closes
@@ -11,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -18,9 +20,13 @@ from .errors import SamplerStateError
 from .store import Event
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .sampler import Sampler
 
 STOP_WAIT_S = 1.0  # stop() returns after this even if the thread is inside a hanging read
+EDGE_WAIT_S = 0.5
+EDGE_CHECK_S = 0.05  # a waiting edge re-checks at least this often (sampler stopped?)
 
 _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
 _atexit_lock = threading.Lock()
@@ -164,3 +170,71 @@ class SamplerThread:
             pass
         finally:
             self._thread_ended()
+
+
+def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
+    """Whether some GPU of ``keys`` has no memory or energy reading at or after ``t`` yet."""
+    last = sampler.store.last
+    return any(not last(k, "mem_used_bytes")[0] >= t and not last(k, "energy_j")[0] >= t
+               for k in keys)
+
+
+def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
+                  also: Callable[[], bool] | None = None) -> bool:
+    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read),
+    and ``also()`` (if given: something else the sampler's thread is to do) is False.
+
+    Returns at once when the store covers ``t``; else sleeps until the sampler's next step
+    (a tick listener wakes it). False on timeout or if the sampler is not running: the
+    summary then extends the nearest readings to the edge instead.
+    """
+    if not sampler.running:
+        return False
+    lost = sampler.lost
+    keys = [d.key for d in sampler.devices if d.key not in lost]
+
+    def pending() -> bool:
+        return _edge_pending(sampler, keys, t) or (also is not None and also())
+
+    if not pending():
+        return True
+    stepped = threading.Event()
+
+    def on_step(_sampler: Sampler, _now: float) -> None:
+        stepped.set()
+
+    deadline = time.monotonic() + timeout_s
+    sampler.add_listener(on_step)
+    try:
+        while pending():
+            left = deadline - time.monotonic()
+            if left <= 0 or not sampler.running:
+                return False
+            stepped.wait(min(left, EDGE_CHECK_S))
+            stepped.clear()
+        return True
+    finally:
+        sampler.remove_listener(on_step)
+
+
+def fetch_buffered(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
+    """Have the sampler read NVML's sample buffers up to ``t`` (a block's end) now, rather than
+    at their next periodic read seconds later, and wait for it: two steps at or after ``t``,
+    the second begun after the request. False if the sampler is stopped or does not answer."""
+    if not sampler.running:
+        return False
+    steps: list[float] = []
+    done = threading.Event()
+
+    def on_step(_sampler: Sampler, now: float) -> None:
+        if now >= t:
+            steps.append(now)
+            if len(steps) >= 2:
+                done.set()
+
+    sampler.add_listener(on_step)
+    try:
+        sampler.request("edge")
+        return done.wait(timeout_s)
+    finally:
+        sampler.remove_listener(on_step)

@@ -263,7 +263,7 @@ def test_a_request_landing_while_the_thread_reads_the_clock_is_served_after_it()
     # A capture ends (its end time read) and asks for an edge while the thread is between
     # reading the clock and taking the pending requests. Served in that step, the edge would
     # be stamped before the block's end and the capture would wait for a reading it never gets.
-    from nbgpu.profiles.capture import wait_for_edge
+    from nbgpu.sampler_thread import wait_for_edge
 
     ended: list[float] = []
     block_ended = threading.Event()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import threading
 import time
 import traceback
 from typing import TYPE_CHECKING
@@ -26,7 +25,7 @@ from ..diagnostics import stacks
 from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
 from ..sampler import Sampler, check_sampler
-from ..sampler_thread import running_samplers
+from ..sampler_thread import running_samplers, wait_for_edge
 from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
@@ -34,13 +33,9 @@ from .summary import Summary, rows_frame, selected, summarize
 from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pandas as pd
 
 OWN_SAMPLER_INTERVAL_S = 0.2
-EDGE_WAIT_S = 0.5
-EDGE_CHECK_S = 0.05  # a waiting edge re-checks at least this often (sampler stopped?)
 FAST_MEMORY_EVERY_S = 0.01  # memory used is read this often while a capture is open
 # A start reads the energy counter only if its newest reading is older than this: a block
 # that turns out long is then anchored by a reading at most this far from its start.
@@ -76,74 +71,6 @@ def status_of(exc_type: type[BaseException] | None) -> str:
     if exc_type is None:
         return "ok"
     return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
-
-
-def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
-    """Whether some GPU of ``keys`` has no memory or energy reading at or after ``t`` yet."""
-    last = sampler.store.last
-    return any(not last(k, "mem_used_bytes")[0] >= t and not last(k, "energy_j")[0] >= t
-               for k in keys)
-
-
-def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
-                  also: Callable[[], bool] | None = None) -> bool:
-    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read),
-    and ``also()`` (if given: something else the sampler's thread is to do) is False.
-
-    Returns at once when the store covers ``t``; else sleeps until the sampler's next step
-    (a tick listener wakes it). False on timeout or if the sampler is not running: the
-    summary then extends the nearest readings to the edge instead.
-    """
-    if not sampler.running:
-        return False
-    lost = sampler.lost
-    keys = [d.key for d in sampler.devices if d.key not in lost]
-
-    def pending() -> bool:
-        return _edge_pending(sampler, keys, t) or (also is not None and also())
-
-    if not pending():
-        return True
-    stepped = threading.Event()
-
-    def on_step(_sampler: Sampler, _now: float) -> None:
-        stepped.set()
-
-    deadline = time.monotonic() + timeout_s
-    sampler.add_listener(on_step)
-    try:
-        while pending():
-            left = deadline - time.monotonic()
-            if left <= 0 or not sampler.running:
-                return False
-            stepped.wait(min(left, EDGE_CHECK_S))
-            stepped.clear()
-        return True
-    finally:
-        sampler.remove_listener(on_step)
-
-
-def fetch_buffered(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
-    """Have the sampler read NVML's sample buffers up to ``t`` (a block's end) now, rather than
-    at their next periodic read seconds later, and wait for it: two steps at or after ``t``,
-    the second begun after the request. False if the sampler is stopped or does not answer."""
-    if not sampler.running:
-        return False
-    steps: list[float] = []
-    done = threading.Event()
-
-    def on_step(_sampler: Sampler, now: float) -> None:
-        if now >= t:
-            steps.append(now)
-            if len(steps) >= 2:
-                done.set()
-
-    sampler.add_listener(on_step)
-    try:
-        sampler.request("edge")
-        return done.wait(timeout_s)
-    finally:
-        sampler.remove_listener(on_step)
 
 
 class Capture:

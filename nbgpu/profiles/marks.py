@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BadArgumentError
 from ..sampler import Sampler
-from ..sampler_thread import running_samplers
-from .capture import active_captures, fetch_buffered, pick_sampler
+from ..sampler_thread import fetch_buffered, running_samplers
+from .capture import active_captures, pick_sampler
 from .summary import rows_frame, summarize
 
 if TYPE_CHECKING:
