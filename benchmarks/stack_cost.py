@@ -1,17 +1,20 @@
 """The stack sampler's cost: thread CPU of the stack listener (``nbgpu.diagnostics.stacks``)
 on the sampler's thread while a capture is open, and none while none is open.
 
-The hook: the benchmark times every call of the listener with the thread's CPU clock
-(``time.thread_time_ns``, a wrapper put on ``StackSamples.__call__`` here, not in the
-product). Arms alternate, round after round (off, on, control, closed, off, on, ...): "off"
-keeps a capture open with stack samples off (the listener returns at once), "on" samples
-40 times a second, "control" is "off" with a known burn of 0.3 ms of thread CPU per wall
-second inside the listener's call (the other arms run the same burn at a rate of 0, so
-all three run the same code but for the samples or the burn); "closed" has no capture (no listener, no
-samples). Each figure is the median over rounds, with its spread (min, max). The control
-must come out within 30 % of 0.3 ms/s, else the method failed and the arm says so. The
-sampler thread's whole CPU (``ThreadCpuProbe``) is shown beside it, for information only:
-NVML reads make it too noisy to see 0.3 ms/s.
+The hook: the benchmark times every call of the sampler-thread listeners under test with
+the thread's CPU clock (``time.thread_time_ns``, wrappers put on ``StackSamples.__call__``
+and on a burn listener here, not in the product). Arms alternate, round after round (off,
+on, control, closed, off, on, ...). "off": a capture open with stack samples off (no stack
+listener); "on": samples 40 times a second (the stack listener is called at every step of
+the sampler and samples when one is due); "control": "off" plus a known 0.3 ms of thread
+CPU burned per wall second. The three carry the same burn listener, at a rate of 0 but in
+the control, and "off" and "control" a do-nothing listener where "on" has the stack
+listener (so the hook's own clock reads cost alike), so they differ by the stack listener
+or the burn only. "closed": no capture (no listener may run, no sample be taken). Figures
+are medians over rounds of each round's difference from its "off", with their spread. The control must come
+out within 30 % of 0.3 ms/s, else the arm says the method failed and gives no "on minus
+off". The sampler thread's whole CPU (``ThreadCpuProbe``) is shown beside it, for
+information only: NVML reads make it too noisy to see 0.3 ms/s.
 
 The main thread trains a small torch model (forward, backward, optimizer step) and then
 iterates a ``DataLoader`` (numpy under a few frames where torch is missing), so each
@@ -56,6 +59,10 @@ class _Burn:
         while now < start + self.debt_s:
             now = time.thread_time()
         self.debt_s -= now - start
+
+
+def _nothing(_sampler, _now: float) -> None:
+    """A listener that does nothing."""
 
 
 def _steps(cuda: bool = False):
@@ -114,24 +121,26 @@ def _arm(sampler, seconds: float, mode: str, step) -> dict:
     from nbgpu.diagnostics import stacks
 
     got = stacks.samples_of(sampler, create=True)
-    got.period_s = 1.0 / 40 if mode == "on" else 1e9  # "off": the first call samples, then none
-    got._next_at = -float("inf")
+    got.period_s = 1.0 / 40 if mode == "on" else float("inf")  # inf: a capture adds no listener
     before = got.sampled
     probe = ThreadCpuProbe()
-    listener = stacks.StackSamples.__call__
-    # Every arm runs the same code in the listener's call: a burn, of 0 but in the control
-    burn = _Burn(CONTROL_MS_PER_S if mode == "control" else 0.0)
-
-    def with_burn(self, sampler, now):
-        listener(self, sampler, now)
-        burn(sampler, now)
-
-    stacks.StackSamples.__call__ = with_burn
-    timers = SectionTimers()  # the hook: thread CPU of each stack listener call
-    timers.wrap(stacks.StackSamples, "__call__", "stacks")
+    # Every arm but "closed" has a burn listener, of 0 but in the control: the hook times it
+    # and the stack listener alike, so "off" and "on" differ by the stack listener only
+    burn = {"fn": _Burn(CONTROL_MS_PER_S if mode == "control" else 0.0)}
+    timers = SectionTimers()  # the hook: thread CPU of each listener call
+    timers.wrap(stacks.StackSamples, "__call__", "listeners")
+    timers.wrap(burn, "fn", "listeners")
+    # Where no stack listener runs, a do-nothing one in its place: the hook's own clock
+    # reads then cost the same in every arm
+    stand_in = {"fn": _nothing}
+    timers.wrap(stand_in, "fn", "listeners")
     stop = threading.Event()
     timer = threading.Timer(seconds, stop.set)
     cap = None if mode == "closed" else nbgpu.capture(sampler=sampler).start()
+    if cap is not None:
+        sampler.add_listener(burn["fn"])
+        if mode != "on":
+            sampler.add_listener(stand_in["fn"])
     sampler.add_listener(probe)
     wall0 = time.perf_counter()
     timer.start()
@@ -139,15 +148,16 @@ def _arm(sampler, seconds: float, mode: str, step) -> dict:
         _work(stop, step)  # the main thread works while the sampler thread samples it
     finally:
         sampler.remove_listener(probe)
+        sampler.remove_listener(burn["fn"])
+        sampler.remove_listener(stand_in["fn"])
         wall = time.perf_counter() - wall0
         if cap is not None:
             cap.finish()
         timers.undo()
-        stacks.StackSamples.__call__ = listener
     res = probe.result()
     res["samples"] = got.sampled - before
-    res["listener_cpu_s"] = timers.cpu_ns["stacks"] / 1e9
-    res["listener_calls"] = timers.calls["stacks"]
+    res["listener_cpu_s"] = timers.cpu_ns["listeners"] / 1e9
+    res["listener_calls"] = timers.calls["listeners"]
     res["listener_ms_per_s"] = 1000.0 * res["listener_cpu_s"] / wall
     res["arm_wall_s"] = wall
     return res
@@ -230,7 +240,6 @@ def _run(ctx: Context, source: object, label: str, cuda: bool = False) -> Outcom
     extra_ms, control_ms = statistics.median(extra), statistics.median(control)
     method_ok = abs(control_ms - CONTROL_MS_PER_S) <= CONTROL_TOLERANCE * CONTROL_MS_PER_S
     on_samples = sum(r["samples"] for r in arms["on"])
-    on_cpu_s = sum(r["listener_cpu_s"] for r in arms["on"])
     on_wall = sum(r["arm_wall_s"] for r in arms["on"])
     closed_samples = sum(r["samples"] for r in arms["closed"])
     out = Outcome(raw={"arms": arms, "seconds": seconds, "rounds": rounds, "source": label,
@@ -241,9 +250,10 @@ def _run(ctx: Context, source: object, label: str, cuda: bool = False) -> Outcom
                    f"{_spread(hook(mode))})", statistics.median(hook(mode)), "ms/s")
         out.figure(f"sampler thread's whole CPU, {mode} (information only, min..max {_spread(whole(mode))})",
                    statistics.median(whole(mode)), "ms/s")
-    out.figure(f"stack samples a second while on, {label}", on_samples / on_wall if on_wall else 0.0, "1/s")
-    out.figure(f"thread CPU a sample in the sampler (hook), {label}",
-               1e6 * on_cpu_s / on_samples if on_samples else float("nan"), "us")
+    rate = on_samples / on_wall if on_wall else 0.0
+    out.figure(f"stack samples a second while on, {label}", rate, "1/s")
+    out.figure(f"thread CPU a sample in the sampler (on minus off over samples a second), {label}",
+               1000.0 * extra_ms / rate if rate else float("nan"), "us")
     out.figure(f"thread CPU a sample, microbenchmark (median; mean {micro['mean_us']:.1f}; "
                f"clock read {micro['clock_read_us']:.1f} included), {label}", micro["median_us"], "us")
     out.figure(f"positive control: known {CONTROL_MS_PER_S} ms/s seen as (min..max {_spread(control)})",
