@@ -21,6 +21,7 @@ import sysconfig
 import threading
 import weakref
 from array import array
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,6 +248,7 @@ class StackSamples:
         self.times = array("d")
         self.codes = bytearray()
         self.lines = array("i")  # index into ``line_table``; -1: no user frame
+        self._fresh: deque[tuple[float, int, int]] = deque()  # samples not yet in the arrays
         self._table: list[list] = []  # [file, shown line, text, loop, offset]; text None: not read yet
         self._line_ids: dict[tuple[str, int, int], int] = {}  # (file, line in the file, offset) -> index
         self._holders: dict[int, tuple[int, object, int]] = {}  # token -> (thread, anchor, line offset)
@@ -281,10 +283,7 @@ class StackSamples:
         """Keep one sample (a recording's, when replayed); ``line`` is (file, line number as
         shown: ``offset`` more than in the file)."""
         index = -1 if line is None else self._line_index(line[0], line[1] - offset, offset, text)
-        with self._lock:
-            self.times.append(t)
-            self.codes.append(CODE[category])
-            self.lines.append(index)
+        self._fresh.append((t, CODE[category], index))
 
     def __call__(self, sampler: object, now: float) -> None:
         """The sampler-thread listener: one sample when its period has passed (a frame walk
@@ -306,15 +305,25 @@ class StackSamples:
             lineno = cell_frame.f_lineno  # None mid-instruction on 3.12+
             if lineno is not None:
                 index = self._line_index(cell_frame.f_code.co_filename, lineno, offset)
-        t = sampler.now()  # the step's ``now`` may predate the hold
-        with self._lock:
+        self._fresh.append((sampler.now(), code, index))  # the step's ``now`` may predate the hold
+        self.sampled += 1
+        if not self.sampled & 1023:  # now and then, not at every sample: into the arrays
+            with self._lock:
+                self._pack()
+
+    def _pack(self) -> None:
+        """Move the fresh samples into the arrays (the caller holds ``_lock``); a deque's
+        append and popleft are safe from two threads, so the sampling needs no lock."""
+        fresh = self._fresh
+        for _ in range(len(fresh)):
+            t, code, index = fresh.popleft()
             self.times.append(t)
             self.codes.append(code)
             self.lines.append(index)
-        self.sampled += 1
 
     def _trim(self, before: float) -> None:
         with self._lock:
+            self._pack()
             cut = int(np.searchsorted(np.frombuffer(self.times, dtype=np.float64), before))
             if cut:
                 del self.times[:cut], self.codes[:cut], self.lines[:cut]
@@ -322,6 +331,7 @@ class StackSamples:
     def between(self, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(times, category codes, line indices) of the samples in [t0, t1] (copies)."""
         with self._lock:
+            self._pack()
             t = np.array(self.times, dtype=np.float64)
             lo, hi = np.searchsorted(t, t0, "left"), np.searchsorted(t, t1, "right")
             return (t[lo:hi], np.frombuffer(bytes(self.codes[lo:hi]), dtype=np.uint8).copy(),
