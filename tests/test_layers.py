@@ -213,3 +213,10 @@ def test_the_walker_sees_lazy_and_dynamic_imports(tmp_path):
 ])
 def test_layer_table_places_modules(module, layer):
     assert layer_of(module) == layer
+
+
+def test_every_module_is_at_most_450_lines():
+    """A module does one job: none is longer than 450 lines (CONTRIBUTING, STYLE)."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450}
+    assert long == {}
