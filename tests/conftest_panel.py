@@ -291,3 +291,52 @@ def loaded_shell():
         sh.run_line_magic("unload_ext", "nbgpu")
     registry.close_all()
     session.reset()
+
+
+# -- widgets without a kernel: a recording comm, and a front end's view saying it is on screen ----
+@dataclass
+class CommLog:
+    """Every message the widgets' comms sent: (comm_id, msg_type, data)."""
+
+    sent: list[tuple[str, str, dict]] = field(default_factory=list)
+
+    def updates(self) -> list[tuple[str, dict]]:
+        """The state updates sent: (comm_id, state)."""
+        return [(cid, d.get("state", {})) for cid, kind, d in self.sent
+                if kind == "comm_msg" and d.get("method") == "update"]
+
+
+@contextlib.contextmanager
+def recording_comms():
+    """Widgets created inside get comms that record what they send (nothing leaves)."""
+    import comm
+    from comm.base_comm import BaseComm
+
+    log = CommLog()
+
+    class RecordingComm(BaseComm):
+        def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys) -> None:
+            log.sent.append((self.comm_id, msg_type, dict(data or {})))
+
+    before = comm.create_comm
+    comm.create_comm = lambda *args, **kwargs: RecordingComm(*args, **kwargs)
+    try:
+        yield log
+    finally:
+        comm.create_comm = before
+
+
+def show(panel, visible: bool = True, view: str = "view-1") -> None:
+    """What a front end's view of ``panel`` sends when it comes into view (or leaves it)."""
+    panel.views.comm.handle_msg({"content": {"data": {"method": "custom", "content": {
+        "view": view, "visible": visible}}}, "buffers": []})
+
+
+def show_in_kernel(k: KernelSession, visible: bool = True, view: str = "client") -> int:
+    """Tell every panel of the kernel ``k`` that a view of it is on screen (or not), as a
+    front end's view does; returns how many were told."""
+    ids = [cid for cid, name in k.models.items() if name == "AnyModel"]
+    for cid in ids:
+        k.kc.session.send(k.kc.shell_channel, "comm_msg", {"comm_id": cid, "data": {
+            "method": "custom", "content": {"view": view, "visible": visible}}})
+    return len(ids)

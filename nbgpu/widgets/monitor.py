@@ -47,6 +47,7 @@ from .schedule import SCHEDULE
 from .spark import SparkSet
 from .sync import send_values, send_xy
 from .traffic import Traffic
+from .visibility import ViewWatch
 
 log = logging.getLogger("nbgpu")
 
@@ -110,6 +111,8 @@ class GPUMonitor(widgets.VBox):
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
         self._paused = False
+        self._wanted = False  # started and not stopped: refreshes while a view is on screen
+        self.views: ViewWatch | None = None  # says whether a view of the panel is on screen
         self.drawn_span_s: float | None = None  # seconds across the lines last drawn
         self._closed = False
         self._torn_down = False
@@ -130,7 +133,6 @@ class GPUMonitor(widgets.VBox):
         registry.add(self)
         if self._shared:
             self._unsubscribe = session.on_replace(_repointer(self))
-        self.observe(self._on_views, "_view_count")
         if start:
             self.start()
 
@@ -151,8 +153,14 @@ class GPUMonitor(widgets.VBox):
 
     @property
     def running(self) -> bool:
-        """Whether this panel is updating (it is on the kernel's panel timer)."""
-        return SCHEDULE.has(self)
+        """Whether this panel is started: it refreshes while a view of it is on screen."""
+        return self._wanted and not self._closed and not self._torn_down
+
+    @property
+    def on_screen(self) -> bool:
+        """Whether a view of the panel is on screen now (its front end says so); a panel no
+        front end shows, or shows out of view or in a hidden tab, does no refresh work."""
+        return self.views is not None and self.views.views_visible > 0
 
     def start(self) -> GPUMonitor:
         """Start (or resume) updates; restarts the sampler if it was stopped. Returns self."""
@@ -174,7 +182,8 @@ class GPUMonitor(widgets.VBox):
             if self._shared and self._unsubscribe is None:
                 self._unsubscribe = session.on_replace(_repointer(self))
             registry.add(self)
-            if self.running:
+            self._wanted = True
+            if SCHEDULE.has(self) or not self.on_screen:
                 return self
             # A sampler that has read already is drawn at once; one yet to read is looked at
             # every FIRST_DRAW_S until it has (tick()), not a fixed delay later.
@@ -195,6 +204,7 @@ class GPUMonitor(widgets.VBox):
             return
         SCHEDULE.remove(self)
         with self._lock:
+            self._wanted = False
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             if unsubscribe is not None:
                 unsubscribe()
@@ -216,6 +226,7 @@ class GPUMonitor(widgets.VBox):
             self.children = [self._header]
             tree.close_all(doomed, keep=[self, self._header, self.layout])
             self._parts, self._grid = [self._header], None  # and what only drawing needs
+            self.views = None  # closed with the rest: a restart makes a new one
             self._torn_down = True
             if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
                 self._sampler_ref = weakref.ref(self.sampler)
@@ -232,6 +243,7 @@ class GPUMonitor(widgets.VBox):
             registry.discard(self)
             tree.close_all(tree.descendants(self), keep=[self])
             self._parts, self._grid = [], None
+            self.views = None
             if self.sampler is not None:
                 self._sampler_ref = weakref.ref(self.sampler)
                 self.sampler = None
@@ -282,7 +294,8 @@ class GPUMonitor(widgets.VBox):
             return True
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("updating" if self.running else "stopped")
+        state = ("closed" if self._closed else "stopped" if not self.running
+                 else "updating" if self.on_screen else "waiting for a view on screen")
         return (f"<nbgpu.GPUMonitor {len(self._rows)} row(s), window {self.window_s:g}s, every "
                 f"{self.refresh_s:g}s, {state}; sampler {self.sampler!r}>")
 
@@ -331,7 +344,9 @@ class GPUMonitor(widgets.VBox):
                                                                   flex="0 0 auto"))
         self._window_box.observe(self._on_window, "value")
         style = widgets.HTML(text.STYLE, layout=widgets.Layout(width="0", height="0", margin="0"))
-        controls = widgets.HBox([style, self._header, self._pause_button, self._window_box],
+        if self.views is None or self.views.comm is None:
+            self.views = ViewWatch(self._on_screen)
+        controls = widgets.HBox([style, self.views, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
         self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
         parts = [style, self._header, self._pause_button, self._window_box, controls,
@@ -340,7 +355,7 @@ class GPUMonitor(widgets.VBox):
             self.traffic.watch(w)
         self._parts = parts
         self.children = [controls, self._grid.box]
-        tree.close_all([w for o in old for w in tree.descendants(o)])
+        tree.close_all([w for o in old for w in tree.descendants(o)], keep=[self.views])
 
     def _traces(self, col: Column) -> list[tuple[int, object, str, str]]:
         out = []
@@ -577,12 +592,14 @@ class GPUMonitor(widgets.VBox):
             self.window_s = float(change["new"])
             self.refresh(force=True)
 
-    def _on_views(self, change) -> None:
-        """The front end reports its views: with none left (output cleared) stop updating."""
-        if change["new"] == 0 and (change["old"] or 0) > 0:
-            SCHEDULE.remove(self)
-        elif change["new"] and not self._closed and not self._torn_down and not self.running:
-            SCHEDULE.add(self, 0.0)
+    def _on_screen(self, visible: bool) -> None:
+        """A view came on screen (the first) or left it (the last): on or off the timer.
+        Back in view, one refresh at once draws all that came meanwhile."""
+        with self._lock:
+            if visible and self.running:
+                SCHEDULE.add(self, 0.0)
+            elif not visible:
+                SCHEDULE.remove(self)
 
     def tick(self) -> bool | float:
         """One scheduled refresh; False takes the panel off the timer (closed, or no front end).
@@ -590,7 +607,7 @@ class GPUMonitor(widgets.VBox):
         Before the first draw, while the sampler has read nothing yet, returns the seconds
         until the timer should look again (sooner than a whole refresh period).
         """
-        if self._closed or self._torn_down or self.comm is None:
+        if self._closed or self._torn_down or self.comm is None or not self.on_screen:
             return False
         s = self.sampler
         if self.stats["refreshes"] == 0 and s is not None and s.running and getattr(s, "ticks", 1) == 0:

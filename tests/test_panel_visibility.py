@@ -1,0 +1,117 @@
+"""A panel refreshes only while a view of it is on screen (its front end says so).
+
+No view ever shown (no front end), every view out of sight or its tab hidden: no refresh,
+no message, no watch of the sampler. Back in view: one refresh catches up.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbgpu
+from conftest_panel import recording_comms, show
+from nbgpu.sources.simulated import SimulatedGPUs
+from nbgpu.widgets import monitor, registry
+from nbgpu.widgets.schedule import RefreshSchedule
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """(sampler, clock, schedule, comm log): one fake clock for the sampler and the timer."""
+    clock = FakeClock()
+    sched = RefreshSchedule(clock=clock, thread=False)
+    monkeypatch.setattr(monitor, "SCHEDULE", sched)
+    s = nbgpu.Sampler(source=SimulatedGPUs(count=2, clock=clock), interval=0.5, clock=clock)
+    watched: list[float] = []
+    plain_watch = s.watch
+    s.watch = lambda: (watched.append(clock.t), plain_watch())[1]
+    with recording_comms() as log:
+        yield s, clock, sched, log, watched
+    registry.close_all()
+    s.stop()
+
+
+def _live(s, clock, sched, seconds: float) -> int:
+    """Step the sampler and the panel timer through ``seconds``; returns the ticks done."""
+    done = 0
+    end = clock.t + seconds
+    while clock.t < end:
+        clock.t += 0.25
+        s.step(clock.t)
+        done += sched.step(clock.t)
+    return done
+
+
+def test_a_panel_no_front_end_shows_does_no_work(world) -> None:
+    s, clock, sched, log, watched = world
+    _live(s, clock, sched, 1.0)
+    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    del log.sent[:]
+    assert _live(s, clock, sched, 20.0) == 0
+    assert log.sent == [] and watched == [] and sched.scheduled() == 0
+    assert mon.stats == {"refreshes": 0, "skipped": 0, "errors": 0}
+    assert mon.running and not mon.on_screen  # it would refresh if shown
+
+
+def test_refreshes_stop_out_of_view_and_one_catches_up_back_in_view(world) -> None:
+    s, clock, sched, log, watched = world
+    _live(s, clock, sched, 1.0)
+    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    show(mon)
+    assert mon.on_screen and mon.views.get_state()["views_visible"] == 1
+    _live(s, clock, sched, 3.0)
+    assert mon.stats["refreshes"] >= 5 and log.updates() and watched
+    show(mon, visible=False)  # scrolled out of view, or its tab hidden
+    assert not mon.on_screen and mon.views.get_state()["views_visible"] == 0
+    del log.sent[:], watched[:]
+    done = dict(mon.stats)
+    assert _live(s, clock, sched, 30.0) == 0
+    assert log.sent == [] and watched == [] and mon.stats == done
+    show(mon)
+    assert sched.step(clock.t) == 1 and mon.stats["refreshes"] == done["refreshes"] + 1
+    # that one refresh drew what a panel made now draws at once
+    fresh = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    fresh.refresh(force=True)
+    for a, b in zip(_lines(mon), _lines(fresh), strict=True):
+        assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
+def _lines(mon) -> tuple[np.ndarray, np.ndarray]:
+    """The x and y of the panel's sparklines (the figure's second mark), as sent."""
+    figure = mon.children[1].children[0]
+    lines = figure.marks[1]
+    return np.asarray(lines.x), np.asarray(lines.y)
+
+
+def test_views_are_counted_across_views(world) -> None:
+    s, clock, sched, _log, _watched = world
+    _live(s, clock, sched, 1.0)
+    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    show(mon, view="a")
+    show(mon, view="b")
+    show(mon, visible=False, view="a")
+    assert mon.on_screen and sched.scheduled() == 1  # b still shows it
+    show(mon, visible=False, view="b")
+    assert not mon.on_screen and sched.scheduled() == 0
+    show(mon, view="b")
+    mon.stop()  # a stopped panel leaves the timer whatever its views say
+    assert sched.scheduled() == 0 and not mon.running
+
+
+def test_a_panel_started_while_on_screen_is_drawn_at_once(world) -> None:
+    s, clock, sched, _log, _watched = world
+    _live(s, clock, sched, 1.0)
+    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5, start=False)
+    show(mon)
+    assert sched.scheduled() == 0  # shown, but not started
+    mon.start()
+    assert sched.step(clock.t) == 1 and mon.stats["refreshes"] == 1
