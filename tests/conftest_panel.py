@@ -337,6 +337,6 @@ def show_in_kernel(k: KernelSession, visible: bool = True, view: str = "client")
     front end's view does; returns how many were told."""
     ids = [cid for cid, name in k.models.items() if name == "AnyModel"]
     for cid in ids:
-        k.kc.session.send(k.kc.shell_channel, "comm_msg", {"comm_id": cid, "data": {
-            "method": "custom", "content": {"view": view, "visible": visible}}})
+        k.kc.shell_channel.send(k.kc.session.msg("comm_msg", {"comm_id": cid, "data": {
+            "method": "custom", "content": {"view": view, "visible": visible}}}))
     return len(ids)

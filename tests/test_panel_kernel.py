@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_panel import kernel_session, max_per_second
+from conftest_panel import kernel_session, max_per_second, show_in_kernel
 
 pytestmark = pytest.mark.kernel
 
@@ -42,6 +42,10 @@ def test_panel_in_a_real_kernel() -> None:
 
         assert k.run("%gpumon --source sim --interval 0.05 --refresh 0.25")["status"] == "ok"
         assert k.run("%gpumon --window 30")["status"] == "ok"  # a second panel, same sampler
+        k.drain(1.0)  # no front end shows them: no refresh, no message, no panel timer
+        assert not [u for u in k.updates if u.comm_id in k.lines_ids()]
+        assert k.value(THREADS) == ["nbgpu-sampler"]
+        assert show_in_kernel(k) == 2  # a view of each comes on screen
         assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]  # one timer for all panels
         lines = k.lines_ids()
         assert lines, "the panel should have opened bqplot Lines models"
@@ -73,11 +77,13 @@ def test_panel_in_a_real_kernel() -> None:
         assert "sampler: running" in status and "panels: 2 updating" in status
         for _ in range(2):  # running the same notebook cell again replaces its panel
             assert k.run("%gpumon --refresh 0.25", cell_id="cell-7")["status"] == "ok"
+            show_in_kernel(k)
         assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]
 
         assert k.run("%reload_ext nbgpu")["status"] == "ok"
         assert k.value(THREADS) == []
         assert k.run("%gpumon --source sim --refresh 0.25")["status"] == "ok"
+        show_in_kernel(k)
         assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]
         assert k.run("%unload_ext nbgpu")["status"] == "ok"
         assert k.value(THREADS) == []

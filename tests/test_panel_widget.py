@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest_panel import show
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
 from nbgpu.widgets import registry
@@ -362,6 +363,7 @@ def test_a_failing_view_never_stops_the_sampler() -> None:
             assert keep is not False, f"the panel left its timer after {counted} error(s)"
 
     mon._draw, mon.tick = broken, tick
+    show(mon)
     mon.start()
     ticks = s.ticks
     wait_for_errors(1)  # the first tick draws what the sampler has read

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import nbgpu
+from conftest_panel import show
 from nbgpu.sources.simulated import SimulatedGPUs
 from nbgpu.widgets import monitor, registry
 from nbgpu.widgets.schedule import RefreshSchedule
@@ -38,6 +39,7 @@ def _sampler(ticks: int) -> nbgpu.Sampler:
 def test_a_sampler_that_has_read_is_drawn_at_once(schedule) -> None:
     s = _sampler(ticks=1)
     mon = monitor.GPUMonitor(sampler=s)
+    show(mon)
     assert schedule.step(0.0) == 1  # due now, not FIRST_DRAW_S later
     assert mon.stats["refreshes"] == 1
     s.stop()
@@ -50,7 +52,7 @@ def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule) -> None:
     s.start()
     try:
         assert sim.wait_hanging()
-        monitor.GPUMonitor(sampler=s)
+        show(monitor.GPUMonitor(sampler=s))
         assert schedule.step(0.0) == 0
         assert schedule.step(monitor.FIRST_DRAW_S) == 1
     finally:
@@ -61,6 +63,7 @@ def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule) -> None:
 def test_a_panel_made_without_start_is_drawn_when_started(schedule) -> None:
     s = _sampler(ticks=1)
     mon = monitor.GPUMonitor(sampler=s, start=False)
+    show(mon)
     assert schedule.step(0.0) == 0 and not mon.running
     mon.start()
     assert schedule.step(0.0) == 1 and mon.stats["refreshes"] == 1

@@ -183,13 +183,15 @@ class GPUMonitor(widgets.VBox):
                 self._unsubscribe = session.on_replace(_repointer(self))
             registry.add(self)
             self._wanted = True
-            if SCHEDULE.has(self) or not self.on_screen:
-                return self
-            # A sampler that has read already is drawn at once; one yet to read is looked at
-            # every FIRST_DRAW_S until it has (tick()), not a fixed delay later.
+            self._schedule()
+        return self
+
+    def _schedule(self) -> None:
+        """On the timer, if started and on screen. A sampler that has read already is drawn
+        at once; one yet to read is looked at every FIRST_DRAW_S until it has (tick())."""
+        if self.running and self.on_screen and not SCHEDULE.has(self):
             first_s = 0.0 if getattr(self.sampler, "ticks", 0) else FIRST_DRAW_S
             SCHEDULE.add(self, first_s)  # its first tick draws the header too
-        return self
 
     def stop(self) -> None:
         """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on.
@@ -596,9 +598,9 @@ class GPUMonitor(widgets.VBox):
         """A view came on screen (the first) or left it (the last): on or off the timer.
         Back in view, one refresh at once draws all that came meanwhile."""
         with self._lock:
-            if visible and self.running:
-                SCHEDULE.add(self, 0.0)
-            elif not visible:
+            if visible:
+                self._schedule()
+            else:
                 SCHEDULE.remove(self)
 
     def tick(self) -> bool | float:

@@ -12,10 +12,16 @@ Notebook 7, Voilà, VS Code).
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 
 import anywidget
 import traitlets
+
+log = logging.getLogger("nbgpu")
+_subshell: list[str] = []  # the kernel's one subshell for views' messages, once made
+_subshell_lock = threading.Lock()
 
 ESM = """
 export default {
@@ -64,6 +70,7 @@ class ViewWatch(anywidget.AnyWidget):
         self._on_change = on_change
         self._visible: set[str] = set()
         self.on_msg(self._on_view)
+        _off_the_main_thread(self.comm)
 
     def _on_view(self, _widget, content: object, _buffers) -> None:
         if not isinstance(content, dict) or "view" not in content:
@@ -77,3 +84,40 @@ class ViewWatch(anywidget.AnyWidget):
         self.views_visible = len(self._visible)
         if bool(self._visible) != was:
             self._on_change(not was)
+
+
+def _off_the_main_thread(comm: object) -> None:
+    """Have ipykernel hand this comm's messages to a thread of their own (a subshell), so a
+    view coming on screen is heard while a cell runs; else they wait for the cell's end.
+
+    ipykernel 7 routes a front end's message to the subshell its comm's
+    ``_reply_subshell_id`` names (how it returns widget replies to the subshell that asked);
+    nbgpu makes one subshell, as a ``create_subshell_request`` would, and names it there.
+    Any other kernel, or one whose internals differ, keeps the plain route.
+    """
+    try:
+        from ipykernel.kernelbase import Kernel
+
+        if not Kernel.initialized() or not hasattr(comm, "_reply_subshell_for"):
+            return
+        kernel = Kernel.instance()
+        channel = getattr(kernel, "shell_channel_thread", None)
+        if channel is None or not getattr(kernel, "_supports_kernel_subshells", False):
+            return
+        with _subshell_lock:
+            if not _subshell:
+                manager = channel.manager  # (made lazily on the kernel's main thread)
+                made = threading.Event()
+
+                def make() -> None:
+                    try:
+                        _subshell.append(manager._create_subshell())
+                    finally:
+                        made.set()
+
+                channel.io_loop.add_callback(make)
+                made.wait(5.0)
+            if _subshell:
+                comm._reply_subshell_id = _subshell[0]
+    except Exception:
+        log.debug("views' messages keep the main shell's route", exc_info=True)
