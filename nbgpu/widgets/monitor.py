@@ -68,6 +68,18 @@ def _window_label(s: float) -> str:
     return f"{s / 3600:g} h" if s >= 3600 else (f"{s / 60:g} min" if s >= 60 else f"{s:g} s")
 
 
+def _span_words(span_s: float | None, window_s: float) -> tuple[str, str]:
+    """What the lines' width covers, in words, and its tooltip: "last 4.2 min of 1 h" while
+    the sampler has not yet filled the window, else "last 1 h"."""
+    if span_s is None or span_s >= window_s:
+        return f"last {_window_label(window_s)}", "the sparklines' width: now is at their right end"
+    shown = (f"{span_s / 3600:.1f} h" if span_s >= 3600 else
+             f"{span_s / 60:.1f} min" if span_s >= 60 else f"{span_s:.0f} s")
+    return (f"last {shown.replace('.0 ', ' ')} of {_window_label(window_s)}",
+            "the sparklines' width, until the sampler has recorded the whole window; "
+            "now is at their right end")
+
+
 class GPUMonitor(widgets.VBox):
     """Live panel of every GPU (and the host): sparklines plus current values.
 
@@ -391,16 +403,18 @@ class GPUMonitor(widgets.VBox):
         labels: list[str] = []
         shown: list[str] = []
         if marks or grid.had_rules:  # else no rule to draw or clear
-            rx, ry, labels = rules(marks, top_of(bands), now, span)
+            rx, ry, labels = rules(marks, top_of(bands), now, span, SPARK_PX)
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         for col in self._columns:
             grid.last_values.append(value_texts(col, self._rows, latest, host, live, lost,
                                                 self._reported))
-        label_key = _label_inputs(self._rows, latest, host, alerts, lost)
-        if label_key != grid.label_key:  # the clock and PCIe lines, badges, lost flags
+        label_key = (_label_inputs(self._rows, latest, host, alerts, lost), self.drawn_span_s,
+                     self.window_s)
+        if label_key != grid.label_key:  # the clock and PCIe lines, badges, lost flags, span
             grid.label_key = label_key
-            grid.labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
+            grid.labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost),
+                                               *_span_words(self.drawn_span_s, self.window_s))
         xy = self._packed(now, span, gap_s, latest, host, bands) if lines else None
         # Every message of the refresh goes out back to back, after the computing: a kernel's
         # session sends a message more cheaply right after another than after other work.
