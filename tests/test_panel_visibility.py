@@ -40,6 +40,15 @@ def world(monkeypatch):
     s.stop()
 
 
+def _panel(s, **kwargs) -> monitor.GPUMonitor:
+    """A panel on ``s``; ``s``'s thread, which a panel starts, is stopped again: the test
+    steps the sampler itself, on the fake clock."""
+    mon = monitor.GPUMonitor(sampler=s, **kwargs)
+    s.stop(close=False, timeout_s=30.0)
+    assert s.status().state == "stopped"
+    return mon
+
+
 def _live(s, clock, sched, seconds: float) -> int:
     """Step the sampler and the panel timer through ``seconds``; returns the ticks done."""
     done = 0
@@ -54,7 +63,7 @@ def _live(s, clock, sched, seconds: float) -> int:
 def test_a_panel_no_front_end_shows_does_no_work(world) -> None:
     s, clock, sched, log, watched = world
     _live(s, clock, sched, 1.0)
-    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    mon = _panel(s, refresh_s=0.5)
     del log.sent[:]
     assert _live(s, clock, sched, 20.0) == 0
     assert log.sent == [] and watched == [] and sched.scheduled() == 0
@@ -65,7 +74,7 @@ def test_a_panel_no_front_end_shows_does_no_work(world) -> None:
 def test_refreshes_stop_out_of_view_and_one_catches_up_back_in_view(world) -> None:
     s, clock, sched, log, watched = world
     _live(s, clock, sched, 1.0)
-    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    mon = _panel(s, refresh_s=0.5)
     show(mon)
     assert mon.on_screen and mon.views.get_state()["views_visible"] == 1
     _live(s, clock, sched, 3.0)
@@ -79,7 +88,7 @@ def test_refreshes_stop_out_of_view_and_one_catches_up_back_in_view(world) -> No
     show(mon)
     assert sched.step(clock.t) == 1 and mon.stats["refreshes"] == done["refreshes"] + 1
     # that one refresh drew what a panel made now draws at once
-    fresh = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    fresh = monitor.GPUMonitor(sampler=s, refresh_s=0.5, start=False)
     fresh.refresh(force=True)
     for a, b in zip(_lines(mon), _lines(fresh), strict=True):
         assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
@@ -95,7 +104,7 @@ def _lines(mon) -> tuple[np.ndarray, np.ndarray]:
 def test_views_are_counted_across_views(world) -> None:
     s, clock, sched, _log, _watched = world
     _live(s, clock, sched, 1.0)
-    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5)
+    mon = _panel(s, refresh_s=0.5)
     show(mon, view="a")
     show(mon, view="b")
     show(mon, visible=False, view="a")
@@ -110,7 +119,7 @@ def test_views_are_counted_across_views(world) -> None:
 def test_a_panel_started_while_on_screen_is_drawn_at_once(world) -> None:
     s, clock, sched, _log, _watched = world
     _live(s, clock, sched, 1.0)
-    mon = monitor.GPUMonitor(sampler=s, refresh_s=0.5, start=False)
+    mon = _panel(s, refresh_s=0.5, start=False)
     show(mon)
     assert sched.scheduled() == 0  # shown, but not started
     mon.start()
