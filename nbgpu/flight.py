@@ -111,7 +111,7 @@ def _gpus() -> list[list[float | None]]:
     if s is None or not getattr(s, "running", False):
         return []
     out: list[list[float | None]] = []
-    rows = s.latest(watch=False)  # the recorder is not a viewer: keep the sampler's slow drains
+    rows = s.latest()
     for row in rows:
         vals = [row.get(k) for k in ("mem_used_bytes", "mem_total_bytes", "util_pct", "power_w", "temp_c")]
         out.append([None if v is None or v != v else float(v) for v in vals])

@@ -8,6 +8,9 @@ counted (per GPU too) and kept in ``last_error``, a lost GPU becomes an event, a
 thread carries on. ``stop()`` never waits on a hanging read for more than a second: the
 thread closes the source itself once its last read returned.
 
+Its lifecycle (start, stop, the thread) is in ``nbgpu.sampler_thread``; what views read
+(``latest()``, ``status()``, alerts) in ``nbgpu.sampler_reads``.
+
 Diagnostics live below the sampler: each ``Sampler(diagnostics=True)`` attaches a
 ``nbgpu.diagnostics`` engine as a tick listener when it is made, whatever was imported
 first; ``Sampler(diagnostics=False)`` runs without one and says so in ``status()``.
@@ -15,22 +18,21 @@ first; ``Sampler(diagnostics=False)`` runs without one and says so in ``status()
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import math
 import numbers
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import schedule
 from .errors import BadArgumentError, SamplerStateError
 from .metrics import HOST_COLUMNS, HOST_KEY
+from .sampler_reads import SamplerReads
+from .sampler_thread import SamplerThread
 from .sources import Source, open_source
 from .sources.base import Device, DeviceKey, ProcessInfo
 from .sources.host import HostSource
@@ -46,25 +48,12 @@ DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
 MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
-STOP_WAIT_S = 1.0  # stop() returns after this even if the thread is inside a hanging read
-STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stale
-# For this long after someone asks for the newest values (``watch()``; ``latest()`` asks),
+# For this long after someone looks at the newest values (``watch()``: a live panel, a scrape),
 # the source keeps its sample buffers drained at their live periods ("live" in its reads).
 LIVE_HOLD_S = 5.0
 _LIVE = frozenset({"live"})
-_NEVER = (math.nan, math.nan)  # (newest, previous) refresh times of a metric never refreshed
 
-_running: weakref.WeakSet[Sampler] = weakref.WeakSet()
-_atexit_lock = threading.Lock()
-_atexit_registered = False
 _diagnostics_factory: Callable[[Sampler, object], object] | None = None
-NO_DIAGNOSTICS = ("this Sampler was created with diagnostics=False: no problems are looked for; "
-                  "make it with diagnostics=True for alerts")
-
-
-def running_samplers() -> list[Sampler]:
-    """Samplers whose thread is running in this process."""
-    return [s for s in list(_running) if s.running]
 
 
 def check_interval(interval: object, name: str = "interval") -> float:
@@ -88,32 +77,7 @@ def set_diagnostics_factory(factory: Callable[[Sampler, object], object] | None)
     _diagnostics_factory = factory
 
 
-def _stop_all_at_exit() -> None:
-    """Interpreter exit: stop every running sampler and release its source."""
-    for s in list(_running):
-        with contextlib.suppress(Exception):
-            s.stop(timeout_s=0.5)
-
-
-@dataclass(frozen=True)
-class SamplerStatus:
-    """A consistent snapshot of a sampler's state, for views, magics and the CLI."""
-
-    state: str  # "running" | "stopping" | "stopped" | "closed"
-    ticks: int
-    errors: int
-    errors_by_gpu: dict = field(default_factory=dict)
-    last_error: str | None = None
-    last_error_by_gpu: dict = field(default_factory=dict)
-    lost: dict = field(default_factory=dict)
-    simulated: bool = False
-    source_kind: str = ""
-    source_description: str = ""
-    resolution_note: str | None = None
-    diagnostics: bool = True  # False: made with diagnostics=False, so no alerts are looked for
-
-
-class Sampler:
+class Sampler(SamplerThread, SamplerReads):
     """Samples every GPU of a source (and the host) from one background thread.
 
     Args:
@@ -238,110 +202,6 @@ class Sampler:
         """Whether ``device`` was selected: a MIG slice goes with its card (``Device.card``)."""
         return self._keep is None or device.card in self._keep
 
-    # -- lifecycle ----------------------------------------------------------------------
-    @property
-    def state(self) -> str:
-        """"running", "stopping" (its thread is still inside a read), "stopped" or "closed"."""
-        t = self._thread
-        if t is not None and t.is_alive():
-            return "stopping" if self._stop_event.is_set() else "running"
-        return "closed" if self._closed else "stopped"
-
-    @property
-    def running(self) -> bool:
-        """Whether the thread runs and has not been asked to stop."""
-        return self.state == "running"
-
-    @property
-    def simulated(self) -> bool:
-        return bool(getattr(self.source, "simulated", False))
-
-    def start(self) -> Sampler:
-        """Start the background thread (no-op if running, safe from any thread); returns self."""
-        global _atexit_registered
-        with self._life:
-            if self._closed or self._close_requested:
-                raise SamplerStateError("this Sampler is closed (stop() released its source); "
-                                        "create a new Sampler, or pause with stop(close=False) "
-                                        "to start it again")
-            t = self._thread
-            if t is not None and t.is_alive():
-                if self._stop_event.is_set():
-                    raise SamplerStateError("this Sampler is still stopping (its thread is "
-                                            "inside a read that has not returned); try again "
-                                            "when status().state is 'stopped'")
-                return self
-            self._stop_event.clear()
-            self._stop_overdue = False
-            self._wake.clear()
-            self.started_at = self._clock()
-            self.stopped_at = None
-            self.store.add_event(Event(self.started_at, "sampler", "started"))
-            self._thread = threading.Thread(target=self._run, name="nbgpu-sampler", daemon=True)
-            self._thread.start()
-            _running.add(self)
-        with _atexit_lock:
-            if not _atexit_registered:
-                atexit.register(_stop_all_at_exit)
-                _atexit_registered = True
-        return self
-
-    def stop(self, close: bool = True, timeout_s: float = STOP_WAIT_S) -> None:
-        """Stop the thread, waiting at most ``timeout_s``; ``close`` also releases the source.
-
-        If the thread is inside a read that does not return in time, ``stop`` returns
-        anyway: ``status().state`` says "stopping" until the thread ends, and the thread
-        closes the source itself after its last read. Data stays readable.
-        """
-        with self._life:
-            if close:
-                self._close_requested = True
-            t = self._thread
-            if t is not None:
-                self._stop_event.set()
-                self._wake.set()
-                if t is not threading.current_thread():
-                    t.join(timeout_s)
-                if t.is_alive():
-                    self._stop_overdue = True  # a read hangs: its end makes no last drain
-                    return
-                self._thread = None
-            _running.discard(self)
-            if close:
-                self._close_source()
-
-    def _close_source(self) -> None:
-        with self._close_lock:
-            if not self._closed:
-                self._closed = True
-                self.source.close()
-                if self._host is not None:
-                    self._host.close()
-
-    def _thread_ended(self) -> None:
-        """The thread's last act: record the stop; close the source if that was asked."""
-        self.stopped_at = self._clock()
-        self.store.add_event(Event(self.stopped_at, "sampler", "stopped"))
-        _running.discard(self)
-        if self._close_requested:
-            self._close_source()
-
-    def __enter__(self) -> Sampler:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def __del__(self) -> None:
-        try:
-            if not self._closed and not self.running:
-                self.source.close()
-        except Exception:
-            pass
-
-    def __repr__(self) -> str:
-        return (f"<nbgpu.Sampler {self.source.kind} {len(self.devices)} device(s) "
-                f"every {self.interval:g}s, {self.state}, {self.ticks} ticks>")
 
     # -- what other parts of nbgpu ask of it ------------------------------------------------
     def now(self) -> float:
@@ -383,7 +243,8 @@ class Sampler:
         the diagnostics while a cell runs).
 
         For ``LIVE_HOLD_S`` the sample buffers are drained at their live periods (NVML
-        utilisation every 2 s instead of 10 s); ``latest()`` calls it. Resolution is the same
+        utilisation every 2 s instead of 10 s); a live panel calls it at each refresh, the
+        exporter at each scrape. Reads (``latest()``, the timeline) never do. Resolution is the same
         either way: only how old the newest buffered sample can be changes.
         """
         self._watched_at = self._clock()
@@ -412,166 +273,6 @@ class Sampler:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
-    def alert_list(self, since_s: float | None = None) -> list:
-        """Diagnostics alerts so far (``nbgpu.Alert``), oldest first; ``end`` is None while on.
-
-        ``since_s`` (epoch seconds): only those still on or ended at or after it; ``math.inf``
-        gives those on, as the live panel asks every refresh.
-        """
-        if self.diagnostics is None:
-            return []
-        if self.stopped_at is not None and not self.running:
-            self.diagnostics.close_all()
-        return self.diagnostics.alert_list(since_s)
-
-    @property
-    def alerts(self):
-        """``alert_list()`` as a DataFrame: rule, severity, gpu, start, end, message, ..."""
-        if self.diagnostics is None:
-            import pandas as pd
-
-            frame = pd.DataFrame(columns=["rule", "severity", "gpu", "start", "end", "duration_s",
-                                          "active", "message", "suggestion", "evidence"])
-            frame.attrs["note"] = NO_DIAGNOSTICS
-            return frame
-        self.alert_list()  # ends ongoing alerts of a stopped sampler
-        return self.diagnostics.alerts
-
-    def on_alert(self, fn: Callable) -> None:
-        """Call ``fn(alert)`` in the sampler thread when an alert opens or escalates."""
-        if self.diagnostics is None:
-            raise BadArgumentError(NO_DIAGNOSTICS)
-        self.diagnostics.on_alert(fn)
-
-    @property
-    def lost(self) -> dict[object, float]:
-        """GPUs lost so far and when (a copy: safe to iterate while the thread runs)."""
-        with self._lock:
-            return dict(self._lost)
-
-    def processes(self) -> dict[object, list[ProcessInfo]]:
-        """The newest process lists per GPU (a copy taken under a lock)."""
-        with self._lock:
-            return {k: list(v) for k, v in self._processes.items()}
-
-    def status(self) -> SamplerStatus:
-        """A snapshot of state, ticks and errors (total and per GPU), lost GPUs and source."""
-        note = getattr(self.source, "resolution_note", None)
-        note = note() if callable(note) else note
-        try:
-            description = self.source.describe()
-        except Exception as exc:
-            description = f"{self.source.kind} ({type(exc).__name__})"
-        with self._lock:
-            return SamplerStatus(
-                state=self.state, ticks=self.ticks, errors=self.errors,
-                errors_by_gpu=dict(self._errors_by_gpu), last_error=self.last_error,
-                last_error_by_gpu=dict(self._last_error_by_gpu), lost=dict(self._lost),
-                simulated=self.simulated, source_kind=str(self.source.kind),
-                source_description=description, resolution_note=note,
-                diagnostics=self.diagnostics is not None)
-
-    def _stale_now(self) -> float:
-        if self.running:
-            return self._clock()
-        return self._last_step if self._last_step is not None else self._clock()
-
-    def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
-                never: float) -> dict[str, str]:
-        """"live", "stale", "failed" or "unsupported" of each metric of device ``key``.
-
-        Called with ``_lock`` held. Unsupported: the card does not report it (``supported``,
-        empty for "all") or NVML said so; failed: a read failed after its newest refresh;
-        stale: not refreshed for ``STALE_PERIODS`` of its own periods. ``never``: the period
-        assumed before a metric's second refresh (the longest of any read). NaN tests are ``x != x``
-        and the period's floor a comparison: the panel asks this for every metric each refresh.
-        """
-        unsupported = self._unsupported.get(key, ())
-        error_at = self._error_at.get(key)
-        refreshed = self._refreshed.get
-        interval = self.interval
-        unrefreshed = "stale" if error_at is None else "failed"
-        out = {}
-        for metric in metrics:
-            if metric in unsupported or (supported and metric not in supported):
-                out[metric] = "unsupported"
-                continue
-            newest, previous = refreshed((key, metric), _NEVER)
-            if newest != newest:
-                out[metric] = unrefreshed
-                continue
-            period = never if previous != previous else newest - previous
-            if period < interval:
-                period = interval
-            age = now - newest
-            if error_at is not None and error_at > newest and age > period + 1e-6:
-                out[metric] = "failed"
-            else:
-                out[metric] = "stale" if age > STALE_PERIODS * period + 1e-6 else "live"
-        return out
-
-    def latest(self, watch: bool = True) -> list[dict]:
-        """Newest value of every metric of every GPU, with its state.
-
-        ``watch=False`` reads without keeping the sampler's buffers live for a viewer (a
-        recorder that nobody looks at).
-
-        Each row: ``gpu``, ``name``, ``state`` (of the device), ``time`` (UTC
-        ``pandas.Timestamp`` of the newest reading), ``time_s`` (the same as epoch
-        seconds), one value per metric, ``states`` ({metric: "live" | "stale" | "failed"
-        | "unsupported"}) and ``last_good`` ({metric: newest good value}). A metric that
-        is not live reads NaN, so a frozen value never looks live. The values are copies
-        of the store's newest-row records (no search), as the live panel asks every refresh.
-        """
-        import pandas as pd
-
-        if watch:
-            self.watch()
-        now = self._stale_now()
-        lost = self.lost
-        state = self.state
-        out = []
-        with self._lock:  # the period before a metric's second refresh: the longest of any read
-            never = max(self.interval, MAX_BUFFER_DRAIN_S, *self._every.values())
-        for dev in self.devices:
-            key = dev.key
-            newest_of = self.store.last_many(key)
-            with self._lock:
-                states = self._states(key, newest_of, now, frozenset(dev.metrics), never)
-            row = {"gpu": key, "name": dev.name, "state": "lost" if key in lost else state}
-            last_good = {}
-            newest = -math.inf
-            for metric, (t, v) in newest_of.items():
-                row[metric] = v if states[metric] == "live" else math.nan
-                last_good[metric] = v
-                if t > newest:  # NaN (never read) compares False
-                    newest = t
-            if newest == -math.inf:
-                row["time"], row["time_s"] = pd.NaT, math.nan
-            else:
-                row["time"], row["time_s"] = self._timestamp(newest), float(newest)
-            row["states"] = states
-            row["last_good"] = last_good
-            out.append(row)
-        return out
-
-    def _timestamp(self, t: float):
-        """``t`` as a UTC ``pandas.Timestamp``; the last one made is kept (most refreshes reuse it)."""
-        import pandas as pd
-
-        made = self._timestamps.get(t)
-        if made is None:
-            if len(self._timestamps) > 64:
-                self._timestamps.clear()
-            made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")
-        return made
-
-    def latest_host(self) -> dict:
-        """Newest host readings (empty if host sampling is off)."""
-        if self._host is None:
-            return {}
-        newest_of = self.store.last_many(HOST_KEY)
-        return {m: newest_of.get(m, (np.nan, np.nan))[1] for m in HOST_COLUMNS}
 
     # -- one step: what the thread does at each wake-up --------------------------------------
     def _settings(self) -> schedule.Settings:
@@ -684,19 +385,3 @@ class Sampler:
                 if k in self._kept_keys}
         with self._lock:
             self._processes.update(snap)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop_event.is_set():
-                self._wake.clear()
-                self.step()
-                wait = self._wake_at - self._clock()
-                if wait > 0 and not self._stop_event.is_set():
-                    self._wake.wait(wait)
-            if not self._stop_overdue:  # the last step drains what the buffers still hold
-                self.request("edge")
-                self.step()
-        except SamplerStateError:
-            pass
-        finally:
-            self._thread_ended()

@@ -13,7 +13,7 @@ import pytest
 
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.profiles import cells, history
-from nbgpu.sampler import running_samplers
+from nbgpu.sampler_thread import running_samplers
 
 
 @pytest.fixture(name="clean_profiles")

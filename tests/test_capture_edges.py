@@ -10,7 +10,7 @@ import pytest
 
 import nbgpu
 from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
-from nbgpu.profiles.summary import COUNTER_MIN_S
+from nbgpu.profiles.energy import COUNTER_MIN_S
 
 ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
 

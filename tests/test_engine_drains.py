@@ -56,8 +56,10 @@ def test_drain_faults_are_counted_and_an_unsupported_buffer_is_polled(code, erro
         assert len(s.source._devices[0].buffers) == 2
 
 
-def _util_drains(watch_every_s: float | None, seconds: float, **kw) -> tuple[list[int], nbgpu.Sampler]:
-    """Utilisation drains in ``seconds`` at defaults, ``latest()`` asked every ``watch_every_s``."""
+def _util_drains(watch_every_s: float | None, seconds: float, ask=None,
+                 **kw) -> tuple[list[int], nbgpu.Sampler]:
+    """Utilisation drains in ``seconds`` at defaults, ``ask(s)`` (default: ``s.watch()``) called
+    every ``watch_every_s``."""
     sim, clock = fake(1)
     kinds = spy_drains(sim)
     s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock, **kw)
@@ -66,7 +68,7 @@ def _util_drains(watch_every_s: float | None, seconds: float, **kw) -> tuple[lis
     step = watch_every_s or seconds
     for _ in range(round(seconds / step)):
         if watch_every_s is not None:
-            s.latest()
+            (ask or nbgpu.Sampler.watch)(s)
         run(s, clock, step)
     s.stop()
     return kinds, s
@@ -88,12 +90,62 @@ def test_a_live_view_asking_every_second_gets_utilisation_drained_every_2_s():
     assert 19 <= kinds.count(UTIL) <= 21
 
 
+def _read_everything(s: nbgpu.Sampler) -> None:
+    """Every read a script or view makes of a sampler, none of them a watch."""
+    s.latest()
+    s.latest_host()
+    s.status()
+    s.alert_list()
+    s.alerts  # noqa: B018 -- a property read
+    s.timeline.to_pandas()
+    s.timeline.between(s.now() - 5, s.now()).series(0, "util_pct")
+
+
+def test_reads_keep_nothing_live():
+    # Reading the newest values (a script printing them, the CLI's status line) says nothing
+    # about someone looking: only watch() -- a live panel, a scrape -- keeps the drains live.
+    kinds, _ = _util_drains(1.0, 40.0, ask=_read_everything)
+    assert 4 <= kinds.count(UTIL) <= 5
+
+
+def test_a_live_panel_and_a_prometheus_scrape_watch():
+    # What a person looks at keeps the newest utilisation at most 2 s old: a panel on the
+    # timer refreshing every second, a Prometheus server scraping every second.
+    from nbgpu.exporter import prometheus_text
+    from nbgpu.widgets.monitor import GPUMonitor
+
+    panels = []
+
+    def refresh(s: nbgpu.Sampler) -> None:
+        if not panels:
+            panels.append(GPUMonitor(sampler=s, start=False, processes=False))
+        panels[0].refresh(force=True, now=s.now())
+
+    try:
+        for ask in (refresh, prometheus_text):
+            kinds, _ = _util_drains(1.0, 40.0, ask=ask, host=False)
+            assert 19 <= kinds.count(UTIL) <= 21, ask
+    finally:
+        for mon in panels:
+            mon.close()
+
+
+def test_reads_change_nothing_that_is_sampled():
+    # Two samplers of the same seeded GPUs on the same fake times: one read every second
+    # in every way, one never read, sample exactly the same and end with the same alerts.
+    _, read = _util_drains(1.0, 40.0, ask=_read_everything, host=False)
+    _, unread = _util_drains(1.0, 40.0, ask=lambda s: None, host=False)
+    a, b = read.timeline.to_pandas(), unread.timeline.to_pandas()
+    assert a.equals(b)
+    assert read.alert_list() == unread.alert_list()
+
+
 def test_a_view_that_stops_asking_lets_the_drains_slow_down_again():
     sim, clock = fake(1)
     kinds = spy_drains(sim)
     s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock)
     for _ in range(10):
-        s.latest()
+        s.watch()
         run(s, clock, 1.0)
     kinds.clear()
     run(s, clock, 40.0)  # the view was closed: nobody asks any more

@@ -276,8 +276,8 @@ def test_buffers_are_drained_on_their_own_schedule_and_on_request():
     kinds = spy_drains(sim)
     s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=60, clock=clock)
     kinds.clear()
-    for _ in range(41):  # a live view asks for the newest values every 0.3 s
-        s.latest()
+    for _ in range(41):  # a live view looks at the newest values every 0.3 s
+        s.watch()
         run(s, clock, 0.3)
     # power (0) every 1 s, utilisation (1) every 2 s, memory-bandwidth utilisation (2) every 10 s
     assert 11 <= kinds.count(0) <= 14

@@ -11,7 +11,8 @@ import pytest
 import nbgpu
 from nbgpu import session
 from nbgpu.errors import BadArgumentError, SamplerStateError
-from nbgpu.sampler import Sampler, _stop_all_at_exit, check_interval
+from nbgpu.sampler import Sampler, check_interval
+from nbgpu.sampler_thread import _stop_all_at_exit
 from nbgpu.sources.simulated import SimulatedGPUs
 
 ENGINE_FILES = ("nbgpu/sampler.py", "nbgpu/schedule.py")

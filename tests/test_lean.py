@@ -102,3 +102,23 @@ def test_panel_window_default_is_the_setting():
     finally:
         cfg.window_s = 60.0
         s.stop()
+
+
+def test_alerts_end_when_the_sampler_stops_not_when_someone_reads_them():
+    # alert_list() is a read: the ongoing alert ends because the sampler's thread ended,
+    # whether or not anyone asked the sampler for its alerts afterwards.
+    import threading
+
+    from nbgpu.sampler import Sampler
+    from nbgpu.sources.simulated import SimulatedGPUs
+
+    opened = threading.Event()
+    s = Sampler(SimulatedGPUs(count=1, scenario="oom", seed=0), interval=0.05, host=False,
+                thresholds={"oom_warning_after_s": 0.1, "eval_every_s": 0.05})
+    s.on_alert(lambda alert: opened.set())
+    with s:
+        assert opened.wait(30), "no alert opened"
+        assert any(a.end is None for a in s.alert_list())
+    engine_view = s.diagnostics.alert_list()  # the engine's own list, not the sampler's façade
+    assert engine_view and all(a.end is not None for a in engine_view)
+    assert s.alert_list() == engine_view

@@ -13,7 +13,8 @@ from ipywidgets.widgets import widget as ipywidget
 from conftest_panel import show
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.widgets import registry
-from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
+from nbgpu.widgets.monitor import GPUMonitor
+from nbgpu.widgets.panel_draw import BUCKETS
 from nbgpu.widgets.schedule import SCHEDULE
 
 _mine: list[Sampler] = []

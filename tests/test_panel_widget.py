@@ -18,7 +18,8 @@ from nbgpu.widgets.bands import INSET, pack_points, spaced_labels
 from nbgpu.widgets.bands import rules as mark_rules
 from nbgpu.widgets.grid_view import SPARK_PX
 from nbgpu.widgets.hostonly import HostOnlySource
-from nbgpu.widgets.monitor import BUCKETS, GPUMonitor
+from nbgpu.widgets.monitor import GPUMonitor
+from nbgpu.widgets.panel_draw import BUCKETS
 from nbgpu.widgets.spark import SparkSet
 from spark_oracle import points_of_all, update
 from test_engine_sampler import Clock, run

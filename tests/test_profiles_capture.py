@@ -23,8 +23,9 @@ from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
 from nbgpu.profiles import report
-from nbgpu.profiles.summary import integrate_power_j, summarize
-from nbgpu.sampler import running_samplers
+from nbgpu.profiles.energy import integrate_power_j
+from nbgpu.profiles.summary import summarize
+from nbgpu.sampler_thread import running_samplers
 from test_engine_sampler import T0, Clock, run
 
 SETTLE_TIMEOUT_S = 10.0  # a sampler thread that takes no step in this long is broken, not slow

@@ -8,7 +8,7 @@ import pytest
 
 import nbgpu
 from gpu_support import gpu_busy
-from nbgpu.profiles.summary import integrate_power_j
+from nbgpu.profiles.energy import integrate_power_j
 
 pytestmark = pytest.mark.gpu
 

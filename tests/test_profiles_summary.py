@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from nbgpu.metrics import BY_NAME
+from nbgpu.profiles.energy import energy_j, integrate_power_j
 from nbgpu.profiles.report import fmt_duration, one_line, summary_html
-from nbgpu.profiles.summary import energy_j, integrate_power_j, summarize
+from nbgpu.profiles.summary import summarize
 from nbgpu.sources.base import Device
 from nbgpu.store import Store
 from nbgpu.timeline import Timeline

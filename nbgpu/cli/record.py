@@ -194,7 +194,8 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
                 failed.append(exc)
                 _stop_recording(recorder, exc, running=True)
                 continue
-            if live is not None:
+            if live is not None:  # a terminal showing the newest values: someone looks
+                sampler.watch()
                 live.draw(status_lines(sampler))
         code = exit_code(proc.returncode)
         sampler.mark(f"command exited with code {code}")

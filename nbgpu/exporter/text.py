@@ -141,6 +141,7 @@ class GpuCollector:
         before it has a reading.
         """
         s = self.sampler
+        s.watch()  # a scrape is someone looking: keep the newest utilisation fresh
         by_key = {d.key: d for d in s.devices}
         rows = [(by_key[row["gpu"]], row) for row in s.latest()
                 if row.get("state") != "lost" and row["gpu"] in by_key

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import threading
 import time
 import traceback
@@ -26,10 +25,12 @@ import numpy as np
 from ..diagnostics.alerts import judged_in
 from ..diagnostics.engine import register_activity
 from ..errors import BadArgumentError
-from ..peaks import torch_uuid
-from ..sampler import Sampler, running_samplers
+from ..sampler import Sampler
+from ..sampler_thread import running_samplers
 from ..timeline import Timeline
-from .summary import COUNTER_MIN_S, Summary, rows_frame, selected, summarize
+from .energy import COUNTER_MIN_S
+from .summary import Summary, rows_frame, selected, summarize
+from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,55 +114,6 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
         sampler.remove_listener(on_step)
 
 
-class _TorchStats:
-    """PyTorch allocator figures of a block, read only if the user's code imported torch."""
-
-    def __init__(self) -> None:
-        self.floor: dict[int, dict[str, float]] = {}
-        self.reserved_start: dict[int, float] = {}
-        self.result: dict[int, dict[str, float]] = {}
-
-    @staticmethod
-    def cuda():
-        torch = sys.modules.get("torch")
-        cuda = getattr(torch, "cuda", None) if torch is not None else None
-        try:
-            return cuda if cuda is not None and cuda.is_initialized() else None
-        except Exception:
-            return None
-
-    def start(self, outer: list[Capture]) -> None:
-        cuda = self.cuda()
-        if cuda is None:
-            return
-        for i in range(cuda.device_count()):
-            peaks = {"allocated": float(cuda.max_memory_allocated(i)),
-                     "reserved": float(cuda.max_memory_reserved(i))}
-            for cap in outer:  # resetting the counters must not lose an outer block's peaks
-                floor = cap._torch.floor.setdefault(i, {})
-                for k, v in peaks.items():
-                    floor[k] = max(floor.get(k, 0.0), v)
-            self.reserved_start[i] = float(cuda.memory_reserved(i))
-            cuda.reset_peak_memory_stats(i)
-
-    def finish(self) -> None:
-        cuda = self.cuda()
-        if cuda is None:
-            return
-        for i in range(cuda.device_count()):
-            floor = self.floor.get(i, {})
-            self.result[i] = {
-                "torch_peak_allocated_bytes": max(float(cuda.max_memory_allocated(i)),
-                                                  floor.get("allocated", 0.0)),
-                "torch_peak_reserved_bytes": max(float(cuda.max_memory_reserved(i)),
-                                                 floor.get("reserved", 0.0)),
-                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
-                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
-                "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
-                "torch_uuid": torch_uuid(cuda, i),
-            }
-
-
 class Capture:
     """The GPU profile of one block: timeline, per-GPU summary, marks, alerts, report.
 
@@ -187,7 +139,7 @@ class Capture:
         self.error: str | None = None
         self.owns_sampler = False
         self.trackers: list = []
-        self._torch = _TorchStats()
+        self._torch = TorchStats()
         self._fast = contextlib.ExitStack()
         self._summary: pd.DataFrame | None = None
         self._alerts: list | None = None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .summary import median
+from .energy import median
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -11,7 +11,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..sampler import Sampler, running_samplers
+from ..sampler import Sampler
+from ..sampler_thread import running_samplers
 from .capture import active_captures, pick_sampler
 from .summary import rows_frame, summarize
 

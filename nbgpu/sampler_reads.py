@@ -1,0 +1,201 @@
+"""What views read from a sampler: newest values with their states, status, alerts.
+
+Every read here is a snapshot taken under the sampler's lock; the sampler thread writes,
+these only read. A metric not refreshed for ``STALE_PERIODS`` of its periods is "stale",
+one whose read failed after its newest refresh "failed", and either reads NaN in
+``latest()`` (its last good value is in ``last_good``), so a frozen value never looks live.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import schedule
+from .errors import BadArgumentError
+from .metrics import HOST_COLUMNS, HOST_KEY
+from .sources.base import ProcessInfo
+
+STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stale
+_NEVER = (math.nan, math.nan)  # (newest, previous) refresh times of a metric never refreshed
+NO_DIAGNOSTICS = ("this Sampler was created with diagnostics=False: no problems are looked for; "
+                  "make it with diagnostics=True for alerts")
+
+
+@dataclass(frozen=True)
+class SamplerStatus:
+    """A consistent snapshot of a sampler's state, for views, magics and the CLI."""
+
+    state: str  # "running" | "stopping" | "stopped" | "closed"
+    ticks: int
+    errors: int
+    errors_by_gpu: dict = field(default_factory=dict)
+    last_error: str | None = None
+    last_error_by_gpu: dict = field(default_factory=dict)
+    lost: dict = field(default_factory=dict)
+    simulated: bool = False
+    source_kind: str = ""
+    source_description: str = ""
+    resolution_note: str | None = None
+    diagnostics: bool = True  # False: made with diagnostics=False, so no alerts are looked for
+
+
+class SamplerReads:
+    """The read half of ``nbgpu.Sampler``: ``latest()``, ``status()``, processes, alerts."""
+
+    def alert_list(self, since_s: float | None = None) -> list:
+        """Diagnostics alerts so far (``nbgpu.Alert``), oldest first; ``end`` is None while on.
+
+        ``since_s`` (epoch seconds): only those still on or ended at or after it; ``math.inf``
+        gives those on, as the live panel asks every refresh.
+        """
+        if self.diagnostics is None:
+            return []
+        return self.diagnostics.alert_list(since_s)
+
+    @property
+    def alerts(self):
+        """``alert_list()`` as a DataFrame: rule, severity, gpu, start, end, message, ..."""
+        if self.diagnostics is None:
+            import pandas as pd
+
+            frame = pd.DataFrame(columns=["rule", "severity", "gpu", "start", "end", "duration_s",
+                                          "active", "message", "suggestion", "evidence"])
+            frame.attrs["note"] = NO_DIAGNOSTICS
+            return frame
+        return self.diagnostics.alerts
+
+    def on_alert(self, fn: Callable) -> None:
+        """Call ``fn(alert)`` in the sampler thread when an alert opens or escalates."""
+        if self.diagnostics is None:
+            raise BadArgumentError(NO_DIAGNOSTICS)
+        self.diagnostics.on_alert(fn)
+
+    @property
+    def lost(self) -> dict[object, float]:
+        """GPUs lost so far and when (a copy: safe to iterate while the thread runs)."""
+        with self._lock:
+            return dict(self._lost)
+
+    def processes(self) -> dict[object, list[ProcessInfo]]:
+        """The newest process lists per GPU (a copy taken under a lock)."""
+        with self._lock:
+            return {k: list(v) for k, v in self._processes.items()}
+
+    def status(self) -> SamplerStatus:
+        """A snapshot of state, ticks and errors (total and per GPU), lost GPUs and source."""
+        note = getattr(self.source, "resolution_note", None)
+        note = note() if callable(note) else note
+        try:
+            description = self.source.describe()
+        except Exception as exc:
+            description = f"{self.source.kind} ({type(exc).__name__})"
+        with self._lock:
+            return SamplerStatus(
+                state=self.state, ticks=self.ticks, errors=self.errors,
+                errors_by_gpu=dict(self._errors_by_gpu), last_error=self.last_error,
+                last_error_by_gpu=dict(self._last_error_by_gpu), lost=dict(self._lost),
+                simulated=self.simulated, source_kind=str(self.source.kind),
+                source_description=description, resolution_note=note,
+                diagnostics=self.diagnostics is not None)
+
+    def _stale_now(self) -> float:
+        if self.running:
+            return self._clock()
+        return self._last_step if self._last_step is not None else self._clock()
+
+    def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
+                never: float) -> dict[str, str]:
+        """"live", "stale", "failed" or "unsupported" of each metric of device ``key``.
+
+        Called with ``_lock`` held. Unsupported: the card does not report it (``supported``,
+        empty for "all") or NVML said so; failed: a read failed after its newest refresh;
+        stale: not refreshed for ``STALE_PERIODS`` of its own periods. ``never``: the period
+        assumed before a metric's second refresh (the longest of any read). NaN tests are ``x != x``
+        and the period's floor a comparison: the panel asks this for every metric each refresh.
+        """
+        unsupported = self._unsupported.get(key, ())
+        error_at = self._error_at.get(key)
+        refreshed = self._refreshed.get
+        interval = self.interval
+        unrefreshed = "stale" if error_at is None else "failed"
+        out = {}
+        for metric in metrics:
+            if metric in unsupported or (supported and metric not in supported):
+                out[metric] = "unsupported"
+                continue
+            newest, previous = refreshed((key, metric), _NEVER)
+            if newest != newest:
+                out[metric] = unrefreshed
+                continue
+            period = never if previous != previous else newest - previous
+            if period < interval:
+                period = interval
+            age = now - newest
+            if error_at is not None and error_at > newest and age > period + 1e-6:
+                out[metric] = "failed"
+            else:
+                out[metric] = "stale" if age > STALE_PERIODS * period + 1e-6 else "live"
+        return out
+
+    def latest(self) -> list[dict]:
+        """Newest value of every metric of every GPU, with its state; a read that changes
+        nothing (a view that shows these values live also calls ``watch()``).
+
+        Each row: ``gpu``, ``name``, ``state`` (of the device), ``time`` (UTC
+        ``pandas.Timestamp`` of the newest reading), ``time_s`` (the same as epoch
+        seconds), one value per metric, ``states`` ({metric: "live" | "stale" | "failed"
+        | "unsupported"}) and ``last_good`` ({metric: newest good value}). A metric that
+        is not live reads NaN, so a frozen value never looks live. The values are copies
+        of the store's newest-row records (no search), as the live panel asks every refresh.
+        """
+        import pandas as pd
+
+        now = self._stale_now()
+        lost = self.lost
+        state = self.state
+        out = []
+        with self._lock:  # the period before a metric's second refresh: the longest of any read
+            never = max(self.interval, schedule.MAX_BUFFER_DRAIN_S, *self._every.values())
+        for dev in self.devices:
+            key = dev.key
+            newest_of = self.store.last_many(key)
+            with self._lock:
+                states = self._states(key, newest_of, now, frozenset(dev.metrics), never)
+            row = {"gpu": key, "name": dev.name, "state": "lost" if key in lost else state}
+            last_good = {}
+            newest = -math.inf
+            for metric, (t, v) in newest_of.items():
+                row[metric] = v if states[metric] == "live" else math.nan
+                last_good[metric] = v
+                if t > newest:  # NaN (never read) compares False
+                    newest = t
+            if newest == -math.inf:
+                row["time"], row["time_s"] = pd.NaT, math.nan
+            else:
+                row["time"], row["time_s"] = self._timestamp(newest), float(newest)
+            row["states"] = states
+            row["last_good"] = last_good
+            out.append(row)
+        return out
+
+    def _timestamp(self, t: float):
+        """``t`` as a UTC ``pandas.Timestamp``; the last one made is kept (most refreshes reuse it)."""
+        import pandas as pd
+
+        made = self._timestamps.get(t)
+        if made is None:
+            if len(self._timestamps) > 64:
+                self._timestamps.clear()
+            made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")
+        return made
+
+    def latest_host(self) -> dict:
+        """Newest host readings (empty if host sampling is off)."""
+        if self._host is None:
+            return {}
+        newest_of = self.store.last_many(HOST_KEY)
+        return {m: newest_of.get(m, (np.nan, np.nan))[1] for m in HOST_COLUMNS}

@@ -1,0 +1,166 @@
+"""The sampler's thread: start, stop, close, and the loop that calls ``step()``.
+
+``start()`` and ``stop()`` are safe from any thread and there is one thread at most.
+``stop()`` never waits on a hanging read for more than ``STOP_WAIT_S``: the thread closes
+the source itself once its last read returned. At interpreter exit every running sampler
+is stopped and its source released.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from .errors import SamplerStateError
+from .store import Event
+
+if TYPE_CHECKING:
+    from .sampler import Sampler
+
+STOP_WAIT_S = 1.0  # stop() returns after this even if the thread is inside a hanging read
+
+_running: weakref.WeakSet[Sampler] = weakref.WeakSet()
+_atexit_lock = threading.Lock()
+_atexit_registered = False
+
+
+def running_samplers() -> list[Sampler]:
+    """Samplers whose thread is running in this process."""
+    return [s for s in list(_running) if s.running]
+
+
+def _stop_all_at_exit() -> None:
+    """Interpreter exit: stop every running sampler and release its source."""
+    for s in list(_running):
+        with contextlib.suppress(Exception):
+            s.stop(timeout_s=0.5)
+
+
+class SamplerThread:
+    """The lifecycle half of ``nbgpu.Sampler``: its background thread and its source's end."""
+
+    @property
+    def state(self) -> str:
+        """"running", "stopping" (its thread is still inside a read), "stopped" or "closed"."""
+        t = self._thread
+        if t is not None and t.is_alive():
+            return "stopping" if self._stop_event.is_set() else "running"
+        return "closed" if self._closed else "stopped"
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread runs and has not been asked to stop."""
+        return self.state == "running"
+
+    @property
+    def simulated(self) -> bool:
+        return bool(getattr(self.source, "simulated", False))
+
+    def start(self) -> Sampler:
+        """Start the background thread (no-op if running, safe from any thread); returns self."""
+        global _atexit_registered
+        with self._life:
+            if self._closed or self._close_requested:
+                raise SamplerStateError("this Sampler is closed (stop() released its source); "
+                                        "create a new Sampler, or pause with stop(close=False) "
+                                        "to start it again")
+            t = self._thread
+            if t is not None and t.is_alive():
+                if self._stop_event.is_set():
+                    raise SamplerStateError("this Sampler is still stopping (its thread is "
+                                            "inside a read that has not returned); try again "
+                                            "when status().state is 'stopped'")
+                return self
+            self._stop_event.clear()
+            self._stop_overdue = False
+            self._wake.clear()
+            self.started_at = self._clock()
+            self.stopped_at = None
+            self.store.add_event(Event(self.started_at, "sampler", "started"))
+            self._thread = threading.Thread(target=self._run, name="nbgpu-sampler", daemon=True)
+            self._thread.start()
+            _running.add(self)
+        with _atexit_lock:
+            if not _atexit_registered:
+                atexit.register(_stop_all_at_exit)
+                _atexit_registered = True
+        return self
+
+    def stop(self, close: bool = True, timeout_s: float = STOP_WAIT_S) -> None:
+        """Stop the thread, waiting at most ``timeout_s``; ``close`` also releases the source.
+
+        If the thread is inside a read that does not return in time, ``stop`` returns
+        anyway: ``status().state`` says "stopping" until the thread ends, and the thread
+        closes the source itself after its last read. Data stays readable.
+        """
+        with self._life:
+            if close:
+                self._close_requested = True
+            t = self._thread
+            if t is not None:
+                self._stop_event.set()
+                self._wake.set()
+                if t is not threading.current_thread():
+                    t.join(timeout_s)
+                if t.is_alive():
+                    self._stop_overdue = True  # a read hangs: its end makes no last drain
+                    return
+                self._thread = None
+            _running.discard(self)
+            if close:
+                self._close_source()
+
+    def _close_source(self) -> None:
+        with self._close_lock:
+            if not self._closed:
+                self._closed = True
+                self.source.close()
+                if self._host is not None:
+                    self._host.close()
+
+    def _thread_ended(self) -> None:
+        """The thread's last act: record the stop, end the ongoing alerts, close the source
+        if that was asked."""
+        self.stopped_at = self._clock()
+        if self.diagnostics is not None:
+            self.diagnostics.close_all()
+        self.store.add_event(Event(self.stopped_at, "sampler", "stopped"))
+        _running.discard(self)
+        if self._close_requested:
+            self._close_source()
+
+    def __enter__(self) -> Sampler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed and not self.running:
+                self.source.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"<nbgpu.Sampler {self.source.kind} {len(self.devices)} device(s) "
+                f"every {self.interval:g}s, {self.state}, {self.ticks} ticks>")
+
+    def _run(self) -> None:
+        try:
+            while not self._stop_event.is_set():
+                self._wake.clear()
+                self.step()
+                wait = self._wake_at - self._clock()
+                if wait > 0 and not self._stop_event.is_set():
+                    self._wake.wait(wait)
+            if not self._stop_overdue:  # the last step drains what the buffers still hold
+                self.request("edge")
+                self.step()
+        except SamplerStateError:
+            pass
+        finally:
+            self._thread_ended()
