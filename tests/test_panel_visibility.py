@@ -124,3 +124,22 @@ def test_a_panel_started_while_on_screen_is_drawn_at_once(world) -> None:
     assert sched.scheduled() == 0  # shown, but not started
     mon.start()
     assert sched.step(clock.t) == 1 and mon.stats["refreshes"] == 1
+
+
+def test_a_long_window_refreshes_at_the_rate_its_pixels_move(world) -> None:
+    """A pixel of a 15 min window is 12 s: the default refresh follows the window (at most
+    every 5 s, so the values stay current); a refresh_s given is kept."""
+    s, clock, sched, _log, _watched = world
+    _live(s, clock, sched, 1.0)
+    short = _panel(s, window_s=60)
+    long = _panel(s, window_s=900)
+    given = _panel(s, window_s=900, refresh_s=1.0)
+    for mon in (short, long, given):
+        show(mon)
+    _live(s, clock, sched, 60.0)
+    ticks = {name: mon.stats["refreshes"] + mon.stats["skipped"]
+             for name, mon in (("short", short), ("long", long), ("given", given))}
+    assert 55 <= ticks["short"] <= 61 and 55 <= ticks["given"] <= 61, ticks
+    assert 11 <= ticks["long"] <= 13, ticks
+    long.set_window(60)
+    assert long.refresh_s == 1.0 and given.refresh_s == 1.0

@@ -50,6 +50,7 @@ PANEL_LAYOUT = {"border": "1px solid var(--jp-border-color2,#ccc)", "padding": "
                 "width": "fit-content", "max_width": "100%", "overflow": "auto"}
 HEADER_LAYOUT = {"flex": "1 1 auto", "margin": "0 8px 0 0"}
 _stopped: list = []  # the layouts and style every stopped panel shares
+MAX_AUTO_REFRESH_S = 5.0  # the longest default refresh: current values stay current
 FIRST_DRAW_S = 0.05  # a new panel's first draw once its sampler has data (it is displayed by then)
 
 
@@ -68,7 +69,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         window_s: seconds of history shown (5 s to 24 h); None: ``NbGpu.window_s`` (60 s).
         metrics: columns to show (e.g. ``"util,mem,power,temp,sm"``); None shows util,
             memory, power and temperature, plus SM/tensor activity where reported.
-        refresh_s: seconds between panel updates (0.25 s to 60 s).
+        refresh_s: seconds between panel updates (0.25 s to 60 s); None: as often as the
+            window's pixels move (a pixel of the lines is ``window_s / 76`` s), from 1 s to 5 s.
         sampler: draw this ``Sampler`` instead of the kernel's shared one.
         start: begin updating at once.
         processes: show per GPU who holds its memory (this kernel, you elsewhere, others).
@@ -76,14 +78,14 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     def __init__(self, source: object = None, interval: float | None = None, *,
                  gpus: object = None, window_s: float | None = None, metrics: object = None,
-                 refresh_s: float = DEFAULT_REFRESH_S, sampler=None, start: bool = True,
+                 refresh_s: float | None = None, sampler=None, start: bool = True,
                  processes: bool = True, **kwargs) -> None:
         if window_s is None:  # read now: %config NbGpu.window_s applies to the next panel
             from ..config import settings
 
             window_s = settings().window_s
         self.window_s = check_window(window_s)
-        self.refresh_s = check_refresh(refresh_s)
+        self._refresh_given = None if refresh_s is None else check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
         if sampler is not None and (source is not None or interval is not None):
             raise BadArgumentError("give either sampler= or source=/interval=, not both")
@@ -135,6 +137,14 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         """The sampler a stopped shared panel let go of, while something else still holds it."""
         ref = getattr(self, "_sampler_ref", None)
         return ref() if ref is not None else None
+
+    @property
+    def refresh_s(self) -> float:
+        """Seconds between updates: as given, else the rate the eye needs for the window (a
+        15 min window moves a pixel every 12 s; its values still update every 5 s)."""
+        if self._refresh_given is not None:
+            return self._refresh_given
+        return min(max(DEFAULT_REFRESH_S, self.window_s / SPARK_PX), MAX_AUTO_REFRESH_S)
 
     @property
     def running(self) -> bool:
