@@ -1,0 +1,165 @@
+"""The whole cost of nbgpu in a real kernel, as a user pays it: the kernel process's CPU a
+second, every thread, with a client reading every IOPub message.
+
+One fresh kernel per arm (``jupyter_client``); the client reads IOPub throughout, as a front
+end does. Arms:
+
+- ``idle``: a kernel with nothing loaded (the baseline subtracted from the others);
+- ``sampler``: ``%load_ext nbgpu`` and the kernel's sampler alone, no panel;
+- ``panel_no_view``: ``%gpumon``, displayed but never rendered (no front end);
+- ``panel_visible``: ``%gpumon``, its view reporting itself on screen, as a front end's does.
+
+Each thread's CPU comes from ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds), read from
+outside the kernel over ``seconds``; the kernel then names its threads (``threading``'s
+native ids). The figure is the arm's process CPU a second less the idle kernel's.
+
+Run: ``python -m benchmarks.kernel_cost --source sim:8`` (here), ``--source nvml`` on a GPU
+machine; ``--out DIR`` writes ``kernel-cost-<source>.json`` there (default ``$OUT`` or ``.``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .kernel_probe import _MARK, _ask, _kernel, show_views
+
+ARMS = ("idle", "sampler", "panel_no_view", "panel_visible")
+SETTLE_S = 3.0  # after the arm's cell, before measuring (imports, first draws)
+NAMES_CODE = f"""
+import json as _j, threading as _th, os as _os
+print({_MARK!r} + _j.dumps({{"pid": _os.getpid(),
+    "names": {{str(t.native_id): t.name for t in _th.enumerate() if t.native_id}}}}))
+"""
+
+
+def _arm_code(arm: str, source: str) -> str:
+    if arm == "idle":
+        return "pass"
+    if arm == "sampler":
+        return f"%load_ext nbgpu\nimport nbgpu\nnbgpu.session.ensure_sampler({source!r})"
+    return f"%load_ext nbgpu\n%gpumon --source {source}"
+
+
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """Nanoseconds on CPU of every thread of process ``pid`` (schedstat's first field)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+class Reader:
+    """Reads every IOPub message on a thread of its own, as a front end does; tells each
+    panel's views that they are on screen when ``show`` is set."""
+
+    def __init__(self, kc, show: bool) -> None:
+        self.kc, self.show = kc, show
+        self.messages = 0
+        self.views: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.messages += 1
+            content = msg["content"]
+            if msg["msg_type"] == "comm_open" and \
+                    content.get("data", {}).get("state", {}).get("_model_name") == "AnyModel":
+                self.views.append(content["comm_id"])
+            elif msg["msg_type"] == "display_data" and self.show:
+                show_views(self.kc, self.views)
+
+
+def run_arm(arm: str, source: str, seconds: float, env: dict[str, str]) -> dict:
+    """One fresh kernel: the arm's cell, ``SETTLE_S``, then ``seconds`` measured."""
+    with _kernel(env) as kc:
+        named = _ask(kc, NAMES_CODE)
+        pid = named["pid"]
+        with Reader(kc, show=arm == "panel_visible") as reader:
+            kc.execute(_arm_code(arm, source))
+            time.sleep(SETTLE_S)
+            m0, c0, t0 = reader.messages, thread_cpu_ns(pid), time.monotonic()
+            time.sleep(seconds)
+            m1, c1, t1 = reader.messages, thread_cpu_ns(pid), time.monotonic()
+        names = _ask(kc, NAMES_CODE)["names"]
+    wall = t1 - t0
+    per_thread: dict[str, float] = {}
+    for tid, ns in c1.items():
+        name = names.get(str(tid), f"tid {tid}")
+        per_thread[name] = per_thread.get(name, 0.0) + (ns - c0.get(tid, 0)) / 1e6 / wall
+    return {"arm": arm, "seconds": wall, "iopub_messages_per_s": (m1 - m0) / wall,
+            "process_cpu_ms_per_s": sum(per_thread.values()),
+            "threads_cpu_ms_per_s": dict(sorted(per_thread.items(), key=lambda kv: -kv[1]))}
+
+
+def whole_cost(source: str, seconds: float, repeats: int = 1) -> dict:
+    """Every arm ``repeats`` times (interleaved); each arm's median less the idle kernel's."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
+    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    for _ in range(repeats):
+        for arm in ARMS:
+            runs[arm].append(run_arm(arm, source, seconds, env))
+
+    def median(arm: str) -> float:
+        vals = sorted(r["process_cpu_ms_per_s"] for r in runs[arm])
+        return vals[len(vals) // 2]
+
+    idle = median("idle")
+    cost = {arm: median(arm) - idle for arm in ARMS if arm != "idle"}
+    out = {"source": source, "seconds_per_run": seconds, "repeats": repeats,
+           "idle_kernel_ms_per_s": idle,
+           "nbgpu_ms_per_s": cost,  # the arm's process CPU a second less the idle kernel's
+           "panel_no_view_over_sampler_ms_per_s": cost["panel_no_view"] - cost["sampler"],
+           "panel_visible_over_sampler_ms_per_s": cost["panel_visible"] - cost["sampler"],
+           "runs": runs}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.kernel_cost", description=__doc__.split("\n")[0])
+    p.add_argument("--source", default="sim:8", help="nbgpu source: sim:8 (default) or nvml")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per run")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each arm (median kept)")
+    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON")
+    a = p.parse_args(argv)
+    got = whole_cost(a.source, a.seconds, a.repeats)
+    path = Path(a.out) / f"kernel-cost-{a.source.replace(':', '')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(got, indent=1))
+    for arm, ms in got["nbgpu_ms_per_s"].items():
+        print(f"{arm:15s} {ms:7.2f} ms/s of CPU (process less an idle kernel's "
+              f"{got['idle_kernel_ms_per_s']:.2f})")
+    print(f"panel, no front end, over the sampler alone: "
+          f"{got['panel_no_view_over_sampler_ms_per_s']:+.2f} ms/s")
+    print(f"panel on screen, over the sampler alone:     "
+          f"{got['panel_visible_over_sampler_ms_per_s']:+.2f} ms/s")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
