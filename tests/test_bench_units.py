@@ -162,3 +162,36 @@ def test_section_timers_count_each_wrapped_function_and_put_it_back() -> None:
     w.busy(10)
     table["rule"](1)
     assert not timers.calls  # the originals are back: nothing counts
+
+
+def test_whole_cost_reads_each_threads_cpu_and_the_gil_holder_holds_what_it_says() -> None:
+    import os
+    import threading
+    import time
+
+    from benchmarks.interference_controls import GilHolder, expected_pct
+    from benchmarks.kernel_cost import thread_cpu_ns
+
+    done = threading.Event()
+
+    def spin() -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+        done.wait()
+
+    t = threading.Thread(target=spin)
+    before = thread_cpu_ns(os.getpid())
+    t.start()
+    time.sleep(0.5)
+    after = thread_cpu_ns(os.getpid())
+    done.set()
+    t.join()
+    assert after[t.native_id] - before.get(t.native_id, 0) >= 150e6  # it spun 0.2 s
+    holder = GilHolder(10.0)
+    holder.start()
+    time.sleep(1.05)
+    facts = holder.stop()
+    bursts = facts["held_s"] / holder.burst_s
+    assert facts["wakes"] >= 8 and 0.8 * facts["wakes"] <= bursts <= 1.5 * facts["wakes"]
+    assert math.isclose(expected_pct(10.0), 10 / 990 * 100)
