@@ -29,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .kernel_cost import thread_cpu_ns
+from .kernel_cost import run_facts, thread_cpu_ns
 
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "nbgpu-bench"
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     got = browser_cost(a.source, a.seconds)
     path = Path(a.out) / f"browser-cost-{a.source.replace(':', '')}.json"
+    got.update(run_facts('benchmarks.browser_cost', sys.argv[1:] if argv is None else argv))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(got, indent=1))
     for phase, v in got["phases"].items():

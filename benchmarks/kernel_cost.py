@@ -47,6 +47,16 @@ def _arm_code(arm: str, source: str) -> str:
     return f"%load_ext nbgpu\n%gpumon --source {source}"
 
 
+def run_facts(prog: str, argv: list[str]) -> dict:
+    """When, where and how a run was made: the command, the UTC time, the CPUs and the load."""
+    import platform
+
+    return {"command": " ".join(["python -m", prog, *argv]),
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {"cpus": os.cpu_count(), "load_average_1_5_15": os.getloadavg(),
+                        "python": platform.python_version(), "node": platform.node()}}
+
+
 def thread_cpu_ns(pid: int) -> dict[int, int]:
     """Nanoseconds on CPU of every thread of process ``pid`` (schedstat's first field)."""
     out = {}
@@ -136,7 +146,19 @@ def whole_cost(source: str, seconds: float, repeats: int = 1) -> dict:
            "panel_no_view_over_sampler_ms_per_s": cost["panel_no_view"] - cost["sampler"],
            "panel_visible_over_sampler_ms_per_s": cost["panel_visible"] - cost["sampler"],
            "runs": runs}
+    out["targets"] = targets(out)
     return out
+
+
+def targets(got: dict) -> list[dict]:
+    """The issue's bounds on these figures, each with met or missed."""
+    sim = str(got["source"]).startswith("sim")
+    rows = [("panel displayed with no front end, over the sampler alone",
+             got["panel_no_view_over_sampler_ms_per_s"], 0.3 if sim else 0.2),
+            ("panel on screen, the kernel's whole nbgpu cost",
+             got["nbgpu_ms_per_s"]["panel_visible"], 8.0 if sim else 4.0)]
+    return [{"name": name, "value_ms_per_s": value, "op": "<=", "bound_ms_per_s": bound,
+             "met": value <= bound} for name, value, bound in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     got = whole_cost(a.source, a.seconds, a.repeats)
     path = Path(a.out) / f"kernel-cost-{a.source.replace(':', '')}.json"
+    got.update(run_facts('benchmarks.kernel_cost', sys.argv[1:] if argv is None else argv))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(got, indent=1))
     for arm, ms in got["nbgpu_ms_per_s"].items():

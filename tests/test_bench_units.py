@@ -190,8 +190,9 @@ def test_whole_cost_reads_each_threads_cpu_and_the_gil_holder_holds_what_it_says
     assert after[t.native_id] - before.get(t.native_id, 0) >= 150e6  # it spun 0.2 s
     holder = GilHolder(10.0)
     holder.start()
-    time.sleep(1.05)
+    time.sleep(1.1)
     facts = holder.stop()
-    bursts = facts["held_s"] / holder.burst_s
-    assert facts["wakes"] >= 8 and 0.8 * facts["wakes"] <= bursts <= 1.5 * facts["wakes"]
+    bursts = facts["held_s"] / holder.burst_s  # four of 2.5 ms a second
+    assert holder.burst_s == 0.0025 and facts["wakes"] >= 3
+    assert 0.8 * facts["wakes"] <= bursts <= 1.5 * facts["wakes"]
     assert math.isclose(expected_pct(10.0), 10 / 990 * 100)
