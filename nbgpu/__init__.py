@@ -24,10 +24,10 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from .diagnostics import Alert, Thresholds
+    from .holders import memory_by_name
     from .profiles import Capture, capture, mark, track
     from .profiles.cost import configure
     from .profiles.history import history, keep_history
-    from .profiles.holders import memory_by_name
     from .profiles.oom import snapshot_on_alert
     from .sampler import Sampler
     from .sources.simulated import SimulatedGPUs
@@ -44,7 +44,7 @@ _LAZY = {
     "track": ".profiles",
     "history": ".profiles.history",
     "keep_history": ".profiles.history",
-    "memory_by_name": ".profiles.holders",
+    "memory_by_name": ".holders",
     "configure": ".profiles.cost",
     "snapshot_on_alert": ".profiles.oom",
     "Sampler": ".sampler",

@@ -16,7 +16,9 @@ original stays in ``__cause__`` while ``str(exc)`` stays one line a person can a
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 
 
 class NbgpuError(Exception):
@@ -58,6 +60,16 @@ class FileError(NbgpuError):
         self.path = None if path is None else os.fspath(path)
 
 
+def warn_user(message: str) -> None:
+    """One line the notebook user sees (a UserWarning, shown under the cell), also logged.
+
+    For failures found after the call that caused them returned (a background write); callers
+    say each one once.
+    """
+    logging.getLogger("nbgpu").warning("%s", message)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
 __all__ = [
     "BadArgumentError",
     "FileError",
@@ -65,4 +77,5 @@ __all__ = [
     "NbgpuError",
     "SamplerStateError",
     "SourceError",
+    "warn_user",
 ]

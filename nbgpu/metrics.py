@@ -74,6 +74,21 @@ HOST_COLUMNS: dict[str, type] = {m.name: m.dtype for m in HOST_METRICS}
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in GPU_METRICS + HOST_METRICS}
 
+# The largest magnitude any reading can have (bytes, joules, B/s all stay far below): a value
+# beyond it, or a negative one, or a percentage over 100, is not a reading but garbage.
+MAX_READING = 1e18
+
+
+def plausible(metric: str, values: np.ndarray) -> np.ndarray:
+    """True where ``values`` can be readings of ``metric`` (never negative, never past
+    ``MAX_READING``; a percentage at most 100, a little over allowed for rounding)."""
+    v = np.asarray(values, dtype=np.float64)
+    m = BY_NAME.get(metric)
+    top = 100.5 if m is not None and m.percent and m.name != "proc_cpu_pct" else MAX_READING
+    with np.errstate(invalid="ignore"):
+        return (v >= 0) & (v <= top)
+
+
 # Bits of nvmlClocksEventReason* (values of the NVML API, stable across versions).
 CLOCK_EVENT_REASONS: dict[int, str] = {
     0x1: "gpu_idle",

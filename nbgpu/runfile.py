@@ -17,11 +17,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import FileError
-from .files import COUNTER_COLUMNS, LEGACY_KEYS, PARQUET_EVENTS_KEY, file_error, kind_of
-from .metrics import BY_NAME
+from .files import COUNTER_COLUMNS, PARQUET_EVENTS_KEY, file_error, kind_of
+from .metrics import BY_NAME, plausible
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+_TEXT = ("name", "uuid", "parent", "host")  # device labels: text (or an index) or None
+
+
+def _label(v: object) -> bool:
+    return v is None or (isinstance(v, (str, int)) and not isinstance(v, bool))
 
 
 @dataclass
@@ -39,10 +46,13 @@ class Run:
         return next((e for e in self.events if e.get("event") == "run"), {})
 
     def devices(self) -> list[dict]:
-        """The header's device descriptions (``index``, ``name``, ...) that are well formed."""
+        """The header's device descriptions (``index``, ``name``, ...) that are well formed; a
+        label that is not text (``name``, ``uuid``, ``parent``, ``host``) reads as None."""
         devices = self.header.get("devices")
-        return [d for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))] \
-            if isinstance(devices, list) else []
+        if not isinstance(devices, list):
+            return []
+        return [{k: (v if k not in _TEXT or _label(v) else None) for k, v in d.items()}
+                for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))]
 
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of every mark."""
@@ -51,6 +61,10 @@ class Run:
     def alerts(self) -> list[dict]:
         """The alert events."""
         return [e for e in self.events if e.get("event") == "alert"]
+
+
+# The keys of a reading line that are read; any other key is ignored (it cannot be shown).
+ROW_KEYS = frozenset(BY_NAME) | {"timestamp", "gpu_id", "gpu", "decimated", "_line"}
 
 
 def _bad(path: str, what: str) -> FileError:
@@ -78,16 +92,18 @@ def _times(path: str, values: pd.Series, where: str) -> pd.Series:
 
 
 def _numeric(df: pd.DataFrame) -> pd.DataFrame:
-    """Metric columns as floats (anything unreadable NaN, an infinity too: no reading is
-    infinite); GPU keys as ints or text."""
+    """Metric columns as floats (anything unreadable NaN, and anything no reading can be:
+    infinite, negative, huge); GPU keys as ints or text."""
     import numpy as np
     import pandas as pd
 
     for col in df.columns:
         if col in BY_NAME or col == "decimated":
             values = pd.to_numeric(df[col], errors="coerce")
-            if values.dtype.kind == "f":
-                values = values.where(np.isfinite(values))  # NaN stays NaN
+            if values.dtype.kind == "f" and col in BY_NAME:  # what no reading can be reads as NaN
+                values = values.where(plausible(col, values.to_numpy()))
+            elif values.dtype.kind == "f":
+                values = values.where(np.isfinite(values))
             df[col] = values
     if "gpu" in df and df["gpu"].dtype == object:
         df["gpu"] = df["gpu"].map(lambda g: g if isinstance(g, (int, str)) and not isinstance(g, bool)
@@ -131,7 +147,7 @@ def _read_csv(path: str) -> Run:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, encoding="utf-8")
+        df = pd.read_csv(path, encoding="utf-8", usecols=lambda c: c in ROW_KEYS or c == "time")
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         why = str(exc).splitlines()[0][:80] if str(exc).strip() else type(exc).__name__
         raise _bad(path, f"it is not CSV ({why})") from exc
@@ -146,7 +162,8 @@ def _read_parquet(path: str) -> Run:
     try:
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        names = pq.read_schema(path).names
+        table = pq.read_table(path, columns=[n for n in names if n in ROW_KEYS or n == "time"])
         df = table.to_pandas()
     except ImportError as exc:
         raise FileError(f"cannot read {path}: reading Parquet needs pyarrow; run `pip install pyarrow`",
@@ -206,7 +223,10 @@ def _read_jsonl(path: str) -> Run:
                     skipped += 1
                     continue
                 rec["_line"] = number
-                (events if "event" in rec else rows).append(rec)
+                if "event" in rec:
+                    events.append(rec)
+                else:  # only the keys a reading has: a file of many other keys stays small
+                    rows.append({k: rec[k] for k in ROW_KEYS.intersection(rec)})
     except OSError as exc:
         raise file_error("read", path, exc) from exc
     if not rows and not events:
@@ -217,7 +237,6 @@ def _read_jsonl(path: str) -> Run:
         return Run(df, events, skipped, path)
     df = pd.DataFrame(rows)
     lines = df.pop("_line")
-    df = df.drop(columns=[k for k in LEGACY_KEYS if k not in BY_NAME and k in df.columns])
     df = df.drop(columns=["gpu"], errors="ignore").rename(columns={"gpu_id": "gpu"})
     if "gpu" not in df:
         df["gpu"] = None

@@ -51,6 +51,7 @@ MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
 # For this long after someone looks at the newest values (``watch()``: a live panel, a scrape),
 # the source keeps its sample buffers drained at their live periods ("live" in its reads).
 LIVE_HOLD_S = 5.0
+MAX_XIDS_KEPT = 8  # GPU faults (XID events) kept for status(); the store keeps them as events
 _LIVE = frozenset({"live"})
 
 _diagnostics_factory: Callable[[Sampler, object], object] | None = None
@@ -136,7 +137,8 @@ class Sampler(SamplerThread, SamplerReads):
         self._host_override = getattr(self.source, "simulated_host", None)
         if self._host is not None:
             self.store.declare(HOST_KEY, "tick", HOST_COLUMNS)
-        self.timeline = Timeline(self.store, self.devices)
+        drained = getattr(self.source, "drained_until", None)  # the source's: no cycle through self
+        self.timeline = Timeline(self.store, self.devices, drained=drained if callable(drained) else None)
         self.ticks = 0
         self.errors = 0
         self.last_error: str | None = None
@@ -149,9 +151,10 @@ class Sampler(SamplerThread, SamplerReads):
         self._life = threading.RLock()
         self._close_lock = threading.Lock()
         self._lost: dict[object, float] = {}
+        self._xids: tuple[Event, ...] = ()
         self._errors_by_gpu: dict[object, int] = {}
         self._last_error_by_gpu: dict[object, str] = {}
-        self._error_at: dict[object, float] = {}  # device -> time of its newest read error
+        self._error_at: dict[object, dict] = {}  # device -> {metric (None: any): newest error}
         self._unsupported: dict[object, set[str]] = {}
         self._refreshed: dict[tuple[object, str], tuple[float, float]] = {}  # newest, previous
         self._timestamps: dict[float, object] = {}  # latest()'s newest times, made once
@@ -313,14 +316,15 @@ class Sampler(SamplerThread, SamplerReads):
                 except Exception as exc:
                     self._count_error(None, f"listener {getattr(fn, '__name__', fn)}: {exc}", now)
 
-    def _count_error(self, device, message: str, now: float) -> None:
+    def _count_error(self, device, message: str, now: float, metrics: tuple[str, ...] = ()) -> None:
         with self._lock:
             self.errors += 1
             self.last_error = message
             if device is not None:
                 self._errors_by_gpu[device] = self._errors_by_gpu.get(device, 0) + 1
                 self._last_error_by_gpu[device] = message
-                self._error_at[device] = now
+                for metric in metrics or (None,):
+                    self._error_at.setdefault(device, {})[metric] = now
 
     def _note_refreshed(self, device, values: dict, now: float) -> None:
         for metric, arr in values.items():
@@ -350,7 +354,8 @@ class Sampler(SamplerThread, SamplerReads):
                 with self._lock:
                     self._note_refreshed(batch.device, batch.values, now)
             for err in getattr(reading, "errors", ()):
-                self._count_error(err.device, f"GPU {err.device} {err.read}: {err.message}", now)
+                where = "" if err.device is None else f"GPU {err.device} {err.read}: "
+                self._count_error(err.device, where + err.message, now, getattr(err, "metrics", ()))
             for ev in reading.events:
                 self._on_event(ev, now)
             if "procs" in reads:
@@ -360,6 +365,8 @@ class Sampler(SamplerThread, SamplerReads):
                 if self._host_override is not None:
                     values.update(self._host_override(now - self.started_at) or {})
                 self.store.append(HOST_KEY, "tick", now, values)
+                with self._lock:
+                    self._note_refreshed(HOST_KEY, {k: float(v) for k, v in values.items()}, now)
             if full_tick:
                 with self._lock:
                     self.ticks += 1
@@ -374,7 +381,15 @@ class Sampler(SamplerThread, SamplerReads):
                 log.warning(ev.message)
             if ev.kind == "unsupported":
                 self._unsupported.setdefault(ev.device, set()).update(getattr(ev, "metrics", ()))
-        self.store.add_event(Event(now, ev.kind, ev.message, ev.device))
+        code = getattr(ev, "code", None)
+        event = Event(now, ev.kind, ev.message, ev.device, {} if code is None else {"code": code})
+        if ev.kind == "xid":
+            with self._lock:
+                seen = any(x.device == ev.device and x.extra == event.extra for x in self._xids)
+                self._xids = (*self._xids, event)[-MAX_XIDS_KEPT:]
+            if not seen:  # a storm of one XID is logged once
+                log.warning(ev.message)
+        self.store.add_event(event)
 
     def _snapshot_processes(self) -> None:
         procs = getattr(self.source, "processes", None)

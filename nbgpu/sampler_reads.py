@@ -16,11 +16,12 @@ import numpy as np
 
 from . import schedule
 from .errors import BadArgumentError
-from .metrics import HOST_COLUMNS, HOST_KEY
+from .metrics import BY_NAME, HOST_COLUMNS, HOST_KEY
 from .sources.base import ProcessInfo
 
 STALE_PERIODS = 3  # a metric not refreshed for this many of its periods is stale
 _NEVER = (math.nan, math.nan)  # (newest, previous) refresh times of a metric never refreshed
+_NO_ERRORS: dict = {}  # a device with no read error yet
 NO_DIAGNOSTICS = ("this Sampler was created with diagnostics=False: no problems are looked for; "
                   "make it with diagnostics=True for alerts")
 
@@ -41,6 +42,7 @@ class SamplerStatus:
     source_description: str = ""
     resolution_note: str | None = None
     diagnostics: bool = True  # False: made with diagnostics=False, so no alerts are looked for
+    xids: tuple = ()  # the newest GPU faults NVML reported: store Events, extra["code"] the XID
 
 
 class SamplerReads:
@@ -100,7 +102,7 @@ class SamplerReads:
                 last_error_by_gpu=dict(self._last_error_by_gpu), lost=dict(self._lost),
                 simulated=self.simulated, source_kind=str(self.source.kind),
                 source_description=description, resolution_note=note,
-                diagnostics=self.diagnostics is not None)
+                diagnostics=self.diagnostics is not None, xids=self._xids)
 
     def _stale_now(self) -> float:
         if self.running:
@@ -108,30 +110,32 @@ class SamplerReads:
         return self._last_step if self._last_step is not None else self._clock()
 
     def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
-                never: float) -> dict[str, str]:
+                never: dict) -> dict[str, str]:
         """"live", "stale", "failed" or "unsupported" of each metric of device ``key``.
 
         Called with ``_lock`` held. Unsupported: the card does not report it (``supported``,
-        empty for "all") or NVML said so; failed: a read failed after its newest refresh;
-        stale: not refreshed for ``STALE_PERIODS`` of its own periods. ``never``: the period
-        assumed before a metric's second refresh (the longest of any read). NaN tests are ``x != x``
+        empty for "all") or NVML said so; failed: a read of that metric (or of the whole
+        device) failed after its newest refresh; stale: not refreshed for ``STALE_PERIODS``
+        of its own periods. ``never``: the period assumed before a metric's second refresh
+        (``_first_periods``: its read's own). NaN tests are ``x != x``
         and the period's floor a comparison: the panel asks this for every metric each refresh.
         """
         unsupported = self._unsupported.get(key, ())
-        error_at = self._error_at.get(key)
+        errors = self._error_at.get(key, _NO_ERRORS)  # metric (None: any) -> newest failure
+        anyone = errors.get(None)
         refreshed = self._refreshed.get
         interval = self.interval
-        unrefreshed = "stale" if error_at is None else "failed"
         out = {}
         for metric in metrics:
             if metric in unsupported or (supported and metric not in supported):
                 out[metric] = "unsupported"
                 continue
+            error_at = errors.get(metric, anyone)
             newest, previous = refreshed((key, metric), _NEVER)
             if newest != newest:
-                out[metric] = unrefreshed
+                out[metric] = "stale" if error_at is None else "failed"
                 continue
-            period = never if previous != previous else newest - previous
+            period = never.get(metric, never[None]) if previous != previous else newest - previous
             if period < interval:
                 period = interval
             age = now - newest
@@ -158,8 +162,7 @@ class SamplerReads:
         lost = self.lost
         state = self.state
         out = []
-        with self._lock:  # the period before a metric's second refresh: the longest of any read
-            never = max(self.interval, schedule.MAX_BUFFER_DRAIN_S, *self._every.values())
+        never = self._first_periods()
         for dev in self.devices:
             key = dev.key
             newest_of = self.store.last_many(key)
@@ -193,9 +196,29 @@ class SamplerReads:
             made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")
         return made
 
+    def _first_periods(self) -> dict:
+        """The period each metric is assumed to have before its second refresh: its read's
+        own (the source says for buffered ones), else a tick's; key None for the rest. Made
+        once: the source's periods and the sampler's settings do not change."""
+        out = self.__dict__.get("_periods")
+        if out is None:
+            hint = getattr(self.source, "period_s", None)
+            base = max(self.interval, schedule.MAX_BUFFER_DRAIN_S)
+            out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
+                   "pcie_tx_bytes_per_s": self._every["pcie"]}
+            if callable(hint):
+                out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
+            self._periods = out
+        return out
+
     def latest_host(self) -> dict:
-        """Newest host readings (empty if host sampling is off)."""
+        """Newest host readings (empty if host sampling is off); NaN where not live (not
+        refreshed for three ticks: the sampler hangs or the read fails), as ``latest()``."""
         if self._host is None:
             return {}
         newest_of = self.store.last_many(HOST_KEY)
-        return {m: newest_of.get(m, (np.nan, np.nan))[1] for m in HOST_COLUMNS}
+        now, never = self._stale_now(), self._first_periods()
+        with self._lock:
+            states = self._states(HOST_KEY, HOST_COLUMNS, now, frozenset(), never)
+        return {m: newest_of.get(m, (np.nan, np.nan))[1] if states[m] == "live" else math.nan
+                for m in HOST_COLUMNS}

@@ -88,7 +88,7 @@ def _path(xs: np.ndarray, ys: np.ndarray) -> str:
 
 def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     span = hi - lo
-    if span <= 0:
+    if not span > 0 or not math.isfinite(span):  # nothing to divide, or past the float range
         return [lo]
     raw = span / n
     mag = 10 ** math.floor(math.log10(raw))
@@ -146,6 +146,7 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
     """
     width = max(240, int(width))
     plot_w = width - LEFT - RIGHT
+    data = {m: {g: (t, _drawable(v)) for g, (t, v) in per.items()} for m, per in data.items()}
     data = {m: per for m, per in data.items() if any(np.isfinite(v).any() for _, v in per.values())}
     if not data:
         return _empty(width)
@@ -235,6 +236,13 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
                    f"{escape(_tick_seconds(tick) if tick else '0')}</text>")
     out.append("</svg>")
     return "".join(out)
+
+
+def _drawable(values: np.ndarray) -> np.ndarray:
+    """``values`` as floats, with what no chart scale can hold (infinite, beyond 1e300) as gaps."""
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(v) <= 1e300, v, np.nan)
 
 
 def _gap_breaks(t: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -88,11 +89,15 @@ class Timeline:
     """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed)."""
 
     def __init__(self, store: Store, devices: list[Device], t0: float = -math.inf,
-                 t1: float = math.inf, resolution: str | None = None) -> None:
+                 t1: float = math.inf, resolution: str | None = None,
+                 drained: Callable[[object, str], float] | None = None) -> None:
         self.store = store
         self.devices = [Device.of(d) for d in devices]  # old-style dicts still accepted
         self.t0, self.t1 = t0, t1
         self.resolution = resolution
+        # (device, metric) -> the time up to which that metric's sample buffer reached the
+        # store (``Sampler.drained_until``); ticks after it have no reading of it yet.
+        self.drained = drained
 
     def __repr__(self) -> str:
         def fmt(t: float) -> str:
@@ -107,7 +112,7 @@ class Timeline:
         b = self.t1 if t1 is None else min(self.t1, to_epoch(t1))
         if a > b:
             raise BadArgumentError("between(t0, t1) needs t0 <= t1")
-        return Timeline(self.store, self.devices, a, b, self.resolution)
+        return Timeline(self.store, self.devices, a, b, self.resolution, self.drained)
 
     # -- raw access for views and summaries ----------------------------------------------
     def series(self, gpu: object, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -127,12 +132,14 @@ class Timeline:
         return [e for e in events if self.t0 <= e.time <= self.t1]
 
     # -- DataFrames -----------------------------------------------------------------------
-    def _tick_frame(self, device: object):
+    def _tick_frame(self, device: object, late: dict[str, float]):
         """One row per tick of ``device``: buffered readings folded into the tick they precede.
 
         A tick's cell of a buffered metric is the mean of that metric's readings since the
         previous tick (``<metric>_max`` keeps their maximum); metrics read less often than
-        ticks hold their last reading for HOLD_PERIODS of their own spacing.
+        ticks hold their last reading for HOLD_PERIODS of their own spacing. Ticks after
+        the time a buffer was drained up to are NaN in its columns (their readings are not
+        in the store yet: an older one must not stand for them); ``late`` gets that time.
         """
         import pandas as pd
 
@@ -145,6 +152,7 @@ class Timeline:
         n = len(tt)
         first_gap = float(np.median(np.diff(tt))) if n > 1 else 1.0
         data = {k: v.astype(np.float64) for k, v in tcols.items()}
+        pending: dict[str, float] = {}
         for stream in streams:
             if stream == "tick":
                 continue
@@ -162,8 +170,13 @@ class Timeline:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     data[col] = np.where(counts > 0, sums / np.maximum(counts, 1), own)
                 data[max_column(col)] = np.where(counts > 0, peaks, own)
+                until = self.drained(device, col) if self.drained is not None else math.inf
+                if until < tt[-1]:
+                    pending[col] = pending[max_column(col)] = until
+                    late[col] = min(late.get(col, math.inf), until)
         inside = tt >= self.t0
-        data = {k: _held(tt, v)[inside] for k, v in data.items()}
+        data = {k: np.where(tt > pending.get(k, math.inf), np.nan, _held(tt, v))[inside]
+                for k, v in data.items()}
         frame = {"time": tt[inside], **{k: v for k, v in data.items() if not np.isnan(v).all()}}
         if tdec[inside].any():
             frame["decimated"] = tdec[inside]
@@ -201,6 +214,9 @@ class Timeline:
                 they precede: their mean in the metric's column and their maximum in
                 ``<metric>_max`` (``power_max_w``, ``util_max_pct``, ``mem_used_max_bytes``);
                 metrics read less often hold their last reading for 3 of their periods.
+                Ticks newer than a buffer's last drain are NaN in its columns (the readings
+                come at the next drain, up to 10 s later); ``attrs["not_drained"]`` then
+                says, per column, the time the readings reach.
                 "native" gives every reading at its own time: sparse rows, where a row
                 carries only the metrics read at that instant and the rest are NaN.
         Byte counts (``mem_used_bytes``, ...) are int64 when every value is known.
@@ -210,10 +226,10 @@ class Timeline:
         if resolution not in RESOLUTIONS:
             raise BadArgumentError(f"to_pandas(resolution={resolution!r}): use one of "
                                    f"{', '.join(RESOLUTIONS)}")
-        frame_of = self._tick_frame if resolution == "tick" else self._device_frame
+        late: dict[str, float] = {}
         parts = []
         for dev in self.devices:
-            df = frame_of(dev.key)
+            df = self._tick_frame(dev.key, late) if resolution == "tick" else self._device_frame(dev.key)
             if df is None:
                 continue
             df.insert(1, "gpu", dev.key)
@@ -232,7 +248,11 @@ class Timeline:
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
         known = [c for c in order if c in df.columns]
         rest = [c for c in df.columns if c not in known]
-        return _as_counts(df[known + rest].copy())
+        df = _as_counts(df[known + rest].copy())
+        if late:  # say why the newest ticks are NaN there: read again after the next drain
+            df.attrs["not_drained"] = {k: pd.Timestamp(v, unit="s", tz="UTC") if math.isfinite(v) else pd.NaT
+                                       for k, v in late.items()}
+        return df
 
     def host(self) -> pd.DataFrame:
         """Host CPU/RAM rows alone: machine and this process tree (with child processes)."""

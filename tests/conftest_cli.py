@@ -219,3 +219,37 @@ def prometheus_cluster(tmp_path_factory) -> Iterator[tuple[PrometheusServer, dic
         dcgm.close()
         for n in nodes.values():
             n.close()
+
+
+class CraftedPrometheus:
+    """A Prometheus API peer that answers every query with the same crafted series, stamped
+    at the last 4 seconds; ``series`` is [(labels, values)]."""
+
+    def __init__(self, series) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                now = time.time()
+                result = [{"metric": labels, "values": [[now - 3 + i, str(v)] for i, v in enumerate(values)]}
+                          for labels, values in outer.series]
+                body = json.dumps({"status": "success",
+                                   "data": {"resultType": "matrix", "result": result}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.series = series
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -42,10 +42,11 @@ def sim_sampler_fixture(clean_profiles) -> Iterator[Sampler]:
 class KernelSession:
     """A real IPython kernel and a client that collects what each execution displays."""
 
-    def __init__(self) -> None:
+    def __init__(self, **start_kw) -> None:
+        """``start_kw`` go to the kernel's process (``preexec_fn``, ``env``)."""
         from jupyter_client.manager import start_new_kernel
 
-        self.km, self.kc = start_new_kernel(kernel_name="python3")
+        self.km, self.kc = start_new_kernel(kernel_name="python3", **start_kw)
 
     def run(self, code: str, timeout: float = 60.0, cell_id: str | None = None) -> tuple[dict, list[dict]]:
         """Execute ``code``; returns (execute_reply content, iopub output messages' contents)."""

@@ -200,6 +200,8 @@ def test_samples_drained_after_their_tick_was_written_are_not_moved_to_a_later_t
         if k % 100 == 0:
             for rec in recs:
                 rec.flush()
+    s.request("edge")  # the last step of a stopping thread drains what the buffers still hold
+    s.step(clock[0])
     for rec in recs:
         rec.close()
     s.stop()

@@ -8,8 +8,10 @@ import types
 from conftest_diagnostics import drive, sim_sampler
 from nbgpu import SimulatedGPUs
 from nbgpu.diagnostics import memory_owners
-from nbgpu.diagnostics.owners import MISMATCH, OK, attribute
+from nbgpu.diagnostics.owners import MISMATCH, OK, Match, attribute, match_hidden, users_line, who_uses
 from nbgpu.sources.base import ProcessInfo
+from nbgpu.sources.sim_faults import HOST_PID_OFFSET
+from nbgpu.units import fmt_bytes
 
 GONE_PID = 4_194_000  # above the usual pid_max: no process has it here
 
@@ -107,3 +109,71 @@ def test_torch_without_cuda_started_is_not_asked_anything_else(monkeypatch):
     owners = memory_owners(s)
     assert calls == ["is_initialized"]
     assert not any("torch" in n for n in owners.notes)
+
+
+# -- a container's PID namespace: NVML's host PIDs matched to this kernel where evidence allows --
+def _hidden_pid_sampler(extra_used: int | None = None):
+    """2 simulated GPUs listing host PIDs, another process on GPU 1; (sampler, this process's
+    listed entry on GPU 0). ``extra_used``: a second process on GPU 0 that much larger."""
+    sim = SimulatedGPUs(count=2, hide_host_pids=True)
+    sim.add_process(1, 55, 3 * 2**30)
+    s, clock = sim_sampler(source=sim)
+    drive(s, clock, 10)
+    if extra_used is not None:
+        (own,) = [p for p in s.processes()[0] if p.pid == os.getpid() + HOST_PID_OFFSET]
+        sim.add_process(0, 77, own.used_bytes + extra_used)
+        drive(s, clock, 10)
+    (own,) = [p for p in s.processes()[0] if p.pid == os.getpid() + HOST_PID_OFFSET]
+    return s, own
+
+
+def test_in_a_pid_namespace_this_kernel_is_matched_by_its_allocator_and_context(monkeypatch):
+    s, own = _hidden_pid_sampler()
+    uuid = s.devices[0].uuid.removeprefix("GPU-")
+    torch, _ = _fake_torch(uuid, allocated=own.used_bytes - 2**30, reserved=own.used_bytes - 2**29)
+    monkeypatch.setitem(__import__("sys").modules, "torch", torch)
+    owners = memory_owners(s)
+    assert owners.status == MISMATCH
+    mine = [r for r in owners.rows if r["who"] == "this kernel"]
+    assert [r["gpu"] for r in mine] == [0, 1]  # the PID matched on GPU 0 is listed on GPU 1 too
+    assert {r["pid"] for r in mine} == {own.pid} and mine[0]["used_bytes"] == own.used_bytes
+    shown = f"matched by memory, {fmt_bytes(own.used_bytes)}"
+    assert mine[0]["matched"] == shown
+    assert f"GPU 0: this kernel ({shown}) (pid {own.pid})" in str(owners)
+    assert [(r["who"], r["processes"]) for r in owners.rows if r["gpu"] == 1 and r["who"] != "this kernel"] \
+        == [("unattributed processes", 1)]
+    usage = who_uses(s)
+    assert users_line(usage[0]) == f"this kernel {fmt_bytes(own.used_bytes)} (matched by memory)"
+    assert users_line(usage[1]).endswith("3.0 GiB held; not attributed: this PID namespace hides the host "
+                                         "PIDs NVML lists")
+
+
+def test_two_processes_that_fit_the_figures_match_neither(monkeypatch):
+    s, own = _hidden_pid_sampler(extra_used=2**27)  # another process 128 MiB larger: both fit
+    uuid = s.devices[0].uuid.removeprefix("GPU-")
+    torch, _ = _fake_torch(uuid, allocated=own.used_bytes - 2**30, reserved=own.used_bytes - 2**29)
+    monkeypatch.setitem(__import__("sys").modules, "torch", torch)
+    owners = memory_owners(s)
+    assert not [r for r in owners.rows if r["who"] == "this kernel"]
+    assert users_line(who_uses(s)[0]).endswith("this PID namespace hides the host PIDs NVML lists")
+
+
+def _proc(root, pid, nspid: str, ns: str, cgroup: str) -> None:
+    d = root / str(pid)
+    (d / "ns").mkdir(parents=True)
+    (d / "status").write_text(f"Name:\tpython\nNSpid:\t{nspid}\n")
+    (d / "cgroup").write_text(cgroup)
+    os.symlink(ns, d / "ns" / "pid")
+
+
+def test_nspid_and_cgroup_in_a_visible_proc_match_host_pids(tmp_path):
+    me, ours, theirs = os.getpid(), "pid:[4026532001]", "pid:[4026532999]"
+    _proc(tmp_path, "self", str(me), ours, "0::/docker/abc\n")
+    _proc(tmp_path, 910_001, f"910001\t{me}", ours, "0::/docker/abc\n")  # us, seen from the host
+    _proc(tmp_path, 910_002, "910002\t57", ours, "0::/docker/abc\n")  # a neighbour in our container
+    _proc(tmp_path, 910_003, f"910003\t{me}", theirs, "0::/docker/zzz\n")  # our number, elsewhere
+    procs = {0: [ProcessInfo(pid=p, used_bytes=2**30) for p in (910_001, 910_002, 910_003, 910_004)]}
+    found = match_hidden(procs, {me}, devices=[], frameworks=[], root=str(tmp_path))
+    assert found[910_001] == Match(910_001, "this kernel", "NSpid", f"matched by NSpid: pid {me} here")
+    assert (found[910_002].who, found[910_002].how) == ("this container", "cgroup")
+    assert set(found) == {910_001, 910_002}

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from conftest_flight import Kernel, cache_fixture, postmortem_cli  # noqa: F401 - fixture
 from nbgpu import flight, postmortem
 
 GIB = 1024 ** 3
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("NBGPU_FLIGHT_RECORDER", raising=False)
-    return tmp_path / "nbgpu"
 
 
 def test_torn_record_is_skipped(cache):
@@ -84,15 +75,48 @@ def test_full_disk_while_recording_warns_once(cache, monkeypatch, capsys):
     assert capsys.readouterr().err.count("No space left on device") == 1
 
 
+def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkeypatch):
+    rec = flight.Recorder(slots=8)
+    used = iter([50, 85, 50])  # % of host RAM
+    monkeypatch.setattr(rec, "reading", lambda: {"t": 1.0, "ram_total": 100, "ram_used": next(used)})
+    waits: list[float] = []
+    monkeypatch.setattr(flight._stop, "wait", lambda timeout: waits.append(timeout) or len(waits) > 3)
+    flight._loop(rec)
+    rec.close()
+    assert waits == [flight.EVERY_S, flight.EVERY_S, flight.NEAR_EVERY_S, flight.EVERY_S]
+    assert flight.near_limit({"cg_max": 100, "cg_cur": 81}) and not flight.near_limit({"cg_max": 100})
+
+
 def test_oom_verdict_from_ram_at_99_percent_and_rss_rising():
     total = 62.8 * GIB
     recs = [{"t": 100.0 + i, "ram_total": total, "ram_used": total * (0.90 + 0.01 * i),
              "rss": (40 + 2 * i) * GIB, "gpus": []} for i in range(10)]
     v = postmortem.verdict(recs)
     assert v.startswith("likely killed by the out-of-memory killer: host RAM 99 %"), v
-    assert "62.8 GiB" in v and "this kernel 58 GiB" in v and "rising 2.0 GiB/s" in v
+    assert "62.8 GiB" in v and "this kernel 58.0 GiB" in v and "rising 2.0 GiB/s" in v
     recs[-1]["cg_oom"], recs[0]["cg_oom"] = 3, 2
     assert postmortem.verdict(recs).startswith("confirmed killed")
+    for r in recs:  # memory far from its limit: a risen count may be another process's kill
+        r["ram_used"] = total / 2
+    said = postmortem.verdict(recs)
+    assert said.startswith("likely killed by the out-of-memory killer: its cgroup's oom_kill"), said
+
+
+def test_the_kernel_log_confirms_an_oom_kill(tmp_path):
+    log = tmp_path / "kmsg"
+    log.write_bytes(b"6,1,200000,-;Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB\n")
+    assert postmortem.oom_killed_in_log(4242, str(log)) is True
+    assert postmortem.oom_killed_in_log(424, str(log)) is False
+    assert postmortem.oom_killed_in_log(4242, str(tmp_path / "none")) is None
+    assert postmortem.oom_killed_in_log(4242, str(log), after_s=1.0) is False  # pid of an older process
+    recs = [{"t": float(i), "ram_total": 64 * GIB, "ram_used": 8 * GIB, "rss": GIB, "gpus": []}
+            for i in range(3)]
+    assert "crash inside native code" in postmortem.verdict(recs, logged_oom=False)
+    said = postmortem.verdict(recs, logged_oom=True)
+    assert said.startswith("confirmed killed by the out-of-memory killer: the kernel log says so"), said
+    recs[-1]["ram_used"] = 63.9 * GIB
+    assert postmortem.verdict(recs, logged_oom=True).startswith("confirmed killed by the out-of-memory "
+                                                                "killer: host RAM 100 %")
 
 
 def test_no_limit_near_means_native_crash():
@@ -103,71 +127,119 @@ def test_no_limit_near_means_native_crash():
     assert postmortem.verdict(recs).startswith("GPU 0 memory was full")
 
 
-class _Kernel:
-    def __init__(self) -> None:
-        from conftest_profiles import KernelSession
+def test_an_xid_from_the_sampler_is_in_the_next_record_and_names_the_cause(cache, monkeypatch):
+    from conftest_diagnostics import drive, sim_sampler
+    from nbgpu import SimulatedGPUs, session
 
-        self.k = KernelSession()
+    sim = SimulatedGPUs(count=2)
+    s, clock = sim_sampler(source=sim)
+    s.source.open()
+    monkeypatch.setattr(session, "_shared", s)
+    rec = flight.Recorder(slots=16)
+    try:
+        drive(s, clock, 1.0)
+        rec.write()
+        sim.inject_xid(1, 79)
+        drive(s, clock, 1.0)
+        rec.write()
+        rec.write()  # the fault stays in every later record, read from the store once
+    finally:
+        rec.close()
+        s.stop()
+    recs = flight.read_ring(rec.path)[1]
+    assert "xid" not in recs[0]
+    assert [x[1:] for x in recs[1]["xid"]] == [[1, 79]] == [x[1:] for x in recs[2]["xid"]]
+    for r in recs:
+        r["t"] = recs[0]["t"] + r["seq"]
+    cause = postmortem.verdict(recs)
+    assert cause.startswith("GPU 1 reported XID 79 (GPU has fallen off the bus)"), cause
+    assert "GPU fault is the likely cause" in cause
+    info = postmortem.describe({"pid": 1}, recs)
+    assert [(x["gpu"], x["code"], x["meaning"]) for x in info["xids"]] == [
+        (1, 79, "GPU has fallen off the bus")]
 
-    def text(self, code: str) -> str:
-        reply, outputs = self.k.run(code)
-        assert reply["status"] == "ok", outputs
-        return "".join(o.get("text", "") for o in outputs if o["msg_type"] == "stream")
+
+def test_memory_at_its_limit_outranks_an_xid_and_earlier_xids_are_named():
+    total = 64 * GIB
+    recs = [{"t": float(i), "ram_total": total, "ram_used": 8 * GIB, "rss": GIB, "gpus": [],
+             "xid": [[0.5, 0, 13], [1.0, 1, 48]][: i + 1]} for i in range(3)]
+    cause = postmortem.verdict(recs)
+    assert cause.startswith("GPU 1 reported XID 48 (double-bit ECC error) 1 s before"), cause
+    assert cause.endswith("(earlier: XID 13 on GPU 0)"), cause
+    recs[-1]["ram_used"] = 0.99 * total
+    assert "out-of-memory killer" in postmortem.verdict(recs)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nbgpu.cli", "postmortem", *args],
-                          capture_output=True, text=True, timeout=60)
+def test_a_day_on_a_fake_clock_keeps_the_file_at_its_size_and_fsyncs_bounded(cache, monkeypatch):
+    from conftest_diagnostics import FakeClock
+
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)  # counted, not waited for: a day of them
+    clock = FakeClock()
+    rec = flight.Recorder(clock=clock)
+    size = rec.path.stat().st_size
+    assert size == flight.HEADER + flight.SLOTS * flight.SLOT  # its whole size from the start
+    gpus = [[140.0 * GIB, 141.0 * GIB, 100.0, 699.9, 85.0] for _ in range(8)]  # the largest record
+    cell = [12345, "x" * 120, clock.t]
+    day = 24 * 3600
+    for i in range(day):
+        clock.t += 1.0
+        rec.write({"t": clock.t, "rss": 60 * GIB + i, "ram_total": 2000 * GIB, "ram_used": 1000 * GIB,
+                   "gpus": gpus, "cell": cell, "xid": [[clock.t, 7, 95]] * flight.XIDS_KEPT})
+        if i % 3600 == 0:
+            assert rec.path.stat().st_size == size, i
+    assert rec.path.stat().st_size == size <= 2 * 1024 * 1024
+    assert day / flight.FSYNC_EVERY_S <= len(synced) <= day / flight.FSYNC_EVERY_S + 1
+    recs = flight.read_ring(rec.path)[1]
+    assert len(recs) == flight.SLOTS and recs[-1]["seq"] == day - 1
+    assert recs[-1]["cell"] == cell and recs[-1]["xid"][0][1:] == [7, 95]  # kept when GPUs are cut
+    rec.close()
 
 
 @pytest.mark.kernel
 def test_killed_kernel_is_reported_once_at_the_next_load(cache):
-    first = _Kernel()
+    first = Kernel()
     try:
         first.text("%load_ext nbgpu\nimport time")
-        pid = first.k.km.provisioner.process.pid
-        msg = first.k.kc.execute("for i in range(1000): time.sleep(0.1)")
-        assert msg
-        time.sleep(2.5)
-        ring = next(cache.glob(f"flight-*-{pid}-*.ring"))
-        deadline = time.monotonic() + 30  # a loaded machine: wait for a record of the cell
-        while not (flight.read_ring(ring)[1][-1].get("cell")) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        pid = first.pid
+        first.start("for i in range(1000): time.sleep(0.1)")
+        first.wait_for_cell_record(cache)
         os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
+        first.wait_dead()
     finally:
-        first.k.close()
-    second = _Kernel()
+        first.close()
+    second = Kernel()
     try:
         out = second.text("%load_ext nbgpu")
         assert f"the last kernel (pid {pid}) died at about" in out, out
         assert "In [2] `for i in range(1000): time.sleep(0.1)`" in out, out
-        cli = _cli()
+        cli = postmortem_cli()
         assert cli.returncode == 0 and f"(pid {pid}) died" in cli.stdout, cli
         second.text("%unload_ext nbgpu")
         assert "died" not in second.text("%load_ext nbgpu")
     finally:
-        second.k.close()
-    assert _cli("--clear").returncode == 0
+        second.shut_down()
+    third = Kernel()
+    try:
+        assert "died" not in third.text("%load_ext nbgpu")
+    finally:
+        third.close()
+    assert postmortem_cli("--clear").returncode == 0
 
 
 @pytest.mark.kernel
 def test_clean_shutdown_gives_no_report(cache):
-    k = _Kernel()
-    try:
-        k.text("%load_ext nbgpu")
-        k.k.kc.shutdown()
-        k.k.km.finish_shutdown(waittime=20)
-    finally:
-        k.k.close()
+    k = Kernel()
+    k.text("%load_ext nbgpu")
+    k.shut_down()
     rings = list(cache.glob("flight-*.ring"))
     assert rings and all(flight.read_ring(p)[0]["closed"] for p in rings)
     assert postmortem.dead_rings() == []
-    k = _Kernel()
+    k = Kernel()
     try:
         assert "died" not in k.text("%load_ext nbgpu")
     finally:
-        k.k.close()
+        k.close()
 
 
 def test_dead_ring_is_reported_once_and_cleared(cache):
@@ -180,17 +252,31 @@ def test_dead_ring_is_reported_once_and_cleared(cache):
                    "gpus": [], "cell": [5, "train()", t0 - 10]})
     rec.close()
     flight.set_flag(rec.path, closed=False, start=-1)  # as if its process died, never closed
-    assert json.loads(_cli("--json").stdout) == json.loads(_cli("--all", "--json").stdout)
-    info = json.loads(_cli("--json").stdout)[0]
-    assert info["cell"] == {"execution_count": 5, "first_line": "train()", "running_s": 13.0}
+    assert json.loads(postmortem_cli("--json").stdout) == json.loads(postmortem_cli("--all", "--json").stdout)
+    info = json.loads(postmortem_cli("--json").stdout)[0]
+    assert info["cell"] == {"execution_count": 5, "first_line": "train()", "running_s": 13.0, "cell_id": None}
     assert "crash inside native code" in info["cause"]
     flight.set_flag(rec.path, reported=False)
     lines = postmortem.report_at_load()
     assert len(lines) == 1 and "In [5] `train()` had run 13 s" in lines[0]
     assert postmortem.report_at_load() == []
-    done = _cli("--clear")
+    done = postmortem_cli("--clear")
     assert done.returncode == 0 and "removed 1" in done.stdout and not rec.path.exists()
-    assert json.loads(_cli("--json").stdout) == []
+    assert json.loads(postmortem_cli("--json").stdout) == []
+
+
+def test_two_kernels_loading_at_once_report_a_death_once(cache):
+    """Each load claims a ring under a lock: of two kernels reading the same dead ring at the
+    same moment, one reports it."""
+    rec = flight.Recorder(slots=4)
+    rec.write({"t": time.time(), "rss": GIB, "gpus": []})
+    rec.close()
+    flight.set_flag(rec.path, closed=False, start=-1)
+    found = [postmortem.dead_rings(), postmortem.dead_rings()]  # both read it before either reports
+    assert [len(f) for f in found] == [1, 1]
+    claims = [postmortem.claim(path) for f in found for path, _ in f]
+    assert claims == [True, False]
+    assert postmortem.report_at_load() == []
 
 
 def test_gpus_of_a_running_sampler_are_recorded(cache):
@@ -207,3 +293,27 @@ def test_gpus_of_a_running_sampler_are_recorded(cache):
         session._shared = None
         s.stop()
     assert len(r["gpus"]) == 2 and r["gpus"][0][1] > 0
+
+
+@pytest.mark.gpu
+def test_the_ring_is_fed_by_real_nvml(nvml, cache, monkeypatch):
+    from nbgpu import Sampler, session
+
+    s = Sampler("nvml", interval=0.2).start()
+    try:
+        monkeypatch.setattr(session, "_shared", s)
+        deadline = time.monotonic() + 10
+        while s.ticks < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rec = flight.Recorder(slots=4)
+        rec.write()
+        rec.close()
+    finally:
+        s.stop()
+    gpus = flight.read_ring(rec.path)[1][-1]["gpus"]
+    cards = nvml.nvmlDeviceGetCount()
+    assert len(gpus) >= cards
+    total = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0)).total
+    used, total_seen, util, power, temp, _reasons = gpus[0]
+    assert total_seen == total and 0 < used <= total
+    assert 0 <= util <= 100 and 10 < power < 2000 and 0 < temp < 120

@@ -218,3 +218,24 @@ def test_utilisation_keeps_every_sample_whether_watched_or_not(nvml, monkeypatch
         gaps = np.diff(series[series > series[0] + 0.5])
         assert np.median(gaps) <= 0.25 and gaps.max() <= 0.45  # the card's 200 ms, none lost
     assert t[-1] >= stopped - 1.0  # stopping drained what the buffer still held
+
+
+def test_idle_seconds_after_work_are_not_shown_busy(nvml):
+    """Issue 34: an unwatched sampler, 8 s of bf16 matmuls then 4 s idle, read at once. The idle
+    ticks must not carry utilisation from before the buffer's last drain (98 % beside idle power)."""
+    s = nbgpu.Sampler(source="nvml", interval=1.0, diagnostics=False).start()
+    try:
+        gpu_busy(7.0)
+        s.request("edge")  # the last utilisation drain is made while the card is busy
+        gpu_busy(1.0)
+        end = time.time()
+        time.sleep(4.0)
+        df = s.timeline.to_pandas()
+    finally:
+        s.stop()
+    mine = df[df["gpu"] == 0]
+    idle = mine[mine["time"].astype("int64") / 1e9 > end + 0.5]
+    assert len(idle) >= 2
+    assert not (idle["util_pct"] > 50).any(), idle[["time", "util_pct", "power_w"]].to_string()
+    if idle["util_pct"].isna().any():
+        assert "util_pct" in df.attrs["not_drained"]

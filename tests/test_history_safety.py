@@ -222,3 +222,26 @@ def test_a_long_file_drops_its_oldest_records_but_no_foreign_line(tmp_path, monk
     lines = path.read_text().splitlines()
     assert lines[0] == "# my notes" and json.loads(lines[-1])["execution_count"] == 59
     assert path.stat().st_size <= 2048 * 4 + len(lines[-1]) + 1
+
+
+def test_a_full_disk_warns_once_and_leaves_only_whole_lines(tmp_path):
+    """Writes past 3 kB are refused (RLIMIT_FSIZE, as a full disk): one warning, no torn record."""
+    path = tmp_path / "history.jsonl"
+    code = (
+        "import resource, warnings\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (3000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "from nbgpu.profiles.history import CellRecord, add, keep_history\n"
+        "class C:\n"
+        "    def __init__(self, t):\n"
+        "        self.start_time, self.end_time, self.status = t, t + 1.0, 'ok'\n"
+        "        self.alerts, self.error, self.summary_rows, self.totals = [], None, [], {}\n"
+        "    def series(self, metrics): return {}\n"
+        f"keep_history({str(path)!r})\n"
+        "for n in range(40):\n"
+        "    add(CellRecord(n, f'cell-{n}', f'x = {n}', C(float(n))))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("could not be written") == 1, done.stderr
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line)["v"] == 1 for line in lines[:-1])

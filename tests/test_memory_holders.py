@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import nbgpu  # noqa: E402
-from nbgpu.profiles.holders import CAP  # noqa: E402
+from nbgpu.holders import CAP  # noqa: E402
 
 MB = 1 << 20
 
@@ -149,3 +150,142 @@ def test_nested_huge_containers_stay_bounded_and_a_bad_device_is_one_line():
     with pytest.raises(nbgpu.BadArgumentError) as err:
         nbgpu.memory_by_name(device="gpu-ish", namespace={})
     assert "\n" not in str(err.value)
+
+
+class SideEffects:
+    """Every attribute read through Python code is recorded: the walk must make none."""
+
+    calls: ClassVar[list] = []
+
+    def __init__(self) -> None:
+        self.t = torch.zeros(8)
+
+    @property
+    def loaded(self):
+        SideEffects.calls.append("loaded")
+        return torch.zeros(1000)
+
+    @property
+    def __class__(self):  # isinstance() falls back to this when the type does not match
+        SideEffects.calls.append("__class__")
+        return SideEffects
+
+    def __getattribute__(self, name):
+        if name != "__dict__":
+            SideEffects.calls.append(name)
+        return object.__getattribute__(self, name)
+
+
+def test_no_property_or_getattribute_of_the_user_runs():
+    SideEffects.calls = []
+    obj = SideEffects()
+    SideEffects.calls.clear()
+    t = table({"obj": obj, "objs": [obj, SideEffects()], "d": {"o": obj}})
+    assert SideEffects.calls == []
+    assert t.loc["obj", "bytes"] == 32 and t.loc["objs", "bytes"] == 64
+
+
+def test_a_namespace_changed_by_another_thread_while_walked_gives_no_error():
+    import threading
+
+    ns = {f"v{i}": {"t": torch.zeros(1), "n": list(range(50))} for i in range(2_000)}
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            d = ns[f"v{i % 2_000}"]
+            d[f"k{i}"] = i  # grows and shrinks the dicts being walked
+            d.pop(f"k{i - 50}", None)
+            i += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for _ in range(5):
+            assert len(table(ns)) == 2_000
+    finally:
+        stop.set()
+        worker.join()
+
+
+def test_what_each_release_would_give_back_counts_only_what_no_name_keeps():
+    import sys
+
+    kept = torch.zeros(250)  # 1,000 bytes, also a name
+
+    def fail():
+        mine = torch.zeros(500)  # noqa: F841 - 2,000 bytes only the traceback holds
+        also = kept  # noqa: F841
+        raise ValueError("no")
+
+    try:
+        fail()
+    except ValueError as exc:
+        err = exc
+    ns = {"kept": kept, "Out": {1: torch.zeros(1000)}, "_": torch.zeros(10)}
+    frame = nbgpu.memory_by_name(device="cpu", namespace=ns, error=err)
+    assert "fail: mine (traceback)" in set(frame["name"])
+    assert frame.attrs["freed_by"] == {"outputs": 4040, "traceback": 2000, "all_hidden": 6040}
+    assert frame.attrs["named_bytes"] == 1000 + 2000 + 4000 + 40
+    assert getattr(sys, "last_traceback", None) is not err.__traceback__
+
+
+def test_a_leak_finding_names_what_holds_the_memory_now(monkeypatch):
+    import time
+
+    import __main__
+    from conftest_diagnostics import FakeClock, drive, fired
+    from nbgpu import Sampler, SimulatedGPUs
+
+    # CPU tensors stand for the GPU's; the rule asks ``cuda_device`` which device a GPU is
+    monkeypatch.setattr(nbgpu.holders, "cuda_device", lambda *a, **k: "cpu")
+    monkeypatch.setattr(__main__, "losses", [torch.zeros(MB // 4) for _ in range(3)], raising=False)
+    clock = FakeClock(time.time())  # a live evaluation: names are of this process, now
+    s = Sampler(SimulatedGPUs(count=1, scenario="leak", clock=clock), interval=0.5, clock=clock)
+    s.started_at = clock()
+    drive(s, clock, 30)
+    (alert,) = fired(s, "memory_leak")
+    assert alert.suggestion.startswith("Held most by `losses`: list of 3 tensors, 3.0 MiB"), alert.suggestion
+    assert "`%gpumon free NAME` releases one" in alert.suggestion
+    assert alert.evidence["holders"][0] == "`losses`: list of 3 tensors, 3.0 MiB"
+
+
+def test_a_replayed_leak_names_no_holders_of_this_process(monkeypatch):
+    import __main__
+    from conftest_diagnostics import drive, fired, sim_sampler
+
+    monkeypatch.setattr(nbgpu.holders, "cuda_device", lambda *a, **k: "cpu")
+    monkeypatch.setattr(__main__, "losses", [torch.zeros(MB // 4)], raising=False)
+    s, clock = sim_sampler("leak", count=1)  # judged at another time than now
+    drive(s, clock, 30)
+    (alert,) = fired(s, "memory_leak")
+    assert "holders" not in alert.evidence and "Held most" not in alert.suggestion
+
+
+def test_odd_containers_and_a_dict_property_run_no_user_code():
+    calls = []
+
+    class SneakyList(list):
+        def __iter__(self):
+            calls.append("__iter__")
+            return super().__iter__()
+
+        def __len__(self):
+            calls.append("__len__")
+            return 0
+
+    class SneakyDict(dict):
+        def values(self):
+            calls.append("values")
+            return super().values()
+
+    class OwnDict:
+        @property
+        def __dict__(self):
+            calls.append("__dict__")
+            raise RuntimeError("no")
+
+    t = table({"l": SneakyList([torch.zeros(4)]), "d": SneakyDict(a=torch.zeros(2)), "o": OwnDict()})
+    assert calls == []
+    assert t.loc["l", "bytes"] == 16 and t.loc["d", "bytes"] == 8 and "o" not in t.index

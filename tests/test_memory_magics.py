@@ -54,3 +54,16 @@ def test_traceback_drops_the_last_error(shell, monkeypatch) -> None:
         monkeypatch.setattr(sys, attr, object(), raising=False)
     shell.run_line_magic("gpumon", "free --traceback")
     assert sys.last_traceback is None and sys.last_value is None and sys.last_type is None
+
+
+def test_free_prints_nvmls_used_memory_before_and_after_from_a_fresh_reading(shell, capsys) -> None:
+    import re
+
+    from nbgpu import session
+
+    session.ensure_sampler("sim:2", 0.1)
+    shell.user_ns.update(a=torch.zeros(10))
+    shell.run_line_magic("gpumon", "free a")
+    out = capsys.readouterr().out
+    for gpu in (0, 1):
+        assert re.search(rf"^nbgpu: NVML used, GPU {gpu}: [\d.]+ [KMG]iB -> [\d.]+ [KMG]iB$", out, re.M), out

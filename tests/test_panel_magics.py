@@ -244,3 +244,42 @@ def test_the_command_refuses_the_same_lines_in_one_line(capsys, argv) -> None:
         main(argv)
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and err.startswith(f"nbgpu {argv[0]}: error:")
+
+
+def test_stopped_panels_leave_the_registry_and_stop_counts_running_ones(shell, capsys) -> None:
+    """Issue 34: 30 open/stop cycles leave no stopped panel in the registry; with one panel
+    running, ``%gpumon stop`` says one."""
+    for _ in range(30):
+        shell.run_line_magic("gpumon", "--source sim --interval 0.1")
+        registry.panels()[-1].stop()
+    assert registry.panels() == []
+    shell.run_line_magic("gpumon", "")
+    capsys.readouterr()
+    shell.run_line_magic("gpumon", "status")
+    assert "panels: 1 updating" in capsys.readouterr().out
+    shell.run_line_magic("gpumon", "stop")
+    assert "stopped the sampler and 1 panel(s)" in capsys.readouterr().out
+
+
+def test_a_panel_that_cannot_be_built_leaves_no_widget_and_no_late_traceback() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import gc, ipywidgets\n"
+            "from nbgpu.widgets.monitor import GPUMonitor\n"
+            "before = len(ipywidgets.widgets.widget._instances)\n"
+            "for kw in (dict(source='prometheus=http://127.0.0.1:1'), dict(source='sim', gpus=[9])):\n"
+            "    try:\n"
+            "        GPUMonitor(**kw)\n"
+            "    except Exception as exc:\n"
+            "        print('refused:', type(exc).__name__)\n"
+            "gc.collect()\n"
+            "print('left:', len(ipywidgets.widgets.widget._instances) - before)\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("refused:") == 2 and "left: 0" in done.stdout, done.stdout
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr

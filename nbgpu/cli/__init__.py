@@ -7,6 +7,7 @@ exit with code 2; failures print one line saying what failed and what to do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nbgpu`` console script; returns the exit code."""
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints, escaped
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

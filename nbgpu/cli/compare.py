@@ -34,7 +34,7 @@ from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
 from ..runfile import Run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .options import refuse_overwrite
+from .options import refuse_overwrite, shown
 from .report import PAGE, html_table, load_input
 from .status import epoch_seconds
 
@@ -202,11 +202,11 @@ def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequenc
                   file=sys.stderr)
             return 2
     a, b = side_of(runs[0]), side_of(runs[1])
-    print(text_table(a, b))
+    print(shown(text_table(a, b)))
     broken = broken_lines(bounds, a, b)
     if output:
         with atomic_file(output) as fh:
-            fh.write(render_html(a, b, broken))
+            fh.write(shown(render_html(a, b, broken)))
         print(f"nbgpu compare: {os.path.abspath(output)}", file=sys.stderr)
     for line in broken:
         print(f"nbgpu compare: {line}", file=sys.stderr)

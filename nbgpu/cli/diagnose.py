@@ -20,6 +20,7 @@ from ..metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from ..runfile import Run
 from ..sources.base import Device
 from ..store import Event, Store
+from .options import shown
 from .report import _when, load_input
 
 _GPU = [m.name for m in GPU_METRICS]
@@ -163,16 +164,17 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
         print(json.dumps({"run": path, "thresholds": thresholds, "findings": found}, default=str))
         return 0
     if not found:
-        print(f"{path}: no findings")
+        print(shown(f"{path}: no findings"))
         return 0
     groups: dict = {}
     for f in found:
         groups.setdefault(f["cell"], []).append(f)
     for cell, items in groups.items():
-        print(f"{path}:" if cell is None else f"cell {cell}:")
+        print(shown(f"{path}:" if cell is None else f"cell {cell}:"))
         for f in items:
             until = f["end"] or "the end"
-            print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']} {f['start']} to {until}: {f['message']}")
+            print(shown(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']} {f['start']} to {until}: "
+                        f"{f['message']}"))
     return 0
 
 

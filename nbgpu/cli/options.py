@@ -11,12 +11,25 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import BadArgumentError
 
 SOURCES = "auto, nvml, sim, sim:N (N simulated GPUs) or prometheus=URL"
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print or put in a page: bytes of a file name that are not UTF-8 and
+    control characters (ANSI escape codes in a label) written as ``\\xNN``; newlines and tabs kept."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file name gives
+        raw = text.encode("utf-8", "backslashreplace")
+    text = raw.decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def check_source(text: str) -> str:

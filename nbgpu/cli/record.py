@@ -26,6 +26,7 @@ from ..errors import FileError
 from ..recorder import Recorder
 from ..runfile import load_run
 from ..sampler import Sampler
+from .options import shown
 from .report import summarize_run, summary_lines
 from .status import status_lines
 
@@ -41,7 +42,7 @@ class _LiveStatus:
 
     def draw(self, lines: list[str]) -> None:
         up = f"\x1b[{self.shown}F" if self.shown else ""
-        self.stream.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+        self.stream.write(up + "".join(f"\x1b[2K{shown(line)}\n" for line in lines))
         self.stream.flush()
         self.shown = len(lines)
 
@@ -232,6 +233,6 @@ def _print_summary(sampler: Sampler, recorder: Recorder, wall_s: float, cpu_pct:
     print(f"nbgpu record: {recorder.rows_written} rows from {len(sampler.devices)} GPU(s){label} written to "
           f"{os.path.abspath(recorder.path)}", file=sys.stderr)
     for line in lines:
-        print("  " + line, file=sys.stderr)
+        print("  " + shown(line), file=sys.stderr)
     print(f"  recorder CPU: {cpu_pct:.2f}% of one core while the command ran ({wall_s:.1f} s)",
           file=sys.stderr)

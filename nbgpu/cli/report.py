@@ -20,7 +20,7 @@ from ..files import atomic_file
 from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .options import refuse_overwrite
+from .options import refuse_overwrite, shown
 from .status import epoch_seconds
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
@@ -174,7 +174,7 @@ def run_report(path: str, output: str | None = None, title: str | None = None) -
         return 2
     page = render_html(run, title)
     with atomic_file(out) as fh:
-        fh.write(page)
+        fh.write(shown(page))
     n = run.frame["gpu"].nunique() if len(run.frame) else 0
     print(f"nbgpu report: {os.path.abspath(out)} ({n} GPU(s), {len(run.frame)} rows)", file=sys.stderr)
     return 0

@@ -136,11 +136,6 @@ class DiagnosticsEngine:
             if self._cells == 0:
                 self._cell_since = None
 
-    @property
-    def in_cell(self) -> bool:
-        """Whether someone said a cell runs (captures are also seen at each evaluation)."""
-        return self._cells > 0
-
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
         if not callable(fn):

@@ -27,9 +27,20 @@ if TYPE_CHECKING:
 OK, NONE_LISTED, MISMATCH, UNKNOWN = "ok", "none_listed", "pid_namespace_mismatch", "unknown"
 
 
+def self_pid() -> int:
+    """This process's PID as the mounted /proc numbers it: ``os.getpid()``, except in a PID
+    namespace that still sees the host's /proc, where /proc (and NVML) use the host's number."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 def tree_pids() -> set[int]:
-    """This process and all its descendants (DataLoader workers, subprocesses)."""
-    return {os.getpid()} | descendant_pids(os.getpid())
+    """This process and all its descendants (DataLoader workers, subprocesses), numbered as
+    /proc numbers them (so the walk starts from this process, never another one's number)."""
+    me = self_pid()
+    return {me} | descendant_pids(me)
 
 
 def used_bytes(p: ProcessInfo) -> float:
@@ -71,6 +82,95 @@ def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0
     return OK, ""
 
 
+# A PyTorch process's NVML figure is its allocator's reserved memory plus the CUDA context and
+# libraries' own allocations (about 0.5 GiB on an H200); read a few seconds apart, reserved may
+# also have moved a little: the window "matched by memory" accepts.
+CONTEXT_MAX_BYTES = 2 * 1024**3
+DRIFT_BYTES = 64 * 1024**2
+
+
+@dataclass(frozen=True)
+class Match:
+    """A PID NVML lists, found to be ours where the PID namespace hides it, and how sure that is."""
+
+    pid: int
+    who: str  # "this kernel", "child process" or "this container"
+    how: str  # "NSpid" (certain), "cgroup" (same container), "memory" (the one that fits)
+    detail: str = ""  # "matched by memory, 2.5 GiB"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def _by_proc(pid: int, mine: set[int], root: str, own_ns: str, own_cgroup: str) -> Match | None:
+    """What ``root/<pid>`` says of a listed PID, where it is visible (a host /proc)."""
+    status = _read(f"{root}/{pid}/status")
+    if not status:
+        return None
+    nspid = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [])
+    if len(nspid) > 1 and own_ns and _link(f"{root}/{pid}/ns/pid") == own_ns and int(nspid[-1]) in mine:
+        who = "this kernel" if int(nspid[-1]) == os.getpid() else "child process"
+        return Match(pid, who, "NSpid", f"matched by NSpid: pid {nspid[-1]} here")
+    cgroup = _read(f"{root}/{pid}/cgroup").strip()
+    if cgroup and cgroup == own_cgroup and cgroup not in ("0::/", "0::/init.scope"):
+        return Match(pid, "this container", "cgroup", "matched by cgroup: same container")
+    return None
+
+
+def _by_memory(processes: dict, taken: set[int], frameworks: list[dict], devices: list) -> dict[int, Match]:
+    """This process on each GPU where exactly one listed process fits its framework's figures."""
+    out = {}
+    for entry in frameworks:
+        reserved = entry.get("reserved_bytes", entry.get("allocated_bytes", 0.0))
+        gpu = nvml_index_of(entry, devices)
+        fits = [p for p in processes.get(gpu, []) if p.pid not in taken and p.used_bytes is not None
+                and reserved - DRIFT_BYTES - 0.05 * reserved <= p.used_bytes <= reserved + CONTEXT_MAX_BYTES]
+        if len(fits) == 1:
+            p = fits[0]
+            out[p.pid] = Match(p.pid, "this kernel", "memory",
+                               f"matched by memory, {fmt_bytes(p.used_bytes)}")
+    return out
+
+
+def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: list[dict] | None = None,
+                 root: str = "/proc", by_memory: bool = True) -> dict[int, Match]:
+    """Listed PIDs matched to this kernel, its children or its container where the PID namespace
+    hides them: ``NSpid`` and the pid namespace in ``root/<pid>`` where visible, else cgroup
+    membership; then, on a GPU where the framework this process imported holds memory, the one
+    listed process whose NVML figure fits it (none when two fit).
+
+    Args:
+        processes: NVML's lists, per GPU key.
+        mine: this kernel's PIDs as seen here.
+        devices: the sampler's devices (framework devices are matched to them by UUID).
+        frameworks: ``torch_memory() + tensorflow_memory()``; None reads them now.
+        root: where /proc is (tests pass a made-up one).
+        by_memory: also match by memory (only where NVML's PIDs cannot be ours to compare).
+    """
+    own_ns, own_cgroup = _link(f"{root}/self/ns/pid"), _read(f"{root}/self/cgroup").strip()
+    found: dict[int, Match] = {}
+    for pid in {p.pid for procs in processes.values() for p in procs}:
+        hit = _by_proc(pid, mine, root, own_ns, own_cgroup)
+        if hit is not None:
+            found[pid] = hit
+    if by_memory and not any(m.who == "this kernel" for m in found.values()):
+        frameworks = torch_memory() + tensorflow_memory() if frameworks is None else frameworks
+        found.update(_by_memory(processes, set(found), frameworks, devices))
+    return found
+
+
 def gpus_in_use(processes: dict | None, mine: set[int], status: str) -> set | None:
     """GPUs this kernel's processes hold memory on; None when that cannot be told."""
     if status != OK or processes is None:
@@ -102,7 +202,7 @@ class MemoryOwners:
         import pandas as pd
 
         return pd.DataFrame(self.rows, columns=["gpu", "who", "pid", "processes", "used_bytes",
-                                                "command", "user"])
+                                                "command", "user", "matched"])
 
     def __str__(self) -> str:
         lines = []
@@ -111,7 +211,7 @@ class MemoryOwners:
             n = f" ×{r['processes']}" if (r.get("processes") or 1) > 1 else ""
             used = "unknown" if math.isnan(r["used_bytes"]) else fmt_bytes(r["used_bytes"])
             user = f" user {r['user']}" if r.get("user") else ""
-            lines.append(f"GPU {r['gpu']}: {r['who']}{pid}{n}: {used}{user}")
+            lines.append(f"GPU {r['gpu']}: {_who(r)}{pid}{n}: {used}{user}")
         return "\n".join(lines + self.notes) or "no GPU memory in use"
 
     def _repr_html_(self) -> str:
@@ -119,12 +219,18 @@ class MemoryOwners:
 
         body = "".join(
             f"<tr><td>{html.escape(str(r['gpu']))}</td><td>{'<b>' if r['who'] != 'other processes' else ''}"
-            f"{html.escape(r['who'])}</td><td>{'' if r.get('pid') is None else r['pid']}</td>"
+            f"{html.escape(_who(r))}</td>"
+            f"<td>{'' if r.get('pid') is None else r['pid']}</td>"
             f"<td>{'unknown' if math.isnan(r['used_bytes']) else fmt_bytes(r['used_bytes'])}</td></tr>"
             for r in self.rows)
         notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
         return (f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>"
                 f"{notes}")
+
+
+def _who(row: dict) -> str:
+    """"this kernel", or "this kernel (matched by memory, 2.5 GiB)" where the PID was hidden."""
+    return f"{row['who']} ({row['matched']})" if row.get("matched") else row["who"]
 
 
 def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> list[str]:
@@ -172,6 +278,7 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
     held = sum(e.get("reserved_bytes", e["allocated_bytes"]) for e in frameworks)
     status, why = attribute(processes, mine, held)
     notes = [why] if why else []
+    matched = match_hidden(processes or {}, mine, sampler.devices, frameworks) if status == MISMATCH else {}
     rows, ours = [], {}
     for dev in sampler.devices:
         gpu = dev.key
@@ -179,14 +286,17 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
         others = []
         for p in sorted(procs, key=lambda p: -(p.used_bytes or 0)):
             if status == OK and p.pid in mine:
-                who = "this kernel" if p.pid == os.getpid() else "child process"
-                command, _ = _command(p.pid)
-                rows.append({"gpu": gpu, "who": who, "pid": p.pid, "processes": 1,
-                             "used_bytes": used_bytes(p), "command": command, "user": ""})
-                if p.used_bytes is not None:
-                    ours[gpu] = ours.get(gpu, 0.0) + p.used_bytes
+                who, how = ("this kernel" if p.pid == self_pid() else "child process"), ""
+            elif p.pid in matched:
+                who, how = matched[p.pid].who, matched[p.pid].detail
             else:
                 others.append(p)
+                continue
+            command = _command(p.pid)[0] if not how else ""
+            rows.append({"gpu": gpu, "who": who, "pid": p.pid, "processes": 1, "used_bytes": used_bytes(p),
+                         "command": command, "user": "", "matched": how})
+            if p.used_bytes is not None and who != "this container":
+                ours[gpu] = ours.get(gpu, 0.0) + p.used_bytes
         if not others:
             continue
         label = "other processes" if status == OK else "unattributed processes"
@@ -194,13 +304,13 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
             for p in others:
                 command, user = _command(p.pid) if status == OK else ("", "")
                 rows.append({"gpu": gpu, "who": label, "pid": p.pid, "processes": 1,
-                             "used_bytes": used_bytes(p), "command": command, "user": user})
+                             "used_bytes": used_bytes(p), "command": command, "user": user, "matched": ""})
         else:
             used = [used_bytes(p) for p in others]
             known = [u for u in used if u == u]
             rows.append({"gpu": gpu, "who": label, "pid": None, "processes": len(others),
                          "used_bytes": float(sum(known)) if known else math.nan,
-                         "command": "", "user": ""})
+                         "command": "", "user": "", "matched": ""})
     if status == NONE_LISTED:
         notes.append("No process holds GPU memory, or NVML does not show them here.")
     notes += _framework_notes(frameworks, sampler.devices, ours)
@@ -228,6 +338,7 @@ class GpuUsers:
     unattributed_processes: int = 0
     attributed: bool = True
     note: str = ""
+    matched: str = ""  # how the kernel's memory was found where the PIDs were hidden ("by memory")
 
 
 def _sum(values: list[float]) -> float:
@@ -255,16 +366,23 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
 
         user = getpass.getuser()
     status, why = attribute(processes, mine, 0.0, pid_exists)
+    listed = {p.pid for procs in processes.values() for p in procs}
+    hidden = status != OK or not listed & mine  # on a host /proc, NSpid may still find ours
+    matched = match_hidden(processes, mine, sampler.devices, by_memory=status != OK) if hidden else {}
+    kin = {pid for pid, m in matched.items() if m.who != "this container"}
     out = {}
     for gpu, procs in processes.items():
-        used = [used_bytes(p) for p in procs]
         if status != OK:
-            out[gpu] = GpuUsers(gpu, unattributed_bytes=_sum(used), unattributed_processes=len(procs),
-                                attributed=False, note=why)
+            ours = [p for p in procs if p.pid in kin]
+            rest = [used_bytes(p) for p in procs if p not in ours]
+            how = sorted({matched[p.pid].how for p in ours})
+            out[gpu] = GpuUsers(gpu, _sum([used_bytes(p) for p in ours]), len(ours),
+                                unattributed_bytes=_sum(rest), unattributed_processes=len(rest),
+                                attributed=False, note=why, matched=", ".join(f"by {h}" for h in how))
             continue
         groups: dict[str, list[float]] = {"kernel": [], "user": [], "others": []}
         for p in procs:
-            who = "kernel" if p.pid in mine else ("user" if p.user == user else "others")
+            who = "kernel" if p.pid in mine or p.pid in kin else ("user" if p.user == user else "others")
             groups[who].append(used_bytes(p))
         out[gpu] = GpuUsers(gpu, _sum(groups["kernel"]), len(groups["kernel"]), _sum(groups["user"]),
                             len(groups["user"]), _sum(groups["others"]), len(groups["others"]))
@@ -274,8 +392,12 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
 def users_line(u: GpuUsers) -> str:
     """One line for a person: "this kernel 4.0 GiB (2) · you elsewhere 1.0 GiB · others 12 GiB (3)"."""
     if not u.attributed:
-        return (f"{_amount(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
-                "this PID namespace hides the host PIDs NVML lists")
+        hidden = (f"{_amount(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
+                  "this PID namespace hides the host PIDs NVML lists")
+        if not u.kernel_processes:
+            return hidden
+        kernel = f"this kernel {_amount(u.kernel_bytes, u.kernel_processes)} (matched {u.matched})"
+        return f"{kernel} · {hidden}" if u.unattributed_processes else kernel
     parts = [f"this kernel {_amount(u.kernel_bytes, u.kernel_processes)}"]
     if u.user_processes:
         parts.append(f"you elsewhere {_amount(u.user_bytes, u.user_processes)}")

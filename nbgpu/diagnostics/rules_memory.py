@@ -1,12 +1,14 @@
-"""Memory rules: OOM risk (memory nearly full) and memory creep (a leak)."""
+"""Memory rules: OOM risk (memory nearly full) and memory creep (a leak, with the names holding it)."""
 
 from __future__ import annotations
 
 import math
 import re
+import time
 
 import numpy as np
 
+from .. import holders
 from ..peaks import allocator_now, fold_peak
 from ..sources.base import Device
 from .alerts import Finding
@@ -18,6 +20,7 @@ OOM_HINT = ("Free what you no longer need (del the tensors, then torch.cuda.empt
 # A mark-based leak ends when no mark came for this many mark spacings (at least the seconds).
 MARKS_STOPPED_SPACINGS = 3.0
 MARKS_STOPPED_MIN_S = 20.0
+HOLDERS_EVERY_S = 30.0  # a leak's holders are named from a walk at most this often
 LEAK_HINT = ("Something keeps GPU tensors alive: a list of losses or outputs kept with their graph "
              "(store loss.item() or .detach().cpu() instead), a growing cache, tensors in global "
              "variables. Compare torch.cuda.memory_allocated() across epochs. If a model or data "
@@ -226,5 +229,25 @@ def memory_leak(ctx: Context) -> list[Finding]:
                        f"(now {fmt_bytes(trend['mem_used_bytes'])})")
             evidence = dict(trend, method="trend")
         evidence["rate"] = rate
-        out.append(Finding("memory_leak", gpu, "warning", message, LEAK_HINT, evidence))
+        names = _holders_now(ctx, dev)
+        hint = LEAK_HINT
+        if names:
+            evidence["holders"] = names
+            hint = (f"Held most by {'; '.join(names)} (`%gpumon memory` lists every name, "
+                    f"`%gpumon free NAME` releases one). {LEAK_HINT}")
+        out.append(Finding("memory_leak", gpu, "warning", message, hint, evidence))
     return out
+
+
+def _holders_now(ctx: Context, dev: Device) -> list[str]:
+    """The names holding most of ``dev``'s memory in this process, walked at most every
+    ``HOLDERS_EVERY_S``; none for a replayed recording (judged at another time than now)."""
+    if abs(ctx.now - time.time()) > HOLDERS_EVERY_S:
+        return []
+    memo = ctx.memo.setdefault("leak_holders", {})
+    at, names = memo.get(dev.key, (-math.inf, []))
+    if abs(ctx.now - at) >= HOLDERS_EVERY_S:
+        device = holders.cuda_device(dev.uuid)
+        names = [holders.holder_line(r) for r in holders.top_holders(device)[0]] if device else []
+        memo[dev.key] = (ctx.now, names)
+    return names

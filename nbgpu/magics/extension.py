@@ -56,7 +56,7 @@ def unload(ipython) -> None:
     """Stop panels, cell profiling and the sampler; remove the magics."""
     from ..widgets import registry
 
-    for panel in registry.panels():
+    for panel in registry.panels() + registry.stopped():
         panel.stop()
         registry.discard(panel)
     try:

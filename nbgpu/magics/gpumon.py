@@ -124,8 +124,9 @@ def status_text() -> str:
             lines.append(f"lost GPUs: {', '.join(str(k) for k in st.lost)}")
         lines.extend(_processes_line(gpu, procs) for gpu, procs in sorted(s.processes().items(), key=str))
     panels = registry.panels()
-    updating = sum(1 for p in panels if p.running)
-    lines.append(f"panels: {updating} updating, {len(panels) - updating} stopped")
+    updating = sum(1 for p in panels if p.running)  # the rest: hidden (output cleared) or stopped
+    lines.append(f"panels: {updating} updating, {len(panels) - updating + len(registry.stopped())} "
+                 "stopped")
     try:
         from ..profiles.cells import cell_mode_enabled
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -12,6 +13,7 @@ from ..units import fmt_bytes
 from .options import HelpRequestedError, parse_free
 
 _LAST = ("last_traceback", "last_value", "last_type", "last_exc")
+NVML_WAIT_S = 2.0  # how long free waits for the sampler's fresh read of memory used
 
 
 def _device() -> str:
@@ -23,7 +25,7 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
     """The table of ``memory_by_name`` as text, sizes in GiB/MiB."""
     if sys.modules.get("torch") is None:
         return "nbgpu: torch is not imported, so no name holds tensors."
-    from ..profiles.holders import memory_by_name
+    from ..holders import memory_by_name
 
     device = device or _device()
     frame = memory_by_name(device=device, namespace=user_ns)
@@ -36,6 +38,9 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
                              "hidden" if row.hidden else "", row.note) if x]
         lines.append(f"{row.name!s:<{width}}  {fmt_bytes(row.bytes):>10}  {row.kind}"
                      + (f" ({'; '.join(extra)})" if extra else ""))
+    freed_by = frame.attrs.get("freed_by", {})
+    gives = [f"--{k.replace('_', '-')} {fmt_bytes(v)}" for k, v in freed_by.items() if v]
+    lines += [f"%gpumon free gives back: {', '.join(gives)}"] if gives else []
     return "\n".join(lines)
 
 
@@ -44,6 +49,25 @@ def _readings() -> dict[str, int]:
     if torch is None or not torch.cuda.is_available():
         return {}
     return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+
+
+def _nvml_used(wait_s: float = NVML_WAIT_S) -> dict[object, float]:
+    """NVML's memory used per GPU from a read the kernel's running sampler makes after now
+    (asked for at once with an "edge" read); {} with no running sampler."""
+    from ..session import shared_sampler
+
+    s = shared_sampler()
+    if s is None or not s.running:
+        return {}
+    asked, deadline = time.time(), time.monotonic() + wait_s
+    s.request("edge")
+    keys = [d.key for d in s.devices if d.parent is None]
+    while True:
+        got = {k: v for k in keys if (tv := s.store.last_many(k).get("mem_used_bytes")) and tv[0] >= asked
+               for v in (tv[1],)}
+        if len(got) == len(keys) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
 
 
 def _clear_outputs(shell: Any, user_ns: dict) -> None:
@@ -81,7 +105,7 @@ def free(shell: Any, line: str) -> str:
     unknown = [n for n in opts.names if n not in user_ns]
     if unknown:
         raise UsageError(f"%gpumon free: no variable named {', '.join(unknown)}; nothing was deleted")
-    before = _readings()
+    before, used_before = _readings(), _nvml_used()
     for name in opts.names:
         del user_ns[name]
     if opts.outputs:
@@ -95,9 +119,11 @@ def free(shell: Any, line: str) -> str:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
-    after = _readings()
+    after, used_after = _readings(), _nvml_used()
     freed = [*opts.names, *(["the output cache"] if opts.outputs else []),
              *(["the last traceback"] if opts.traceback else [])]
     lines = [f"nbgpu: freed {', '.join(freed)}"]
+    lines.extend(f"nbgpu: NVML used, GPU {k}: {fmt_bytes(v)} -> {fmt_bytes(used_after.get(k))}"
+                 for k, v in used_before.items())
     lines.extend(f"nbgpu: PyTorch {k}: {fmt_bytes(before[k])} -> {fmt_bytes(after[k])}" for k in before)
     return "\n".join(lines)

@@ -18,15 +18,14 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-import logging
 import math
 import os
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..errors import warn_user
 from ..files import file_error
 from . import history_file
 from .compare import RunFigures, capture_figures
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 
     from .capture import Capture
 
-log = logging.getLogger("nbgpu")
 
 MAX_RECORDS = 10_000
 MAX_SAVED = 1_000
@@ -215,12 +213,6 @@ def _reindex() -> None:
     _added = len(_records)
 
 
-def _warn(message: str) -> None:
-    """One line the notebook user sees (a UserWarning), also in the ``nbgpu`` logger."""
-    log.warning("%s", message)
-    warnings.warn(message, UserWarning, stacklevel=3)
-
-
 def _key(data: dict) -> tuple:
     return (data.get("source_hash"), data.get("start"), data.get("execution_count"))
 
@@ -242,7 +234,7 @@ class _Store:
         except Exception as exc:  # never break the user's cell over the history file
             if not self.warned:
                 self.warned = True
-                _warn(f"nbgpu: the history file {self.path} could not be written, so this "
+                warn_user(f"nbgpu: the history file {self.path} could not be written, so this "
                       f"kernel's cells are not kept there: {exc}")
 
 
@@ -260,7 +252,7 @@ def default_history_path() -> str:
 def _read_saved(path: str) -> list[SavedRecord]:
     saved, bad = history_file.read(path)
     if bad:
-        _warn(f"nbgpu: skipped {bad} unreadable line(s) in the history file {path} "
+        warn_user(f"nbgpu: skipped {bad} unreadable line(s) in the history file {path} "
               "(they stay in the file)")
     return [SavedRecord(d) for d in saved[-MAX_SAVED:]]
 
@@ -309,7 +301,7 @@ def add(record: CellRecord) -> None:
             try:
                 keep_history(None)
             except Exception as exc:
-                _warn(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
+                warn_user(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
     _records.append(record)
     _index(record)
     if _store.path is not None:

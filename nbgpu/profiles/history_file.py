@@ -148,12 +148,15 @@ def append(path: str, lines: list[str], keep: int) -> None:
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     with locked(path):
         fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        before = os.fstat(fd).st_size
         try:
             done = 0
             while done < len(data):
                 done += os.write(fd, data[done:])
             size = os.fstat(fd).st_size
-        except OSError as exc:
+        except OSError as exc:  # a full disk: cut back to the last whole line (we hold the lock)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, before)
             raise file_error("write", path, exc) from exc
         finally:
             os.close(fd)

@@ -6,7 +6,6 @@ exports all see it. ``track`` marks each iteration of a loop and can summarise e
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -96,10 +95,6 @@ class Tracker:
             for row in result.rows if per_gpu else [result.combined]:
                 rows.append({"iteration": i, "mark": text, **row})
         return rows_frame(rows)
-
-    @property
-    def durations_s(self) -> list[float]:
-        return [t1 - t0 if math.isfinite(t1) else math.nan for _, _, t0, t1, _ in self.spans]
 
 
 def track(iterable: Iterable, label: str = "epoch", start: int = 0) -> Tracker:

@@ -8,8 +8,10 @@ framework's allocated and reserved memory (what NVML counts beyond it is outside
 framework: the CUDA context, other libraries, other processes), and, where PyTorch's
 allocator history is on (``torch.cuda.memory._record_memory_history()``, opt-in because
 recording every allocation's stack slows allocation down), the largest live allocations
-with their Python stacks. ``snapshot_on_alert(path)`` writes the same evidence to a file
-when a critical OOM-risk alert fires, so a run that crashes later still leaves it.
+with their Python stacks; and the names that hold the memory (``nbgpu.memory_by_name``, the
+failing traceback's locals among them) with what ``%gpumon free --traceback`` gives back.
+``snapshot_on_alert(path)`` writes the same evidence to a file when a critical OOM-risk
+alert fires, so a run that crashes later still leaves it.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import BadArgumentError
-from ..files import atomic_file
+from .. import holders
+from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
+from ..files import atomic_file, check_target
 from ..peaks import torch_cuda, torch_uuid
 from ..sources.base import Device
 from ..units import GIB, KIB, MIB, TIB
@@ -42,6 +45,7 @@ _TORCH_GPU = re.compile(r"GPU (\d+) has a total capacity")
 _TF_GPU = re.compile(r"device:GPU:(\d+)")
 _UNITS = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "TiB": TIB, "KB": KIB, "MB": MIB, "GB": GIB, "TB": TIB}
 TOP_ALLOCATIONS = 5
+TOP_HOLDERS = 3
 STACK_FRAMES = 3
 SNAPSHOT_SECONDS = 120.0
 
@@ -186,6 +190,8 @@ class OomStory:
     gpus: list[GpuMemory] = field(default_factory=list)
     allocator_history: str = "unavailable"
     allocations: list[Allocation] = field(default_factory=list)
+    holders: list[dict] = field(default_factory=list)  # the largest rows of memory_by_name
+    freed_by: dict = field(default_factory=dict)  # what each %gpumon free option gives back
 
     def to_json(self) -> dict:
         def clean(v):
@@ -242,8 +248,10 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
             failed_gpu = key
         gpus.append(g)
     first = message.strip().splitlines()[0] if message.strip() else ""
+    device = holders.cuda_device(index=index) or "cuda"
+    rows, attrs = holders.top_holders(device, TOP_HOLDERS, error=exc)
     return OomStory(failed_at, f"{type(exc).__name__}: {first}", requested_bytes(message), framework,
-                    failed_gpu, gpus, history_state, allocations)
+                    failed_gpu, gpus, history_state, allocations, rows, attrs.get("freed_by", {}))
 
 
 def _recent(sampler: Sampler, seconds: float) -> dict:
@@ -301,15 +309,21 @@ def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple
     if sampler is None:
         raise BadArgumentError("snapshot_on_alert needs a running sampler: run %gpumon first, "
                                "or pass sampler=nbgpu.Sampler(...).start()")
-    target = str(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(folder):
-        raise BadArgumentError(f"cannot write snapshots to {target}: folder {folder} does not exist")
+    target, real, _ = check_target(path)  # refuses "", a folder, a FIFO, a missing folder
+    if not os.access(os.path.dirname(real), os.W_OK):
+        raise FileError(f"cannot write {target}: permission denied; choose a folder you can write to",
+                        path=target)
     floor = SEVERITIES.index(severity)
+    warned = []
 
     def on_alert(alert) -> None:
         if alert.rule in rules and SEVERITIES.index(alert.severity) >= floor:
-            write_snapshot(target, sampler, alert, seconds)
+            try:
+                write_snapshot(target, sampler, alert, seconds)
+            except (NbgpuError, OSError) as exc:  # known only now (disk full, folder gone): say it once
+                if not warned:
+                    warned.append(exc)
+                    warn_user(f"nbgpu: the alert snapshot was not written: {exc}")
 
     sampler.on_alert(on_alert)
     return on_alert
@@ -339,6 +353,11 @@ class PostMortem:
                 lines.append(f"    {s.framework}: allocated {fmt_bytes(g.allocated_bytes)}, reserved "
                              f"{fmt_bytes(g.reserved_bytes)}, "
                              f"outside it {fmt_bytes(g.outside_framework_bytes)}")
+        if s.holders:
+            lines.append("  held by (%gpumon memory lists every name):")
+            lines += [f"    {holders.holder_line(r)}" for r in s.holders]
+        release = holders.release_line(s.holders, s.freed_by)
+        lines += [f"  {release}"] if release else []
         if s.allocations:
             lines.append("  largest live allocations:")
             lines += [f"    {fmt_bytes(a.size_bytes)} on cuda:{a.device} at {' < '.join(a.stack) or '?'}"

@@ -8,10 +8,9 @@ outside [t0, t1] stand for the edges) or a DataFrame shaped like ``Timeline.to_p
 (the frame ``nbgpu report`` loads from a recording). ``t0``/``t1`` default to the
 window's or the frame's bounds. ``Summary.rows`` is one dict per GPU (``parent``: the card
 of a MIG slice, else None; a frame's come from ``devices``), ``Summary.combined``
-one dict for all of them; ``Summary.frame()`` and ``Summary.combined_frame()`` give them as
-DataFrames. Captures, cell reports, ``history()``, ``track().summary()``, ``nbgpu record``,
-``nbgpu report`` and exports all call this function, so a run shows the same figures in
-every view.
+one dict for all of them; ``Summary.frame()`` gives the rows as a DataFrame. Captures,
+cell reports, ``history()``, ``track().summary()``, ``nbgpu record``, ``nbgpu report`` and
+exports all call this function, so a run shows the same figures in every view.
 
 How figures are defined (docs/profiles.md, "How combined figures are defined"):
 utilisation, power, SM activity and temperature are joined from reading to reading by
@@ -318,10 +317,6 @@ class Summary:
     def frame(self) -> pd.DataFrame:
         """One row per GPU, ``start``/``end`` as UTC timestamps."""
         return rows_frame(self.rows)
-
-    def combined_frame(self) -> pd.DataFrame:
-        """The combined row as a one-row DataFrame (empty without GPUs)."""
-        return rows_frame([self.combined] if self.combined else [])
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -121,16 +121,18 @@ class Batch:
 
 @dataclass
 class DeviceEvent:
-    """A state change of a device: "lost", "recovered", "error", or "unsupported".
+    """A state change of a device: "lost", "recovered", "error", "unsupported" or "xid".
 
     "unsupported" means the metrics in ``metrics`` stopped being reported mid-run (NVML now
-    answers NotSupported): they are gone, not frozen at their last value.
+    answers NotSupported): they are gone, not frozen at their last value. "xid" is a GPU
+    fault NVML reported; ``code`` is its XID number.
     """
 
     device: object
     kind: str
     message: str
     metrics: tuple[str, ...] = ()
+    code: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class ReadError:
     device: object
     read: str
     message: str
+    metrics: tuple[str, ...] = ()  # what the read gives; empty: not known (the whole device)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import NVMLUnavailableError
 from ..metrics import BY_NAME
 from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading
+from .nvml_events import XidWatch
 from .nvml_gateway import (
     _NO_MODULE_HINT,
     FatalError,
@@ -78,6 +79,7 @@ class NVMLSource(Probing):
         self._pcie_turn = 0
         self._selected: set | None = None  # device keys to read; None reads all
         self._ts_offset_us: float | None = None
+        self._xid: XidWatch | None = None  # NVML's XID events, polled at each tick
 
     # -- lifecycle -------------------------------------------------------------------
     def open(self) -> None:
@@ -95,6 +97,7 @@ class NVMLSource(Probing):
                     probed.append(self._probe(dev))
                     probed.extend(self._mig_devices(dev.key, dev.handle))
             self._devices = probed
+            self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
         except (NVMLUnavailableError, NVMLCallError) as exc:
             self._fail()
             if isinstance(exc, NVMLUnavailableError):
@@ -157,6 +160,8 @@ class NVMLSource(Probing):
     def _release(self) -> None:
         for dev in self._devices:
             _gpm_free(self._gw, dev)
+        if self._xid is not None:
+            self._xid.free()
         try:
             self._gw.call("nvmlShutdown")
         except NVMLCallError as exc:  # already shut down by someone else: nothing to undo
@@ -184,6 +189,11 @@ class NVMLSource(Probing):
     def processes(self) -> dict[object, list[ProcessInfo]]:
         """The latest process lists per device: a snapshot, replaced whole, never mutated."""
         return self._processes
+
+    def period_s(self, metric: str) -> float | None:
+        """Seconds between refreshes of a buffered ``metric`` while watched (its buffer's drain
+        period); None for a metric read at every tick."""
+        return next((DRAIN_EVERY_S[name] for name, row in BUFFERED.items() if metric in row.metrics), None)
 
     def drained_until(self, key: object, metric: str | None = None) -> float:
         """Clock time up to which every sample buffer of GPU ``key`` (or the one holding
@@ -243,6 +253,9 @@ class NVMLSource(Probing):
             self._pid_names = {pid: v for pid, v in self._pid_names.items() if pid in listed}
         if "pcie" in due:
             self._pcie_turn += 1
+        if "tick" in due and self._xid is not None:
+            reading.events.extend(e for e in self._xid.poll()
+                                  if self._selected is None or e.device in self._selected)
         return reading
 
     def _wanted(self, dev: _Device, row: Read, due: frozenset[str]) -> bool:
@@ -306,14 +319,15 @@ class NVMLSource(Probing):
                 self._gw.log_once(logging.WARNING, (dev.key, row.name, "unsupported"), message)
             reading.events.append(DeviceEvent(dev.key, "unsupported", message, gone))
         except (TransientError, NothingNewError) as exc:
-            self._transient(dev, row.name, exc, reading)
+            self._transient(dev, row.name, exc, reading, row.metrics)
         return {}
 
-    def _transient(self, dev: _Device, read: str, exc: NVMLCallError, reading: Reading) -> None:
+    def _transient(self, dev: _Device, read: str, exc: NVMLCallError, reading: Reading,
+                   metrics: tuple[str, ...] = ()) -> None:
         dev.errors += 1
         message = f"GPU {dev.key} {read}: {exc.text}"
         self.last_error = message
-        reading.errors.append(ReadError(dev.key, read, exc.text))
+        reading.errors.append(ReadError(dev.key, read, exc.text, metrics))
         self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), message)
 
     def _pcie_due(self, dev: _Device) -> bool:
@@ -332,7 +346,7 @@ class NVMLSource(Probing):
         except NothingNewError:
             ts = vals = np.empty(0)
         except TransientError as exc:
-            self._transient(dev, f"{stream} samples", exc, reading)
+            self._transient(dev, f"{stream} samples", exc, reading, row.metrics)
             return None
         dev.complete_at[stream] = now  # every sample stamped before now is read (or none was new)
         if not len(ts):

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import BadArgumentError, SourceError
-from ..metrics import BY_NAME
-from .base import Batch, Device, DeviceEvent, Reading
+from ..metrics import BY_NAME, plausible
+from .base import Batch, Device, DeviceEvent, ReadError, Reading
 from .prometheus_names import BY_SERIES, FB_FREE, INFO_SERIES, is_blank, selector
 
 log = logging.getLogger("nbgpu")
@@ -86,6 +86,7 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
         labels = item.get("metric") if isinstance(item, dict) else None
         if not isinstance(labels, dict):
             raise ValueError("Prometheus result item without labels")
+        labels = {k: v for k, v in labels.items() if isinstance(v, str)}  # the API's labels are text
         name = labels.get("__name__", "")
         found = device_key(labels)
         if found is None:
@@ -104,7 +105,7 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
             raise ValueError("Prometheus result item without values")
         if name in FB_FREE:
             target = free.setdefault(key, {})
-            for t, v in _points(points):
+            for t, v in _points(points, "mem_used_bytes"):
                 target[t] = v * FB_FREE[name]
             continue
         if name not in BY_SERIES:
@@ -116,7 +117,7 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
             for row in series.rows.values():
                 row.pop(metric, None)
         series.ranks[metric] = rank
-        for t, v in _points(points):
+        for t, v in _points(points, metric, factor):
             series.rows.setdefault(t, {})[metric] = v * factor
     for key, by_time in free.items():  # total = used + free where no total is reported
         series = out[key]
@@ -130,15 +131,16 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
     return out
 
 
-def _points(points: list) -> list[tuple[float, float]]:
-    """(time, value) pairs with blanks, NaN and unparsable values left out."""
+def _points(points: list, metric: str, factor: float = 1.0) -> list[tuple[float, float]]:
+    """(time, value) pairs with blanks, NaN, unparsable values and values no reading of
+    ``metric`` can take (negative, huge, a percentage over 100) left out."""
     out = []
     for p in points:
         try:
             t, v = float(p[0]), float(p[1])
         except (TypeError, ValueError, IndexError):
             continue
-        if not is_blank(v):
+        if math.isfinite(t) and not is_blank(v) and plausible(metric, np.float64(v * factor)):
             out.append((t, v))
     return out
 
@@ -347,6 +349,11 @@ class PrometheusSource:
             self._last_t[key] = float(times[-1])
         return reading
 
+    def period_s(self, metric: str) -> float | None:
+        """Seconds between new readings of any metric: a scrape, seen at the next query."""
+        res = self.resolution_s if self.resolution_s == self.resolution_s else 5.0
+        return max(res, self._poll_every())
+
     def _poll_every(self) -> float:
         if self.poll_s is not None:
             return float(self.poll_s)
@@ -358,6 +365,7 @@ class PrometheusSource:
         message = str(exc)
         if not isinstance(exc, SourceError):
             message = f"bad answer from Prometheus at {self.url}: {exc}"
+        reading.errors.append(ReadError(None, "query", message))  # counted in status().errors
         if self.state != "unreachable":
             log.warning("source unreachable: %s", message)
             reading.events.append(DeviceEvent(None, "error", f"source unreachable: {message}"))

@@ -1,17 +1,22 @@
 """Fault injection into ``SimulatedGPUs``: lost GPUs, unsupported functions, NVML errors,
-hangs, memory spikes and processes put on its GPUs; the check every NVML call passes first.
-``SimulatedGPUs`` mixes this in."""
+hangs, memory spikes, XID events (through NVML's event-set calls) and processes put on its
+GPUs; the check every NVML call passes first. ``SimulatedGPUs`` mixes this in."""
 
 from __future__ import annotations
 
 from .sim_structs import (
     NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_TIMEOUT,
     NVML_ERROR_UNINITIALIZED,
     _error,
+    _EventData,
+    _EventSet,
     _Handle,
 )
 
+XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 HOST_PID_OFFSET = 2**22  # above any Linux pid_max: a "host PID" no process here has
 
 
@@ -90,6 +95,49 @@ class FaultInjection:
         """Add ``extra_bytes`` of used memory on ``gpu`` from clock time ``at`` for ``seconds``."""
         with self._lock:
             self._spikes.append((gpu, float(at), float(seconds), int(extra_bytes)))
+
+    def inject_xid(self, gpu: int, code: int) -> None:
+        """Report XID ``code`` on ``gpu`` to every event set registered for XIDs on it (as
+        the driver does: a set made later does not see it)."""
+        with self._lock:
+            for es in self._event_sets:
+                if es.types.get(gpu, 0) & XID_EVENT:
+                    es.pending.append(_EventData(_Handle(gpu), XID_EVENT, int(code)))
+
+    @property
+    def event_sets_live(self) -> int:
+        """Event sets created and not yet freed (a leak shows as a count above zero)."""
+        return sum(not es.freed for es in self._event_sets)
+
+    # NVML's event-set calls, as pynvml names them.
+    def nvmlEventSetCreate(self) -> _EventSet:  # noqa: N802
+        self._enter("nvmlEventSetCreate")
+        es = _EventSet()
+        with self._lock:
+            self._event_sets.append(es)
+        return es
+
+    def nvmlDeviceRegisterEvents(self, h: _Handle, types: int, es: _EventSet) -> None:  # noqa: N802
+        self._enter("nvmlDeviceRegisterEvents", h)
+        if es.freed or h.mig is not None:
+            raise _error(NVML_ERROR_INVALID_ARGUMENT)
+        es.types[h.gpu] = es.types.get(h.gpu, 0) | int(types)
+
+    def nvmlEventSetWait(self, es: _EventSet, timeout_ms: int) -> _EventData:  # noqa: N802
+        """The oldest pending event; NVML's Timeout error at once when none is (never sleeps)."""
+        self._enter("nvmlEventSetWait")
+        if es.freed:
+            raise _error(NVML_ERROR_INVALID_ARGUMENT)
+        with self._lock:
+            if not es.pending:
+                raise _error(NVML_ERROR_TIMEOUT)
+            return es.pending.pop(0)
+
+    def nvmlEventSetFree(self, es: _EventSet) -> None:  # noqa: N802
+        self._enter("nvmlEventSetFree")
+        if es.freed:
+            raise _error(NVML_ERROR_INVALID_ARGUMENT)
+        es.freed = True
 
     def _listed_pid(self, pid: int) -> int:
         return pid + HOST_PID_OFFSET if self.hide_host_pids else pid

@@ -14,11 +14,12 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_GPM_METRICS_GET_VERSION = 1
 _ERROR_NAMES = {
     1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
-    6: "Not Found", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
+    6: "Not Found", 10: "Timeout", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
     13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
 }
 
@@ -106,6 +107,22 @@ def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
 class _Process:
     pid: int
     usedGpuMemory: int  # noqa: N815
+
+
+@dataclass
+class _EventData:  # c_nvmlEventData_t's fields
+    device: _Handle
+    eventType: int  # noqa: N815
+    eventData: int  # noqa: N815
+    gpuInstanceId: int = 0xFFFFFFFF  # noqa: N815
+    computeInstanceId: int = 0xFFFFFFFF  # noqa: N815
+
+
+class _EventSet:
+    def __init__(self) -> None:
+        self.types: dict[int, int] = {}  # gpu -> event types registered
+        self.pending: list[_EventData] = []
+        self.freed = False
 
 
 class _GpmSample:

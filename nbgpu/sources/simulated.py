@@ -102,6 +102,7 @@ class SimulatedGPUs(FaultInjection, Workload):
         self._hang_entered = threading.Condition(self._lock)
         self._procs: dict[int, list[tuple[int, int, str | None, str | None]]] = {}
         self._spikes: list[tuple[int, float, float, int]] = []
+        self._event_sets: list = []  # NVML event sets made (fault injection's XIDs go there)
         self.hide_host_pids = bool(hide_host_pids)
         self.gpm_samples_live = 0
         """GPM samples allocated and not yet freed (a leak shows as a count above zero)."""

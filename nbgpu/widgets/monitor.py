@@ -111,10 +111,14 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._parts: list = []
         self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
-        if sampler is None:
-            sampler = shared_or_host_only(source, interval)
-        self.sampler = sampler
-        self._attach(sampler, gpus, strict=True)
+        try:
+            if sampler is None:
+                sampler = shared_or_host_only(source, interval)
+            self.sampler = sampler
+            self._attach(sampler, gpus, strict=True)
+        except BaseException:
+            self.close()  # a panel that cannot be built leaves no widget behind
+            raise
         self.origin = registry.current_cell()
         registry.close_from_cell(self.origin, keep=self)  # re-running a cell replaces its panel
         registry.add(self)
@@ -194,6 +198,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         ``%gpumon stop`` stops the sampler and every panel.
         """
         self._halt(keep_header=True)
+        registry.park(self)
 
     def _halt(self, keep_header: bool) -> None:
         """Leave the timer and the sampler's replacements; with ``keep_header``, tear down to it."""
@@ -241,9 +246,9 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             tree.close_all(tree.descendants(self), keep=[self])
             self._parts, self._grid = [], None
             self.views = None
-            if self.sampler is not None:
+            if getattr(self, "sampler", None) is not None:  # None: construction failed first
                 self._sampler_ref = weakref.ref(self.sampler)
-                self.sampler = None
+            self.sampler = None
         super().close()
 
     def pause(self, paused: bool = True) -> None:

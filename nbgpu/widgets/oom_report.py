@@ -10,6 +10,7 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
+from ..holders import holder_line, release_line
 from ..svg import svg_series
 from ..units import fmt_bytes
 
@@ -52,6 +53,12 @@ class OomReport:
         if math.isfinite(story.requested_bytes):
             parts.append(f"<p>The failed request: {fmt_bytes(story.requested_bytes)}.</p>")
         parts.append(table)
+        if story.holders:
+            items = "".join(f"<li><code>{escape(holder_line(r))}</code></li>" for r in story.holders)
+            parts.append(f"<p>Held by (<code>%gpumon memory</code> lists every name):</p><ul>{items}</ul>")
+        release = release_line(story.holders, story.freed_by)
+        if release:
+            parts.append(f"<p>{escape(release)}.</p>")
         if story.allocations:
             items = "".join(f"<li>{fmt_bytes(a.size_bytes)} on cuda:{a.device}: "
                             f"<code>{escape(' < '.join(a.stack) or '?')}</code></li>"

@@ -220,6 +220,9 @@ class PanelDrawing:
                          "%gpumon --source sim for simulated GPUs.")
         if status.lost:
             notes.append(f"Lost GPU(s): {', '.join(str(k) for k in status.lost)}.")
+        if status.xids:  # GPU faults NVML reported: the newest, and how many in all
+            more = len(status.xids) - 1
+            notes.append(f"⚠ {status.xids[-1].label}" + (f" (and {more} earlier)." if more else "."))
         if status.errors:
             per_gpu = ", ".join(f"GPU {k}: {n}" for k, n in status.errors_by_gpu.items() if n)
             notes.append(f"{status.errors} read(s) failed" + (f" ({per_gpu})" if per_gpu else "")

@@ -1,17 +1,34 @@
-"""The panels alive in this kernel, so ``%gpumon stop`` and ``%unload_ext`` can reach them."""
+"""The panels of this kernel, so ``%gpumon stop`` and ``%unload_ext`` can reach them.
+
+Running panels are held here; a stopped panel (on screen, drawing nothing) is only looked up
+weakly, so panels started and stopped over a long session do not pile up here, and a cell
+run again can still close the one it showed.
+"""
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 _lock = threading.Lock()
 _panels: list = []
+_stopped: weakref.WeakSet = weakref.WeakSet()
 
 
 def add(panel) -> None:
+    """Hold a panel that runs (or is about to)."""
     with _lock:
+        _stopped.discard(panel)
         if panel not in _panels:
             _panels.append(panel)
+
+
+def park(panel) -> None:
+    """A panel stopped but still on screen: no longer held, still reachable while it lives."""
+    with _lock:
+        if panel in _panels:
+            _panels.remove(panel)
+        _stopped.add(panel)
 
 
 def current_cell() -> str | None:
@@ -30,26 +47,34 @@ def close_from_cell(cell: str | None, keep=None) -> int:
     """Close the panels an earlier run of ``cell`` opened (its output is gone); returns how many."""
     if cell is None:
         return 0
-    old = [p for p in panels() if p is not keep and getattr(p, "origin", None) == cell]
+    old = [p for p in panels() + stopped() if p is not keep and getattr(p, "origin", None) == cell]
     for p in old:
         p.close()
     return len(old)
 
 
 def discard(panel) -> None:
+    """Forget a closed panel."""
     with _lock:
         if panel in _panels:
             _panels.remove(panel)
+        _stopped.discard(panel)
 
 
 def panels() -> list:
-    """Panels not yet closed, oldest first."""
+    """Panels started and not stopped or closed, oldest first."""
     with _lock:
         return list(_panels)
 
 
+def stopped() -> list:
+    """Stopped panels still on screen (those nothing else holds may be gone already)."""
+    with _lock:
+        return list(_stopped)
+
+
 def stop_all() -> int:
-    """Stop every panel's updates (they stay on screen, marked stopped); returns how many."""
+    """Stop every running panel's updates (they stay on screen, marked stopped); returns how many."""
     items = panels()
     for p in items:
         p.stop()
@@ -57,8 +82,8 @@ def stop_all() -> int:
 
 
 def close_all() -> int:
-    """Stop and close every panel (removes them from the page); returns how many."""
-    items = panels()
+    """Stop and close every panel, stopped ones too (removes them from the page); returns how many."""
+    items = panels() + stopped()
     for p in items:
         p.close()
     return len(items)
