@@ -39,12 +39,12 @@ print({_MARK!r} + _j.dumps({{"pid": _os.getpid(),
 """
 
 
-def _arm_code(arm: str, source: str) -> str:
+def _arm_code(arm: str, source: str, panel_args: str = "") -> str:
     if arm == "idle":
         return "pass"
     if arm == "sampler":
         return f"%load_ext nbgpu\nimport nbgpu\nnbgpu.session.ensure_sampler({source!r})"
-    return f"%load_ext nbgpu\n%gpumon --source {source}"
+    return f"%load_ext nbgpu\n%gpumon --source {source} {panel_args}".rstrip()
 
 
 def run_facts(prog: str, argv: list[str]) -> dict:
@@ -103,13 +103,13 @@ class Reader:
                 show_views(self.kc, self.views)
 
 
-def run_arm(arm: str, source: str, seconds: float, env: dict[str, str]) -> dict:
+def run_arm(arm: str, source: str, seconds: float, env: dict[str, str], panel_args: str = "") -> dict:
     """One fresh kernel: the arm's cell, ``SETTLE_S``, then ``seconds`` measured."""
     with _kernel(env) as kc:
         named = _ask(kc, NAMES_CODE)
         pid = named["pid"]
         with Reader(kc, show=arm == "panel_visible") as reader:
-            kc.execute(_arm_code(arm, source))
+            kc.execute(_arm_code(arm, source, panel_args))
             time.sleep(SETTLE_S)
             m0, c0, t0 = reader.messages, thread_cpu_ns(pid), time.monotonic()
             time.sleep(seconds)
@@ -125,28 +125,33 @@ def run_arm(arm: str, source: str, seconds: float, env: dict[str, str]) -> dict:
             "threads_cpu_ms_per_s": dict(sorted(per_thread.items(), key=lambda kv: -kv[1]))}
 
 
-def whole_cost(source: str, seconds: float, repeats: int = 1) -> dict:
-    """Every arm ``repeats`` times (interleaved); each arm's median less the idle kernel's."""
+def whole_cost(source: str, seconds: float, repeats: int = 1, panel_args: str = "",
+               arms: tuple[str, ...] = ARMS) -> dict:
+    """Every arm ``repeats`` times (interleaved); each arm's median less the idle kernel's
+    (``panel_args`` go to ``%gpumon``; ``arms`` must hold "idle")."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
-    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    runs: dict[str, list[dict]] = {arm: [] for arm in arms}
     for _ in range(repeats):
-        for arm in ARMS:
-            runs[arm].append(run_arm(arm, source, seconds, env))
+        for arm in arms:
+            runs[arm].append(run_arm(arm, source, seconds, env, panel_args))
 
     def median(arm: str) -> float:
         vals = sorted(r["process_cpu_ms_per_s"] for r in runs[arm])
         return vals[len(vals) // 2]
 
     idle = median("idle")
-    cost = {arm: median(arm) - idle for arm in ARMS if arm != "idle"}
-    out = {"source": source, "seconds_per_run": seconds, "repeats": repeats,
+    cost = {arm: median(arm) - idle for arm in arms if arm != "idle"}
+    out = {"source": source, "panel_args": panel_args, "seconds_per_run": seconds, "repeats": repeats,
            "idle_kernel_ms_per_s": idle,
            "nbgpu_ms_per_s": cost,  # the arm's process CPU a second less the idle kernel's
-           "panel_no_view_over_sampler_ms_per_s": cost["panel_no_view"] - cost["sampler"],
-           "panel_visible_over_sampler_ms_per_s": cost["panel_visible"] - cost["sampler"],
            "runs": runs}
-    out["targets"] = targets(out)
+    if "sampler" in cost:
+        for arm in ("panel_no_view", "panel_visible"):
+            if arm in cost:
+                out[f"{arm}_over_sampler_ms_per_s"] = cost[arm] - cost["sampler"]
+    if set(ARMS) <= set(arms):
+        out["targets"] = targets(out)
     return out
 
 
@@ -166,20 +171,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", default="sim:8", help="nbgpu source: sim:8 (default) or nvml")
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per run")
     p.add_argument("--repeats", type=int, default=3, help="runs of each arm (median kept)")
+    p.add_argument("--panel-args", default="", help="more %%gpumon options, e.g. '--window 900'")
+    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated, idle among them")
+    p.add_argument("--name", default="", help="added to the file's name")
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON")
     a = p.parse_args(argv)
-    got = whole_cost(a.source, a.seconds, a.repeats)
-    path = Path(a.out) / f"kernel-cost-{a.source.replace(':', '')}.json"
+    arms = tuple(x.strip() for x in a.arms.split(",") if x.strip())
+    if "idle" not in arms or set(arms) - set(ARMS):
+        p.error(f"--arms: from {', '.join(ARMS)}, idle among them")
+    got = whole_cost(a.source, a.seconds, a.repeats, a.panel_args, arms)
+    path = Path(a.out) / f"kernel-cost-{a.source.replace(':', '')}{a.name}.json"
     got.update(run_facts('benchmarks.kernel_cost', sys.argv[1:] if argv is None else argv))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(got, indent=1))
     for arm, ms in got["nbgpu_ms_per_s"].items():
         print(f"{arm:15s} {ms:7.2f} ms/s of CPU (process less an idle kernel's "
               f"{got['idle_kernel_ms_per_s']:.2f})")
-    print(f"panel, no front end, over the sampler alone: "
-          f"{got['panel_no_view_over_sampler_ms_per_s']:+.2f} ms/s")
-    print(f"panel on screen, over the sampler alone:     "
-          f"{got['panel_visible_over_sampler_ms_per_s']:+.2f} ms/s")
+    for arm in ("panel_no_view", "panel_visible"):
+        if f"{arm}_over_sampler_ms_per_s" in got:
+            print(f"{arm} over the sampler alone: {got[f'{arm}_over_sampler_ms_per_s']:+.2f} ms/s")
     print(f"wrote {path}")
     return 0
 
