@@ -166,6 +166,26 @@ def targets(got: dict) -> list[dict]:
              "met": value <= bound} for name, value, bound in rows]
 
 
+REFRESH_STEP = {"idle": ("idle", ""), "window_900_default_refresh": ("panel_visible", "--window 900"),
+                "window_900_refresh_1": ("panel_visible", "--window 900 --refresh 1")}
+
+
+def refresh_step(source: str, seconds: float, repeats: int) -> dict:
+    """A 15 min window at its default refresh against ``--refresh 1`` (the default before it
+    followed the window), panel on screen, runs interleaved with an idle kernel's."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
+    runs: dict[str, list[dict]] = {k: [] for k in REFRESH_STEP}
+    for _ in range(repeats):
+        for name, (arm, args) in REFRESH_STEP.items():
+            runs[name].append(run_arm(arm, source, seconds, env, args))
+    med = {k: sorted(r["process_cpu_ms_per_s"] for r in v)[len(v) // 2] for k, v in runs.items()}
+    return {"source": source, "seconds_per_run": seconds, "repeats": repeats, "runs": runs,
+            "nbgpu_ms_per_s": {k: med[k] - med["idle"] for k in REFRESH_STEP if k != "idle"},
+            "iopub_messages_per_s": {k: sorted(r["iopub_messages_per_s"] for r in v)[len(v) // 2]
+                                     for k, v in runs.items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.kernel_cost", description=__doc__.split("\n")[0])
     p.add_argument("--source", default="sim:8", help="nbgpu source: sim:8 (default) or nvml")
@@ -173,9 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="runs of each arm (median kept)")
     p.add_argument("--panel-args", default="", help="more %%gpumon options, e.g. '--window 900'")
     p.add_argument("--arms", default=",".join(ARMS), help="comma-separated, idle among them")
+    p.add_argument("--refresh-step", action="store_true",
+                   help="only: a 15 min window at its default refresh against --refresh 1")
     p.add_argument("--name", default="", help="added to the file's name")
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON")
     a = p.parse_args(argv)
+    if a.refresh_step:
+        got = refresh_step(a.source, a.seconds, a.repeats)
+        got.update(run_facts("benchmarks.kernel_cost", sys.argv[1:] if argv is None else argv))
+        path = Path(a.out) / f"kernel-cost-{a.source.replace(':', '')}-refresh-step.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got, indent=1))
+        print(got["nbgpu_ms_per_s"], got["iopub_messages_per_s"], f"wrote {path}")
+        return 0
     arms = tuple(x.strip() for x in a.arms.split(",") if x.strip())
     if "idle" not in arms or set(arms) - set(ARMS):
         p.error(f"--arms: from {', '.join(ARMS)}, idle among them")
