@@ -87,8 +87,7 @@ def _watch(kc, code: str) -> dict:
             if "application/vnd.jupyter.widget-view+json" in content.get("data", {}):
                 res["displayed"] = now
                 show_views(kc, views)  # as a front end's view does once it is on screen
-        elif kind == "comm_msg" and content.get("data", {}).get("method") == "update" \
-                and "views_visible" not in content["data"].get("state", {}):
+        elif kind == "comm_msg" and content.get("data", {}).get("method") == "update":
             if res["displayed"] is not None:
                 res["first_update"] = now
         elif kind == "error":

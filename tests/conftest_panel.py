@@ -402,8 +402,8 @@ def _kernel_message(payload: object) -> dict | None:
 
 @dataclass
 class PageUpdates:
-    """The widget updates the kernel sent a page (a view's own count of views left out): their
-    arrival times, from every kernel websocket the page opens."""
+    """The widget updates the kernel sent a page: their arrival times, from every kernel
+    websocket the page opens."""
 
     page: object
     times: list[float] = field(default_factory=list)
@@ -416,7 +416,7 @@ class PageUpdates:
         if not isinstance(msg, dict) or msg.get("header", {}).get("msg_type") != "comm_msg":
             return
         data = msg["content"].get("data", {})
-        if data.get("method") == "update" and "views_visible" not in data.get("state", {}):
+        if data.get("method") == "update":
             self.times.append(time.monotonic())
 
     def during(self, seconds: float) -> int:

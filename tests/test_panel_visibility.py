@@ -76,11 +76,11 @@ def test_refreshes_stop_out_of_view_and_one_catches_up_back_in_view(world) -> No
     _live(s, clock, sched, 1.0)
     mon = _panel(s, refresh_s=0.5)
     show(mon)
-    assert mon.on_screen and mon.views.get_state()["views_visible"] == 1
+    assert mon.on_screen and mon.views.views_visible == 1
     _live(s, clock, sched, 3.0)
     assert mon.stats["refreshes"] >= 5 and log.updates() and watched
     show(mon, visible=False)  # scrolled out of view, or its tab hidden
-    assert not mon.on_screen and mon.views.get_state()["views_visible"] == 0
+    assert not mon.on_screen and mon.views.views_visible == 0
     del log.sent[:], watched[:]
     done = dict(mon.stats)
     assert _live(s, clock, sched, 30.0) == 0

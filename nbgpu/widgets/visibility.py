@@ -57,12 +57,12 @@ export default {
 
 
 class ViewWatch(anywidget.AnyWidget):
-    """Counts the views of a panel on screen now (``views_visible``, in the widget's state);
-    calls ``on_change(True)`` when the first comes into view, ``on_change(False)`` when the
-    last leaves it."""
+    """Counts the views of a panel on screen now (``views_visible``, kept in the kernel: no
+    message goes back); calls ``on_change(True)`` when the first comes into view,
+    ``on_change(False)`` when the last leaves it."""
 
     _esm = ESM
-    views_visible = traitlets.Int(0).tag(sync=True)
+    views_visible = traitlets.Int(0)
 
     def __init__(self, on_change: Callable[[bool], None], **kwargs) -> None:
         kwargs.setdefault("layout", {"width": "0", "height": "0", "margin": "0"})
@@ -84,6 +84,9 @@ class ViewWatch(anywidget.AnyWidget):
         self.views_visible = len(self._visible)
         if bool(self._visible) != was:
             self._on_change(not was)
+        # A message this comm sends names the route of the next one (ipykernel keeps the
+        # sender's subshell); say the views' thread again, whatever was sent meanwhile.
+        _off_the_main_thread(self.comm)
 
 
 def _off_the_main_thread(comm: object) -> None:
