@@ -105,3 +105,23 @@ def test_panel_in_a_real_kernel() -> None:
         assert not late, "a panel kept sending after %unload_ext"
         reply = k.run("%gpumon")
         assert reply["status"] == "error" and "UsageError" in reply["ename"]
+
+
+def test_views_are_heard_while_a_cell_runs() -> None:
+    """Shown, hidden and shown again during one busy cell: each takes effect at once (the
+    views' messages go to a thread of their own, not behind the cell)."""
+    with kernel_session() as k:
+        assert k.run("%load_ext nbgpu")["status"] == "ok"
+        assert k.run("%gpumon --source sim --refresh 0.25")["status"] == "ok"
+        k.kc.execute("import time; time.sleep(12)")
+        t0 = time.monotonic()
+        k.drain(1.0)
+        steps = []
+        for visible in (True, False, True):
+            show_in_kernel(k, visible)
+            start = len(k.updates)
+            k.drain(2.5)
+            lines = [u for u in k.updates[start:] if u.comm_id in k.lines_ids()]
+            steps.append(len(lines))
+        assert time.monotonic() - t0 < 11, "the cell should still be running"
+        assert steps[0] >= 1 and steps[1] <= 1 and steps[2] >= 1, steps  # (one may be on its way)
