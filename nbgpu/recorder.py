@@ -89,7 +89,7 @@ class Recorder:
     def _csv_columns(self) -> list[str]:
         store = self.sampler.store
         have = {m for d in self.sampler.devices for m in store.metrics_of(d.key)}
-        cols = ["time", "gpu"] + [m.name for m in GPU_METRICS if m.name in have]
+        cols = ["time", "gpu", "name"] + [m.name for m in GPU_METRICS if m.name in have]
         if HOST_KEY in store.devices():
             cols += [m.name for m in HOST_METRICS]
         return cols
@@ -181,8 +181,10 @@ class Recorder:
         if self.format == "csv":
             buf = io.StringIO()
             writer = csv.writer(buf, lineterminator="")
+            names = {d.key: d.name for d in self.sampler.devices}  # "... (simulated)" says so in CSV
             for when, gpu, row in rows:
-                writer.writerow([iso(when), gpu] + [_csv_value(row.get(c)) for c in self._columns[2:]])
+                writer.writerow([iso(when), gpu, names.get(gpu, "")]
+                                + [_csv_value(row.get(c)) for c in self._columns[3:]])
                 lines.append(buf.getvalue())
                 buf.seek(0)
                 buf.truncate()

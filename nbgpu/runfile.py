@@ -46,13 +46,24 @@ class Run:
         return next((e for e in self.events if e.get("event") == "run"), {})
 
     def devices(self) -> list[dict]:
-        """The header's device descriptions (``index``, ``name``, ...) that are well formed; a
-        label that is not text (``name``, ``uuid``, ``parent``, ``host``) reads as None."""
+        """The header's device descriptions (``index``, ``name``, ...) that are well formed, a
+        label that is not text (``name``, ``uuid``, ``parent``, ``host``) read as None; without
+        a header (CSV), each GPU's first ``name`` in the rows."""
         devices = self.header.get("devices")
-        if not isinstance(devices, list):
+        if isinstance(devices, list):
+            return [{k: (v if k not in _TEXT or _label(v) else None) for k, v in d.items()}
+                    for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))]
+        if "name" not in self.frame.columns or not len(self.frame):
             return []
-        return [{k: (v if k not in _TEXT or _label(v) else None) for k, v in d.items()}
-                for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))]
+        first = self.frame.drop_duplicates("gpu")
+        return [{"index": g, "name": n} for g, n in zip(first["gpu"], first["name"], strict=True)
+                if isinstance(n, str)]
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the run was recorded on simulated GPUs (its header says so, or a GPU's name)."""
+        return self.header.get("simulated") is True or any(
+            "(simulated)" in str(d.get("name") or "") for d in self.devices())
 
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of every mark."""
@@ -147,7 +158,7 @@ def _read_csv(path: str) -> Run:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, encoding="utf-8", usecols=lambda c: c in ROW_KEYS or c == "time")
+        df = pd.read_csv(path, encoding="utf-8", usecols=lambda c: c in ROW_KEYS or c in ("time", "name"))
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         why = str(exc).splitlines()[0][:80] if str(exc).strip() else type(exc).__name__
         raise _bad(path, f"it is not CSV ({why})") from exc

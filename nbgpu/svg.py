@@ -137,12 +137,34 @@ def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
     return svg_series(data, marks, width, gpus)
 
 
+CHAR_W = 6.8  # a generous width of one character at FONT's size
+LABEL_ROW_H = 14
+
+
+def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[float, str, int]]:
+    """(x, anchor, row) for mark labels at ``xs``: each in the first row where it overlaps none
+    before it; near the right edge a label ends at its rule instead of starting there."""
+    placed: list[tuple[float, float, int]] = []
+    out = []
+    for x, text in zip(xs, texts, strict=True):
+        w = CHAR_W * len(text) + 4
+        start = x + 2 if x + 2 + w <= width else x - 2 - w
+        row = 0
+        while any(r == row and start < e and s < start + w for s, e, r in placed):
+            row += 1
+        placed.append((start, start + w, row))
+        out.append((start if start > x else x - 2, "start" if start > x else "end", row))
+    return out
+
+
 def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, width: int = 720,
-               gpus: list | None = None) -> str:
+               gpus: list | None = None, dashed: frozenset | set = frozenset()) -> str:
     """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string.
 
     Charts come in the order of ``data``; metrics without any value are skipped. NaN
-    values are gaps. ``gpus`` fixes the legend order and colours (None: order of first use).
+    values are gaps. ``gpus`` fixes the legend order and colours (None: order of first use);
+    the lines of ``dashed`` keys are dashed over the others (drawn wider), so a line that
+    equals another still shows. Mark labels sit in rows above the charts, never on each other.
     """
     width = max(240, int(width))
     plot_w = width - LEFT - RIGHT
@@ -159,10 +181,15 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
         t0, t1 = min(t0, mt), max(t1, mt)
     span = max(t1 - t0, 1e-6)
     metrics = list(data)
-    height = TOP + len(metrics) * (PANEL_H + GAP_H) - GAP_H + BOTTOM
 
     def x_of(tt: np.ndarray | float):
         return LEFT + (np.asarray(tt) - t0) / span * plot_w
+
+    mark_list.sort()
+    placed = label_rows([float(x_of(mt)) for mt, _ in mark_list], [lb for _, lb in mark_list], width)
+    rows = max((r for *_, r in placed), default=-1) + 1
+    top0 = TOP + (LABEL_ROW_H * rows + 4 if rows else 0)
+    height = top0 + len(metrics) * (PANEL_H + GAP_H) - GAP_H + BOTTOM
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}">',
@@ -173,13 +200,17 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
     for i, gpu in enumerate(gpus):
         color = COLORS[i % len(COLORS)]
         name = "all" if gpu is None else f"GPU {gpu}"
-        out.append(f'<rect x="{x}" y="8" width="12" height="3" fill="{color}"/>'
+        dash = ' stroke-dasharray="4,2"' if gpu in dashed else ""
+        out.append(f'<line x1="{x}" x2="{x + 12}" y1="10" y2="10" stroke="{color}" stroke-width="3"{dash}/>'
                    f'<text x="{x + 16}" y="14" style="{FONT}">{escape(name)}</text>')
-        x += 24 + 7 * len(name)
+        x += 24 + CHAR_W * len(name)
+    for (lx, anchor, row), (_, mlabel) in zip(placed, mark_list, strict=True):
+        out.append(f'<text x="{lx:.1f}" y="{TOP - 2 + LABEL_ROW_H * row}" text-anchor="{anchor}" '
+                   f'style="{FONT};fill:#333">{escape(mlabel)}</text>')
     out.append(f'<text x="{width - RIGHT}" y="14" text-anchor="end" style="{FONT}">'
                f"{escape(_tick_seconds(span))}</text>")
     for p, metric in enumerate(metrics):
-        top = TOP + p * (PANEL_H + GAP_H)
+        top = top0 + p * (PANEL_H + GAP_H)
         bottom = top + PANEL_H
         finite = np.concatenate([np.asarray(v, dtype=np.float64) for _, v in data[metric].values()])
         finite = finite[~np.isnan(finite)]
@@ -217,19 +248,14 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
             if len(tt) == 1:
                 out.append(f'<circle cx="{xs[0]:.1f}" cy="{ys[0]:.1f}" r="2" fill="{color}"/>')
             else:
-                out.append(f'<path d="{_path(xs, ys)}" fill="none" stroke="{color}" '
-                           'stroke-width="1.3"/>')
-        for mt, mlabel in mark_list:
+                style = ('stroke-width="1.3" stroke-dasharray="5,3"' if gpu in dashed
+                         else f'stroke-width="{2.4 if dashed else 1.3}"')
+                out.append(f'<path d="{_path(xs, ys)}" fill="none" stroke="{color}" {style}/>')
+        for mt, _ in mark_list:
             mx = float(x_of(mt))
             out.append(f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{bottom}" '
                        'stroke="#555" stroke-dasharray="3,3"/>')
-            if p == 0:
-                # Labels near the right edge end at their rule instead of running off the chart.
-                near_end = mx + 2 + 6.5 * len(mlabel) > width
-                anchor, lx = ("end", mx - 2) if near_end else ("start", mx + 2)
-                out.append(f'<text x="{lx:.1f}" y="{top + 10}" text-anchor="{anchor}" '
-                           f'style="{FONT};fill:#333">{escape(mlabel)}</text>')
-    base = TOP + len(metrics) * (PANEL_H + GAP_H) - GAP_H
+    base = top0 + len(metrics) * (PANEL_H + GAP_H) - GAP_H
     for tick in _nice_ticks(0.0, span, 6):
         tx = float(x_of(t0 + tick))
         out.append(f'<text x="{tx:.1f}" y="{base + 16}" text-anchor="middle" style="{FONT}">'

@@ -65,10 +65,12 @@ def fmt_used_of(used: float | None, total: float | None) -> str:
 
 
 def fmt_duration(s: float | None) -> str:
-    """Seconds as ``2.04s``, ``12.5s``, ``1m12s``, ``1h03m``."""
+    """Seconds as ``3ms``, ``2.04s``, ``12.5s``, ``1m12s``, ``1h03m``."""
     if not _ok(s):
         return MISSING
     s = float(s)
+    if 0 < s < 0.01:
+        return f"{s * 1e3:.0f}ms"
     if s < 60:
         return f"{s:.2f}s" if s < 10 else f"{s:.1f}s"
     if s < 3600:
@@ -89,10 +91,10 @@ def fmt_energy(j: float | None) -> str:
 
 
 def fmt_pct(v: float | None, digits: int = 0) -> str:
-    """A percentage as ``87%``."""
+    """A percentage as ``87 %`` (a space before the unit, as before every other unit)."""
     if not _ok(v):
         return MISSING
-    return f"{float(v):.{digits}f}%"
+    return f"{float(v):.{digits}f} %"
 
 
 def fmt_watts(w: float | None, digits: int = 0) -> str:

@@ -153,7 +153,7 @@ def test_record_prints_what_report_computes_and_counts_true_rows(tmp_path, ext):
         assert r["energy_j"] == pytest.approx(r["power_mean_w"] * r["duration_s"], rel=0.25), r
     figures = summary_lines(summary)
     printed = [line.strip() for line in done.stderr.splitlines()]
-    assert figures and all(line in printed for line in figures), (figures, done.stderr)
+    assert figures and all(f"SIMULATED {line}" in printed for line in figures), (figures, done.stderr)
     n = rows_in(out)
     assert n == len(run.frame) and f"nbgpu record: {n} rows from 2 GPU(s)" in done.stderr
     if ext != "csv":  # JSON lines and Parquet carry the run's header and marks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -46,21 +47,75 @@ def test_noise_follows_each_runs_own_spread():
     assert fs["util_mean_pct"].noise == pytest.approx(0.5)
     assert fs["mem_peak_bytes"].noise == MIB
     assert fs["energy_j"].noise == pytest.approx(300.0 * 0.1)
-    assert fs["duration_s"].noise == pytest.approx(0.1)
-    # Spread readings: two standard errors of the mean, the largest memory step.
+    assert fs["duration_s"].noise == pytest.approx(0.001)  # a cell's start and end are stamps
+    unstamped = gpu_figures(_row(3000.0, 10.0, 8 * 1024**3, 90.0), steady, stamped=False)
+    assert unstamped["duration_s"].noise == pytest.approx(0.1)  # first and last readings: a tick
+    # Spread readings: two standard errors of the mean (from the tick-to-tick jitter), the
+    # memory step into the peak.
     u = noisy["util_pct"][1]
-    assert fn["util_mean_pct"].noise == pytest.approx(2 * np.std(u, ddof=1) / math.sqrt(n) + 0.5)
-    step = float(np.max(np.diff(noisy["mem_used_bytes"][1])))
+    sd = 1.4826 * np.median(np.abs(np.diff(u))) / math.sqrt(2)
+    assert fn["util_mean_pct"].noise == pytest.approx(2 * sd / math.sqrt(n) + 0.5)
+    assert 0.3 * np.std(u) < sd < 3 * np.std(u)  # white noise: the jitter is its deviation
+    step = float(np.diff(noisy["mem_used_bytes"][1])[-1])
     assert fn["mem_peak_bytes"].noise == pytest.approx(step)
     assert fn["energy_j"].noise > 2 * fs["energy_j"].noise
 
 
-def test_too_few_readings_cannot_tell():
+def test_a_single_reading_cannot_tell():
     one = _series(1, np.array([50.0]), np.array([200.0]), np.array([1e9]))
     f = gpu_figures(_row(20.0, 0.05, 1e9, 50.0), one)
     assert math.isnan(f["util_mean_pct"].noise) and math.isnan(f["energy_j"].noise)
     c = Change("energy_j", f["energy_j"], Figure(40.0, 1.0))
-    assert c.beyond_noise is None and "too few readings" in c.phrase
+    assert c.beyond_noise is None and c.phrase == "energy: cannot tell (too few readings)"
+
+
+def _ramp_then_steady(n_ramp: int, n_steady: int, dt: float = 0.5) -> dict:
+    """A start-up ramp to 70 GiB, then steady readings jittering by 64 MiB and a few percent."""
+    rng = np.random.default_rng(1)
+    mem = np.concatenate([np.linspace(0.5, 70, n_ramp), 70 + rng.uniform(0, 1 / 16, n_steady)]) * 1024**3
+    util = np.concatenate([np.linspace(0, 90, n_ramp), 90 + rng.integers(-3, 4, n_steady)])
+    power = np.concatenate([np.linspace(75, 600, n_ramp), 600 + rng.uniform(-4, 4, n_steady)])
+    return _series(n_ramp + n_steady, util, power, mem, dt)
+
+
+def test_noise_comes_from_the_steady_part_not_the_ramp():
+    s = _ramp_then_steady(6, 40)
+    f = gpu_figures(_row(500.0 * 23, 23.0, float(s["mem_used_bytes"][1].max()), 80.0), s)
+    # The ramp's 14 GiB steps are not noise: the peak is known to within its neighbours' steps.
+    assert f["mem_peak_bytes"].noise < 0.1 * 1024**3
+    # Utilisation jitters by a few percent around 90: its mean is known to about a point.
+    assert f["util_mean_pct"].noise < 2.0
+    # The start and end of a cell are clock stamps: its duration is known to the millisecond.
+    assert f["duration_s"].noise <= 0.001
+
+
+def test_a_run_of_too_few_readings_cannot_tell():
+    s = _ramp_then_steady(2, 1)  # three readings: nothing steady to judge by
+    f = gpu_figures(_row(300.0, 1.0, 1e9, 30.0), s)
+    assert math.isnan(f["util_mean_pct"].noise) and math.isnan(f["energy_j"].noise)
+    c = Change("util_mean_pct", f["util_mean_pct"], Figure(60.0, 1.0))
+    assert c.beyond_noise is None and "cannot tell" in c.phrase
+
+
+@pytest.mark.parametrize("after", [120.0, 150.0, 190.0])
+def test_never_the_same_when_the_noise_swamps_the_figure(after):
+    """A noise as large as the figure itself cannot say "the same"; it says it cannot tell."""
+    c = Change("energy_j", Figure(100.0, 60.0), Figure(after, 60.0))
+    assert "the same" not in c.phrase and "cannot tell" in c.phrase
+
+
+def test_repeats_give_the_noise_when_there_are_some():
+    """Earlier runs of the same cell show how much it varies: a change inside that spread is not
+    named; one outside it is, whatever each run's own noise."""
+    runs = [Figure(v, 0.5) for v in (100.0, 110.0, 90.0, 105.0)]
+    spread_noise = 2 * float(np.std([r.value for r in runs], ddof=1))
+    inside = Change("energy_j", runs[-1], Figure(112.0, 0.5), repeats=runs)
+    assert inside.noise == pytest.approx(spread_noise) and inside.beyond_noise is False
+    assert inside.phrase == "energy the same"
+    outside = Change("energy_j", runs[-1], Figure(140.0, 0.5), repeats=runs)
+    assert outside.beyond_noise is True and outside.phrase == "33 % more energy"
+    two = Change("energy_j", runs[-1], Figure(112.0, 0.5), repeats=runs[:2])  # too few repeats
+    assert two.noise == pytest.approx(1.0)
 
 
 def test_totals_take_values_from_the_summary_and_combine_noises():
@@ -230,3 +285,37 @@ def test_environment_settings_and_bad_values(no_cost_config, monkeypatch):
     monkeypatch.setenv(cost.ENV_CARBON, "lots")
     with pytest.raises(BadArgumentError, match="NBGPU_CARBON_G_PER_KWH"):
         cost.settings()
+
+
+# -- units as a person reads them ------------------------------------------------------------------
+def test_compare_gives_utilisation_changes_in_points_and_cost_only_with_a_price(no_cost_config):
+    from nbgpu.cli.compare import _change_cells, table_rows
+
+    c = Change("util_mean_pct", Figure(73.0, 0.6), Figure(77.0, 0.6))
+    before, after, change, noise = _change_cells(c)
+    assert (before, after) == ("73 %", "77 %")
+    assert change == "+4 pp (+5.5 %)" and noise == "changed (± 1.2 pp)"
+
+    class _Side:  # the two figures table_rows reads
+        def __init__(self, energy_j):
+            figs = {"energy_j": Figure(energy_j, 1.0)}
+            self.figures = RunFigures(figs, {0: figs})
+            self.totals = {"energy_j": energy_j}
+
+    rows = table_rows(_Side(3.6e6), _Side(7.2e6))
+    assert rows[-1][1] == "energy in kWh" and rows[-1][2][:2] == ["1.00 kWh", "2.00 kWh"]
+    cost.configure(price_per_kwh=0.30, currency="EUR")
+    assert table_rows(_Side(3.6e6), _Side(7.2e6))[-1][1] == "cost"
+
+
+def test_cell_summary_headers_name_no_unit_their_cells_do_not_use():
+    from nbgpu.profiles.report import summary_html
+
+    row = {"gpu": 0, "name": "NVIDIA H200 (simulated)", "duration_s": 2.0, "mem_start_bytes": 2**30,
+           "mem_end_bytes": 2**31, "mem_peak_bytes": 2**31, "mem_delta_bytes": 2**30, "util_mean_pct": 50.0,
+           "util_max_pct": 90.0, "power_mean_w": 300.0, "power_max_w": 400.0, "energy_j": 8200.0,
+           "energy_source": "counter", "temp_max_c": 60.0, "throttle_reasons": "", "status": "ok"}
+    page = summary_html([row, dict(row, gpu=1, mem_start_bytes=2**20, mem_end_bytes=2**21)])
+    heads = re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", page)
+    assert heads and not [h for h in heads if re.search(r"\((?:J|W|%|°C|GiB|MiB|GiB/MiB)\)", h)], heads
+    assert "8.2 kJ" in page

@@ -1,14 +1,17 @@
-"""Docs that cannot drift: every Python and shell block of README.md and docs/ runs, on
-simulated GPUs, and the documented command-line options are the parser's.
+"""Docs that cannot drift: every Python and shell block of README.md and docs/ runs exactly as
+a reader pastes it, on simulated GPUs, and the documented command-line options are the parser's.
 
 Blocks are found with mktestdocs. A block's fence says where it runs:
 
 - `` ```python `` and `` ```bash `` run here, in CI, with no GPU. Python blocks of one file
-  run in order in one in-process IPython shell (so ``%gpumon`` lines run too) and share
-  its namespace, as cells of a notebook where ``import nbgpu`` and ``%load_ext nbgpu``
-  ran first; shell blocks run with ``bash -e``. Both run in a fresh temporary folder,
-  so files they write land there. ``train()``, ``train_one_epoch()`` and ``model.fit()``
-  stand for the reader's own code: a few milliseconds of work.
+  run in order in one in-process IPython shell (so ``%gpumon`` lines run too), as cells of
+  a fresh notebook: nothing is imported or defined for them, so a block that needs
+  ``import nbgpu``, ``%load_ext nbgpu`` or a stand-in for the reader's training code says
+  so itself. Shell blocks run with ``bash -e`` in a fresh temporary folder where only the
+  ``nbgpu`` package (and its ``nbgpu`` command) can be imported, not this repository's
+  other folders. A ``print(...)`` line followed by ``# ...`` comment lines documents what
+  it prints: those lines must be in what the block printed ("..." in them stands for any text).
+- `` ```bash clone `` runs in a clone of the repository (its root folder).
 - `` ```python gpu `` / `` ```bash gpu `` need an NVIDIA GPU: they run only where NVML
   finds one (the GPU test set), and are skipped elsewhere.
 - `` ```python server `` / `` ```bash server `` need a server that is not there (a
@@ -29,7 +32,7 @@ from mktestdocs import grab_code_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARKERS = ("gpu", "server")
+MARKERS = ("gpu", "server", "clone")
 RUN_HERE = ("python", "bash")
 
 
@@ -51,28 +54,9 @@ def _gpu_present() -> bool:
         return False
 
 
-STAND_INS = '''
-import time as _time
-
-def train(seconds=0.05):
-    """Stands for the reader's training code: a little work."""
-    end = _time.perf_counter() + seconds
-    while _time.perf_counter() < end:
-        sum(range(1000))
-
-train_one_epoch = train
-
-class _Model:
-    def fit(self, *args, **kwargs):
-        train()
-
-model = _Model()
-'''
-
-
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    """An in-process IPython shell in a fresh folder, its namespace holding the stand-ins."""
+    """An in-process IPython shell in a fresh folder, with nothing imported or defined."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from nbgpu import session
@@ -81,8 +65,8 @@ def shell(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sh = InteractiveShell.instance()
     sh.reset(new_session=False)
-    sh.run_cell(STAND_INS).raise_error()
-    sh.run_cell("import nbgpu\n%load_ext nbgpu", silent=True).raise_error()
+    if "gpumon" in sh.magics_manager.magics["line"]:
+        sh.run_line_magic("unload_ext", "nbgpu")
     yield sh
     if "gpumon" in sh.magics_manager.magics["line"]:
         sh.run_line_magic("unload_ext", "nbgpu")
@@ -95,12 +79,27 @@ def shell(tmp_path, monkeypatch):
     sh.reset(new_session=False)
 
 
-def _run_python(sh, path: Path, code: list[str]) -> None:
+PRINTED = re.compile(r"^print\(.*\n((?:#.*\n?)+)", re.M)
+
+
+def documented_output(block: str) -> list[str]:
+    """The comment lines right after a ``print(...)`` line: what the block says it prints."""
+    return [" ".join(line.lstrip("# ").strip() for line in m.group(1).splitlines())
+            for m in PRINTED.finditer(block)]
+
+
+def _run_python(sh, path: Path, code: list[str], capsys) -> None:
     for i, block in enumerate(code):
+        capsys.readouterr()
         result = sh.run_cell(block, silent=True)
         if not result.success:
             err = result.error_in_exec or result.error_before_exec
             raise AssertionError(f"{path.name}, python block {i + 1} failed: {err!r}\n{block}") from err
+        printed = " ".join(capsys.readouterr().out.split())
+        for said in documented_output(block):  # "..." in it stands for any text
+            pattern = ".*?".join(re.escape(part) for part in re.split(r"\.\.\.|…", said))
+            assert re.search(pattern, printed), (f"{path.name}, python block {i + 1} says it prints "
+                                                 f"{said!r}; it printed {printed!r}")
 
 
 def _commands(folder: Path) -> Path:
@@ -114,10 +113,19 @@ def _commands(folder: Path) -> Path:
     return folder
 
 
-def _run_bash(path: Path, code: list[str], cwd: Path) -> None:
-    bin_dir = _commands(cwd / ".bin")
+def _site(folder: Path) -> Path:
+    """A folder where only the ``nbgpu`` package can be imported (as after ``pip install``)."""
+    folder.mkdir(exist_ok=True)
+    link = folder / "nbgpu"
+    if not link.exists():
+        link.symlink_to(ROOT / "nbgpu", target_is_directory=True)
+    return folder
+
+
+def _run_bash(path: Path, code: list[str], cwd: Path, site: Path | None = None) -> None:
+    bin_dir = _commands((site or cwd) / ".bin")
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=str(ROOT), NBGPU_DOCS_ROOT=str(ROOT))
+               PYTHONPATH=str(_site(site or cwd / ".site")))
     for i, block in enumerate(code):
         done = subprocess.run(["bash", "-e", "-u", "-c", block], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=180)
@@ -126,8 +134,8 @@ def _run_bash(path: Path, code: list[str], cwd: Path) -> None:
 
 
 @pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
-def test_python_blocks_run_on_simulated_gpus(path: Path, shell) -> None:
-    _run_python(shell, path, blocks(path, "python"))
+def test_python_blocks_run_on_simulated_gpus(path: Path, shell, capsys) -> None:
+    _run_python(shell, path, blocks(path, "python"), capsys)
 
 
 @pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
@@ -135,15 +143,25 @@ def test_bash_blocks_run(path: Path, tmp_path) -> None:
     _run_bash(path, blocks(path, "bash"), tmp_path)
 
 
+@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
+def test_clone_blocks_run_in_the_repository(path: Path, tmp_path) -> None:
+    _run_bash(path, blocks(path, "bash clone"), ROOT, site=tmp_path)
+
+
+def test_documented_output_is_found() -> None:
+    block = 'x = 1\nprint(f"{x} %")\n# 1 %\n# (and more)\ny = 2\n'
+    assert documented_output(block) == ["1 % (and more)"]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
-def test_gpu_blocks_run_where_there_is_a_gpu(path: Path, shell, tmp_path) -> None:
+def test_gpu_blocks_run_where_there_is_a_gpu(path: Path, shell, tmp_path, capsys) -> None:
     py, sh = blocks(path, "python gpu"), blocks(path, "bash gpu")
     if not (py or sh):
         return
     if not _gpu_present():
         pytest.skip("needs an NVIDIA GPU (NVML found none)")
-    _run_python(shell, path, py)
+    _run_python(shell, path, py, capsys)
     _run_bash(path, sh, tmp_path)
 
 
@@ -204,3 +222,63 @@ def test_documented_options_are_the_parsers(command: str) -> None:
     assert not undocumented, f"nbgpu {command}: options missing from the docs' synopsis: {undocumented}"
     extra = sorted(documented - known)
     assert not extra, f"nbgpu {command}: the docs name options it lacks: {extra}"
+
+
+# -- the README is for users; contributor material is in CONTRIBUTING.md ---------------------
+def _section(text: str, title: str) -> str:
+    """The text of the ``## title`` section of a markdown page ("" if absent)."""
+    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    return m.group(1) if m else ""
+
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+JARGON = {
+    "a round number": re.compile(r"\bround ?\d+\b|\b(?:eighth|ninth|tenth)\s+round\b", re.I),
+    "a results file": re.compile(r"benchmarks/results|\b(?:cpu|nvidia-h200)-\d{4}-\d\d-\d\d"),
+    "a commit hash": re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"),
+    "internal words": re.compile(r"IOPub|the final code|one-GPU machines were lent|"
+                                 r"still reads as before|two runs of three"),
+}
+
+
+def user_pages() -> dict[str, str]:
+    """The pages a user reads, as they read them: README without its Performance section (the
+    measurements, which cite their results files), every guide but docs/performance.md."""
+    pages = {"README.md": README.replace(_section(README, "Performance"), "")}
+    pages.update({p.name: p.read_text(encoding="utf-8") for p in DOCS[1:] if p.name != "performance.md"})
+    return pages
+
+
+@pytest.mark.parametrize("what", sorted(JARGON))
+def test_user_pages_carry_no_internal_jargon(what: str) -> None:
+    found = [f"{name}: {m.group(0)!r}" for name, text in user_pages().items()
+             for m in JARGON[what].finditer(text)]
+    assert not found, f"{what} in user pages:\n" + "\n".join(found)
+
+
+def test_readme_first_screen_says_what_it_is_how_to_install_and_start() -> None:
+    first = "\n".join(README.splitlines()[:45])
+    assert "Jupyter" in first and "NVIDIA GPU" in first
+    assert re.search(r'pip install "[^"]*nbgpu\[[a-z,]+\]', first), "no pip install with extras"
+    assert "%load_ext nbgpu" in first and "%gpumon" in first
+    assert "--source sim" in first  # how to start without a GPU
+    extras = re.findall(r'nbgpu\[([a-z,]+)\]', first)
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    for extra in ",".join(extras).split(","):
+        assert re.search(rf"^{extra} = \[", pyproject, re.M), f"extra [{extra}] is not in pyproject.toml"
+
+
+def test_quick_start_keeps_two_commands_demo_and_tests() -> None:
+    quick = _section(README, "Quick start")
+    commands = [line.split("#")[0].strip() for block in re.findall(r"```bash[^\n]*\n(.*?)```", quick, re.S)
+                for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"], commands
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_contributor_material_is_in_contributing() -> None:
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    for heading in ("Tests", "Layout"):
+        assert not _section(README, heading), f"README still has a {heading} section"
+        assert _section(contributing, heading), f"CONTRIBUTING.md has no {heading} section"
+    assert "tests/test_docs.py" in contributing and "CONTRIBUTING.md" in README

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -33,7 +34,8 @@ def lab(tmp_path_factory):
     nb.cells = [
         nbformat.v4.new_code_cell("%load_ext nbgpu\nimport time, nbgpu"),
         nbformat.v4.new_code_cell("%%gpumon --source sim --interval 0.1\n"
-                                  "time.sleep(0.8)\nnbgpu.mark('halfway')\ntime.sleep(0.8)"),
+                                  "nbgpu.mark('epoch 0')\ntime.sleep(0.8)\nnbgpu.mark('halfway')\n"
+                                  "time.sleep(0.8)"),
         nbformat.v4.new_code_cell("%gpumon --cells --cells-min 0.3"),
         nbformat.v4.new_code_cell("time.sleep(0.5)"),
     ]
@@ -66,6 +68,48 @@ def lab(tmp_path_factory):
             proc.kill()
 
 
+BOX_JS = "e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+
+
+def _boxes(loc) -> list[list[float]]:
+    return [loc.nth(i).evaluate(BOX_JS) for i in range(loc.count())]
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def check_report_layout(page, report, shot: str) -> None:
+    """The issue's chart and table: no legend over the data, mark labels off the lines and off
+    each other, a memory axis from 0 whose labels differ, no wrapping cells, a total row."""
+    drawn_legend = report.locator(".bqplot .legend")
+    assert drawn_legend.count() == 0 or not drawn_legend.first.is_visible()
+    legend = report.locator(".nbgpu-legend")
+    assert "GPU 0" in legend.inner_text() and "GPU 1" in legend.inner_text()
+    labels = _boxes(report.locator(".bqplot .label"))
+    for i, a in enumerate(labels):
+        assert not any(_overlap(a, b) for b in labels[i + 1:]), labels
+    for metric in ("util (%)", "memory (GiB)"):
+        report.locator("select").select_option(label=metric)
+        time.sleep(1.0)
+        data_lines = [b for i, b in enumerate(_boxes(report.locator(".bqplot .line")))
+                      if report.locator(".bqplot .line").nth(i).evaluate(
+                          "e => getComputedStyle(e).stroke") != "rgb(85, 85, 85)" and b[3] > b[1]]
+        assert data_lines, metric
+        highest = min(b[1] for b in data_lines)
+        assert all(lb[3] <= highest + 1 for lb in _boxes(report.locator(".bqplot .label"))), (metric, highest)
+    axes = report.locator(".bqplot .axis")
+    y_axis = next(axes.nth(i) for i in range(axes.count()) if "memory" in axes.nth(i).text_content())
+    y_ticks = [t.strip() for t in y_axis.locator(".tick text").all_text_contents() if t.strip()]
+    assert "0" in y_ticks and len(set(y_ticks)) == len(y_ticks), y_ticks
+    cells = _boxes(report.locator("table.nbgpu-summary td"))
+    heights = [c[3] - c[1] for c in cells]
+    assert max(heights) - min(heights) <= 1, heights  # one line each: nothing wrapped
+    assert "all GPUs" in report.locator("table.nbgpu-summary").inner_text()
+    report.screenshot(path=shot)
+
+
 def test_report_draws_lines_marks_and_table_and_the_cells_line_opens(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -93,9 +137,14 @@ def test_report_draws_lines_marks_and_table_and_the_cells_line_opens(lab, tmp_pa
             page.wait_for_selector(".bqplot .line", timeout=60_000)
             page.wait_for_selector("details.nbgpu-cell", timeout=60_000)
             report = page.locator(".jp-Cell >> nth=1")
-            assert report.locator(".bqplot .line").count() >= 3  # 2 GPUs + the mark rule
-            assert "halfway" in report.locator(".bqplot .label").first.text_content()
-            assert report.locator("table.nbgpu-summary tr").count() == 3  # header + 2 GPUs
+            assert report.locator(".bqplot .line").count() >= 3  # 2 GPUs + the mark rules
+            labels = [report.locator(".bqplot .label").nth(i).text_content()
+                      for i in range(report.locator(".bqplot .label").count())]
+            assert "halfway" in labels and "epoch 0" in labels
+            assert report.locator("table.nbgpu-summary tr").count() == 4  # header, 2 GPUs, all GPUs
+            update_docs = os.environ.get("NBGPU_UPDATE_SCREENSHOTS") == "1"
+            shot = str(DOCS / "cell-report-jupyterlab.png" if update_docs else tmp_path / "r.png")
+            check_report_layout(page, report, shot)
             line = page.locator("details.nbgpu-cell")
             said = re.search(r"GPU0 (\d+\.\d+)s", line.locator("summary").inner_text())
             # the cell slept 0.5 s; a loaded machine runs its hooks later, never sooner

@@ -252,6 +252,19 @@ def test_track_marks_iterations_and_summarises_each(fake_sampler):
     assert len(cap.iterations) == 6
 
 
+def test_track_summary_right_after_the_loop_has_the_last_iterations_buffered_readings(fake_sampler):
+    """Utilisation comes from NVML's sample buffer, read every few seconds: a summary asked for
+    right after the loop fetches the last iteration's samples instead of finding none."""
+    s, clock = fake_sampler
+    tracker = nbgpu.track(range(3), label="epoch")
+    for _ in tracker:
+        advance(s, clock, 1.0)
+    rows = tracker.summary()
+    last = rows[rows["iteration"] == 2]
+    assert last["util_mean_pct"].notna().all(), last[["gpu", "util_mean_pct", "resolution_note"]]
+    assert not last["resolution_note"].str.contains("utilisation").any(), last["resolution_note"].tolist()
+
+
 def test_track_records_a_loop_left_early(fake_sampler):
     tracker = nbgpu.track(["a", "b", "c"], label="step")
     with pytest.raises(RuntimeError):
@@ -384,3 +397,15 @@ def test_the_allocator_peak_is_folded_in_and_named(clean_profiles, monkeypatch):
 def test_capture_with_a_source_while_another_sampler_runs_says_so(fake_sampler):
     with pytest.raises(BadArgumentError, match="already running"), nbgpu.capture(source="sim"):
         pass
+
+
+def test_a_summary_whose_buffered_samples_are_not_read_yet_says_so(fake_sampler):
+    """Asked before the sampler read NVML's buffers (no fetch: a plain summarize right after
+    the block), the note names that reason, not a block shorter than the sampling interval."""
+    s, clock = fake_sampler
+    t0 = clock.t
+    for _ in range(10):
+        advance(s, clock, 0.1)
+    note = summarize(s.timeline, t0 + 0.05, clock.t).rows[0]["resolution_note"]
+    assert "utilisation: 0 sample(s)" in note and "not yet read from NVML's buffer" in note, note
+    assert "shorter than the sampling interval" not in note

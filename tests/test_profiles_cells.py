@@ -36,7 +36,7 @@ def test_cell_mode_records_one_row_per_cell(shell, sim_sampler):
     assert isinstance(result.error_in_exec, ValueError)
     assert str(result.error_in_exec) == "bad input"
     h = nbgpu.history()
-    assert list(h["first_line"]) == ["import time", "time.sleep(0.3)",
+    assert list(h["first_line"]) == ["x = 1", "time.sleep(0.3)",
                                      "raise ValueError('bad input')", "y = 2"]
     assert list(h["status"]) == ["ok", "ok", "failed", "ok"]
     assert h["execution_count"].is_monotonic_increasing
@@ -159,7 +159,7 @@ def test_run_profiled_cell_reports_and_reraises(shell, sim_sampler, capsys):
     assert err is not None and str(err) == "nope"
     h = nbgpu.history()
     assert h["status"].tolist() == ["ok", "failed"]
-    assert h["first_line"].tolist() == ["import time", "raise ZeroDivisionError('nope')"]
+    assert h["first_line"].tolist() == ["time.sleep(0.3)", "raise ZeroDivisionError('nope')"]
 
 
 def test_profiled_cell_inside_cell_mode_is_recorded_once(shell, sim_sampler):
@@ -199,3 +199,38 @@ def test_a_cell_run_again_says_how_it_compares(clean_profiles):
     line = cells.against_last(more)
     assert "ago): 12 % more energy, duration the same" in line, line
     assert cells.against_last(_record("new", "fresh()", 4000.0, 1.0)) == ""
+
+
+def test_a_cell_with_repeats_judges_by_their_spread(clean_profiles):
+    """Three earlier runs spread by ±5 % in energy (far more than each run's own noise): a 4 %
+    change is inside that spread, 30 % is not."""
+    for i, scale in enumerate((1.0, 1.06, 0.95)):
+        _record("cell-r", "step()", 1000.0 + 100 * i, scale)
+    inside = _record("cell-r", "step()", 2000.0, 0.99)  # 4 % above the last run (0.95)
+    assert "energy the same" in cells.against_last(inside), cells.against_last(inside)
+    outside = _record("cell-r", "step()", 3000.0, 1.29)
+    assert "30 % more energy" in cells.against_last(outside), cells.against_last(outside)
+    assert [r.start_time for r in history.earlier(outside)] == [1000.5, 1100.5, 1200.5, 2000.5]
+
+
+# -- history() as a person reads it ---------------------------------------------------------------
+def test_history_displays_a_readable_table_and_keeps_the_raw_frame(clean_profiles):
+    import pandas as pd
+
+    _record("cell-1", "import time\n# warm up\n%time\nstep(model, batch)", 1000.0, 1.0)
+    _record("cell-2", "import numpy as np", 2000.0, 1.0)
+    h = nbgpu.history()
+    assert h["first_line"].tolist() == ["step(model, batch)", "import numpy as np"]  # imports skipped
+    html = h._repr_html_()
+    heads = re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", html)
+    for head in ("In", "first line", "duration", "util mean", "peak memory", "energy", "power mean",
+                 "status"):
+        assert head in heads, heads
+    assert "GiB" in html and "kJ" in html and " W" in html and "%" in html
+    assert "8589934592" not in html and "GPU-" not in html  # no raw bytes, no UUIDs
+    assert len(heads) <= 12
+    text = repr(h)
+    assert "step(model, batch)" in text and "GiB" in text and "…" not in text.splitlines()[0]
+    raw = h.raw()
+    assert type(raw) is pd.DataFrame and raw["mem_peak_bytes"].iloc[0] == 8 * 1024**3
+    assert type(h[["cell_id", "energy_j"]]) is pd.DataFrame  # any selection is the raw frame

@@ -105,11 +105,11 @@ def test_one_line_and_table_text():
                        util=[(k, 87.0) for k in range(80)])
     result = summarize(tl, T0 + 1.0, T0 + 73.0)
     line = one_line(result)
-    assert line == "GPU0 1m12s · util 87% · peak 38.4 GiB (+2.9 GiB) · 600 W · 43.2 kJ"
+    assert line == "GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 600 W · 43.2 kJ"
     assert one_line(result, "failed").endswith("· FAILED")
     html = summary_html(result.frame())
     assert "<table" in html and "43.2 kJ (power)" in html and "38.4 GiB" in html
-    assert "peak (GiB/MiB)" in html  # the header states the unit
+    assert ">peak</th>" in html and "all GPUs" not in html  # each cell states its unit; one GPU: no total
     assert fmt_duration(3725) == "1h02m"
 
 

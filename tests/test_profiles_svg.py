@@ -89,12 +89,13 @@ def test_percent_charts_are_fixed_0_to_100_and_time_is_elapsed_seconds():
 
 
 def test_cell_report_widget_axes(clean_profiles):
-    """The bqplot report: elapsed seconds on x from 0, util on a fixed 0–100 scale, GiB for memory."""
+    """The bqplot report: elapsed seconds on x from 0, util on a fixed 0–100 scale (with a band above
+    for the mark labels), memory in GiB from 0, the legend outside the chart."""
     import time
 
     import nbgpu
     from nbgpu import Sampler, SimulatedGPUs
-    from nbgpu.widgets.cell_report import build_widget
+    from nbgpu.widgets.cell_report import LINES_TOP, build_widget
 
     s = Sampler(SimulatedGPUs(count=1, seed=1), interval=0.1).start()
     try:
@@ -105,12 +106,13 @@ def test_cell_report_widget_axes(clean_profiles):
         box = build_widget(cap)
     finally:
         s.stop()
-    picker, fig = box.children[1], box.children[2]
+    picker, legend, fig = box.children[1], box.children[2], box.children[3]
+    assert "GPU 0" in legend.value and not any(m.display_legend for m in fig.marks)
     picker.value = "util_pct"
     x_scale = fig.axes[0].scale.get_state()
     y_scale = fig.axes[1].scale.get_state()
     assert x_scale["min"] == 0.0 and x_scale["max"] == pytest.approx(cap.duration_s)
-    assert (y_scale["min"], y_scale["max"]) == (0.0, 100.0)
+    assert (y_scale["min"], y_scale["max"]) == (0.0, pytest.approx(100.0 / LINES_TOP))
     assert "seconds since the cell started" in fig.axes[0].get_state()["label"]
     line = fig.marks[0]
     assert float(np.min(line.x)) >= 0.0 and float(np.max(line.x)) <= cap.duration_s + 0.5
@@ -118,4 +120,4 @@ def test_cell_report_widget_axes(clean_profiles):
     assert list(label.text) == ["half"]
     picker.value = "mem_used_bytes"
     assert fig.axes[1].get_state()["label"] == "memory (GiB)"
-    assert fig.axes[1].scale.get_state()["min"] is None
+    assert fig.axes[1].scale.get_state()["min"] == 0.0  # never a ± 50 MiB zoom that makes noise swing

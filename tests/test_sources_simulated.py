@@ -111,3 +111,24 @@ def test_a_memory_spike_shows_only_while_it_lasts():
     sim.nvmlShutdown()
     assert during == pytest.approx(16 * 2**30, abs=2**20)  # the ramp moves a little too
     assert abs(other) <= 2**20 and abs(after) <= 2**20
+
+
+def test_the_sim_source_starts_at_its_steady_load():
+    """"sim" GPUs are past their start-up ramp before the first cell: the first readings show
+    the steady memory and load (a re-run cell must not read as a regression)."""
+    import time
+
+    from nbgpu import Sampler
+
+    s = Sampler(source="sim", interval=0.1)  # stepped here, no thread: its first readings
+    try:
+        t0 = time.time()
+        for i in range(3):
+            s.step(t0 + 0.1 * i)
+        df = s.timeline.to_pandas()
+    finally:
+        s.stop()
+    first = df.dropna(subset=["mem_used_bytes", "sm_active_pct"]).groupby("gpu").head(1)
+    assert len(first) == 2, df
+    assert (first["mem_used_bytes"] > 0.45 * first["mem_total_bytes"]).all(), first
+    assert (first["sm_active_pct"] > 50).all(), first  # loaded, not the idle start of the ramp

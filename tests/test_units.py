@@ -51,7 +51,8 @@ def test_missing_values_read_as_a_dash_in_every_formatter(missing):
 def test_durations_energy_power_and_temperature():
     assert [fmt_duration(s) for s in (2.04, 12.5, 72, 3780)] == ["2.04s", "12.5s", "1m12s", "1h03m"]
     assert [fmt_energy(j) for j in (920, 44_100, 1.2e6)] == ["920 J", "44.1 kJ", "1.20 MJ"]
-    assert (fmt_pct(87.4), fmt_watts(612.2), fmt_celsius(70.6)) == ("87%", "612 W", "71 °C")
+    # A space before every unit, as the panel writes "94 %" and compare "+5.5 %".
+    assert (fmt_pct(87.4), fmt_watts(612.2), fmt_celsius(70.6)) == ("87 %", "612 W", "71 °C")
 
 
 # Ways a module formats bytes itself: a GiB divisor, or decimal GB/MB text after a number.

@@ -141,3 +141,59 @@ def test_refused_settings_are_said_on_the_page(tmp_path: Path, monkeypatch) -> N
     assert said.startswith("The dashboard's settings were refused:") and "--window" in said, said
     assert said.count("\n") == 1, said
     assert _stdout(code[-1]).strip() == "0", "no panel should open with a refused setting"
+
+
+LAYOUT_JS = """() => {
+  const panel = document.querySelector('.nbgpu-panel');
+  const pr = panel.getBoundingClientRect();
+  const scrollers = [];
+  for (let e = document.querySelector('.nbgpu-t'); e && e !== document.body; e = e.parentElement) {
+    const s = getComputedStyle(e);
+    if (e.scrollWidth > e.clientWidth + 1 && ['auto', 'scroll'].includes(s.overflowX)) scrollers.push(e);
+  }
+  const titles = [...document.querySelectorAll('.nbgpu-t')].map(t => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent.trim(), left: r.left, right: r.right};
+  });
+  // "every N s" of the header: all on one line?
+  const walker = document.createTreeWalker(panel, NodeFilter.SHOW_TEXT);
+  let every = null;
+  while (walker.nextNode()) {
+    const n = walker.currentNode, i = n.textContent.search(/every\\s\\S+\\s+s\\b/);
+    if (i >= 0) {
+      const m = n.textContent.slice(i).match(/every\\s\\S+\\s+s\\b/)[0];
+      const range = document.createRange();
+      range.setStart(n, i); range.setEnd(n, i + m.length);
+      every = [...range.getClientRects()].map(r => Math.round(r.top));
+      break;
+    }
+  }
+  return {panelRight: Math.min(pr.right, window.innerWidth), titles, scrollable: scrollers.length,
+          every, pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth};
+}"""
+
+
+@pytest.mark.parametrize("width", [760, 1024])
+def test_dashboard_reads_at_narrow_widths(tmp_path: Path, width: int) -> None:
+    """At 760 and 1024 px: every column can be seen (it fits, or its box scrolls to it), the
+    header's "every 1 s" stays on one line, no stream output breaks words, visitors get no
+    %load_ext hint, and no simulated memory is put on the dashboard's own kernel."""
+    with voila_server(NOTEBOOK, tmp_path) as (url, _server), \
+            chromium_page(tmp_path / "chromium", width=width, height=800) as page:
+        page.goto(url, timeout=120_000)
+        panel_motion(page, timeout_ms=120_000)
+        time.sleep(3.0)  # the processes line comes with a later refresh
+        layout = page.evaluate(LAYOUT_JS)
+        page_text = page.inner_text("body")
+        streams = page.locator("[data-mime-type^='application/vnd.jupyter.std']").count()
+        page.screenshot(path=str(tmp_path / f"voila-{width}.png"), full_page=True)
+    titles = layout["titles"]
+    assert len(titles) >= 5, titles
+    cut = [t["text"] for t in titles if t["right"] > layout["panelRight"] + 1]
+    assert not cut or layout["scrollable"], f"columns cut with nothing to scroll: {cut} ({layout})"
+    assert layout["pageWidth"] <= layout["viewport"], layout  # the page itself never scrolls sideways
+    assert layout["every"] and len(set(layout["every"])) == 1, layout["every"]
+    assert streams == 0, "a stream output (monospace, broken mid-word) on the dashboard"
+    assert "%load_ext" not in page_text and "%gpumon" not in page_text, page_text
+    if not _gpu_visible():
+        assert "this kernel" not in page_text, page_text

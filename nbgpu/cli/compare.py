@@ -35,7 +35,7 @@ from ..profiles.summary import summarize
 from ..runfile import Run
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite, shown
-from .report import PAGE, html_table, load_input
+from .report import PAGE, SIMULATED_NOTE, html_table, load_input
 from .status import epoch_seconds
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
@@ -44,11 +44,14 @@ LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "pea
           "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
 
 
-def fmt_metric(metric: str, value: float, signed: bool = False) -> str:
-    """A figure of ``metric`` as a person reads it (binary units for memory)."""
+def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
+    """A figure of ``metric`` as a person reads it (binary units for memory); ``points``: a
+    difference of percentages, in percentage points (``+4 pp``)."""
     if value is None or not math.isfinite(value):
         return "–"
     sign = "+" if signed and value >= 0 else ""
+    if points and metric.endswith("_pct"):
+        return f"{sign}{value:.1f}".rstrip("0").rstrip(".") + " pp"
     if metric.endswith("_bytes"):
         return fmt_bytes(value, signed=signed)
     if metric.endswith("_s"):
@@ -78,23 +81,36 @@ class Side:
         return os.path.basename(self.run.path)
 
 
+def command_span(run: Run) -> tuple[float, float] | None:
+    """(start, exit) epoch seconds of the recorded command, from its marks; None without both."""
+    starts = [t for t, label in run.marks() if label == "command started"]
+    ends = [t for t, label in run.marks() if label.startswith("command exited")]
+    return (starts[0], ends[-1]) if starts and ends and ends[-1] > starts[0] else None
+
+
 def side_of(run: Run) -> Side:
-    """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise."""
-    summary = summarize(run.frame, devices=run.devices())
+    """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise.
+
+    A recorded command's run spans its start and exit marks (clock stamps); a run without
+    them spans its first and last readings.
+    """
+    span = command_span(run)
+    summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
     rows, totals = summary.rows, summary.combined
     series = frame_series(run.frame)
-    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {})) for r in rows}
+    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None) for r in rows}
     return Side(run, rows, totals, RunFigures(total_figures(per_gpu, totals), per_gpu))
 
 
 def _change_cells(c: Change) -> list[str]:
     pct = c.pct
-    change = fmt_metric(c.metric, c.delta, signed=True)
+    change = fmt_metric(c.metric, c.delta, signed=True, points=True)
     if math.isfinite(pct):
         change += f" ({'+' if pct >= 0 else '-'}{fmt_change_pct(abs(pct))})"
     same = {True: "changed", False: "within noise", None: "cannot tell"}[c.beyond_noise]
-    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change,
-            f"{same} (± {fmt_metric(c.metric, c.noise)})" if math.isfinite(c.noise) else same]
+    why = f"± {fmt_metric(c.metric, c.noise, points=True)}" if math.isfinite(c.noise) else "too few readings"
+    noise = f"{same} ({why})"
+    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change, noise]
 
 
 def table_rows(a: Side, b: Side) -> list[tuple[str, str, list[str]]]:
@@ -107,7 +123,8 @@ def table_rows(a: Side, b: Side) -> list[tuple[str, str, list[str]]]:
     for c in changes(a.figures.total, b.figures.total):
         out.append(("all GPUs", LABELS[c.metric], _change_cells(c)))
     ca, cb = cost_of(_num(a.totals.get("energy_j"))), cost_of(_num(b.totals.get("energy_j")))
-    out.append(("all GPUs", "cost", [ca.text(), cb.text(), "", ""]))
+    priced = math.isfinite(ca.cost) or math.isfinite(ca.co2_g)
+    out.append(("all GPUs", "cost" if priced else "energy in kWh", [ca.text(), cb.text(), "", ""]))
     return out
 
 
@@ -123,8 +140,14 @@ def text_table(a: Side, b: Side) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body]]
     only = [f"GPU {g} only in {s.name}" for s, o in ((a, b), (b, a))
             for g in s.figures.per_gpu if g not in o.figures.per_gpu]
-    tail = [f"verdict: {verdict(changes(a.figures.total, b.figures.total))}", *only]
+    tail = [f"verdict: {verdict(changes(a.figures.total, b.figures.total))}", *only, *simulated_lines(a, b)]
     return "\n".join(lines + tail)
+
+
+def simulated_lines(a: Side, b: Side) -> list[str]:
+    """``SIMULATED GPUs: … (base.jsonl, new.jsonl)`` when either run was simulated."""
+    names = [s.name for s in (a, b) if s.run.simulated]
+    return [f"{SIMULATED_NOTE} ({', '.join(names)})"] if names else []
 
 
 def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
@@ -171,7 +194,8 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     parts = [f"<h1>{esc(title)}</h1>",
              f"<p>A = <code>{esc(a.run.path)}</code>, B = <code>{esc(b.run.path)}</code>. "
              "Times are seconds since each run's first reading.</p>",
-             f"<p><b>{esc(verdict(changes(a.figures.total, b.figures.total)))}</b></p>"]
+             f"<p><b>{esc(verdict(changes(a.figures.total, b.figures.total)))}</b></p>",
+             *(f'<p style="color:#a33"><b>{esc(line)}</b></p>' for line in simulated_lines(a, b))]
     if broken:
         parts.append("<h2>Gate</h2>" + "".join(f'<p style="color:#a33">{esc(x)}</p>' for x in broken))
     parts.append("<h2>Side by side</h2>")
@@ -182,7 +206,8 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     data = {m: {**da.get(m, {}), **db.get(m, {})} for m in PLOT_METRICS if m in da or m in db}
     keys = list(dict.fromkeys(k for per in data.values() for k in per))
     parts.append("<h2>Timelines (elapsed seconds)</h2>")
-    parts.append(f'<div class="plot">{svg_series(data, ma + mb, 900, keys)}</div>')
+    dashed = {k for k in keys if str(k).endswith("(B)")}
+    parts.append(f'<div class="plot">{svg_series(data, ma + mb, 900, keys, dashed)}</div>')
     return PAGE.format(title=esc(title), body="\n".join(parts))
 
 

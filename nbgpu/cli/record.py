@@ -233,6 +233,6 @@ def _print_summary(sampler: Sampler, recorder: Recorder, wall_s: float, cpu_pct:
     print(f"nbgpu record: {recorder.rows_written} rows from {len(sampler.devices)} GPU(s){label} written to "
           f"{os.path.abspath(recorder.path)}", file=sys.stderr)
     for line in lines:
-        print("  " + shown(line), file=sys.stderr)
+        print(("  SIMULATED " if sampler.simulated else "  ") + shown(line), file=sys.stderr)
     print(f"  recorder CPU: {cpu_pct:.2f}% of one core while the command ran ({wall_s:.1f} s)",
           file=sys.stderr)

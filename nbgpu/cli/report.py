@@ -31,6 +31,9 @@ def _when(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+SIMULATED_NOTE = "SIMULATED GPUs: these numbers are made up for demos and tests"
+
+
 def html_table(head: list[str], rows: list[list[str]]) -> str:
     """An HTML table of already-escaped cells under escaped headers."""
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
@@ -43,9 +46,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     from ..svg import svg_timeline
 
     df, head = run.frame, run.header
-    devices = head.get("devices")
-    names = {str(d.get("index")): d.get("name", "") for d in devices if isinstance(d, dict)} \
-        if isinstance(devices, list) else {}
+    names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
     esc = html.escape
     title = title or f"nbgpu run: {os.path.basename(run.path)}"
     parts = [f"<h1>{esc(title)}</h1>"]
@@ -64,8 +65,10 @@ def render_html(run: Run, title: str | None = None) -> str:
         info.append(("result", exits[-1]))
     if run.skipped_lines:
         info.append(("note", f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"))
-    if head.get("simulated") is True or any("(simulated)" in str(n) for n in names.values()):
-        info.append(("note", "SIMULATED GPUs: these numbers are made up for demos and tests"))
+    if not head and run.path.lower().endswith(".csv"):
+        info.append(("note", "CSV keeps no command or source; record to .jsonl to keep them"))
+    if run.simulated:
+        info.append(("note", SIMULATED_NOTE))
     parts.append("<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in info) + "</dl>")
 
     parts.append("<h2>Summary per GPU</h2>")

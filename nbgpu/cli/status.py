@@ -20,7 +20,7 @@ def status_lines(sampler: Sampler) -> list[str]:
     for row in sampler.latest():
         mem = f"{fmt_used_of(row.get('mem_used_bytes'), row.get('mem_total_bytes'))} GiB"
         power = f"{fmt_watts(row.get('power_w'))}/{fmt_watts(row.get('power_limit_w'))}"
-        state = "  LOST" if row["state"] == "lost" else ""
+        state = ("  LOST" if row["state"] == "lost" else "") + ("  SIMULATED" if sampler.simulated else "")
         lines.append(f"GPU {row['gpu']:<4} util {fmt_pct(row.get('util_pct')):>4}  mem {mem:<16}"
                      f" power {power:<12} {fmt_celsius(row.get('temp_c'))}{state}")
     return lines

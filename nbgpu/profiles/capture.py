@@ -114,6 +114,29 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
         sampler.remove_listener(on_step)
 
 
+def fetch_buffered(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
+    """Have the sampler read NVML's sample buffers up to ``t`` (a block's end) now, rather than
+    at their next periodic read seconds later, and wait for it: two steps at or after ``t``,
+    the second begun after the request. False if the sampler is stopped or does not answer."""
+    if not sampler.running:
+        return False
+    steps: list[float] = []
+    done = threading.Event()
+
+    def on_step(_sampler: Sampler, now: float) -> None:
+        if now >= t:
+            steps.append(now)
+            if len(steps) >= 2:
+                done.set()
+
+    sampler.add_listener(on_step)
+    try:
+        sampler.request("edge")
+        return done.wait(timeout_s)
+    finally:
+        sampler.remove_listener(on_step)
+
+
 class Capture:
     """The GPU profile of one block: timeline, per-GPU summary, marks, alerts, report.
 
@@ -368,13 +391,15 @@ class Capture:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def one_line(self) -> str:
-        """The short summary line, e.g. ``GPU0 1m12s · util 87% · peak 41.2 GB (+3.1) · …``."""
+        """The short summary line, e.g. ``GPU0 1m12s · util 87 % · peak 41.2 GiB (+3.1 GiB) · …``."""
         if self._line is not None:
             return self._line
         from .report import one_line
 
         result = self.summarized()
         line = one_line(result.rows, self.status, result.combined)
+        if self.sampler is not None and self.sampler.simulated:
+            line += " · SIMULATED"
         if not math.isnan(self.end_time):
             self._line = line
         return line

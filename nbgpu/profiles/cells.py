@@ -20,7 +20,7 @@ from ..units import fmt_duration, fmt_energy
 from .capture import Capture, status_of
 from .compare import changes, verdict
 from .cost import cost_of
-from .history import CellRecord, previous
+from .history import CellRecord, earlier
 from .history import add as add_record
 from .oom import PostMortem, build_story, is_oom
 
@@ -68,11 +68,13 @@ def _display(obj) -> None:
 
 def against_last(rec: CellRecord) -> str:
     """``vs its last run (In [3], 2m05s ago): 12 % more energy, 3 % longer, ...``; "" if none."""
-    prev = previous(rec)
-    if prev is None:
+    runs = earlier(rec)
+    if not runs:
         return ""
+    prev = runs[-1]
     try:
-        said = verdict(changes(prev.figures().total, rec.figures().total))
+        repeats = [r.figures().total for r in runs]
+        said = verdict(changes(prev.figures().total, rec.figures().total, repeats=repeats))
     except Exception as exc:  # an old run whose readings are gone: say so, briefly
         return f"vs its last run: cannot compare ({exc})"
     where = f"In [{prev.execution_count}], " if prev.execution_count is not None else ""

@@ -1,18 +1,24 @@
 """Compare two runs (two cells, two recordings): each figure's change and whether it is real.
 
-A figure of one run comes with its noise, a half-width computed from that run's own
-per-tick readings; a change counts only when it exceeds the two runs' noise added up:
+A figure of one run comes with its noise, a half-width computed from what varies within
+that run's steady part: the tick-to-tick jitter of its readings, taken from the median of
+the differences between consecutive readings, so that a start-up ramp's or a phase
+change's few large steps do not count as noise. A change counts only when it exceeds
+the two runs' noise added up:
 
-- ``duration_s``: the median spacing of the run's readings (its figures are resolved no
-  finer than one tick).
-- ``util_mean_pct``: two standard errors of the mean of the per-tick readings, plus 0.5
-  (NVML reports whole percents).
-- ``energy_j``: the energy times two relative standard errors of the mean power, plus the
-  mean power over one power-sample spacing (an edge can move by one sample).
-- ``mem_peak_bytes``: the largest step between consecutive memory readings (a peak between
-  two readings is missed by at most that), and at least 1 MiB.
+- ``duration_s``: 1 ms when the run's start and end are clock stamps (a cell, a recorded
+  command's start and exit), else the median spacing of its readings.
+- ``util_mean_pct``: two jitters over the square root of the number of readings (two
+  standard errors of the mean), plus 0.5 (NVML reports whole percents).
+- ``energy_j``: the energy times the relative two standard errors of the mean power, plus
+  the mean power over one power-sample spacing (an edge can move by one sample).
+- ``mem_peak_bytes``: near the peak: the larger step between the peak reading and its
+  neighbours (a peak between two readings is missed by at most that), at least 1 MiB.
 
-With fewer than two readings a noise is NaN and the verdict says it cannot tell.
+When earlier runs of the same work are known (three or more repeats), their spread (two
+standard deviations) is the noise if it is the larger. A run with fewer than
+``MIN_READINGS`` readings of a metric has no noise (NaN), and a noise above a quarter of
+the base figure resolves too little to call anything "the same": both say "cannot tell".
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ if TYPE_CHECKING:
     from .capture import Capture
 
 MIB = 1024**2
+MIN_READINGS = 4  # fewer readings of a metric than this: its noise is unknown
+MIN_REPEATS = 3  # earlier runs needed before their spread is a noise
+STAMP_S = 0.001  # resolution of a start or end taken from the clock
+RESOLVES = 0.25  # a noise above this fraction of the base figure cannot call a change "none"
 COMPARED = ("energy_j", "duration_s", "mem_peak_bytes", "util_mean_pct")
 NOISE_METRICS = ("util_pct", "power_w", "mem_used_bytes")  # the readings a noise comes from
 # Words of a verdict: (more, less, the same).
@@ -91,18 +101,34 @@ def _spacing(t: np.ndarray) -> float:
     return median(t[1:] - t[:-1]) if len(t) >= 2 else math.nan
 
 
-def _sem2(v: np.ndarray) -> float:
-    """Two standard errors of the mean of ``v`` (NaN below two readings)."""
-    if len(v) < 2:
+def jitter(v: np.ndarray) -> float:
+    """The standard deviation of ``v``'s steady part, from the median absolute difference of
+    consecutive readings (a ramp's few large steps do not move it); NaN below MIN_READINGS."""
+    if len(v) < MIN_READINGS:
         return math.nan
-    return 2.0 * float(v.std(ddof=1)) / math.sqrt(len(v))
+    return 1.4826 * float(np.median(np.abs(np.diff(v)))) / math.sqrt(2.0)
 
 
-def gpu_figures(row: Mapping[str, object], series: Series) -> dict[str, Figure]:
+def _sem2(v: np.ndarray) -> float:
+    """Two standard errors of the mean of ``v``'s steady jitter (NaN below MIN_READINGS)."""
+    return 2.0 * jitter(v) / math.sqrt(len(v)) if len(v) >= MIN_READINGS else math.nan
+
+
+def _peak_step(v: np.ndarray) -> float:
+    """The larger step between the peak reading and its neighbours (0 for one reading)."""
+    if not len(v):
+        return math.nan
+    i = int(np.argmax(v))
+    steps = [abs(float(v[j] - v[i])) for j in (i - 1, i + 1) if 0 <= j < len(v)]
+    return max(steps, default=0.0)
+
+
+def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True) -> dict[str, Figure]:
     """The compared figures of one GPU: values from its summary ``row``, noise from its readings.
 
     ``series`` maps a metric (``util_pct``, ``power_w``, ``mem_used_bytes``) to (epoch
-    seconds, values) inside the run.
+    seconds, values) inside the run. ``stamped``: the run's start and end are clock stamps
+    (False: they are its first and last readings).
     """
     empty = (np.empty(0), np.empty(0))
     ut, uv = series.get("util_pct", empty)
@@ -110,14 +136,14 @@ def gpu_figures(row: Mapping[str, object], series: Series) -> dict[str, Figure]:
     mt, mv = series.get("mem_used_bytes", empty)
     ticks = [s for s in (_spacing(ut), _spacing(mt), _spacing(pt)) if not math.isnan(s)]
     energy = _num(row.get("energy_j"))
-    mean_p = float(pv.mean()) if len(pv) >= 2 else math.nan
+    mean_p = float(pv.mean()) if len(pv) >= MIN_READINGS else math.nan
     energy_noise = (abs(energy) * _sem2(pv) / mean_p + mean_p * _spacing(pt)) if mean_p > 0 else math.nan
     util_noise = _sem2(uv) + 0.5
-    steps = float(np.abs(mv[1:] - mv[:-1]).max()) if len(mv) >= 2 else 0.0
-    mem_noise = max(MIB, steps) if len(mv) else math.nan
+    mem_noise = max(MIB, _peak_step(mv)) if len(mv) >= 2 else math.nan
+    duration_noise = STAMP_S if stamped else (max(ticks) if ticks else math.nan)
     return {
         "energy_j": Figure(energy, energy_noise),
-        "duration_s": Figure(_num(row.get("duration_s")), max(ticks) if ticks else math.nan),
+        "duration_s": Figure(_num(row.get("duration_s")), duration_noise),
         "mem_peak_bytes": Figure(_num(row.get("mem_peak_bytes")), mem_noise),
         "util_mean_pct": Figure(_num(row.get("util_mean_pct")), util_noise),
     }
@@ -193,6 +219,8 @@ class Change:
     metric: str
     before: Figure
     after: Figure
+    repeats: tuple[Figure, ...] = ()
+    """Earlier runs of the same work (their spread is the noise when there are enough)."""
 
     @property
     def delta(self) -> float:
@@ -206,14 +234,25 @@ class Change:
 
     @property
     def noise(self) -> float:
-        return self.before.noise + self.after.noise
+        """Both runs' noise added up, or the repeats' spread (two standard deviations) if larger."""
+        own = self.before.noise + self.after.noise
+        values = [r.value for r in self.repeats if math.isfinite(r.value)]
+        if len(values) < MIN_REPEATS:
+            return own
+        spread = 2.0 * float(np.std(values, ddof=1))
+        return max(own, spread) if math.isfinite(own) else spread
 
     @property
     def beyond_noise(self) -> bool | None:
-        """True when the change exceeds both runs' noise added up; None when it cannot tell."""
-        if not (math.isfinite(self.delta) and math.isfinite(self.noise)):
+        """True when the change exceeds the noise; False when it does not and the noise resolves
+        a quarter of the base figure; None when it cannot tell."""
+        noise = self.noise
+        if not (math.isfinite(self.delta) and math.isfinite(noise)):
             return None
-        return abs(self.delta) > self.noise
+        if abs(self.delta) > noise:
+            return True
+        base = abs(self.before.value)
+        return False if noise <= RESOLVES * base or noise == 0 else None
 
     @property
     def phrase(self) -> str:
@@ -221,7 +260,8 @@ class Change:
         if not math.isfinite(self.delta):
             return f"{_NAMES[self.metric]} not measured in both runs"
         if self.beyond_noise is None:
-            return f"{_NAMES[self.metric]}: too few readings to tell"
+            why = "too few readings" if not math.isfinite(self.noise) else "too noisy"
+            return f"{_NAMES[self.metric]}: cannot tell ({why})"
         more, less, same = _WORDS[self.metric]
         if not self.beyond_noise:
             return same
@@ -244,9 +284,13 @@ def fmt_change_pct(p: float) -> str:
 
 
 def changes(a: Mapping[str, Figure], b: Mapping[str, Figure],
-            metrics: Iterable[str] = COMPARED) -> list[Change]:
-    """The changes from figures ``a`` to ``b`` of each compared metric present in both."""
-    return [Change(m, a[m], b[m]) for m in metrics if m in a and m in b]
+            metrics: Iterable[str] = COMPARED,
+            repeats: Iterable[Mapping[str, Figure]] = ()) -> list[Change]:
+    """The changes from figures ``a`` to ``b`` of each compared metric present in both;
+    ``repeats``: the figures of earlier runs of the same work (``a`` among them or not)."""
+    earlier = list(repeats)
+    return [Change(m, a[m], b[m], tuple(r[m] for r in earlier if m in r))
+            for m in metrics if m in a and m in b]
 
 
 def verdict(found: Iterable[Change]) -> str:

@@ -46,11 +46,12 @@ _ROW_SKIP = ("start", "end", "alerts", "label")
 
 
 def _first_line(source: str) -> str:
-    for line in source.splitlines():
-        if line.strip():
-            text = line.strip()
-            return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
-    return ""
+    """The cell's first meaningful line: not blank, a comment, a magic or an import (the first
+    non-blank line when every line is one of those)."""
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    skip = ("#", "%", "!", "import ", "from ")
+    text = next((line for line in lines if not line.startswith(skip)), lines[0] if lines else "")
+    return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
 
 
 def source_hash(source: str) -> str:
@@ -314,17 +315,21 @@ def records() -> list[CellRecord | SavedRecord]:
 
 def previous(record: CellRecord) -> CellRecord | SavedRecord | None:
     """The newest earlier record of the same cell: same cell id, or same source text."""
+    runs = earlier(record, 1)
+    return runs[-1] if runs else None
+
+
+def earlier(record: CellRecord, limit: int = 10) -> list[CellRecord | SavedRecord]:
+    """Up to ``limit`` earlier records of the same cell (same cell id or source text), newest last."""
     oldest = _added - len(_records) + 1
     at = _position.get(id(record), 0)
-    held = oldest <= at and _by_key_holds(record, at)
-    before = at if held else _added + 1  # a record not in the history: the newest match
-    best: tuple[int, CellRecord | SavedRecord] | None = None
+    before = at if oldest <= at and _by_key_holds(record, at) else _added + 1
+    found: dict[int, CellRecord | SavedRecord] = {}
     for key in _keys(record):
-        items = _by_key.get(key, [])
-        i = bisect.bisect_left(items, before, key=lambda item: item[0]) - 1
-        if i >= 0 and items[i][0] >= oldest and (best is None or items[i][0] > best[0]):
-            best = items[i]
-    return best[1] if best is not None else None
+        for pos, rec in _by_key.get(key, []):
+            if oldest <= pos < before:
+                found[pos] = rec
+    return [found[pos] for pos in sorted(found)][-limit:]
 
 
 def _by_key_holds(record: CellRecord | SavedRecord, at: int) -> bool:
@@ -345,6 +350,9 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     the summary over all GPUs (memory, utilisation, power, energy, temperature, throttling),
     energy as kWh (and cost and CO₂ where configured), status and the alerts that
     overlapped the cell. Cells kept in the history file from earlier kernels come first.
+
+    A notebook shows it as a short table with units; it is a DataFrame all the same, and
+    ``.raw()`` (or any selection of it) is the plain frame with every column.
 
     Args:
         per_gpu: one row per (cell, GPU) with that GPU's summary instead.
@@ -369,10 +377,14 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        return pd.DataFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error"])
+        from .history_view import HistoryFrame
+
+        return HistoryFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error"])
     df = pd.DataFrame(rows)
     order = base + [c for c in df.columns if c not in base]
-    return df[order]
+    from .history_view import HistoryFrame
+
+    return HistoryFrame(df[order])
 
 
 def _float(v: object) -> float:

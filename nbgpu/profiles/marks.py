@@ -6,13 +6,14 @@ exports all see it. ``track`` marks each iteration of a loop and can summarise e
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..sampler import Sampler
 from ..sampler_thread import running_samplers
-from .capture import active_captures, pick_sampler
+from .capture import active_captures, fetch_buffered, pick_sampler
 from .summary import rows_frame, summarize
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class Tracker:
         self.sampler = sampler
         self.spans: list[tuple[int, str, float, float, str]] = []  # (i, mark, t0, t1, status)
         self._open: tuple[int, str, float] | None = None
+        self._fetched_s = -math.inf  # the buffers were read up to here for a summary
         for cap in active_captures():
             cap.trackers.append(self)
 
@@ -88,6 +90,9 @@ class Tracker:
 
         if self.sampler is None or not self.spans:
             return pd.DataFrame()
+        end = max(t1 for *_, t1, _ in self.spans)
+        if end > self._fetched_s and fetch_buffered(self.sampler, end):
+            self._fetched_s = end
         rows = []
         for i, text, t0, t1, status in self.spans:
             result = summarize(self.sampler.timeline, t0, t1,

@@ -36,7 +36,7 @@ def _isnum(v) -> bool:
 
 
 def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
-    """``GPU0 1m12s · util 87% · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU.
+    """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU.
 
     ``summary`` is a ``Summary``, a summary DataFrame or its rows; with more than two GPUs
     the line shows the combined row (``combined``, or the ``Summary``'s) instead. The delta
@@ -69,24 +69,27 @@ def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
     return " | ".join(parts) + tail
 
 
-def summary_html(summary) -> str:
-    """The per-GPU summary (DataFrame or rows) as a small HTML table; no kernel or JavaScript needed."""
+def summary_html(summary, combined: dict | None = None) -> str:
+    """The per-GPU summary (DataFrame or rows) as a small HTML table, with a row for all GPUs
+    (``combined``) when there are several; cells never wrap. No kernel or JavaScript needed."""
     rows = _records(summary)
     if not rows:
         return "<p>No GPU readings in this block.</p>"
     has_sm = any(_isnum(r.get("sm_active_mean_pct")) for r in rows)
     has_torch = any("torch_peak_allocated_bytes" in r for r in rows)
-    head = ["GPU", "duration", "memory start → end (GiB/MiB)", "peak (GiB/MiB)", "Δ (GiB/MiB)",
-            "util mean / max (%)"]
-    head += ["SM active (%)"] if has_sm else []
-    head += ["power mean / max (W)", "energy (J)", "temp max (°C)", "throttling"]
-    head += ["torch peak alloc / reserved (GiB/MiB)"] if has_torch else []
+    head = ["GPU", "duration", "memory start → end", "peak", "Δ memory", "util mean / max"]
+    head += ["SM active"] if has_sm else []
+    head += ["power mean / max", "energy", "temp max", "throttling"]
+    head += ["torch peak alloc / reserved"] if has_torch else []
     head += ["status"]
-    out = ['<table class="nbgpu-summary" style="border-collapse:collapse;font-size:12px">',
-           "<thead><tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{escape(h)}</th>'
-                                   for h in head) + "</tr></thead><tbody>"]
-    for r in rows:
-        cells = [f"{escape(str(r['gpu']))} {escape(str(r['name']))}", fmt_duration(r["duration_s"]),
+    th = '<th style="text-align:left;padding:2px 8px;white-space:nowrap">'
+    out = ['<div style="overflow-x:auto">'
+           '<table class="nbgpu-summary" style="border-collapse:collapse;font-size:12px">',
+           "<thead><tr>" + "".join(f"{th}{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    total = [dict(combined, gpu="all", alerts="")] if combined and len(rows) > 1 else []
+    for r in rows + total:
+        gpu = "all GPUs" if r in total else f"{r['gpu']} {r['name']}"
+        cells = [escape(gpu), fmt_duration(r["duration_s"]),
                  f"{fmt_bytes(r['mem_start_bytes'])} → {fmt_bytes(r['mem_end_bytes'])}",
                  _peak_cell(r), fmt_bytes(r["mem_delta_bytes"], signed=True),
                  f"{fmt_pct(r['util_mean_pct'])} / {fmt_pct(r['util_max_pct'])}"]
@@ -95,13 +98,15 @@ def summary_html(summary) -> str:
         cells += [f"{fmt_watts(r['power_mean_w'])} / {fmt_watts(r['power_max_w'])}",
                   f"{fmt_energy(r['energy_j'])} ({r['energy_source']})",
                   "–" if not _isnum(r["temp_max_c"]) else f"{r['temp_max_c']:.0f} °C",
-                  escape(r["throttle_reasons"]) if r["throttle_reasons"] else "none"]
+                  escape(r["throttle_reasons"]) if r.get("throttle_reasons") else "none"]
         if has_torch:
             cells.append(f"{fmt_bytes(r.get('torch_peak_allocated_bytes'))} / "
                          f"{fmt_bytes(r.get('torch_peak_reserved_bytes'))}")
         cells.append(escape(str(r["status"])))
-        out.append("<tr>" + "".join(f'<td style="padding:2px 8px">{c}</td>' for c in cells) + "</tr>")
-    out.append("</tbody></table>")
+        weight = "font-weight:bold;border-top:1px solid #ccc;" if r in total else ""
+        out.append("<tr>" + "".join(f'<td style="{weight}padding:2px 8px;white-space:nowrap">{c}</td>'
+                                    for c in cells) + "</tr>")
+    out.append("</tbody></table></div>")
     notes = sorted({r["resolution_note"] for r in rows if isinstance(r.get("resolution_note"), str)
                     and r["resolution_note"]})
     alerts = sorted({r["alerts"] for r in rows if isinstance(r.get("alerts"), str) and r["alerts"]})
@@ -122,7 +127,7 @@ def _peak_cell(r: dict) -> str:
 def _title(cap: Capture) -> str:
     label = f"{cap.label} · " if cap.label else ""
     status = "" if cap.status == "ok" else f" · {cap.status}"
-    src = " · simulated GPUs" if cap.sampler is not None and cap.sampler.simulated else ""
+    src = " · SIMULATED GPUs" if cap.sampler is not None and cap.sampler.simulated else ""
     return f"GPU profile · {label}{fmt_duration(cap.duration_s)}{status}{src}"
 
 
@@ -155,7 +160,7 @@ def static_html(cap: Capture, svg: str | None = None) -> str:
                 f"<p>{escape(NO_GPU_LINE)}</p></div>")
     svg = static_svg(cap) if svg is None else svg
     return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-            f"<div>{svg}</div>{summary_html(cap.summary_rows)}</div>")
+            f"<div>{svg}</div>{summary_html(cap.summary_rows, cap.totals)}</div>")
 
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
@@ -164,4 +169,6 @@ def compact_html(cap: Capture, svg: str | None = None) -> str:
         return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
     svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary><div>{svg}</div>{summary_html(cap.summary_rows)}</details>")
+            f"{escape(cap.one_line())}</summary><div>{svg}</div>"
+            f"{summary_html(cap.summary_rows, cap.totals)}</details>")
+

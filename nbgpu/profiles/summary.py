@@ -114,8 +114,10 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
         t, _ = r.series(metric, t0, t1)
         label = "utilisation" if metric == "util_pct" else "power"
         if len(t) < 2:
-            notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; the block was shorter than "
-                         "the sampling interval")
+            ticked = len(r.series("mem_used_bytes", t0, t1)[0]) >= 2  # the sampler did tick inside
+            why = ("its samples were not yet read from NVML's buffer (read every few seconds; ask "
+                   "again)" if ticked else "the block was shorter than the sampling interval")
+            notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; {why}")
             continue
         spacing = median(t[1:] - t[:-1])
         if spacing > COARSE_SPACING_S:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import BadArgumentError
 from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading, Source
 from .nvml import NVMLSource
-from .simulated import SimulatedGPUs
+from .simulated import WARM_S, SimulatedGPUs
 
 SOURCE_CHOICES = ("'auto', 'nvml', 'sim', 'sim:N', 'prometheus=URL', a SimulatedGPUs "
                   "or a source object")
@@ -55,7 +55,7 @@ def resolve_source(source: object) -> Source:
             return NVMLSource()
         count = sim_count(spec)
         if count is not None:
-            return NVMLSource(SimulatedGPUs(count=count))
+            return NVMLSource(SimulatedGPUs(count=count, warm_s=WARM_S, model_process=False))
         if spec.startswith("prometheus="):
             from .prometheus import PrometheusSource
 

@@ -41,6 +41,7 @@ from .sim_structs import (
 from .sim_workload import SCENARIOS, Workload, _noise
 
 SIMULATED = True  # module-level marker that NVMLSource looks for on the object
+WARM_S = 30.0  # past every ramp of the load model (memory reaches its level at 6 s)
 
 _INIT_ERRORS = {"driver_not_loaded": 9, "library_not_found": 12, "no_permission": 4}
 
@@ -62,6 +63,12 @@ class SimulatedGPUs(FaultInjection, Workload):
             ``nvmlInit`` fail the way it does on a machine without a usable driver.
         hide_host_pids: imitate a container's PID namespace: every PID NVML lists is a host
             PID that does not exist in this process's namespace.
+        warm_s: seconds the GPUs have already run when this object is made; ``WARM_S`` puts
+            them past the start-up ramp (the "sim" source does, so a first cell and its re-run
+            see the same steady load).
+        model_process: list the simulated workload's memory under this process (NVML's
+            process lists then name this kernel); the "sim" source does not, as no workload
+            runs in the kernel that watches it (a dashboard's, say).
     """
 
     SIMULATED = True
@@ -73,7 +80,8 @@ class SimulatedGPUs(FaultInjection, Workload):
                  mig: dict[int, int] | None = None, gpm: bool = True, sample_buffers: bool = True,
                  unsupported: Iterable[str] = ("nvmlDeviceGetFanSpeed",),
                  init_error: str | None = None, mem_total_bytes: int = 143771 * 2**20,
-                 power_limit_w: float = 700.0, hide_host_pids: bool = False) -> None:
+                 power_limit_w: float = 700.0, hide_host_pids: bool = False, warm_s: float = 0.0,
+                 model_process: bool = True) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 64:
             raise BadArgumentError(f"count must be a whole number from 0 to 64, got {count!r}")
         if scenario not in SCENARIOS:
@@ -89,7 +97,7 @@ class SimulatedGPUs(FaultInjection, Workload):
         self.init_error = init_error
         self.mem_total_bytes = int(mem_total_bytes)
         self.power_limit_w = float(power_limit_w)
-        self.start_time = clock()
+        self.start_time = clock() - float(warm_s)
         self._refcount = 0
         self._lock = threading.Lock()
         self._unsupported: set[tuple[str, int | None]] = {(f, None) for f in unsupported}
@@ -104,6 +112,7 @@ class SimulatedGPUs(FaultInjection, Workload):
         self._spikes: list[tuple[int, float, float, int]] = []
         self._event_sets: list = []  # NVML event sets made (fault injection's XIDs go there)
         self.hide_host_pids = bool(hide_host_pids)
+        self.model_process = bool(model_process)
         self.gpm_samples_live = 0
         """GPM samples allocated and not yet freed (a leak shows as a count above zero)."""
         self.calls: dict[str, int] = {}
@@ -254,7 +263,7 @@ class SimulatedGPUs(FaultInjection, Workload):
         self._enter("nvmlDeviceGetComputeRunningProcesses", h)
         used = int(self.mem_used_at(h.gpu, self._t()) * self._mig_share(h))
         out = []
-        if used > 0.6e9:
+        if used > 0.6e9 and self.model_process:
             out.append(_Process(pid=self._listed_pid(os.getpid()), usedGpuMemory=used - int(0.55e9)))
         if h.mig is None:
             out += [_Process(pid=self._listed_pid(pid), usedGpuMemory=b)

@@ -82,12 +82,32 @@ def axis_values(cap: Capture, metric: str, t, v):
     return t - cap.start_time, v * scale
 
 
-def y_range(metric: str) -> tuple[float | None, float | None]:
-    """A fixed 0–100 scale for percentages (as in the panel); None lets the axis fit the data."""
+LINES_TOP = 0.8  # lines stay below this fraction of the chart's height; mark labels sit above
+
+
+def y_range(metric: str, values) -> tuple[float, float]:
+    """The y scale of ``metric``: from 0 (or the lowest value, if negative) to the top value
+    (100 for percentages) over LINES_TOP, so noise never looks like swings and the mark
+    labels above the lines cover none of them."""
+    import numpy as np
+
     from ..metrics import BY_NAME
 
     m = BY_NAME.get(metric)
-    return (0.0, 100.0) if m is not None and m.percent else (None, None)
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    lo = min(0.0, float(v.min())) if len(v) else 0.0
+    top = 100.0 if m is not None and m.percent else (float(v.max()) if len(v) else 1.0)
+    top = top if top > lo else lo + 1.0
+    return lo, lo + (top - lo) / LINES_TOP
+
+
+def legend_html(gpus: list, colors: list[str]) -> str:
+    """The chart's legend as a line of HTML above it (inside the chart it would cover data)."""
+    items = "".join(f'<span style="margin-right:12px;white-space:nowrap"><span style="display:inline-block;'
+                    f'width:14px;height:3px;background:{colors[i % len(colors)]};vertical-align:middle">'
+                    f"</span> GPU {escape(str(g))}</span>" for i, g in enumerate(gpus))
+    return f'<div class="nbgpu-legend" style="font-size:12px">{items}</div>'
 
 
 def build_widget(cap: Capture):
@@ -108,25 +128,31 @@ def build_widget(cap: Capture):
     mark_sc = bq.LinearScale(min=0.0, max=1.0)
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     lines = [bq.Lines(x=np.array([]), y=np.array([]), scales={"x": x_sc, "y": y_sc},
-                      colors=[colors[i % len(colors)]], labels=[f"GPU {g}"], display_legend=True)
+                      colors=[colors[i % len(colors)]], labels=[f"GPU {g}"])
              for i, g in enumerate(gpus)]
-    marks = cap.marks
+    marks = sorted(cap.marks)
     rules = []
     if marks:
+        from ..svg import label_rows
+
         mx = np.array([[t - cap.start_time] * 2 for t, _ in marks])
         rules.append(bq.Lines(x=mx, y=np.array([[0.0, 1.0]] * len(marks)), scales={"x": x_sc, "y": mark_sc},
                               colors=["#555"], line_style="dashed"))
-        rules.append(bq.Label(x=mx[:, 0], y=np.full(len(marks), 0.95), text=[lb for _, lb in marks],
-                              scales={"x": x_sc, "y": mark_sc}, colors=["#333"], font_weight="normal",
-                              default_size=11))
+        # Rows of labels in the band above the lines; a chart about 800 px wide places them.
+        span = max(float(cap.duration_s), 1e-3)
+        placed = label_rows([800 * float(x) / span for x in mx[:, 0]], [lb for _, lb in marks], 800)
+        band = (1.0 - LINES_TOP) / (max(r for *_, r in placed) + 1)
+        for (_, anchor, row), x, (_, text) in zip(placed, mx[:, 0], marks, strict=True):
+            rules.append(bq.Label(x=[x], y=[1.0 - band * (row + 0.4)], text=[text], align=anchor,
+                                  x_offset=3 if anchor == "start" else -3, scales={"x": x_sc, "y": mark_sc},
+                                  colors=["#333"], font_weight="normal", default_size=11))
     ax_y = bq.Axis(scale=y_sc, side="left", tick_format=".3~s")
     started = _dt.datetime.fromtimestamp(cap.start_time, _dt.timezone.utc).strftime("%H:%M:%S")
     ax_x = bq.Axis(scale=x_sc, label=f"seconds since the cell started (at {started} UTC)",
                    tick_format=".3~g")
     fig = bq.Figure(marks=lines + rules, axes=[ax_x, ax_y],
                     layout=w.Layout(width="100%", height="280px"),
-                    fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20},
-                    legend_location="top-left")
+                    fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20})
     picker = w.Dropdown(options=[(_metric_label(m), m) for m in metrics],
                         value=metrics[0] if metrics else None, description="metric")
 
@@ -134,13 +160,14 @@ def build_widget(cap: Capture):
         if metric is None:
             return
         ax_y.label = _metric_label(metric)
+        drawn = [axis_values(cap, metric, *decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2))
+                 for g in gpus]
         with fig.hold_sync():
-            y_sc.min, y_sc.max = y_range(metric)
-            for line, g in zip(lines, gpus, strict=True):
-                t, v = decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2)
-                line.x, line.y = axis_values(cap, metric, t, v)
+            y_sc.min, y_sc.max = y_range(metric, np.concatenate([v for _, v in drawn]) if drawn else [])
+            for line, (x, y) in zip(lines, drawn, strict=True):
+                line.x, line.y = x, y
 
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
-    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, fig,
-                   w.HTML(summary_html(cap.summary_rows))])
+    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, w.HTML(legend_html(gpus, colors)), fig,
+                   w.HTML(summary_html(cap.summary_rows, cap.totals))])

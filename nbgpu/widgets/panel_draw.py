@@ -234,7 +234,7 @@ class PanelDrawing:
         kept = self._header_said
         if kept is not None and kept[0] == said and self._header.value is kept[1]:
             return  # the header reads as it did (most refreshes), and nothing else changed it
-        describe = f"{self._describe} · every {s.interval:g} s"
+        describe = f"{self._describe} · every\u00a0{s.interval:g}\u00a0s"  # never broken at a width
         if status.resolution_note:
             describe += f" · {status.resolution_note}"
         value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
