@@ -10,9 +10,11 @@ and hands it to ipykernel's own IOPub thread, which sends it on a zmq PUB socket
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -133,3 +135,23 @@ class KernelLikeComms:
         self._thread.stop()
         self._context.destroy(linger=0)  # every socket of it, a test's subscriber too
         install()
+
+
+@contextlib.contextmanager
+def counted_sends() -> Iterator[list[int]]:
+    """While held, ``[n]``: the state updates every widget sent (``Widget._send`` calls), with
+    any comm, a kernel's included."""
+    from ipywidgets import Widget
+
+    count = [0]
+    original = Widget._send
+
+    def counting(self, msg, buffers=None):
+        count[0] += 1
+        return original(self, msg, buffers=buffers)
+
+    Widget._send = counting
+    try:
+        yield count
+    finally:
+        Widget._send = original

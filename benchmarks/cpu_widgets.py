@@ -222,7 +222,7 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
     import nbgpu
     from nbgpu.widgets import GPUMonitor
 
-    from .comm_recorder import install
+    from .comm_recorder import counted_sends, install
 
     log = install() if comm == "recording" else None
     clock = FakeClock(1.7e9, tick_s=1e-6)
@@ -245,17 +245,17 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
             cpu_ms = []
             if log is not None:
                 log.clear()
-            sent_before = panel.traffic.snapshot()["messages"]
             gc.callbacks.append(watch)
-            for _ in range(refreshes):
-                _step_until(sampler, clock, clock.t + refresh_every_s)
-                watch.inside = True
-                c0 = time.thread_time()
-                panel.refresh()
-                cpu_ms.append((time.thread_time() - c0) * 1000.0)
-                watch.inside = False
+            with counted_sends() as updates:
+                for _ in range(refreshes):
+                    _step_until(sampler, clock, clock.t + refresh_every_s)
+                    watch.inside = True
+                    c0 = time.thread_time()
+                    panel.refresh()
+                    cpu_ms.append((time.thread_time() - c0) * 1000.0)
+                    watch.inside = False
             sent = log.between(-float("inf"), float("inf")) if log is not None else None
-            messages = panel.traffic.snapshot()["messages"] - sent_before
+            messages = updates[0]
             states = Counter(st for r in sampler.latest() for st in r["states"].values())
             read_errors = sampler.status().errors
         finally:

@@ -56,14 +56,14 @@ def run_resolution(ctx: Context) -> Outcome:
     raw: dict = {"interval_s": sampler.interval, "window_s": t1 - t0, "per_gpu": {},
                  "sampler": sampler_facts(sampler)}
     for dev in sampler.devices:
-        g = dev["index"]
+        g = dev.key
         per = {}
         for metric in ("power_w", "util_pct", "mem_used_bytes"):
             t, _ = sampler.timeline.between(t0, t1).series(g, metric)
             per[metric] = {"points": len(t), "median_spacing_s": median_spacing_s(t),
                            "max_spacing_s": float(np.max(np.diff(t))) if len(t) > 1 else math.nan}
         raw["per_gpu"][str(g)] = per
-    g0 = raw["per_gpu"][str(sampler.devices[0]["index"])]
+    g0 = raw["per_gpu"][str(sampler.devices[0].key)]
     out = Outcome(raw=raw)
     out.targets.append(Target("power point spacing (median)", g0["power_w"]["median_spacing_s"] * 1000,
                               "ms", "<=", POWER_SPACING_TARGET_S * 1000))

@@ -1,7 +1,8 @@
 """Drive a real IPython kernel through jupyter_client and time the panel's first messages.
 
 Beside the times the client sees (display, comm opens, first update), every run then asks
-the kernel for nbgpu's start-up stamps (``nbgpu.magics.startup``) and the time of the
+the kernel when nbgpu's modules finished importing (stamped by an IPython start-up file of
+the benchmark's own, ``STAMPS``, in the kernel's own IPYTHONDIR) and the time of the
 sampler's first tick, so the raw output says where the wait went. One extra run under
 ``-X importtime`` (not timed: it slows imports) lists what the cell imported.
 """
@@ -12,6 +13,7 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,12 +27,11 @@ _MARK = "NBGPU-STARTUP "
 _REPORT_CODE = f"""
 import json as _j, sys as _s
 from nbgpu import session as _se
-from nbgpu.magics import startup as _st
 from benchmarks import bytecode as _bc
 _smp = _se.shared_sampler()
 _t = _smp.store.read_stream("host", "tick")[0] if _smp is not None else []
 print({_MARK!r} + _j.dumps({{
-    "stamps": _st.stamps(),
+    "stamps": getattr(__import__("builtins"), "_nbgpu_bench_stamps", []),
     "first_tick": float(_t[0]) if len(_t) else None,
     "modules": sorted(m for m in ("numpy", "pandas", "pyarrow", "bqplot", "ipywidgets", "pynvml",
                                   "torch", "matplotlib", "nbgpu.diagnostics", "nbgpu.profiles")
@@ -40,6 +41,35 @@ print({_MARK!r} + _j.dumps({{
 }}))
 """
 HEAVY_ROOTS = 12  # how many packages the import list keeps
+# An IPython start-up file: stamps (epoch seconds) when each of these modules has run.
+STAMPS = """
+import builtins, importlib.abc, sys, time
+_WATCH = {"nbgpu": "nbgpu imported", "nbgpu.magics.extension": "magics imported",
+          "nbgpu.sampler": "sampler imported", "nbgpu.widgets.monitor": "panel modules imported"}
+builtins._nbgpu_bench_stamps = []
+
+
+class _Stamps(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in _WATCH:
+            return None
+        for finder in sys.meta_path:
+            found = None if finder is self else getattr(finder, "find_spec", None)
+            spec = found(name, path, target) if found else None
+            if spec is not None and spec.loader is not None:
+                run = spec.loader.exec_module
+
+                def timed(module, _run=run, _name=_WATCH[name]):
+                    _run(module)
+                    builtins._nbgpu_bench_stamps.append((_name, time.time()))
+
+                spec.loader.exec_module = timed
+                return spec
+        return None
+
+
+sys.meta_path.insert(0, _Stamps())
+"""
 
 
 @contextlib.contextmanager
@@ -47,8 +77,14 @@ def _kernel(env: dict[str, str], stderr=None) -> Iterator[object]:
     """A fresh kernel's client, ready and with its start-up chatter read."""
     from jupyter_client import KernelManager
 
+    ipython_dir = tempfile.mkdtemp(prefix="nbgpu-bench-ipython-")
+    startup = os.path.join(ipython_dir, "profile_default", "startup")
+    os.makedirs(startup)
+    with open(os.path.join(startup, "00-nbgpu-stamps.py"), "w") as f:
+        f.write(STAMPS)
     km = KernelManager(kernel_name="python3")
-    km.start_kernel(env=env, **({} if stderr is None else {"stderr": stderr}))
+    km.start_kernel(env={**env, "IPYTHONDIR": ipython_dir},
+                    **({} if stderr is None else {"stderr": stderr}))
     kc = km.client()
     kc.start_channels()
     try:
@@ -62,6 +98,7 @@ def _kernel(env: dict[str, str], stderr=None) -> Iterator[object]:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+        shutil.rmtree(ipython_dir, ignore_errors=True)
 
 
 def _watch(kc, code: str) -> dict:

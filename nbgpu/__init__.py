@@ -106,10 +106,6 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext nbgpu``: register the magics and say which GPUs are visible."""
-    from .magics import startup
-
-    startup.clear()  # a fresh record of where the wait for the first panel goes
-    startup.stamp("load_ext")
     from .magics.extension import load
 
     load(ipython)

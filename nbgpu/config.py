@@ -7,12 +7,48 @@ sampler, panel, magics, history and exporter read their defaults from ``settings
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 from traitlets import Bool, CFloat, CInt, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .errors import BadArgumentError
+
+MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
+MAX_INTERVAL_S = 3600.0
+
+
+MIN_WINDOW_S, MAX_WINDOW_S = 5.0, 86400.0  # what the live panel may show
+
+
+def check_seconds(value: object, name: str, lo: float, hi: float) -> float:
+    """``value`` as seconds from ``lo`` to ``hi``, or BadArgumentError saying what is allowed."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or not lo <= float(value) <= hi):
+        raise BadArgumentError(f"{name} must be a number of seconds from {lo:g} to {hi:g}, "
+                               f"got {value!r}")
+    return float(value)
+
+
+def check_interval(interval: object, name: str = "interval") -> float:
+    """Seconds between sampler ticks (10 ms to 3600 s), or BadArgumentError saying why not."""
+    try:
+        return check_seconds(interval, name, MIN_INTERVAL_S, MAX_INTERVAL_S)
+    except BadArgumentError as exc:
+        real = not isinstance(interval, bool) and isinstance(interval, numbers.Real)
+        if real and 0 < interval < MIN_INTERVAL_S:
+            raise BadArgumentError(f"{exc}: below {MIN_INTERVAL_S * 1000:g} ms the sampler would use "
+                                   "a whole CPU core; power and utilisation keep NVML's native "
+                                   "resolution at any interval") from None
+        raise
+
+
+def check_window(window_s: object, name: str = "window") -> float:
+    """Seconds of history the live panel shows: 5 s to 24 h."""
+    return check_seconds(window_s, name, MIN_WINDOW_S, MAX_WINDOW_S)
+
 
 # Environment variables that map onto traits (read once, when the object is made).
 ENV = {
@@ -56,17 +92,17 @@ class NbGpu(Configurable):
 
     @validate("interval")
     def _check_interval(self, proposal):
-        v = proposal["value"]
-        if not (v > 0 and v < 3600):
-            raise TraitError(f"NbGpu.interval must be between 0 and 3600 seconds, got {v!r}")
-        return v
+        try:
+            return check_interval(proposal["value"], "NbGpu.interval")
+        except BadArgumentError as exc:
+            raise TraitError(str(exc)) from None
 
     @validate("window_s")
     def _check_window(self, proposal):
-        v = proposal["value"]
-        if not v > 0:
-            raise TraitError(f"NbGpu.window_s must be > 0 seconds, got {v!r}")
-        return v
+        try:
+            return check_window(proposal["value"], "NbGpu.window_s")
+        except BadArgumentError as exc:
+            raise TraitError(str(exc)) from None
 
 
 _instance: NbGpu | None = None

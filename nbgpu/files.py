@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterator, Mapping
 from typing import IO, TYPE_CHECKING
 
-from .errors import FileError
+from .errors import BadArgumentError, FileError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,13 +70,20 @@ def kind_of(mode: int) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), None)
 
 
+def as_path(path: object) -> str:
+    """``path`` as text, or BadArgumentError when it is no path at all (a number, None)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise BadArgumentError(f"a file path must be text or a pathlib.Path, got {path!r}")
+    return os.fsdecode(path)
+
+
 def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | None]:
     """(the user's path, the real path to write, what is there now) or FileError.
 
     Refuses an empty path, a folder, anything that is not a regular file and a missing
     folder; a symbolic link resolves to its target.
     """
-    text = os.fsdecode(path) if path is not None else ""
+    text = as_path(path)
     if not text:
         raise FileError("cannot write '': the path is empty; give a file name", path=text)
     real = os.path.realpath(text)

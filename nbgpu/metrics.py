@@ -74,6 +74,12 @@ HOST_COLUMNS: dict[str, type] = {m.name: m.dtype for m in HOST_METRICS}
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in GPU_METRICS + HOST_METRICS}
 
+def max_column(metric: str) -> str:
+    """Name of the per-tick maximum column of a folded metric: ``power_w`` → ``power_max_w``."""
+    base, _, unit = metric.rpartition("_")
+    return f"{base}_max_{unit}"
+
+
 # The largest magnitude any reading can have (bytes, joules, B/s all stay far below): a value
 # beyond it, or a negative one, or a percentage over 100, is not a reading but garbage.
 MAX_READING = 1e18

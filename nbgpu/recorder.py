@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
-from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .runfile import load_run
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class Recorder:
         self._marks: dict[tuple[object, str], float] = {}
         self._event_seq = 0  # the store numbers events from 1
         self._alerts_written: set[tuple] = set()
+        self._stacks_done = -np.inf  # time of the newest stack sample written
         self._last: dict[object, dict] = {}
         self.rows_written = 0
         self.closed = False
@@ -113,8 +114,9 @@ class Recorder:
 
         NVML's sample buffers (power every 20 ms, utilisation every 200 ms) would make a
         line every 20 ms per GPU; a tick row with the mean of the samples since the previous
-        tick keeps files small and the energy right. Sources without ticks (Prometheus)
-        keep their own sample times.
+        tick keeps files small and the energy right, and ``<metric>_max`` keeps their
+        maximum (a memory peak between two ticks), as ``Timeline.to_pandas`` does. Sources
+        without ticks (Prometheus) keep their own sample times.
         """
         streams = self.sampler.store.streams_of(device)
         if "tick" not in streams:
@@ -139,11 +141,16 @@ class Recorder:
             slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
             slot = np.minimum(slot, len(t) - 1)
             for name, values in bcols.items():
-                sums = np.bincount(slot, weights=np.nan_to_num(values.astype(np.float64)), minlength=len(t))
+                values = values.astype(np.float64)
+                sums = np.bincount(slot, weights=np.nan_to_num(values), minlength=len(t))
                 counts = np.bincount(slot, weights=~np.isnan(values), minlength=len(t))
                 mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+                peaks = np.full(len(t), np.nan)
+                ok = ~np.isnan(values)
+                np.fmax.at(peaks, slot[ok], values[ok])
                 base = cols.get(name, np.full(len(t), np.nan))
                 cols[name] = np.where(counts > 0, mean, base)
+                cols[max_column(name)] = np.where(counts > 0, peaks, base)  # as Timeline's tick rows
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:
@@ -209,6 +216,7 @@ class Recorder:
         for ev in self.sampler.store.events_since(self._event_seq):
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
             self._event_seq = ev.seq
+        self._write_stacks()
         alert_list = getattr(self.sampler, "alert_list", None)
         if not callable(alert_list):
             return
@@ -224,6 +232,25 @@ class Recorder:
             self._event({"event": "alert", "rule": a.rule, "severity": a.severity, "gpu_id": a.gpu,
                          "start": iso(a.start), "end": None if a.end is None else iso(a.end),
                          "message": a.message, "suggestion": a.suggestion}, a.start)
+
+    def _write_stacks(self) -> None:
+        """The main thread's stack samples since the last flush as one line: ``{"event":
+        "stacks", "t0": epoch s, "lines": [[line, text], ...], "samples": [[ms after t0,
+        category, index in lines or -1], ...]}``."""
+        from .diagnostics.stacks import samples_of
+
+        got = samples_of(self.sampler)
+        done = self._stacks_done
+        new = [r for r in got.records(done, np.inf) if r[0] > done] if got is not None else []
+        if not new:
+            return
+        lines = list(dict.fromkeys((n, text) for _, _, n, text in new if n is not None))
+        index = {line: i for i, line in enumerate(lines)}
+        t0 = new[0][0]
+        self._event({"event": "stacks", "t0": t0, "lines": [list(line) for line in lines],
+                     "samples": [[round((t - t0) * 1000.0, 1), c, index.get((n, text), -1)]
+                                 for t, c, n, text in new]}, t0)
+        self._stacks_done = new[-1][0]
 
     # -- public -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .errors import FileError
 from .files import COUNTER_COLUMNS, PARQUET_EVENTS_KEY, file_error, kind_of
-from .metrics import BY_NAME, plausible
+from .metrics import BY_NAME, GPU_METRICS, max_column, plausible
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,9 +73,30 @@ class Run:
         """The alert events."""
         return [e for e in self.events if e.get("event") == "alert"]
 
+    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
+        """(epoch seconds, category, cell line, its text) of the main thread's stack samples
+        (the recorder's ``stacks`` lines), oldest first; malformed entries are skipped."""
+        from .diagnostics.stacks import CODE
+
+        out = []
+        for e in self.events:
+            if e.get("event") != "stacks":
+                continue
+            try:
+                t0, table = float(e["t0"]), [(int(n), str(text)) for n, text in e.get("lines") or []]
+                for ms, category, i in e.get("samples") or []:
+                    if category in CODE:
+                        line = table[i] if isinstance(i, int) and 0 <= i < len(table) else (None, "")
+                        out.append((t0 + float(ms) / 1000.0, category, *line))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return sorted(out, key=lambda s: s[0])
+
 
 # The keys of a reading line that are read; any other key is ignored (it cannot be shown).
-ROW_KEYS = frozenset(BY_NAME) | {"timestamp", "gpu_id", "gpu", "decimated", "_line"}
+# A tick row also keeps the peak of a GPU metric's samples folded into it (``<metric>_max``).
+PEAK_OF = {max_column(m.name): m.name for m in GPU_METRICS}
+ROW_KEYS = frozenset(BY_NAME) | frozenset(PEAK_OF) | {"timestamp", "gpu_id", "gpu", "decimated", "_line"}
 
 
 def _bad(path: str, what: str) -> FileError:
@@ -109,10 +130,11 @@ def _numeric(df: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     for col in df.columns:
-        if col in BY_NAME or col == "decimated":
+        metric = PEAK_OF.get(col, col)  # a tick's peak column is judged as its metric
+        if metric in BY_NAME or col == "decimated":
             values = pd.to_numeric(df[col], errors="coerce")
-            if values.dtype.kind == "f" and col in BY_NAME:  # what no reading can be reads as NaN
-                values = values.where(plausible(col, values.to_numpy()))
+            if values.dtype.kind == "f" and metric in BY_NAME:  # what no reading can be reads as NaN
+                values = values.where(plausible(metric, values.to_numpy()))
             elif values.dtype.kind == "f":
                 values = values.where(np.isfinite(values))
             df[col] = values

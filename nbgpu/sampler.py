@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import numbers
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,24 +28,19 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from . import schedule
+from .config import check_interval
 from .errors import BadArgumentError, SamplerStateError
 from .metrics import HOST_COLUMNS, HOST_KEY
 from .sampler_reads import SamplerReads
 from .sampler_thread import SamplerThread
 from .sources import Source, open_source
-from .sources.base import Device, DeviceKey, ProcessInfo
+from .sources.base import Device, DeviceKey, ProcessInfo, check_gpus
 from .sources.host import HostSource
 from .store import Event, Store
 from .timeline import Timeline
 
 log = logging.getLogger("nbgpu")
 
-# Memory, temperature, clocks and the like once a second, as often as the panel redraws;
-# power and utilisation keep their native 20 ms / 200 ms from the sample buffers, and a
-# capture reads memory every 10 ms while it is open.
-DEFAULT_INTERVAL_S = 1.0
-MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
-MAX_INTERVAL_S = 3600.0
 MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
 # For this long after someone looks at the newest values (``watch()``: a live panel, a scrape),
 # the source keeps its sample buffers drained at their live periods ("live" in its reads).
@@ -54,28 +48,17 @@ LIVE_HOLD_S = 5.0
 MAX_XIDS_KEPT = 8  # GPU faults (XID events) kept for status(); the store keeps them as events
 _LIVE = frozenset({"live"})
 
-_diagnostics_factory: Callable[[Sampler, object], object] | None = None
+REQUESTS = ("energy", "pcie", "procs", "edge")  # what request() may ask for
 
 
-def check_interval(interval: object, name: str = "interval") -> float:
-    """``interval`` as a float of seconds, or BadArgumentError saying what is allowed."""
-    allowed = f"{name} must be a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}"
-    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
-        raise BadArgumentError(f"{allowed}, got {interval!r}")
-    value = float(interval)
-    if not math.isfinite(value) or value <= 0 or value > MAX_INTERVAL_S:
-        raise BadArgumentError(f"{allowed}, got {interval!r}")
-    if value < MIN_INTERVAL_S:
-        raise BadArgumentError(f"{allowed}, got {interval!r}: below {MIN_INTERVAL_S * 1000:g} ms "
-                               "the sampler would use a whole CPU core; power and utilisation "
-                               "keep NVML's native resolution at any interval")
-    return value
-
-
-def set_diagnostics_factory(factory: Callable[[Sampler, object], object] | None) -> None:
-    """Replace the engine factory ``factory(sampler, thresholds)``; None: nbgpu's own engine."""
-    global _diagnostics_factory
-    _diagnostics_factory = factory
+def check_sampler(sampler: object, source: object = None, interval: object = None) -> None:
+    """BadArgumentError unless ``sampler`` is None or a Sampler given without source/interval."""
+    if sampler is None:
+        return
+    if not isinstance(sampler, Sampler):
+        raise BadArgumentError(f"sampler must be an nbgpu.Sampler, got {sampler!r}")
+    if source is not None or interval is not None:
+        raise BadArgumentError("give either sampler= or source=/interval=, not both")
 
 
 class Sampler(SamplerThread, SamplerReads):
@@ -115,6 +98,8 @@ class Sampler(SamplerThread, SamplerReads):
         store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
                                       ("history_s", history_s)) if v is not None}
         self.store = Store(**store_kw)  # checks the bounds before any source opens
+        if not callable(clock):
+            raise BadArgumentError(f"clock must be a function giving epoch seconds, got {clock!r}")
         self._clock = clock
         self.source: Source = open_source(source)
         try:
@@ -175,31 +160,17 @@ class Sampler(SamplerThread, SamplerReads):
         self.diagnostics = None  # the DiagnosticsEngine naming problems (nbgpu.diagnostics)
         if diagnostics:
             try:
-                factory = _diagnostics_factory
-                if factory is None:
-                    from .diagnostics.engine import attach as factory
-                self.diagnostics = factory(self, thresholds)
+                from .diagnostics.engine import attach
+
+                self.diagnostics = attach(self, thresholds)
             except Exception:
                 self.source.close()
                 raise
 
     @staticmethod
-    def _select(devices: list[Device], gpus: Iterable[DeviceKey] | None) -> set | None:
-        if gpus is None:
-            return None
-        if isinstance(gpus, (int, str)):
-            gpus = [gpus]
-        top = [d.key for d in devices if d.parent is None]
-        keep = set()
-        for g in gpus:
-            if isinstance(g, bool) or not isinstance(g, (int, str)) or g not in top:
-                numbered = top == list(range(len(top)))
-                allowed = ("none (no GPUs)" if not top else f"0 to {len(top) - 1}" if numbered
-                           else ", ".join(map(str, top)))
-                raise BadArgumentError(f"GPU index {g!r} is out of range; this machine has "
-                                       f"{len(top)} GPU(s): {allowed}")
-            keep.add(g)
-        return keep
+    def _select(devices: list[Device], gpus: object) -> set | None:
+        keep = check_gpus(gpus, [d.key for d in devices if d.parent is None])
+        return None if keep is None else set(keep)
 
     def _keeps(self, device: Device) -> bool:
         """Whether ``device`` was selected: a MIG slice goes with its card (``Device.card``)."""
@@ -221,6 +192,8 @@ class Sampler(SamplerThread, SamplerReads):
         "edge" reads memory used and drains every sample buffer at once: what a capture's
         end needs (with "energy" too when the block is long enough for the counter).
         """
+        if read not in REQUESTS:
+            raise BadArgumentError(f"request() takes one of {', '.join(REQUESTS)}, got {read!r}")
         with self._lock:
             self._urgent.add(read)
         self._wake.set()
@@ -268,6 +241,8 @@ class Sampler(SamplerThread, SamplerReads):
 
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""
+        if not callable(fn):
+            raise BadArgumentError(f"add_listener needs a function fn(sampler, now), got {fn!r}")
         with self._lock:
             self._listeners.append(fn)
 

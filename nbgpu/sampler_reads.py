@@ -9,6 +9,7 @@ one whose read failed after its newest refresh "failed", and either reads NaN in
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -54,6 +55,8 @@ class SamplerReads:
         ``since_s`` (epoch seconds): only those still on or ended at or after it; ``math.inf``
         gives those on, as the live panel asks every refresh.
         """
+        if since_s is not None and (isinstance(since_s, bool) or not isinstance(since_s, numbers.Real)):
+            raise BadArgumentError(f"since_s must be epoch seconds (a number) or None, got {since_s!r}")
         if self.diagnostics is None:
             return []
         return self.diagnostics.alert_list(since_s)
@@ -62,10 +65,9 @@ class SamplerReads:
     def alerts(self):
         """``alert_list()`` as a DataFrame: rule, severity, gpu, start, end, message, ..."""
         if self.diagnostics is None:
-            import pandas as pd
+            from .diagnostics.alerts import alerts_frame
 
-            frame = pd.DataFrame(columns=["rule", "severity", "gpu", "start", "end", "duration_s",
-                                          "active", "message", "suggestion", "evidence"])
+            frame = alerts_frame([])
             frame.attrs["note"] = NO_DIAGNOSTICS
             return frame
         return self.diagnostics.alerts

@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .sampler import Sampler, check_interval
+from .config import check_interval
+from .sampler import Sampler
 from .sources import resolve_source
 
 _lock = threading.RLock()

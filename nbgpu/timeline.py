@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
-from .metrics import BY_NAME, GPU_METRICS, HOST_KEY, HOST_METRICS
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .sources.base import Device
 
 if TYPE_CHECKING:
@@ -34,12 +34,6 @@ HOLD_LOOKBACK_S = 60.0  # how far before the range a held reading is looked for
 # Columns that count bytes: int64 in frames when every value is known.
 COUNT_COLUMNS = ("mem_used_bytes", "mem_total_bytes", "mem_used_max_bytes",
                  "host_ram_used_bytes", "host_ram_total_bytes", "proc_rss_bytes")
-
-
-def max_column(metric: str) -> str:
-    """Name of the per-tick maximum column of a folded metric: ``power_w`` → ``power_max_w``."""
-    base, _, unit = metric.rpartition("_")
-    return f"{base}_max_{unit}"
 
 
 def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -92,7 +86,7 @@ class Timeline:
                  t1: float = math.inf, resolution: str | None = None,
                  drained: Callable[[object, str], float] | None = None) -> None:
         self.store = store
-        self.devices = [Device.of(d) for d in devices]  # old-style dicts still accepted
+        self.devices = list(devices)
         self.t0, self.t1 = t0, t1
         self.resolution = resolution
         # (device, metric) -> the time up to which that metric's sample buffer reached the
@@ -288,7 +282,3 @@ class Timeline:
         return write_parquet(self.to_pandas(), path)
 
 
-def metric_unit(name: str) -> str:
-    """Unit of a column name ('' for unknown columns)."""
-    m = BY_NAME.get(name)
-    return m.unit if m else ""

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
+from conftest import FakeClock
 from nbgpu import Sampler
 from nbgpu.sources.simulated import SimulatedGPUs
-
-T0 = 1_800_000_000.0
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def sim_sampler(scenario: str = "steady", count: int = 2, thresholds=None, source=None,
@@ -81,3 +70,18 @@ class ShapedGPUs(SimulatedGPUs):
     def simulated_host(self, t: float):
         base = super().simulated_host(t)
         return base if self._host_fn is None else self._host_fn(t, base)
+
+
+def findings_per_evaluation(monkeypatch, rule: str) -> list[int]:
+    """How many findings of ``rule`` each evaluation hands to the alerts, in order."""
+    from nbgpu.diagnostics.alerts import Episodes
+
+    counts: list[int] = []
+    original = Episodes.update
+
+    def update(self, findings, now, rules):
+        counts.append(sum(1 for f in findings if f.rule == rule))
+        return original(self, findings, now, rules)
+
+    monkeypatch.setattr(Episodes, "update", update)
+    return counts

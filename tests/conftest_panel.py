@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 
@@ -294,6 +295,34 @@ def loaded_shell():
         sh.run_line_magic("unload_ext", "nbgpu")
     registry.close_all()
     session.reset()
+
+
+# -- a panel as the front end sees it ------------------------------------------------------------
+def parts(mon) -> SimpleNamespace:
+    """A ``GPUMonitor``'s widgets found through its public children, as a front end gets them:
+    ``header`` (and, while it draws, ``pause``, ``window``, ``figure``, ``values``, ``lines``,
+    ``rules``, ``labels``, ``scales``). A stopped panel keeps its header alone."""
+    import ipywidgets as widgets
+
+    first = mon.children[0]
+    if isinstance(first, widgets.HTML):
+        return SimpleNamespace(header=first)
+    controls, grid = mon.children
+    header, pause, window = controls.children[-3:]  # after the style (and the views' watcher)
+    figure, values = grid.children
+    _base, lines, rules, labels = figure.marks
+    return SimpleNamespace(header=header, pause=pause, window=window, figure=figure, values=values,
+                           lines=lines, rules=rules, labels=labels,
+                           scales=[figure.scale_x, figure.scale_y])
+
+
+def row_titles(mon) -> list[str]:
+    """The titles of the panel's rows as shown ("GPU 0", ..., "host")."""
+    import html
+    import re
+
+    return [html.unescape(t) for t in re.findall(r'class="nbgpu-r"><div><b>(.*?)</b>',
+                                                 parts(mon).values.value)]
 
 
 # -- widgets without a kernel: a recording comm, and a front end's view saying it is on screen ----

@@ -303,21 +303,21 @@ def test_gpu_path_on_cpu_torch_builds_targets_and_the_abba_cross_check(tmp_path:
 
 
 @pytest.mark.parametrize("arm, util_drains", [("nbgpu", (4, 5)), ("nbgpu_watched", (19, 21))])
-def test_the_watched_arm_drains_as_an_open_panel_does_and_the_plain_arm_does_not(arm, util_drains) -> None:
+def test_the_watched_arm_drains_as_an_open_panel_does_and_the_plain_arm_does_not(
+        arm, util_drains, stepped) -> None:
     # The watched arm is the panel arm less its refresh: its sampler must keep the buffers
-    # live as a panel's latest() does (utilisation every 2 s), the plain one must not (10 s).
+    # live as a panel's refresh does (utilisation every 2 s), the plain one must not (10 s).
     import nbgpu
     from benchmarks import gpu_interference as gi
-    from test_engine_sampler import fake, run, spy_drains
 
-    sim, clock = fake(1)
+    sim, clock = stepped.fake(1)
     monitor = gi.arm_factories([0], None, lambda: sim)[arm]()
     assert monitor.name == arm
     s = nbgpu.Sampler(source=sim, energy_every_s=600, clock=clock)
     monitor._before_start(s)  # what start() does between making the sampler and starting it
-    run(s, clock, 5.0)
-    kinds = spy_drains(sim)
-    run(s, clock, 40.0)
+    clock.run(s, 5.0)
+    kinds = stepped.drains(sim)
+    clock.run(s, 40.0)
     s.stop()
     lo, hi = util_drains
     assert lo <= kinds.count(1) <= hi

@@ -13,18 +13,10 @@ from benchmarks.sampler_cost import TickSnapshots, split_by_function, timed_nvml
 from benchmarks.threadcpu import measure
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1.7e9
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _stepped_run(steps: int) -> tuple[TickSnapshots, dict, int]:
+def _stepped_run(stepped, steps: int) -> tuple[TickSnapshots, dict, int]:
     """A sampler on one simulated GPU, stepped on a fake clock, then stopped: the snapshots,
     the whole call table (stop included) and the calls the ticks' span saw."""
-    clock = Clock()
+    clock = stepped.new_clock()
     with timed_nvml_calls() as table:
         sampler = nbgpu.Sampler(source=nbgpu.SimulatedGPUs(count=1, seed=0, clock=clock), clock=clock)
         ticks = TickSnapshots(table)
@@ -38,15 +30,15 @@ def _stepped_run(steps: int) -> tuple[TickSnapshots, dict, int]:
     return ticks, whole, at_last_tick
 
 
-def test_calls_made_by_stop_after_the_last_tick_are_not_in_the_split() -> None:
-    ticks, whole, _ = _stepped_run(5)
+def test_calls_made_by_stop_after_the_last_tick_are_not_in_the_split(stepped) -> None:
+    ticks, whole, _ = _stepped_run(stepped, 5)
     assert whole["nvmlShutdown"][0] == 1  # stop() did call it, through the timed gateway
     steady = ticks.steady()
     assert "nvmlShutdown" not in steady
 
 
-def test_the_split_counts_exactly_the_calls_between_the_first_and_the_last_tick() -> None:
-    ticks, _, at_last_tick = _stepped_run(6)
+def test_the_split_counts_exactly_the_calls_between_the_first_and_the_last_tick(stepped) -> None:
+    ticks, _, at_last_tick = _stepped_run(stepped, 6)
     at_first_tick = sum(int(row[0]) for row in (ticks.first or {}).values())
     steady = ticks.steady()
     assert sum(int(row[0]) for row in steady.values()) == at_last_tick - at_first_tick

@@ -15,17 +15,9 @@ from nbgpu.profiles.energy import COUNTER_MIN_S
 ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def sim_and_sampler(clean_profiles):
-    clock = Clock()
+def sim_and_sampler(stepped, clean_profiles):
+    clock = stepped.new_clock()
     sim = nbgpu.SimulatedGPUs(count=1, clock=clock)
     s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=600, clock=clock)
     for _ in range(5):  # the first tick reads the counter; then 0.5 s of readings

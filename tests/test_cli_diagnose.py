@@ -117,3 +117,22 @@ def test_a_file_nbgpu_record_wrote_replays(tmp_path, capsys):
     assert main(["report", "--diagnose", path, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert isinstance(doc["findings"], list) and all(f["cell"] is None for f in doc["findings"])
+
+
+def test_a_recording_with_cell_events_is_judged_per_cell(tmp_path, capsys):
+    path = _recording(tmp_path / "run.jsonl")
+    with open(path, "a") as fh:
+        for label, t0, t1 in (("short", 1, 4), ("long", 5, 39)):
+            fh.write(json.dumps({"event": "cell", "timestamp": f"2027-01-15T08:00:{t0:02d}+00:00",
+                                 "label": label, "start": f"2027-01-15T08:00:{t0:02d}+00:00",
+                                 "end": f"2027-01-15T08:00:{t1:02d}+00:00"}) + "\n")
+    assert main(["report", "--diagnose", path, "--json"]) == 0
+    cells = {c["cell"]: c for c in json.loads(capsys.readouterr().out)["cells"]}
+    # 3 s, shorter than the windows: judged on its own readings only, never on those before it
+    assert all(f["message"].endswith("(judged on the cell's 3.0 s)") for f in cells["short"]["findings"])
+    long = cells["long"]
+    assert "imbalance" in {f["rule"] for f in long["findings"]}
+    assert all(long["start_s"] <= f["start_s"] or "since before" in f["message"] for f in long["findings"])
+    assert main(["report", "--diagnose", path]) == 0
+    out = capsys.readouterr().out
+    assert "cell short (" in out and "cell long (" in out

@@ -296,3 +296,30 @@ def test_help_of_every_command():
         assert sub.returncode == 0 and "usage: nbgpu " + cmd in sub.stdout
     assert "-- CMD ARGS" in nbgpu("record", "--help").stdout
     assert "127.0.0.1" in nbgpu("export", "--help").stdout
+
+
+def test_a_tick_row_keeps_the_peak_of_the_samples_folded_into_it(tmp_path):
+    # A memory peak between two ticks (the 10 ms memory lane a capture holds) is what the
+    # OOM rule needs on replay: the row keeps it in mem_used_max_bytes, as Timeline does.
+    clock = [1.9e9]
+    sim = SimulatedGPUs(count=1, seed=2, clock=lambda: clock[0], scenario="leak")
+    s = Sampler(sim, interval=1.0, clock=lambda: clock[0], diagnostics=False)
+    rec = Recorder(s, str(tmp_path / "a.jsonl"))
+    with s.fast_memory(0.01):
+        for k in range(1, 1201):
+            clock[0] = 1.9e9 + 0.01 * k
+            if clock[0] >= s.next_wake():
+                s.step(clock[0])
+            if k % 100 == 0:
+                rec.flush()
+    rec.close()
+    s.stop()
+    mine, _ = read_lines(tmp_path / "a.jsonl")
+    frame = s.timeline.to_pandas()
+    peaks = frame["mem_used_max_bytes"]
+    truth = {round(t.timestamp(), 3): m for t, m in zip(frame["time"], peaks, strict=True)}
+    written = {round(pd.Timestamp(r["timestamp"]).timestamp(), 3): r.get("mem_used_max_bytes") for r in mine}
+    common = [t for t in sorted(written) if t in truth][1:-1]  # the final flush folds the rest in
+    assert len(common) >= 8
+    assert all(written[t] == pytest.approx(truth[t]) for t in common)
+    assert any(r["mem_used_max_bytes"] > r["mem_used_bytes"] for r in mine[1:])  # a peak above the mean

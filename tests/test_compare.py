@@ -50,12 +50,13 @@ def test_noise_follows_each_runs_own_spread():
     assert fs["duration_s"].noise == pytest.approx(0.001)  # a cell's start and end are stamps
     unstamped = gpu_figures(_row(3000.0, 10.0, 8 * 1024**3, 90.0), steady, stamped=False)
     assert unstamped["duration_s"].noise == pytest.approx(0.1)  # first and last readings: a tick
-    # Spread readings: two standard errors of the mean (from the tick-to-tick jitter), the
-    # memory step into the peak.
-    u = noisy["util_pct"][1]
-    sd = 1.4826 * np.median(np.abs(np.diff(u))) / math.sqrt(2)
-    assert fn["util_mean_pct"].noise == pytest.approx(2 * sd / math.sqrt(n) + 0.5)
-    assert 0.3 * np.std(u) < sd < 3 * np.std(u)  # white noise: the jitter is its deviation
+    # Spread readings: the noise grows with their spread and falls as one over the root of
+    # how many there are (four times the same readings: half of it above the floor).
+    assert fn["util_mean_pct"].noise > 10 * fs["util_mean_pct"].noise
+    longer = _series(4 * n, *(np.tile(noisy[m][1], 4) for m in ("util_pct", "power_w", "mem_used_bytes")))
+    fl = gpu_figures(_row(3000.0, 10.0, 8 * 1024**3, 50.0), longer)
+    above = fn["util_mean_pct"].noise - 0.5, fl["util_mean_pct"].noise - 0.5
+    assert above[1] == pytest.approx(above[0] / 2, rel=0.05)
     step = float(np.diff(noisy["mem_used_bytes"][1])[-1])
     assert fn["mem_peak_bytes"].noise == pytest.approx(step)
     assert fn["energy_j"].noise > 2 * fs["energy_j"].noise

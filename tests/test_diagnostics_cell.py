@@ -9,7 +9,6 @@ from __future__ import annotations
 import nbgpu
 from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
 from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
-from test_profiles_capture import advance, settle
 
 MIB = 1 << 20
 
@@ -17,10 +16,10 @@ MIB = 1 << 20
 def _block(s, clock, seconds: float, step: float = 0.5):
     """A capture of ``seconds`` of fake time on the running sampler ``s``."""
     s.start()
-    settle(s)
+    clock.settle(s)
     cap = nbgpu.capture(sampler=s).start()
     for _ in range(round(seconds / step)):
-        advance(s, clock, step)
+        clock.advance(s, step)
     cap.finish()
     _ = cap.summary  # read as the cell report does, while the sampler still runs
     return cap
@@ -103,4 +102,56 @@ def test_a_cell_shorter_than_a_rules_window_is_not_judged_on_readings_from_befor
         cap = _block(s, clock, 3.0)
     finally:
         s.stop()
-    assert "throttling" not in [a.rule for a in cap.alerts]
+    # Judged on what it has: its own 3 s, never the 10 s window reaching back before it.
+    (alert,) = [a for a in cap.alerts if a.rule == "throttling"]
+    assert alert.message.endswith("(judged on the cell's 3.0 s)") and " over 3 s" in alert.message
+    assert alert.evidence["judged_on_s"] == 3.0 and alert.start >= cap.start_time
+    assert "since before this cell" not in alert.message
+
+
+def _filling_sampler(fill_at: float):
+    """Memory at half the card, then full from ``fill_at`` on (an allocation loop's OOM)."""
+    total = 143771 * MIB
+
+    def mem(g, t, m):
+        return total * (0.99 if t >= fill_at else 0.5)
+
+    return sim_sampler(source=ShapedGPUs(count=1, mem=mem, mem_total_bytes=total))
+
+
+def test_a_cell_shorter_than_the_hold_that_ends_with_the_card_full_is_judged_at_its_end(clean_profiles):
+    # The issue's OOM cell: under a second, memory full at its end; no evaluation falls inside it.
+    s, clock = _filling_sampler(fill_at=10.3)
+    drive(s, clock, 10.0)
+    try:
+        cap = _block(s, clock, 0.6, step=0.3)
+    finally:
+        s.stop()
+    (alert,) = [a for a in cap.alerts if a.rule == "oom_risk"]
+    assert alert.severity == "warning" and "99 %" in alert.message
+    assert "since before this cell" not in alert.message
+
+
+def test_a_short_cell_with_memory_below_the_level_at_its_end_gets_no_oom_risk(clean_profiles):
+    s, clock = _filling_sampler(fill_at=1e9)
+    drive(s, clock, 10.0)
+    try:
+        cap = _block(s, clock, 0.6, step=0.3)
+    finally:
+        s.stop()
+    assert cap.alerts == []
+
+
+def test_a_cells_alert_shows_the_figures_of_a_window_inside_the_cell_where_there_is_one():
+    # A window reaching 2 s before the cell (the tolerance at its edge) saw the cell before's
+    # thermal throttling; the cell's own windows see the power cap: its figures are shown.
+    from nbgpu.diagnostics.alerts import Alert, judged_in
+
+    t0 = 1000.0
+    edge = (t0 + 8.5, t0 - 1.5, "warning", "throttling (thermal)", {"temp_c": 88.0})
+    inside = (t0 + 12.5, t0 + 2.5, "info", "throttling (power)", {"power_w": 699.0})
+    a = Alert("throttling", "warning", 0, t0 + 8.5, None, edge[3], "", dict(edge[4]), [edge, inside])
+    (got,) = judged_in([a], t0, t0 + 15.0, tolerance_s=2.0)
+    assert got.message == "throttling (power)" and got.severity == "info"
+    (short,) = judged_in([a], t0, t0 + 9.0, tolerance_s=2.0)  # only the edge window counts
+    assert short.message == "throttling (thermal)"

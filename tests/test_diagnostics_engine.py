@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import nbgpu
-from conftest_diagnostics import FakeClock, ShapedGPUs, drive, fired, sim_sampler
+from conftest_diagnostics import FakeClock, ShapedGPUs, drive, findings_per_evaluation, fired, sim_sampler
 from nbgpu.diagnostics import RULES, Thresholds
 from nbgpu.sources.simulated import SimulatedGPUs
 
@@ -211,8 +211,6 @@ def _counted(monkeypatch, rule: str) -> list[float]:
 def test_rules_judging_utilisation_run_again_only_once_it_moved(monkeypatch, rule):
     # Nobody watches: utilisation is drained every 10 s and the rules judge it (and the CPU
     # or SM activity beside it) up to there, so between drains they would find the same.
-    from test_diagnostics_rules import findings_per_evaluation
-
     runs = _counted(monkeypatch, rule)
     found = findings_per_evaluation(monkeypatch, rule)
     s, clock = sim_sampler("input_bound" if rule == "input_bound" else "thin")

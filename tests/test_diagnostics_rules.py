@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest_diagnostics import ShapedGPUs, drive, fired, sim_sampler
+from conftest_diagnostics import ShapedGPUs, drive, findings_per_evaluation, fired, sim_sampler
 from nbgpu.sources.sim_workload import SCENARIOS
 
 TOTAL = 143771 * 2**20  # the simulated card's memory, bytes
@@ -153,21 +153,6 @@ def test_low_util_with_an_idle_cpu_is_not_input_bound():
     s, clock = sim_sampler(source=shaped)
     drive(s, clock, 60)
     assert fired(s, "input_bound") == []
-
-
-def findings_per_evaluation(monkeypatch, rule: str) -> list[int]:
-    """How many findings of ``rule`` each evaluation hands to the alerts, in order."""
-    from nbgpu.diagnostics.alerts import Episodes
-
-    counts: list[int] = []
-    original = Episodes.update
-
-    def update(self, findings, now, rules):
-        counts.append(sum(1 for f in findings if f.rule == rule))
-        return original(self, findings, now, rules)
-
-    monkeypatch.setattr(Episodes, "update", update)
-    return counts
 
 
 @pytest.mark.parametrize("scenario, rule, gpus", [("input_bound", "input_bound", 2),

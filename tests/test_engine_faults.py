@@ -8,22 +8,12 @@ import nbgpu
 from nbgpu.sources.simulated import SimulatedGPUs
 
 
-class FakeClock:
-    """Seconds that move only when the test steps the sampler."""
-
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def sim_and_clock(**kw) -> tuple[SimulatedGPUs, FakeClock]:
-    clock = FakeClock()
+def sim_and_clock(stepped, **kw) -> tuple[SimulatedGPUs, object]:
+    clock = stepped.new_clock()
     return SimulatedGPUs(clock=clock, **kw), clock
 
 
-def advance(s: nbgpu.Sampler, clock: FakeClock, seconds: float, dt: float = 0.05) -> None:
+def advance(s: nbgpu.Sampler, clock, seconds: float, dt: float = 0.05) -> None:
     """Step the sampler through ``seconds`` of fake time, as its thread would."""
     for _ in range(round(seconds / dt)):
         clock.t += dt
@@ -60,8 +50,8 @@ def test_missing_pynvml_module_is_reported(monkeypatch):
         nbgpu.Sampler(source="nvml")
 
 
-def test_unsupported_metric_is_absent_never_zero():
-    sim, clock = sim_and_clock(unsupported=["nvmlDeviceGetTemperature",
+def test_unsupported_metric_is_absent_never_zero(stepped):
+    sim, clock = sim_and_clock(stepped, unsupported=["nvmlDeviceGetTemperature",
                                             "nvmlGpmQueryDeviceSupport"])
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.4)
@@ -74,8 +64,8 @@ def test_unsupported_metric_is_absent_never_zero():
     assert s.errors == 0
 
 
-def test_metric_that_stops_being_supported_mid_run_becomes_nan():
-    sim, clock = sim_and_clock()
+def test_metric_that_stops_being_supported_mid_run_becomes_nan(stepped):
+    sim, clock = sim_and_clock(stepped)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.4)
     sim.set_unsupported("nvmlDeviceGetTemperature", gpu=0)
@@ -89,8 +79,8 @@ def test_metric_that_stops_being_supported_mid_run_becomes_nan():
     assert "temp_c" not in s.source.devices()[0].metrics
 
 
-def test_gpu_lost_mid_run_stops_its_series_and_the_rest_carry_on():
-    sim, clock = sim_and_clock(count=2)
+def test_gpu_lost_mid_run_stops_its_series_and_the_rest_carry_on(stepped):
+    sim, clock = sim_and_clock(stepped, count=2)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.4)
     sim.lose_gpu(1)
@@ -106,8 +96,8 @@ def test_gpu_lost_mid_run_stops_its_series_and_the_rest_carry_on():
     assert any(e.kind == "lost" and e.device == 1 for e in s.timeline.events())
 
 
-def test_sample_buffer_not_found_means_nothing_new_not_an_error():
-    sim, clock = sim_and_clock()
+def test_sample_buffer_not_found_means_nothing_new_not_an_error(stepped):
+    sim, clock = sim_and_clock(stepped)
     sim.inject_error("nvmlDeviceGetSamples", 6)  # NVML_ERROR_NOT_FOUND on every drain
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.5)
@@ -117,12 +107,12 @@ def test_sample_buffer_not_found_means_nothing_new_not_an_error():
     assert len(s.timeline.series(0, "mem_used_bytes")[0]) >= 3
 
 
-def test_an_empty_buffer_for_long_falls_back_to_polling(monkeypatch):
+def test_an_empty_buffer_for_long_falls_back_to_polling(monkeypatch, stepped):
     import nbgpu.sources.nvml as nvml_mod
 
     monkeypatch.setattr(nvml_mod, "BUFFER_DEAD_AFTER_S", 0.3)
     monkeypatch.setattr(nvml_mod, "DRAIN_EVERY_S", dict.fromkeys(nvml_mod.DRAIN_EVERY_S, 0.1))
-    sim, clock = sim_and_clock()
+    sim, clock = sim_and_clock(stepped)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.1)
     sim.inject_error("nvmlDeviceGetSamples", 6)
@@ -133,8 +123,8 @@ def test_an_empty_buffer_for_long_falls_back_to_polling(monkeypatch):
     assert late.any() and (v[late] > 0).all()
 
 
-def test_transient_nvml_error_leaves_nan_is_counted_and_the_thread_lives():
-    sim, clock = sim_and_clock()
+def test_transient_nvml_error_leaves_nan_is_counted_and_the_thread_lives(stepped):
+    sim, clock = sim_and_clock(stepped)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.2)
     sim.inject_error("nvmlDeviceGetMemoryInfo", 999, gpu=0, times=2)
@@ -146,8 +136,8 @@ def test_transient_nvml_error_leaves_nan_is_counted_and_the_thread_lives():
     assert len(s.timeline.series(0, "mem_used_bytes")[0]) >= 3
 
 
-def test_nvml_init_and_shutdown_are_paired_with_other_users():
-    sim, clock = sim_and_clock()
+def test_nvml_init_and_shutdown_are_paired_with_other_users(stepped):
+    sim, clock = sim_and_clock(stepped)
     sim.nvmlInit()  # someone else (torch, the user) holds NVML
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.2)
@@ -157,8 +147,8 @@ def test_nvml_init_and_shutdown_are_paired_with_other_users():
     assert not sim.initialised
 
 
-def test_mig_slices_are_their_own_devices_with_what_they_support():
-    sim, clock = sim_and_clock(count=1, mig={0: 2})
+def test_mig_slices_are_their_own_devices_with_what_they_support(stepped):
+    sim, clock = sim_and_clock(stepped, count=1, mig={0: 2})
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.4)
     s.stop()

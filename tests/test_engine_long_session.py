@@ -20,14 +20,6 @@ T0 = 1_800_000_000.0
 HOUR = 3600.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class FlatGPUs(SimulatedGPUs):
     """Simulated GPUs with flat load: the same NVML path, cheap enough to run for a day."""
 
@@ -50,8 +42,8 @@ def rows_by_kind(store: Store, device, stream: str) -> tuple[int, int, float]:
     return int((~decimated).sum()), int(decimated.sum()), float(t[-1] - t[0]) if len(t) else 0.0
 
 
-def test_a_26_hour_session_of_8_gpus_keeps_store_memory_flat_after_the_bounds_fill():
-    clock = Clock()
+def test_a_26_hour_session_of_8_gpus_keeps_store_memory_flat_after_the_bounds_fill(stepped):
+    clock = stepped.new_clock()
     sim = FlatGPUs(count=8, clock=clock)
     s = Sampler(sim, clock=clock, host=False)
     clock.t += 1e-3

@@ -13,50 +13,9 @@ import pytest
 import nbgpu
 from nbgpu.sources.simulated import SimulatedGPUs
 
-T0 = 1_800_000_000.0
-
 
 def sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "nbgpu-sampler" and t.is_alive()]
-
-
-class Clock:
-    """A fake clock: moves only when ``run`` moves it."""
-
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def fake(count: int = 2, **kw) -> tuple[SimulatedGPUs, Clock]:
-    clock = Clock()
-    return SimulatedGPUs(count=count, clock=clock, **kw), clock
-
-
-def run(s: nbgpu.Sampler, clock: Clock, seconds: float) -> None:
-    """Step ``s`` at every wake-up its thread would have in ``seconds`` of the fake clock."""
-    if s.next_wake() == -math.inf:  # never stepped: the probe just took a GPM sample at
-        clock.t += 1e-3             # this clock time, and GPM needs two distinct times
-    end = clock.t + seconds
-    while clock.t <= end + 1e-9:
-        s.step(clock.t)
-        clock.t = max(s.next_wake(), clock.t + 1e-6)
-    clock.t = end
-
-
-def spy_drains(sim: SimulatedGPUs) -> list[int]:
-    """The sampling type of every nvmlDeviceGetSamples call from now on, in order."""
-    kinds: list[int] = []
-    original = sim.nvmlDeviceGetSamples
-
-    def spy(handle, kind, since):
-        kinds.append(kind)
-        return original(handle, kind, since)
-
-    sim.nvmlDeviceGetSamples = spy
-    return kinds
 
 
 def test_devices_describe_each_gpu_and_its_metrics():
@@ -65,11 +24,11 @@ def test_devices_describe_each_gpu_and_its_metrics():
         d = s.devices[0]
         assert "simulated" in d.name
         assert d.uuid.startswith("GPU-")
-        assert d["mem_total_bytes"] > 100e9
-        assert d["power_limit_w"] == 700.0
+        assert d.mem_total_bytes > 100e9
+        assert d.power_limit_w == 700.0
         for metric in ("util_pct", "mem_util_pct", "mem_used_bytes", "temp_c", "power_w",
                        "sm_clock_mhz", "energy_j", "sm_active_pct", "tensor_active_pct"):
-            assert metric in d["metrics"], metric
+            assert metric in d.metrics, metric
 
 
 def test_sim_source_by_name_has_two_gpus_and_says_simulated():
@@ -101,14 +60,14 @@ def _until_machine_cpu_time_moves() -> None:
         time.sleep(0.05)
 
 
-def test_timeline_has_the_documented_columns_and_utc_times():
-    sim, clock = fake()
+def test_timeline_has_the_documented_columns_and_utc_times(stepped):
+    sim, clock = stepped.fake()
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
-    run(s, clock, 1.0)
+    clock.run(s, 1.0)
     # Host CPU % is NaN ("not measured") where no CPU time passed since the last read: on a
     # fast machine the fake clock's ticks can all come within one clock tick of real time.
     _until_machine_cpu_time_moves()
-    run(s, clock, 0.2)
+    clock.run(s, 0.2)
     s.stop()
     df = s.timeline.to_pandas()
     for col in ("time", "gpu", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
@@ -123,10 +82,10 @@ def test_timeline_has_the_documented_columns_and_utc_times():
     assert tick["host_ram_total_bytes"].notna().all()
 
 
-def test_power_and_util_keep_native_resolution_with_a_slow_interval():
-    sim, clock = fake()
+def test_power_and_util_keep_native_resolution_with_a_slow_interval(stepped):
+    sim, clock = stepped.fake()
     s = nbgpu.Sampler(source=sim, interval=1.0, clock=clock)
-    run(s, clock, 10.6)  # the utilisation buffers are drained every 10 s
+    clock.run(s, 10.6)  # the utilisation buffers are drained every 10 s
     s.stop()
     t, _ = s.timeline.series(0, "power_w")
     tu, _ = s.timeline.series(0, "util_pct")
@@ -136,10 +95,10 @@ def test_power_and_util_keep_native_resolution_with_a_slow_interval():
     assert 10 <= len(tm) <= 12  # cheap polled reads stay at the 1 s interval
 
 
-def test_polling_fallback_where_a_card_has_no_sample_buffer():
-    sim, clock = fake(sample_buffers=False)
+def test_polling_fallback_where_a_card_has_no_sample_buffer(stepped):
+    sim, clock = stepped.fake(sample_buffers=False)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
-    run(s, clock, 0.8)
+    clock.run(s, 0.8)
     s.stop()
     t, v = s.timeline.series(0, "power_w")
     assert len(t) >= 5
@@ -147,14 +106,14 @@ def test_polling_fallback_where_a_card_has_no_sample_buffer():
     assert (v > 0).all()
 
 
-def test_between_slices_time_and_accepts_datetimes():
-    sim, clock = fake()
+def test_between_slices_time_and_accepts_datetimes(stepped):
+    sim, clock = stepped.fake()
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
-    run(s, clock, 0.5)
+    clock.run(s, 0.5)
     t0 = clock.t
-    run(s, clock, 0.5)
+    clock.run(s, 0.5)
     t1 = clock.t
-    run(s, clock, 0.3)
+    clock.run(s, 0.3)
     s.stop()
     part = s.timeline.between(t0, t1).to_pandas()
     assert len(part)
@@ -191,10 +150,10 @@ def test_one_thread_per_sampler_and_stop_joins_it():
     assert not s.running
 
 
-def test_gpus_selection_keeps_only_those():
-    sim, clock = fake(4)
+def test_gpus_selection_keeps_only_those(stepped):
+    sim, clock = stepped.fake(4)
     s = nbgpu.Sampler(source=sim, gpus=[1, 3], interval=0.1, clock=clock)
-    run(s, clock, 0.3)
+    clock.run(s, 0.3)
     s.stop()
     assert [d.key for d in s.devices] == [1, 3]
     assert set(s.timeline.to_pandas()["gpu"]) == {1, 3}
@@ -235,11 +194,11 @@ def test_gpu_index_out_of_range_is_a_value_error_and_releases_nvml():
     assert not sim.initialised
 
 
-def test_marks_land_on_the_timeline():
-    sim, clock = fake()
+def test_marks_land_on_the_timeline(stepped):
+    sim, clock = stepped.fake()
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     s.mark("epoch 1")
-    run(s, clock, 0.2)
+    clock.run(s, 0.2)
     s.stop()
     assert [label for _, label in s.timeline.marks()] == ["epoch 1"]
 
@@ -271,43 +230,43 @@ def test_public_api_matches_all():
         assert hasattr(nbgpu, name), name
 
 
-def test_buffers_are_drained_on_their_own_schedule_and_on_request():
-    sim, clock = fake(1)
-    kinds = spy_drains(sim)
+def test_buffers_are_drained_on_their_own_schedule_and_on_request(stepped):
+    sim, clock = stepped.fake(1)
+    kinds = stepped.drains(sim)
     s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=60, clock=clock)
     kinds.clear()
     for _ in range(41):  # a live view looks at the newest values every 0.3 s
         s.watch()
-        run(s, clock, 0.3)
+        clock.run(s, 0.3)
     # power (0) every 1 s, utilisation (1) every 2 s, memory-bandwidth utilisation (2) every 10 s
     assert 11 <= kinds.count(0) <= 14
     assert 6 <= kinds.count(1) <= 8
     assert 1 <= kinds.count(2) <= 2
     s.request("edge")
     before = len(kinds)
-    run(s, clock, 0.15)
+    clock.run(s, 0.15)
     assert set(kinds[before:]) == {0, 1, 2}  # an edge read drains every buffer at once
     s.stop()
 
 
-def test_a_scheduled_energy_read_leaves_the_buffers_to_their_own_schedule():
+def test_a_scheduled_energy_read_leaves_the_buffers_to_their_own_schedule(stepped):
     # Each utilisation drain costs ~2.5 ms on an H200 whatever it returns; the counter's
     # periodic read needs no buffer drained with it (only a capture's edge does).
-    sim, clock = fake(1)
-    kinds = spy_drains(sim)
+    sim, clock = stepped.fake(1)
+    kinds = stepped.drains(sim)
     s = nbgpu.Sampler(source=sim, interval=1.0, energy_every_s=3.0, clock=clock)
-    run(s, clock, 1.0)
+    clock.run(s, 1.0)
     energy_calls = sim.calls["nvmlDeviceGetTotalEnergyConsumption"]
     kinds.clear()
-    run(s, clock, 30.0)
+    clock.run(s, 30.0)
     s.stop()
     assert sim.calls["nvmlDeviceGetTotalEnergyConsumption"] - energy_calls >= 9
     assert 3 <= kinds.count(1) <= 4  # utilisation every 10 s (nobody watches live values)
     assert 3 <= kinds.count(2) <= 4  # memory-bandwidth utilisation every 10 s
 
 
-def test_unselected_gpus_are_never_read():
-    sim, clock = fake(4)
+def test_unselected_gpus_are_never_read(stepped):
+    sim, clock = stepped.fake(4)
     read: list[int] = []
     original = sim.nvmlDeviceGetMemoryInfo
 
@@ -318,30 +277,30 @@ def test_unselected_gpus_are_never_read():
     sim.nvmlDeviceGetMemoryInfo = spy
     s = nbgpu.Sampler(source=sim, gpus=[2], interval=0.1, clock=clock)
     read.clear()  # probing read every GPU once; sampling must not
-    run(s, clock, 0.5)
+    clock.run(s, 0.5)
     s.stop()
     assert read and set(read) == {2}
 
 
-def test_drain_only_wakeups_make_no_cheap_reads():
-    sim, clock = fake(1)
+def test_drain_only_wakeups_make_no_cheap_reads(stepped):
+    sim, clock = stepped.fake(1)
     s = nbgpu.Sampler(source=sim, interval=3.0, energy_every_s=60, procs_every_s=60, clock=clock)
-    run(s, clock, 0.2)
+    clock.run(s, 0.2)
     before = sim.calls["nvmlDeviceGetMemoryInfo"]
-    run(s, clock, 2.2)  # two buffer-drain wake-ups, no tick
+    clock.run(s, 2.2)  # two buffer-drain wake-ups, no tick
     assert sim.calls["nvmlDeviceGetMemoryInfo"] == before
     assert sim.calls["nvmlDeviceGetSamples"] >= 4
     s.stop()
 
 
-def test_an_injected_read_error_is_counted_per_gpu_and_memory_reads_failed_not_live():
-    sim, clock = fake(2)
+def test_an_injected_read_error_is_counted_per_gpu_and_memory_reads_failed_not_live(stepped):
+    sim, clock = stepped.fake(2)
     s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
-    run(s, clock, 2.0)
+    clock.run(s, 2.0)
     good = s.latest()[0]["mem_used_bytes"]
     assert s.latest()[0]["states"]["mem_used_bytes"] == "live" and good > 0
     sim.inject_error("nvmlDeviceGetMemoryInfo", 999, gpu=0)
-    run(s, clock, 2.0)
+    clock.run(s, 2.0)
     st = s.status()
     assert st.errors == s.errors > 0 and st.errors_by_gpu.get(0, 0) > 0
     assert 1 not in st.errors_by_gpu
@@ -355,12 +314,12 @@ def test_an_injected_read_error_is_counted_per_gpu_and_memory_reads_failed_not_l
     s.stop()
 
 
-def test_a_failing_read_marks_only_its_own_metrics_failed():
-    sim, clock = fake(1)
+def test_a_failing_read_marks_only_its_own_metrics_failed(stepped):
+    sim, clock = stepped.fake(1)
     s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
-    run(s, clock, 2.0)
+    clock.run(s, 2.0)
     sim.inject_error("nvmlDeviceGetTemperature", 999, gpu=0)
-    run(s, clock, 12.0)  # past a drain of every sample buffer
+    clock.run(s, 12.0)  # past a drain of every sample buffer
     states = s.latest()[0]["states"]
     assert states["temp_c"] == "failed"
     others = {m: st for m, st in states.items() if m != "temp_c" and st != "live"}
@@ -368,42 +327,43 @@ def test_a_failing_read_marks_only_its_own_metrics_failed():
     s.stop()
 
 
-def test_a_metric_no_longer_refreshed_turns_stale_after_three_periods():
-    sim, clock = fake(1)
+def test_a_metric_no_longer_refreshed_turns_stale_after_three_periods(stepped):
+    sim, clock = stepped.fake(1)
     s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
-    run(s, clock, 3.0)
+    clock.run(s, 3.0)
     # the source answers but stops reporting temperature (no error, no NotSupported)
     sim.nvmlDeviceGetTemperature = lambda h, sensor: float("nan")
-    run(s, clock, 1.0)
+    clock.run(s, 1.0)
     assert s.latest()[0]["states"]["temp_c"] == "live"
-    run(s, clock, 1.0)
+    clock.run(s, 1.0)
     row = s.latest()[0]
     assert row["states"]["temp_c"] == "stale" and math.isnan(row["temp_c"])
     assert row["last_good"]["temp_c"] > 0
     s.stop()
 
 
-def test_fast_memory_adds_memory_reads_every_10_ms_only_while_held():
-    sim, clock = fake(1)
+def test_fast_memory_adds_memory_reads_every_10_ms_only_while_held(stepped):
+    sim, clock = stepped.fake(1)
     s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
-    run(s, clock, 1.0)
+    clock.run(s, 1.0)
     before = sim.calls["nvmlDeviceGetMemoryInfo"]
     with s.fast_memory(0.01), s.fast_memory(0.05):  # nested: the fastest held lane wins
-        run(s, clock, 0.5)
+        clock.run(s, 0.5)
         during = sim.calls["nvmlDeviceGetMemoryInfo"] - before
-    run(s, clock, 0.5)
+    clock.run(s, 0.5)
     after = sim.calls["nvmlDeviceGetMemoryInfo"] - before - during
     assert 45 <= during <= 55
     assert after <= 2
     t, _ = s.timeline.series(0, "mem_used_bytes")
-    assert np.median(np.diff(t[(t > T0 + 1.0) & (t < T0 + 1.5)])) == pytest.approx(0.01, abs=1e-6)
+    t0 = stepped.T0
+    assert np.median(np.diff(t[(t > t0 + 1.0) & (t < t0 + 1.5)])) == pytest.approx(0.01, abs=1e-6)
     s.stop()
 
 
-def test_status_says_what_the_views_need_without_touching_the_source():
-    sim, clock = fake(1)
+def test_status_says_what_the_views_need_without_touching_the_source(stepped):
+    sim, clock = stepped.fake(1)
     s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock)
-    run(s, clock, 1.0)
+    clock.run(s, 1.0)
     st = s.status()
     assert st.state == "stopped" and st.ticks == 3 and st.errors == 0
     assert st.simulated and st.source_kind == "sim" and "simulated" in st.source_description

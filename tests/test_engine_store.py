@@ -13,7 +13,6 @@ import pytest
 
 import nbgpu
 from nbgpu.store import Store
-from test_engine_sampler import fake, run
 
 
 def fill(store: Store, seconds: float, hz: float, start: float = 1e9) -> None:
@@ -129,18 +128,18 @@ def test_a_stream_that_never_wrote_a_column_adds_nothing_to_its_series():
     assert (v == 300.0).all()
 
 
-def sampled() -> nbgpu.Sampler:
+def sampled(stepped) -> nbgpu.Sampler:
     """A stopped sampler with 0.6 s of fake time on two simulated GPUs (7 ticks, stepped by hand)."""
-    sim, clock = fake()
+    sim, clock = stepped.fake()
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
-    run(s, clock, 0.6)
+    clock.run(s, 0.6)
     s.stop()
     assert s.ticks == 7
     return s
 
 
-def test_jsonl_uses_the_monitoring_script_keys_plus_extras(tmp_path):
-    s = sampled()
+def test_jsonl_uses_the_monitoring_script_keys_plus_extras(tmp_path, stepped):
+    s = sampled(stepped)
     path = s.timeline.to_jsonl(str(tmp_path / "run.jsonl"))
     with open(path) as fh:
         records = [json.loads(line) for line in fh]
@@ -155,8 +154,8 @@ def test_jsonl_uses_the_monitoring_script_keys_plus_extras(tmp_path):
     pd.Timestamp(last["timestamp"])  # ISO time
 
 
-def test_csv_and_parquet_round_trip(tmp_path):
-    s = sampled()
+def test_csv_and_parquet_round_trip(tmp_path, stepped):
+    s = sampled(stepped)
     df = s.timeline.to_pandas()
     csv = pd.read_csv(s.timeline.to_csv(str(tmp_path / "run.csv")))
     assert len(csv) == len(df) and list(csv.columns) == list(df.columns)
@@ -165,8 +164,8 @@ def test_csv_and_parquet_round_trip(tmp_path):
     assert pq["power_w"].sum() == pytest.approx(df["power_w"].sum())
 
 
-def test_a_failed_export_leaves_the_old_file_untouched(tmp_path, monkeypatch):
-    s = sampled()
+def test_a_failed_export_leaves_the_old_file_untouched(tmp_path, monkeypatch, stepped):
+    s = sampled(stepped)
     path = tmp_path / "run.jsonl"
     path.write_text("precious\n")
 
@@ -181,8 +180,8 @@ def test_a_failed_export_leaves_the_old_file_untouched(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]
 
 
-def test_export_to_a_missing_folder_is_one_clear_error(tmp_path):
-    s = sampled()
+def test_export_to_a_missing_folder_is_one_clear_error(tmp_path, stepped):
+    s = sampled(stepped)
     with pytest.raises(nbgpu.NbgpuError, match="does not exist"):
         s.timeline.to_csv(str(tmp_path / "nope" / "run.csv"))
 
@@ -212,18 +211,8 @@ def test_import_starts_nothing():
 
 
 @pytest.mark.parametrize("resolution", ["tick", "native"])
-def test_decimated_is_a_boolean_column_never_none(resolution):
-    from nbgpu.sources.simulated import SimulatedGPUs
-
-    class Clock:
-        t = 1_800_000_000.0
-
-        def __call__(self):
-            return self.t
-
-    clock = Clock()
-    s = nbgpu.Sampler(SimulatedGPUs(count=2, clock=clock), interval=0.5, clock=clock,
-                      full_res_s=2, bucket_s=1, history_s=100)
+def test_decimated_is_a_boolean_column_never_none(resolution, stepped, clock):
+    s = stepped(interval=0.5, full_res_s=2, bucket_s=1, history_s=100)
     for _ in range(40):
         clock.t += 0.25
         s.step(clock.t)

@@ -10,8 +10,9 @@ import pytest
 
 import nbgpu
 from nbgpu import session
+from nbgpu.config import check_interval
 from nbgpu.errors import BadArgumentError, SamplerStateError
-from nbgpu.sampler import Sampler, check_interval
+from nbgpu.sampler import Sampler
 from nbgpu.sampler_thread import _stop_all_at_exit
 from nbgpu.sources.simulated import SimulatedGPUs
 
@@ -22,19 +23,11 @@ def sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "nbgpu-sampler" and t.is_alive()]
 
 
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def procs_reads(sim: SimulatedGPUs) -> int:
     return sim.calls["nvmlDeviceGetComputeRunningProcesses"]
 
 
-def run_with_request_at_line(k: int) -> tuple[bool, int]:
+def run_with_request_at_line(stepped, k: int) -> tuple[bool, int]:
     """Step once while another thread calls ``request("procs")`` at the k-th engine line.
 
     Returns (whether that line was reached, how many process reads the request caused
@@ -42,7 +35,7 @@ def run_with_request_at_line(k: int) -> tuple[bool, int]:
     thread waits on the sampler's own locks exactly as a real caller would; the step goes
     on after 20 ms if it is blocked.
     """
-    clock = Clock()
+    clock = stepped.new_clock()
     sim = SimulatedGPUs(count=1, clock=clock)
     s = Sampler(sim, interval=0.5, procs_every_s=3600, host=False, diagnostics=False, clock=clock)
     s.step(clock.t)  # first step: every costly read is due once
@@ -78,10 +71,10 @@ def run_with_request_at_line(k: int) -> tuple[bool, int]:
     return reached[0], procs_reads(sim) - before
 
 
-def test_a_request_landing_at_any_line_of_a_step_is_never_lost():
+def test_a_request_landing_at_any_line_of_a_step_is_never_lost(stepped):
     k = 1
     while True:
-        reached, reads = run_with_request_at_line(k)
+        reached, reads = run_with_request_at_line(stepped, k)
         if not reached:
             break
         assert reads >= 1, f"request at engine line {k} of the step was lost"
@@ -132,8 +125,8 @@ def test_starting_while_still_stopping_says_why_in_one_line():
     assert s.status().state == "closed"
 
 
-def test_lost_and_processes_are_snapshots_safe_to_iterate_while_the_sampler_writes():
-    clock = Clock()
+def test_lost_and_processes_are_snapshots_safe_to_iterate_while_the_sampler_writes(stepped):
+    clock = stepped.new_clock()
     sim = SimulatedGPUs(count=3, clock=clock)
     s = Sampler(sim, interval=0.5, host=False, diagnostics=False, clock=clock)
     s.step(clock.t)

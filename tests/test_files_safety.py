@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import json
 import os
 import socket
@@ -181,13 +182,14 @@ def test_a_file_size_limit_fails_cleanly_in_a_real_process(tmp_path):
     before = path.read_bytes()
     script = textwrap.dedent(f"""
         import resource, sys
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_files_safety import frame
+        import numpy as np, pandas as pd
         from nbgpu.errors import FileError
         from nbgpu.files import write_csv
+        exec({inspect.getsource(frame)!r})  # this module's frame(), without importing the module
+        big = frame(5000)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
         try:
-            write_csv(frame(5000), {str(path)!r})
+            write_csv(big, {str(path)!r})
         except FileError as exc:
             print(exc)
             sys.exit(9)

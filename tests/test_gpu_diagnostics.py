@@ -1,4 +1,4 @@
-"""The diagnostics rules against real workloads (scripts/gpu_diagnostics_check.py); GPU only."""
+"""The diagnostics rules against real workloads (scripts/gpu/diagnostics_check.py); GPU only."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.gpu
-SCRIPT = Path(__file__).parents[1] / "scripts" / "gpu_diagnostics_check.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "gpu" / "diagnostics_check.py"
 
 
 def test_real_workloads_raise_their_diagnoses(tmp_path):
@@ -26,7 +26,7 @@ def test_real_workloads_raise_their_diagnoses(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     out = tmp_path / "check.json"
-    env = dict(os.environ, PYTHONPATH=str(SCRIPT.parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(SCRIPT.parents[2]))
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], env=env,
                           capture_output=True, text=True, timeout=400)
     assert out.exists(), proc.stderr[-3000:]

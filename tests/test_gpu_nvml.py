@@ -17,12 +17,12 @@ pytestmark = pytest.mark.gpu
 
 def test_devices_match_nvml(nvml):
     with nbgpu.Sampler(source="nvml") as s:
-        assert len([d for d in s.devices if not d["mig"]]) == nvml.nvmlDeviceGetCount()
+        assert len([d for d in s.devices if not d.mig]) == nvml.nvmlDeviceGetCount()
         d = s.devices[0]
         h = nvml.nvmlDeviceGetHandleByIndex(0)
-        assert d["mem_total_bytes"] == nvml.nvmlDeviceGetMemoryInfo(h).total
+        assert d.mem_total_bytes == nvml.nvmlDeviceGetMemoryInfo(h).total
         for metric in ("mem_used_bytes", "temp_c", "power_w", "util_pct"):
-            assert metric in d["metrics"]
+            assert metric in d.metrics
         assert not s.simulated
 
 

@@ -29,9 +29,13 @@ class _Cap:
     def __init__(self, t: float) -> None:
         self.start_time, self.end_time, self.status = t, t + 1.0, "ok"
         self.alerts, self.error, self.summary_rows, self.totals = [], None, [], {}
+        self.trackers = []  # no nbgpu.track loop
 
     def series(self, metrics: object) -> dict:
         return {}
+
+    def split(self) -> None:  # no stack samples
+        return None
 
 
 def _rec(n: int, t: float | None = None) -> CellRecord:
@@ -67,8 +71,11 @@ class Cap:
     def __init__(self, t):
         self.start_time, self.end_time, self.status = t, t + 1.0, "ok"
         self.alerts, self.error, self.summary_rows, self.totals = [], None, [], {{}}
+        self.trackers = []
     def series(self, metrics):
         return {{}}
+    def split(self):
+        return None
 history.keep_history({path!r})
 while not os.path.exists({go!r}):
     time.sleep(0.005)
@@ -235,7 +242,9 @@ def test_a_full_disk_warns_once_and_leaves_only_whole_lines(tmp_path):
         "    def __init__(self, t):\n"
         "        self.start_time, self.end_time, self.status = t, t + 1.0, 'ok'\n"
         "        self.alerts, self.error, self.summary_rows, self.totals = [], None, [], {}\n"
+        "        self.trackers = []\n"
         "    def series(self, metrics): return {}\n"
+        "    def split(self): return None\n"
         f"keep_history({str(path)!r})\n"
         "for n in range(40):\n"
         "    add(CellRecord(n, f'cell-{n}', f'x = {n}', C(float(n))))\n")

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.kernel
 THREADS = "sorted(t.name for t in __import__('threading').enumerate() if t.name.startswith('nbgpu'))"
 BAD = {
     "%gpumon --interval -1": "--interval",
-    "%gpumon --source sim --gpus 7": "GPU '7'",
+    "%gpumon --source sim --gpus 7": "GPU index 7 is out of range",
     "%gpumon --metrics bogus": "bogus",
     "%gpumon --frobnicate": "--frobnicate",
     "%%gpumon --interval 0\npass": "--interval",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from ipywidgets.widgets import widget as ipywidget
 
-from conftest_panel import show
+from conftest_panel import parts, show
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.widgets import registry
 from nbgpu.widgets.monitor import GPUMonitor
@@ -34,23 +34,15 @@ def _instances() -> int:
     return len(ipywidget._instances)
 
 
-class Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _stepped(count: int = 2, **kw) -> tuple[Sampler, Clock, SimulatedGPUs]:
-    clock = Clock(1.7e9)
+def _stepped(stepped, count: int = 2, **kw) -> tuple[Sampler, object, SimulatedGPUs]:
+    clock = stepped.new_clock(1.7e9)
     sim = SimulatedGPUs(count, seed=0, **kw)
     s = Sampler(sim, interval=0.1, clock=clock)
     _mine.append(s)
     return s, clock, sim
 
 
-def _advance(s: Sampler, clock: Clock, seconds: float, dt: float = 0.1) -> None:
+def _advance(s: Sampler, clock, seconds: float, dt: float = 0.1) -> None:
     for _ in range(round(seconds / dt)):
         clock.t += dt
         s.step(clock.t)
@@ -67,8 +59,8 @@ def _html_widgets(mon: GPUMonitor) -> list:
     return [w for w in descendants(mon) if isinstance(w, ipywidgets.HTML)]
 
 
-def test_close_returns_the_widget_registry_to_its_size_before() -> None:
-    s, clock, _ = _stepped(8)
+def test_close_returns_the_widget_registry_to_its_size_before(stepped) -> None:
+    s, clock, _ = _stepped(stepped, 8)
     _advance(s, clock, 2.0)
     before = _instances()
     mon = GPUMonitor(sampler=s, start=False)
@@ -78,8 +70,8 @@ def test_close_returns_the_widget_registry_to_its_size_before() -> None:
     assert _instances() == before
 
 
-def test_stop_closes_all_but_a_static_header_and_start_rebuilds() -> None:
-    s, clock, _ = _stepped(8)
+def test_stop_closes_all_but_a_static_header_and_start_rebuilds(stepped) -> None:
+    s, clock, _ = _stepped(stepped, 8)
     _advance(s, clock, 2.0)
     first = GPUMonitor(sampler=s, start=True)  # stopped panels share layouts and a style from here
     first.stop()
@@ -97,17 +89,17 @@ def test_stop_closes_all_but_a_static_header_and_start_rebuilds() -> None:
     assert _instances() == before
 
 
-def test_a_stopped_panel_holds_no_closed_widget_its_restart_rebuilds() -> None:
+def test_a_stopped_panel_holds_no_closed_widget_its_restart_rebuilds(stepped) -> None:
     # A stopped panel stays on screen as long as its output does (hundreds in a long session):
     # what only drawing needs, its closed scales and labels, must be freed, not kept.
     import gc
     import weakref
 
-    s, clock, _ = _stepped(2)
+    s, clock, _ = _stepped(stepped, 2)
     _advance(s, clock, 2.0)
     mon = GPUMonitor(sampler=s, start=True)
     mon.refresh(force=True, now=clock.t)
-    drawn = [weakref.ref(w) for w in (*mon._grid.scales, mon._grid.lines, mon._grid.values)]
+    drawn = [weakref.ref(w) for w in (*parts(mon).scales, parts(mon).lines, parts(mon).values)]
     mon.stop()
     gc.collect()
     assert [ref() for ref in drawn] == [None] * 4
@@ -119,8 +111,8 @@ def test_a_stopped_panel_holds_no_closed_widget_its_restart_rebuilds() -> None:
     mon.close()
 
 
-def test_many_panels_share_one_timer_and_stopped_ones_are_off_it() -> None:
-    s, clock, _ = _stepped(2)
+def test_many_panels_share_one_timer_and_stopped_ones_are_off_it(stepped) -> None:
+    s, clock, _ = _stepped(stepped, 2)
     _advance(s, clock, 1.0)
     panels = [GPUMonitor(sampler=s, refresh_s=0.25) for _ in range(5)]
     for p in panels:
@@ -141,8 +133,8 @@ def test_many_panels_share_one_timer_and_stopped_ones_are_off_it() -> None:
     assert SCHEDULE.scheduled() == 0 and SCHEDULE.threads() == 0
 
 
-def test_a_cleared_output_takes_the_panel_off_the_timer() -> None:
-    s, _clock, _ = _stepped(1)
+def test_a_cleared_output_takes_the_panel_off_the_timer(stepped) -> None:
+    s, _clock, _ = _stepped(stepped, 1)
     mon = GPUMonitor(sampler=s)
     show(mon)  # what the front end's view sends when it shows the panel
     assert SCHEDULE.has(mon)
@@ -162,8 +154,8 @@ def test_stopped_panels_do_not_follow_a_replaced_sampler() -> None:
     assert stopped.sampler is not session.shared_sampler()  # not rebuilt
 
 
-def test_a_failing_memory_read_shows_failed_and_counts_in_the_header() -> None:
-    s, clock, sim = _stepped(2)
+def test_a_failing_memory_read_shows_failed_and_counts_in_the_header(stepped) -> None:
+    s, clock, sim = _stepped(stepped, 2)
     _advance(s, clock, 3.0)
     mon = GPUMonitor(sampler=s, start=False, metrics="mem")
     mon.refresh(force=True, now=clock.t)
@@ -178,7 +170,7 @@ def test_a_failing_memory_read_shows_failed_and_counts_in_the_header() -> None:
     assert f"{status.errors} read(s) failed" in shown
 
 
-def test_24_hours_keep_the_panel_bounded(monkeypatch) -> None:
+def test_24_hours_keep_the_panel_bounded(monkeypatch, stepped) -> None:
     from nbgpu.widgets.spark import SparkSet
 
     handed: list[int] = []  # rows each refresh hands to the sparklines: the new ones only
@@ -189,7 +181,7 @@ def test_24_hours_keep_the_panel_bounded(monkeypatch) -> None:
         return add_rows(self, trace, t, v, now, span_s)
 
     monkeypatch.setattr(SparkSet, "add_rows", counted)
-    s, clock, _ = _stepped(8)
+    s, clock, _ = _stepped(stepped, 8)
     mon = GPUMonitor(sampler=s, start=False)
     held, costs = [], []
     for _hour in range(24):

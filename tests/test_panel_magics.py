@@ -7,7 +7,7 @@ import threading
 import pytest
 from IPython.core.error import UsageError
 
-from conftest_panel import loaded_shell
+from conftest_panel import loaded_shell, row_titles
 from nbgpu import session
 from nbgpu.magics import options
 from nbgpu.widgets import registry
@@ -81,7 +81,8 @@ def test_panels_share_one_sampler_and_stop_status(shell, capsys) -> None:
     assert _nbgpu_threads().count("nbgpu-sampler") == 1  # the panels share one sampler thread
     panels = registry.panels()
     assert len(panels) == 2 and panels[0].sampler is panels[1].sampler
-    assert [d.key for d in panels[1]._rows] == [1, "host"]
+    panels[1].refresh(force=True)
+    assert row_titles(panels[1]) == ["GPU 1", "host"]
     capsys.readouterr()
     shell.run_line_magic("gpumon", "status")
     out = capsys.readouterr().out
@@ -94,7 +95,7 @@ def test_panels_share_one_sampler_and_stop_status(shell, capsys) -> None:
 
 
 def test_bad_gpu_starts_nothing(shell) -> None:
-    with pytest.raises(UsageError, match="GPU '7'"):
+    with pytest.raises(UsageError, match="GPU index 7 is out of range"):
         shell.run_line_magic("gpumon", "--source sim --gpus 7")
     assert _nbgpu_threads() == [] and session.shared_sampler() is None
 
@@ -184,7 +185,7 @@ def test_status_and_stop_refuse_options_they_would_ignore(shell, line: str) -> N
 
 @pytest.mark.parametrize("value", ["0.001", "1e-9", "0.0099"])
 def test_interval_below_the_floor_is_one_usage_error(shell, value: str) -> None:
-    from nbgpu.sampler import MIN_INTERVAL_S
+    from nbgpu.config import MIN_INTERVAL_S
 
     for magic in ("line", "cell"):
         with pytest.raises(UsageError) as err:

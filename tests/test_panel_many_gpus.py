@@ -22,21 +22,13 @@ from nbgpu.widgets.tree import descendants
 T0 = 1.7e9
 
 
-class FakeClock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def _plain(fragment: str) -> list[str]:
     return html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split()
 
 
-def _panel(sim: SimulatedGPUs, seconds: float = 6.0):
+def _panel(stepped, sim: SimulatedGPUs, seconds: float = 6.0):
     """A panel on a sampler stepped for ``seconds`` of fake time, refreshed once."""
-    clock = FakeClock(T0)
+    clock = stepped.new_clock(T0)
     s = Sampler(sim, interval=0.1, clock=clock)
     for k in range(int(seconds / 0.02)):
         clock.t = T0 + k * 0.02
@@ -88,8 +80,8 @@ def _bands_hold(y: np.ndarray, bands: int) -> list[int]:
     return out
 
 
-def test_eight_gpus_each_have_a_row_in_order_with_numbers() -> None:
-    s, mon = _panel(SimulatedGPUs(8, seed=3))
+def test_eight_gpus_each_have_a_row_in_order_with_numbers(stepped) -> None:
+    s, mon = _panel(stepped, SimulatedGPUs(8, seed=3))
     try:
         st = _state(mon)
         assert st["labels"] == [f"GPU {i}" for i in range(8)] + ["host"]
@@ -104,8 +96,8 @@ def test_eight_gpus_each_have_a_row_in_order_with_numbers() -> None:
         s.stop()
 
 
-def test_mig_slices_show_their_memory_and_say_what_mig_does_not_report() -> None:
-    s, mon = _panel(SimulatedGPUs(2, mig={0: 2}, seed=3))
+def test_mig_slices_show_their_memory_and_say_what_mig_does_not_report(stepped) -> None:
+    s, mon = _panel(stepped, SimulatedGPUs(2, mig={0: 2}, seed=3))
     try:
         st = _state(mon)
         keys = [d.key for d in s.devices]

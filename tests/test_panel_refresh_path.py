@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from types import SimpleNamespace
@@ -10,49 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest_panel import parts
 from nbgpu.sources.base import Device
-from nbgpu.widgets import traffic as traffic_module
 from nbgpu.widgets.bands import pack_packed, pack_points
 from nbgpu.widgets.readout import band_scale
 from nbgpu.widgets.spark import SparkSet
-from nbgpu.widgets.traffic import Traffic
 from spark_oracle import points_of_all, points_packed, update
-
-
-def _widget(sent: list) -> SimpleNamespace:
-    w = SimpleNamespace(model_id="w1")
-    w._send = lambda msg, buffers=None: sent.append((msg, buffers))
-    return w
-
-
-MSG = {"method": "update", "state": {"value": "<b>42 %</b>"}, "buffer_paths": []}
-
-
-def test_traffic_counts_messages_without_encoding_them_again(monkeypatch) -> None:
-    def no_encoding(*args, **kwargs):
-        raise AssertionError("a message was JSON-encoded a second time")
-
-    monkeypatch.setattr(traffic_module.json, "dumps", no_encoding)
-    sent: list = []
-    t = Traffic()
-    w = _widget(sent)
-    t.watch(w)
-    w._send(MSG)
-    w._send(MSG, buffers=[b"abcd"])
-    assert len(sent) == 2 and t.messages == 2 and t.per_widget["w1"] == 2
-    snap = t.snapshot()
-    assert snap["messages"] == 2 and snap["max_per_widget"] == 2
-    assert snap["bytes"] is None and t.bytes is None  # not counted: unknown, never 0
-
-
-def test_traffic_counts_bytes_when_asked() -> None:
-    sent: list = []
-    t = Traffic(count_bytes=True)
-    w = _widget(sent)
-    t.watch(w)
-    w._send(MSG, buffers=[b"abcd", memoryview(b"xy")])
-    assert t.bytes == len(json.dumps(MSG, default=str)) + 6
-    assert t.snapshot()["bytes"] == t.bytes
 
 
 def _gpu(**kw) -> Device:
@@ -159,7 +121,7 @@ def test_a_new_power_limit_is_drawn_on_at_once() -> None:
         assert {r["power_limit_w"] for r in s.latest()} == {350.0}
         fresh = GPUMonitor(sampler=s, metrics="power", window_s=30, start=False)
         fresh.refresh(force=True, now=clock.t)
-        np.testing.assert_array_equal(kept._grid.lines.y, fresh._grid.lines.y)
+        np.testing.assert_array_equal(parts(kept).lines.y, parts(fresh).lines.y)
         fresh.close()
     finally:
         kept.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest_panel import parts
 from nbgpu.decimate import bucket_minmax
 from nbgpu.widgets.spark import SparkSet
 from spark_oracle import points_of_all, update, update_packed
@@ -131,20 +132,12 @@ def test_no_rows_no_buckets() -> None:
     assert len(trace) == len(b) == 0 and sset.held() == 0
 
 
-class _Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def test_rows_drained_late_reach_the_panel_lines() -> None:
+def test_rows_drained_late_reach_the_panel_lines(stepped) -> None:
     """Memory bandwidth comes in 10 s drains: a kept panel draws what a new one draws."""
     from nbgpu import Sampler, SimulatedGPUs
     from nbgpu.widgets.monitor import GPUMonitor
 
-    clock = _Clock(1.7e9)
+    clock = stepped.new_clock(1.7e9)
     s = Sampler(SimulatedGPUs(2, seed=4, clock=clock), interval=0.5, clock=clock, host=False)
     kept = GPUMonitor(sampler=s, metrics="membw,util,power", window_s=60, start=False)
     try:
@@ -157,8 +150,8 @@ def test_rows_drained_late_reach_the_panel_lines() -> None:
             kept.refresh(force=True, now=clock.t)
         fresh = GPUMonitor(sampler=s, metrics="membw,util,power", window_s=60, start=False)
         fresh.refresh(force=True, now=clock.t)
-        np.testing.assert_array_equal(kept._grid.lines.x, fresh._grid.lines.x)
-        np.testing.assert_array_equal(kept._grid.lines.y, fresh._grid.lines.y)
+        np.testing.assert_array_equal(parts(kept).lines.x, parts(fresh).lines.x)
+        np.testing.assert_array_equal(parts(kept).lines.y, parts(fresh).lines.y)
         fresh.close()
     finally:
         kept.close()

@@ -26,41 +26,8 @@ from nbgpu.profiles import report
 from nbgpu.profiles.energy import integrate_power_j
 from nbgpu.profiles.summary import summarize
 from nbgpu.sampler_thread import running_samplers
-from test_engine_sampler import T0, Clock, run
 
 SETTLE_TIMEOUT_S = 10.0  # a sampler thread that takes no step in this long is broken, not slow
-
-
-def settle(s: Sampler) -> None:
-    """Wait until the running sampler's thread has finished two more steps.
-
-    The second one began after this call, so it read the clock as it stands now and served
-    every read asked for before (a capture's edge). With the fake clock standing still, the
-    thread steps again after each of its waits (an interval at most), however it is scheduled.
-    """
-    steps: list[float] = []
-    stepped_twice = threading.Event()
-
-    def on_step(_sampler: Sampler, now: float) -> None:
-        steps.append(now)
-        if len(steps) >= 2:
-            stepped_twice.set()
-
-    s.add_listener(on_step)
-    try:
-        assert stepped_twice.wait(SETTLE_TIMEOUT_S), f"the sampler thread took {len(steps)} step(s)"
-    finally:
-        s.remove_listener(on_step)
-
-
-def advance(s: Sampler, clock: Clock, seconds: float) -> None:
-    """Let ``seconds`` of fake time pass: the thread steps at the new time, as on a real clock.
-
-    Waiting for that step keeps the thread from reading the clock before the move and serving
-    a later request (a capture's end) at the old time.
-    """
-    clock.t += seconds
-    settle(s)
 
 
 @contextlib.contextmanager
@@ -88,19 +55,19 @@ def held(s: Sampler) -> Iterator[None]:
         release.set()
 
 
-def started(sim: SimulatedGPUs, clock: Clock, history_s: float = 1.0, **kwargs) -> Sampler:
+def started(sim: SimulatedGPUs, clock, history_s: float = 1.0, **kwargs) -> Sampler:
     """A sampler over ``sim`` ticking every 0.1 s on ``clock``, stepped by hand for ``history_s``, started."""
     s = Sampler(source=sim, interval=0.1, clock=clock, **kwargs)
-    run(s, clock, history_s)
+    clock.run(s, history_s)
     s.start()
-    settle(s)
+    clock.settle(s)
     return s
 
 
 @pytest.fixture(name="fake_sampler")
-def fake_sampler_fixture(clean_profiles) -> Iterator[tuple[Sampler, Clock]]:
+def fake_sampler_fixture(clean_profiles, stepped) -> Iterator[tuple[Sampler, object]]:
     """A running sampler over 2 simulated GPUs on a fake clock, with a second of history."""
-    clock = Clock()
+    clock = stepped.new_clock()
     s = started(SimulatedGPUs(count=2, seed=1, clock=clock), clock)
     yield s, clock
     s.stop()
@@ -110,9 +77,9 @@ def test_capture_reuses_the_running_sampler(fake_sampler):
     s, clock = fake_sampler
     threads = threading.active_count()
     with nbgpu.capture() as cap:
-        advance(s, clock, 0.6)
+        clock.advance(s, 0.6)
         assert threading.active_count() == threads  # no sampler of its own
-    settle(s)
+    clock.settle(s)
     assert cap.sampler is s and not cap.owns_sampler
     summary = cap.summary
     assert list(summary["gpu"]) == [0, 1]
@@ -127,14 +94,14 @@ def test_capture_reuses_the_running_sampler(fake_sampler):
     assert times.max() == pytest.approx(cap.end_time, abs=1e-6)  # the end's edge read is in
 
 
-def test_capture_prefers_the_shared_sampler(clean_profiles):
+def test_capture_prefers_the_shared_sampler(clean_profiles, stepped):
     """The kernel's shared sampler wins over a running sampler started after it.
 
     ``session.ensure_sampler`` builds its sampler on the real clock; the block only needs
     its thread to answer the end's edge read, which ``finish`` waits for.
     """
     shared = session.ensure_sampler(SimulatedGPUs(count=1), 0.1)
-    clock = Clock(shared.started_at + 60.0)
+    clock = stepped.new_clock(shared.started_at + 60.0)
     newer = started(SimulatedGPUs(count=2, clock=clock), clock)
     try:
         with nbgpu.capture() as cap:
@@ -155,14 +122,14 @@ def test_capture_starts_and_stops_its_own_sampler(clean_profiles):
     assert list(cap.summary["gpu"]) == [0, 1]
 
 
-def test_a_stopped_sampler_given_to_capture_runs_for_the_block_only(clean_profiles):
+def test_a_stopped_sampler_given_to_capture_runs_for_the_block_only(clean_profiles, stepped):
     """The block's readings come from a sampler capture started, and its stop drained them all."""
-    clock = Clock()
+    clock = stepped.new_clock()
     s = Sampler(source=SimulatedGPUs(count=2, seed=1, clock=clock), interval=0.1, clock=clock)
-    run(s, clock, 1.0)
+    clock.run(s, 1.0)
     with nbgpu.capture(sampler=s) as cap:
         assert s.running
-        advance(s, clock, 0.5)
+        clock.advance(s, 0.5)
     assert cap.owns_sampler and not s.running
     summary = cap.summary
     assert summary["duration_s"].tolist() == pytest.approx([0.5, 0.5], abs=1e-6)
@@ -178,7 +145,7 @@ def test_energy_counter_agrees_with_integrated_power(fake_sampler):
     with held(s):  # the end's counter reading is the first read at the end
         clock.t += 1.5
         cap.finish(wait=False)
-    settle(s)
+    clock.settle(s)
     assert cap.duration_s == pytest.approx(1.5, abs=1e-6)
     for _, row in cap.summary.iterrows():
         t, p = s.timeline.series(row["gpu"], "power_w")
@@ -191,7 +158,7 @@ def test_exception_propagates_unchanged_and_is_recorded(fake_sampler):
     s, clock = fake_sampler
     err = ValueError("boom")
     with pytest.raises(ValueError) as info, nbgpu.capture(sampler=s) as cap:
-        advance(s, clock, 0.1)
+        clock.advance(s, 0.1)
         raise err
     assert info.value is err
     assert cap.status == "failed" and "ValueError: boom" in cap.error
@@ -204,12 +171,12 @@ def test_exception_propagates_unchanged_and_is_recorded(fake_sampler):
 def test_nested_captures(fake_sampler):
     s, clock = fake_sampler
     with nbgpu.capture(sampler=s, label="outer") as outer:
-        advance(s, clock, 0.3)
+        clock.advance(s, 0.3)
         with nbgpu.capture(sampler=s, label="inner") as inner:
-            advance(s, clock, 0.3)
-        settle(s)  # the inner end's edge read, before time moves on
-        advance(s, clock, 0.3)
-    settle(s)
+            clock.advance(s, 0.3)
+        clock.settle(s)  # the inner end's edge read, before time moves on
+        clock.advance(s, 0.3)
+    clock.settle(s)
     assert outer.start_time < inner.start_time < inner.end_time < outer.end_time
     assert inner.start_time - outer.start_time == pytest.approx(0.3, abs=1e-6)
     assert inner.duration_s == pytest.approx(0.3, abs=1e-6)
@@ -217,9 +184,9 @@ def test_nested_captures(fake_sampler):
     assert (outer.summary["energy_j"] > inner.summary["energy_j"]).all()
 
 
-def test_mark_reaches_every_running_sampler(fake_sampler):
+def test_mark_reaches_every_running_sampler(fake_sampler, stepped):
     s, clock = fake_sampler
-    other_clock = Clock(T0 + 3600.0)
+    other_clock = stepped.new_clock(stepped.T0 + 3600.0)
     other = Sampler(SimulatedGPUs(count=1, clock=other_clock), interval=0.2, clock=other_clock).start()
     try:
         assert nbgpu.mark("checkpoint") is None  # no Out[] when it ends a cell
@@ -236,8 +203,8 @@ def test_track_marks_iterations_and_summarises_each(fake_sampler):
         tracker = nbgpu.track(range(3), label="epoch")
         for i in tracker:
             seen.append(i)
-            advance(s, clock, 0.25)
-    settle(s)
+            clock.advance(s, 0.25)
+    clock.settle(s)
     assert seen == [0, 1, 2]
     assert [label for _, label in cap.marks] == ["epoch 0", "epoch 1", "epoch 2"]
     mark_times = [t - cap.start_time for t, _ in cap.marks]
@@ -258,7 +225,7 @@ def test_track_summary_right_after_the_loop_has_the_last_iterations_buffered_rea
     s, clock = fake_sampler
     tracker = nbgpu.track(range(3), label="epoch")
     for _ in tracker:
-        advance(s, clock, 1.0)
+        clock.advance(s, 1.0)
     rows = tracker.summary()
     last = rows[rows["iteration"] == 2]
     assert last["util_mean_pct"].notna().all(), last[["gpu", "util_mean_pct", "resolution_note"]]
@@ -274,15 +241,15 @@ def test_track_records_a_loop_left_early(fake_sampler):
     assert [(i, status) for i, _, _, _, status in tracker.spans] == [(0, "done"), (1, "stopped")]
 
 
-def test_alerts_overlapping_the_block_are_listed(clean_profiles):
+def test_alerts_overlapping_the_block_are_listed(clean_profiles, stepped):
     """The throttle scenario's alert is raised at the first evaluation inside the block."""
-    clock = Clock()
+    clock = stepped.new_clock()
     s = started(SimulatedGPUs(count=1, scenario="throttle", clock=clock), clock, history_s=0.1,
                 thresholds={"throttle_window_s": 1.0, "eval_every_s": 0.2})
     try:
         with nbgpu.capture(sampler=s) as cap:
-            advance(s, clock, 0.5)
-        settle(s)
+            clock.advance(s, 0.5)
+        clock.settle(s)
     finally:
         s.stop()
     assert cap.alerts, "the throttle scenario should raise an alert"
@@ -291,13 +258,13 @@ def test_alerts_overlapping_the_block_are_listed(clean_profiles):
     assert "sw_power_cap" in cap.summary["throttle_reasons"].iloc[0]
 
 
-def test_mig_slices_follow_their_card_and_are_not_counted_twice(clean_profiles):
-    clock = Clock()
+def test_mig_slices_follow_their_card_and_are_not_counted_twice(clean_profiles, stepped):
+    clock = stepped.new_clock()
     s = started(SimulatedGPUs(count=2, mig={1: 2}, clock=clock), clock, history_s=0.3)
     try:
         with nbgpu.capture(sampler=s, gpus=[1]) as cap:
-            advance(s, clock, 0.4)
-        settle(s)
+            clock.advance(s, 0.4)
+        clock.settle(s)
     finally:
         s.stop()
     assert cap.summary["gpu"].tolist() == [1, "1/0", "1/1"]
@@ -321,11 +288,11 @@ def _stepped(sim, clock, until: float, fast: bool) -> Sampler:
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_a_60ms_spike_reaches_the_peak_only_with_the_fast_memory_lane(fast):
+def test_a_60ms_spike_reaches_the_peak_only_with_the_fast_memory_lane(fast, stepped):
     t0 = 1_800_000_000.0
     peaks = []
     for spike in (False, True):  # the same simulated run without and with the spike
-        clock = Clock(t0)
+        clock = stepped.new_clock(t0)
         sim = SimulatedGPUs(count=1, seed=2, clock=clock)
         if spike:
             sim.add_memory_spike(0, at=t0 + 1.23, seconds=0.06, extra_bytes=16 * 2**30)
@@ -372,16 +339,16 @@ class _FakeCuda:
         self.peak_reserved = max(self.peak_reserved, self.reserved + extra)
 
 
-def test_the_allocator_peak_is_folded_in_and_named(clean_profiles, monkeypatch):
+def test_the_allocator_peak_is_folded_in_and_named(clean_profiles, monkeypatch, stepped):
     cuda = _FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    clock = Clock()
+    clock = stepped.new_clock()
     s = started(SimulatedGPUs(count=1, seed=1, clock=clock), clock)
     try:
         with nbgpu.capture(sampler=s) as cap:
             cuda.spike(16 * 2**30)  # allocated and freed between two memory reads
-            advance(s, clock, 0.1)
-        settle(s)
+            clock.advance(s, 0.1)
+        clock.settle(s)
         row = cap.summary_rows[0]
         # The peak: what NVML counted outside PyTorch at the start + the allocator's peak.
         outside = row["mem_start_bytes"] - 2 * 2**30
@@ -405,7 +372,7 @@ def test_a_summary_whose_buffered_samples_are_not_read_yet_says_so(fake_sampler)
     s, clock = fake_sampler
     t0 = clock.t
     for _ in range(10):
-        advance(s, clock, 0.1)
+        clock.advance(s, 0.1)
     note = summarize(s.timeline, t0 + 0.05, clock.t).rows[0]["resolution_note"]
     assert "utilisation: 0 sample(s)" in note and "not yet read from NVML's buffer" in note, note
     assert "shorter than the sampling interval" not in note

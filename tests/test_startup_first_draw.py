@@ -11,14 +11,6 @@ from nbgpu.widgets import monitor, registry
 from nbgpu.widgets.schedule import RefreshSchedule
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def schedule(monkeypatch):
     sched = RefreshSchedule(clock=lambda: 0.0, thread=False)
@@ -27,8 +19,8 @@ def schedule(monkeypatch):
     registry.close_all()
 
 
-def _sampler(ticks: int) -> nbgpu.Sampler:
-    clock = FakeClock()
+def _sampler(stepped, ticks: int) -> nbgpu.Sampler:
+    clock = stepped.new_clock()
     s = nbgpu.Sampler(source=SimulatedGPUs(count=1, clock=clock), interval=0.1, clock=clock)
     for _ in range(ticks):
         clock.t += 0.1
@@ -36,8 +28,8 @@ def _sampler(ticks: int) -> nbgpu.Sampler:
     return s
 
 
-def test_a_sampler_that_has_read_is_drawn_at_once(schedule) -> None:
-    s = _sampler(ticks=1)
+def test_a_sampler_that_has_read_is_drawn_at_once(schedule, stepped) -> None:
+    s = _sampler(stepped, ticks=1)
     mon = monitor.GPUMonitor(sampler=s)
     show(mon)
     assert schedule.step(0.0) == 1  # due now, not FIRST_DRAW_S later
@@ -45,8 +37,8 @@ def test_a_sampler_that_has_read_is_drawn_at_once(schedule) -> None:
     s.stop()
 
 
-def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule) -> None:
-    s = _sampler(ticks=0)
+def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule, stepped) -> None:
+    s = _sampler(stepped, ticks=0)
     sim = s.source._nvml
     sim.inject_hang("nvmlDeviceGetMemoryInfo", 30.0)  # running, its first read not done
     s.start()
@@ -60,8 +52,8 @@ def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule) -> None:
         s.stop()
 
 
-def test_a_panel_made_without_start_is_drawn_when_started(schedule) -> None:
-    s = _sampler(ticks=1)
+def test_a_panel_made_without_start_is_drawn_when_started(schedule, stepped) -> None:
+    s = _sampler(stepped, ticks=1)
     mon = monitor.GPUMonitor(sampler=s, start=False)
     show(mon)
     assert schedule.step(0.0) == 0 and not mon.running

@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from conftest_panel import loaded_shell
 from nbgpu import session
 from nbgpu.errors import NbgpuError
-from nbgpu.magics import gpumon, startup
+from nbgpu.magics import gpumon
 from nbgpu.widgets import registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,30 +77,6 @@ def test_a_sampler_that_cannot_start_is_one_usage_error(shell, monkeypatch) -> N
         shell.run_line_magic("gpumon", "--source sim")
     assert str(err.value) == "%gpumon: no such source here"
     assert registry.panels() == []
-
-
-def test_stamps_name_each_phase_in_order(shell) -> None:
-    shell.run_line_magic("gpumon", "--source sim")
-    stamps = startup.stamps()
-    names = [name for name, _ in stamps]
-    main_phases = ["load_ext", "extension_imported", "magics_registered", "gpus_listed", "gpumon",
-                   "panel_modules", "sampler_ready", "panel_built", "displayed"]
-    # the helper's stamp lands anywhere between the two that bracket its thread
-    assert [n for n in names if n != "sampler_started"] == main_phases
-    assert names.count("sampler_started") == 1
-    times = [t for _, t in stamps]
-    assert names.index("sampler_started") < names.index("sampler_ready")
-    assert times == sorted(times)
-
-
-def test_stamps_are_bounded_and_start_afresh_at_load() -> None:
-    startup.clear()
-    for i in range(startup.MAX_STAMPS + 5):
-        startup.stamp(f"p{i}")
-    kept = startup.stamps()
-    assert len(kept) == startup.MAX_STAMPS and kept[-1][0] == f"p{startup.MAX_STAMPS + 4}"
-    startup.clear()
-    assert startup.stamps() == []
 
 
 def test_the_sampler_of_a_fresh_kernel_gets_its_alerts_engine() -> None:

@@ -10,22 +10,13 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 import nbgpu
+from conftest_panel import row_titles
 from nbgpu import session
 from nbgpu.sources.nvml import NVMLSource
 from nbgpu.sources.simulated import SimulatedGPUs
 from nbgpu.widgets import registry
 
 PCIE = ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s")
-
-
-class FakeClock:
-    """Seconds that move only when the test steps the sampler."""
-
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_open_does_not_wait_on_pcie_but_keeps_it_as_a_metric() -> None:
@@ -39,8 +30,8 @@ def test_open_does_not_wait_on_pcie_but_keeps_it_as_a_metric() -> None:
         src.close()
 
 
-def test_pcie_found_unsupported_at_its_first_read_disappears_quietly(caplog) -> None:
-    clock = FakeClock()
+def test_pcie_found_unsupported_at_its_first_read_disappears_quietly(caplog, stepped) -> None:
+    clock = stepped.new_clock()
     sim = SimulatedGPUs(count=1, clock=clock, unsupported=["nvmlDeviceGetPcieThroughput"])
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     with caplog.at_level(logging.DEBUG, logger="nbgpu"):
@@ -61,8 +52,8 @@ def test_pcie_found_unsupported_at_its_first_read_disappears_quietly(caplog) -> 
         assert m not in df.columns or df[m].isna().all()
 
 
-def test_pcie_supported_reads_values_at_the_first_pcie_tick() -> None:
-    clock = FakeClock()
+def test_pcie_supported_reads_values_at_the_first_pcie_tick(stepped) -> None:
+    clock = stepped.new_clock()
     sim = SimulatedGPUs(count=1, clock=clock)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     clock.t += 0.1
@@ -73,8 +64,8 @@ def test_pcie_supported_reads_values_at_the_first_pcie_tick() -> None:
     assert not [e for e in s.timeline.events() if e.kind == "unsupported"]
 
 
-def test_pcie_that_stops_later_is_still_no_longer_supported() -> None:
-    clock = FakeClock()
+def test_pcie_that_stops_later_is_still_no_longer_supported(stepped) -> None:
+    clock = stepped.new_clock()
     sim = SimulatedGPUs(count=1, clock=clock)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     clock.t += 0.1
@@ -175,4 +166,5 @@ def test_gpus_option_lists_from_the_listed_source(fake_nvml, capsys) -> None:
     sh.run_line_magic("load_ext", "nbgpu")
     sh.run_line_magic("gpumon", "--gpus 0")
     assert fake_nvml.calls["nvmlInit"] == 1
-    assert [d.key for d in registry.panels()[0]._rows] == [0, "host"]
+    registry.panels()[0].refresh(force=True)
+    assert row_titles(registry.panels()[0]) == ["GPU 0", "host"]

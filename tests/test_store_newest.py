@@ -97,11 +97,11 @@ def test_newest_follows_a_redeclared_stream_and_many_chunks() -> None:
     assert st.last_many(5) == {}
 
 
-def test_latest_copies_the_newest_rows_with_their_states() -> None:
+def test_latest_copies_the_newest_rows_with_their_states(stepped) -> None:
     """latest(): each value is the store's newest good one when live, NaN otherwise."""
     import nbgpu
 
-    clock = _Clock(1.7e9)
+    clock = stepped.new_clock(1.7e9)
     sim = nbgpu.SimulatedGPUs(count=3, seed=2, clock=clock)
     s = nbgpu.Sampler(source=sim, interval=0.5, clock=clock, host=False)
     _run(s, clock, 3.0)
@@ -127,15 +127,7 @@ def test_latest_copies_the_newest_rows_with_their_states() -> None:
     s.stop()
 
 
-class _Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _run(s, clock: _Clock, seconds: float) -> None:
+def _run(s, clock, seconds: float) -> None:
     """Step ``s`` at each wake-up its thread would have in ``seconds`` of the fake clock."""
     clock.t += 1e-3
     end = clock.t + seconds

@@ -16,19 +16,9 @@ FIGURES = {"energy_j": 1e-3, "mem_peak_bytes": 1e-9, "duration_s": 1e-9,
            "power_mean_w": 1e-2, "util_mean_pct": 1e-2}
 
 
-class Clock:
-    """A fake clock the sampler and the simulated GPUs share."""
-
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def sampled(seconds: float = 10.0, energy_every_s: float = 5.0) -> Sampler:
+def sampled(stepped, seconds: float = 10.0, energy_every_s: float = 5.0) -> Sampler:
     """A stopped sampler of 2 simulated GPUs stepped every 0.1 s for ``seconds``."""
-    clock = Clock()
+    clock = stepped.new_clock()
     s = Sampler(SimulatedGPUs(count=2, seed=4, clock=clock), interval=0.1, host=False,
                 energy_every_s=energy_every_s, clock=clock, diagnostics=False)
     for k in range(round(seconds / 0.1) + 1):
@@ -37,8 +27,8 @@ def sampled(seconds: float = 10.0, energy_every_s: float = 5.0) -> Sampler:
     return s
 
 
-def test_a_tick_frame_gives_the_energy_of_its_timeline():
-    s = sampled()
+def test_a_tick_frame_gives_the_energy_of_its_timeline(stepped):
+    s = sampled(stepped)
     a, b = T0 + 0.5, T0 + 9.5
     ref = summarize(s.timeline, a, b)
     got = summarize(s.timeline.to_pandas(), a, b)
@@ -50,8 +40,8 @@ def test_a_tick_frame_gives_the_energy_of_its_timeline():
         assert row["energy_j"] == pytest.approx(row["power_mean_w"] * row["duration_s"], rel=0.02)
 
 
-def test_a_counter_that_never_moves_in_the_block_gives_energy_from_power():
-    s = sampled(seconds=4.0, energy_every_s=60.0)  # one counter reading, at the start
+def test_a_counter_that_never_moves_in_the_block_gives_energy_from_power(stepped):
+    s = sampled(stepped, seconds=4.0, energy_every_s=60.0)  # one counter reading, at the start
     frame = s.timeline.to_pandas()
     row = summarize(frame, T0 + 1.0, T0 + 3.0).rows[0]
     assert row["energy_source"] == "power"
@@ -59,8 +49,8 @@ def test_a_counter_that_never_moves_in_the_block_gives_energy_from_power():
 
 
 @pytest.mark.parametrize("ext", ["jsonl", "csv", "parquet"])
-def test_a_recorded_file_gives_the_figures_of_its_timeline(tmp_path, ext):
-    s = sampled()
+def test_a_recorded_file_gives_the_figures_of_its_timeline(tmp_path, ext, stepped):
+    s = sampled(stepped)
     path = getattr(s.timeline, f"to_{ext}")(str(tmp_path / f"run.{ext}"))
     run = load_run(path)
     a, b = T0 + 0.5, T0 + 9.5
@@ -76,9 +66,9 @@ def test_a_recorded_file_gives_the_figures_of_its_timeline(tmp_path, ext):
     assert whole.combined["energy_j"] > 0
 
 
-def test_a_copied_counter_value_keeps_the_time_it_was_read():
+def test_a_copied_counter_value_keeps_the_time_it_was_read(stepped):
     # Counter read at 0 s and 8 s; the frame repeats the 0 s value on every tick until 8 s.
-    s = sampled(seconds=9.0, energy_every_s=8.0)
+    s = sampled(stepped, seconds=9.0, energy_every_s=8.0)
     frame = s.timeline.to_pandas()
     a, b = T0 + 6.0, T0 + 8.5  # the block starts more than the edge slack after the 0 s reading
     want = summarize(s.timeline, a, b).rows[0]

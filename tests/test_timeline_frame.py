@@ -11,30 +11,22 @@ from nbgpu.errors import BadArgumentError
 T0 = 1_800_000_000.0
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def steady_run(gpus: int = 2, seconds: float = 6.0, interval: float = 0.1) -> Sampler:
+def steady_run(make_clock, gpus: int = 2, seconds: float = 6.0, interval: float = 0.1) -> Sampler:
     """A sampler over simulated GPUs stepped by hand on a fake clock (no thread)."""
-    clock = FakeClock()
+    clock = make_clock()
     s = Sampler(SimulatedGPUs(count=gpus, seed=3, clock=clock), interval=interval, clock=clock,
                 diagnostics=False)
     for k in range(int(seconds / 0.01) + 1):
-        clock.now = T0 + k * 0.01
-        s.step(clock.now)
+        clock.t = T0 + k * 0.01
+        s.step(clock.t)
     s.request("edge")  # what the buffers still hold, drained as a stopping thread's last step does
-    s.step(clock.now)
+    s.step(clock.t)
     return s
 
 
 @pytest.fixture(scope="module", name="run")
-def run_fixture():
-    s = steady_run()
+def run_fixture(make_clock):
+    s = steady_run(make_clock)
     yield s
     s.stop()
 

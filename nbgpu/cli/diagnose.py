@@ -2,10 +2,12 @@
 
 The recorded readings go into a ``Store`` in time order, tick by tick, and the same
 ``DiagnosticsEngine`` the live sampler uses is called after each tick with the
-recording's own time: no rule is copied here. The recorded command counts as work
-running for its whole length (the idle rule judges only while work runs). Findings are
-printed per cell (the span from one mark to the next) where the run has marks, else
-for the run.
+recording's own time: no rule is copied here. A recording with ``cell`` events (a
+profiled cell's span: ``start``, ``end``, ``label``) is judged per cell as a cell report
+judges it (``judged_in``: findings made inside the cell on readings from inside it), and
+counts as work running only inside those spans; otherwise the recorded command counts
+as work running for its whole length (the idle rule judges only while work runs) and
+findings are printed per mark span where the run has marks, else for the run.
 """
 
 from __future__ import annotations
@@ -64,9 +66,14 @@ class _Replay:
         self.devices = devices
         self.interval = interval
         self.lost: dict = {}
+        self.diagnostics = None  # the engine replaying the recording (``_replayed``)
+        self.stack_samples = None  # the recording's main-thread stack samples, if it has any
 
     def watch(self) -> None:
         pass
+
+    def alert_list(self, since_s: float | None = None) -> list:
+        return self.diagnostics.alert_list(since_s) if self.diagnostics is not None else []
 
     def drained_until(self, device: object, metric: str | None = None) -> float:
         return math.inf
@@ -92,8 +99,31 @@ def _devices(run: Run, df) -> list[Device]:
     return out
 
 
+def cells_of(run: Run) -> list[tuple[str, float, float]]:
+    """(label, start, end) of the run's ``cell`` events, in time order; bad ones left out."""
+    import datetime as _dt
+
+    out = []
+    for e in run.events:
+        if e.get("event") != "cell":
+            continue
+        try:
+            end = _dt.datetime.fromisoformat(str(e["end"])).timestamp()
+        except (KeyError, ValueError, TypeError):
+            continue
+        if end >= e["time_s"]:
+            out.append((str(e.get("label", "")), e["time_s"], end))
+    return sorted(out, key=lambda c: c[1])
+
+
 def replay(run: Run, thresholds: dict | None = None) -> list:
-    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first."""
+    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first (each
+    with the findings it rests on, as the live engine keeps them)."""
+    return _replayed(run, thresholds)[0].alert_list()
+
+
+def _replayed(run: Run, thresholds: dict | None = None):
+    """(the engine, the replayed sampler) after ``run``'s readings went through them."""
     import numpy as np
 
     from ..diagnostics.engine import DiagnosticsEngine
@@ -101,13 +131,21 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     engine = DiagnosticsEngine(thresholds)
     df = run.frame
     if not len(df):
-        return []
+        return engine, _Replay([], 1.0)
     df = df[df["gpu"].notna()].copy()
     df["_t"] = df["time"].astype("int64") / 1e9
     df = df.sort_values("_t", kind="stable")
     steps = np.diff(np.unique(df["_t"].to_numpy()))
     interval = float(np.median(steps)) if len(steps) else 1.0
     sim = _Replay(_devices(run, df), interval)
+    sim.diagnostics = engine
+    records = run.stack_samples()
+    if records:
+        from ..diagnostics.stacks import StackSamples
+
+        sim.stack_samples = StackSamples()
+        for t, category, number, text in records:
+            sim.stack_samples.add(t, category, None if number is None else ("", number), text)
     gpu_cols = [c for c in _GPU if c in df.columns]
     host_cols = [c for c in _HOST if c in df.columns]
     for d in sim.devices:
@@ -117,14 +155,28 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
     marks = sorted(run.marks())
     for t, label in marks:
         sim.store.add_event(Event(t, "mark", label))
-    engine.cell_running(True)  # the recorded command ran all along
+    edges = sorted([(t0, True) for _, t0, _ in cells_of(run)] + [(t1, False) for _, _, t1 in cells_of(run)],
+                   key=lambda e: e[0])
+    if not edges:
+        engine.cell_running(True)  # the recorded command ran all along
     times = df["_t"].to_numpy()
     gpus = df["gpu"].to_numpy()
     values = {c: df[c].to_numpy(dtype=np.float64) for c in gpu_cols + host_cols}
+    if "mem_used_bytes" in values and "mem_used_max_bytes" in df:
+        # The live rules read every memory sample (10 ms while a cell runs); a tick row keeps
+        # their mean and their peak. Memory is judged on the peak: a card that filled up
+        # between two ticks (an allocation loop's OOM) was full, whatever the mean says.
+        peak = df["mem_used_max_bytes"].to_numpy(dtype=np.float64)
+        values["mem_used_bytes"] = np.fmax(values["mem_used_bytes"], peak)
     bounds = np.flatnonzero(np.diff(times)) + 1
     last_t = None
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(times)], strict=True):
         t = float(times[lo])
+        while edges and edges[0][0] <= t:
+            start = edges.pop(0)[1]
+            engine.cell_running(start)
+            if not start:
+                engine.judge_cell_end()  # as a capture's end asks, at its edge reading
         for i in range(lo, hi):
             sim.store.append_row(gpus[i], "tick", t, {c: values[c][i] for c in gpu_cols})
         if host_cols:
@@ -132,7 +184,21 @@ def replay(run: Run, thresholds: dict | None = None) -> list:
         engine(sim, t)
         last_t = t
     engine.close_all(last_t)
-    return engine.alert_list()
+    return engine, sim
+
+
+def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
+    """Per ``cell`` event: its label, span, the alerts its report lists and the window rules
+    it was too short to judge (``cell_alerts``, as a capture asks)."""
+    from ..diagnostics.engine import cell_alerts
+
+    _, sim = _replayed(run, thresholds)
+    out = []
+    for label, t0, t1 in cells_of(run):
+        stacks = sim.stack_samples
+        found, short = cell_alerts(sim, t0, t1, stacks.split(t0, t1) if stacks is not None else None)
+        out.append({"cell": label, "start_s": t0, "end_s": t1, "alerts": found, "too_short": short})
+    return out
 
 
 def _cell_of(start: float, marks: list[tuple[float, str]]) -> str:
@@ -158,6 +224,8 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
     except (BadArgumentError, FileError) as exc:
         print(f"nbgpu report: error: {exc}", file=sys.stderr)
         return 2
+    if cells_of(run):
+        return _print_cells(path, run, thresholds, as_json)
     marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
     found = [_record(a, marks) for a in replay(run, thresholds)]
     if as_json:
@@ -178,4 +246,21 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
     return 0
 
 
-__all__ = ["parse_thresholds", "replay", "run_diagnose"]
+def _print_cells(path: str, run: Run, thresholds: dict, as_json: bool) -> int:
+    cells = judge_cells(run, thresholds)
+    for c in cells:
+        c["findings"] = [dict(_record(a, []), cell=c["cell"]) for a in c.pop("alerts")]
+    if as_json:
+        print(json.dumps({"run": path, "thresholds": thresholds, "cells": cells,
+                          "findings": [f for c in cells for f in c["findings"]]}, default=str))
+        return 0
+    for c in cells:
+        print(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):")
+        for f in c["findings"]:
+            print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']}")
+        if not c["findings"]:
+            print("  no findings")
+    return 0
+
+
+__all__ = ["cells_of", "judge_cells", "parse_thresholds", "replay", "run_diagnose"]

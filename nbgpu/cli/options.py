@@ -78,7 +78,7 @@ def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
 
 def check_interval(value: float) -> float:
     """The sampler's own interval check (floor and ceiling), imported only when an interval is given."""
-    from ..sampler import check_interval as check
+    from ..config import check_interval as check
 
     return check(value)
 

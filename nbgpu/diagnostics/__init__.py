@@ -1,8 +1,9 @@
 """Diagnostics: name the problem, not just the number.
 
 Each ``Sampler`` runs a ``DiagnosticsEngine`` in its thread. Rules (OOM risk, memory leak,
-input-bound, idle, imbalance, throttling, busy-but-thin) read the recent store, and each
-episode raises one ``Alert``. ``memory_owners(sampler)`` says whose memory it is.
+input-, launch- and sync-bound, idle, imbalance, throttling, busy-but-thin) read the recent
+store and, while a cell runs, where its main thread was (``stacks``); each episode raises
+one ``Alert``. ``memory_owners(sampler)`` says whose memory it is.
 Every ``Sampler(diagnostics=True)`` attaches an engine with ``attach`` when it is made.
 """
 

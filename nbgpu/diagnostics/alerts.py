@@ -126,10 +126,14 @@ class Episodes:
 def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.0) -> list[Alert]:
     """The alerts of a cell (t0..t1): those whose condition held inside it, as seen there.
 
-    A finding counts when it was made inside the span and rests on no reading from before
-    it (``tolerance_s`` allowed); a cell too short for a rule's window is not judged by it.
-    Each alert shows its worst (then newest) counted finding; one that began before the
-    cell says so. Alerts without findings (read from a file) count where they overlap.
+    A finding counts when it was made inside the span (or at its end edge, ``tolerance_s``
+    after it, where a short cell is judged) and rests on readings from inside it
+    (``tolerance_s`` allowed at either edge); a cell too short for a rule's window is not
+    judged by it.
+    Each alert shows a counted finding resting wholly inside the cell where there is one
+    (its figures are the cell's own), else one reaching into the tolerance; of those the
+    worst, then the newest. One that began before the cell says so. Alerts without findings
+    (read from a file) count where they overlap.
     """
     out = []
     for a in alerts:
@@ -137,10 +141,12 @@ def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.
             if a.start <= t1 and (a.end is None or a.end >= t0):
                 out.append(a)
             continue
-        counted = [h for h in a.held if t0 <= h[0] <= t1 and h[1] >= t0 - tolerance_s]
+        counted = [h for h in a.held if t0 <= h[0] <= t1 + tolerance_s
+                   and t0 - tolerance_s <= h[1] <= t1 + tolerance_s]
         if not counted:
             continue
-        _, _, severity, message, evidence = max(counted, key=lambda h: (_RANK[h[2]], h[0]))
+        # the figures of a window wholly inside the cell where there is one, then the worst, the newest
+        _, _, severity, message, evidence = max(counted, key=lambda h: (h[1] >= t0, _RANK[h[2]], h[0]))
         before = a.start < t0
         out.append(dataclasses.replace(
             a, severity=severity, message=message + (BEFORE_CELL if before else ""),

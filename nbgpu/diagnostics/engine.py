@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..store import MarkFollower
-from .alerts import Alert, Episodes, Finding, alerts_frame
+from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
 from .owners import attribute, gpus_in_use, tree_pids
 from .rules_card import busy_thin, throttling
-from .rules_load import idle, imbalance, input_bound
+from .rules_load import idle, imbalance, input_bound, launch_bound, one_bottleneck, sync_bound
 from .rules_memory import memory_leak, oom_risk
+from .stacks import samples_of
 from .thresholds import Thresholds
 from .window import Context, Window
 
@@ -37,18 +38,22 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
     "oom_risk": oom_risk,
     "memory_leak": memory_leak,
     "input_bound": input_bound,
+    "launch_bound": launch_bound,
+    "sync_bound": sync_bound,
     "idle": idle,
     "imbalance": imbalance,
     "throttling": throttling,
     "busy_thin": busy_thin,
 }
 PIDS_EVERY_S = 10.0
+JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
 # Rules that judge utilisation over the window ending where it is complete (``Window.end``),
 # and whatever they compare with it over those same seconds. While that end, the GPUs
 # judged, the ones this kernel uses and the running cell stay the same, they would find
 # the same: their findings are kept, not recomputed (nobody watching, utilisation is
 # drained every 10 s and the rules run every 2 s).
-AT_UTILISATION_END = frozenset({"input_bound", "idle", "imbalance", "busy_thin"})
+AT_UTILISATION_END = frozenset({"input_bound", "launch_bound", "sync_bound", "idle", "imbalance",
+                                "busy_thin"})
 
 
 _activity_probes: list[Callable[[Sampler], bool]] = []
@@ -80,7 +85,8 @@ def _work_active(sampler: Sampler) -> bool:
     return False
 
 
-_WINDOWS = {"input_bound": "input_window_s", "idle": "idle_window_s",
+_WINDOWS = {"input_bound": "input_window_s", "launch_bound": "input_window_s",
+            "sync_bound": "input_window_s", "idle": "idle_window_s",
             "imbalance": "imbalance_window_s", "throttling": "throttle_window_s",
             "busy_thin": "thin_window_s"}
 
@@ -94,6 +100,23 @@ def _judged_from(f: Finding, now: float, th: Thresholds) -> float:
         need = th.oom_critical_after_s if f.severity == "critical" else th.oom_warning_after_s
         return now - min(float(ev.get("held_s", 0.0)), need)
     return now - float(getattr(th, _WINDOWS.get(f.rule, ""), 0.0))
+
+
+def cell_alerts(sampler: Sampler, t0: float, t1: float, split: object = None,
+                finished: bool = True) -> tuple[list[Alert], list[str]]:
+    """A cell's alerts: those whose condition held inside [t0, t1] (``judged_in``); once it
+    finished, each window rule that found nothing there judged on the cell alone
+    (``judge_span``); at most one bottleneck per GPU (``one_bottleneck``, by ``split``).
+    Also returns the rules the cell was too short to judge."""
+    found = judged_in(sampler.alert_list(since_s=t0), t0, t1, max(1.0, 2.0 * sampler.interval))
+    short: list[str] = []
+    engine = getattr(sampler, "diagnostics", None)
+    if finished and engine is not None:
+        done = {a.rule for a in found}
+        own, short = engine.judge_span(sampler, t0, t1)
+        found += [a for a in own if a.rule not in done]
+        short = [r for r in short if r not in done]
+    return one_bottleneck(found, split), short
 
 
 def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> DiagnosticsEngine:
@@ -116,6 +139,7 @@ class DiagnosticsEngine:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Alert], None]] = []
         self._last_eval = -math.inf
+        self._cell_end_due = False
         self._cells = 0
         self._cell_since: float | None = None
         self._mark_cache: dict = {}
@@ -135,6 +159,16 @@ class DiagnosticsEngine:
             self._cells = self._cells + 1 if running else max(0, self._cells - 1)
             if self._cells == 0:
                 self._cell_since = None
+
+    def judge_cell_end(self) -> None:
+        """Evaluate at the sampler's next step, off schedule, as the end of a cell: a cell
+        shorter than the 2 s between evaluations is judged at its end edge."""
+        self._cell_end_due = True
+
+    @property
+    def cell_end_pending(self) -> bool:
+        """Whether the evaluation ``judge_cell_end`` asked for has not run yet."""
+        return self._cell_end_due
 
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
@@ -170,10 +204,11 @@ class DiagnosticsEngine:
         """
         if self._cells or _work_active(sampler):
             sampler.watch()
-        if now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
+        cell_end, self._cell_end_due = self._cell_end_due, False
+        if not cell_end and now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
             return
         self._last_eval = now
-        self.evaluate(sampler, now)
+        self.evaluate(sampler, now, cell_end)
 
     def _my_pids(self, now: float) -> set[int]:
         at, pids = self._pids
@@ -185,12 +220,18 @@ class DiagnosticsEngine:
             self._pids = (now, pids)
         return pids
 
-    def context(self, sampler: Sampler, now: float) -> Context:
-        """What the rules see now: recent readings, GPUs in use, marks, cell state."""
-        th = self.thresholds
+    def context(self, sampler: Sampler, now: float, thresholds: Thresholds | None = None,
+                in_cell_s: float | None = None) -> Context:
+        """What the rules see now: recent readings, GPUs in use, marks, cell state.
+
+        ``thresholds`` and ``in_cell_s`` judge a span of its own (``judge_span``): readings
+        up to ``now`` count as complete, and the engine's running state is left alone.
+        """
+        th = self.thresholds if thresholds is None else thresholds
         stale = max(th.stale_after_s, 2.5 * sampler.interval)
+        own = thresholds is not None
         window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval),
-                        spans=self._spans, complete=sampler.drained_until)
+                        spans={} if own else self._spans, complete=None if own else sampler.drained_until)
         lost = sampler.lost
         devices = [d for d in sampler.devices if d.key not in lost]
         processes = sampler.processes() or None
@@ -200,6 +241,9 @@ class DiagnosticsEngine:
         if in_use is not None and not in_use:
             listed = any(processes.values()) if processes else False
             in_use = set() if listed else None
+        if own:
+            return Context(now, window, devices, th, in_cell_s or 0.0, in_use, status, [], {}, {},
+                           samples_of(sampler))
         if self._cells or _work_active(sampler):
             if self._cell_since is None:
                 self._cell_since = now
@@ -210,7 +254,42 @@ class DiagnosticsEngine:
             self._mark_cache.clear()
         in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
         return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._mark_cache,
-                       self._memo)
+                       self._memo, samples_of(sampler))
+
+    def judge_span(self, sampler: Sampler, t0: float, t1: float,
+                   rules: set[str] | None = None) -> tuple[list[Alert], list[str]]:
+        """Judge a cell [t0, t1] on its own readings: each window rule (of ``rules``; None:
+        all) once at its end, its window clipped to the cell. Returns the alerts found
+        (messages say when they were judged on less than the rule's window) and the rules
+        the cell was too short to judge (under ``JUDGE_MIN_S``, or no three utilisation
+        readings in it)."""
+        wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled
+                        and (rules is None or r in rules))
+        seconds = t1 - t0
+        if not wanted:
+            return [], []
+        if seconds < JUDGE_MIN_S:
+            return [], wanted
+        th = dataclasses.replace(self.thresholds, **{
+            _WINDOWS[r]: min(getattr(self.thresholds, _WINDOWS[r]), seconds) for r in wanted})
+        ctx = self.context(sampler, t1, th, in_cell_s=seconds)
+        if all(ctx.window.recent(d.key, "util_pct", seconds) is None for d in ctx.gpus()):
+            return [], wanted
+        out = []
+        for name in wanted:
+            try:
+                found = RULE_FUNCTIONS[name](ctx)
+            except Exception:
+                log.debug("diagnostics rule %s failed", name, exc_info=True)
+                continue
+            window = getattr(self.thresholds, _WINDOWS[name])
+            for f in found:
+                span = getattr(th, _WINDOWS[name])
+                message = f.message + (f" (judged on the cell's {span:.1f} s)" if span < window else "")
+                evidence = dict(f.evidence, judged_on_s=round(span, 2))
+                out.append(Alert(f.rule, f.severity, f.gpu, t1 - span, t1, message, f.suggestion,
+                                 evidence, [(t1, t1 - span, f.severity, message, evidence)]))
+        return out, []
 
     def _newest_marks(self, store, now: float, count: int) -> list[tuple[float, str]]:
         """The newest ``count`` marks at or before ``now`` (time, label), oldest first."""
@@ -223,9 +302,11 @@ class DiagnosticsEngine:
         out.reverse()
         return out
 
-    def evaluate(self, sampler: Sampler, now: float) -> list[Alert]:
-        """Run every enabled rule once; returns the alerts opened or escalated by this run."""
+    def evaluate(self, sampler: Sampler, now: float, cell_end: bool = False) -> list[Alert]:
+        """Run every enabled rule once; returns the alerts opened or escalated by this run.
+        ``cell_end``: this is the edge of a cell that just ended (``judge_cell_end``)."""
         ctx = self.context(sampler, now)
+        ctx.cell_end = cell_end
         enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}
         findings: list[Finding] = []
         inputs = self._utilisation_inputs(ctx)

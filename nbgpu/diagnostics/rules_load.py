@@ -1,4 +1,11 @@
-"""Load rules: input-bound, idle / sync-bound and imbalance across GPUs."""
+"""Load rules: input-, launch- and sync-bound, idle, and imbalance across GPUs.
+
+Where the main thread's stack samples cover the window (a profiled cell or a capture ran),
+input-, launch- and sync-bound judge by what held its time: the data loader, issuing GPU
+work from Python, or waiting for the GPU; at most one of them holds a window. Without
+samples (the live panel between cells) only input-bound is judged, from the kernel's CPU,
+and it says it cannot tell a data loader from Python launching small kernels.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +15,27 @@ import math
 import numpy as np
 
 from .alerts import Finding
+from .stacks import LABELS
 from .window import Context, fmt_gpus
 
 INPUT_HINT = ("Feed the GPU faster: DataLoader(num_workers=4 or more, pin_memory=True, "
               "persistent_workers=True, prefetch_factor=2 or more) with .to(device, non_blocking=True); "
               "move decoding and augmentation to the GPU or precompute them; with tf.data, "
-              "num_parallel_calls and .prefetch(tf.data.AUTOTUNE). If one core is pegged launching "
-              "small kernels, use larger batches or CUDA graphs.")
+              "num_parallel_calls and .prefetch(tf.data.AUTOTUNE).")
+MAYBE_HINT = INPUT_HINT + (" If instead one core is pegged launching small kernels, use larger "
+                           "batches or CUDA graphs; a %%gpumon cell tells the two apart.")
+LAUNCH_HINT = ("Python issues kernels too small to keep the GPU busy: use larger batches, CUDA graphs "
+               "(torch.compile(mode=\"reduce-overhead\") or torch.cuda.CUDAGraph), torch.compile to fuse "
+               "small operations, and fewer .item() / .cpu() syncs in the loop.")
+SYNC_HINT = ("Each wait stops Python from queueing the next work, so the GPU idles meanwhile: keep "
+             "values on the GPU and read them every N steps (sum the loss as a tensor, .item() once "
+             "an epoch), leave tensors out of print() and .cpu() / .numpy() in the loop, copy with "
+             "non_blocking=True, time work with CUDA events.")
+# The main thread's categories that hold each rule's time. Input is the data loader and the
+# host-to-device copies alike: both are the batch on its way to the GPU (pinned memory and
+# non_blocking copies help the second as workers help the first).
+HELD_BY = {"input_bound": ("data_loader", "h2d_copy"), "launch_bound": ("gpu_issue",),
+           "sync_bound": ("gpu_wait",)}
 IDLE_HINT = ("The cell is waiting, not computing: file or network I/O, a lock, sleep, a "
              "host-device sync in a loop (.item(), .cpu(), print of a tensor) or another process. "
              "A profiler (torch.profiler, py-spy dump) shows where it waits.")
@@ -24,22 +45,136 @@ IMBALANCE_HINT = ("Check that every GPU gets its share: DistributedSampler and p
                   "tensors created on cuda:0 by default.")
 
 
+def holder(split, th) -> str | None:
+    """Which of input-, launch- and sync-bound the split points at: the rule whose category
+    (data loader, issuing GPU work, waiting for the GPU) has the largest share, if at least
+    ``split_min_share``; None otherwise."""
+    rule = max(HELD_BY, key=lambda r: held_share(split, r))
+    return rule if held_share(split, rule) >= th.split_min_share else None
+
+
+def held_share(split, rule: str) -> float:
+    """The share of the main thread's time in the categories that hold ``rule``'s time."""
+    return sum(split.shares[c] for c in HELD_BY[rule])
+
+
+def _line(split, rule: str) -> dict | None:
+    """The cell line holding most of the rule's time (of its largest category)."""
+    category = max(HELD_BY[rule], key=lambda c: split.shares[c])
+    return split.line_of(category)
+
+
+def _held(split, rule: str) -> tuple[float, str]:
+    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`") of the
+    rule's categories in the split."""
+    line = _line(split, rule)
+    where = "" if line is None else f" at line {line['line']} `{line['text']}`"
+    loop = line and line["loop"]
+    if loop and loop[0] != line["line"]:
+        where += f" in the loop at line {loop[0]} `{loop[1]}`"
+    return held_share(split, rule), where
+
+
+def _evidence(split, rule: str, **figures) -> dict:
+    line = _line(split, rule)
+    return {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
+            "line": None if line is None else line["line"],
+            "line_text": None if line is None else line["text"]}
+
+
+def one_bottleneck(alerts: list, split) -> list:
+    """A cell's alerts with at most one of input-, launch- and sync-bound per GPU: where
+    windows of the cell found more than one, the one whose category holds most of the
+    cell's time (``split``) stays (with no split, the one judged last)."""
+    kept, out = {}, []
+    for a in alerts:
+        if a.rule not in HELD_BY:
+            out.append(a)
+            continue
+        other = kept.get(a.gpu)
+        if other is None or (held_share(split, a.rule) > held_share(split, other.rule)
+                             if split is not None else a.start >= other.start):
+            kept[a.gpu] = a
+    return out + [a for a in alerts if a in kept.values()]
+
+
 def input_bound(ctx: Context) -> list[Finding]:
-    """Utilisation below 50 % while this kernel's processes keep the CPU busy: a starved GPU."""
+    """Utilisation below 50 % while the data loader holds the main thread's time (where stack
+    samples cover the window), else while this kernel's processes keep the CPU busy: maybe starved."""
     th, out = ctx.thresholds, []
     span = th.input_window_s
     for dev in ctx.used_gpus():
-        end = ctx.window.end(dev.key, "util_pct")  # the CPU over the same seconds
+        end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
+        split = ctx.split(end - span, end)
+        if split is not None and holder(split, th) != "input_bound":
+            continue
         cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
-        if not cpu >= th.input_cpu_busy_pct:
+        if split is None and not cpu >= th.input_cpu_busy_pct:
             continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)
         if not (th.input_min_util_pct <= util < th.input_util_below_pct):
             continue
-        message = (f"GPU {dev['index']} busy only {util:.0f} % of the time while this kernel's "
-                   f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU is waiting for input")
-        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, {
-            "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
+        if split is None:
+            message = (f"GPU {dev.key} busy only {util:.0f} % of the time while this kernel's "
+                       f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU may be waiting "
+                       "for input, or for Python launching small kernels")
+            out.append(Finding("input_bound", dev.key, "warning", message, MAYBE_HINT, {
+                "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
+            continue
+        share, where = _held(split, "input_bound")
+        parts = [f"{LABELS[c]} {100 * split.shares[c]:.0f} %" for c in HELD_BY["input_bound"]
+                 if split.shares[c] >= 0.05]
+        message = (f"GPU {dev.key} busy only {util:.0f} % of the time while the main thread spent "
+                   f"{100 * share:.0f} % of it getting data in ({', '.join(parts)}){where} (over "
+                   f"{span:.0f} s): the GPU is waiting for input")
+        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, _evidence(
+            split, "input_bound", util_pct=round(util, 1), proc_cpu_pct=round(cpu, 1), window_s=span)))
+    return out
+
+
+def _held_gpus(ctx: Context, rule: str):
+    """(GPU, window end, split, mean utilisation) of each used GPU whose window ``rule`` holds."""
+    span = ctx.thresholds.input_window_s
+    for dev in ctx.used_gpus():
+        end = ctx.window.end(dev.key, "util_pct")
+        split = ctx.split(end - span, end)
+        if split is not None and holder(split, ctx.thresholds) == rule:
+            yield dev, end, split, ctx.window.mean(dev.key, "util_pct", span, end)
+
+
+def launch_bound(ctx: Context) -> list[Finding]:
+    """Python issuing GPU work holds the main thread while the GPU is underused or busy-but-thin."""
+    th, out = ctx.thresholds, []
+    span = th.input_window_s
+    for dev, end, split, util in _held_gpus(ctx, "launch_bound"):
+        active = ctx.window.mean(dev.key, "sm_active_pct", span, end)
+        if th.input_min_util_pct <= util < th.input_util_below_pct:
+            state = f"busy only {util:.0f} % of the time"
+        elif util >= th.thin_util_above_pct and active < th.thin_sm_active_below_pct:
+            state = f"looks busy ({util:.0f} %) but its SMs are mostly unused (SM activity {active:.0f} %)"
+        else:
+            continue
+        share, where = _held(split, "launch_bound")
+        message = (f"GPU {dev.key} {state} while the main thread spent {100 * share:.0f} % of the "
+                   f"time issuing GPU work from Python{where} (over {span:.0f} s): the loop is launch-bound")
+        out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, _evidence(
+            split, "launch_bound", util_pct=round(util, 1), window_s=span,
+            sm_active_pct=None if math.isnan(active) else round(active, 1))))
+    return out
+
+
+def sync_bound(ctx: Context) -> list[Finding]:
+    """The main thread waits for the GPU most of the time while the GPU is not kept busy."""
+    th, out = ctx.thresholds, []
+    span = th.input_window_s
+    for dev, _, split, util in _held_gpus(ctx, "sync_bound"):
+        share, where = _held(split, "sync_bound")
+        if not (util < th.sync_util_below_pct and share < th.sync_wait_below_share):
+            continue  # a thread that only waits has nothing to overlap: the GPU is the bottleneck
+        message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev.key}"
+                   f"{where} while it was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound")
+        out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, _evidence(
+            split, "sync_bound", util_pct=round(util, 1), window_s=span)))
     return out
 
 
@@ -58,7 +193,7 @@ def idle(ctx: Context) -> list[Finding]:
         if not util < th.idle_util_below_pct:
             continue
         during = "while a cell runs, " if ctx.in_cell_s else ""
-        message = (f"GPU {dev['index']} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
+        message = (f"GPU {dev.key} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
                    f"{during}over {span:.0f} s: the code is waiting on something")
         out.append(Finding("idle", dev.key, "info", message, IDLE_HINT, {
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span,

@@ -95,6 +95,9 @@ def oom_risk(ctx: Context) -> list[Finding]:
             severity, level, held = "critical", th.oom_critical_fraction, crit_s
         elif warn_s >= th.oom_warning_after_s:
             severity, level, held = "warning", th.oom_warning_fraction, warn_s
+        elif ctx.cell_end and frac[-1] > th.oom_warning_fraction:
+            # a cell that ends with the card full is no spike freed again, however short it was
+            severity, level, held = "warning", th.oom_warning_fraction, warn_s
         else:
             spike = _allocator_peak(ctx, dev, used, total, allocator)
             out.extend([spike] if spike else [])

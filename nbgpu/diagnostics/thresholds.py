@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from ..errors import BadArgumentError
 
-RULES = ("oom_risk", "memory_leak", "input_bound", "idle", "imbalance", "throttling", "busy_thin")
+RULES = ("oom_risk", "memory_leak", "input_bound", "launch_bound", "sync_bound", "idle", "imbalance",
+         "throttling", "busy_thin")
 
 
 def _t(default: object, help: str):
@@ -43,13 +44,22 @@ class Thresholds:
     leak_marks: int = _t(4, "memory must rise at each of this many consecutive marks (epochs)")
     leak_min_per_mark_bytes: float = _t(64e6, "smallest mean rise per mark (bytes) reported as a leak")
 
-    input_window_s: float = _t(10.0, "window (s) for the input-bound rule")
+    input_window_s: float = _t(10.0, "window (s) for the input-, launch- and sync-bound rules")
     input_util_below_pct: float = _t(50.0, "mean utilisation below this may mean the GPU is starved")
     input_min_util_pct: float = _t(5.0, "mean utilisation above this means the GPU is in use at all")
     input_cpu_busy_pct: float = _t(80.0, "CPU of this kernel and its children (% of one core) that "
                                          "counts as busy")
 
-    idle_window_s: float = _t(10.0, "window (s) for the idle / sync-bound rule")
+    split_min_share: float = _t(0.4, "share of the main thread's time (its stack samples over the input "
+                                     "window) that holds it: in the data loader for input-bound, issuing "
+                                     "GPU work for launch-bound, waiting for the GPU for sync-bound")
+    sync_util_below_pct: float = _t(75.0, "mean utilisation below this while the main thread waits for the "
+                                          "GPU counts as sync-bound (the waits cost the GPU work)")
+    sync_wait_below_share: float = _t(0.9, "share of the main thread's time waiting for the GPU below which "
+                                           "it is sync-bound (at or above it, it has nothing else to do: "
+                                           "the GPU itself is the bottleneck)")
+
+    idle_window_s: float = _t(10.0, "window (s) for the idle rule")
     idle_util_below_pct: float = _t(10.0, "mean utilisation below this counts as idle")
     idle_cpu_below_pct: float = _t(20.0, "CPU of this kernel (% of one core) below this counts as idle")
     idle_only_in_cell: bool = _t(True, "raise idle only while a cell (or capture) is running")

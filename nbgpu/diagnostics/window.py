@@ -16,15 +16,8 @@ from .thresholds import Thresholds
 
 
 def median(values: np.ndarray) -> float:
-    """``np.median`` without its dispatch (a tenth of the time on the rules' small arrays,
-    which the sampler thread evaluates every 2 s); NaN if any value is NaN, as it."""
-    ordered = np.sort(values)
-    n = len(ordered)
-    if not n or np.isnan(ordered[-1]):  # NaN sorts last
-        return math.nan
-    if n % 2:
-        return float(ordered[n // 2])
-    return float(ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    """``np.median`` as a float; NaN for no values (numpy would warn)."""
+    return float(np.median(values)) if len(values) else math.nan
 
 
 class Window:
@@ -150,6 +143,15 @@ class Context:
     marks: list[tuple[float, str]] = field(default_factory=list)  # the newest at or before now
     mark_cache: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)  # what rules keep between evaluations
+    stacks: object = None  # the main thread's stack samples (``stacks.StackSamples``), if any
+    cell_end: bool = False  # evaluated at the end edge of a cell (or capture) that just ended
+
+    def split(self, t0: float, t1: float):
+        """Where the main thread's time went in [t0, t1] (``stacks.Split``); None without
+        stack samples covering most of it (no profiled cell or capture ran then)."""
+        if self.stacks is None:
+            return None
+        return self.stacks.split(t0, t1, coverage=0.8)
 
     def gpus(self, whole_only: bool = True) -> list[Device]:
         """Devices to judge (whole GPUs only unless told otherwise)."""

@@ -11,7 +11,6 @@ import logging
 from .. import session
 from ..errors import NbgpuError
 from ..version import __version__
-from . import startup
 
 log = logging.getLogger("nbgpu")
 
@@ -37,16 +36,13 @@ def load_message() -> str:
 
 def load(ipython) -> None:
     """Register ``%gpumon``/``%%gpumon`` and ``%config NbGpu``; print the one-line GPU summary."""
-    startup.stamp("extension_imported")
     from .. import config
     from .gpumon import GPUMonMagics
 
     config.register(ipython)  # %config NbGpu.* now reaches nbgpu's defaults
 
     ipython.register_magics(GPUMonMagics)
-    startup.stamp("magics_registered")
     print(load_message())
-    startup.stamp("gpus_listed")
     from .. import flight
 
     flight.on_load(ipython)

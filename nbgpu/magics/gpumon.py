@@ -12,10 +12,9 @@ from IPython.display import display
 from .. import session
 from ..errors import NbgpuError
 from ..sources import sim_count
+from ..sources.base import check_gpus
 from ..units import fmt_bytes
-from ..widgets.columns import check_gpus
 from ..widgets.hostonly import shared_or_host_only
-from . import startup
 from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
 
 STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports
@@ -61,13 +60,6 @@ def _sampler(opts: Options, prog: str):
         raise UsageError(f"{prog}: {exc}") from None
 
 
-def _start_shared(opts: Options, prog: str):
-    """The shared sampler, started (a stamp notes when)."""
-    sampler = _sampler(opts, prog)
-    startup.stamp("sampler_started")
-    return sampler
-
-
 def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     """Start the shared sampler while the caller imports the panel's modules.
 
@@ -84,9 +76,9 @@ def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     simulated = (sim_count(opts.source) is not None if opts.source is not None
                  else shared is not None and shared.simulated)
     if simulated or (shared is not None and shared.running):
-        return lambda: _start_shared(opts, prog)
+        return lambda: _sampler(opts, prog)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=STARTER_THREAD)
-    started = pool.submit(_start_shared, opts, prog)
+    started = pool.submit(_sampler, opts, prog)
 
     def result() -> object:  # the sampler, or the helper's exception raised here
         try:
@@ -182,21 +174,16 @@ class GPUMonMagics(Magics):
         if opts.cells is not None:
             self._cells(opts)
             return None
-        startup.stamp("gpumon")
         starting = _start_beside_imports(opts, "%gpumon")
         from ..widgets.monitor import GPUMonitor
 
-        startup.stamp("panel_modules")
         starting()  # the shared sampler started or re-pointed; the panel follows it
-        startup.stamp("sampler_ready")
         try:
             mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
                              refresh_s=opts.refresh_s, start=False)
         except NbgpuError as exc:
             raise UsageError(f"%gpumon: {exc}") from None
-        startup.stamp("panel_built")
         display(mon)
-        startup.stamp("displayed")
         mon.start()  # after the display: a sampler that has read is drawn at once
         return None
 

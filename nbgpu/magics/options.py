@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from IPython.core.error import UsageError
 
 from ..cli.options import OnceParser, add_shared, argtype, seconds
+from ..config import check_window
 from ..errors import BadArgumentError
 from ..widgets.columns import (
     COLUMNS,
@@ -20,7 +21,6 @@ from ..widgets.columns import (
     DEFAULT_WINDOW_S,
     check_metrics,
     check_refresh,
-    check_window,
 )
 
 ACTIONS = ("start", "stop", "status")

@@ -22,17 +22,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..diagnostics.alerts import judged_in
-from ..diagnostics.engine import register_activity
+from ..diagnostics import stacks
+from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
-from ..sampler import Sampler
+from ..sampler import Sampler, check_sampler
 from ..sampler_thread import running_samplers
+from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
 from .summary import Summary, rows_frame, selected, summarize
 from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
 
 OWN_SAMPLER_INTERVAL_S = 0.2
@@ -82,8 +85,10 @@ def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
                for k in keys)
 
 
-def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
-    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read).
+def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
+                  also: Callable[[], bool] | None = None) -> bool:
+    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read),
+    and ``also()`` (if given: something else the sampler's thread is to do) is False.
 
     Returns at once when the store covers ``t``; else sleeps until the sampler's next step
     (a tick listener wakes it). False on timeout or if the sampler is not running: the
@@ -93,7 +98,11 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
         return False
     lost = sampler.lost
     keys = [d.key for d in sampler.devices if d.key not in lost]
-    if not _edge_pending(sampler, keys, t):
+
+    def pending() -> bool:
+        return _edge_pending(sampler, keys, t) or (also is not None and also())
+
+    if not pending():
         return True
     stepped = threading.Event()
 
@@ -103,7 +112,7 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) ->
     deadline = time.monotonic() + timeout_s
     sampler.add_listener(on_step)
     try:
-        while _edge_pending(sampler, keys, t):
+        while pending():
             left = deadline - time.monotonic()
             if left <= 0 or not sampler.running:
                 return False
@@ -152,9 +161,11 @@ class Capture:
 
     def __init__(self, sampler: Sampler | None = None, *, source: object = None,
                  interval: float | None = None, gpus: list | None = None, label: str = "") -> None:
+        check_sampler(sampler, source, interval)
         self.sampler = sampler
         self._source, self._interval = source, interval
-        self.gpus = list(gpus) if gpus is not None else None
+        self._asked_gpus = gpus
+        self.gpus = self._checked_gpus() if sampler is not None else None
         self.label = label
         self.start_time = math.nan
         self.end_time = math.nan
@@ -169,6 +180,12 @@ class Capture:
         self._line: str | None = None
         self._result: Summary | None = None
         self._series: dict[tuple[object, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
+        self._split: stacks.Split | None = None
+        self._split_final = False  # the split was taken at the block's end
+        self._samples: list = []  # its stack samples, copied at the end
+        self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
+        self.too_short: list[str] = []  # window rules the finished block was too short to judge
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
@@ -196,15 +213,21 @@ class Capture:
                 self.sampler = Sampler(self._source or "auto", self._interval or OWN_SAMPLER_INTERVAL_S)
             self.sampler.start()
             self.owns_sampler = True
+        self.gpus = self._checked_gpus()
         self._torch.start(list(_active))
         fast = getattr(self.sampler, "fast_memory", None)
         if callable(fast):
             self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
+        self._stacks = stacks.hold(self.sampler, self.line_offset)
         if self._counter_stale(self.start_time):  # else the fast memory lane covers the start
             self.sampler.request("energy")
         _active.append(self)
         return self
+
+    def _checked_gpus(self) -> list | None:
+        keep = check_gpus(self._asked_gpus, [d.key for d in self.sampler.devices if d.parent is None])
+        return None if keep is None else list(keep)
 
     def finish(self, status: str = "ok", exc: BaseException | None = None, wait: bool = True) -> None:
         """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""
@@ -216,6 +239,11 @@ class Capture:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if self in _active:
             _active.remove(self)
+        if self.sampler is not None:
+            stacks.release(self.sampler, self._stacks)
+            got = stacks.samples_of(self.sampler)
+            self._samples = got.records(self.start_time, self.end_time) if got is not None else []
+            self._split, self._split_final = self.split(), True
         try:
             self._torch.finish()
         except Exception:
@@ -225,9 +253,13 @@ class Capture:
             return
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
+        engine = getattr(sampler, "diagnostics", None)
+        if engine is not None:
+            engine.judge_cell_end()  # the rules judge the block at its end edge, however short
         sampler.request("edge")  # the buffers drained up to the end, whatever its length
         if wait or self.owns_sampler:
-            wait_for_edge(sampler, self.end_time)
+            wait_for_edge(sampler, self.end_time,
+                          also=None if engine is None else lambda: engine.cell_end_pending)
         self._fast.close()
         if self.owns_sampler:
             sampler.stop()
@@ -367,19 +399,40 @@ class Capture:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
         if self._alerts is not None:
             return self._alerts
-        get = getattr(self.sampler, "alert_list", None)
-        if not callable(get):
+        if not callable(getattr(self.sampler, "alert_list", None)):
             return []
         t0, t1 = self._range()
+        finished = not math.isnan(self.end_time)
         try:
-            found = judged_in(get(since_s=t0), t0, t1, max(1.0, 2.0 * self.sampler.interval))
+            found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), finished)
         except Exception:
             return []
         parents = {d.key: d.parent for d in self.sampler.devices}
         found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
-        if not math.isnan(self.end_time):
+        if finished:
             self._alerts = found
         return found
+
+    def split(self) -> stacks.Split | None:
+        """Where the main thread's time went in the block (None: no stack samples)."""
+        if self._split_final or self.sampler is None:
+            return self._split
+        got = stacks.samples_of(self.sampler)
+        t0, t1 = self._range()
+        return got.split(t0, t1) if got is not None else None
+
+    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
+        """The main thread's stack samples in the block: (epoch s, category, line, its text)."""
+        if self._split_final:
+            return list(self._samples)
+        got = stacks.samples_of(self.sampler) if self.sampler is not None else None
+        return got.records(*self._range()) if got is not None else []
+
+    def where(self) -> pd.DataFrame:
+        """Where the main thread was: one row per category (``category``, ``seconds``,
+        ``share``); ``attrs["top_line"]`` is the cell line most time went to, e.g.
+        ``{"line": 7, "text": "for x, y in dl", "share": 0.81}`` (None without samples)."""
+        return stacks.where_frame(self.split())
 
     @property
     def iterations(self) -> pd.DataFrame:

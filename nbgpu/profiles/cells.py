@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable
 from html import escape
 
+from ..diagnostics.stacks import CATEGORIES, LABELS
 from ..sampler import Sampler
 from ..units import fmt_duration, fmt_energy
 from .capture import Capture, status_of
-from .compare import changes, verdict
+from .compare import changes
 from .cost import cost_of
 from .history import CellRecord, earlier
 from .history import add as add_record
@@ -27,6 +28,7 @@ from .oom import PostMortem, build_story, is_oom
 log = logging.getLogger("nbgpu")
 
 DEFAULT_MIN_DURATION_S = 1.0
+SPLIT_MOVED = 0.1  # a category whose share moved this much (of the cell's time) is named
 
 _mode: _CellMode | None = None
 
@@ -67,19 +69,54 @@ def _display(obj) -> None:
 
 
 def against_last(rec: CellRecord) -> str:
-    """``vs its last run (In [3], 2m05s ago): 12 % more energy, 3 % longer, ...``; "" if none."""
+    """What changed since the cell's last run, "" if none: ``vs its last run (In [3], 2m05s
+    ago): 12 % more energy, 3 % longer, peak memory the same, utilisation 7 % → 70 %; steps
+    a second 4.1 → 38.5 (9.4×); main thread: data loader 81 % → 9 %``, then a line per
+    finding gone, new or still there (with its new figures)."""
     runs = earlier(rec)
     if not runs:
         return ""
     prev = runs[-1]
     try:
         repeats = [r.figures().total for r in runs]
-        said = verdict(changes(prev.figures().total, rec.figures().total, repeats=repeats))
+        found = changes(prev.figures().total, rec.figures().total, repeats=repeats)
+        said = ", ".join(_phrase(c) for c in found)
+        parts, findings = _what_changed(prev, rec)
     except Exception as exc:  # an old run whose readings are gone: say so, briefly
         return f"vs its last run: cannot compare ({exc})"
     where = f"In [{prev.execution_count}], " if prev.execution_count is not None else ""
     ago = rec.start_time - prev.start_time
-    return f"vs its last run ({where}{fmt_duration(ago)} ago): {said}"
+    return "\n".join([f"vs its last run ({where}{fmt_duration(ago)} ago): " + "; ".join([said, *parts]),
+                      *findings])
+
+
+def _phrase(c) -> str:
+    """A change's phrase; utilisation that moved says from what to what (``7 % → 70 %``)."""
+    if c.metric != "util_mean_pct" or not c.beyond_noise:
+        return c.phrase
+    return f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"
+
+
+def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
+    """(steps a second and the main thread's split as they moved, one line per finding)."""
+    a, b = prev.tail(), rec.tail()
+    parts = []
+    steps = a.get("steps_per_s"), b.get("steps_per_s")
+    if all(isinstance(v, (int, float)) and v > 0 for v in steps):
+        parts.append(f"steps a second {steps[0]:.3g} → {steps[1]:.3g} ({steps[1] / steps[0]:.2g}×)")
+    shares = [(c, a.get(f"share_{c}"), b.get(f"share_{c}")) for c in CATEGORIES]
+    if all(isinstance(x, (int, float)) and isinstance(y, (int, float)) for _, x, y in shares):
+        moved = sorted((s for s in shares if abs(s[2] - s[1]) >= SPLIT_MOVED),
+                       key=lambda s: -abs(s[2] - s[1]))[:3]
+        parts.append("main thread: " + ", ".join(f"{LABELS[c]} {100 * x:.0f} % → {100 * y:.0f} %"
+                                                 for c, x, y in moved) if moved else "main thread the same")
+    before = {r for r in str(a.get("alert_rules") or "").split(", ") if r}
+    now: dict[str, str] = {}
+    for alert in rec.capture.alerts:
+        now.setdefault(alert.rule, alert.message)
+    findings = [f"{r}: gone" for r in sorted(before - set(now))]
+    findings += [f"{r}: {'still there' if r in before else 'new'}, {msg}" for r, msg in sorted(now.items())]
+    return parts, findings
 
 
 def cost_line(cap: Capture) -> str:
@@ -92,7 +129,7 @@ class _Notes:
     """Display data under a report: how the cell compares with its last run, and its cost."""
 
     def __init__(self, lines: list[str]) -> None:
-        self.lines = [line for line in lines if line]
+        self.lines = [part for line in lines if line for part in line.split("\n")]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         html = "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">{escape(line)}</p>'
@@ -238,6 +275,7 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
     if _mode is not None:
         _mode.skip_current = True
     cap = Capture(sampler, gpus=gpus)
+    cap.line_offset = 1  # the body's line 1 is the cell's line 2, under %%gpumon
     cap.start()
     try:
         _run_body(shell, cell)

@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .energy import median
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -98,7 +96,7 @@ def _num(v: object) -> float:
 
 
 def _spacing(t: np.ndarray) -> float:
-    return median(t[1:] - t[:-1]) if len(t) >= 2 else math.nan
+    return float(np.median(t[1:] - t[:-1])) if len(t) >= 2 else math.nan
 
 
 def jitter(v: np.ndarray) -> float:

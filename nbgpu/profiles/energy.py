@@ -92,13 +92,6 @@ def line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
     return mean, float(vv.min()), float(vv.max())
 
 
-def median(x: np.ndarray) -> float:
-    """``np.median`` of a NaN-free array, without its overhead (the same value)."""
-    s = np.sort(x)
-    mid = len(s) // 2
-    return float(s[mid]) if len(s) % 2 else (float(s[mid - 1]) + float(s[mid])) / 2.0
-
-
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
     if not len(t):

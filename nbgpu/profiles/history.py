@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..diagnostics.stacks import CATEGORIES
 from ..errors import warn_user
-from ..files import file_error
+from ..files import as_path, file_error
 from . import history_file
 from .compare import RunFigures, capture_figures
 from .cost import cost_of
@@ -104,9 +105,16 @@ class CellRecord:
 
     def tail(self) -> dict:
         alerts = self.capture.alerts
+        split_of = getattr(self.capture, "split", None)  # a stand-in capture may have none
+        split = split_of() if callable(split_of) else None
+        top = split.top_line if split is not None else None
         return {"alerts": len(alerts),
                 "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
-                "error": self.capture.error or ""}
+                "error": self.capture.error or "",
+                **{f"share_{c}": None if split is None else round(split.shares[c], 4) for c in CATEGORIES},
+                "top_line": "" if top is None else f"line {top['line']} `{top['text']}`: "
+                                                   f"{100 * top['share']:.0f} %",
+                "steps_per_s": _steps_per_s(self.capture)}
 
     def gpu_rows(self) -> list[dict]:
         return self.capture.summary_rows
@@ -130,6 +138,13 @@ class CellRecord:
                 "figures": self.figures().to_json()}
 
 
+def _steps_per_s(cap: Capture) -> float | None:
+    """Iterations a second of the ``nbgpu.track`` loops run in the block (None: none ran)."""
+    spans = [t1 - t0 for t in getattr(cap, "trackers", ()) for _, _, t0, t1, _ in t.spans
+             if math.isfinite(t1) and t1 > t0]
+    return round(len(spans) / sum(spans), 4) if spans else None
+
+
 @dataclass
 class SavedRecord:
     """A profiled cell read back from the persistent history file (an earlier kernel, maybe)."""
@@ -150,7 +165,8 @@ class SavedRecord:
                                               "duration_s", "status")}
 
     def tail(self) -> dict:
-        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error")}
+        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error", "top_line", "steps_per_s",
+                                              *(f"share_{c}" for c in CATEGORIES))}
 
     def gpu_rows(self) -> list[dict]:
         return [dict(r) for r in self.data.get("gpus") or []]
@@ -270,7 +286,7 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     if path is False:
         _store.path = None
         return None
-    text = default_history_path() if path is None or path is True else os.fspath(path)
+    text = default_history_path() if path is None or path is True else as_path(path)
     text = os.path.abspath(os.path.expanduser(text))
     if text == _store.path:
         return text
@@ -348,8 +364,11 @@ def clear() -> None:
 def history(per_gpu: bool = False) -> pd.DataFrame:
     """One row per profiled cell: execution count, cell id, first line, start, duration,
     the summary over all GPUs (memory, utilisation, power, energy, temperature, throttling),
-    energy as kWh (and cost and CO₂ where configured), status and the alerts that
-    overlapped the cell. Cells kept in the history file from earlier kernels come first.
+    energy as kWh (and cost and CO₂ where configured), status, the alerts judged in the
+    cell and where its main thread was (``share_gpu_wait`` ... ``share_idle``, fractions
+    of its time, None without stack samples; ``top_line``) and the iterations a second of
+    its ``nbgpu.track`` loops (``steps_per_s``). Cells kept in the history
+    file from earlier kernels come first.
 
     A notebook shows it as a short table with units; it is a DataFrame all the same, and
     ``.raw()`` (or any selection of it) is the plain frame with every column.
@@ -379,7 +398,9 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
         from .history_view import HistoryFrame
 
-        return HistoryFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error"])
+        return HistoryFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error",
+                                                    *(f"share_{c}" for c in CATEGORIES), "top_line",
+                                                    "steps_per_s"])
     df = pd.DataFrame(rows)
     order = base + [c for c in df.columns if c not in base]
     from .history_view import HistoryFrame

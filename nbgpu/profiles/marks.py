@@ -7,10 +7,12 @@ exports all see it. ``track`` marks each iteration of a loop and can summarise e
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..errors import BadArgumentError
 from ..sampler import Sampler
 from ..sampler_thread import running_samplers
 from .capture import active_captures, fetch_buffered, pick_sampler
@@ -38,6 +40,11 @@ class Tracker:
 
     def __init__(self, iterable: Iterable | None, label: str = "epoch", start: int = 0,
                  sampler: Sampler | None = None) -> None:
+        if iterable is not None and not isinstance(iterable, Iterable):
+            raise BadArgumentError(f"track() needs something to iterate (a range, a DataLoader), "
+                                   f"got {iterable!r}")
+        if isinstance(start, bool) or not isinstance(start, numbers.Integral):
+            raise BadArgumentError(f"start must be a whole number (the first iteration's), got {start!r}")
         self.iterable = iterable
         self.label = str(label)
         self.start = int(start)

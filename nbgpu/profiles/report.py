@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
+from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
 from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .summary import selected
@@ -152,6 +153,43 @@ def static_svg(cap: Capture, width: int = 720) -> str:
     return svg_series(data, cap.marks, width, gpus)
 
 
+def where_line(cap: Capture) -> str:
+    """``main thread: data loader 81 %, ... · line 7 `for x, y in dl`: 81 %``; "" without samples."""
+    split = cap.split()
+    if split is None:
+        return ""
+    shares = sorted(split.shares.items(), key=lambda kv: -kv[1])
+    text = "main thread: " + ", ".join(f"{LABELS[c]} {100 * s:.0f} %" for c, s in shares if s >= 0.005)
+    top = split.top_line
+    if top is not None:
+        text += f" · line {top['line']} `{top['text']}`: {100 * top['share']:.0f} %"
+    return text
+
+
+def judged_line(cap: Capture) -> str:
+    """``too short to judge: idle, input_bound (it ran 0.50 s; ...)``; "" if every rule judged it."""
+    from ..diagnostics.engine import JUDGE_MIN_S
+
+    _ = cap.alerts  # judging the block names the rules it was too short for
+    if not cap.too_short:
+        return ""
+    return (f"too short to judge: {', '.join(cap.too_short)} (it ran {cap.duration_s:.2f} s; these rules "
+            f"need at least {JUDGE_MIN_S:g} s and three utilisation readings)")
+
+
+def where_html(cap: Capture) -> str:
+    """The split as one small bar and its line (HTML); "" without stack samples."""
+    text, judged = where_line(cap), judged_line(cap)
+    out = "" if not judged else f'<p style="margin:2px 0;font-size:12px;color:#666">{escape(judged)}</p>'
+    if not text:
+        return out
+    bar = "".join(f'<span title="{LABELS[c]} {100 * s:.0f} %" style="display:inline-block;height:10px;'
+                  f'width:{max(1, round(240 * s))}px;background:{COLORS[c]}"></span>'
+                  for c, s in cap.split().shares.items() if s >= 0.005)
+    return (f'<p class="nbgpu-where" style="margin:2px 0;font-size:12px"><span style="display:inline-block;'
+            f'vertical-align:middle">{bar}</span> {escape(text)}</p>{out}')
+
+
 def static_html(cap: Capture, svg: str | None = None) -> str:
     """Title, SVG picture and summary table of a capture, as one self-contained HTML block."""
     error = f'<p style="margin:2px 0;color:#a33">{escape(cap.error)}</p>' if cap.error else ""
@@ -160,7 +198,7 @@ def static_html(cap: Capture, svg: str | None = None) -> str:
                 f"<p>{escape(NO_GPU_LINE)}</p></div>")
     svg = static_svg(cap) if svg is None else svg
     return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-            f"<div>{svg}</div>{summary_html(cap.summary_rows, cap.totals)}</div>")
+            f"<div>{svg}</div>{where_html(cap)}{summary_html(cap.summary_rows, cap.totals)}</div>")
 
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
@@ -169,6 +207,6 @@ def compact_html(cap: Capture, svg: str | None = None) -> str:
         return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
     svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary><div>{svg}</div>"
+            f"{escape(cap.one_line())}</summary><div>{svg}</div>{where_html(cap)}"
             f"{summary_html(cap.summary_rows, cap.totals)}</details>")
 

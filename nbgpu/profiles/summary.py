@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS
+from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS, max_column
 from ..peaks import fold_peak
 from ..sources.base import Device
-from ..timeline import max_column
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
@@ -45,7 +44,6 @@ from .energy import (
     block_energy_j,
     line_knots,
     line_stats,
-    median,
 )
 from .readings import Readings, timeline_readings
 
@@ -119,7 +117,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
                    "again)" if ticked else "the block was shorter than the sampling interval")
             notes.append(f"{label}: {len(t)} sample(s) in {duration:.2f}s; {why}")
             continue
-        spacing = median(t[1:] - t[:-1])
+        spacing = float(np.median(t[1:] - t[:-1]))
         if spacing > COARSE_SPACING_S:
             notes.append(f"{label} sampled every {spacing:.1f}s; shorter peaks are not seen")
     key = "energy_period_s" if energy_source == "counter" else "power_period_s"
@@ -367,7 +365,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     per_dev: list[tuple[Device, Readings]] = []
     if hasattr(data, "store"):
         a, b = _bounds(data, t0, t1, None)
-        devs = [dev for dev in map(Device.of, data.devices) if selected(dev.key, gpus, dev.parent)]
+        devs = [dev for dev in data.devices if selected(dev.key, gpus, dev.parent)]
         found = timeline_readings(data, [d.key for d in devs], a - EDGE_SLACK_S, b + EDGE_SLACK_S, a, b)
         per_dev.extend(zip(devs, found, strict=True))
     else:

@@ -7,10 +7,9 @@ reserved, and each device's UUID (to match it to an NVML GPU) are read.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
-from ..peaks import torch_uuid
+from ..peaks import torch_cuda, torch_uuid
 
 if TYPE_CHECKING:
     from .capture import Capture
@@ -24,17 +23,8 @@ class TorchStats:
         self.reserved_start: dict[int, float] = {}
         self.result: dict[int, dict[str, float]] = {}
 
-    @staticmethod
-    def cuda():
-        torch = sys.modules.get("torch")
-        cuda = getattr(torch, "cuda", None) if torch is not None else None
-        try:
-            return cuda if cuda is not None and cuda.is_initialized() else None
-        except Exception:
-            return None
-
     def start(self, outer: list[Capture]) -> None:
-        cuda = self.cuda()
+        cuda = torch_cuda()
         if cuda is None:
             return
         for i in range(cuda.device_count()):
@@ -48,7 +38,7 @@ class TorchStats:
             cuda.reset_peak_memory_stats(i)
 
     def finish(self) -> None:
-        cuda = self.cuda()
+        cuda = torch_cuda()
         if cuda is None:
             return
         for i in range(cuda.device_count()):

@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import BadArgumentError
+
 DeviceKey = int | str  # a card (0), a MIG slice ("0/1"), a remote card ("node/3")
 
 # Old dict keys of a device and the field each one now is (the transitional mapping).
-_OLD_KEYS = {"index": "key", "host": "node"}
-_FLOAT_OR_NAN = ("mem_total_bytes", "power_limit_w", "slowdown_temp_c")
+
+
+def check_gpus(gpus: object, cards: list[DeviceKey]) -> tuple[DeviceKey, ...] | None:
+    """The cards ``gpus`` names ("0,2", 0 or a list), each one of ``cards``; None: all.
+
+    The one check of a GPU selection (``Sampler``, ``GPUMonitor``, ``capture``, ``%gpumon``):
+    anything else is a ``BadArgumentError`` saying which GPUs there are.
+    """
+    if gpus is None:
+        return None
+    numbered = list(cards) == list(range(len(cards)))
+    allowed = ("none (no GPUs)" if not cards else f"0 to {len(cards) - 1}" if numbered
+               else ", ".join(map(str, cards)))
+    if isinstance(gpus, str):
+        items: list = gpus.split(",")
+    elif isinstance(gpus, int) and not isinstance(gpus, bool):
+        items = [gpus]
+    elif isinstance(gpus, (list, tuple, set, frozenset, range)):
+        items = list(gpus)
+    else:
+        raise BadArgumentError(f"gpus must be a GPU index, \"0,2\" or a list of them, got {gpus!r}")
+    out: list[DeviceKey] = []
+    for item in items:
+        match = [] if isinstance(item, bool) else [c for c in cards if str(c) == str(item).strip()]
+        if not match:
+            raise BadArgumentError(f"GPU index {str(item).strip()} is out of range; this machine has "
+                                   f"{len(cards)} GPU(s): {allowed}")
+        if match[0] not in out:
+            out.append(match[0])
+    if not out:
+        raise BadArgumentError(f"gpus is empty; choose from {allowed}")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -22,10 +53,6 @@ class Device:
     ``key`` is an int for a local card, "0/1" for slice 1 of card 0, "node/3" for a remote
     card; ``parent`` is the key of the card a MIG slice belongs to (None for a card).
     ``metrics`` names what it reports; ``None`` in a number field means "not known here".
-
-    Backwards compatibility for user code written when ``Sampler.devices`` held dicts:
-    ``d["index"]``, ``d.get("mig")`` and ``dict(d)`` still work (old keys map to fields,
-    unknown numbers read as NaN as before). nbgpu itself reads attributes only.
     """
 
     key: DeviceKey
@@ -47,11 +74,8 @@ class Device:
 
     @classmethod
     def of(cls, described: object) -> Device:
-        """``described`` as a Device: itself, or one built from an old-style mapping.
-
-        Recorded files and old user code describe devices as dicts (``index``, ``name``,
-        ``uuid``, ``parent``, ``mig``, ``host``); unknown keys are ignored.
-        """
+        """``described`` as a Device: itself, or one built from a recorded file's mapping
+        (``index``, ``name``, ``uuid``, ``parent``, ``mig``, ``host``; other keys ignored)."""
         if isinstance(described, Device):
             return described
         get = described.get
@@ -59,33 +83,6 @@ class Device:
         return cls(key=get("index", get("key")), name=str(get("name") or ""),
                    uuid=str(get("uuid") or ""), parent=parent,
                    mig=bool(get("mig", parent is not None)), node=get("host", get("node")))
-
-    def __getitem__(self, old_key: str):
-        """Old dict-style read (kept for user code): ``d["index"]`` is ``d.key``; missing numbers are NaN."""
-        name = _OLD_KEYS.get(old_key, old_key)
-        if name not in self.__dataclass_fields__:
-            raise KeyError(old_key)
-        value = getattr(self, name)
-        if name in _FLOAT_OR_NAN:
-            return math.nan if value is None else float(value)
-        if name == "metrics":
-            return list(value)
-        return value
-
-    def get(self, old_key: str, default=None):
-        """Old ``dict.get`` (kept for user code): the value of an old key or field, else ``default``."""
-        try:
-            return self[old_key]
-        except KeyError:
-            return default
-
-    def __contains__(self, old_key: object) -> bool:
-        return isinstance(old_key, str) and (
-            _OLD_KEYS.get(old_key, old_key) in self.__dataclass_fields__)
-
-    def keys(self) -> list[str]:
-        """The old dict keys, so ``dict(device)`` still gives the old mapping."""
-        return ["index", *(n for n in self.__dataclass_fields__ if n != "key")]
 
 
 @dataclass(frozen=True)

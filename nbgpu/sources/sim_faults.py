@@ -62,12 +62,6 @@ class FaultInjection:
         with self._hang_entered:
             return self._hang_entered.wait_for(lambda: self._hanging > 0, timeout)
 
-    def clear_faults(self) -> None:
-        """Remove injected errors and lost GPUs, and release hangs."""
-        self._errors.clear()
-        self._lost.clear()
-        self.release_hangs()
-
     def add_process(self, gpu: int, pid: int, used_bytes: int, *, name: str | None = None,
                     user: str | None = None) -> None:
         """List ``pid`` on ``gpu`` holding ``used_bytes``, beside the model's own process.
@@ -77,11 +71,6 @@ class FaultInjection:
         """
         with self._lock:
             self._procs.setdefault(gpu, []).append((int(pid), int(used_bytes), name, user))
-
-    def remove_process(self, pid: int) -> None:
-        """Stop listing ``pid`` on any GPU."""
-        with self._lock:
-            self._procs = {g: [p for p in ps if p[0] != pid] for g, ps in self._procs.items()}
 
     def simulated_process(self, pid: int) -> tuple[str | None, str | None] | None:
         """(name, user) given to ``add_process`` for a made-up PID; None: look it up."""

@@ -18,10 +18,13 @@ from ..profiles.report import (
     WIDGET_MAX_POINTS,
     _gpus,
     _title,
+    judged_line,
     no_gpu,
     static_html,
     static_svg,
     summary_html,
+    where_html,
+    where_line,
 )
 from ..units import GIB
 
@@ -43,7 +46,8 @@ class CellReport:
             return {"text/plain": f"{_title(self.cap)}\n{NO_GPU_LINE}", "text/html": static_html(self.cap)}
         svg = static_svg(self.cap)
         bundle = {
-            "text/plain": f"{_title(self.cap)}\n{self.cap.one_line()}",
+            "text/plain": "\n".join(x for x in (_title(self.cap), self.cap.one_line(),
+                                                 where_line(self.cap), judged_line(self.cap)) if x),
             "text/html": static_html(self.cap, svg),
             "image/svg+xml": svg,
         }
@@ -170,4 +174,4 @@ def build_widget(cap: Capture):
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
     return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, w.HTML(legend_html(gpus, colors)), fig,
-                   w.HTML(summary_html(cap.summary_rows, cap.totals))])
+                   w.HTML(where_html(cap) + summary_html(cap.summary_rows, cap.totals))])

@@ -6,11 +6,10 @@ names the metrics it draws and how a value maps onto its fixed vertical scale.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..config import check_seconds
 from ..errors import BadArgumentError
 
 
@@ -89,43 +88,9 @@ def check_metrics(metrics: object) -> tuple[str, ...] | None:
     return tuple(out)
 
 
-def _seconds(value: object, name: str, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise BadArgumentError(f"{name} must be a number of seconds from {lo:g} to {hi:g}, "
-                               f"got {value!r}")
-    if not lo <= float(value) <= hi:
-        raise BadArgumentError(f"{name} must be from {lo:g} to {hi:g} seconds, got {value!r}")
-    return float(value)
-
-
-def check_window(window_s: object) -> float:
-    """Seconds of history shown: 5 s to 24 h."""
-    return _seconds(window_s, "window", 5.0, 86400.0)
-
-
 def check_refresh(refresh_s: object) -> float:
     """Seconds between panel refreshes: 0.25 s (4 a second, the most) to 60 s."""
-    return _seconds(refresh_s, "refresh", MIN_REFRESH_S, 60.0)
-
-
-def check_gpus(gpus: object, available: list[object]) -> tuple[object, ...] | None:
-    """GPU indices from "0,2" or a list, each one of ``available``; None shows all."""
-    if gpus is None:
-        return None
-    items = gpus.split(",") if isinstance(gpus, str) else ([gpus] if isinstance(gpus, int) else gpus)
-    allowed = ", ".join(str(a) for a in available) if available else "none (no GPUs)"
-    out: list[object] = []
-    for item in items:
-        text = str(item).strip()
-        match = [a for a in available if str(a) == text]
-        if isinstance(item, bool) or not match:
-            raise BadArgumentError(f"GPU {text!r} is not on this machine; it has {len(available)} "
-                                   f"GPU(s): {allowed}")
-        if match[0] not in out:
-            out.append(match[0])
-    if not out:
-        raise BadArgumentError(f"gpus is empty; choose from {allowed}")
-    return tuple(out)
+    return check_seconds(refresh_s, "refresh", MIN_REFRESH_S, 60.0)
 
 
 def resolve_columns(chosen: tuple[str, ...] | None, reported: set[str]) -> list[Column]:

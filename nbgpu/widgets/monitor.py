@@ -22,26 +22,24 @@ import ipywidgets as widgets
 from ipywidgets.widgets.widget_string import HTMLStyle
 
 from .. import session
+from ..config import check_window
 from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
-from ..sources.base import Device
+from ..sampler import check_sampler
+from ..sources.base import Device, check_gpus
 from . import registry, text, tree
 from .columns import (
     DEFAULT_REFRESH_S,
     WINDOW_CHOICES_S,
-    check_gpus,
     check_metrics,
     check_refresh,
-    check_window,
     resolve_columns,
 )
 from .grid_view import SPARK_PX, PanelGrid
 from .hostonly import HostOnlySource, shared_or_host_only
 from .panel_draw import PanelDrawing, window_label
 from .processes import ProcessesLine
-from .readout import reported_sets
 from .schedule import SCHEDULE
-from .traffic import Traffic
 from .visibility import ViewWatch
 
 log = logging.getLogger("nbgpu")
@@ -87,14 +85,12 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self.window_s = check_window(window_s)
         self._refresh_given = None if refresh_s is None else check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
-        if sampler is not None and (source is not None or interval is not None):
-            raise BadArgumentError("give either sampler= or source=/interval=, not both")
+        check_sampler(sampler, source, interval)
         self._own_layout = "layout" in kwargs
         kwargs.setdefault("layout", widgets.Layout(**PANEL_LAYOUT))
         super().__init__(**kwargs)
         self.add_class("nbgpu-panel")
         self._lock = threading.RLock()
-        self.traffic = Traffic()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
         self._paused = False
@@ -318,7 +314,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             shown = [d for d in sampler.devices if self._gpus is None or d.card in self._gpus]
             has_host = HOST_KEY in sampler.store.devices()
             self._rows: list[Device] = list(shown) + ([Device(HOST_KEY, "host")] if has_host else [])
-            self._reported = reported_sets(self._rows)
             self._row_keys = {r.key for r in self._rows}
             reported: set[str] = set()
             for d in shown:
@@ -355,8 +350,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
         parts = [style, self._header, self._pause_button, self._window_box, controls,
                  *self._grid.widgets()]
-        for w in parts:
-            self.traffic.watch(w)
         self._parts = parts
         self.children = [controls, self._grid.box]
         tree.close_all([w for o in old for w in tree.descendants(o)], keep=[self.views])

@@ -22,7 +22,6 @@ from .grid_view import COLUMN_PX, SPARK_PX, to_px, top_of
 from .hostonly import HostOnlySource, plain_reason
 from .readout import band_scale, label_rows, limit_scale, value_texts
 from .spark import SparkSet
-from .sync import send_values, send_xy
 
 MARK_LABEL_PX = 40  # closer mark labels are dropped (the older one), the rules stay
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
@@ -88,8 +87,7 @@ class PanelDrawing:
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         for col in self._columns:
-            grid.last_values.append(value_texts(col, self._rows, latest, host, live, lost,
-                                                self._reported))
+            grid.last_values.append(value_texts(col, self._rows, latest, host, live, lost))
         label_key = (_label_inputs(self._rows, latest, host, alerts, lost), self.drawn_span_s,
                      self.window_s)
         if label_key != grid.label_key:  # the clock and PCIe lines, badges, lost flags, span
@@ -100,10 +98,11 @@ class PanelDrawing:
         # Every message of the refresh goes out back to back, after the computing: a kernel's
         # session sends a message more cheaply right after another than after other work.
         below = "" if self._processes is None else self._processes.refresh(s, now, self._row_keys)
-        send_values(grid.values, value=text.grid_html(grid.labels_html, grid.titles,
-                                                       grid.last_values, below, grid.tips))
+        grid.values.value = text.grid_html(grid.labels_html, grid.titles, grid.last_values, below,
+                                           grid.tips)
         if xy is not None:
-            send_xy(grid.lines, *xy)
+            with grid.lines.hold_sync():
+                grid.lines.x, grid.lines.y = xy
             if tuple(lost) != grid.colored_for:  # line colours follow lost GPUs only
                 grid.colored_for = tuple(lost)
                 colors = grid.colors(lost)
@@ -157,7 +156,8 @@ class PanelDrawing:
         grid = self._grid
         lefts = np.arange(max(1, len(self._columns)), dtype=np.float32) * COLUMN_PX
         x = to_px(np.tile(rx, (len(lefts), 1)), span, np.repeat(lefts, len(rx)))
-        send_xy(grid.rules, x, np.tile(ry, (len(lefts), 1)))
+        with grid.rules.hold_sync():
+            grid.rules.x, grid.rules.y = x, np.tile(ry, (len(lefts), 1))
         with grid.labels.hold_sync():
             if labels:
                 grid.labels.x = to_px(lx, span, 0.0)

@@ -90,21 +90,20 @@ def metric_state(col: Column, row: dict, reported: object) -> str:
 
 
 def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, running: bool,
-                lost: dict, reported_by_row: list | None = None) -> list[tuple[str, str, bool]]:
+                lost: dict) -> list[tuple[str, str, bool]]:
     """(text, tooltip, muted) of ``col`` for each panel row; muted when stale or lost.
 
     A value that is not live never shows as a number: "stale" or "failed" (the last good
     value in the tooltip), "n/a" where unsupported ("n/a (MIG)" for a MIG slice and for a
     card in MIG mode, whose whole-card reads such as utilisation NVML refuses too).
-    ``reported_by_row``: each row's ``metrics`` as a set (``reported_sets``), where the
-    caller keeps them; a row's metrics are looked in for every column.
     """
     out = []
     stale = not running
     mig_cards = None
     metrics = col.metrics
-    live_text, tip = text.value_format(col), col.help
-    for dev, reported in zip(rows, reported_by_row or [d.metrics for d in rows], strict=True):
+    tip = col.help
+    for dev in rows:
+        reported = dev.metrics
         key = dev.key
         if key == HOST_KEY:
             out.append((text.host_value(col, host), text.host_tooltip(col), stale))
@@ -134,13 +133,8 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
             why = "its read failed" if state == "failed" else "not refreshed for several periods"
             out.append((state, f"{why}; last good value {last}", True))
             continue
-        out.append((live_text(row, dev), tip, stale or key in lost))
+        out.append((text.gpu_value(col, row, dev), tip, stale or key in lost))
     return out
-
-
-def reported_sets(rows: list[Device]) -> list[frozenset | None]:
-    """Each row's ``metrics`` as a set (None where not known), as ``value_texts`` takes them."""
-    return [None if d.metrics is None else frozenset(d.metrics) for d in rows]
 
 
 def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict) -> list[dict]:

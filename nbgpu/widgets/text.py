@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
@@ -80,73 +79,6 @@ def rate(v: object) -> str:
 
 def gpu_value(col: Column, row: dict, info: Device) -> str:
     """Current value of ``col`` for a GPU from its latest readings (``Sampler.latest()`` row)."""
-    return value_format(col)(row, info)
-
-
-def value_format(col: Column) -> Callable[[dict, Device], str]:
-    """``gpu_value`` of ``col`` as a function of (row, info), made once per column: the panel
-    formats about forty values a refresh, and most columns need one branch of the rule."""
-    fmt = _formats.get(col)
-    if fmt is None:
-        if len(_formats) >= MAX_ESCAPED:
-            _formats.clear()
-        fmt = _formats[col] = _format_of(col)
-    return fmt
-
-
-def _format_of(col: Column) -> Callable[[dict, Device], str]:
-    """The branch of ``_any_value`` that ``col`` takes, where it is one of the common ones."""
-    metrics, key = col.metrics, col.key
-    m0 = metrics[0]
-    if len(metrics) == 1 and key != "pcie":
-        part = _ONE_METRIC.get(key, _pct_of)
-
-        def one(row: dict, info: Device) -> str:
-            v0 = row.get(m0, math.nan)
-            return part(v0, row, info) if _ok(v0) else "–"
-
-        return one
-    if len(metrics) == 2 and col.percent and key not in _ONE_METRIC and key != "pcie":
-        m1 = metrics[1]
-
-        def pair(row: dict, info: Device) -> str:
-            v0, v1 = row.get(m0, math.nan), row.get(m1, math.nan)
-            ok0, ok1 = _ok(v0), _ok(v1)
-            if not (ok0 or ok1):
-                return "–"
-            return f"{f'{v0:.0f}' if ok0 else '–'} · {f'{v1:.0f}' if ok1 else '–'} %"
-
-        return pair
-    return lambda row, info: _any_value(col, row, info)
-
-
-def _power_of(v0: float, row: dict, info: Device) -> str:
-    """Power against the card's limit (the row's, else the device's), where the limit is known."""
-    limit = row.get("power_limit_w", info.power_limit_w)
-    return f"{v0:.0f}/{limit:.0f} W" if _ok(limit) else f"{v0:.0f} W"
-
-
-def _pct_of(v0: float, row: dict, info: Device) -> str:
-    """A percentage, whole (the rule for any other single-metric column)."""
-    return f"{v0:.0f} %"
-
-
-def _mem_of(v0: float, row: dict, info: Device) -> str:
-    """``used_of`` of the used and total bytes (the row's total, else the device's)."""
-    return used_of(v0, row.get("mem_total_bytes", info.mem_total_bytes))
-
-
-_ONE_METRIC: dict[str, Callable[[float, dict, Device], str]] = {  # a finite first value's text
-    "mem": _mem_of,
-    "power": _power_of,
-    "temp": lambda v0, row, info: fmt_celsius(v0),
-    "clocks": lambda v0, row, info: f"{v0:.0f} MHz",
-}
-_formats: dict[Column, Callable[[dict, Device], str]] = {}
-
-
-def _any_value(col: Column, row: dict, info: Device) -> str:
-    """``gpu_value`` by the whole rule, for any column."""
     metrics = col.metrics
     v0 = row.get(metrics[0], math.nan)
     if len(metrics) == 1:

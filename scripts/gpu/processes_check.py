@@ -50,7 +50,7 @@ def main() -> int:
             listed = s.processes()
             usage = who_uses(s)
             status = s.status()
-            devices = [{"key": str(d["index"]), "name": d["name"]} for d in s.devices]
+            devices = [{"key": str(d.key), "name": d.name} for d in s.devices]
         driver = None
         if args.source == "nvml":
             import pynvml

@@ -2,7 +2,7 @@
 
 Run on a machine with an NVIDIA GPU, PyTorch with CUDA and nvidia-ml-py:
 
-    python3 scripts/gpu_diagnostics_check.py --out diagnostics_check.json
+    python3 scripts/gpu/diagnostics_check.py --out diagnostics_check.json
 
 Phases, each with its own sampler at default thresholds:
   input_bound  small kernels with CPU work in between (main thread and two busy child
@@ -87,8 +87,8 @@ def main() -> int:
     gpu = nvml_index_of(entry, probe.devices)
     devices = probe.devices
     probe.stop()
-    report: dict = {"device": next((d["name"] for d in devices if d["index"] == gpu), "?"),
-                    "nvml_gpu": gpu, "gpus": len([d for d in devices if not d.get("mig")]),
+    report: dict = {"device": next((d.name for d in devices if d.key == gpu), "?"),
+                    "nvml_gpu": gpu, "gpus": len([d for d in devices if not d.mig]),
                     "torch": torch.__version__, "phases": {}}
     phases = report["phases"]
 
