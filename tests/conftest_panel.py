@@ -325,39 +325,7 @@ def row_titles(mon) -> list[str]:
                                                  parts(mon).values.value)]
 
 
-# -- widgets without a kernel: a recording comm, and a front end's view saying it is on screen ----
-@dataclass
-class CommLog:
-    """Every message the widgets' comms sent: (comm_id, msg_type, data)."""
-
-    sent: list[tuple[str, str, dict]] = field(default_factory=list)
-
-    def updates(self) -> list[tuple[str, dict]]:
-        """The state updates sent: (comm_id, state)."""
-        return [(cid, d.get("state", {})) for cid, kind, d in self.sent
-                if kind == "comm_msg" and d.get("method") == "update"]
-
-
-@contextlib.contextmanager
-def recording_comms():
-    """Widgets created inside get comms that record what they send (nothing leaves)."""
-    import comm
-    from comm.base_comm import BaseComm
-
-    log = CommLog()
-
-    class RecordingComm(BaseComm):
-        def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys) -> None:
-            log.sent.append((self.comm_id, msg_type, dict(data or {})))
-
-    before = comm.create_comm
-    comm.create_comm = lambda *args, **kwargs: RecordingComm(*args, **kwargs)
-    try:
-        yield log
-    finally:
-        comm.create_comm = before
-
-
+# -- a front end's view saying it is on screen ---------------------------------------------------
 def show(panel, visible: bool = True, view: str = "view-1") -> None:
     """What a front end's view of ``panel`` sends when it comes into view (or leaves it)."""
     panel.views.comm.handle_msg({"content": {"data": {"method": "custom", "content": {

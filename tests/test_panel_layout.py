@@ -15,18 +15,9 @@ from nbgpu.widgets.bands import rules
 from nbgpu.widgets.grid_view import SPARK_PX
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def panel():
+def panel(clock):
     """A panel of 2 simulated GPUs and the host, 4 minutes into a 1 h window, marked every 2 s."""
-    clock = FakeClock()
     s = nbgpu.Sampler(source=SimulatedGPUs(count=2, clock=clock), interval=0.5, clock=clock)
     end = clock.t + 240
     n = 0

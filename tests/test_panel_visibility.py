@@ -10,32 +10,23 @@ import numpy as np
 import pytest
 
 import nbgpu
-from conftest_panel import recording_comms, show
+from conftest_panel import show
 from nbgpu.sources.simulated import SimulatedGPUs
 from nbgpu.widgets import monitor, registry
 from nbgpu.widgets.schedule import RefreshSchedule
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def world(monkeypatch):
-    """(sampler, clock, schedule, comm log): one fake clock for the sampler and the timer."""
-    clock = FakeClock()
+def world(monkeypatch, clock, comm_log):
+    """(sampler, clock, schedule, comm log, watch times): one fake clock for the sampler and
+    the timer; widgets record what they send."""
     sched = RefreshSchedule(clock=clock, thread=False)
     monkeypatch.setattr(monitor, "SCHEDULE", sched)
     s = nbgpu.Sampler(source=SimulatedGPUs(count=2, clock=clock), interval=0.5, clock=clock)
     watched: list[float] = []
     plain_watch = s.watch
     s.watch = lambda: (watched.append(clock.t), plain_watch())[1]
-    with recording_comms() as log:
-        yield s, clock, sched, log, watched
+    yield s, clock, sched, comm_log, watched
     registry.close_all()
     s.stop()
 
@@ -64,7 +55,7 @@ def test_a_panel_no_front_end_shows_does_no_work(world) -> None:
     s, clock, sched, log, watched = world
     _live(s, clock, sched, 1.0)
     mon = _panel(s, refresh_s=0.5)
-    del log.sent[:]
+    log.clear()
     assert _live(s, clock, sched, 20.0) == 0
     assert log.sent == [] and watched == [] and sched.scheduled() == 0
     assert mon.stats == {"refreshes": 0, "skipped": 0, "errors": 0}
@@ -81,7 +72,8 @@ def test_refreshes_stop_out_of_view_and_one_catches_up_back_in_view(world) -> No
     assert mon.stats["refreshes"] >= 5 and log.updates() and watched
     show(mon, visible=False)  # scrolled out of view, or its tab hidden
     assert not mon.on_screen and mon.views.views_visible == 0
-    del log.sent[:], watched[:]
+    log.clear()
+    del watched[:]
     done = dict(mon.stats)
     assert _live(s, clock, sched, 30.0) == 0
     assert log.sent == [] and watched == [] and mon.stats == done
