@@ -288,6 +288,7 @@ def loaded_shell():
     from nbgpu import session
     from nbgpu.widgets import registry
 
+    registry.close_all()  # panels another test of this process left open are not this shell's
     sh = InteractiveShell.instance()
     sh.run_line_magic("load_ext", "nbgpu")
     yield sh
