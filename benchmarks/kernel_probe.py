@@ -107,6 +107,7 @@ def _watch(kc, code: str) -> dict:
     msg_id = kc.execute(code)
     res: dict = {"sent": sent, "displayed": None, "first_update": None, "first_comm_open": None,
                  "last_comm_open": None, "comm_opens": 0, "errors": [], "output": []}
+    views: list[str] = []
     while time.time() - sent < TIMEOUT_S and res["first_update"] is None:
         try:
             msg = kc.get_iopub_msg(timeout=0.5)
@@ -114,12 +115,15 @@ def _watch(kc, code: str) -> dict:
             continue
         kind, content, now = msg["msg_type"], msg["content"], time.time()
         if kind == "comm_open":
+            if content.get("data", {}).get("state", {}).get("_model_name") == "AnyModel":
+                views.append(content["comm_id"])
             res["comm_opens"] += 1
             res["first_comm_open"] = res["first_comm_open"] or now
             res["last_comm_open"] = now
         elif kind == "display_data" and res["displayed"] is None:
             if "application/vnd.jupyter.widget-view+json" in content.get("data", {}):
                 res["displayed"] = now
+                show_views(kc, views)  # as a front end's view does once it is on screen
         elif kind == "comm_msg" and content.get("data", {}).get("method") == "update":
             if res["displayed"] is not None:
                 res["first_update"] = now
@@ -128,6 +132,14 @@ def _watch(kc, code: str) -> dict:
         elif kind == "stream" and msg["parent_header"].get("msg_id") == msg_id:
             res["output"].append(content.get("text", "")[:300])
     return res
+
+
+def show_views(kc, comm_ids: list[str], visible: bool = True) -> None:
+    """Send what a front end's view of a panel sends when it comes on screen (or leaves it):
+    nbgpu's panels refresh only while one is (``nbgpu.widgets.visibility``)."""
+    for cid in comm_ids:
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": cid, "data": {
+            "method": "custom", "content": {"view": "client", "visible": visible}}}))
 
 
 def _ask(kc, code: str, timeout_s: float = TIMEOUT_S, printed: list[str] | None = None) -> dict | None:

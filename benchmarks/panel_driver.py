@@ -91,7 +91,17 @@ class PanelAPI:
         if comms is None:
             install()
         t0 = time.perf_counter()
-        return PanelRun(self.cls(sampler=sampler, start=True, **kwargs), t0, comms)
+        panel = self.cls(sampler=sampler, start=True, **kwargs)
+        show(panel)
+        return PanelRun(panel, t0, comms)
+
+
+def show(panel) -> None:
+    """What a front end's view of ``panel`` sends once on screen: panels refresh only then."""
+    views = getattr(panel, "views", None)
+    if views is not None:
+        views.comm.handle_msg({"content": {"data": {"method": "custom", "content": {
+            "view": "benchmark", "visible": True}}}, "buffers": []})
 
 
 def find_panel() -> PanelAPI:

@@ -13,9 +13,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+
+import psutil
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -285,6 +288,7 @@ def loaded_shell():
     from nbgpu import session
     from nbgpu.widgets import registry
 
+    registry.close_all()  # panels another test of this process left open are not this shell's
     sh = InteractiveShell.instance()
     sh.run_line_magic("load_ext", "nbgpu")
     yield sh
@@ -305,7 +309,7 @@ def parts(mon) -> SimpleNamespace:
     if isinstance(first, widgets.HTML):
         return SimpleNamespace(header=first)
     controls, grid = mon.children
-    _style, header, pause, window = controls.children
+    header, pause, window = controls.children[-3:]  # after the style (and the views' watcher)
     figure, values = grid.children
     _base, lines, rules, labels = figure.marks
     return SimpleNamespace(header=header, pause=pause, window=window, figure=figure, values=values,
@@ -320,3 +324,101 @@ def row_titles(mon) -> list[str]:
 
     return [html.unescape(t) for t in re.findall(r'class="nbgpu-r"><div><b>(.*?)</b>',
                                                  parts(mon).values.value)]
+
+
+# -- a front end's view saying it is on screen ---------------------------------------------------
+def show(panel, visible: bool = True, view: str = "view-1") -> None:
+    """What a front end's view of ``panel`` sends when it comes into view (or leaves it)."""
+    panel.views.comm.handle_msg({"content": {"data": {"method": "custom", "content": {
+        "view": view, "visible": visible}}}, "buffers": []})
+
+
+def show_in_kernel(k: KernelSession, visible: bool = True, view: str = "client") -> int:
+    """Tell every panel of the kernel ``k`` that a view of it is on screen (or not), as a
+    front end's view does; returns how many were told."""
+    ids = [cid for cid, name in k.models.items() if name == "AnyModel"]
+    for cid in ids:
+        k.kc.shell_channel.send(k.kc.session.msg("comm_msg", {"comm_id": cid, "data": {
+            "method": "custom", "content": {"view": view, "visible": visible}}}))
+    return len(ids)
+
+
+# -- Voilà ----------------------------------------------------------------------------------------
+NOTEBOOK_VOILA = Path(__file__).resolve().parents[1] / "notebooks" / "voila-dashboard.ipynb"
+DASHBOARD_ENV = ("NBGPU_DASHBOARD_SOURCE", "NBGPU_DASHBOARD_GPUS", "NBGPU_DASHBOARD_WINDOW")
+
+
+@contextlib.contextmanager
+def voila_server(notebook: Path, workdir: Path) -> Iterator[tuple[str, psutil.Process]]:
+    """Serve ``notebook`` with Voilà on 127.0.0.1 at a free port; yield its URL and process.
+
+    Voilà, and every kernel it started, are stopped afterwards, even when the test failed.
+    """
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in DASHBOARD_ENV}
+    env.update(JUPYTER_RUNTIME_DIR=str(workdir / "runtime"), JUPYTER_CONFIG_DIR=str(workdir / "config"))
+    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", "--Voila.ip=127.0.0.1",
+           f"--Voila.port={port}", "--show_tracebacks=True"]
+    log_path = workdir / "voila.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+    server = psutil.Process(proc.pid)
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"voila did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/", server
+    finally:
+        with contextlib.suppress(psutil.Error):
+            children = server.children(recursive=True)
+        stop_process(proc)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        log.close()
+
+
+# -- what the kernel sends a page, counted in the page ----------------------------------------------
+def _kernel_message(payload: object) -> dict | None:
+    """A kernel websocket frame as a message (JSON text, or the binary v1 protocol)."""
+    try:
+        if isinstance(payload, str):
+            return json.loads(payload)
+        b = bytes(payload)
+        n = int.from_bytes(b[:8], "little")
+        offsets = [int.from_bytes(b[8 + 8 * i:16 + 8 * i], "little") for i in range(n)] + [len(b)]
+        parts = [b[offsets[i]:offsets[i + 1]] for i in range(n)]
+        return {"header": json.loads(parts[1]), "content": json.loads(parts[4])}
+    except Exception:
+        return None
+
+
+@dataclass
+class PageUpdates:
+    """The widget updates the kernel sent a page: their arrival times, from every kernel
+    websocket the page opens."""
+
+    page: object
+    times: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.page.on("websocket", lambda ws: ws.on("framereceived", self._take))
+
+    def _take(self, payload) -> None:
+        msg = _kernel_message(payload)
+        if not isinstance(msg, dict) or msg.get("header", {}).get("msg_type") != "comm_msg":
+            return
+        data = msg["content"].get("data", {})
+        if data.get("method") == "update":
+            self.times.append(time.monotonic())
+
+    def during(self, seconds: float) -> int:
+        """How many arrive in the next ``seconds`` (Playwright reads frames while it waits)."""
+        start = len(self.times)
+        self.page.wait_for_timeout(seconds * 1000)
+        return len(self.times) - start

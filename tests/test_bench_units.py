@@ -162,3 +162,37 @@ def test_section_timers_count_each_wrapped_function_and_put_it_back() -> None:
     w.busy(10)
     table["rule"](1)
     assert not timers.calls  # the originals are back: nothing counts
+
+
+def test_whole_cost_reads_each_threads_cpu_and_the_gil_holder_holds_what_it_says() -> None:
+    import os
+    import threading
+    import time
+
+    from benchmarks.interference_controls import GilHolder, expected_pct
+    from benchmarks.kernel_cost import thread_cpu_ns
+
+    spun, done = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+        spun.set()
+        done.wait()
+
+    t = threading.Thread(target=spin)
+    before = thread_cpu_ns(os.getpid())
+    t.start()
+    assert spun.wait(60)
+    after = thread_cpu_ns(os.getpid())
+    done.set()
+    t.join()
+    assert after[t.native_id] - before.get(t.native_id, 0) >= 190e6  # it spun 0.2 s of CPU
+    holder = GilHolder(10.0)  # four bursts of 2.5 ms a second
+    holder.start()
+    time.sleep(1.1)
+    facts = holder.stop()
+    assert holder.burst_s == 0.0025 and facts["wakes"] >= 1
+    assert facts["held_s"] >= 0.99 * facts["wakes"] * holder.burst_s  # each burst spins its length
+    assert math.isclose(expected_pct(10.0), 10 / 990 * 100)

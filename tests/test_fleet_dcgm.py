@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest_cli import SCRAPE_S, PrometheusServer, free_port, prometheus_binary
-from conftest_panel import kernel_session
+from conftest_panel import kernel_session, show_in_kernel
 from nbgpu import Sampler
 from nbgpu.errors import SourceError
 
@@ -180,6 +180,7 @@ def test_the_panel_shows_every_node_with_the_resolution_and_prometheus_down_does
         said = reply.get("evalue", "") if reply["status"] == "error" else k.stdout_since(0)
         assert "unreachable" in said and "\n" not in said.strip(), said
         assert k.run(f"%gpumon --source prometheus={server.url}")["status"] == "ok"
+        show_in_kernel(k)  # a front end's view of it is on screen
         k.drain(3)
         html = " ".join(k.value(PANEL_TEXT))
         keys = sorted(k2 for node in NODES for k2 in expected(node))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_panel import kernel_session, max_per_second
+from conftest_panel import kernel_session, max_per_second, show_in_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -58,6 +58,7 @@ def test_panel_on_real_gpus_beside_pytorch() -> None:
         said = k.stdout_since(n)
         assert "driver" in said and "no GPU visible" not in said, said
         assert k.run("%gpumon --refresh 0.5")["status"] == "ok"
+        assert show_in_kernel(k) == 1  # a front end's view of it is on screen
         lines = k.lines_ids()
         start = len(k.updates)
         n = len(k.outputs)

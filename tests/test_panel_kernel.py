@@ -9,9 +9,11 @@ thread and no panel still sending.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from conftest_panel import kernel_session, max_per_second
+from conftest_panel import kernel_session, max_per_second, show_in_kernel
 
 pytestmark = pytest.mark.kernel
 
@@ -23,6 +25,15 @@ BAD = {
     "%gpumon --frobnicate": "--frobnicate",
     "%%gpumon --interval 0\npass": "--interval",
 }
+
+
+def _threads(k, want: tuple[str, ...] = ("nbgpu-panels", "nbgpu-sampler")) -> list[str]:
+    """nbgpu's threads, once they are ``want`` (the views' messages are handled on their own
+    thread, beside the cell that asks) or after 10 s."""
+    end = time.monotonic() + 10
+    while (got := k.value(THREADS)) != list(want) and time.monotonic() < end:
+        time.sleep(0.1)
+    return got
 
 
 def test_panel_in_a_real_kernel() -> None:
@@ -42,7 +53,11 @@ def test_panel_in_a_real_kernel() -> None:
 
         assert k.run("%gpumon --source sim --interval 0.05 --refresh 0.25")["status"] == "ok"
         assert k.run("%gpumon --window 30")["status"] == "ok"  # a second panel, same sampler
-        assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]  # one timer for all panels
+        k.drain(1.0)  # no front end shows them: no refresh, no message, no panel timer
+        assert not [u for u in k.updates if u.comm_id in k.lines_ids()]
+        assert k.value(THREADS) == ["nbgpu-sampler"]
+        assert show_in_kernel(k) == 2  # a view of each comes on screen
+        assert _threads(k) == ["nbgpu-panels", "nbgpu-sampler"]  # one timer for all panels
         lines = k.lines_ids()
         assert lines, "the panel should have opened bqplot Lines models"
 
@@ -73,12 +88,14 @@ def test_panel_in_a_real_kernel() -> None:
         assert "sampler: running" in status and "panels: 2 updating" in status
         for _ in range(2):  # running the same notebook cell again replaces its panel
             assert k.run("%gpumon --refresh 0.25", cell_id="cell-7")["status"] == "ok"
-        assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]
+            show_in_kernel(k)
+        assert _threads(k) == ["nbgpu-panels", "nbgpu-sampler"]
 
         assert k.run("%reload_ext nbgpu")["status"] == "ok"
         assert k.value(THREADS) == []
         assert k.run("%gpumon --source sim --refresh 0.25")["status"] == "ok"
-        assert k.value(THREADS) == ["nbgpu-panels", "nbgpu-sampler"]
+        show_in_kernel(k)
+        assert _threads(k) == ["nbgpu-panels", "nbgpu-sampler"]
         assert k.run("%unload_ext nbgpu")["status"] == "ok"
         assert k.value(THREADS) == []
         k.drain(0.5)
@@ -88,3 +105,23 @@ def test_panel_in_a_real_kernel() -> None:
         assert not late, "a panel kept sending after %unload_ext"
         reply = k.run("%gpumon")
         assert reply["status"] == "error" and "UsageError" in reply["ename"]
+
+
+def test_views_are_heard_while_a_cell_runs() -> None:
+    """Shown, hidden and shown again during one busy cell: each takes effect at once (the
+    views' messages go to a thread of their own, not behind the cell)."""
+    with kernel_session() as k:
+        assert k.run("%load_ext nbgpu")["status"] == "ok"
+        assert k.run("%gpumon --source sim --refresh 0.25")["status"] == "ok"
+        k.kc.execute("import time; time.sleep(12)")
+        t0 = time.monotonic()
+        k.drain(1.0)
+        steps = []
+        for visible in (True, False, True):
+            show_in_kernel(k, visible)
+            start = len(k.updates)
+            k.drain(2.5)
+            lines = [u for u in k.updates[start:] if u.comm_id in k.lines_ids()]
+            steps.append(len(lines))
+        assert time.monotonic() - t0 < 11, "the cell should still be running"
+        assert steps[0] >= 1 and steps[1] <= 1 and steps[2] >= 1, steps  # (one may be on its way)

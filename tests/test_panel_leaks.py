@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from ipywidgets.widgets import widget as ipywidget
 
-from conftest_panel import parts
+from conftest_panel import parts, show
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.widgets import registry
 from nbgpu.widgets.monitor import GPUMonitor
@@ -115,6 +115,8 @@ def test_many_panels_share_one_timer_and_stopped_ones_are_off_it(stepped) -> Non
     s, clock, _ = _stepped(stepped, 2)
     _advance(s, clock, 1.0)
     panels = [GPUMonitor(sampler=s, refresh_s=0.25) for _ in range(5)]
+    for p in panels:
+        show(p)
     assert SCHEDULE.scheduled() == 5 and SCHEDULE.threads() == 1
     for p in panels[:3]:
         p.stop()
@@ -134,12 +136,12 @@ def test_many_panels_share_one_timer_and_stopped_ones_are_off_it(stepped) -> Non
 def test_a_cleared_output_takes_the_panel_off_the_timer(stepped) -> None:
     s, _clock, _ = _stepped(stepped, 1)
     mon = GPUMonitor(sampler=s)
-    mon.set_state({"_view_count": 1})  # what the front end sends when it shows the panel
-    assert mon.running
-    mon.set_state({"_view_count": 0})  # ... and when its output is cleared
-    assert not mon.running
-    mon.set_state({"_view_count": 1})
-    assert mon.running
+    show(mon)  # what the front end's view sends when it shows the panel
+    assert SCHEDULE.has(mon)
+    show(mon, visible=False)  # ... and when its output is cleared (the view goes)
+    assert not SCHEDULE.has(mon) and mon.running  # started still: a new view resumes it
+    show(mon)
+    assert SCHEDULE.has(mon)
 
 
 def test_stopped_panels_do_not_follow_a_replaced_sampler() -> None:

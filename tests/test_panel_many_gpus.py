@@ -117,7 +117,7 @@ def test_mig_slices_show_their_memory_and_say_what_mig_does_not_report(stepped) 
                 assert re.fullmatch(r"\d+ %", util["values"][i]), (key, util["values"])
         labels_html = " ".join(w.get_state()["value"] for w in descendants(mon)
                                if type(w).__name__ == "HTML")
-        assert labels_html.count("MIG slice of GPU 0") == 2
+        assert labels_html.count(">MIG slice of GPU 0<") == 2  # (and in the tooltips)
         mem_bands = _bands_hold(mem["y"], len(keys) + 1)
         assert len(set(mem_bands)) == len(mem_bands) >= len(keys)  # one band per row, no overlap
     finally:

@@ -32,7 +32,7 @@ GEOMETRY = """() => Array.from(document.querySelectorAll('.nbgpu-panel')).map(pa
     const htmls = Array.from(panel.querySelectorAll('.nbgpu-p'));
     const labels = htmls.find(p => p.querySelector(':scope > .nbgpu-r b')
                                    && !p.querySelector('.nbgpu-v'));
-    const rows = labels ? Array.from(labels.children) : [];
+    const rows = labels ? Array.from(labels.children).filter(e => e.classList.contains('nbgpu-r')) : [];
     const columns = htmls.filter(p => p.querySelector('.nbgpu-v')).map(
         p => Array.from(p.querySelectorAll('.nbgpu-v')).map(
             e => ({box: box(e), text: e.textContent.trim(), cut: cut(e)})));

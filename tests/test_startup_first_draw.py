@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import nbgpu
+from conftest_panel import show
 from nbgpu.sources.simulated import SimulatedGPUs
 from nbgpu.widgets import monitor, registry
 from nbgpu.widgets.schedule import RefreshSchedule
@@ -30,6 +31,7 @@ def _sampler(stepped, ticks: int) -> nbgpu.Sampler:
 def test_a_sampler_that_has_read_is_drawn_at_once(schedule, stepped) -> None:
     s = _sampler(stepped, ticks=1)
     mon = monitor.GPUMonitor(sampler=s)
+    show(mon)
     assert schedule.step(0.0) == 1  # due now, not FIRST_DRAW_S later
     assert mon.stats["refreshes"] == 1
     s.stop()
@@ -42,7 +44,7 @@ def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule, stepped) -> Non
     s.start()
     try:
         assert sim.wait_hanging()
-        monitor.GPUMonitor(sampler=s)
+        show(monitor.GPUMonitor(sampler=s))
         assert schedule.step(0.0) == 0
         assert schedule.step(monitor.FIRST_DRAW_S) == 1
     finally:
@@ -53,6 +55,7 @@ def test_a_sampler_yet_to_read_is_looked_at_again_soon(schedule, stepped) -> Non
 def test_a_panel_made_without_start_is_drawn_when_started(schedule, stepped) -> None:
     s = _sampler(stepped, ticks=1)
     mon = monitor.GPUMonitor(sampler=s, start=False)
+    show(mon)
     assert schedule.step(0.0) == 0 and not mon.running
     mon.start()
     assert schedule.step(0.0) == 1 and mon.stats["refreshes"] == 1

@@ -11,15 +11,10 @@ back to simulated GPUs, and says SIMULATED.
 from __future__ import annotations
 
 import ast
-import contextlib
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -27,51 +22,15 @@ import psutil
 import pytest
 from nbclient import NotebookClient
 
-from conftest_panel import assert_sparklines_moved, chromium_page, free_port, panel_motion, stop_process
+from conftest_panel import DASHBOARD_ENV, assert_sparklines_moved, chromium_page, panel_motion, voila_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "voila-dashboard.ipynb"
 SCREENSHOT = ROOT / "docs" / "screenshots" / "panel-voila.png"
-DASHBOARD_ENV = ("NBGPU_DASHBOARD_SOURCE", "NBGPU_DASHBOARD_GPUS", "NBGPU_DASHBOARD_WINDOW")
 STDERR_OUTPUTS = "[data-mime-type='application/vnd.jupyter.stderr']"
 UPDATE_DOCS = os.environ.get("NBGPU_UPDATE_SCREENSHOTS") == "1"
-
-
-@contextlib.contextmanager
-def voila_server(notebook: Path, workdir: Path) -> Iterator[tuple[str, psutil.Process]]:
-    """Serve ``notebook`` with Voilà on 127.0.0.1 at a free port; yield its URL and process.
-
-    Voilà, and every kernel it started, are stopped afterwards, even when the test failed.
-    """
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in DASHBOARD_ENV}
-    env.update(JUPYTER_RUNTIME_DIR=str(workdir / "runtime"), JUPYTER_CONFIG_DIR=str(workdir / "config"))
-    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", "--Voila.ip=127.0.0.1",
-           f"--Voila.port={port}", "--show_tracebacks=True"]
-    log_path = workdir / "voila.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
-    server = psutil.Process(proc.pid)
-    children: list[psutil.Process] = []
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"voila did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/", server
-    finally:
-        with contextlib.suppress(psutil.Error):
-            children = server.children(recursive=True)
-        stop_process(proc)
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        log.close()
 
 
 def _listening(processes: list[psutil.Process]) -> set[str]:

@@ -37,7 +37,7 @@ class Options:
     window_s: float | None = None  # None: the panel's default, NbGpu.window_s
     gpus: str | None = None
     metrics: tuple[str, ...] | None = None
-    refresh_s: float = DEFAULT_REFRESH_S
+    refresh_s: float | None = None
     cells: str | None = None
     cells_min_s: float | None = None
 
@@ -108,10 +108,11 @@ def line_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", type=argtype(check_metrics), default=None, metavar="LIST",
                    help="columns to show, like util,mem,power,temp,sm (default: util, mem, power, "
                         "temp, plus sm where reported); per panel")
-    p.add_argument("--refresh", type=seconds(check_refresh), default=DEFAULT_REFRESH_S,
+    p.add_argument("--refresh", type=seconds(check_refresh), default=None,
                    metavar="S", dest="refresh_s",
-                   help=f"seconds between panel updates, 0.25 to 60 (default {DEFAULT_REFRESH_S:g}); "
-                        "per panel")
+                   help=f"seconds between panel updates, 0.25 to 60 (default: as often as the "
+                        f"lines move a pixel, {DEFAULT_REFRESH_S:g} s for a 1 min window, at most "
+                        "5 s); per panel")
     p.add_argument("--cells", type=argtype(_cells), nargs="?", const="on", default=None,
                    metavar="on|off", help="profile every cell from now on (off: stop)")
     p.add_argument("--cells-min", type=seconds(_min_s), default=None, metavar="S",

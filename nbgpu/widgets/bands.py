@@ -76,10 +76,23 @@ def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, base: np.ndarray
     return x2, y2
 
 
-def rules(marks: list[tuple[float, str]], top: float, now: float, window_s: float
-          ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Vertical rules (0 to ``top``) of the marks inside the window: (x, y, labels)."""
-    inside = [(t - now, label) for t, label in marks if now - window_s <= t <= now]
+def rules(marks: list[tuple[float, str]], top: float, now: float, window_s: float,
+          width_px: float = 76.0, min_gap_px: float = 3.0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Vertical rules (0 to ``top``) of the marks inside the window: (x, y, labels).
+
+    Of marks closer than ``min_gap_px`` on a ``width_px`` line the newest is kept: marks
+    every few seconds in a long window would otherwise draw a grey bar.
+    """
+    near = sorted(((t - now, label) for t, label in marks if now - window_s <= t <= now),
+                  key=lambda m: m[0])  # (in time order already, mostly: a linear sort)
+    inside = []
+    last_px = np.inf
+    for dx, label in reversed(near):
+        px = (dx + window_s) / window_s * width_px
+        if last_px - px >= min_gap_px:
+            inside.append((dx, label))
+            last_px = px
+    inside.reverse()
     if not inside:
         return np.zeros((1, 2), np.float32) - window_s, np.full((1, 2), np.nan, np.float32), []
     x = np.array([[dx, dx] for dx, _ in inside], dtype=np.float32)

@@ -85,7 +85,7 @@ class PanelGrid:
         self.lines = Lines(x=x0, y=np.full_like(x0, np.nan), scales=scales,
                            colors=self.colors(()), stroke_width=1.4)
         self.rules = Lines(x=x0[:1], y=np.full_like(x0[:1], np.nan), scales=scales,
-                           colors=[RULE_COLOR], line_style="dashed", stroke_width=1)
+                           colors=[RULE_COLOR], opacities=[0.6], stroke_width=0.6)
         self.labels = Label(x=[0.0], y=[top_of(bands)], text=[""], scales=scales,
                             colors=[RULE_COLOR], default_size=9, font_unit="px", align="end",
                             x_offset=-2, y_offset=9, visible=False, apply_clip=False)

@@ -37,9 +37,10 @@ from .columns import (
 )
 from .grid_view import SPARK_PX, PanelGrid
 from .hostonly import HostOnlySource, shared_or_host_only
-from .panel_draw import PanelDrawing
+from .panel_draw import PanelDrawing, window_label
 from .processes import ProcessesLine
 from .schedule import SCHEDULE
+from .visibility import ViewWatch
 
 log = logging.getLogger("nbgpu")
 
@@ -47,11 +48,8 @@ PANEL_LAYOUT = {"border": "1px solid var(--jp-border-color2,#ccc)", "padding": "
                 "width": "fit-content", "max_width": "100%", "overflow": "auto"}
 HEADER_LAYOUT = {"flex": "1 1 auto", "margin": "0 8px 0 0"}
 _stopped: list = []  # the layouts and style every stopped panel shares
+MAX_AUTO_REFRESH_S = 5.0  # the longest default refresh: current values stay current
 FIRST_DRAW_S = 0.05  # a new panel's first draw once its sampler has data (it is displayed by then)
-
-
-def _window_label(s: float) -> str:
-    return f"{s / 3600:g} h" if s >= 3600 else (f"{s / 60:g} min" if s >= 60 else f"{s:g} s")
 
 
 class GPUMonitor(PanelDrawing, widgets.VBox):
@@ -69,7 +67,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         window_s: seconds of history shown (5 s to 24 h); None: ``NbGpu.window_s`` (60 s).
         metrics: columns to show (e.g. ``"util,mem,power,temp,sm"``); None shows util,
             memory, power and temperature, plus SM/tensor activity where reported.
-        refresh_s: seconds between panel updates (0.25 s to 60 s).
+        refresh_s: seconds between panel updates (0.25 s to 60 s); None: as often as the
+            window's pixels move (a pixel of the lines is ``window_s / 76`` s), from 1 s to 5 s.
         sampler: draw this ``Sampler`` instead of the kernel's shared one.
         start: begin updating at once.
         processes: show per GPU who holds its memory (this kernel, you elsewhere, others).
@@ -77,14 +76,14 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     def __init__(self, source: object = None, interval: float | None = None, *,
                  gpus: object = None, window_s: float | None = None, metrics: object = None,
-                 refresh_s: float = DEFAULT_REFRESH_S, sampler=None, start: bool = True,
+                 refresh_s: float | None = None, sampler=None, start: bool = True,
                  processes: bool = True, **kwargs) -> None:
         if window_s is None:  # read now: %config NbGpu.window_s applies to the next panel
             from ..config import settings
 
             window_s = settings().window_s
         self.window_s = check_window(window_s)
-        self.refresh_s = check_refresh(refresh_s)
+        self._refresh_given = None if refresh_s is None else check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
         check_sampler(sampler, source, interval)
         self._own_layout = "layout" in kwargs
@@ -95,6 +94,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
         self._paused = False
+        self._wanted = False  # started and not stopped: refreshes while a view is on screen
+        self.views: ViewWatch | None = None  # says whether a view of the panel is on screen
         self.drawn_span_s: float | None = None  # seconds across the lines last drawn
         self._closed = False
         self._torn_down = False
@@ -119,7 +120,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         registry.add(self)
         if self._shared:
             self._unsubscribe = session.on_replace(_repointer(self))
-        self.observe(self._on_views, "_view_count")
         if start:
             self.start()
 
@@ -139,9 +139,23 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         return ref() if ref is not None else None
 
     @property
+    def refresh_s(self) -> float:
+        """Seconds between updates: as given, else the rate the eye needs for the window (a
+        15 min window moves a pixel every 12 s; its values still update every 5 s)."""
+        if self._refresh_given is not None:
+            return self._refresh_given
+        return min(max(DEFAULT_REFRESH_S, self.window_s / SPARK_PX), MAX_AUTO_REFRESH_S)
+
+    @property
     def running(self) -> bool:
-        """Whether this panel is updating (it is on the kernel's panel timer)."""
-        return SCHEDULE.has(self)
+        """Whether this panel is started: it refreshes while a view of it is on screen."""
+        return self._wanted and not self._closed and not self._torn_down
+
+    @property
+    def on_screen(self) -> bool:
+        """Whether a view of the panel is on screen now (its front end says so); a panel no
+        front end shows, or shows out of view or in a hidden tab, does no refresh work."""
+        return self.views is not None and self.views.views_visible > 0
 
     def start(self) -> GPUMonitor:
         """Start (or resume) updates; restarts the sampler if it was stopped. Returns self."""
@@ -163,13 +177,16 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             if self._shared and self._unsubscribe is None:
                 self._unsubscribe = session.on_replace(_repointer(self))
             registry.add(self)
-            if self.running:
-                return self
-            # A sampler that has read already is drawn at once; one yet to read is looked at
-            # every FIRST_DRAW_S until it has (tick()), not a fixed delay later.
+            self._wanted = True
+            self._schedule()
+        return self
+
+    def _schedule(self) -> None:
+        """On the timer, if started and on screen. A sampler that has read already is drawn
+        at once; one yet to read is looked at every FIRST_DRAW_S until it has (tick())."""
+        if self.running and self.on_screen and not SCHEDULE.has(self):
             first_s = 0.0 if getattr(self.sampler, "ticks", 0) else FIRST_DRAW_S
             SCHEDULE.add(self, first_s)  # its first tick draws the header too
-        return self
 
     def stop(self) -> None:
         """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on.
@@ -185,6 +202,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             return
         SCHEDULE.remove(self)
         with self._lock:
+            self._wanted = False
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             if unsubscribe is not None:
                 unsubscribe()
@@ -206,6 +224,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.children = [self._header]
             tree.close_all(doomed, keep=[self, self._header, self.layout])
             self._parts, self._grid = [self._header], None  # and what only drawing needs
+            self.views = None  # closed with the rest: a restart makes a new one
             self._torn_down = True
             if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
                 self._sampler_ref = weakref.ref(self.sampler)
@@ -222,6 +241,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             registry.discard(self)
             tree.close_all(tree.descendants(self), keep=[self])
             self._parts, self._grid = [], None
+            self.views = None
             if getattr(self, "sampler", None) is not None:  # None: construction failed first
                 self._sampler_ref = weakref.ref(self.sampler)
             self.sampler = None
@@ -235,7 +255,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         """Show the last ``window_s`` seconds (5 s to 24 h) and redraw now."""
         window_s = check_window(window_s)
         if window_s not in [v for _, v in self._window_box.options]:
-            self._window_box.options = [*self._window_box.options, (_window_label(window_s), window_s)]
+            self._window_box.options = [*self._window_box.options, (window_label(window_s), window_s)]
         self._window_box.value = window_s
 
     def refresh(self, force: bool = False, now: float | None = None) -> bool:
@@ -274,7 +294,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             return True
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("updating" if self.running else "stopped")
+        state = ("closed" if self._closed else "stopped" if not self.running
+                 else "updating" if self.on_screen else "waiting for a view on screen")
         return (f"<nbgpu.GPUMonitor {len(self._rows)} row(s), window {self.window_s:g}s, every "
                 f"{self.refresh_s:g}s, {state}; sampler {self.sampler!r}>")
 
@@ -313,23 +334,25 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
             "sampling goes on", layout=widgets.Layout(width="96px", height="24px", flex="0 0 auto"))
         self._pause_button.observe(self._on_pause, "value")
-        options = [(_window_label(v), v) for v in WINDOW_CHOICES_S]
+        options = [(window_label(v), v) for v in WINDOW_CHOICES_S]
         if self.window_s not in WINDOW_CHOICES_S:
-            options.append((_window_label(self.window_s), self.window_s))
+            options.append((window_label(self.window_s), self.window_s))
         self._window_box = widgets.Dropdown(options=options, value=self.window_s,
                                             tooltip="seconds of history shown",
                                             layout=widgets.Layout(width="90px", height="24px",
                                                                   flex="0 0 auto"))
         self._window_box.observe(self._on_window, "value")
         style = widgets.HTML(text.STYLE, layout=widgets.Layout(width="0", height="0", margin="0"))
-        controls = widgets.HBox([style, self._header, self._pause_button, self._window_box],
+        if self.views is None or self.views.comm is None:
+            self.views = ViewWatch(self._on_screen)
+        controls = widgets.HBox([style, self.views, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
         self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
         parts = [style, self._header, self._pause_button, self._window_box, controls,
                  *self._grid.widgets()]
         self._parts = parts
         self.children = [controls, self._grid.box]
-        tree.close_all([w for o in old for w in tree.descendants(o)])
+        tree.close_all([w for o in old for w in tree.descendants(o)], keep=[self.views])
 
     def held(self) -> dict[str, int]:
         """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""
@@ -364,12 +387,14 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.window_s = float(change["new"])
             self.refresh(force=True)
 
-    def _on_views(self, change) -> None:
-        """The front end reports its views: with none left (output cleared) stop updating."""
-        if change["new"] == 0 and (change["old"] or 0) > 0:
-            SCHEDULE.remove(self)
-        elif change["new"] and not self._closed and not self._torn_down and not self.running:
-            SCHEDULE.add(self, 0.0)
+    def _on_screen(self, visible: bool) -> None:
+        """A view came on screen (the first) or left it (the last): on or off the timer.
+        Back in view, one refresh at once draws all that came meanwhile."""
+        with self._lock:
+            if visible:
+                self._schedule()
+            else:
+                SCHEDULE.remove(self)
 
     def tick(self) -> bool | float:
         """One scheduled refresh; False takes the panel off the timer (closed, or no front end).
@@ -377,7 +402,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         Before the first draw, while the sampler has read nothing yet, returns the seconds
         until the timer should look again (sooner than a whole refresh period).
         """
-        if self._closed or self._torn_down or self.comm is None:
+        if self._closed or self._torn_down or self.comm is None or not self.on_screen:
             return False
         s = self.sampler
         if self.stats["refreshes"] == 0 and s is not None and s.running and getattr(s, "ticks", 1) == 0:

@@ -83,15 +83,17 @@ class PanelDrawing:
         labels: list[str] = []
         shown: list[str] = []
         if marks or grid.had_rules:  # else no rule to draw or clear
-            rx, ry, labels = rules(marks, top_of(bands), now, span)
+            rx, ry, labels = rules(marks, top_of(bands), now, span, SPARK_PX)
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         for col in self._columns:
             grid.last_values.append(value_texts(col, self._rows, latest, host, live, lost))
-        label_key = _label_inputs(self._rows, latest, host, alerts, lost)
-        if label_key != grid.label_key:  # the clock and PCIe lines, badges, lost flags
+        label_key = (_label_inputs(self._rows, latest, host, alerts, lost), self.drawn_span_s,
+                     self.window_s)
+        if label_key != grid.label_key:  # the clock and PCIe lines, badges, lost flags, span
             grid.label_key = label_key
-            grid.labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost))
+            grid.labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost),
+                                               *span_words(self.drawn_span_s, self.window_s))
         xy = self._packed(now, span, gap_s, latest, host, bands) if lines else None
         # Every message of the refresh goes out back to back, after the computing: a kernel's
         # session sends a message more cheaply right after another than after other work.
@@ -247,3 +249,20 @@ def _label_inputs(rows: list[Device], latest: dict, host: dict, alerts: list, lo
                     for r in (latest.get(d.key, _NO_ROW) for d in rows if d.key != HOST_KEY))
     badges = tuple((a.gpu, a.severity, a.rule, a.message, a.suggestion) for a in alerts)
     return per_gpu, host.get("host_ram_total_bytes"), badges, tuple(lost.items())
+
+
+def window_label(s: float) -> str:
+    """Seconds as the window menu says them: "30 s", "15 min", "1 h"."""
+    return f"{s / 3600:g} h" if s >= 3600 else (f"{s / 60:g} min" if s >= 60 else f"{s:g} s")
+
+
+def span_words(span_s: float | None, window_s: float) -> tuple[str, str]:
+    """What the lines' width covers, in words, and its tooltip: "last 4.2 min of 1 h" while
+    the sampler has not yet filled the window, else "last 1 h"."""
+    if span_s is None or span_s >= window_s:
+        return f"last {window_label(window_s)}", "the sparklines' width: now is at their right end"
+    shown = (f"{span_s / 3600:.1f} h" if span_s >= 3600 else
+             f"{span_s / 60:.1f} min" if span_s >= 60 else f"{span_s:.0f} s")
+    return (f"last {shown.replace('.0 ', ' ')} of {window_label(window_s)}",
+            "the sparklines' width, until the sampler has recorded the whole window; "
+            "now is at their right end")

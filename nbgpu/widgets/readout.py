@@ -138,7 +138,8 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
 
 
 def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict) -> list[dict]:
-    """Title, name, detail line (clock, PCIe, MIG, lost time), LOST flag and alert badges."""
+    """Title, name, detail line (SM clock, or MIG, or lost time) with all of it and PCIe in
+    its tooltip, LOST flag and alert badges."""
     out = []
     for dev in rows:
         key = dev.key
@@ -154,14 +155,16 @@ def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost:
             bits.append(f"MIG slice of GPU {dev.parent}")
         clock = row.get("sm_clock_mhz")
         if text._ok(clock):
-            bits.append(f"{clock:.0f} MHz")
+            bits.append(f"SM {clock:.0f} MHz")
         rx, tx = row.get("pcie_rx_bytes_per_s"), row.get("pcie_tx_bytes_per_s")
+        tip = list(bits)
         if text._ok(rx) or text._ok(tx):
-            bits.append(f"PCIe ↓{text.rate(rx)} ↑{text.rate(tx)}")
+            tip.append(f"PCIe ↓{text.rate(rx)} ↑{text.rate(tx)}")
         if key in lost:
-            bits = [time.strftime("lost at %H:%M:%S", time.localtime(lost[key]))]
+            bits = tip = [time.strftime("lost at %H:%M:%S", time.localtime(lost[key]))]
         name = dev.name.replace(" (simulated)", "")
-        out.append({"title": f"GPU {key}", "name": name, "detail": " · ".join(bits),
+        out.append({"title": f"GPU {key}", "name": name, "detail": bits[0] if bits else "",
+                    "tip": " · ".join(tip).replace("SM ", "SM clock ", 1),
                     "lost": key in lost, "alerts": _badges([a for a in alerts if a.gpu == key])})
     return out
 

@@ -37,6 +37,7 @@ overflow:hidden;white-space:nowrap}}
 .nbgpu-n{{font-variant-numeric:tabular-nums}}
 .nbgpu-v{{text-align:right;padding-right:4px;font-size:var(--jp-ui-font-size0,11px)}}
 .nbgpu-d{{font-size:10px}}
+.nbgpu-h{{display:block;font-size:9px;line-height:1;color:var(--jp-ui-font-color2,#777)}}
 .nbgpu-b{{color:#fff;border-radius:3px;padding:0 4px;margin-left:4px;font-size:10px;font-weight:600}}
 .nbgpu-t{{font-size:11px;white-space:nowrap;height:{TITLE_PX - 2}px;margin-bottom:2px;
 overflow:hidden;text-overflow:ellipsis}}
@@ -112,10 +113,18 @@ def host_value(col: Column, host: dict) -> str:
         return ""
     v = host.get(col.host, math.nan)
     if col.host == "host_ram_used_bytes":
-        return used_of(v, host.get("host_ram_total_bytes"))
-    if col.host == "proc_rss_bytes":
-        return fmt_bytes(v)
-    return pct(v)
+        value = used_of(v, host.get("host_ram_total_bytes"))
+    elif col.host == "proc_rss_bytes":
+        value = fmt_bytes(v)
+    else:
+        value = pct(v)
+    return f"{HOST_LABELS.get(col.host, '')}\n{value}"
+
+
+# The host row's values sit in the GPU columns, so each carries its own small label
+# (``_value_row`` draws the line before a newline as one).
+HOST_LABELS = {"host_cpu_pct": "host CPU", "host_ram_used_bytes": "RAM",
+               "proc_cpu_pct": "kernel CPU", "proc_rss_bytes": "kernel RSS"}
 
 
 HOST_TOOLTIPS = {"host_cpu_pct": "CPU of the whole machine",
@@ -164,8 +173,10 @@ def _value_row(item: tuple[str, str, bool]) -> str:
         if len(_value_rows) >= MAX_ESCAPED:
             _value_rows.clear()
         said = f' title="{_escape(tip)}"' if tip else ""
+        label, _, value = text.rpartition("\n")
+        shown = (f'<span class="nbgpu-h">{_escape(label)}</span>' if label else "") + _escape(value)
         out = _value_rows[item] = (f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}"'
-                                   f'{said}>{_escape(text)}</div>')
+                                   f'{said}>{shown}</div>')
     return out
 
 
@@ -174,8 +185,10 @@ def badge(text: str, background: str, tip: str = "") -> str:
             f'{_escape(text)}</span>')
 
 
-def label_html(rows: list[dict]) -> str:
-    """The left column: per row a title line (index, name, badges) and a muted detail line."""
+def label_html(rows: list[dict], span: str = "", span_tip: str = "") -> str:
+    """The left column: ``span`` (what the lines' width covers) on the columns' title line,
+    then per row a title line (index, name, badges) and a muted detail line (its tooltip the
+    row's ``tip``)."""
     out = []
     for r in rows:
         badges = ""
@@ -186,11 +199,14 @@ def label_html(rows: list[dict]) -> str:
             badges += badge("⚠ " + rule, SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"]), tip)
         name = _escape(r.get("name", ""))
         detail = _escape(r.get("detail", "")) or "&nbsp;"
+        tip = f' title="{_escape(r["tip"])}"' if r.get("tip") else ""
         out.append(f'<div class="nbgpu-r"><div><b>{_escape(str(r["title"]))}</b> '
                    f'<span title="{name}">{name}</span>{badges}</div>'
-                   f'<div class="nbgpu-m nbgpu-n nbgpu-d">{detail}</div></div>')
-    return (f'<div class="nbgpu-p nbgpu-l" style="padding:{TITLE_PX + STRIP_PX}px 8px 0 0">'
-            f'{"".join(out)}</div>')
+                   f'<div class="nbgpu-m nbgpu-n nbgpu-d"{tip}>{detail}</div></div>')
+    said = f' title="{_escape(span_tip)}"' if span_tip else ""
+    return (f'<div class="nbgpu-p nbgpu-l" style="padding:0 8px 0 0">'
+            f'<div class="nbgpu-m nbgpu-t nbgpu-span"{said}>{_escape(span) or "&nbsp;"}</div>'
+            f'<div style="height:{STRIP_PX}px"></div>{"".join(out)}</div>')
 
 
 def header_html(describe: str, simulated: bool, state: str, state_color: str, note: str = "") -> str:
@@ -203,7 +219,8 @@ def header_html(describe: str, simulated: bool, state: str, state_color: str, no
     note_html = (f'<div class="nbgpu-m" style="font-size:11px;white-space:normal">{_escape(note)}</div>'
                  if note else "")
     return (f'<div class="nbgpu-p" style="line-height:1.4"><b>nbgpu</b> '
-            f'<span class="nbgpu-m">{_escape(describe)}</span>{sim}{state_html}{note_html}</div>')
+            f'<span class="nbgpu-m">{_escape(describe)}</span> {sim}{" " if sim else ""}'
+            f'{state_html}{note_html}</div>')
 
 
 def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tuple[str, str, bool]]]

@@ -1,0 +1,126 @@
+"""Whether anyone sees a panel: a zero-size widget whose views tell the kernel when they are on
+screen, so a panel nobody looks at does no work.
+
+Each view (an output shown twice is two views) watches the panel's box with an
+``IntersectionObserver`` and the page's ``document.visibilityState``, and sends
+``{"view": id, "visible": bool}`` when that changes; a view that goes away (output cleared,
+page closed or hidden) says ``visible: false`` first. The kernel counts the views that said
+``visible: true`` last. The view is a few lines of ES module code run by anywidget's
+front end, so it needs no extension build and runs wherever anywidget does (JupyterLab 4,
+Notebook 7, Voilà, VS Code).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import anywidget
+import traitlets
+
+log = logging.getLogger("nbgpu")
+_subshell: list[str] = []  # the kernel's one subshell for views' messages, once made
+_subshell_lock = threading.Lock()
+
+ESM = """
+export default {
+  render({ model, el }) {
+    const view = Math.random().toString(36).slice(2) + Date.now().toString(36);
+    let inView = false, said = false, io = null, wait = null;
+    const say = (visible) => {
+      if (visible !== said) { said = visible; model.send({ view, visible }); }
+    };
+    const look = () => say(inView && document.visibilityState === "visible");
+    const hide = () => say(false);
+    const attach = () => {
+      if (!el.isConnected) { wait = setTimeout(attach, 100); return; }
+      io = new IntersectionObserver((seen) => {
+        for (const e of seen) inView = e.isIntersecting;
+        look();
+      });
+      io.observe(el.closest(".nbgpu-panel") || el.parentElement || el);
+    };
+    document.addEventListener("visibilitychange", look);
+    window.addEventListener("pagehide", hide);
+    attach();
+    return () => {
+      clearTimeout(wait);
+      if (io) io.disconnect();
+      document.removeEventListener("visibilitychange", look);
+      window.removeEventListener("pagehide", hide);
+      hide();
+    };
+  },
+};
+"""
+
+
+class ViewWatch(anywidget.AnyWidget):
+    """Counts the views of a panel on screen now (``views_visible``, kept in the kernel: no
+    message goes back); calls ``on_change(True)`` when the first comes into view,
+    ``on_change(False)`` when the last leaves it."""
+
+    _esm = ESM
+    views_visible = traitlets.Int(0)
+
+    def __init__(self, on_change: Callable[[bool], None], **kwargs) -> None:
+        kwargs.setdefault("layout", {"width": "0", "height": "0", "margin": "0"})
+        super().__init__(**kwargs)
+        self._on_change = on_change
+        self._visible: set[str] = set()
+        self.on_msg(self._on_view)
+        _off_the_main_thread(self.comm)
+
+    def _on_view(self, _widget, content: object, _buffers) -> None:
+        if not isinstance(content, dict) or "view" not in content:
+            return
+        view = str(content["view"])
+        was = bool(self._visible)
+        if content.get("visible"):
+            self._visible.add(view)
+        else:
+            self._visible.discard(view)
+        self.views_visible = len(self._visible)
+        if bool(self._visible) != was:
+            self._on_change(not was)
+        # A message this comm sends names the route of the next one (ipykernel keeps the
+        # sender's subshell); say the views' thread again, whatever was sent meanwhile.
+        _off_the_main_thread(self.comm)
+
+
+def _off_the_main_thread(comm: object) -> None:
+    """Have ipykernel hand this comm's messages to a thread of their own (a subshell), so a
+    view coming on screen is heard while a cell runs; else they wait for the cell's end.
+
+    ipykernel 7 routes a front end's message to the subshell its comm's
+    ``_reply_subshell_id`` names (how it returns widget replies to the subshell that asked);
+    nbgpu makes one subshell, as a ``create_subshell_request`` would, and names it there.
+    Any other kernel, or one whose internals differ, keeps the plain route.
+    """
+    try:
+        from ipykernel.kernelbase import Kernel
+
+        if not Kernel.initialized() or not hasattr(comm, "_reply_subshell_for"):
+            return
+        kernel = Kernel.instance()
+        channel = getattr(kernel, "shell_channel_thread", None)
+        if channel is None or not getattr(kernel, "_supports_kernel_subshells", False):
+            return
+        with _subshell_lock:
+            if not _subshell:
+                manager = channel.manager  # (made lazily on the kernel's main thread)
+                made = threading.Event()
+
+                def make() -> None:
+                    try:
+                        _subshell.append(manager._create_subshell())
+                    finally:
+                        made.set()
+
+                channel.io_loop.add_callback(make)
+                made.wait(5.0)
+            if _subshell:
+                comm._reply_subshell_id = _subshell[0]
+    except Exception:
+        log.debug("views' messages keep the main shell's route", exc_info=True)
