@@ -60,6 +60,7 @@ ENV = {
     "NBGPU_CARBON_G_PER_KWH": "carbon_g_per_kwh",
     "NBGPU_FLIGHT_RECORDER": "flight_recorder",
     "NBGPU_EXPORTER_PORT": "exporter_port",
+    "NBGPU_STACK_SAMPLES_HZ": "stack_samples_hz",
 }
 
 

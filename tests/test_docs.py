@@ -124,8 +124,12 @@ def _site(folder: Path) -> Path:
 
 def _run_bash(path: Path, code: list[str], cwd: Path, site: Path | None = None) -> None:
     bin_dir = _commands((site or cwd) / ".bin")
+    # the reader's own installed packages stay importable (where they come through PYTHONPATH),
+    # the repository's folders do not
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != ROOT.resolve()]
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=str(_site(site or cwd / ".site")))
+               PYTHONPATH=os.pathsep.join([str(_site(site or cwd / ".site")), *kept]))
     for i, block in enumerate(code):
         done = subprocess.run(["bash", "-e", "-u", "-c", block], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=180)

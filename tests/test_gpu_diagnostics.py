@@ -26,7 +26,8 @@ def test_real_workloads_raise_their_diagnoses(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     out = tmp_path / "check.json"
-    env = dict(os.environ, PYTHONPATH=str(SCRIPT.parents[2]))
+    path = os.pathsep.join([str(SCRIPT.parents[2]), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], env=env,
                           capture_output=True, text=True, timeout=400)
     assert out.exists(), proc.stderr[-3000:]

@@ -101,13 +101,17 @@ def main() -> int:
             if os.path.exists(target):
                 with open(target) as fh:
                     got = json.load(fh)
-        refused = bool(prefix) and not got and (rc is None or "unshare:" in err)
+        # unshare itself refused, or CUDA refusing to start in the new namespace (a PID
+        # namespace that still sees the host's /proc: cudaGetDeviceCount fails with error 304)
+        refused = bool(prefix) and not got and (
+            rc is None or "unshare:" in err or "cudaGetDeviceCount" in err)
         entry = {"command": " ".join(prefix) or "(none)", "rc": rc, "permitted": not refused,
                  "found_by": found_by(got), "result": got, "checks": checks(got) if got else None}
         if not got:
             entry["error"] = err
-            entry["note"] = ("unshare is not permitted here (or missing): no new PID namespace could be "
-                             "made, so this way was not measured" if refused else "the inner run failed")
+            entry["note"] = ("this way could not run here (unshare refused or missing, or CUDA would not "
+                             "start in the new PID namespace), so it was not measured" if refused
+                             else "the inner run failed")
         result["ways"][way] = entry
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1, default=str)
