@@ -90,6 +90,33 @@ def test_noise_comes_from_the_steady_part_not_the_ramp():
     assert f["duration_s"].noise <= 0.001
 
 
+def _cycle(n: int, phase: int, high: float, low: float, period: int = 6) -> dict:
+    """``n`` readings of a step cycle (``period`` ticks: half at ``high``, half at ``low``),
+    the run cut at ``phase`` ticks into the cycle; power follows utilisation."""
+    k = (np.arange(n) + phase) % period
+    util = np.where(k < period // 2, high, low)
+    return _series(n, util, 75.0 + 5.0 * util, np.full(n, 8 * 1024**3))
+
+
+def test_a_periodic_load_cut_at_another_phase_is_not_a_change():
+    """Consecutive readings are not independent: a step cycle's mean over a short run depends
+    on where the run cut it. The same load read twice is not called a change; a real one is."""
+    a, b = _cycle(15, 0, 95.0, 20.0), _cycle(15, 3, 95.0, 20.0)
+    means = [float(s["util_pct"][1].mean()) for s in (a, b)]
+    assert abs(means[1] - means[0]) > 5  # several points apart, the same load
+    fa, fb = (gpu_figures(_row(1.5 * float(s["power_w"][1].mean()), 1.5, 8 * 1024**3, m), s)
+              for m, s in zip(means, (a, b)))
+    same = changes(fa, fb, ["util_mean_pct", "energy_j"])
+    assert all(c.beyond_noise is not True for c in same), verdict(same)
+    assert "higher" not in verdict(same) and "lower" not in verdict(same)
+    rng = np.random.default_rng(3)
+    lo, hi = (_series(15, u + rng.integers(-1, 2, 15), np.full(15, 300.0), np.full(15, 1e9))
+              for u in (7.0, 70.0))
+    moved = Change("util_mean_pct", gpu_figures(_row(450.0, 1.5, 1e9, 7.0), lo)["util_mean_pct"],
+                   gpu_figures(_row(450.0, 1.5, 1e9, 70.0), hi)["util_mean_pct"])
+    assert moved.beyond_noise is True and moved.phrase == "utilisation 900 % higher"
+
+
 def test_a_run_of_too_few_readings_cannot_tell():
     s = _ramp_then_steady(2, 1)  # three readings: nothing steady to judge by
     f = gpu_figures(_row(300.0, 1.0, 1e9, 30.0), s)
