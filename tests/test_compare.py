@@ -88,6 +88,9 @@ def test_noise_comes_from_the_steady_part_not_the_ramp():
     assert f["util_mean_pct"].noise < 2.0
     # The start and end of a cell are clock stamps: its duration is known to the millisecond.
     assert f["duration_s"].noise <= 0.001
+    # Nor is a wind-down at the end (the readings after the work stopped).
+    down = {m: (t, v[::-1]) for m, (t, v) in s.items()}
+    assert gpu_figures(_row(500.0 * 23, 23.0, 70 * 1024**3, 80.0), down)["util_mean_pct"].noise < 2.0
 
 
 def _cycle(n: int, phase: int, high: float, low: float, period: int = 6) -> dict:
@@ -105,7 +108,7 @@ def test_a_periodic_load_cut_at_another_phase_is_not_a_change():
     means = [float(s["util_pct"][1].mean()) for s in (a, b)]
     assert abs(means[1] - means[0]) > 5  # several points apart, the same load
     fa, fb = (gpu_figures(_row(1.5 * float(s["power_w"][1].mean()), 1.5, 8 * 1024**3, m), s)
-              for m, s in zip(means, (a, b)))
+              for m, s in zip(means, (a, b), strict=True))
     same = changes(fa, fb, ["util_mean_pct", "energy_j"])
     assert all(c.beyond_noise is not True for c in same), verdict(same)
     assert "higher" not in verdict(same) and "lower" not in verdict(same)

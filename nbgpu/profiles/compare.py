@@ -1,15 +1,18 @@
 """Compare two runs (two cells, two recordings): each figure's change and whether it is real.
 
 A figure of one run comes with its noise, a half-width computed from what varies within
-that run's steady part: the tick-to-tick jitter of its readings, taken from the median of
-the differences between consecutive readings, so that a start-up ramp's or a phase
-change's few large steps do not count as noise. A change counts only when it exceeds
+that run's steady part: the spread of its readings after a start-up ramp (at least the
+tick-to-tick jitter, taken from the median of the differences between consecutive
+readings), so that a ramp's few large steps do not count as noise. A change counts only when it exceeds
 the two runs' noise added up:
 
 - ``duration_s``: 1 ms when the run's start and end are clock stamps (a cell, a recorded
   command's start and exit), else the median spacing of its readings.
-- ``util_mean_pct``: two jitters over the square root of the number of readings (two
-  standard errors of the mean), plus 0.5 (NVML reports whole percents).
+- ``util_mean_pct``: two standard errors of the mean, plus 0.5 (NVML reports whole
+  percents). Consecutive readings are correlated (NVML's sample windows overlap the ticks;
+  a cyclic load's mean depends on where the run cut it), so the standard deviation of the
+  steady part (the readings after a start-up ramp) is divided by the square root of the
+  number of independent readings, n(1-ρ)/(1+ρ) with ρ their lag-1 autocorrelation.
 - ``energy_j``: the energy times the relative two standard errors of the mean power, plus
   the mean power over one power-sample spacing (an edge can move by one sample).
 - ``mem_peak_bytes``: near the peak: the larger step between the peak reading and its
@@ -107,9 +110,34 @@ def jitter(v: np.ndarray) -> float:
     return 1.4826 * float(np.median(np.abs(np.diff(v)))) / math.sqrt(2.0)
 
 
+def _steady(v: np.ndarray) -> np.ndarray:
+    """``v`` without a start-up ramp or a wind-down: the leading readings outside the range of
+    its second half and the trailing ones outside the range of its first half."""
+    half = len(v) // 2
+    head, tail = v[:len(v) - half], v[half:]
+    first = np.flatnonzero((v >= tail.min()) & (v <= tail.max()))[0]
+    last = np.flatnonzero((v >= head.min()) & (v <= head.max()))[-1]
+    return v[first:last + 1] if last - first + 1 >= MIN_READINGS else v
+
+
 def _sem2(v: np.ndarray) -> float:
-    """Two standard errors of the mean of ``v``'s steady jitter (NaN below MIN_READINGS)."""
-    return 2.0 * jitter(v) / math.sqrt(len(v)) if len(v) >= MIN_READINGS else math.nan
+    """Two standard errors of the mean of ``v``, its readings taken as correlated (NaN below
+    MIN_READINGS).
+
+    The spread is the steady part's standard deviation (at least the jitter); the number of
+    independent readings is n(1-ρ)/(1+ρ) with ρ the steady part's lag-1 autocorrelation, so
+    that readings which follow each other (overlapping sample windows, a load's cycles) count
+    for fewer.
+    """
+    if len(v) < MIN_READINGS:
+        return math.nan
+    s = _steady(np.asarray(v, dtype=np.float64))
+    d = s - s.mean()
+    var = float(d @ d) / len(s)
+    rho = float(d[:-1] @ d[1:]) / (var * len(s)) if var > 0 else 0.0
+    rho = min(max(rho, 0.0), 1.0)
+    n_eff = max(1.0, len(s) * (1.0 - rho) / (1.0 + rho))
+    return 2.0 * max(math.sqrt(var), jitter(v)) / math.sqrt(n_eff)
 
 
 def _peak_step(v: np.ndarray) -> float:
