@@ -120,6 +120,19 @@ def test_a_periodic_load_cut_at_another_phase_is_not_a_change():
     assert moved.beyond_noise is True and moved.phrase == "utilisation 900 % higher"
 
 
+def test_a_pause_at_the_start_of_a_run_is_not_taken_for_a_ramp():
+    """A load that pauses every few seconds (the simulated GPUs' evaluation pause) caught at the
+    start of one run and not by the other: a flat low block is part of the load, not a ramp."""
+    rng = np.random.default_rng(4)
+    high = 93.0 + rng.integers(-3, 4, 15)
+    paused = np.concatenate([40.0 + rng.integers(-5, 6, 6), high[:9]])
+    a, b = (_series(15, u, 75.0 + 5.0 * u, np.full(15, 8 * 1024**3)) for u in (paused, high))
+    fa, fb = (gpu_figures(_row(1.5 * float(s["power_w"][1].mean()), 1.5, 8 * 1024**3,
+                               float(s["util_pct"][1].mean())), s) for s in (a, b))
+    found = changes(fa, fb, ["util_mean_pct", "energy_j"])
+    assert all(c.beyond_noise is not True for c in found), verdict(found)
+
+
 def test_a_run_of_too_few_readings_cannot_tell():
     s = _ramp_then_steady(2, 1)  # three readings: nothing steady to judge by
     f = gpu_figures(_row(300.0, 1.0, 1e9, 30.0), s)
