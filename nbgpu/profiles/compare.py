@@ -11,7 +11,7 @@ the two runs' noise added up:
 - ``util_mean_pct``: two standard errors of the mean, plus 0.5 (NVML reports whole
   percents). Consecutive readings are correlated (NVML's sample windows overlap the ticks;
   a cyclic load's mean depends on where the run cut it), so the standard deviation of the
-  steady part (the readings after a start-up ramp) is divided by the square root of the
+  steady part (the readings after a start-up ramp, before a wind-down) is divided by the square root of the
   number of independent readings, n(1-ρ)/(1+ρ) with ρ their lag-1 autocorrelation.
 - ``energy_j``: the energy times the relative two standard errors of the mean power, plus
   the mean power over one power-sample spacing (an edge can move by one sample).
@@ -110,14 +110,25 @@ def jitter(v: np.ndarray) -> float:
     return 1.4826 * float(np.median(np.abs(np.diff(v)))) / math.sqrt(2.0)
 
 
+def _ramp(v: np.ndarray, inside: np.ndarray) -> int:
+    """How many leading readings of ``v`` are a ramp: each outside the steady range (``inside``
+    False) and each step on the way in the same direction (a flat block, a pause, is no ramp)."""
+    steps = np.sign(np.diff(v))
+    n = 0
+    while n < len(v) - 1 and not inside[n] and steps[n] != 0 and steps[n] == steps[0]:
+        n += 1
+    return n
+
+
 def _steady(v: np.ndarray) -> np.ndarray:
-    """``v`` without a start-up ramp or a wind-down: the leading readings outside the range of
-    its second half and the trailing ones outside the range of its first half."""
+    """``v`` without a start-up ramp or a wind-down: leading readings outside the range of its
+    second half, trailing ones outside the range of its first half, each moving one way."""
     half = len(v) // 2
     head, tail = v[:len(v) - half], v[half:]
-    first = np.flatnonzero((v >= tail.min()) & (v <= tail.max()))[0]
-    last = np.flatnonzero((v >= head.min()) & (v <= head.max()))[-1]
-    return v[first:last + 1] if last - first + 1 >= MIN_READINGS else v
+    first = _ramp(v, (v >= tail.min()) & (v <= tail.max()))
+    back = v[::-1]
+    last = len(v) - _ramp(back, (back >= head.min()) & (back <= head.max()))
+    return v[first:last] if last - first >= MIN_READINGS else v
 
 
 def _sem2(v: np.ndarray) -> float:
