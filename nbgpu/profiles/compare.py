@@ -1,18 +1,19 @@
 """Compare two runs (two cells, two recordings): each figure's change and whether it is real.
 
 A figure of one run comes with its noise, a half-width computed from what varies within
-that run's steady part: the spread of its readings after a start-up ramp (at least the
-tick-to-tick jitter, taken from the median of the differences between consecutive
-readings), so that a ramp's few large steps do not count as noise. A change counts only when it exceeds
-the two runs' noise added up:
+that run's steady part: its readings after a start-up ramp and before a wind-down (each
+a one-way run of readings outside the other half's range; a flat block, a cycling load's
+pause, stays), so that a ramp's few large steps do not count as noise. A change counts
+only when it exceeds the two runs' noise added up:
 
 - ``duration_s``: 1 ms when the run's start and end are clock stamps (a cell, a recorded
   command's start and exit), else the median spacing of its readings.
 - ``util_mean_pct``: two standard errors of the mean, plus 0.5 (NVML reports whole
   percents). Consecutive readings are correlated (NVML's sample windows overlap the ticks;
-  a cyclic load's mean depends on where the run cut it), so the standard deviation of the
-  steady part (the readings after a start-up ramp, before a wind-down) is divided by the square root of the
-  number of independent readings, n(1-ρ)/(1+ρ) with ρ their lag-1 autocorrelation.
+  a cyclic load's mean depends on where the run cut it), so the steady part's standard
+  deviation (at least its tick-to-tick jitter, from the median difference of consecutive
+  readings) is divided by the square root of the number of independent readings,
+  n(1-ρ)/(1+ρ) with ρ their lag-1 autocorrelation.
 - ``energy_j``: the energy times the relative two standard errors of the mean power, plus
   the mean power over one power-sample spacing (an edge can move by one sample).
 - ``mem_peak_bytes``: near the peak: the larger step between the peak reading and its
