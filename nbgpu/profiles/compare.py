@@ -1,9 +1,9 @@
 """Compare two runs (two cells, two recordings): each figure's change and whether it is real.
 
 A figure of one run comes with its noise, a half-width computed from what varies within
-that run's steady part: its readings after a start-up ramp and before a wind-down (each
-a one-way run of readings outside the other half's range; a flat block, a cycling load's
-pause, stays), so that a ramp's few large steps do not count as noise. A change counts
+that run's steady part: its readings after a start-up ramp (a one-way run of leading
+readings outside the second half's range; a flat block, a cycling load's pause, stays),
+so that a ramp's few large steps do not count as noise. A change counts
 only when it exceeds the two runs' noise added up:
 
 - ``duration_s``: 1 ms when the run's start and end are clock stamps (a cell, a recorded
@@ -122,14 +122,12 @@ def _ramp(v: np.ndarray, inside: np.ndarray) -> int:
 
 
 def _steady(v: np.ndarray) -> np.ndarray:
-    """``v`` without a start-up ramp or a wind-down: leading readings outside the range of its
-    second half, trailing ones outside the range of its first half, each moving one way."""
-    half = len(v) // 2
-    head, tail = v[:len(v) - half], v[half:]
+    """``v`` without its start-up ramp: the leading readings outside the range of its second
+    half, each moving the same way. The end is kept: a cycling load's pause caught there
+    looks like a wind-down, and it is noise."""
+    tail = v[len(v) // 2:]
     first = _ramp(v, (v >= tail.min()) & (v <= tail.max()))
-    back = v[::-1]
-    last = len(v) - _ramp(back, (back >= head.min()) & (back <= head.max()))
-    return v[first:last] if last - first >= MIN_READINGS else v
+    return v[first:] if len(v) - first >= MIN_READINGS else v
 
 
 def _sem2(v: np.ndarray) -> float:
