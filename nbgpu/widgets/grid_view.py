@@ -120,11 +120,9 @@ class PanelGrid:
 
 
 def moved(xy: tuple[np.ndarray, np.ndarray], sent: tuple | None) -> tuple | None:
-    """``xy`` (the lines' x pixels, y rows) rounded to whole pixels, or None where they draw
-    the same pixels as ``sent`` (the last rounding sent): that refresh sends no lines."""
+    """``xy`` (the lines' x pixels, y rows) in whole pixels; None where ``sent`` drew the same."""
     px = (np.round(xy[0]), np.round(xy[1] * np.float32(text.ROW_PX)))
-    if sent is not None and all(a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
-                                for a, b in zip(px, sent, strict=True)):
+    if sent is not None and all(np.array_equal(a, b, equal_nan=True) for a, b in zip(px, sent, strict=True)):
         return None
     return px
 

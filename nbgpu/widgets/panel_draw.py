@@ -108,9 +108,7 @@ class PanelDrawing:
         if xy is not None:
             if tuple(lost) != grid.colored_for:  # line colours follow lost GPUs only
                 grid.colored_for = tuple(lost)
-                colors = grid.colors(lost)
-                if colors != list(grid.lines.colors):
-                    grid.lines.colors = colors
+                grid.lines.colors = grid.colors(lost)  # an equal list sends nothing
             if labels or grid.had_rules:
                 self._draw_rules(rx, ry, lx, shown, labels, span, bands)
         self._draw_header(status)
@@ -241,8 +239,7 @@ class PanelDrawing:
         if status.resolution_note:
             describe += f" · {status.resolution_note}"
         value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
-        if self._header.value != value:
-            self._header.value = value
+        self._header.value = value  # an equal text sends nothing
         self._header_said = (said, self._header.value)
 
 
