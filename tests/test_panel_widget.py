@@ -470,3 +470,19 @@ def test_the_header_is_drawn_again_whenever_its_text_is_not_the_one_drawn(make) 
     mon.refresh(force=True)
     assert "live" in parts(mon).header.value and "last values" not in parts(mon).header.value
     mon.close()
+
+
+def test_a_refresh_whose_lines_would_not_move_a_pixel_sends_no_lines(make, comm_log) -> None:
+    """Issue 30: a redraw of the same picture (forced, no new readings, same time) sends no
+    lines and no values; the lines go again once a new reading moves a pixel."""
+    s, clock = make()
+    mon = GPUMonitor(sampler=s, start=False)
+    mon.refresh(force=True, now=clock.t)
+    lines, values = parts(mon).lines, parts(mon).values
+    n_lines, n_values = len(comm_log.updates(lines)), len(comm_log.updates(values))
+    assert mon.refresh(force=True, now=clock.t)
+    assert len(comm_log.updates(lines)) == n_lines
+    assert len(comm_log.updates(values)) == n_values
+    clock.run(s, 4 * s.interval)
+    assert mon.refresh(force=True, now=clock.t)
+    assert len(comm_log.updates(lines)) == n_lines + 1

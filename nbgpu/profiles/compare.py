@@ -3,11 +3,12 @@
 A figure of one run comes with its noise, a half-width computed from what varies within
 that run's steady part: its readings after a start-up ramp (a one-way run of leading
 readings outside the second half's range; a flat block, a cycling load's pause, stays),
-so that a ramp's few large steps do not count as noise. A change counts
-only when it exceeds the two runs' noise added up:
+so that a ramp's few large steps do not count as noise. A change counts only when it
+exceeds the two runs' noise added up:
 
-- ``duration_s``: 1 ms when the run's start and end are clock stamps (a cell, a recorded
-  command's start and exit), else the median spacing of its readings.
+- ``duration_s``: when the run's start and end are clock stamps (a cell, a recorded
+  command's start and exit), ``RERUN_SPREAD`` of the run (at least 1 ms), else the median
+  spacing of its readings.
 - ``util_mean_pct``: two standard errors of the mean, plus 0.5 (NVML reports whole
   percents). Consecutive readings are correlated (NVML's sample windows overlap the ticks;
   a cyclic load's mean depends on where the run cut it), so the steady part's standard
@@ -43,6 +44,9 @@ MIB = 1024**2
 MIN_READINGS = 4  # fewer readings of a metric than this: its noise is unknown
 MIN_REPEATS = 3  # earlier runs needed before their spread is a noise
 STAMP_S = 0.001  # resolution of a start or end taken from the clock
+# Without repeats, what the same stamped work varies by between two runs (the kernel's and the
+# profiler's own moments around it, a busy machine): a stamp's 1 ms is not that.
+RERUN_SPREAD = 0.01
 RESOLVES = 0.25  # a noise above this fraction of the base figure cannot call a change "none"
 COMPARED = ("energy_j", "duration_s", "mem_peak_bytes", "util_mean_pct")
 NOISE_METRICS = ("util_pct", "power_w", "mem_used_bytes")  # the readings a noise comes from
@@ -176,7 +180,9 @@ def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True)
     energy_noise = (abs(energy) * _sem2(pv) / mean_p + mean_p * _spacing(pt)) if mean_p > 0 else math.nan
     util_noise = _sem2(uv) + 0.5
     mem_noise = max(MIB, _peak_step(mv)) if len(mv) >= 2 else math.nan
-    duration_noise = STAMP_S if stamped else (max(ticks) if ticks else math.nan)
+    duration = _num(row.get("duration_s"))
+    duration_noise = (max(STAMP_S, RERUN_SPREAD * duration) if stamped and math.isfinite(duration)
+                      else STAMP_S if stamped else (max(ticks) if ticks else math.nan))
     return {
         "energy_j": Figure(energy, energy_noise),
         "duration_s": Figure(_num(row.get("duration_s")), duration_noise),
@@ -305,7 +311,20 @@ class Change:
         pct = self.pct
         if not math.isfinite(pct):  # from zero: no percentage to give
             return words.replace("{p} ", "").replace(" {p}", "") + " (from 0)"
+        if abs(pct) < 0.05:  # a percentage that would read "0 %": the change itself
+            return words.format(p=_fmt_delta(self.metric, abs(self.delta)))
         return words.format(p=fmt_change_pct(abs(pct)))
+
+
+def _fmt_delta(metric: str, delta: float) -> str:
+    """A change too small for a percentage, in its own unit: ``3.0 MiB``, ``2 ms``."""
+    if metric == "mem_peak_bytes":
+        return f"{delta / MIB:.1f} MiB"
+    if metric == "duration_s":
+        return f"{1000 * delta:.0f} ms"
+    if metric == "energy_j":
+        return f"{delta:.1f} J"
+    return f"{delta:.1f} pp"
 
 
 def fmt_change_pct(p: float) -> str:

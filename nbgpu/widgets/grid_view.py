@@ -107,6 +107,7 @@ class PanelGrid:
             grid_template_areas='"cell"', grid_template_columns=f"{text.LABEL_PX + width_px}px", margin="0",
             flex="0 0 auto"))
         self.had_rules = False
+        self.sent_px: tuple[np.ndarray, np.ndarray] | None = None  # the lines last sent, in pixels
 
     def colors(self, lost: object) -> list[str]:
         """Each trace's colour, grey for a lost GPU's (one colour where there is no trace)."""
@@ -116,6 +117,14 @@ class PanelGrid:
     def widgets(self) -> list:
         return [*self.scales, self.base, self.lines, self.rules, self.labels, self.figure,
                 self.values, self.box]
+
+
+def moved(xy: tuple[np.ndarray, np.ndarray], sent: tuple | None) -> tuple | None:
+    """``xy`` (the lines' x pixels, y rows) in whole pixels; None where ``sent`` drew the same."""
+    px = (np.round(xy[0]), np.round(xy[1] * np.float32(text.ROW_PX)))
+    if sent is not None and all(np.array_equal(a, b, equal_nan=True) for a, b in zip(px, sent, strict=True)):
+        return None
+    return px
 
 
 def baselines(columns: int, bands: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from ..store import MarkFollower
 from . import text
 from .bands import pack_packed, pad_rows, placing, rules, spaced_labels
 from .columns import Column
-from .grid_view import COLUMN_PX, SPARK_PX, to_px, top_of
+from .grid_view import COLUMN_PX, SPARK_PX, moved, to_px, top_of
 from .hostonly import HostOnlySource, plain_reason
 from .readout import band_scale, label_rows, limit_scale, value_texts
 from .spark import SparkSet
@@ -95,19 +95,20 @@ class PanelDrawing:
             grid.labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost),
                                                *span_words(self.drawn_span_s, self.window_s))
         xy = self._packed(now, span, gap_s, latest, host, bands) if lines else None
+        px = None if xy is None else moved(xy, grid.sent_px)  # None: not a pixel moved
         # Every message of the refresh goes out back to back, after the computing: a kernel's
         # session sends a message more cheaply right after another than after other work.
         below = "" if self._processes is None else self._processes.refresh(s, now, self._row_keys)
         grid.values.value = text.grid_html(grid.labels_html, grid.titles, grid.last_values, below,
                                            grid.tips)
-        if xy is not None:
+        if px is not None:
+            grid.sent_px = px
             with grid.lines.hold_sync():
                 grid.lines.x, grid.lines.y = xy
+        if xy is not None:
             if tuple(lost) != grid.colored_for:  # line colours follow lost GPUs only
                 grid.colored_for = tuple(lost)
-                colors = grid.colors(lost)
-                if colors != list(grid.lines.colors):
-                    grid.lines.colors = colors
+                grid.lines.colors = grid.colors(lost)  # an equal list sends nothing
             if labels or grid.had_rules:
                 self._draw_rules(rx, ry, lx, shown, labels, span, bands)
         self._draw_header(status)
@@ -238,8 +239,7 @@ class PanelDrawing:
         if status.resolution_note:
             describe += f" · {status.resolution_note}"
         value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
-        if self._header.value != value:
-            self._header.value = value
+        self._header.value = value  # an equal text sends nothing
         self._header_said = (said, self._header.value)
 
 
