@@ -196,5 +196,10 @@ def test_an_identical_cell_run_again_on_simulated_gpus_is_no_regression(loaded):
                   if "nbgpu-compare" in o["data"].get("text/html", "")]
     said = notes[-1].splitlines()[0]
     assert said.startswith("vs its last run"), notes
-    for word in ("more energy", "higher", "longer"):
-        assert word not in said, said
+    # The ramp made tens of percent; what is left is the simulated load's own cycle, which two
+    # 1.5 s cuts can read a few percent apart (a real difference of those seconds, at times
+    # beyond a single run's noise), never a regression of that size.
+    for pct, _ in re.findall(r"(\d+(?:\.\d+)?) % (more energy|higher|longer)", said):
+        assert float(pct) < 10, said
+    for before, after in re.findall(r"utilisation (\d+) % → (\d+) %", said):
+        assert abs(int(after) - int(before)) < 10, said
