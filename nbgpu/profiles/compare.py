@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..units import fmt_bytes, fmt_duration, fmt_energy
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -317,14 +319,9 @@ class Change:
 
 
 def _fmt_delta(metric: str, delta: float) -> str:
-    """A change too small for a percentage, in its own unit: ``3.0 MiB``, ``2 ms``."""
-    if metric == "mem_peak_bytes":
-        return f"{delta / MIB:.1f} MiB"
-    if metric == "duration_s":
-        return f"{1000 * delta:.0f} ms"
-    if metric == "energy_j":
-        return f"{delta:.1f} J"
-    return f"{delta:.1f} pp"
+    """A change too small for a percentage, in its own unit: ``8.0 MiB``, ``3ms``."""
+    fmt = {"mem_peak_bytes": fmt_bytes, "duration_s": fmt_duration, "energy_j": fmt_energy}
+    return fmt[metric](delta) if metric in fmt else f"{delta:.1f} pp"
 
 
 def fmt_change_pct(p: float) -> str:
