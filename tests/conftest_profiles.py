@@ -81,7 +81,7 @@ class KernelSession:
         import json
 
         reply, outputs = self.run(f"import json as _j; print(_j.dumps({expr}, default=str))")
-        assert reply["status"] == "ok", outputs
+        assert reply["status"] == "ok", (reply["status"], outputs)
         text = "".join(o.get("text", "") for o in outputs if o["msg_type"] == "stream")
         return json.loads(text)
 
