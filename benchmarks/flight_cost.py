@@ -1,14 +1,16 @@
-"""The flight recorder's cost: CPU of its thread per wall second, a positive control, the
+"""The flight recorder's cost: CPU per wall second, a positive control, a cross-check, the
 XID poll's cost per sampler tick, and the ring's size over the run.
 
-The recorder runs as in a kernel (``flight.start()``: its own ``nbgpu-flight`` thread, one
-record a second of host, cgroup and every GPU of a running shared sampler). Its thread's CPU
-is read from outside it (``time.pthread_getcpuclockid``: the kernel's per-thread CPU clock,
-ns resolution), so nothing is added to the product; beside it, the floor: an empty thread
-woken once a second, read the same way (what waking alone costs on this machine). The
-positive control runs the same again with a known cost put into each record (a busy loop
-of ``CONTROL_BURN_S`` thread CPU in ``Recorder.reading``): the method must see it, within
-``CONTROL_TOLERANCE``.
+The recorder runs as in a kernel (``flight.start()``): one record a second of host, cgroup
+and every GPU of a running shared sampler, written at the sampler's ticks while one runs
+(its thread is awake anyway), else by the recorder's own ``nbgpu-flight`` thread, which
+otherwise only checks every few seconds. The figure is that thread's CPU, read from outside
+it (``time.pthread_getcpuclockid``), plus the thread CPU of each record written at a tick
+(``Recorder.record`` wrapped here, so nothing is added to the product). The positive
+control adds a known cost to each record (a busy loop of ``CONTROL_BURN_S`` in
+``Recorder.reading``): the figure must show it within ``CONTROL_TOLERANCE``. The cross-check
+reads the sampler thread's whole CPU in alternating blocks with the recorder off and on.
+The floor: an empty thread woken once a second, read the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from statistics import median
 
 from .registry import Context
 from .report import Outcome, Target, UnavailableError
@@ -25,7 +28,7 @@ from .report import Outcome, Target, UnavailableError
 TARGET_MS_PER_S = 0.2  # issue 32: at most 0.2 ms of CPU a second on the H200
 CONTROL_BURN_S = 0.0005  # 0.5 ms of CPU added to each record: +0.5 ms/s at one record a second
 CONTROL_TOLERANCE = 0.3
-RUN_S, QUICK_RUN_S = 60.0, 3.0
+RUN_S, QUICK_RUN_S = 30.0, 3.0
 XID_POLLS = 2000
 
 
@@ -53,27 +56,87 @@ def _burning(seconds: float):
         flight.Recorder.reading = original
 
 
-def _thread_cpu_s_per_s(seconds: float) -> dict:
-    """Start the recorder, read its thread's CPU clock over ``seconds``; the ring's sizes."""
+@contextmanager
+def _timed_records():
+    """Each record written on another thread than the recorder's (a sampler's tick) adds its
+    thread CPU to the list yielded (the recorder's own thread is read from outside)."""
     from nbgpu import flight
 
-    rec = flight.start()
-    if rec is None:
-        raise UnavailableError("the flight recorder could not make its ring")
+    original = flight.Recorder.record
+    spent: list[float] = []
+
+    def record(self, fed: bool = False):
+        if threading.current_thread().name == "nbgpu-flight":
+            return original(self, fed)
+        c0 = time.thread_time()
+        try:
+            return original(self, fed)
+        finally:
+            spent.append(time.thread_time() - c0)
+
+    flight.Recorder.record = record
     try:
-        thread = next(t for t in threading.enumerate() if t.name == "nbgpu-flight")
-        clock = time.pthread_getcpuclockid(thread.ident)
-        time.sleep(1.5)  # past its first records (made at start and one second later)
-        size0, seq0 = rec.path.stat().st_size, rec.seq
-        c0, w0 = time.clock_gettime(clock), time.perf_counter()
-        time.sleep(seconds)
-        c1, w1 = time.clock_gettime(clock), time.perf_counter()
-        size1, seq1 = rec.path.stat().st_size, rec.seq
+        yield spent
     finally:
-        flight.stop()
-    return {"cpu_ms_per_s": 1e3 * (c1 - c0) / (w1 - w0), "wall_s": w1 - w0, "records": seq1 - seq0,
+        flight.Recorder.record = original
+
+
+def _sampler_thread_ms_per_s(seconds: float) -> float | None:
+    """The shared sampler thread's CPU ms a second over ``seconds`` (None if there is none)."""
+    thread = next((t for t in threading.enumerate() if t.name == "nbgpu-sampler"), None)
+    if thread is None:
+        return None
+    clock = time.pthread_getcpuclockid(thread.ident)
+    c0, w0 = time.clock_gettime(clock), time.perf_counter()
+    time.sleep(seconds)
+    return 1e3 * (time.clock_gettime(clock) - c0) / (time.perf_counter() - w0)
+
+
+def _thread_cpu_s_per_s(seconds: float) -> dict:
+    """Start the recorder as ``%load_ext`` does; over ``seconds``, its own thread's CPU (read
+    from outside) plus the CPU of the records a sampler's ticks wrote; the ring's sizes."""
+    from nbgpu import flight
+
+    with _timed_records() as on_ticks:
+        rec = flight.start()
+        if rec is None:
+            raise UnavailableError("the flight recorder could not make its ring")
+        try:
+            thread = next(t for t in threading.enumerate() if t.name == "nbgpu-flight")
+            clock = time.pthread_getcpuclockid(thread.ident)
+            time.sleep(2.5)  # past its first records, and following the sampler's ticks
+            size0, seq0, n0 = rec.path.stat().st_size, rec.seq, len(on_ticks)
+            c0, w0 = time.clock_gettime(clock), time.perf_counter()
+            time.sleep(seconds)
+            c1, w1 = time.clock_gettime(clock), time.perf_counter()
+            size1, seq1 = rec.path.stat().st_size, rec.seq
+            ticks = on_ticks[n0:]
+        finally:
+            flight.stop()
+    own_ms, ticks_ms = 1e3 * (c1 - c0), 1e3 * sum(ticks)
+    return {"cpu_ms_per_s": (own_ms + ticks_ms) / (w1 - w0), "wall_s": w1 - w0,
+            "records": seq1 - seq0, "records_at_sampler_ticks": len(ticks),
+            "own_thread_ms_per_s": own_ms / (w1 - w0), "at_ticks_ms_per_s": ticks_ms / (w1 - w0),
             "ring_bytes_start": size0, "ring_bytes_end": size1,
-            "cpu_ms_per_record": 1e3 * (c1 - c0) / max(seq1 - seq0, 1)}
+            "cpu_ms_per_record": (own_ms + ticks_ms) / max(seq1 - seq0, 1)}
+
+
+def _sampler_ab(seconds: float, blocks: int) -> dict:
+    """The cross-check: the sampler thread's CPU a second with the recorder off and on, in
+    alternating blocks (off, on, on, off, ...): what the records add to the thread they run on."""
+    from nbgpu import flight
+
+    off: list[float] = []
+    on: list[float] = []
+    for i in range(blocks):
+        recording = i % 4 in (1, 2)
+        if recording:
+            flight.start()
+            time.sleep(1.5)
+        (on if recording else off).append(_sampler_thread_ms_per_s(seconds) or float("nan"))
+        if recording:
+            flight.stop()
+    return {"off_ms_per_s": off, "on_ms_per_s": on}
 
 
 def _empty_thread_ms_per_s(seconds: float) -> float:
@@ -119,7 +182,10 @@ def _run(ctx: Context, source: str, label: str, target: bool) -> Outcome:
             base = _thread_cpu_s_per_s(seconds)
             with _burning(CONTROL_BURN_S):
                 control = _thread_cpu_s_per_s(seconds)
+            ab = _sampler_ab(seconds / 4, 8)
             floor = _empty_thread_ms_per_s(seconds)
+            session.reset()
+            alone = _thread_cpu_s_per_s(seconds / 2)  # no sampler: the recorder's thread does it all
             xid_us = _xid_poll_us(sampler)
             devices = len(sampler.devices)
         finally:
@@ -131,11 +197,13 @@ def _run(ctx: Context, source: str, label: str, target: bool) -> Outcome:
     added = control["cpu_ms_per_s"] - base["cpu_ms_per_s"]
     expected = 1e3 * CONTROL_BURN_S * control["records"] / control["wall_s"]
     ratio = added / expected if expected else float("nan")
+    ab_added = median(ab["on_ms_per_s"]) - median(ab["off_ms_per_s"])
     out = Outcome(raw={"base": base, "control": control, "control_expected_ms_per_s": expected,
+                       "sampler_thread_ab": ab, "no_sampler": alone,
                        "control_seen_ratio": ratio, "xid_poll_us": xid_us,
                        "empty_1hz_thread_ms_per_s": floor, "gpus": devices,
                        "source": source, "seconds": seconds})
-    name = f"flight recorder thread CPU, {label}"
+    name = f"flight recorder CPU (its thread and the records at sampler ticks), {label}"
     if target:
         out.targets.append(Target(name, base["cpu_ms_per_s"], "ms/s", "<=", TARGET_MS_PER_S))
     else:
@@ -146,9 +214,13 @@ def _run(ctx: Context, source: str, label: str, target: bool) -> Outcome:
     out.targets.append(Target("ring file size change over the run", float(base["ring_bytes_end"]
                               - base["ring_bytes_start"]), "bytes", "<=", 0.0))
     out.figure("floor: an empty thread waking once a second", floor, "ms/s")
+    out.figure("cross-check: sampler thread CPU with the recorder minus without (median of blocks)",
+               ab_added, "ms/s")
+    out.figure("no sampler running: the recorder's own thread", alone["cpu_ms_per_s"], "ms/s")
     if xid_us is not None:
         out.figure("XID poll per sampler tick", xid_us, "µs")
-    out.notes.append(f"{base['records']} records in {base['wall_s']:.0f} s, "
+    out.notes.append(f"{base['records']} records in {base['wall_s']:.0f} s "
+                     f"({base['records_at_sampler_ticks']} at the sampler's ticks), "
                      f"{base['cpu_ms_per_record']:.3f} ms each; {devices} device(s) in the sampler")
     return out
 

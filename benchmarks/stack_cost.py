@@ -5,7 +5,7 @@ The hook: the benchmark times every call of the sampler-thread listeners under t
 the thread's CPU clock (``time.thread_time_ns``, wrappers put on ``StackSamples.__call__``
 and on a burn listener here, not in the product). Arms alternate, round after round (off,
 on, control, closed, off, on, ...). "off": a capture open with stack samples off (no stack
-listener); "on": samples 40 times a second (the stack listener is called at every step of
+listener); "on": samples 10 times a second (the default) (the stack listener is called at every step of
 the sampler and samples when one is due); "control": "off" plus a known 0.3 ms of thread
 CPU burned per wall second. The three carry the same burn listener, at a rate of 0 but in
 the control, and "off" and "control" a do-nothing listener where "on" has the stack
@@ -35,6 +35,7 @@ from .threadcpu import SectionTimers, ThreadCpuProbe
 TARGET_MS_PER_S = 0.3
 CONTROL_MS_PER_S = 0.3
 CONTROL_TOLERANCE = 0.3  # the control must be seen within this fraction of its size
+HZ = 10.0  # NbGpu.stack_samples_hz's default
 
 
 class _Burn:
@@ -121,7 +122,7 @@ def _arm(sampler, seconds: float, mode: str, step) -> dict:
     from nbgpu.diagnostics import stacks
 
     got = stacks.samples_of(sampler, create=True)
-    got.period_s = 1.0 / 40 if mode == "on" else float("inf")  # inf: a capture adds no listener
+    got.period_s = 1.0 / HZ if mode == "on" else float("inf")  # inf: a capture adds no listener
     before = got.sampled
     probe = ThreadCpuProbe()
     # Every arm but "closed" has a burn listener, of 0 but in the control: the hook times it
@@ -163,7 +164,7 @@ def _arm(sampler, seconds: float, mode: str, step) -> dict:
     return res
 
 
-def per_sample_us(seconds: float, step, hz: float = 40.0) -> dict:
+def per_sample_us(seconds: float, step, hz: float = HZ) -> dict:
     """Thread CPU of single stack samples (µs: median, mean, count) of a main thread doing
     ``step``, taken by a thread that sleeps 1/``hz`` between them (its caches go cold)."""
     from nbgpu.diagnostics import stacks

@@ -13,8 +13,8 @@ from __future__ import annotations
 import atexit
 import fcntl
 import json
+import math
 import os
-import re
 import socket
 import sys
 import threading
@@ -24,18 +24,18 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from .flight_reads import Readings
 from .version import __version__
 
 HEADER = 4096
 SLOT = 1024
 SLOTS = 600
-FSYNC_EVERY_S = 5.0
+FSYNC_EVERY_S = 30.0  # a killed kernel's writes are in the page cache; fsync guards a machine crash
 EVERY_S = 1.0  # one record a second...
 NEAR_EVERY_S = 0.25  # ...four while memory is past NEAR_LIMIT of host RAM or the cgroup's limit
 NEAR_LIMIT = 0.8
-GPU_VALUES = ("mem_used_bytes", "util_pct", "power_w", "temp_c", "clock_event_reasons")
-_NONE = (None, None)
-XIDS_KEPT = 4  # the newest GPU faults, in every record (older ones are in older records)
+FED_WAIT_S = 3.0  # while a sampler's ticks write the records, the recorder's thread checks this often
+EARLY_S = 0.1  # a record at a sampler's tick may come this much before its second is up
 
 
 def cache_dir() -> Path:
@@ -78,126 +78,6 @@ def _unpack(raw: bytes) -> dict | None:
         return None
 
 
-# -- readings ----------------------------------------------------------------------------
-class _Kept:
-    """Files read once a second (/proc, the cgroup's): opened once, each read one ``pread``."""
-
-    def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
-
-    def read(self, path: str | None) -> bytes | None:
-        """The file's text now; None where it cannot be read (never retried once missing)."""
-        if not path:
-            return None
-        fd = self._fds.get(path)
-        if fd is None:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                fd = -1
-            self._fds[path] = fd
-        if fd < 0:
-            return None
-        try:
-            return os.pread(fd, 8192, 0)
-        except OSError:
-            return None
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            if fd >= 0:
-                os.close(fd)
-        self._fds.clear()
-
-
-_MEMINFO = (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree")
-_MEMINFO_LINE = re.compile(rb"^(MemTotal|MemAvailable|SwapTotal|SwapFree):\s+(\d+)", re.M)
-
-
-def _meminfo(text: bytes | None) -> dict[bytes, int]:
-    """Bytes of the ``_MEMINFO`` fields of /proc/meminfo's text (kB there)."""
-    return {key: int(kb) * 1024 for key, kb in _MEMINFO_LINE.findall(text or b"")}
-
-
-def _int(text: bytes | None, index: int = 0) -> int | None:
-    try:
-        return int(text.split()[index]) if text else None
-    except (ValueError, IndexError):
-        return None
-
-
-def _oom_kill(text: bytes | None) -> int | None:
-    """The ``oom_kill`` count of a cgroup's events text (v2 memory.events, v1 memory.oom_control)."""
-    for line in (text or b"").split(b"\n"):
-        if line.startswith(b"oom_kill "):
-            return _int(line, 1)
-    return None
-
-
-UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a number near 2**63
-
-
-def memory_cgroup(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str, str, str] | None:
-    """(limit, usage, events) files of this process's memory cgroup, v2 or v1; None if none.
-
-    The events file (v2 ``memory.events``, v1 ``memory.oom_control``) has the ``oom_kill`` count.
-    """
-    try:
-        with open(proc_cgroup) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        hid, controllers, path = [*line.split(":", 2), "", ""][:3]
-        path = path.rstrip("/")
-        if "memory" in controllers.split(","):
-            d = "/sys/fs/cgroup/memory" + path
-            if os.path.exists(d + "/memory.limit_in_bytes"):
-                return d + "/memory.limit_in_bytes", d + "/memory.usage_in_bytes", d + "/memory.oom_control"
-        elif hid == "0":
-            for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-                d = root + path
-                if os.path.exists(d + "/memory.max"):
-                    return d + "/memory.max", d + "/memory.current", d + "/memory.events"
-    return None
-
-
-def oom_kills(path: str | None) -> int | None:
-    """The cgroup's ``oom_kill`` counter read now, or None where unreadable."""
-    try:
-        with open(path or "", "rb") as f:
-            return _oom_kill(f.read())
-    except OSError:
-        return None
-
-
-def _from_sampler(cursor: list) -> tuple[list[list[float | None]], list[list]]:
-    """[used, total, util, power, temp, clock-event reasons] of every GPU of a running shared
-    sampler (never starts NVML), and its XID events newer than ``cursor`` ([store ref, seq],
-    advanced)."""
-    from . import session
-
-    s = session.shared_sampler()
-    if s is None:
-        return [], []
-    store = s.store
-    if cursor[0] is None or cursor[0]() is not store:
-        cursor[:] = [weakref.ref(store), 0]
-    new = store.events_since(cursor[1])
-    if new:
-        cursor[1] = new[-1].seq
-    xids = [[round(e.time, 3), e.device, e.extra.get("code")] for e in new if e.kind == "xid"]
-    if not getattr(s, "running", False):
-        return [], xids
-    out: list[list[float | None]] = []
-    for dev in s.devices:  # the store's newest values: a read that changes nothing in the sampler
-        newest = store.last_many(dev.key)
-        vals = [newest.get(k, _NONE)[1] for k in GPU_VALUES]
-        vals.insert(1, dev.mem_total_bytes)
-        out.append([None if v is None or v != v else round(float(v), 1) for v in vals])
-    return out, xids
-
-
 class Recorder:
     """One kernel's ring: ``write()`` a record, ``close()`` marks it closed."""
 
@@ -208,12 +88,9 @@ class Recorder:
         self.slots = slots
         self.seq = 0
         self.cell: list | None = None
-        self.xids: list[list] = []  # [time, gpu, code] of the newest GPU faults
-        self._cursor: list = [None, 0]  # how far the shared sampler's events were read
         self._clock = clock
-        self.cgroup = memory_cgroup()
-        self._kept = _Kept()
-        self._page = os.sysconf("SC_PAGE_SIZE")
+        self.readings = Readings(clock)
+        self.cgroup = self.readings.cgroup
         self.header = {"pid": self.pid, "start": self.started, "host": socket.gethostname(),
                        "python": sys.version.split()[0], "nbgpu": __version__, "slots": slots,
                        "began": clock(), "closed": False, "reported": False,
@@ -230,36 +107,34 @@ class Recorder:
             self.path.unlink(missing_ok=True)
             raise
         self._last_sync = -FSYNC_EVERY_S
-        self._cpu = (time.monotonic(), sum(os.times()[:2]))
+        self._lock = threading.Lock()  # records come from the recorder's thread or a sampler's
+        self.monotonic = time.monotonic  # paces the records (a test may give a fake clock)
+        self.last_at = -math.inf  # self.monotonic() of the newest record
+        self.near = False  # whether the newest record was near a memory limit
+        self.fed_at = -math.inf  # self.monotonic() of the newest record a sampler's tick wrote
+
+    def due(self, now: float) -> bool:
+        """Whether a record is due at ``now`` (``self.monotonic()``)."""
+        return now - self.last_at >= (NEAR_EVERY_S if self.near else EVERY_S) - EARLY_S
+
+    def record(self, fed: bool = False) -> bool:
+        """Read and write one record unless another thread is writing one; whether it wrote."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            record = self.reading()
+            self.write(record)
+            self.last_at = self.monotonic()
+            self.near = near_limit(record)
+            if fed:
+                self.fed_at = self.last_at
+            return True
+        finally:
+            self._lock.release()
 
     def reading(self) -> dict:
         """One record of the host, this process, its cgroup, the GPUs and the running cell."""
-        kept = self._kept
-        m = _meminfo(kept.read("/proc/meminfo"))
-        now, cpu = time.monotonic(), sum(os.times()[:2])
-        pct = 100.0 * (cpu - self._cpu[1]) / max(now - self._cpu[0], 1e-6)
-        self._cpu = (now, cpu)
-        pages = _int(kept.read("/proc/self/statm"), 1)
-        rss = pages * self._page if pages is not None else None
-        total, avail = m.get(b"MemTotal"), m.get(b"MemAvailable")
-        try:
-            gpus, xids = _from_sampler(self._cursor)
-        except Exception:
-            gpus, xids = [], []
-        if xids:
-            self.xids = (self.xids + xids)[-XIDS_KEPT:]
-        out = {"t": self._clock(), "ram_total": total, "ram_avail": avail,
-                "ram_used": total - avail if total and avail is not None else None,
-                "swap_used": m[b"SwapTotal"] - m[b"SwapFree"] if len(m) == len(_MEMINFO) else None,
-                "rss": rss, "cpu": round(pct, 1),
-                "gpus": gpus, "cell": self.cell}
-        if self.cgroup:
-            cg_max = _int(kept.read(self.cgroup[0]))  # v2 "max" reads None: no limit
-            out.update(cg_max=cg_max if cg_max and cg_max < UNLIMITED else None,
-                       cg_cur=_int(kept.read(self.cgroup[1])), cg_oom=_oom_kill(kept.read(self.cgroup[2])))
-        if self.xids:
-            out["xid"] = self.xids
-        return out
+        return self.readings.read(self.cell)
 
     def write(self, record: dict | None = None) -> None:
         """Write one record into the next slot; fsync at most every 5 s (OSError if it fails)."""
@@ -282,7 +157,7 @@ class Recorder:
             pass
         os.close(self.fd)
         self.fd = -1
-        self._kept.close()
+        self.readings.close()
 
 
 def read_ring(path: Path) -> tuple[dict, list[dict]] | None:
@@ -324,6 +199,8 @@ def is_dead(header: dict) -> bool:
 _rec: Recorder | None = None
 _stop = threading.Event()
 _thread: threading.Thread | None = None
+_fed_by: weakref.ref | None = None  # the sampler whose ticks write records
+_shell_of_load: weakref.ref | None = None  # the shell that loaded the extension
 _warned = False
 
 
@@ -343,20 +220,60 @@ def near_limit(record: dict) -> bool:
                 or (total and used is not None and used >= NEAR_LIMIT * total))
 
 
+def _on_tick(_sampler, _now: float) -> None:
+    """A listener of the shared sampler: its thread, awake anyway, writes the record when due
+    (no wake-up of the recorder's own thread each second)."""
+    rec = _rec
+    if rec is None or not rec.due(rec.monotonic()):
+        return
+    try:
+        rec.record(fed=True)
+    except OSError as exc:
+        _warn(exc)
+        stop()
+
+
+def _follow_sampler() -> None:
+    """Listen to the shared sampler's ticks (and to no other): the one the records read."""
+    global _fed_by
+    from . import session
+
+    s = session.shared_sampler()
+    s = s if s is not None and s.running else None
+    old = _fed_by() if _fed_by is not None else None
+    if old is s:
+        return
+    if old is not None:
+        old.remove_listener(_on_tick)
+    if s is not None:
+        s.add_listener(_on_tick)
+    _fed_by = weakref.ref(s) if s is not None else None
+
+
+def _next_wait(rec: Recorder) -> float:
+    """Seconds until the recorder's thread looks again: a quarter second near a memory limit
+    (the last seconds before an OOM kill), a few seconds while a sampler's ticks write the
+    records, else until the next record is due."""
+    now = rec.monotonic()
+    if rec.near:
+        return NEAR_EVERY_S
+    if now - rec.fed_at < 2 * EVERY_S:
+        return FED_WAIT_S
+    return max(0.01, rec.last_at + EVERY_S - now)
+
+
 def _loop(rec: Recorder) -> None:
-    wait = EVERY_S
-    while not _stop.wait(wait):
-        wait = EVERY_S
+    """Write the records no sampler's tick wrote."""
+    while not _stop.wait(_next_wait(rec)):
         try:
-            record = rec.reading()
-            rec.write(record)
-            if near_limit(record):  # the last seconds before an OOM kill, 4 records a second
-                wait = NEAR_EVERY_S
+            _follow_sampler()
+            if rec.due(rec.monotonic()):
+                rec.record()
         except OSError as exc:
             _warn(exc)
             return
         except Exception:  # a reading failed: skip this second
-            continue
+            pass
 
 
 def _pre(info) -> None:
@@ -391,7 +308,7 @@ def start(shell=None) -> Recorder | None:
         return _rec
     try:
         _rec = Recorder()
-        _rec.write()
+        _rec.record()
     except OSError as exc:
         _warn(exc)
         _rec = None
@@ -407,12 +324,16 @@ def start(shell=None) -> Recorder | None:
 
 
 def stop(shell=None) -> None:
-    """Stop the thread and mark the ring closed (``%unload_ext``, kernel exit)."""
-    global _rec, _thread
+    """Stop recording and mark the ring closed (``%unload_ext``, ``%gpumon stop``, kernel exit)."""
+    global _rec, _thread, _fed_by
     _stop.set()
-    if _thread is not None:
+    if _thread is not None and _thread is not threading.current_thread():
         _thread.join(timeout=3)
-        _thread = None
+    _thread = None
+    old = _fed_by() if _fed_by is not None else None
+    if old is not None:
+        old.remove_listener(_on_tick)
+    _fed_by = None
     if _rec is not None:
         _rec.close()
         _rec = None
@@ -424,6 +345,17 @@ def stop(shell=None) -> None:
                 pass
 
 
+def resume() -> None:
+    """Record again (``%gpumon`` after a ``%gpumon stop``) where the extension is loaded and
+    ``NbGpu.flight_recorder`` is on."""
+    shell = _shell_of_load() if _shell_of_load is not None else None
+    if _rec is None and shell is not None:
+        from .config import register
+
+        if register(shell).flight_recorder:
+            start(shell)
+
+
 def on_load(shell) -> None:
     """``%load_ext nbgpu``: print each dead kernel's post-mortem once, then start recording.
 
@@ -432,6 +364,8 @@ def on_load(shell) -> None:
     from .config import register
     from .postmortem import report_at_load
 
+    global _shell_of_load
+    _shell_of_load = weakref.ref(shell)
     if not register(shell).flight_recorder:
         return
     try:
@@ -440,3 +374,10 @@ def on_load(shell) -> None:
     except Exception as exc:  # a post-mortem must never break the extension
         print(f"nbgpu: could not read old flight records: {exc}", file=sys.stderr)
     start(shell)
+
+
+def on_unload(shell) -> None:
+    """``%unload_ext nbgpu``: stop recording (the ring is marked closed); ``%gpumon`` does not resume it."""
+    global _shell_of_load
+    _shell_of_load = None
+    stop(shell)

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from . import flight
+from . import flight, flight_reads
 from .sources.nvml_events import meaning
 from .units import GIB, fmt_bytes, fmt_rate, gib
 
@@ -167,7 +167,7 @@ def dead_rings(directory: Path | None = None, include_reported: bool = False) ->
             continue
         if header.get("reported") and not include_reported:
             continue
-        out.append((path, describe(header, recs, flight.oom_kills(header.get("cg_events")),
+        out.append((path, describe(header, recs, flight_reads.oom_kills(header.get("cg_events")),
                                    oom_killed_in_log(int(header.get("pid", -1)),
                                                      after_s=header.get("start", 0) / _TICKS))))
     return sorted(out, key=lambda pi: pi[1]["died_at"] or 0, reverse=True)

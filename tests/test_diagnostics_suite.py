@@ -67,6 +67,29 @@ def test_precision_and_recall_of_each_cell(results, run, name):
     assert got["precision"] >= 0.95, f"{run} {name}: wrongly found {got['false_positives']}"
 
 
+def test_the_suite_judged_from_samples_at_the_default_rate_keeps_precision_and_recall(monkeypatch):
+    """The recordings hold 40 samples a second; thinned to NbGpu.stack_samples_hz's default
+    (what a user's cells get), every cell still reaches 0.95."""
+    from nbgpu.config import NbGpu
+    from nbgpu.runfile import Run
+
+    hz = NbGpu.class_traits()["stack_samples_hz"].default_value
+    recorded = Run.stack_samples
+
+    def thinned(self) -> list:
+        out: list = []
+        for rec in recorded(self):
+            if not out or rec[0] - out[-1][0] >= 1.0 / hz - 1e-3:
+                out.append(rec)
+        return out
+
+    monkeypatch.setattr(Run, "stack_samples", thinned)
+    for run in RUNS:
+        for cell in score_recordings(os.path.join(DATA, run))["cells"]:
+            got = cell["replay"]
+            assert got["recall"] >= 0.95 and got["precision"] >= 0.95, (run, cell["cell"], got)
+
+
 def test_no_finding_rests_on_readings_outside_its_cell(results):
     for result in results.values():
         for c in result["cells"]:  # two sampling intervals (2 s) allowed at the edges

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest_flight import Kernel, cache_fixture, postmortem_cli  # noqa: F401 - fixture
-from nbgpu import flight, postmortem
+from nbgpu import flight, flight_reads, postmortem
 
 GIB = 1024 ** 3
 
@@ -75,16 +75,59 @@ def test_full_disk_while_recording_warns_once(cache, monkeypatch, capsys):
     assert capsys.readouterr().err.count("No space left on device") == 1
 
 
-def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkeypatch):
+def _waits_of_loop(rec, monkeypatch, clock, times: int) -> list[float]:
+    """Run the recorder's loop on ``clock`` for ``times`` waits; the waits it asked for."""
+    waits: list[float] = []
+
+    def wait(timeout: float) -> bool:
+        waits.append(timeout)
+        clock.t += timeout
+        return len(waits) > times
+
+    monkeypatch.setattr(rec, "monotonic", clock)
+    monkeypatch.setattr(flight._stop, "wait", wait)
+    flight._loop(rec)
+    return waits
+
+
+def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkeypatch, clock):
     rec = flight.Recorder(slots=8)
     used = iter([50, 85, 50])  # % of host RAM
-    monkeypatch.setattr(rec, "reading", lambda: {"t": 1.0, "ram_total": 100, "ram_used": next(used)})
-    waits: list[float] = []
-    monkeypatch.setattr(flight._stop, "wait", lambda timeout: waits.append(timeout) or len(waits) > 3)
-    flight._loop(rec)
+    monkeypatch.setattr(rec, "reading", lambda: {"t": clock(), "ram_total": 100, "ram_used": next(used)})
+    monkeypatch.setattr(rec, "monotonic", clock)
+    rec.record()  # as start() does
+    waits = _waits_of_loop(rec, monkeypatch, clock, 2)
     rec.close()
-    assert waits == [flight.EVERY_S, flight.EVERY_S, flight.NEAR_EVERY_S, flight.EVERY_S]
+    assert waits == pytest.approx([flight.EVERY_S, flight.NEAR_EVERY_S, flight.EVERY_S])
     assert flight.near_limit({"cg_max": 100, "cg_cur": 81}) and not flight.near_limit({"cg_max": 100})
+
+
+def test_a_running_sampler_writes_the_records_at_its_ticks_and_the_thread_only_checks(cache, monkeypatch,
+                                                                                     clock, stepped):
+    """The shared sampler's thread, awake anyway, writes one record a second; the recorder's own
+    thread then wakes only every few seconds, and takes over again once the sampler stops."""
+    from nbgpu import session
+
+    s = stepped(count=1, interval=0.25)
+    monkeypatch.setattr(session, "shared_sampler", lambda: s)
+    monkeypatch.setattr(type(s), "running", property(lambda self: not getattr(self, "_test_off", False)))
+    rec = flight.Recorder(slots=60)
+    monkeypatch.setattr(flight, "_rec", rec)  # as start() makes it, without its thread
+    monkeypatch.setattr(rec, "monotonic", clock)
+    try:
+        flight._follow_sampler()
+        seq0 = rec.seq
+        clock.run(s, 10.0)  # 40 ticks of the sampler: 10 records, not 40
+        assert 9 <= rec.seq - seq0 <= 11
+        assert clock() - rec.fed_at < 1.0
+        waits = _waits_of_loop(rec, monkeypatch, clock, 1)
+        assert waits[0] == flight.FED_WAIT_S  # the sampler feeds: the thread only checks
+        s._test_off = True  # the sampler stopped: the thread writes once a second again
+        seq1 = rec.seq
+        waits = _waits_of_loop(rec, monkeypatch, clock, 3)
+        assert rec.seq - seq1 >= 2 and waits[-1] == pytest.approx(flight.EVERY_S)
+    finally:
+        flight.stop()
 
 
 def test_oom_verdict_from_ram_at_99_percent_and_rss_rising():
@@ -185,7 +228,7 @@ def test_a_day_on_a_fake_clock_keeps_the_file_at_its_size_and_fsyncs_bounded(cac
     for i in range(day):
         clock.t += 1.0
         rec.write({"t": clock.t, "rss": 60 * GIB + i, "ram_total": 2000 * GIB, "ram_used": 1000 * GIB,
-                   "gpus": gpus, "cell": cell, "xid": [[clock.t, 7, 95]] * flight.XIDS_KEPT})
+                   "gpus": gpus, "cell": cell, "xid": [[clock.t, 7, 95]] * flight_reads.XIDS_KEPT})
         if i % 3600 == 0:
             assert rec.path.stat().st_size == size, i
     assert rec.path.stat().st_size == size <= 2 * 1024 * 1024
@@ -225,6 +268,26 @@ def test_killed_kernel_is_reported_once_at_the_next_load(cache):
     finally:
         third.close()
     assert postmortem_cli("--clear").returncode == 0
+
+
+@pytest.mark.kernel
+def test_gpumon_stop_closes_the_ring_and_gpumon_records_again(cache):
+    k = Kernel()
+    try:
+        k.text("%load_ext nbgpu")
+        ring = next(cache.glob(f"flight-*-{k.pid}-*.ring"))
+        k.text("%gpumon --source sim --interval 0.2")
+        k.text("%gpumon stop")
+        assert flight.read_ring(ring)[0]["closed"]  # a clean stop: nothing to report if it dies now
+        k.text("%gpumon --source sim --interval 0.2")
+        assert not flight.read_ring(ring)[0]["closed"]
+        k.text("%gpumon stop")
+        k.text("%unload_ext nbgpu")
+        k.text("%load_ext nbgpu\n%unload_ext nbgpu")
+        assert flight.read_ring(ring)[0]["closed"]
+    finally:
+        k.close()
+    assert postmortem.dead_rings() == []
 
 
 @pytest.mark.kernel

@@ -167,7 +167,18 @@ def _busy(seconds: float, fn) -> None:
         fn()
 
 
-def test_a_capture_splits_its_time_and_names_its_top_line(clean_profiles):
+@pytest.fixture(name="stack_hz")
+def stack_hz_fixture():
+    """Set ``NbGpu.stack_samples_hz`` for one test; the default again after it."""
+    from nbgpu.config import settings
+
+    default = settings().stack_samples_hz
+    yield lambda hz: setattr(settings(), "stack_samples_hz", hz)
+    settings().stack_samples_hz = default
+
+
+def test_a_capture_splits_its_time_and_names_its_top_line(clean_profiles, stack_hz):
+    stack_hz(40)  # a fine split of 1.6 s, whatever the default rate
     s = nbgpu.Sampler("sim", interval=0.2).start()
     try:
         dl = iter(DataLoader(SlowDataset(), batch_size=8, num_workers=0))
@@ -198,7 +209,8 @@ def test_a_capture_splits_its_time_and_names_its_top_line(clean_profiles):
         s.stop()
 
 
-def test_stacks_are_sampled_only_while_a_capture_is_open(clean_profiles):
+def test_stacks_are_sampled_only_while_a_capture_is_open(clean_profiles, stack_hz):
+    stack_hz(40)  # many samples in well under a second
     s = nbgpu.Sampler("sim", interval=0.05).start()
     try:
         with nbgpu.capture(sampler=s):
@@ -240,7 +252,8 @@ def test_stack_samples_are_written_into_recordings_and_read_back(clean_profiles,
     assert np.allclose([ts for ts, *_ in read][:len(t)], t, atol=1e-3)
 
 
-def test_history_rows_carry_the_split(clean_profiles):
+def test_history_rows_carry_the_split(clean_profiles, stack_hz):
+    stack_hz(40)  # many samples in well under a second
     from nbgpu.profiles import history
 
     s = nbgpu.Sampler("sim", interval=0.1).start()
@@ -288,7 +301,8 @@ def test_report_diagnose_judges_a_recording_by_its_stack_samples(clean_profiles,
     assert found and "may be waiting for input" in found[0]["message"]
 
 
-def test_a_capture_keeps_its_own_stack_samples(clean_profiles):
+def test_a_capture_keeps_its_own_stack_samples(clean_profiles, stack_hz):
+    stack_hz(40)  # many samples in well under a second
     s = nbgpu.Sampler("sim", interval=0.1).start()
     try:
         with nbgpu.capture(sampler=s) as cap:
@@ -301,21 +315,18 @@ def test_a_capture_keeps_its_own_stack_samples(clean_profiles):
     assert {text for *_, text in kept} == {"_busy(0.6, lambda: time.sleep(0.002))"}
 
 
-def test_stack_samples_hz_zero_turns_sampling_off(clean_profiles):
-    from nbgpu.config import settings
-
+def test_stack_samples_hz_zero_turns_sampling_off(clean_profiles, stack_hz):
     s = nbgpu.Sampler("sim", interval=0.05).start()
     try:
         with nbgpu.capture(sampler=s):
             time.sleep(0.3)
         got = stacks.samples_of(s)
         before = got.sampled
-        settings().stack_samples_hz = 0
+        stack_hz(0)
         with nbgpu.capture(sampler=s) as cap:
             time.sleep(0.3)
         assert got.sampled == before and cap.where().attrs["top_line"] is None
     finally:
-        settings().stack_samples_hz = 40
         s.stop()
 
 

@@ -30,14 +30,14 @@ LABELS = {"gpu_wait": "waiting for the GPU", "data_loader": "data loader",
 COLORS = {"gpu_wait": "#d62728", "data_loader": "#ff7f0e", "h2d_copy": "#9467bd",
           "gpu_issue": "#1f77b4", "cpu": "#2ca02c", "idle": "#bbbbbb"}
 KEEP_S = 120.0  # samples kept for the rules after the last capture closed
-MIN_SAMPLES = 8  # fewer samples than this in a span: no split (None)
+MIN_SAMPLES = 5  # fewer samples than this in a span: no split (None): half a second at 10 a second
 
 
 # -- the samples ---------------------------------------------------------------------------
 class StackSamples:
     """Classified samples of one sampler's capturing thread: times, categories, cell lines."""
 
-    def __init__(self, hz: float = 40.0) -> None:
+    def __init__(self, hz: float = 10.0) -> None:
         self.hz = hz  # the NbGpu.stack_samples_hz it was set from
         self.period_s = 1.0 / hz if hz > 0 else math.inf
         self._lock = threading.Lock()

@@ -65,7 +65,7 @@ def unload(ipython) -> None:
         log.warning("nbgpu: could not turn off cell profiling: %s", exc)
     from .. import flight
 
-    flight.stop(ipython)
+    flight.on_unload(ipython)
     session.reset()
     from ..widgets.schedule import SCHEDULE
 

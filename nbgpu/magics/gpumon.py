@@ -54,10 +54,14 @@ def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
 
 
 def _sampler(opts: Options, prog: str):
+    from .. import flight
+
     try:
-        return shared_or_host_only(opts.source, opts.interval)
+        sampler = shared_or_host_only(opts.source, opts.interval)
     except NbgpuError as exc:
         raise UsageError(f"{prog}: {exc}") from None
+    flight.resume()  # recording again after a %gpumon stop
+    return sampler
 
 
 def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
@@ -161,8 +165,10 @@ class GPUMonMagics(Magics):
             if cells:  # otherwise the next profiled cell would start the sampler again
                 disable_cell_mode(self.shell)
             session.stop_shared()
+            from .. import flight
             from ..widgets.schedule import SCHEDULE
 
+            flight.stop(self.shell)  # a clean stop: the ring is marked closed
             SCHEDULE.wait_idle()  # the panels' timer thread has ended when this returns
             print(f"nbgpu: stopped the sampler and {n} panel(s)"
                   + (" and per-cell profiles" if cells else "") + "; %gpumon starts again.")
