@@ -65,12 +65,12 @@ def _timed_records():
     original = flight.Recorder.record
     spent: list[float] = []
 
-    def record(self, fed: bool = False):
+    def record(self):
         if threading.current_thread().name == "nbgpu-flight":
-            return original(self, fed)
+            return original(self)
         c0 = time.thread_time()
         try:
-            return original(self, fed)
+            return original(self)
         finally:
             spent.append(time.thread_time() - c0)
 

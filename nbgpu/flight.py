@@ -111,13 +111,12 @@ class Recorder:
         self.monotonic = time.monotonic  # paces the records (a test may give a fake clock)
         self.last_at = -math.inf  # self.monotonic() of the newest record
         self.near = False  # whether the newest record was near a memory limit
-        self.fed_at = -math.inf  # self.monotonic() of the newest record a sampler's tick wrote
 
     def due(self, now: float) -> bool:
         """Whether a record is due at ``now`` (``self.monotonic()``)."""
         return now - self.last_at >= (NEAR_EVERY_S if self.near else EVERY_S) - EARLY_S
 
-    def record(self, fed: bool = False) -> bool:
+    def record(self) -> bool:
         """Read and write one record unless another thread is writing one; whether it wrote."""
         if not self._lock.acquire(blocking=False):
             return False
@@ -126,8 +125,6 @@ class Recorder:
             self.write(record)
             self.last_at = self.monotonic()
             self.near = near_limit(record)
-            if fed:
-                self.fed_at = self.last_at
             return True
         finally:
             self._lock.release()
@@ -227,47 +224,53 @@ def _on_tick(_sampler, _now: float) -> None:
     if rec is None or not rec.due(rec.monotonic()):
         return
     try:
-        rec.record(fed=True)
+        rec.record()
     except OSError as exc:
         _warn(exc)
         stop()
 
 
-def _follow_sampler() -> None:
-    """Listen to the shared sampler's ticks (and to no other): the one the records read."""
+def _follow_sampler() -> bool:
+    """Listen to the shared sampler's ticks (and to no other's) while it runs at least once
+    a second; whether one is followed now."""
     global _fed_by
     from . import session
 
     s = session.shared_sampler()
-    s = s if s is not None and s.running else None
+    s = s if s is not None and s.running and s.interval <= EVERY_S else None
     old = _fed_by() if _fed_by is not None else None
-    if old is s:
-        return
-    if old is not None:
-        old.remove_listener(_on_tick)
-    if s is not None:
-        s.add_listener(_on_tick)
-    _fed_by = weakref.ref(s) if s is not None else None
+    if old is not s:
+        if old is not None:
+            old.remove_listener(_on_tick)
+        if s is not None:
+            s.add_listener(_on_tick)
+        _fed_by = weakref.ref(s) if s is not None else None
+    return s is not None
 
 
-def _next_wait(rec: Recorder) -> float:
+def _next_wait(rec: Recorder, following: bool) -> float:
     """Seconds until the recorder's thread looks again: a quarter second near a memory limit
     (the last seconds before an OOM kill), a few seconds while a sampler's ticks write the
     records, else until the next record is due."""
-    now = rec.monotonic()
     if rec.near:
         return NEAR_EVERY_S
-    if now - rec.fed_at < 2 * EVERY_S:
+    if following:
         return FED_WAIT_S
-    return max(0.01, rec.last_at + EVERY_S - now)
+    return max(0.01, rec.last_at + EVERY_S - rec.monotonic())
 
 
 def _loop(rec: Recorder) -> None:
-    """Write the records no sampler's tick wrote."""
-    while not _stop.wait(_next_wait(rec)):
+    """Write the records no sampler's tick writes: all of them while none is followed, the
+    quarter-second ones near a memory limit, and any a stalled sampler missed."""
+    try:
+        following = _follow_sampler()
+    except Exception:
+        following = False
+    while not _stop.wait(_next_wait(rec, following)):
         try:
-            _follow_sampler()
-            if rec.due(rec.monotonic()):
+            following = _follow_sampler()
+            now = rec.monotonic()
+            if rec.due(now) and (rec.near or not following or now - rec.last_at >= FED_WAIT_S):
                 rec.record()
         except OSError as exc:
             _warn(exc)

@@ -75,13 +75,14 @@ def test_full_disk_while_recording_warns_once(cache, monkeypatch, capsys):
     assert capsys.readouterr().err.count("No space left on device") == 1
 
 
-def _waits_of_loop(rec, monkeypatch, clock, times: int) -> list[float]:
-    """Run the recorder's loop on ``clock`` for ``times`` waits; the waits it asked for."""
+def _waits_of_loop(rec, monkeypatch, clock, times: int, step_s: float | None = None) -> list[float]:
+    """Run the recorder's loop on ``clock`` for ``times`` waits, each moving the clock by the
+    wait asked for (or ``step_s``); the waits it asked for."""
     waits: list[float] = []
 
     def wait(timeout: float) -> bool:
         waits.append(timeout)
-        clock.t += timeout
+        clock.t += timeout if step_s is None else step_s
         return len(waits) > times
 
     monkeypatch.setattr(rec, "monotonic", clock)
@@ -105,7 +106,8 @@ def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkey
 def test_a_running_sampler_writes_the_records_at_its_ticks_and_the_thread_only_checks(cache, monkeypatch,
                                                                                      clock, stepped):
     """The shared sampler's thread, awake anyway, writes one record a second; the recorder's own
-    thread then wakes only every few seconds, and takes over again once the sampler stops."""
+    thread then wakes only every few seconds and writes nothing the ticks wrote, writes if the
+    ticks stall, and takes over again once the sampler stops."""
     from nbgpu import session
 
     s = stepped(count=1, interval=0.25)
@@ -115,17 +117,19 @@ def test_a_running_sampler_writes_the_records_at_its_ticks_and_the_thread_only_c
     monkeypatch.setattr(flight, "_rec", rec)  # as start() makes it, without its thread
     monkeypatch.setattr(rec, "monotonic", clock)
     try:
-        flight._follow_sampler()
+        assert flight._follow_sampler()
         seq0 = rec.seq
         clock.run(s, 10.0)  # 40 ticks of the sampler: 10 records, not 40
         assert 9 <= rec.seq - seq0 <= 11
-        assert clock() - rec.fed_at < 1.0
-        waits = _waits_of_loop(rec, monkeypatch, clock, 1)
-        assert waits[0] == flight.FED_WAIT_S  # the sampler feeds: the thread only checks
-        s._test_off = True  # the sampler stopped: the thread writes once a second again
         seq1 = rec.seq
+        waits = _waits_of_loop(rec, monkeypatch, clock, 1, step_s=0.5)  # wakes just after a tick's record
+        assert waits[0] == flight.FED_WAIT_S and rec.seq == seq1  # it only checked
+        waits = _waits_of_loop(rec, monkeypatch, clock, 1)  # no tick for 3 s: a stalled sampler
+        assert rec.seq == seq1 + 1
+        s._test_off = True  # the sampler stopped: the thread writes once a second again
+        seq2 = rec.seq
         waits = _waits_of_loop(rec, monkeypatch, clock, 3)
-        assert rec.seq - seq1 >= 2 and waits[-1] == pytest.approx(flight.EVERY_S)
+        assert rec.seq - seq2 >= 2 and waits[-1] == pytest.approx(flight.EVERY_S)
     finally:
         flight.stop()
 
