@@ -121,9 +121,11 @@ def test_docs_example_a_half_longer_run_is_never_the_same(tmp_path, capsys):
     for line in out.splitlines():
         if "duration" in line:
             assert "changed" in line, line  # the command's own start and exit, to the millisecond
-        if "energy" in line or "util mean" in line:
+        if "energy" in line:
             assert "within noise" not in line, line  # +50 % is never called noise
-    assert "energy the same" not in verdict and "utilisation the same" not in verdict
+    # Utilisation is the simulated load's, not the sleep's: the two runs may catch different
+    # parts of its cycle (a pause every 8 s), so it may or may not differ; energy grows with time.
+    assert "energy the same" not in verdict
 
 
 BOXES_JS = """sel => [...document.querySelectorAll(sel)].map(e => {

@@ -337,3 +337,30 @@ def test_a_tensor_read_through_a_builtin_is_a_wait_for_the_gpu():
     assert frames.line_category("y = loss * 2", frame) == "gpu_issue"
     assert frames.line_category("total += float(count)", frame) == "cpu"
     del loss
+
+
+def test_no_frame_of_a_finished_block_is_kept(clean_profiles, stack_hz):
+    """Later samples of a block end their walk at its outermost user frame, found once; that
+    frame (and what its locals hold) is not kept once the block is released."""
+    import gc
+    import weakref
+
+    stack_hz(40)
+
+    class Big:
+        pass
+
+    s = nbgpu.Sampler("sim", interval=0.05).start()
+    try:
+        def run_block() -> weakref.ref:
+            held = Big()
+            with nbgpu.capture(sampler=s) as cap:
+                _busy(0.5, lambda: time.sleep(0.002))
+            assert cap.where().attrs["top_line"]["text"] == "_busy(0.5, lambda: time.sleep(0.002))"
+            return weakref.ref(held)
+
+        ref = run_block()
+        gc.collect()
+        assert ref() is None
+    finally:
+        s.stop()

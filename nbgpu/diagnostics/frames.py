@@ -184,14 +184,17 @@ def inner_code(frame) -> int:
     return CODE[got]
 
 
-def walk_up(frame, anchor):
+def walk_up(frame, anchor, known=None):
     """(the outermost user frame or None, whether a data-loader frame is on the way) from
-    ``frame`` up to ``anchor`` or IPython's ``run_code``: one pass, no list of frames."""
+    ``frame`` up to ``anchor`` or IPython's ``run_code``: one pass, no list of frames.
+    ``known`` is that frame as an earlier walk of the same block found it: the walk ends there."""
     loader = False
     cell_frame = None
     walk = _walk
     f = frame
     while f is not None and f is not anchor:
+        if f is known:
+            return f, loader
         name = f.f_code.co_filename
         kind = walk.get(name)
         if kind is None:

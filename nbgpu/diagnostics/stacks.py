@@ -49,6 +49,7 @@ class StackSamples:
         self._line_ids: dict[tuple[str, int, int], int] = {}  # (file, line in the file, offset) -> index
         self._holders: dict[int, tuple[int, object, int]] = {}  # token -> (thread, anchor, line offset)
         self._holder: tuple[int, object, int] | None = None  # the innermost block's
+        self._cell: tuple[object, object] = (None, None)  # (holder, its outermost user frame)
         self._token = 0
         self._next_at = -math.inf
         self.sampled = 0
@@ -89,15 +90,21 @@ class StackSamples:
         # Due one period after the last due time (steps come every 10 ms: the rate holds on average)
         late = now - self._next_at > self.period_s
         self._next_at = (now if late else self._next_at) + self.period_s
-        thread_id, anchor, offset = self._holder
+        holder = self._holder
+        thread_id, anchor, offset = holder
         frame = sys._current_frames().get(thread_id)
         if frame is None:
             return
-        cell_frame, loader = walk_up(frame, anchor)
+        known = self._cell[1] if self._cell[0] is holder else None
+        cell_frame, loader = walk_up(frame, anchor, known)
         code = LOADER_CODE if loader else inner_code(frame)
         del frame
         index = -1
         if cell_frame is not None:
+            if cell_frame is not known:  # the block's outermost user frame: later walks end there
+                with _registry_lock:  # never kept once its block was released
+                    if self._holder is holder:
+                        self._cell = (holder, cell_frame)
             lineno = cell_frame.f_lineno  # None mid-instruction on 3.12+
             if lineno is not None:
                 index = self._line_index(cell_frame.f_code.co_filename, lineno, offset)
@@ -271,5 +278,6 @@ def release(sampler: object, token: int | None) -> None:
     with _registry_lock:
         got._holders.pop(token, None)
         got._holder = next(reversed(got._holders.values()), None)  # the innermost block left
+        got._cell = (None, None)  # no frame kept past its block
         if not got._holders:
             sampler.remove_listener(got)
