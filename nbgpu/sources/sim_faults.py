@@ -100,21 +100,18 @@ class FaultInjection:
 
     # NVML's event-set calls, as pynvml names them.
     def nvmlEventSetCreate(self) -> _EventSet:  # noqa: N802
-        self._enter("nvmlEventSetCreate")
         es = _EventSet()
         with self._lock:
             self._event_sets.append(es)
         return es
 
     def nvmlDeviceRegisterEvents(self, h: _Handle, types: int, es: _EventSet) -> None:  # noqa: N802
-        self._enter("nvmlDeviceRegisterEvents", h)
         if es.freed or h.mig is not None:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         es.types[h.gpu] = es.types.get(h.gpu, 0) | int(types)
 
     def nvmlEventSetWait(self, es: _EventSet, timeout_ms: int) -> _EventData:  # noqa: N802
         """The oldest pending event; NVML's Timeout error at once when none is (never sleeps)."""
-        self._enter("nvmlEventSetWait")
         if es.freed:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         with self._lock:
@@ -123,7 +120,6 @@ class FaultInjection:
             return es.pending.pop(0)
 
     def nvmlEventSetFree(self, es: _EventSet) -> None:  # noqa: N802
-        self._enter("nvmlEventSetFree")
         if es.freed:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         es.freed = True
