@@ -1,6 +1,4 @@
-"""Probing NVML devices at open: list each device (and its MIG slices), fill in its details
-and find which reads of the table it has. ``NVMLSource`` mixes this in.
-"""
+"""Probing NVML devices at open: list each (and its MIG slices), its details, which reads it has."""
 
 from __future__ import annotations
 
