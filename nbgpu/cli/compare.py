@@ -1,10 +1,5 @@
-"""``nbgpu compare BASE NEW``: two recorded runs side by side, an HTML report, a CI gate.
-
-The table has a row per figure, per GPU and over all GPUs, with both runs' values, the
-change and whether the change is beyond the runs' own noise (``nbgpu.profiles.compare``).
-``--fail-if`` bounds (``nbgpu.profiles.bounds``) make it a regression gate: exit code 1
-and one line per broken bound.
-"""
+"""``nbgpu compare BASE NEW``: two recorded runs side by side (per figure, per GPU and over all,
+with the change and whether it is beyond noise), an HTML report, and ``--fail-if`` as a CI gate."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "pea
 
 
 def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
-    """A figure of ``metric`` as a person reads it (binary units for memory); ``points``: a
-    difference of percentages, in percentage points (``+4 pp``)."""
+    """A figure of ``metric`` as a person reads it; ``points``: percentages differ in ``pp``."""
     if value is None or not math.isfinite(value):
         return "–"
     sign = "+" if signed and value >= 0 else ""
@@ -89,11 +83,7 @@ def command_span(run: Run) -> tuple[float, float] | None:
 
 
 def side_of(run: Run) -> Side:
-    """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise.
-
-    A recorded command's run spans its start and exit marks (clock stamps); a run without
-    them spans its first and last readings.
-    """
+    """A loaded run's rows, totals and figures with their noise, over the command's marks if any."""
     span = command_span(run)
     summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
     rows, totals = summary.rows, summary.combined

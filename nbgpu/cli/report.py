@@ -1,12 +1,5 @@
-"""``nbgpu report``: one self-contained HTML file from a recorded run.
-
-Plots are inline SVG (``nbgpu.svg.svg_timeline``), styles are inline, and there is
-no script and no link to fetch, so a CI job can attach the file and any browser opens it
-offline. A run cut short (the recorder was killed) still reports: a torn last line is
-skipped and counted. A file that is not a run (missing, empty, a folder, not CSV, JSON
-lines or Parquet, no ``time`` column, a time that does not parse) gives one line saying
-what is wrong with it and exit code 2.
-"""
+"""``nbgpu report``: one self-contained HTML file from a recorded run (inline SVG and styles, no
+script); a torn last line is skipped and counted; a file that is not a run is one line, exit 2."""
 
 from __future__ import annotations
 
