@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -133,7 +132,7 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
         raise
     failed: list[FileError] = []
     sampler.start()
-    started, cpu_start = time.monotonic(), cpu_seconds()
+    started, cpu_start = time.monotonic(), time.process_time()  # the recorder's own CPU
     sampler.mark("command started")
     interrupted = []
 
@@ -197,14 +196,8 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
                 _stop_recording(recorder, exc, running=False)
         if not quiet and not failed:
             wall_s = time.monotonic() - started
-            cpu_pct = 100.0 * (cpu_seconds() - cpu_start) / max(wall_s, 1e-9)
+            cpu_pct = 100.0 * (time.process_time() - cpu_start) / max(wall_s, 1e-9)
             _print_summary(sampler, recorder, wall_s, cpu_pct)
-
-
-def cpu_seconds() -> float:
-    """CPU seconds this process (the recorder, not the command it runs) has used so far."""
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_utime + use.ru_stime
 
 
 def _print_summary(sampler: Sampler, recorder: Recorder, wall_s: float, cpu_pct: float) -> None:

@@ -76,10 +76,7 @@ class NVMLSource(Probing):
             self._devices = probed
             self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
         except (NVMLUnavailableError, NVMLCallError) as exc:
-            self._fail()
-            if isinstance(exc, NVMLUnavailableError):
-                raise
-            raise unavailable(exc, "probing GPUs failed") from exc.__cause__
+            raise self._failed(exc, "probing GPUs failed") from exc.__cause__
 
     def open_listing(self) -> None:
         """Initialise NVML and list the GPUs (names, driver) without probing; ``open`` probes later."""
@@ -109,17 +106,14 @@ class NVMLSource(Probing):
                 handle = g.call("nvmlDeviceGetHandleByIndex", index)
                 self._devices.append(self._listed(index, handle, parent=None))
         except (NVMLUnavailableError, NVMLCallError) as exc:
-            self._fail()
-            if isinstance(exc, NVMLUnavailableError):
-                raise
-            raise unavailable(exc, "listing GPUs failed") from exc.__cause__
+            raise self._failed(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
 
-    def _fail(self) -> None:
-        """Undo a failed open: free what was taken and drop NVML's reference."""
+    def _failed(self, exc: Exception, what: str) -> NVMLUnavailableError:
+        """Undo a failed open (free what was taken, drop NVML's reference); the error to raise."""
         self._release()
-        self._devices = []
-        self._opened = False
+        self._devices, self._opened = [], False
+        return exc if isinstance(exc, NVMLUnavailableError) else unavailable(exc, what)
 
     def close(self) -> None:
         """Free GPM samples and release our NVML reference; ``devices()`` still describes them."""
