@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,23 +37,14 @@ class NVMLError(Exception):
 _error = NVMLError
 
 
-@dataclass
-class _Handle:
-    gpu: int
-    mig: int | None = None
-
-
-@dataclass
-class _Memory:
-    total: int
-    used: int
-    free: int
-
-
-@dataclass
-class _Util:
-    gpu: int
-    memory: int
+# NVML's plain structs, as pynvml's fields name them.
+_Handle = namedtuple("_Handle", "gpu mig", defaults=(None,))
+_Memory = namedtuple("_Memory", "total used free")
+_Util = namedtuple("_Util", "gpu memory")
+_Process = namedtuple("_Process", "pid usedGpuMemory")
+_GpmSupport = namedtuple("_GpmSupport", "isSupportedDevice")
+_EventData = namedtuple("_EventData", "device eventType eventData gpuInstanceId computeInstanceId",
+                        defaults=(0xFFFFFFFF, 0xFFFFFFFF))  # c_nvmlEventData_t
 
 
 class _Value(ctypes.Union):
@@ -84,21 +76,6 @@ def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
     return array[0:n]
 
 
-@dataclass
-class _Process:
-    pid: int
-    usedGpuMemory: int  # noqa: N815
-
-
-@dataclass
-class _EventData:  # c_nvmlEventData_t's fields
-    device: _Handle
-    eventType: int  # noqa: N815
-    eventData: int  # noqa: N815
-    gpuInstanceId: int = 0xFFFFFFFF  # noqa: N815
-    computeInstanceId: int = 0xFFFFFFFF  # noqa: N815
-
-
 @dataclass(eq=False)
 class _EventSet:
     types: dict[int, int] = field(default_factory=dict)  # gpu -> event types registered
@@ -111,11 +88,6 @@ class _GpmSample:
     gpu: int = -1
     t: float = math.nan
     freed: bool = False
-
-
-@dataclass
-class _GpmSupport:
-    isSupportedDevice: int  # noqa: N815
 
 
 @dataclass(eq=False)
