@@ -37,6 +37,7 @@ PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
 LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
           "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
           "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
+_SIGNED = {"_pct": fmt_pct, "_w": fmt_watts, "_c": fmt_celsius}
 
 
 def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
@@ -48,17 +49,11 @@ def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = F
         return f"{sign}{value:.1f}".rstrip("0").rstrip(".") + " pp"
     if metric.endswith("_bytes"):
         return fmt_bytes(value, signed=signed)
-    if metric.endswith("_s"):
-        return ("-" if value < 0 else sign) + fmt_duration(abs(value))
-    if metric.endswith("_j"):
-        return ("-" if value < 0 else sign) + fmt_energy(abs(value))
-    if metric.endswith("_pct"):
-        return sign + fmt_pct(value)
-    if metric.endswith("_w"):
-        return sign + fmt_watts(value)
-    if metric.endswith("_c"):
-        return sign + fmt_celsius(value)
-    return f"{sign}{value:g}"
+    if metric.endswith(("_s", "_j")):  # these formatters take no sign
+        unsigned = fmt_duration if metric.endswith("_s") else fmt_energy
+        return ("-" if value < 0 else sign) + unsigned(abs(value))
+    fmt = next((f for suffix, f in _SIGNED.items() if metric.endswith(suffix)), None)
+    return sign + fmt(value) if fmt is not None else f"{sign}{value:g}"
 
 
 @dataclass

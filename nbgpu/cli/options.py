@@ -4,6 +4,7 @@ and ``OnceParser``, which refuses an option given twice. Nothing here imports IP
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -138,11 +139,9 @@ class OnceParser(argparse.ArgumentParser):
 
 def same_file(a: str, b: str) -> bool:
     """Whether paths ``a`` and ``b`` name one file (the same inode, or the same real path)."""
-    try:
+    with contextlib.suppress(OSError):
         if os.path.samefile(a, b):
             return True
-    except OSError:
-        pass
     return os.path.realpath(a) == os.path.realpath(b)
 
 

@@ -3,6 +3,7 @@ pool, idle connections closed, a real backlog, HEAD answered); binds 127.0.0.1 u
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -109,10 +110,8 @@ class Exporter:
         """Stop serving and free the port; safe to call again, or after the loop has ended."""
         self._stop.set()
         if self._thread.is_alive():
-            try:
+            with contextlib.suppress(OSError):  # it may have ended and closed its trigger meanwhile
                 self._server.pull_trigger()  # wake the loop so it sees the stop at once
-            except OSError:  # it ended meanwhile and closed its trigger with its sockets
-                pass
         self._thread.join(timeout=5)
 
     def __enter__(self) -> Exporter:

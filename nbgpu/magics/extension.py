@@ -49,12 +49,10 @@ def unload(ipython) -> None:
     for panel in registry.panels() + registry.stopped():
         panel.stop()
         registry.discard(panel)
-    try:
-        from ..profiles.cells import disable_cell_mode
+    from ..profiles.cells import disable_cell_mode
 
+    try:
         disable_cell_mode(ipython)
-    except ImportError:
-        pass
     except Exception as exc:
         log.warning("nbgpu: could not turn off cell profiling: %s", exc)
     from .. import flight

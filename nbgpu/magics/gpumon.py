@@ -109,12 +109,9 @@ def status_text() -> str:
     updating = sum(1 for p in panels if p.running)  # the rest: hidden (output cleared) or stopped
     lines.append(f"panels: {updating} updating, {len(panels) - updating + len(registry.stopped())} "
                  "stopped")
-    try:
-        from ..profiles.cells import cell_mode_enabled
+    from ..profiles.cells import cell_mode_enabled
 
-        lines.append(f"per-cell profiles: {'on' if cell_mode_enabled() else 'off'}")
-    except ImportError:
-        pass
+    lines.append(f"per-cell profiles: {'on' if cell_mode_enabled() else 'off'}")
     return "\n".join("nbgpu " + line for line in lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -89,10 +90,8 @@ class ProcFile:
         """Close the file (a descriptor inherited through ``fork`` is left to its process)."""
         fd, self._fd = self._fd, None
         if fd is not None and self._pid == os.getpid():
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def _meminfo_available(head: bytes | None) -> float | None:
