@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -133,9 +134,7 @@ class NVMLSource(Probing):
 
     def describe(self) -> str:
         cards = [d for d in self._devices if d.parent is None]
-        names: dict[str, int] = {}
-        for d in cards:
-            names[d.info["name"]] = names.get(d.info["name"], 0) + 1
+        names = Counter(d.info["name"] for d in cards)
         gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
         label = "simulated GPUs" if self.simulated else "GPU" + ("s" if len(cards) != 1 else "")
         return f"{len(cards)} {label}: {gpus} (driver {self.driver_version})"

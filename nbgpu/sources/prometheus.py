@@ -137,11 +137,7 @@ def _points(points: list, metric: str, factor: float = 1.0) -> list[tuple[float,
 
 def resolution_of(series: dict[str, _Series]) -> float:
     """Typical seconds between scrapes (median spacing of sample times), NaN if unknown."""
-    gaps = []
-    for s in series.values():
-        t = np.array(sorted(s.rows))
-        if len(t) > 1:
-            gaps.extend(np.diff(t).tolist())
+    gaps = [gap for s in series.values() for gap in np.diff(sorted(s.rows))]
     return float(np.median(gaps)) if gaps else math.nan
 
 
