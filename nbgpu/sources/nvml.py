@@ -362,10 +362,8 @@ class NVMLSource(Probing):
     def _who(self, pid: int) -> tuple[str | None, str | None]:
         """(name, user) of a PID visible in this PID namespace, else (None, None)."""
         hook = getattr(self._nvml, "simulated_process", None) if self.simulated else None
-        if hook is not None:
-            known = hook(pid)
-            if known is not None:
-                return known
+        if hook is not None and (known := hook(pid)) is not None:
+            return known
         if pid not in self._pid_names:
             self._pid_names[pid] = _who_psutil(pid)
         return self._pid_names[pid]
