@@ -1,8 +1,5 @@
-"""The ``nbgpu`` command: record, report, demo and export, each a small module.
-
-Every sub-command says what it does in ``--help``; bad arguments print one line and
-exit with code 2; failures print one line saying what failed and what to do.
-"""
+"""The ``nbgpu`` command, a small module per sub-command: bad arguments are one line and exit
+code 2; failures one line saying what failed and what to do (exit code 1)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``nbgpu compare BASE NEW``: two recorded runs side by side, an HTML report, a CI gate.
-
-The table has a row per figure, per GPU and over all GPUs, with both runs' values, the
-change and whether the change is beyond the runs' own noise (``nbgpu.profiles.compare``).
-``--fail-if`` bounds (``nbgpu.profiles.bounds``) make it a regression gate: exit code 1
-and one line per broken bound.
-"""
+"""``nbgpu compare BASE NEW``: two recorded runs side by side (per figure, per GPU and over all,
+with the change and whether it is beyond noise), an HTML report, and ``--fail-if`` as a CI gate."""
 
 from __future__ import annotations
 
@@ -42,11 +37,11 @@ PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
 LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
           "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
           "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
+_SIGNED = {"_pct": fmt_pct, "_w": fmt_watts, "_c": fmt_celsius}
 
 
 def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
-    """A figure of ``metric`` as a person reads it (binary units for memory); ``points``: a
-    difference of percentages, in percentage points (``+4 pp``)."""
+    """A figure of ``metric`` as a person reads it; ``points``: percentages differ in ``pp``."""
     if value is None or not math.isfinite(value):
         return "–"
     sign = "+" if signed and value >= 0 else ""
@@ -54,17 +49,11 @@ def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = F
         return f"{sign}{value:.1f}".rstrip("0").rstrip(".") + " pp"
     if metric.endswith("_bytes"):
         return fmt_bytes(value, signed=signed)
-    if metric.endswith("_s"):
-        return ("-" if value < 0 else sign) + fmt_duration(abs(value))
-    if metric.endswith("_j"):
-        return ("-" if value < 0 else sign) + fmt_energy(abs(value))
-    if metric.endswith("_pct"):
-        return sign + fmt_pct(value)
-    if metric.endswith("_w"):
-        return sign + fmt_watts(value)
-    if metric.endswith("_c"):
-        return sign + fmt_celsius(value)
-    return f"{sign}{value:g}"
+    if metric.endswith(("_s", "_j")):  # these formatters take no sign
+        unsigned = fmt_duration if metric.endswith("_s") else fmt_energy
+        return ("-" if value < 0 else sign) + unsigned(abs(value))
+    fmt = next((f for suffix, f in _SIGNED.items() if metric.endswith(suffix)), None)
+    return sign + fmt(value) if fmt is not None else f"{sign}{value:g}"
 
 
 @dataclass
@@ -89,11 +78,7 @@ def command_span(run: Run) -> tuple[float, float] | None:
 
 
 def side_of(run: Run) -> Side:
-    """Summarise a loaded run once: per-GPU rows, totals and the figures with their noise.
-
-    A recorded command's run spans its start and exit marks (clock stamps); a run without
-    them spans its first and last readings.
-    """
+    """A loaded run's rows, totals and figures with their noise, over the command's marks if any."""
     span = command_span(run)
     summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
     rows, totals = summary.rows, summary.combined

@@ -1,14 +1,6 @@
-"""``nbgpu report --diagnose``: replay a recorded run through the diagnostics rules.
-
-The recorded readings go into a ``Store`` in time order, tick by tick, and the same
-``DiagnosticsEngine`` the live sampler uses is called after each tick with the
-recording's own time: no rule is copied here. A recording with ``cell`` events (a
-profiled cell's span: ``start``, ``end``, ``label``) is judged per cell as a cell report
-judges it (``judged_in``: findings made inside the cell on readings from inside it), and
-counts as work running only inside those spans; otherwise the recorded command counts
-as work running for its whole length (the idle rule judges only while work runs) and
-findings are printed per mark span where the run has marks, else for the run.
-"""
+"""``nbgpu report --diagnose``: the recorded readings go tick by tick through the live sampler's
+``DiagnosticsEngine``, at the recording's own times. A run with ``cell`` events is judged per cell
+(work runs only inside them); else the command runs all along and findings go per mark span."""
 
 from __future__ import annotations
 
@@ -117,8 +109,7 @@ def cells_of(run: Run) -> list[tuple[str, float, float]]:
 
 
 def replay(run: Run, thresholds: dict | None = None) -> list:
-    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first (each
-    with the findings it rests on, as the live engine keeps them)."""
+    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first."""
     return _replayed(run, thresholds)[0].alert_list()
 
 
@@ -163,9 +154,7 @@ def _replayed(run: Run, thresholds: dict | None = None):
     gpus = df["gpu"].to_numpy()
     values = {c: df[c].to_numpy(dtype=np.float64) for c in gpu_cols + host_cols}
     if "mem_used_bytes" in values and "mem_used_max_bytes" in df:
-        # The live rules read every memory sample (10 ms while a cell runs); a tick row keeps
-        # their mean and their peak. Memory is judged on the peak: a card that filled up
-        # between two ticks (an allocation loop's OOM) was full, whatever the mean says.
+        # Memory is judged on each tick's peak, as the live rules see every sample.
         peak = df["mem_used_max_bytes"].to_numpy(dtype=np.float64)
         values["mem_used_bytes"] = np.fmax(values["mem_used_bytes"], peak)
     bounds = np.flatnonzero(np.diff(times)) + 1
@@ -188,8 +177,7 @@ def _replayed(run: Run, thresholds: dict | None = None):
 
 
 def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
-    """Per ``cell`` event: its label, span, the alerts its report lists and the window rules
-    it was too short to judge (``cell_alerts``, as a capture asks)."""
+    """Per ``cell`` event: label, span, the alerts its report lists and the rules it was too short for."""
     from ..diagnostics.engine import cell_alerts
 
     _, sim = _replayed(run, thresholds)

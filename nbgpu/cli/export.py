@@ -26,11 +26,8 @@ def run_export(source: str, interval: float, host: str, port: int, hostname: str
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"nbgpu export: listening on {host}: other machines can read these metrics", file=sys.stderr,
               flush=True)
-    in_main = threading.current_thread() is threading.main_thread()
-    old = {}
-    if in_main:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            old[s] = signal.signal(s, lambda *_: stop.set())
+    in_main = threading.current_thread() is threading.main_thread()  # signals can be caught only there
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM) if in_main}
     try:
         while not stop.wait(0.5):
             pass

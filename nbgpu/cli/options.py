@@ -1,14 +1,10 @@
-"""The options the ``nbgpu`` command and ``%gpumon`` share, defined once, and their parser base.
-
-``SHARED`` is the one table of option definitions (flag, value check, metavar, help); the
-command's sub-commands and the magics add them with ``add_shared``, each with its own
-default. ``OnceParser`` refuses an option given twice (``--interval 1 --interval 2``) instead
-of letting the last one win silently. Nothing here imports IPython.
-"""
+"""The options the ``nbgpu`` command and ``%gpumon`` share (``SHARED``, added with ``add_shared``)
+and ``OnceParser``, which refuses an option given twice. Nothing here imports IPython."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -22,8 +18,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def shown(text: str) -> str:
-    """``text`` safe to print or put in a page: bytes of a file name that are not UTF-8 and
-    control characters (ANSI escape codes in a label) written as ``\\xNN``; newlines and tabs kept."""
+    """``text`` safe to print: non-UTF-8 bytes and control characters as ``\\xNN`` (newlines, tabs kept)."""
     try:
         raw = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a surrogate no file name gives
@@ -109,36 +104,20 @@ def add_shared(parser: argparse.ArgumentParser, name: str, default: object, defa
     parser.add_argument(*opt.flags, type=opt.type, default=default, metavar=opt.metavar, help=text)
 
 
-class _StoreOnce(argparse._StoreAction):
-    """``store``, refusing a second use of the same option in one command line."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string is not None:  # positionals are counted by argparse itself
-            _once(parser, namespace, self.dest, option_string)
-        super().__call__(parser, namespace, values, option_string)
-
-
-def _once(parser: argparse.ArgumentParser, namespace: argparse.Namespace, dest: str, flag: str) -> None:
-    """Note that ``flag`` was given; a second option of the same ``dest`` is a usage error."""
-    given = namespace.__dict__.setdefault("_given", {})
-    if dest in given:
-        first = given[dest]
-        twice = f"{flag} given twice" if first == flag else f"{first} and {flag} given together"
-        parser.error(f"{twice}; give it once")
-    given[dest] = flag
-
-
-class _StoreConstOnce(argparse._StoreConstAction):
-    """``store_true``/``store_const``, refusing a second use of the same option."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        _once(parser, namespace, self.dest, option_string)
-        super().__call__(parser, namespace, values, option_string)
-
-
-class _StoreTrueOnce(_StoreConstOnce):
-    def __init__(self, option_strings, dest, default=False, required=False, help=None):
-        super().__init__(option_strings, dest, const=True, default=default, required=required, help=help)
+def _once(base: type[argparse.Action]) -> type[argparse.Action]:
+    """``base``, refusing a second option of the same ``dest`` in one command line."""
+    class Once(base):  # type: ignore[misc, valid-type]
+        def __call__(self, parser, namespace, values, option_string=None):
+            given = namespace.__dict__.setdefault("_given", {})
+            if option_string is not None:  # positionals: argparse counts them
+                if self.dest in given:
+                    first = given[self.dest]
+                    twice = (f"{first} given twice" if first == option_string
+                             else f"{first} and {option_string} given together")
+                    parser.error(f"{twice}; give it once")
+                given[self.dest] = option_string
+            super().__call__(parser, namespace, values, option_string)
+    return Once
 
 
 class OnceParser(argparse.ArgumentParser):
@@ -146,9 +125,10 @@ class OnceParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.register("action", None, _StoreOnce)
-        self.register("action", "store", _StoreOnce)
-        self.register("action", "store_true", _StoreTrueOnce)
+        store = _once(argparse._StoreAction)
+        self.register("action", None, store)
+        self.register("action", "store", store)
+        self.register("action", "store_true", _once(argparse._StoreTrueAction))
         self.given: dict[str, str] = {}
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
@@ -159,11 +139,9 @@ class OnceParser(argparse.ArgumentParser):
 
 def same_file(a: str, b: str) -> bool:
     """Whether paths ``a`` and ``b`` name one file (the same inode, or the same real path)."""
-    try:
+    with contextlib.suppress(OSError):
         if os.path.samefile(a, b):
             return True
-    except OSError:
-        pass
     return os.path.realpath(a) == os.path.realpath(b)
 
 

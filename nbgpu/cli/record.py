@@ -1,19 +1,12 @@
 """``nbgpu record``: run a command, sample the GPUs meanwhile, write the timeline as it grows.
-
-Failures never cost the command: an output that cannot be written (a folder, a read-only
-filesystem, a device) is one line before the command starts; a write that fails later (disk
-full) is one line, recording stops, the file stays valid up to its last complete line, and
-the recorder waits for the command and exits with its exit code. On Linux the command gets
-SIGTERM from the kernel if the recorder itself is killed (a parent-death signal), so a
-SIGKILLed recorder never leaves it running on its own.
-"""
+A failed write stops the recording (the file valid to its last line), never the command; on
+Linux the command gets SIGTERM if the recorder is killed."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -62,11 +55,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to send the child SIGTERM when this process dies; else None.
-
-    The signal follows the thread that started the child, here always the main thread, which
-    lives as long as the recorder. Only an already-bound libc call runs in the child.
-    """
+    """A ``preexec_fn`` asking Linux to send the child SIGTERM when this process dies; else None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -93,8 +82,7 @@ def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
 
 
 def _temporary_beside(output: str) -> str | None:
-    """A new empty file in ``output``'s folder with the same extension, when ``output`` exists
-    as a regular file (a .parquet is only written at the end anyway); None otherwise."""
+    """A new empty file beside an existing regular ``output`` (not .parquet), same extension; or None."""
     if not os.path.isfile(output) or os.path.islink(output) or output.lower().endswith(".parquet"):
         return None
     folder, name = os.path.split(os.path.abspath(output))
@@ -125,20 +113,14 @@ def _take_place(recorder: Recorder, pending: str, output: str) -> None:
 
 
 def run_record(cmd: list[str], source: str, interval: float, output: str, quiet: bool = False) -> int:
-    """Run ``cmd`` while recording; returns the command's exit code.
-
-    A command that cannot be found is refused (127) before ``output`` is opened, so an
-    existing recording there is never truncated by a typo.
-    """
+    """Run ``cmd`` while recording; its exit code (127, ``output`` untouched, if it is not found)."""
     if shutil.which(cmd[0]) is None:
         print(f"nbgpu record: cannot run {cmd[0]!r}: no such command or not executable; check the "
               f"command and your PATH ({output} left as it was)", file=sys.stderr)
         return 127
     sampler = Sampler(source, interval=interval)
     try:
-        # An existing file is replaced only once the command has started (exec can still fail,
-        # e.g. a text file marked executable): until then the recording goes to a temporary
-        # file beside it.
+        # An existing file is replaced only once the command has started (exec can still fail).
         pending = _temporary_beside(output)
         try:
             recorder = Recorder(sampler, pending or output, header={"command": cmd})
@@ -150,7 +132,7 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
         raise
     failed: list[FileError] = []
     sampler.start()
-    started, cpu_start = time.monotonic(), cpu_seconds()
+    started, cpu_start = time.monotonic(), time.process_time()  # the recorder's own CPU
     sampler.mark("command started")
     interrupted = []
 
@@ -178,9 +160,7 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
         if pending:
             _take_place(recorder, pending, output)
         while True:
-            # The buffers drained during the wait, so the flush can write every tick up to
-            # about now with its own samples (the recorder runs beside the command, not in
-            # its process: a drain a second costs the command nothing).
+            # Buffers drained during the wait, so the flush writes every tick up to about now.
             sampler.request("edge")
             try:
                 proc.wait(timeout=FLUSH_EVERY_S)
@@ -216,14 +196,8 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
                 _stop_recording(recorder, exc, running=False)
         if not quiet and not failed:
             wall_s = time.monotonic() - started
-            cpu_pct = 100.0 * (cpu_seconds() - cpu_start) / max(wall_s, 1e-9)
+            cpu_pct = 100.0 * (time.process_time() - cpu_start) / max(wall_s, 1e-9)
             _print_summary(sampler, recorder, wall_s, cpu_pct)
-
-
-def cpu_seconds() -> float:
-    """CPU seconds this process (the recorder, not the command it runs) has used so far."""
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_utime + use.ru_stime
 
 
 def _print_summary(sampler: Sampler, recorder: Recorder, wall_s: float, cpu_pct: float) -> None:

@@ -1,12 +1,5 @@
-"""``nbgpu report``: one self-contained HTML file from a recorded run.
-
-Plots are inline SVG (``nbgpu.svg.svg_timeline``), styles are inline, and there is
-no script and no link to fetch, so a CI job can attach the file and any browser opens it
-offline. A run cut short (the recorder was killed) still reports: a torn last line is
-skipped and counted. A file that is not a run (missing, empty, a folder, not CSV, JSON
-lines or Parquet, no ``time`` column, a time that does not parse) gives one line saying
-what is wrong with it and exit code 2.
-"""
+"""``nbgpu report``: one self-contained HTML file from a recorded run (inline SVG and styles, no
+script); a torn last line is skipped and counted; a file that is not a run is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -34,8 +27,10 @@ def _when(t: float) -> str:
 SIMULATED_NOTE = "SIMULATED GPUs: these numbers are made up for demos and tests"
 
 
-def html_table(head: list[str], rows: list[list[str]]) -> str:
-    """An HTML table of already-escaped cells under escaped headers."""
+def html_table(head: list[str], rows: list[list[str]], empty: str = "") -> str:
+    """An HTML table of already-escaped cells under escaped headers; ``empty`` said without rows."""
+    if empty and not rows:
+        return f"<p>{empty}</p>"
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
@@ -81,8 +76,8 @@ def render_html(run: Run, title: str | None = None) -> str:
                      fmt_energy(s["energy_j"]), fmt_celsius(s["temp_max_c"]),
                      esc(s["throttle_reasons"] or "no")])
     parts.append(html_table(["GPU", "name", "duration", "util mean", "util max", "memory peak", "power mean",
-                         "power max", "energy", "temp max", "throttled"], rows) if rows
-                 else "<p>No GPU samples were recorded.</p>")
+                             "power max", "energy", "temp max", "throttled"], rows,
+                            "No GPU samples were recorded."))
 
     parts.append("<h2>Timeline</h2>")
     plot_df = df.copy()
@@ -92,24 +87,16 @@ def render_html(run: Run, title: str | None = None) -> str:
     parts.append(f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>')
 
     parts.append("<h2>Alerts</h2>")
-    alerts = run.alerts()
-    if alerts:
-        parts.append(html_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
-            [esc(str(a.get("severity", ""))), esc(str(a.get("gpu_id", ""))), esc(str(a.get("start", ""))),
-             esc(str(a.get("end") or "still active at the end")), esc(str(a.get("message", ""))),
-             esc(str(a.get("suggestion", "")))] for a in alerts]))
-    else:
-        parts.append("<p>No alerts were recorded.</p>")
+    parts.append(html_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
+        [esc(str(a.get("severity", ""))), esc(str(a.get("gpu_id", ""))), esc(str(a.get("start", ""))),
+         esc(str(a.get("end") or "still active at the end")), esc(str(a.get("message", ""))),
+         esc(str(a.get("suggestion", "")))] for a in run.alerts()], "No alerts were recorded."))
 
     parts.append("<h2>Marks and events</h2>")
-    events = [e for e in run.events if e.get("event") not in ("run", "alert")]
-    if events:
-        parts.append(html_table(["time", "kind", "GPU", "label"], [
-            [esc(str(e["timestamp"])), esc(str(e.get("event"))),
-             esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
-            for e in events]))
-    else:
-        parts.append("<p>No marks or events.</p>")
+    parts.append(html_table(["time", "kind", "GPU", "label"], [
+        [esc(str(e["timestamp"])), esc(str(e.get("event"))),
+         esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
+        for e in run.events if e.get("event") not in ("run", "alert")], "No marks or events."))
     return PAGE.format(title=esc(title), body="\n".join(parts))
 
 

@@ -1,14 +1,9 @@
-"""The HTTP side of the exporter: prometheus-client's WSGI app served by waitress.
-
-waitress gives what a scrape endpoint on a shared machine needs: a fixed pool of worker
-threads (slow or idle clients wait in its event loop, not in a thread each), idle
-connections closed after ``timeout_s``, a real listen backlog, ``HEAD`` answered, client
-disconnects handled quietly, and a ``Server:`` header that names no Python version.
-Binds 127.0.0.1 unless told otherwise.
-"""
+"""The HTTP side of the exporter: prometheus-client's WSGI app served by waitress (a fixed worker
+pool, idle connections closed, a real backlog, HEAD answered); binds 127.0.0.1 unless told."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -67,16 +62,9 @@ def _plain(start_response: _Start, status: str, body: bytes, extra: list | None 
 
 
 class Exporter:
-    """A running exporter: ``url`` to scrape, ``close()`` to stop it (also a context manager).
-
-    Args:
-        registry: the prometheus-client registry to serve (see ``serve`` for a sampler's).
-        host: address to bind; 127.0.0.1 keeps it on this machine.
-        port: TCP port; 0 picks a free one (see ``port``/``url`` afterwards).
-        timeout_s: seconds after which an idle or stalled connection is closed.
-        request_deadline_s: seconds a request may take to arrive whole; a client that trickles
-            it (one byte a second keeps waitress's idle timer fresh) is dropped after this.
-    """
+    """A running exporter of ``registry``: ``url`` to scrape, ``close()`` to stop (a context manager).
+    ``port`` 0 picks a free one; ``timeout_s`` closes idle connections; ``request_deadline_s``
+    drops a request that trickles in slower."""
 
     def __init__(self, registry: CollectorRegistry, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, timeout_s: int = DEFAULT_TIMEOUT_S,
@@ -122,10 +110,8 @@ class Exporter:
         """Stop serving and free the port; safe to call again, or after the loop has ended."""
         self._stop.set()
         if self._thread.is_alive():
-            try:
+            with contextlib.suppress(OSError):  # it may have ended and closed its trigger meanwhile
                 self._server.pull_trigger()  # wake the loop so it sees the stop at once
-            except OSError:  # it ended meanwhile and closed its trigger with its sockets
-                pass
         self._thread.join(timeout=5)
 
     def __enter__(self) -> Exporter:
@@ -139,8 +125,7 @@ QUEUE_QUIET_S = 60.0  # a "Task queue depth" episode ends after this long withou
 
 
 class QueueDepthOnce(logging.Filter):
-    """Lets waitress's "Task queue depth is N" warning through once per episode: again only
-    after ``quiet_s`` without one (under load waitress logs it for every queued request)."""
+    """Lets waitress's "Task queue depth" warning through once per episode (``quiet_s`` without one)."""
 
     def __init__(self, quiet_s: float = QUEUE_QUIET_S) -> None:
         super().__init__()
@@ -169,8 +154,7 @@ def install_queue_filter(quiet_s: float = QUEUE_QUIET_S) -> QueueDepthOnce:
 
 
 def _drop_slow_requests(server, deadline_s: float) -> None:
-    """Make ``server``'s periodic cleanup also close channels whose request is still
-    unfinished ``deadline_s`` after its first byte came (waitress only checks idleness)."""
+    """Make ``server``'s cleanup also close channels whose request is unfinished ``deadline_s`` in."""
     idle_check = server.maintenance
     started: dict[int, tuple[object, float]] = {}
 

@@ -1,18 +1,7 @@
-"""A sampler's newest GPU readings as Prometheus metric families (prometheus-client's exposition).
-
-Metrics that dcgm-exporter also exports keep its names, units and labels (``gpu``,
-``UUID``, ``device``, ``Hostname``, MIG's ``GPU_I_ID``), so dashboards built for it work
-unchanged; nbgpu's other metrics are named ``nbgpu_gpu_*`` in base units (names from
-``nbgpu.sources.prometheus_names``, which the Prometheus source reads back). Only GPU
-readings and the sampler's own health are exported: no host processes, command lines or
-user names. A value that is NaN (stale, failed or unsupported) is left out, never 0.
-
-Every GPU series is a gauge, as dcgm-exporter's are, except that it types the energy
-counter ``counter``; nbgpu keeps it a gauge so its name stays without the ``_total`` suffix
-a counter family adds. dcgm-exporter's ``modelName`` label is camelCase, which
-``promtool check metrics`` rejects, so the model is labelled ``model_name`` unless the
-caller asks for ``model_label="modelName"``.
-"""
+"""A sampler's newest GPU readings as Prometheus metric families: dcgm-exporter's names, units and
+labels where it has the metric, else ``nbgpu_gpu_*``; only GPU readings and sampler health; NaN
+is left out, never 0. Every GPU series is a gauge (energy too, keeping its name without
+``_total``); the model label is ``model_name`` (promtool rejects dcgm's ``modelName``) unless asked."""
 
 from __future__ import annotations
 
@@ -20,6 +9,7 @@ import math
 import re
 import socket
 from collections.abc import Iterable, Iterator
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -33,9 +23,7 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 INFO_NAME = INFO_SERIES
-# dcgm-exporter's int64 fields (it prints them with %d): exported as whole numbers in its
-# units. Framebuffer MiB are truncated as DCGM does (used bytes // MiB); the rest rounded.
-# Its power and profiling fields are doubles and stay as they are.
+# dcgm-exporter's int64 fields: whole numbers in its units (framebuffer MiB truncated, the rest rounded).
 WHOLE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_GPU_TEMP",
                    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_ENC_UTIL",
                    "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
@@ -94,14 +82,7 @@ def _value(name: str, v: float) -> float:
 def to_text(metrics: Iterable[Metric]) -> str:
     """Exposition text (format 0.0.4) of metric families, written by prometheus-client."""
     fixed = list(metrics)
-
-    class _Fixed:
-        def collect(self) -> list[Metric]:
-            return fixed
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed())
-    return generate_latest(registry).decode()
+    return generate_latest(SimpleNamespace(collect=lambda: fixed)).decode()
 
 
 def render(rows: list[tuple[Device, dict]], hostname: str | None = None,
@@ -110,19 +91,9 @@ def render(rows: list[tuple[Device, dict]], hostname: str | None = None,
     return to_text(families(rows, hostname, model_label, driver))
 
 
-def _status(sampler: Sampler) -> object | None:
-    status = getattr(sampler, "status", None)
-    return status() if callable(status) else None
-
-
 class GpuCollector:
-    """prometheus-client collector of a sampler's newest readings, one snapshot per scrape.
-
-    Args:
-        sampler: the Sampler to export (it is only read).
-        hostname: the ``Hostname`` label; None uses this machine's name.
-        model_label: the label naming the GPU model ("model_name", or dcgm's "modelName").
-    """
+    """prometheus-client collector of a sampler's newest readings, one snapshot per scrape
+    (``hostname``: None is this machine's name; ``model_label``: or dcgm's "modelName")."""
 
     def __init__(self, sampler: Sampler, hostname: str | None = None,
                  model_label: str = "model_name") -> None:
@@ -135,18 +106,14 @@ class GpuCollector:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        """The newest reading of every GPU not lost, then the sampler's tick and error counters.
-
-        A GPU not yet read is left out whole (its info series too): nothing is exported
-        before it has a reading.
-        """
+        """The newest reading of every GPU read and not lost, then the sampler's tick and error counters."""
         s = self.sampler
         s.watch()  # a scrape is someone looking: keep the newest utilisation fresh
         by_key = {d.key: d for d in s.devices}
         rows = [(by_key[row["gpu"]], row) for row in s.latest()
                 if row.get("state") != "lost" and row["gpu"] in by_key
                 and row.get("time_s", 0.0) == row.get("time_s", 0.0)]  # NaN: never read
-        status = _status(s)
+        status = s.status() if callable(getattr(s, "status", None)) else None
         driver = str(getattr(status, "driver_version", "") or "")
         simulated = bool(getattr(status, "simulated", getattr(s, "simulated", False)))
         yield from families(rows, self.hostname, self.model_label, driver, simulated)

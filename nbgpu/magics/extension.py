@@ -1,8 +1,5 @@
-"""Load and unload the IPython extension: register the magics, say which GPUs are visible.
-
-Unloading stops every panel's updates, cell profiling and the kernel's sampler, so
-``%reload_ext nbgpu`` and ``%unload_ext nbgpu`` leave no thread or panel running.
-"""
+"""Load the IPython extension (register the magics, say which GPUs are visible) and unload it,
+leaving no thread or panel running."""
 
 from __future__ import annotations
 
@@ -16,11 +13,8 @@ log = logging.getLogger("nbgpu")
 
 
 def load_message() -> str:
-    """One line: how many GPUs, their names and the driver; or why none are visible.
-
-    The GPUs are only listed (no probe), and the listed source is kept for the sampler
-    ``%gpumon`` starts, so NVML is opened once.
-    """
+    """One line: how many GPUs, their names and the driver, or why none are visible (listed once,
+    not probed, and kept for the sampler ``%gpumon`` starts)."""
     from ..widgets.hostonly import HostOnlySource, plain_reason
 
     shared = session.shared_sampler()
@@ -55,12 +49,10 @@ def unload(ipython) -> None:
     for panel in registry.panels() + registry.stopped():
         panel.stop()
         registry.discard(panel)
-    try:
-        from ..profiles.cells import disable_cell_mode
+    from ..profiles.cells import disable_cell_mode
 
+    try:
         disable_cell_mode(ipython)
-    except ImportError:
-        pass
     except Exception as exc:
         log.warning("nbgpu: could not turn off cell profiling: %s", exc)
     from .. import flight

@@ -26,15 +26,11 @@ def _available_gpus(opts: Options, prog: str) -> list[object]:
     if shared is not None and shared.running and opts.source is None:
         return [d.key for d in shared.devices if d.parent is None]
     spec = (opts.source or "auto").strip()
-    if spec in ("auto", "nvml"):  # listed, not probed, and kept for the sampler started next
-        try:
-            src = session.listed_source(spec)
-        except NbgpuError as exc:
-            raise UsageError(f"{prog}: --gpus given but {exc}") from None
-        return [d.key for d in src.devices() if d.parent is None]
     from ..sources import open_source
 
     try:
+        if spec in ("auto", "nvml"):  # listed, not probed, and kept for the sampler started next
+            return [d.key for d in session.listed_source(spec).devices() if d.parent is None]
         src = open_source(opts.source)
     except NbgpuError as exc:
         raise UsageError(f"{prog}: --gpus given but {exc}") from None
@@ -65,15 +61,9 @@ def _sampler(opts: Options, prog: str):
 
 
 def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
-    """Start the shared sampler while the caller imports the panel's modules.
-
-    With none running, a helper thread opens the source (NVML's probe and a Prometheus
-    query wait outside the GIL) while ipywidgets, bqplot and pandas import on this one;
-    diagnostics is imported first so the new sampler still gets its alerts engine. Simulated
-    GPUs open in pure Python, so beside the imports they would only take turns: they open
-    on this thread after the imports (``result()``). A running sampler is kept or replaced
-    that way too, so the panels that follow a replacement rebuild their widgets here.
-    """
+    """Start the shared sampler on a helper thread while the caller imports the panel's modules
+    (NVML and Prometheus wait outside the GIL); simulated GPUs, or a running sampler kept or
+    replaced, start on this thread when the returned function is called."""
     from .. import diagnostics  # noqa: F401
 
     shared = session.shared_sampler()
@@ -123,12 +113,9 @@ def status_text() -> str:
     updating = sum(1 for p in panels if p.running)  # the rest: hidden (output cleared) or stopped
     lines.append(f"panels: {updating} updating, {len(panels) - updating + len(registry.stopped())} "
                  "stopped")
-    try:
-        from ..profiles.cells import cell_mode_enabled
+    from ..profiles.cells import cell_mode_enabled
 
-        lines.append(f"per-cell profiles: {'on' if cell_mode_enabled() else 'off'}")
-    except ImportError:
-        pass
+    lines.append(f"per-cell profiles: {'on' if cell_mode_enabled() else 'off'}")
     return "\n".join("nbgpu " + line for line in lines)
 
 

@@ -52,8 +52,7 @@ def _readings() -> dict[str, int]:
 
 
 def _nvml_used(wait_s: float = NVML_WAIT_S) -> dict[object, float]:
-    """NVML's memory used per GPU from a read the kernel's running sampler makes after now
-    (asked for at once with an "edge" read); {} with no running sampler."""
+    """NVML's memory used per GPU from an "edge" read of the running sampler after now; or {}."""
     from ..session import shared_sampler
 
     s = shared_sampler()

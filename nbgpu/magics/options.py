@@ -1,8 +1,5 @@
-"""The options of ``%gpumon`` and ``%%gpumon``, parsed and checked in one place.
-
-Every mistake becomes one ``UsageError`` line that names what was wrong and what is
-allowed; the help text (``%gpumon?``) is generated from the same parser.
-"""
+"""The options of ``%gpumon`` and ``%%gpumon``: every mistake is one ``UsageError`` line, and the
+help text (``%gpumon?``) comes from the same parser."""
 
 from __future__ import annotations
 

@@ -29,10 +29,7 @@ __all__ = [
 
 
 def sim_count(spec: str) -> int | None:
-    """The number of GPUs ``spec`` simulates ("sim": 2, "sim:8": 8); None if not simulated.
-
-    ``sim:0``, ``sim:abc`` and counts above 64 raise one BadArgumentError.
-    """
+    """The number of GPUs ``spec`` simulates ("sim": 2, "sim:8": 8, 1 to 64); None if not simulated."""
     spec = spec.strip()
     if spec in ("sim", "simulated"):
         return 2

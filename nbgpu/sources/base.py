@@ -11,15 +11,10 @@ from ..errors import BadArgumentError
 
 DeviceKey = int | str  # a card (0), a MIG slice ("0/1"), a remote card ("node/3")
 
-# Old dict keys of a device and the field each one now is (the transitional mapping).
-
 
 def check_gpus(gpus: object, cards: list[DeviceKey]) -> tuple[DeviceKey, ...] | None:
-    """The cards ``gpus`` names ("0,2", 0 or a list), each one of ``cards``; None: all.
-
-    The one check of a GPU selection (``Sampler``, ``GPUMonitor``, ``capture``, ``%gpumon``):
-    anything else is a ``BadArgumentError`` saying which GPUs there are.
-    """
+    """The cards ``gpus`` names ("0,2", 0 or a list), each one of ``cards``; None: all. The one
+    check of a GPU selection: anything else is a ``BadArgumentError`` saying which GPUs there are."""
     if gpus is None:
         return None
     numbered = list(cards) == list(range(len(cards)))
@@ -48,12 +43,8 @@ def check_gpus(gpus: object, cards: list[DeviceKey]) -> tuple[DeviceKey, ...] | 
 
 @dataclass(frozen=True)
 class Device:
-    """One GPU a source reports: a card, a MIG slice of a card, or a card on a Prometheus node.
-
-    ``key`` is an int for a local card, "0/1" for slice 1 of card 0, "node/3" for a remote
-    card; ``parent`` is the key of the card a MIG slice belongs to (None for a card).
-    ``metrics`` names what it reports; ``None`` in a number field means "not known here".
-    """
+    """One GPU a source reports: a card, a MIG slice (``parent``: its card's key) or a remote card;
+    ``metrics`` names what it reports; ``None`` in a number field means "not known here"."""
 
     key: DeviceKey
     name: str
@@ -74,8 +65,7 @@ class Device:
 
     @classmethod
     def of(cls, described: object) -> Device:
-        """``described`` as a Device: itself, or one built from a recorded file's mapping
-        (``index``, ``name``, ``uuid``, ``parent``, ``mig``, ``host``; other keys ignored)."""
+        """``described`` as a Device: itself, or one from a recorded file's mapping."""
         if isinstance(described, Device):
             return described
         get = described.get
@@ -87,12 +77,7 @@ class Device:
 
 @dataclass(frozen=True)
 class ProcessInfo:
-    """A process holding memory on a GPU, as NVML lists it.
-
-    ``pid`` is the PID NVML reports (a host PID: inside a container's PID namespace it may
-    not be a process visible here); ``used_bytes`` is None where NVML does not say;
-    ``name`` and ``user`` are None where the PID is not visible in this PID namespace.
-    """
+    """A process holding GPU memory, as NVML lists it (a host PID); None where not known here."""
 
     pid: int
     used_bytes: int | None
@@ -102,8 +87,7 @@ class ProcessInfo:
 
 @dataclass
 class Batch:
-    """Readings for one (device, stream): many rows (``times`` and ``values`` arrays), or one
-    row (``times`` a float, ``values`` floats: a tick's reads, written with no array made)."""
+    """Readings for one (device, stream): arrays of rows, or one row (``times`` a float)."""
 
     device: object
     stream: str
@@ -118,12 +102,8 @@ class Batch:
 
 @dataclass
 class DeviceEvent:
-    """A state change of a device: "lost", "recovered", "error", "unsupported" or "xid".
-
-    "unsupported" means the metrics in ``metrics`` stopped being reported mid-run (NVML now
-    answers NotSupported): they are gone, not frozen at their last value. "xid" is a GPU
-    fault NVML reported; ``code`` is its XID number.
-    """
+    """A state change of a device: "lost", "recovered", "error", "unsupported" (``metrics`` are
+    gone mid-run) or "xid" (a GPU fault; ``code`` is its XID number)."""
 
     device: object
     kind: str
@@ -155,14 +135,9 @@ class Reading:
 class Source(Protocol):
     """A place readings come from. ``open`` may raise; ``read`` must not.
 
-    ``read(now, due)``: "tick" in ``due`` asks for the cheap per-tick reads; "memory" for
-    memory used only (cheap, asked often while a profile holds ``fast_memory``); "energy",
-    "pcie", "procs" for the costly ones; "edge" for memory used and every sample buffer
-    drained now (a capture's end); "live" while someone watches the newest values, so
-    buffers are drained often enough for a live view. Optional methods a source may add:
-    ``select(keys)`` (read only those devices), ``processes()`` (a snapshot
-    ``{key: [ProcessInfo]}``) and ``simulated_host(t)`` (host readings a simulated
-    scenario implies).
+    ``due`` holds "tick", "memory" (memory used only), "energy", "pcie", "procs", "edge" (drain
+    every buffer now) and "live" (someone watches). Optional: ``select(keys)``, ``processes()``,
+    ``simulated_host(t)``.
     """
 
     kind: str

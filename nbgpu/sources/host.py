@@ -1,11 +1,8 @@
-"""Host CPU and RAM of the machine and of this process with its children.
-
-Read from /proc files kept open between ticks where the system has them, from psutil
-elsewhere.
-"""
+"""Host CPU and RAM of the machine and of this process tree: /proc files kept open, else psutil."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -17,12 +14,8 @@ __all__ = ["COLUMNS", "HOST_KEY", "HostSource", "descendant_pids"]
 
 
 def descendant_pids(pid: int) -> set[int]:
-    """Every descendant of ``pid`` (empty if it has none or is gone).
-
-    Read from ``/proc/<pid>/task/*/children`` down the tree: a read per process of the tree,
-    where psutil's ``children()`` reads every process of the machine (4 ms a scan on a GPU
-    host). psutil answers where the kernel offers no such file (not Linux, or built without).
-    """
+    """Every descendant of ``pid`` (empty if none or gone): /proc's children lists, a read per
+    process of the tree (psutil's ``children()`` reads every process), else psutil."""
     found = _proc_descendants(pid)
     if found is not None:
         return found
@@ -35,11 +28,7 @@ def descendant_pids(pid: int) -> set[int]:
 
 
 def _proc_descendants(pid: int) -> set[int] | None:
-    """``descendant_pids`` from /proc's children lists; None where ``pid`` has none to read.
-
-    Every thread of a process has its own list (a child belongs to the thread that forked
-    it), so each thread's is read; listing the task folder is half the cost of a glob.
-    """
+    """``descendant_pids`` from every thread's children list; None where ``pid`` has none."""
     found: set[int] = set()
     todo = [pid]
     while todo:
@@ -72,13 +61,8 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class ProcFile:
-    """A /proc file kept open and read again from its start (``pread``) at every tick.
-
-    The kernel writes the file anew for each read from offset 0, so the figures are fresh;
-    keeping it open saves the open and close, most of a small /proc read's cost (a tenth
-    of it for /proc/self/statm). ``read`` is None once the file cannot be read (a process
-    that ended, or no such file here); a process made by ``fork`` opens its own.
-    """
+    """A /proc file kept open and read again from offset 0 (fresh figures, no open/close cost);
+    ``read`` is None once it cannot be read; a forked process opens its own."""
 
     def __init__(self, path: str, size: int = 4096) -> None:
         self.path, self.size = path, size
@@ -106,18 +90,12 @@ class ProcFile:
         """Close the file (a descriptor inherited through ``fork`` is left to its process)."""
         fd, self._fd = self._fd, None
         if fd is not None and self._pid == os.getpid():
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def _meminfo_available(head: bytes | None) -> float | None:
-    """MemAvailable in bytes from the start of /proc/meminfo; None where it has none.
-
-    It is the third line: read alone it costs a tenth of psutil's ``virtual_memory``, which
-    parses all ~50 fields (0.2 ms at every tick of the sampler on a GPU host).
-    """
+    """MemAvailable in bytes from the start of /proc/meminfo (a tenth of psutil's cost); or None."""
     for line in (head or b"").split(b"\n"):
         if line.startswith(b"MemAvailable:"):
             fields = line.split()
@@ -127,11 +105,8 @@ def _meminfo_available(head: bytes | None) -> float | None:
 
 
 def _stat_cpu_s(head: bytes | None) -> tuple[float, float] | None:
-    """(busy, total) CPU seconds of the whole machine from the first line of /proc/stat.
-
-    As psutil and htop count them: the total leaves out guest time (already in user and
-    nice), busy is the total less idle and iowait.
-    """
+    """(busy, total) CPU seconds of the machine from /proc/stat, as psutil counts them (no guest;
+    busy leaves out idle and iowait)."""
     fields = (head or b"").split(b"\n", 1)[0].split()
     if len(fields) < 5 or fields[0] != b"cpu":
         return None
@@ -197,12 +172,8 @@ class _Child:
 
 
 class HostSource:
-    """Reads the machine's and this process tree's CPU and memory; cheap enough every tick.
-
-    Its figures come from /proc files it keeps open (psutil where the system has none),
-    and it keeps its own last CPU times, so a user's ``psutil.cpu_percent()`` on any thread
-    measures from their own last call, whatever nbgpu reads meanwhile.
-    """
+    """The machine's and this process tree's CPU and memory, cheap enough every tick; it keeps its
+    own CPU baselines, so a user's ``psutil.cpu_percent()`` is undisturbed."""
 
     def __init__(self, children_every_s: float = 5.0) -> None:
         import psutil
@@ -264,11 +235,8 @@ class HostSource:
         child.close()
 
     def _tree_cpu_seconds(self, now: float) -> tuple[float, float]:
-        """CPU seconds of this process, its reaped children and its live children; their RSS.
-
-        A child counts from its first reading: what it spent before it was found (children
-        are listed every ``children_every_s``) is left out, not added in one tick.
-        """
+        """CPU seconds and RSS of this process and its children, each child counted from its first
+        reading (what it spent before it was found is left out)."""
         if now - self._children_at >= self._children_every_s:
             self._children_at = now
             self._children = self._live_children()

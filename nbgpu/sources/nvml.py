@@ -1,16 +1,11 @@
-"""Readings from NVIDIA's NVML: the only source that talks to the NVML binding.
-
-``NVMLSource`` works on any object with the ``pynvml`` function names: the real module
-from ``nvidia-ml-py`` or ``SimulatedGPUs``, its in-process stand-in. Its parts, one job each:
-``nvml_gateway`` (every call, and how failures are sorted), ``nvml_reads`` (the read table,
-its readers and GPM), ``nvml_probe`` (what each device has, found at open). Here: the
-lifecycle, reading what is due, drain scheduling of the sample buffers, and processes.
-"""
+"""Readings from NVML (``pynvml`` or ``SimulatedGPUs``): lifecycle, due reads, buffer drains,
+processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table), ``nvml_probe``."""
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -34,29 +29,15 @@ from .nvml_reads import BUFFERED, POLLED, Read, _Device, _gpm_free, _str
 log = logging.getLogger("nbgpu")
 
 BUFFER_DEAD_AFTER_S = 10.0
-# A drain is skipped while no new sample can exist yet: before the newest sample's time plus
-# the buffer's own sample spacing (samples come evenly spaced), and, after a drain found
-# nothing, for this share of the spacing (the driver publishes a sample a little late).
+# After a drain found nothing, none for this share of the sample spacing (samples come late).
 EMPTY_RETRY_SHARE = 0.25
-# How often each NVML sample buffer is drained. On an H200 a drain costs a fixed CPU time
-# whatever it returns (scripts/gpu/nvml_call_costs.py: power 0.33 ms, utilisation and
-# memory utilisation 2.5 ms each), so each buffer is drained well inside what it holds
-# (power ~2.4 s, utilisation ~14 s), not every tick: power every second, utilisation every
-# 2 s (the panel's live value), memory-bandwidth utilisation every 10 s. Polling utilisation
-# at ticks instead would alias with periodic loads (a 0.25 s burst every 1 s polled every
-# 0.5 s reads 0 %), so the buffers stay the only source where they exist. An edge read (a
-# capture's end asks for one) drains them all at once, so a cell's edges are never late;
-# the energy counter's own periodic read drains nothing extra. A drain that cannot return
-# anything yet (the next sample is not due) is skipped.
+# Drain periods: a drain costs a fixed CPU time (H200: power 0.33 ms, utilisation 2.5 ms), so
+# each buffer is drained well inside what it holds (power ~2.4 s, utilisation ~14 s); an
+# "edge" read drains all at once. Polling utilisation instead would alias with periodic loads.
 DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
-# While nobody watches the newest values ("live" not in the reads: no panel, no exporter,
-# no running cell; a script or a recording), utilisation is drained every 10 s, as memory
-# utilisation always is, well inside the ~14 s the buffer holds: utilisation drains are the
-# sampler's largest single cost (~1.25 ms/s at 2 s, 0.25 ms/s at 10 s). Resolution is kept;
-# only how late the newest sample reaches the store changes, and the diagnostics rules judge
-# a buffered metric up to where it was drained (``Sampler.drained_until``), not as missing.
-# Power keeps 1 s: its buffer holds only ~2.4 s.
-UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}  # the streams whose period differs then
+# While nobody watches ("live" not due), utilisation is drained every 10 s: same resolution,
+# later arrival (the rules judge up to ``drained_until``).
+UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}
 
 
 class NVMLSource(Probing):
@@ -83,10 +64,7 @@ class NVMLSource(Probing):
 
     # -- lifecycle -------------------------------------------------------------------
     def open(self) -> None:
-        """Initialise NVML (paired with ``close``) and probe every device once.
-
-        After ``open_listing`` this only probes, on the NVML reference already held.
-        """
+        """Initialise NVML (paired with ``close``) and probe every device once."""
         self.open_listing()
         if all(d.probed for d in self._devices):
             return
@@ -99,17 +77,10 @@ class NVMLSource(Probing):
             self._devices = probed
             self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
         except (NVMLUnavailableError, NVMLCallError) as exc:
-            self._fail()
-            if isinstance(exc, NVMLUnavailableError):
-                raise
-            raise unavailable(exc, "probing GPUs failed") from exc.__cause__
+            raise self._failed(exc, "probing GPUs failed") from exc.__cause__
 
     def open_listing(self) -> None:
-        """Initialise NVML and list the GPUs (names, driver) without probing what each reads.
-
-        Enough for ``describe()`` and the cards' keys (``%load_ext``'s one line); ``open()``
-        later probes on the same NVML reference, so NVML is initialised once.
-        """
+        """Initialise NVML and list the GPUs (names, driver) without probing; ``open`` probes later."""
         if self._opened:
             return
         if self._nvml is None:
@@ -136,23 +107,17 @@ class NVMLSource(Probing):
                 handle = g.call("nvmlDeviceGetHandleByIndex", index)
                 self._devices.append(self._listed(index, handle, parent=None))
         except (NVMLUnavailableError, NVMLCallError) as exc:
-            self._fail()
-            if isinstance(exc, NVMLUnavailableError):
-                raise
-            raise unavailable(exc, "listing GPUs failed") from exc.__cause__
+            raise self._failed(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
 
-    def _fail(self) -> None:
-        """Undo a failed open: free what was taken and drop NVML's reference."""
+    def _failed(self, exc: Exception, what: str) -> NVMLUnavailableError:
+        """Undo a failed open (free what was taken, drop NVML's reference); the error to raise."""
         self._release()
-        self._devices = []
-        self._opened = False
+        self._devices, self._opened = [], False
+        return exc if isinstance(exc, NVMLUnavailableError) else unavailable(exc, what)
 
     def close(self) -> None:
-        """Free GPM samples and release our NVML reference; others' NVML stays up.
-
-        ``devices()`` still describes what was there, so views can label old data.
-        """
+        """Free GPM samples and release our NVML reference; ``devices()`` still describes them."""
         if self._opened:
             self._opened = False
             self._release()
@@ -169,9 +134,7 @@ class NVMLSource(Probing):
 
     def describe(self) -> str:
         cards = [d for d in self._devices if d.parent is None]
-        names: dict[str, int] = {}
-        for d in cards:
-            names[d.info["name"]] = names.get(d.info["name"], 0) + 1
+        names = Counter(d.info["name"] for d in cards)
         gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
         label = "simulated GPUs" if self.simulated else "GPU" + ("s" if len(cards) != 1 else "")
         return f"{len(cards)} {label}: {gpus} (driver {self.driver_version})"
@@ -191,19 +154,12 @@ class NVMLSource(Probing):
         return self._processes
 
     def period_s(self, metric: str) -> float | None:
-        """Seconds between refreshes of a buffered ``metric`` while watched (its buffer's drain
-        period); None for a metric read at every tick."""
+        """Drain period of a buffered ``metric`` while watched; None for one read every tick."""
         return next((DRAIN_EVERY_S[name] for name, row in BUFFERED.items() if metric in row.metrics), None)
 
     def drained_until(self, key: object, metric: str | None = None) -> float:
-        """Clock time up to which every sample buffer of GPU ``key`` (or the one holding
-        ``metric``) is in the readings.
-
-        A buffered sample reaches the store at its buffer's next drain, seconds after its
-        time; a writer that folds samples into ticks waits for this (inf: nothing pending,
-        or ``metric`` is not buffered). One sample spacing is kept back, as the driver
-        publishes a sample a little late.
-        """
+        """Clock time up to which GPU ``key``'s sample buffers (or ``metric``'s) are read, less
+        one sample spacing (samples come late); inf when nothing is pending."""
         dev = next((d for d in self._devices if d.key == key), None)
         if dev is None or dev.lost or not dev.buffers:
             return math.inf
@@ -406,10 +362,8 @@ class NVMLSource(Probing):
     def _who(self, pid: int) -> tuple[str | None, str | None]:
         """(name, user) of a PID visible in this PID namespace, else (None, None)."""
         hook = getattr(self._nvml, "simulated_process", None) if self.simulated else None
-        if hook is not None:
-            known = hook(pid)
-            if known is not None:
-                return known
+        if hook is not None and (known := hook(pid)) is not None:
+            return known
         if pid not in self._pid_names:
             self._pid_names[pid] = _who_psutil(pid)
         return self._pid_names[pid]

@@ -1,13 +1,5 @@
-"""NVML's critical XID events: one event set for every card, polled without waiting.
-
-At ``open`` the source makes an event set and registers each card for
-``nvmlEventTypeXidCriticalError``; at each tick of the sampler's thread it asks
-``nvmlEventSetWait`` with a 0 ms timeout (an answer now, never a wait) until NVML says
-"timeout" (nothing pending). Each event becomes a ``DeviceEvent`` of kind "xid" with the
-code and its meaning. Where registering is refused (some containers, vGPU), there are
-simply no XID events, logged once. An XID cannot be caused on purpose: ``SimulatedGPUs``
-injects them (``inject_xid``) through the same calls.
-"""
+"""NVML's critical XID events: one event set for every card, polled each tick with a 0 ms wait;
+each becomes a "xid" ``DeviceEvent``. Where registering is refused there are none (logged once)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The NVML gateway: every NVML call goes through ``NVMLGateway.call``, which sorts failures
-into four kinds:
-
-- not supported (also no permission, function missing): a capability the device lacks,
-  so its metrics are absent; if it happens mid-run an "unsupported" event says so;
-- nothing new (``NotFound`` from a sample buffer): not an error at all;
-- fatal (GPU lost, driver gone): the device stops with a "lost" event; at ``open`` an
-  ``NVMLUnavailableError`` raised from the NVML error;
-- anything else: transient, counted into ``Reading.errors``, the value stays NaN.
-
-Each distinct failure is logged once. Sample buffers are read into numpy arrays here too.
-"""
+"""The NVML gateway: every NVML call goes through ``NVMLGateway.call``, which sorts failures into
+not supported (a capability lacking), nothing new, fatal (GPU or driver gone) and transient;
+each distinct failure is logged once. Sample buffers are read into numpy arrays here too."""
 
 from __future__ import annotations
 
@@ -47,7 +38,6 @@ HINTS = {
 _NO_MODULE_HINT = "run `pip install nvidia-ml-py`"
 
 
-# -- the gateway -------------------------------------------------------------------------
 class NVMLCallError(Exception):
     """An NVML call failed; subclasses say which of the four kinds it is."""
 
@@ -111,10 +101,7 @@ class NVMLGateway:
             raise classify(function, exc) from exc
 
     def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
-        """(timestamps in µs, values) of one NVML sample buffer newer than ``since_us``.
-
-        Raises ``NothingNewError`` when nothing is newer.
-        """
+        """(timestamps in µs, values) of one sample buffer newer than ``since_us`` (or NothingNewError)."""
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
         packed = _packed_samples(listed, vtype)
         if packed is not None:
@@ -156,24 +143,17 @@ def unavailable(exc: BaseException | None, what: str) -> NVMLUnavailableError:
 
 
 SAMPLE_BYTES = 16  # c_nvmlSample_t: unsigned long long timeStamp, then an 8-byte value union
-# The union member of each NVML value type (double, uint, ulong, ulonglong, longlong, int,
-# ushort) as a numpy type in this machine's byte order.
+# The union member of each NVML value type (double, uint, ulong, ulonglong, longlong, int, ushort).
 _VALUE_TYPES = (np.float64, np.uintc, np.uint64 if ctypes.sizeof(ctypes.c_ulong) == 8 else np.uint32,
                 np.ulonglong, np.longlong, np.intc, np.ushort)
-
-
-# One sample's bytes as numpy reads them, per NVML value type (built once, not per drain).
+# One sample's bytes as numpy reads them, per NVML value type.
 _LAYOUTS = tuple(np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, value_type],
                            "offsets": [0, 8], "itemsize": SAMPLE_BYTES}) for value_type in _VALUE_TYPES)
 
 
 def _packed_samples(listed, vtype: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(timestamps, values) read straight from the ctypes array pynvml's samples slice views.
-
-    pynvml returns ``array[0:n]``: structs that share one contiguous buffer, so numpy reads
-    it at once (3 µs for 120 samples, against 90 µs attribute by attribute). None where the
-    samples are not such a view (the simulated stand-in, another binding): read them one by one.
-    """
+    """(timestamps, values) read at once from the ctypes array pynvml's ``array[0:n]`` views
+    (3 µs for 120 samples, not 90 µs); None where the samples are not such a view."""
     if not listed or not 0 <= vtype < len(_VALUE_TYPES):
         return None
     first, last = listed[0], listed[-1]

@@ -1,9 +1,8 @@
-"""Probing NVML devices at open: list each device (and its MIG slices), fill in its details
-and find which reads of the table it has. ``NVMLSource`` mixes this in.
-"""
+"""Probing NVML devices at open: list each (and its MIG slices), its details, which reads it has."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from .nvml_gateway import NothingNewError, NotSupportedError, NVMLCallError
@@ -59,24 +58,19 @@ class Probing:
         """Whether ``dev`` has ``row``; a transient failure counts as yes (tried again later)."""
         try:
             if row.buffer is not None:
-                try:
+                with contextlib.suppress(NothingNewError):  # supported, nothing buffered yet
                     self._gw.call("nvmlDeviceGetSamples", dev.handle, row.buffer, 0)
-                except NothingNewError:  # supported, nothing buffered yet
-                    pass
-                dev.buffers[row.name] = 0
             elif row.reader is not None:
                 row.reader(self._gw, dev)
-            return True
         except NotSupportedError as exc:
             log.debug("GPU %s: %s not available (%s)", dev.key, row.name, exc.text)
             return False
         except NVMLCallError as exc:
             self._gw.log_once(logging.INFO, (dev.key, row.name, "probe"),
-                              f"GPU {dev.key}: probing {row.name} failed ({exc.text}); "
-                              "will keep trying")
-            if row.buffer is not None:
-                dev.buffers[row.name] = 0
-            return True
+                              f"GPU {dev.key}: probing {row.name} failed ({exc.text}); will keep trying")
+        if row.buffer is not None:
+            dev.buffers[row.name] = 0
+        return True
 
     def _mig_devices(self, index: int, handle) -> list[_Device]:
         mode = self._maybe("nvmlDeviceGetMigMode", handle)

@@ -1,7 +1,4 @@
-"""What is read from NVML, and how: one table (``READS``), a row per read with its metrics,
-reader, cost tier, whether it drains an NVML sample buffer, and whether only a whole card
-(not a MIG slice) has it; the readers and the GPM sample lifecycle the rows name.
-"""
+"""What is read from NVML, and how: the table ``READS`` (a row per read), its readers and GPM."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ SAMPLES_POWER, SAMPLES_GPU_UTIL, SAMPLES_MEM_UTIL = 0, 1, 2
 GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_pct",
                   10: "dram_bw_pct"}
 
-# -- what is kept per device -------------------------------------------------------------
+
 @dataclass
 class _Device:
     """What NVMLSource keeps per device: handle, capabilities and buffer positions."""
@@ -49,13 +46,8 @@ class _Device:
 
 @dataclass(frozen=True)
 class Read:
-    """One row of the read table.
-
-    ``tier`` is the name in ``due`` that asks for it ("tick", "memory", "energy", "pcie",
-    "procs", or "drain" for sample buffers, drained on their own schedule); ``buffer`` is
-    the NVML sampling type it drains (None: polled); ``scale`` turns raw samples into the
-    metric's unit; ``parent_only``: a MIG slice does not have it.
-    """
+    """One row of the read table: ``tier`` is the name in ``due`` that asks for it ("drain": a
+    sample buffer, ``buffer`` its NVML type, ``scale`` to the metric's unit); ``parent_only``: no MIG."""
 
     name: str
     metrics: tuple[str, ...]
@@ -68,6 +60,13 @@ class Read:
 
 
 # -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
+def _calls(**metrics: tuple) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
+    """A reader of ``metric=(function, per, *args)`` rows: ``function(handle, *args) / per``."""
+    def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+        return {m: float(g.call(fn, dev.handle, *args)) / per for m, (fn, per, *args) in metrics.items()}
+    return read
+
+
 def _r_memory(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     mem = g.call("nvmlDeviceGetMemoryInfo", dev.handle)
     return {"mem_used_bytes": float(mem.used), "mem_total_bytes": float(mem.total)}
@@ -82,23 +81,6 @@ def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
 
 
-def _r_temp(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"temp_c": float(g.call("nvmlDeviceGetTemperature", dev.handle, TEMPERATURE_GPU))}
-
-
-def _r_power(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"power_w": g.call("nvmlDeviceGetPowerUsage", dev.handle) / 1000.0}
-
-
-def _r_power_limit(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"power_limit_w": g.call("nvmlDeviceGetEnforcedPowerLimit", dev.handle) / 1000.0}
-
-
-def _r_clocks(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"sm_clock_mhz": float(g.call("nvmlDeviceGetClockInfo", dev.handle, CLOCK_SM)),
-            "mem_clock_mhz": float(g.call("nvmlDeviceGetClockInfo", dev.handle, CLOCK_MEM))}
-
-
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     bits = g.call_first(("nvmlDeviceGetCurrentClocksEventReasons",
                          "nvmlDeviceGetCurrentClocksThrottleReasons"), dev.handle)
@@ -110,13 +92,14 @@ def _r_codec(g: NVMLGateway, dev: _Device) -> dict[str, float]:
             "dec_util_pct": float(g.call("nvmlDeviceGetDecoderUtilization", dev.handle)[0])}
 
 
-def _r_energy(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"energy_j": g.call("nvmlDeviceGetTotalEnergyConsumption", dev.handle) / 1000.0}
-
-
-def _r_pcie(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"pcie_tx_bytes_per_s": g.call("nvmlDeviceGetPcieThroughput", dev.handle, PCIE_TX) * 1024.0,
-            "pcie_rx_bytes_per_s": g.call("nvmlDeviceGetPcieThroughput", dev.handle, PCIE_RX) * 1024.0}
+_r_temp = _calls(temp_c=("nvmlDeviceGetTemperature", 1.0, TEMPERATURE_GPU))
+_r_power = _calls(power_w=("nvmlDeviceGetPowerUsage", 1000.0))
+_r_power_limit = _calls(power_limit_w=("nvmlDeviceGetEnforcedPowerLimit", 1000.0))
+_r_clocks = _calls(sm_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_SM),
+                   mem_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_MEM))
+_r_energy = _calls(energy_j=("nvmlDeviceGetTotalEnergyConsumption", 1000.0))
+_r_pcie = _calls(pcie_tx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_TX),
+                 pcie_rx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_RX))
 
 
 def _gpm_setup(g: NVMLGateway, dev: _Device) -> None:

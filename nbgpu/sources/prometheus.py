@@ -1,19 +1,10 @@
-"""GPUs of many nodes read back from a Prometheus server through its HTTP API.
-
-``PrometheusSource("http://host:9090")`` finds every GPU series that dcgm-exporter or
-``nbgpu export`` feeds into that Prometheus and turns them into devices keyed
-``"node/gpu"`` (``"node/gpu/instance"`` for a MIG slice, whose parent is its card), each
-with its ``node``. Readings keep Prometheus' own sample times (one row per scrape), so
-they are as fine as the scrape interval and no finer; ``resolution_note()`` says so.
-
-Prometheus down, slow or answering garbage never raises out of ``read`` and never blocks
-long: every request has a time limit and a size limit, failures back off (1 s doubling to
-30 s), and ``state`` ("ok" or "unreachable") with ``last_error`` tells the panel what is
-going on. Devices are found when the source opens; GPUs that appear later are not added.
-"""
+"""GPUs of many nodes read back from a Prometheus server (dcgm-exporter's or ``nbgpu export``'s
+series), keyed "node/gpu", at Prometheus' own sample times. Down, slow or garbage never raises
+out of ``read`` nor blocks long: time and size limits, back-off, ``state`` and ``last_error``."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -132,8 +123,7 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
 
 
 def _points(points: list, metric: str, factor: float = 1.0) -> list[tuple[float, float]]:
-    """(time, value) pairs with blanks, NaN, unparsable values and values no reading of
-    ``metric`` can take (negative, huge, a percentage over 100) left out."""
+    """(time, value) pairs, leaving out blanks, NaN, unparsable and implausible values."""
     out = []
     for p in points:
         try:
@@ -147,11 +137,7 @@ def _points(points: list, metric: str, factor: float = 1.0) -> list[tuple[float,
 
 def resolution_of(series: dict[str, _Series]) -> float:
     """Typical seconds between scrapes (median spacing of sample times), NaN if unknown."""
-    gaps = []
-    for s in series.values():
-        t = np.array(sorted(s.rows))
-        if len(t) > 1:
-            gaps.extend(np.diff(t).tolist())
+    gaps = [gap for s in series.values() for gap in np.diff(sorted(s.rows))]
     return float(np.median(gaps)) if gaps else math.nan
 
 
@@ -202,31 +188,26 @@ class PrometheusSource:
                                      headers={"Content-Type": "application/x-www-form-urlencoded",
                                               "Accept": "application/json"})
         deadline = time.monotonic() + self.timeout_s
-        # The socket timeout bounds each read only; a peer that trickles a byte at a time would
-        # hold us forever. A watchdog shuts the connection down when the whole deadline passes.
+        # The socket timeout bounds each read only: a watchdog shuts the connection at the deadline.
         watchdog = _Watchdog(deadline)
-        opener = urllib.request.build_opener(watchdog.http_handler(), watchdog.https_handler())
+        opener = urllib.request.build_opener(*watchdog.handlers())
         slow = SourceError(f"Prometheus at {self.url} answered too slowly (over {self.timeout_s:g} s)")
+        http_code = None
         try:
-            with opener.open(req, timeout=self.timeout_s) as resp:
-                raw = self._read_bounded(resp, deadline)
-        except urllib.error.HTTPError as exc:
             try:
+                with opener.open(req, timeout=self.timeout_s) as resp:
+                    raw = self._read_bounded(resp, deadline)
+            except urllib.error.HTTPError as exc:  # Prometheus explains 4xx/5xx in JSON
+                http_code = exc.code
                 raw = self._read_bounded(exc, deadline)
-                if watchdog.fired:
-                    raise slow from None
-                return json.loads(raw)  # Prometheus explains 4xx/5xx in JSON
-            except SourceError:
-                raise
-            except Exception:
-                raise SourceError(f"Prometheus at {self.url} answered HTTP {exc.code}") from exc
         except SourceError:
             raise
-        except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
             if watchdog.fired:
                 raise slow from exc
             reason = getattr(exc, "reason", exc)
-            raise SourceError(f"Prometheus at {self.url} is unreachable ({reason})") from exc
+            why = f"answered HTTP {http_code}" if http_code else f"is unreachable ({reason})"
+            raise SourceError(f"Prometheus at {self.url} {why}") from exc
         finally:
             watchdog.cancel()
         if watchdog.fired:
@@ -234,7 +215,8 @@ class PrometheusSource:
         try:
             return json.loads(raw)
         except ValueError as exc:
-            raise SourceError(f"Prometheus at {self.url} answered something that is not JSON") from exc
+            what = f"HTTP {http_code}" if http_code else "something that is not JSON"
+            raise SourceError(f"Prometheus at {self.url} answered {what}") from exc
 
     def _read_bounded(self, resp, deadline: float) -> bytes:
         chunks, size = [], 0
@@ -324,10 +306,8 @@ class PrometheusSource:
         reading = Reading()
         if self.state == "closed" or now < self._next_poll:
             return reading
-        # Ask only for what is new since the last answer (plus two scrapes of overlap), so a
-        # node that went quiet does not make every query reach far back.
-        res = self.resolution_s if self.resolution_s == self.resolution_s else 5.0
-        window = min(MAX_WINDOW_S, max(now - self._last_query, 0.0) + max(2 * res, 2.0))
+        # Only what is new since the last answer, plus two scrapes of overlap.
+        window = min(MAX_WINDOW_S, max(now - self._last_query, 0.0) + max(2 * self._res_s, 2.0))
         try:
             found = self._fetch(window, now)
         except Exception as exc:  # down, slow, garbage: remember, back off, carry on
@@ -349,16 +329,16 @@ class PrometheusSource:
             self._last_t[key] = float(times[-1])
         return reading
 
+    @property
+    def _res_s(self) -> float:
+        return self.resolution_s if self.resolution_s == self.resolution_s else 5.0
+
     def period_s(self, metric: str) -> float | None:
         """Seconds between new readings of any metric: a scrape, seen at the next query."""
-        res = self.resolution_s if self.resolution_s == self.resolution_s else 5.0
-        return max(res, self._poll_every())
+        return max(self._res_s, self._poll_every())
 
     def _poll_every(self) -> float:
-        if self.poll_s is not None:
-            return float(self.poll_s)
-        res = self.resolution_s if self.resolution_s == self.resolution_s else 5.0
-        return min(15.0, max(1.0, res / 2))
+        return float(self.poll_s) if self.poll_s is not None else min(15.0, max(1.0, self._res_s / 2))
 
     def _fail(self, now: float, exc: BaseException, reading: Reading) -> None:
         self.failures += 1
@@ -374,8 +354,7 @@ class PrometheusSource:
 
 
 class _Watchdog:
-    """Shuts down the connections it made once ``deadline`` (time.monotonic) has passed, so a
-    blocked read returns at once; ``fired`` says it did."""
+    """Shuts down the connections it made once ``deadline`` (monotonic) passed; ``fired`` says so."""
 
     def __init__(self, deadline: float) -> None:
         self.deadline, self.fired = deadline, False
@@ -389,52 +368,40 @@ class _Watchdog:
         with self._lock:
             self.fired = True
             for sock in self._socks:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def _watch(self, sock: socket.socket | None) -> None:
-        if sock is None:
-            return
         with self._lock:
-            self._socks.append(sock)
-            if self.fired:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._socks += [sock] if sock is not None else []
+        if self.fired:
+            self._fire()
 
     def cancel(self) -> None:
         self._timer.cancel()
 
-    def _connection(self, base: type) -> type:
-        watchdog = self
+    def handlers(self) -> list[urllib.request.BaseHandler]:
+        """urllib handlers (HTTP and HTTPS) whose connections this watchdog watches."""
+        watch = self._watch
 
-        class Connection(base):  # type: ignore[misc, valid-type]
-            def connect(self) -> None:
-                super().connect()
-                watchdog._watch(self.sock)
+        def watched(base: type) -> type:
+            class Connection(base):  # type: ignore[misc, valid-type]
+                def connect(self) -> None:
+                    super().connect()
+                    watch(self.sock)
+            return Connection
 
-        return Connection
+        plain, tls = watched(http.client.HTTPConnection), watched(http.client.HTTPSConnection)
 
-    def http_handler(self) -> urllib.request.HTTPHandler:
-        conn = self._connection(http.client.HTTPConnection)
-
-        class Handler(urllib.request.HTTPHandler):
+        class HTTP(urllib.request.HTTPHandler):
             def http_open(self, req):
-                return self.do_open(conn, req)
+                return self.do_open(plain, req)
 
-        return Handler()
-
-    def https_handler(self) -> urllib.request.HTTPSHandler:
-        conn = self._connection(http.client.HTTPSConnection)
-
-        class Handler(urllib.request.HTTPSHandler):
+        class HTTPS(urllib.request.HTTPSHandler):
             def https_open(self, req):
-                return self.do_open(conn, req, context=self._context)
+                return self.do_open(tls, req, context=self._context)
 
-        return Handler()
+        return [HTTP(), HTTPS()]
 
 
 def _natural(key: str) -> tuple:

@@ -1,11 +1,5 @@
-"""Prometheus names of nbgpu's metrics, in both directions, from the one metric table.
-
-``FAMILIES`` is what the exporter serves: dcgm-exporter's name, unit and labels where it
-has the metric, ``nbgpu_gpu_*`` in base units where it does not. ``SERIES``/``BY_SERIES``
-is what the Prometheus source reads back: those same names first, then older dcgm-exporter
-names. dcgm-exporter writes "no value" as DCGM's blank sentinels (2**31-16 and up,
-2**63-16 and up, 2**47 and a few above); those are missing.
-"""
+"""Prometheus names of nbgpu's metrics both ways: ``FAMILIES`` (what the exporter serves:
+dcgm-exporter's names, else ``nbgpu_gpu_*``) and ``BY_SERIES`` (what the source reads back)."""
 
 from __future__ import annotations
 
@@ -18,15 +12,8 @@ MIB = 2.0**20
 INFO_SERIES = "nbgpu_gpu_info"
 
 # nbgpu's name suffix -> Prometheus base-unit suffix, for metrics dcgm-exporter lacks.
-_SUFFIXES = (
-    ("_bytes_per_s", "_bytes_per_second"),
-    ("_bytes", "_bytes"),
-    ("_pct", "_percent"),
-    ("_w", "_watts"),
-    ("_c", "_celsius"),
-    ("_mhz", "_megahertz"),
-    ("_j", "_joules"),
-)
+_SUFFIXES = {"_bytes_per_s": "_bytes_per_second", "_bytes": "_bytes", "_pct": "_percent", "_w": "_watts",
+             "_c": "_celsius", "_mhz": "_megahertz", "_j": "_joules"}
 
 
 @dataclass(frozen=True)
@@ -42,13 +29,9 @@ class Family:
 def family_of(m: Metric) -> Family:
     """The series one metric is exported as (dcgm-exporter's name where it has one)."""
     if m.dcgm:
-        unit = {"B": "MiB"}.get(m.unit, m.unit)
-        if m.dcgm_scale == 0.01:
-            unit = "ratio"
-        elif m.dcgm_scale == 1000.0:
-            unit = "mJ"
+        unit = {0.01: "ratio", 1000.0: "mJ"}.get(m.dcgm_scale, {"B": "MiB"}.get(m.unit, m.unit))
         return Family(m.name, m.dcgm, m.dcgm_scale, f"{m.description} (in {unit}).")
-    for suffix, prom in _SUFFIXES:
+    for suffix, prom in _SUFFIXES.items():
         if m.name.endswith(suffix):
             return Family(m.name, "nbgpu_gpu_" + m.name[: -len(suffix)] + prom, 1.0,
                           f"{m.description} (in {m.unit}).")
@@ -96,11 +79,6 @@ def selector() -> str:
 
 
 def is_blank(value: float) -> bool:
-    """Whether ``value`` is one of DCGM's "blank / not found / not supported" sentinels."""
-    if math.isnan(value) or math.isinf(value):
-        return True
-    if 2147483632.0 <= value <= 2147483647.0:  # DCGM_INT32_BLANK .. INT32 max
-        return True
-    if value >= 9223372036854775792.0:  # DCGM_INT64_BLANK and up
-        return True
-    return 140737488355328.0 <= value <= 140737488355343.0  # DCGM_FP64_BLANK + 0..15
+    """Whether ``value`` is NaN, infinite or one of DCGM's blank sentinels (int32, int64, fp64)."""
+    return (not math.isfinite(value) or 2147483632.0 <= value <= 2147483647.0
+            or value >= 9223372036854775792.0 or 140737488355328.0 <= value <= 140737488355343.0)

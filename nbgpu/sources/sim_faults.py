@@ -100,21 +100,18 @@ class FaultInjection:
 
     # NVML's event-set calls, as pynvml names them.
     def nvmlEventSetCreate(self) -> _EventSet:  # noqa: N802
-        self._enter("nvmlEventSetCreate")
         es = _EventSet()
         with self._lock:
             self._event_sets.append(es)
         return es
 
     def nvmlDeviceRegisterEvents(self, h: _Handle, types: int, es: _EventSet) -> None:  # noqa: N802
-        self._enter("nvmlDeviceRegisterEvents", h)
         if es.freed or h.mig is not None:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         es.types[h.gpu] = es.types.get(h.gpu, 0) | int(types)
 
     def nvmlEventSetWait(self, es: _EventSet, timeout_ms: int) -> _EventData:  # noqa: N802
         """The oldest pending event; NVML's Timeout error at once when none is (never sleeps)."""
-        self._enter("nvmlEventSetWait")
         if es.freed:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         with self._lock:
@@ -123,7 +120,6 @@ class FaultInjection:
             return es.pending.pop(0)
 
     def nvmlEventSetFree(self, es: _EventSet) -> None:  # noqa: N802
-        self._enter("nvmlEventSetFree")
         if es.freed:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         es.freed = True
@@ -131,19 +127,22 @@ class FaultInjection:
     def _listed_pid(self, pid: int) -> int:
         return pid + HOST_PID_OFFSET if self.hide_host_pids else pid
 
+    @staticmethod
+    def _take(table: dict, key: tuple) -> object:
+        """The injected value at ``key`` (None: none), used once more (gone after its ``times``)."""
+        entry = table.get(key)
+        if entry is not None and entry[1] is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del table[key]
+        return None if entry is None else entry[0]
+
     def _hang(self, function: str, gpu: int | None) -> None:
         with self._lock:
-            for key in ((function, gpu), (function, None)):
-                hang = self._hangs.get(key)
-                if hang is not None:
-                    break
-            else:
+            key = (function, gpu) if (function, gpu) in self._hangs else (function, None)
+            seconds = self._take(self._hangs, key)
+            if seconds is None:
                 return
-            seconds, times = hang
-            if times is not None:
-                hang[1] -= 1
-                if hang[1] <= 0:
-                    del self._hangs[key]
             self._hanging += 1
             self._hang_entered.notify_all()
         try:
@@ -164,11 +163,6 @@ class FaultInjection:
         for key in ((function, gpu), (function, None)):
             if key in self._unsupported:
                 raise _error(NVML_ERROR_NOT_SUPPORTED)
-            fault = self._errors.get(key)
-            if fault is not None:
-                code, times = fault
-                if times is not None:
-                    fault[1] -= 1
-                    if fault[1] <= 0:
-                        del self._errors[key]
+            code = self._take(self._errors, key)
+            if code is not None:
                 raise _error(code)

@@ -1,15 +1,14 @@
-"""The NVML return codes, errors and structs ``SimulatedGPUs`` answers with, as ``pynvml``
-names them."""
+"""The NVML return codes, errors and structs ``SimulatedGPUs`` answers with, as ``pynvml`` names them."""
 
 from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
+from collections import namedtuple
+from dataclasses import dataclass, field
 
 import numpy as np
 
-NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_UNINITIALIZED = 1
@@ -35,42 +34,17 @@ class NVMLError(Exception):
         return _ERROR_NAMES.get(self.value, f"NVML error {self.value}")
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801, N818 - pynvml's names
-    pass
+_error = NVMLError
 
 
-class NVMLError_NotFound(NVMLError):  # noqa: N801, N818 - pynvml's names
-    pass
-
-
-class NVMLError_GpuIsLost(NVMLError):  # noqa: N801, N818 - pynvml's names
-    pass
-
-
-_ERROR_CLASSES = {3: NVMLError_NotSupported, 6: NVMLError_NotFound, 15: NVMLError_GpuIsLost}
-
-
-def _error(code: int) -> NVMLError:
-    return _ERROR_CLASSES.get(code, NVMLError)(code)
-
-
-@dataclass
-class _Handle:
-    gpu: int
-    mig: int | None = None
-
-
-@dataclass
-class _Memory:
-    total: int
-    used: int
-    free: int
-
-
-@dataclass
-class _Util:
-    gpu: int
-    memory: int
+# NVML's plain structs, as pynvml's fields name them.
+_Handle = namedtuple("_Handle", "gpu mig", defaults=(None,))
+_Memory = namedtuple("_Memory", "total used free")
+_Util = namedtuple("_Util", "gpu memory")
+_Process = namedtuple("_Process", "pid usedGpuMemory")
+_GpmSupport = namedtuple("_GpmSupport", "isSupportedDevice")
+_EventData = namedtuple("_EventData", "device eventType eventData gpuInstanceId computeInstanceId",
+                        defaults=(0xFFFFFFFF, 0xFFFFFFFF))  # c_nvmlEventData_t
 
 
 class _Value(ctypes.Union):
@@ -87,8 +61,7 @@ class _Sample(ctypes.Structure):
     _fields_ = (("timeStamp", ctypes.c_ulonglong), ("sampleValue", _Value))
 
 
-# One sample's bytes as unsigned-int samples lay them out (the value type NVML gives power
-# and utilisation samples), for filling a whole array at once.
+# One unsigned-int sample's bytes (NVML's type for power and utilisation), to fill an array at once.
 _UINT_SAMPLE = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, np.uintc], "offsets": [0, 8],
                          "itemsize": ctypes.sizeof(_Sample)})
 
@@ -103,45 +76,25 @@ def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
     return array[0:n]
 
 
-@dataclass
-class _Process:
-    pid: int
-    usedGpuMemory: int  # noqa: N815
-
-
-@dataclass
-class _EventData:  # c_nvmlEventData_t's fields
-    device: _Handle
-    eventType: int  # noqa: N815
-    eventData: int  # noqa: N815
-    gpuInstanceId: int = 0xFFFFFFFF  # noqa: N815
-    computeInstanceId: int = 0xFFFFFFFF  # noqa: N815
-
-
+@dataclass(eq=False)
 class _EventSet:
-    def __init__(self) -> None:
-        self.types: dict[int, int] = {}  # gpu -> event types registered
-        self.pending: list[_EventData] = []
-        self.freed = False
+    types: dict[int, int] = field(default_factory=dict)  # gpu -> event types registered
+    pending: list[_EventData] = field(default_factory=list)
+    freed: bool = False
 
 
+@dataclass(eq=False)
 class _GpmSample:
-    def __init__(self) -> None:
-        self.gpu = -1
-        self.t = math.nan
-        self.freed = False
+    gpu: int = -1
+    t: float = math.nan
+    freed: bool = False
 
 
-@dataclass
-class _GpmSupport:
-    isSupportedDevice: int  # noqa: N815
-
-
+@dataclass(eq=False)
 class _GpmMetric:
-    def __init__(self) -> None:
-        self.metricId = 0
-        self.nvmlReturn = 0
-        self.value = 0.0
+    metricId: int = 0  # noqa: N815
+    nvmlReturn: int = 0  # noqa: N815
+    value: float = 0.0
 
 
 class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds

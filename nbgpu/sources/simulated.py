@@ -1,18 +1,9 @@
-"""Simulated GPUs: an in-process stand-in for the NVML library (the ``pynvml`` module).
-
-``SimulatedGPUs`` answers the NVML calls nbgpu makes with deterministic, realistic values
-(bursty training load, memory ramps, power following load, sample buffers at 20 ms and
-200 ms), so demos, CI and real GPUs all run the same NVML code path. Faults can be
-injected: a GPU lost mid-run, a metric not supported, the driver not loaded, any NVML
-error from any function, a read that hangs, a short memory spike. Processes can be put on
-its GPUs (this process, others of this user, other users'), and a container's PID
-namespace can be imitated (NVML then lists host PIDs that do not exist here). Everything
-it reports is named as simulated. Its parts: ``sim_structs`` (NVML's errors and structs),
-``sim_workload`` (the load model), ``sim_faults`` (fault injection and processes).
-"""
+"""Simulated GPUs: a deterministic in-process stand-in for ``pynvml``, so demos, CI and real
+GPUs run the same NVML code path. Parts: ``sim_structs``, ``sim_workload``, ``sim_faults``."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -40,35 +31,24 @@ from .sim_structs import (
 )
 from .sim_workload import SCENARIOS, Workload, _noise
 
-SIMULATED = True  # module-level marker that NVMLSource looks for on the object
 WARM_S = 30.0  # past every ramp of the load model (memory reaches its level at 6 s)
 
 _INIT_ERRORS = {"driver_not_loaded": 9, "library_not_found": 12, "no_permission": 4}
 
 
 class SimulatedGPUs(FaultInjection, Workload):
-    """A deterministic stand-in for NVML with ``count`` GPUs.
+    """A deterministic stand-in for NVML with ``count`` GPUs (0 to 64); all it reports is simulated.
 
     Args:
-        count: number of GPUs (0 makes NVML report none).
-        seed: makes the noise reproducible; the same seed and clock give the same readings.
+        seed: the same seed and ``clock`` give the same readings.
         scenario: one of ``SCENARIOS``; shapes the load so diagnostics have something to find.
-        name: device name; always ends in "(simulated)".
-        clock: seconds since the epoch; a fake clock makes runs fully deterministic.
         mig: ``{gpu: slices}`` puts those GPUs in MIG mode with that many instances.
-        gpm: whether GPM metrics (SM activity, occupancy, tensor, DRAM) are offered.
-        sample_buffers: whether ``nvmlDeviceGetSamples`` works (False: NotSupported).
+        gpm, sample_buffers: whether GPM metrics and ``nvmlDeviceGetSamples`` are offered.
         unsupported: NVML function names that answer NotSupported on every GPU.
-        init_error: "driver_not_loaded", "library_not_found" or "no_permission" to make
-            ``nvmlInit`` fail the way it does on a machine without a usable driver.
-        hide_host_pids: imitate a container's PID namespace: every PID NVML lists is a host
-            PID that does not exist in this process's namespace.
-        warm_s: seconds the GPUs have already run when this object is made; ``WARM_S`` puts
-            them past the start-up ramp (the "sim" source does, so a first cell and its re-run
-            see the same steady load).
-        model_process: list the simulated workload's memory under this process (NVML's
-            process lists then name this kernel); the "sim" source does not, as no workload
-            runs in the kernel that watches it (a dashboard's, say).
+        init_error: "driver_not_loaded", "library_not_found" or "no_permission" fails ``nvmlInit``.
+        hide_host_pids: NVML lists host PIDs that do not exist here (a container's PID namespace).
+        warm_s: seconds the GPUs have already run (``WARM_S``: past the start-up ramp).
+        model_process: list the simulated workload's memory under this process.
     """
 
     SIMULATED = True
@@ -113,8 +93,7 @@ class SimulatedGPUs(FaultInjection, Workload):
         self._event_sets: list = []  # NVML event sets made (fault injection's XIDs go there)
         self.hide_host_pids = bool(hide_host_pids)
         self.model_process = bool(model_process)
-        self.gpm_samples_live = 0
-        """GPM samples allocated and not yet freed (a leak shows as a count above zero)."""
+        self.gpm_samples_live = 0  # GPM samples allocated and not yet freed (a leak: above zero)
         self.calls: dict[str, int] = {}
 
     def __repr__(self) -> str:
@@ -140,27 +119,22 @@ class SimulatedGPUs(FaultInjection, Workload):
         return self._refcount > 0
 
     def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
-        self._enter("nvmlSystemGetDriverVersion")
         return "580.00 (simulated)"
 
     def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetCount")
         return self.count
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:  # noqa: N802
-        self._enter("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < self.count:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         return _Handle(index)
 
     def nvmlDeviceGetName(self, h: _Handle) -> str:  # noqa: N802
-        self._enter("nvmlDeviceGetName", h)
         if h.mig is not None:
             return f"{self.name.replace(' (simulated)', '')} MIG 2g.35gb (simulated)"
         return self.name
 
     def nvmlDeviceGetUUID(self, h: _Handle) -> str:  # noqa: N802
-        self._enter("nvmlDeviceGetUUID", h)
         n = int(_noise(self.seed, h.gpu, 99) * 2**32)
         if h.mig is not None:
             return f"MIG-sim{n:08x}-{h.gpu}-{h.mig}"
@@ -170,7 +144,6 @@ class SimulatedGPUs(FaultInjection, Workload):
         return 2.0 / 7.0 if h.mig is not None else 1.0
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle) -> _Memory:  # noqa: N802
-        self._enter("nvmlDeviceGetMemoryInfo", h)
         share = self._mig_share(h)
         total = int(self.mem_total_bytes * share)
         used = int(self.mem_used_at(h.gpu, self._t()) * share)
@@ -181,37 +154,27 @@ class SimulatedGPUs(FaultInjection, Workload):
     def _spike_at(self, gpu: int, now: float) -> int:
         return sum(b for g, at, sec, b in list(self._spikes) if g == gpu and at <= now < at + sec)
 
-    def _util_supported(self, h: _Handle) -> None:
+    def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> _Util:  # noqa: N802
         if h.mig is not None or h.gpu in self.mig:
             raise _error(NVML_ERROR_NOT_SUPPORTED)
-
-    def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> _Util:  # noqa: N802
-        self._enter("nvmlDeviceGetUtilizationRates", h)
-        self._util_supported(h)
-        t = self._t()
-        u = self.util_window(h.gpu, t)
+        u = self.util_window(h.gpu, self._t())
         return _Util(gpu=round(u), memory=round(u * 0.45))
 
     def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetTemperature", h)
         return round(self.temp_at(h.gpu, self._t()))
 
     def nvmlDeviceGetTemperatureThreshold(self, h: _Handle, kind: int) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetTemperatureThreshold", h)
         return {0: 95, 1: 90, 2: 87, 3: 85}.get(kind, 90)
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetPowerUsage", h)
         if h.mig is not None:
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         return int(self.power_at(h.gpu, self._t()) * 1000)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: _Handle) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetEnforcedPowerLimit", h)
         return int(self.power_limit_w * 1000)
 
     def nvmlDeviceGetClockInfo(self, h: _Handle, clock_type: int) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetClockInfo", h)
         if clock_type == 2:
             return 3201
         t = self._t()
@@ -220,27 +183,21 @@ class SimulatedGPUs(FaultInjection, Workload):
         return 1980 if self.util_at(h.gpu, t) > 5 else 345
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetCurrentClocksEventReasons", h)
         t = self._t()
         if self.scenario == "throttle":
             return 0x4 | (0x20 if self.temp_at(h.gpu, t) > 86.5 else 0)
         return 0x1 if self.util_at(h.gpu, t) < 5 else 0
 
     def nvmlDeviceGetEncoderUtilization(self, h: _Handle) -> list[int]:  # noqa: N802
-        self._enter("nvmlDeviceGetEncoderUtilization", h)
         return [0, 167000]
 
-    def nvmlDeviceGetDecoderUtilization(self, h: _Handle) -> list[int]:  # noqa: N802
-        self._enter("nvmlDeviceGetDecoderUtilization", h)
-        return [0, 167000]
+    nvmlDeviceGetDecoderUtilization = nvmlDeviceGetEncoderUtilization  # noqa: N815
 
     def nvmlDeviceGetFanSpeed(self, h: _Handle) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetFanSpeed", h)
         return 0
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: _Handle) -> int:  # noqa: N802
         """Millijoules since "driver load": power integrated on a 20 ms grid."""
-        self._enter("nvmlDeviceGetTotalEnergyConsumption", h)
         if h.mig is not None:
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         t = self._t()
@@ -255,12 +212,10 @@ class SimulatedGPUs(FaultInjection, Workload):
         return int(joules * 1000)
 
     def nvmlDeviceGetPcieThroughput(self, h: _Handle, counter: int) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetPcieThroughput", h)
         u = self.util_at(h.gpu, self._t())
         return int((900_000 if counter == 1 else 120_000) * (0.2 + u / 100.0))
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[_Process]:  # noqa: N802
-        self._enter("nvmlDeviceGetComputeRunningProcesses", h)
         used = int(self.mem_used_at(h.gpu, self._t()) * self._mig_share(h))
         out = []
         if used > 0.6e9 and self.model_process:
@@ -271,14 +226,12 @@ class SimulatedGPUs(FaultInjection, Workload):
         return out
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h: _Handle) -> list[_Process]:  # noqa: N802
-        self._enter("nvmlDeviceGetGraphicsRunningProcesses", h)
         return []
 
     # Sample buffers, as on an H200: power every 20 ms (2.4 s kept), utilisation every 200 ms.
     _BUFFERS: ClassVar[dict[int, tuple[float, int]]] = {0: (0.02, 120), 1: (0.2, 70), 2: (0.2, 70)}
 
     def nvmlDeviceGetSamples(self, h: _Handle, sampling_type: int, last_seen_us: int):  # noqa: N802
-        self._enter("nvmlDeviceGetSamples", h)
         if not self.sample_buffers or sampling_type not in self._BUFFERS:
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         if h.mig is not None or (sampling_type != 0 and h.gpu in self.mig):
@@ -306,34 +259,28 @@ class SimulatedGPUs(FaultInjection, Workload):
         return 1, _sample_array(stamps, values)
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:  # noqa: N802
-        self._enter("nvmlDeviceGetMigMode", h)
         if h.mig is not None:
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         on = 1 if h.gpu in self.mig else 0
         return [on, on]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetMaxMigDeviceCount", h)
         return 7
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Handle, index: int) -> _Handle:  # noqa: N802
-        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", h)
         if index >= self.mig.get(h.gpu, 0):
             raise _error(NVML_ERROR_NOT_FOUND)
         return _Handle(h.gpu, index)
 
     def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> _GpmSupport:  # noqa: N802
-        self._enter("nvmlGpmQueryDeviceSupport", h)
         return _GpmSupport(1 if self.gpm and h.mig is None else 0)
 
     def nvmlGpmSampleAlloc(self) -> _GpmSample:  # noqa: N802
-        self._enter("nvmlGpmSampleAlloc")
         with self._lock:
             self.gpm_samples_live += 1
         return _GpmSample()
 
     def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:  # noqa: N802
-        self._enter("nvmlGpmSampleFree")
         if sample.freed:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         sample.freed = True
@@ -341,12 +288,10 @@ class SimulatedGPUs(FaultInjection, Workload):
             self.gpm_samples_live -= 1
 
     def nvmlGpmSampleGet(self, h: _Handle, sample: _GpmSample) -> _GpmSample:  # noqa: N802
-        self._enter("nvmlGpmSampleGet", h)
         sample.gpu, sample.t = h.gpu, self._t()
         return sample
 
     def nvmlGpmMetricsGet(self, get: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:  # noqa: N802
-        self._enter("nvmlGpmMetricsGet")
         a, b = get.sample1, get.sample2
         if a is None or b is None or a.gpu != b.gpu or not b.t > a.t:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
@@ -366,3 +311,16 @@ class SimulatedGPUs(FaultInjection, Workload):
         if self.scenario == "idle":
             return {"proc_cpu_pct": 3.0, "host_cpu_pct": 4.0}
         return None
+
+
+def _entered(function: str, fn: Callable) -> Callable:
+    """``fn`` after ``_enter``: counted, then any injected hang, loss or error."""
+    @functools.wraps(fn)
+    def call(self: SimulatedGPUs, *args, **kwargs):
+        self._enter(function, next((a for a in args[:1] if isinstance(a, _Handle)), None))
+        return fn(self, *args, **kwargs)
+    return call
+
+
+for _name in [n for n in dir(SimulatedGPUs) if n.startswith("nvml") and n[4:] not in ("Init", "Shutdown")]:
+    setattr(SimulatedGPUs, _name, _entered(_name, getattr(SimulatedGPUs, _name)))
