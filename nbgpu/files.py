@@ -1,14 +1,4 @@
-"""Timeline files (CSV, JSON lines, Parquet), written without destroying anything.
-
-An export goes to a temporary file in the target's own folder and is renamed over the target
-only once complete, so a failed export never leaves a truncated file where a good one was. A
-symbolic link is followed (its target is replaced, the link stays); a device, FIFO or socket is
-refused, never replaced. A new file gets the mode the umask gives; an existing file keeps its
-mode. Every failure is one ``FileError`` line naming the path the user gave.
-
-``jsonl_record`` is the one builder of JSON-lines records, used by ``Timeline.to_jsonl`` and by
-``nbgpu record``; ``nbgpu.runfile.load_run`` reads any of the three formats back.
-"""
+"""Timeline files (CSV, JSON lines, Parquet), written without destroying anything."""
 
 from __future__ import annotations
 
@@ -78,11 +68,7 @@ def as_path(path: object) -> str:
 
 
 def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | None]:
-    """(the user's path, the real path to write, what is there now) or FileError.
-
-    Refuses an empty path, a folder, anything that is not a regular file and a missing
-    folder; a symbolic link resolves to its target.
-    """
+    """(the user's path, the real path to write, what is there now) or FileError."""
     text = as_path(path)
     if not text:
         raise FileError("cannot write '': the path is empty; give a file name", path=text)
@@ -105,11 +91,7 @@ def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | No
 
 
 def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int]:
-    """A new temporary file beside ``real`` (owner read/write while written) and its final mode.
-
-    The final mode is ``real``'s own, or what the umask gives a new file (the kernel applies
-    the umask at creation, so it is read back rather than changed process-wide).
-    """
+    """A new temporary file beside ``real`` (owner read/write while written) and its final mode."""
     folder, name = os.path.split(real)
     while True:
         tmp = os.path.join(folder, f".{name}.nbgpu-{secrets.token_hex(4)}.tmp")
@@ -128,10 +110,7 @@ def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the path of a new temporary file; on success it replaces ``path`` (through a symlink).
-
-    For writers that want a path; ``atomic_file`` is the same with an open file.
-    """
+    """Yield the path of a new temporary file; on success it replaces ``path`` (through a symlink)."""
     text, real, existing = check_target(path)
     try:
         fd, tmp, mode = _open_new(real, existing)
@@ -166,11 +145,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
 
 
 class LineFile:
-    """A file written in place line by line, each line handed whole to the OS.
-
-    A write that fails (disk full, file too large) cuts the file back to its last complete
-    line and raises one ``FileError`` line, so what is there stays readable.
-    """
+    """A file written in place line by line, each line handed whole to the OS."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path, real, _ = check_target(path)

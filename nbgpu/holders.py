@@ -1,10 +1,4 @@
-"""Where is my memory: the names of a namespace that hold device tensors, largest first.
-
-The walk reads only ``__dict__``/slots through the C-level descriptors and the items of
-builtin containers, and tells types apart by ``type()`` (``isinstance`` may ask a user's
-``__class__``), so no property, ``__getattr__`` or user ``__iter__`` runs. Torch is
-never imported here: with none imported, nothing can hold a tensor.
-"""
+"""Where is my memory: the names of a namespace that hold device tensors, largest first."""
 
 from __future__ import annotations
 
@@ -89,12 +83,7 @@ def _frames(tb: object) -> Iterator[types.FrameType]:
 
 
 class _Walker:
-    """Collects device storages reachable from one holder, to a bounded depth.
-
-    What a type is (tensor, module, container, plain object and its ``__dict__``/slot
-    descriptors) is worked out once per type. Containers are copied before their items are
-    looked at (one C call each), so a walk from another thread sees no dict change size.
-    """
+    """Collects device storages reachable from one holder, to a bounded depth."""
 
     def __init__(self, torch: Any, device: Any, depth: int, skip: set[int]) -> None:
         self.torch, self.device, self.depth, self.skip = torch, device, depth, skip
@@ -305,10 +294,6 @@ def _kind(value: object, found: _Found, torch: Any) -> str:
 def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: int = 3,
                    error: BaseException | None = None):
     """The names that hold ``device`` memory, largest first, as a pandas DataFrame.
-
-    Storages shared by views or names count once (``shared_with`` says by whom); hidden
-    holders are the output cache and the last traceback. On CUDA the last two rows are the
-    memory no name reaches and what PyTorch reserved but does not use.
 
     Args:
         device: "cuda", "cuda:1", "cpu" (CPU tensors, the same walk).

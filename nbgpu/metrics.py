@@ -1,8 +1,4 @@
-"""The one table of GPU and host metrics: column name, unit, label and how to export it.
-
-Store columns, panel rows, exports and Prometheus names are all derived from this table,
-so adding a metric means adding one row here and teaching a source to read it.
-"""
+"""The one table of GPU and host metrics: column name, unit, label and how to export it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""The one memory peak: NVML's samples folded with PyTorch's allocator, for summaries and the OOM rule.
-
-NVML is sampled, so an allocation freed between two reads never shows in its samples.
-Where the user's code runs PyTorch, its allocator knows its own high-water mark
-(``torch.cuda.max_memory_reserved``); what NVML counts beyond the allocator (the CUDA
-context, other libraries) is added to it, measured at one moment when both were read.
-``fold_peak`` is that rule; ``profiles.summary`` (a block's peak) and
-``diagnostics.rules_memory`` (the OOM-risk alert) both call it, so the alert and the
-summary name the same figure. Nothing here imports torch: it is read only if already loaded.
-"""
+"""The one memory peak: NVML's samples folded with PyTorch's allocator, for summaries and the OOM rule."""
 
 from __future__ import annotations
 
@@ -78,12 +69,7 @@ def torch_uuid(cuda: object, index: int) -> str:
 
 
 def allocator_now(devices: Iterable[object]) -> dict[object, dict[str, float]]:
-    """PyTorch's reserved peak and reserved memory now, per device key, for ``fold_peak``.
-
-    ``devices`` are ``Device`` objects (``key``, ``uuid``); torch's devices are matched by
-    UUID, or by order when no ``CUDA_VISIBLE_DEVICES`` renumbers them and the counts agree.
-    Empty when PyTorch is not in use.
-    """
+    """PyTorch's reserved peak and reserved memory now, per device key, for ``fold_peak``."""
     cuda = torch_cuda()
     if cuda is None:
         return {}

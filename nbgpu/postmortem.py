@@ -78,11 +78,7 @@ def _usec(message: bytes) -> float:
 
 
 def verdict(recs: list[dict], oom_now: int | None = None, logged_oom: bool | None = None) -> str:
-    """The likeliest cause of death, with its evidence, from the last records.
-
-    ``oom_now``: the dead kernel's cgroup's ``oom_kill`` count read now (None: unreadable);
-    ``logged_oom``: whether the kernel log names it as killed for memory (None: unreadable).
-    """
+    """The likeliest cause of death, with its evidence, from the last records."""
     if not recs:
         return "it died before its first record: no evidence of a cause"
     last = recs[-1]

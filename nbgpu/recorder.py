@@ -1,20 +1,4 @@
-"""Writing a sampler's timeline to a file while it grows, so a crash loses about a second.
-
-``Recorder(sampler, "run.jsonl")`` appends the rows that arrived since the last
-``flush()`` (call it about once a second) and ends with ``close()``. A tick's row waits
-until every sample buffer of its GPU was drained past it (``Sampler.drained_until``), so
-samples are averaged into their own tick; ``nbgpu record`` asks for a drain before each
-flush, so rows are written about a second after their tick. JSON lines carry the
-same keys as ``Timeline.to_jsonl`` (each record filled with its GPU's latest values; both
-built by ``nbgpu.files.jsonl_record``), plus event lines (``"event"``: run, mark, lost,
-alert, ...) that log readers can skip. CSV gets a fixed header of every metric the source
-offers. Parquet cannot be appended safely, so rows go to ``<path>.partial.jsonl`` while
-recording and ``close()`` turns that journal into the Parquet file, with the events in its
-schema metadata (after a crash, the journal holds the data).
-
-Each line reaches the OS whole; a write that fails (disk full) cuts the file back to its
-last complete line and raises one ``FileError`` line, so the file stays valid up to there.
-"""
+"""Writing a sampler's timeline to a file while it grows, so a crash loses about a second."""
 
 from __future__ import annotations
 
@@ -110,14 +94,7 @@ class Recorder:
         return t, cols
 
     def _device_rows(self, device: object, cap: float, final: bool) -> tuple[np.ndarray, dict]:
-        """New rows of one GPU: one per sampler tick, buffered samples averaged into their tick.
-
-        NVML's sample buffers (power every 20 ms, utilisation every 200 ms) would make a
-        line every 20 ms per GPU; a tick row with the mean of the samples since the previous
-        tick keeps files small and the energy right, and ``<metric>_max`` keeps their
-        maximum (a memory peak between two ticks), as ``Timeline.to_pandas`` does. Sources
-        without ticks (Prometheus) keep their own sample times.
-        """
+        """New rows of one GPU: one per sampler tick, buffered samples averaged into their tick."""
         streams = self.sampler.store.streams_of(device)
         if "tick" not in streams:
             parts = [self._read_new(device, s, np.inf) for s in streams]

@@ -1,9 +1,4 @@
-"""A static SVG picture of a timeline DataFrame: the fallback that saved notebooks keep.
-
-Pure Python and numpy (no matplotlib, no browser), so it works in a kernel, in the CLI's
-HTML report and on machines without a display. One small chart per metric, stacked,
-one line per GPU, marks as labelled dashed rules, missing readings drawn as gaps.
-"""
+"""A static SVG picture of a timeline DataFrame: the fallback that saved notebooks keep."""
 
 from __future__ import annotations
 
@@ -159,13 +154,7 @@ def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[floa
 
 def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, width: int = 720,
                gpus: list | None = None, dashed: frozenset | set = frozenset()) -> str:
-    """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string.
-
-    Charts come in the order of ``data``; metrics without any value are skipped. NaN
-    values are gaps. ``gpus`` fixes the legend order and colours (None: order of first use);
-    the lines of ``dashed`` keys are dashed over the others (drawn wider), so a line that
-    equals another still shows. Mark labels sit in rows above the charts, never on each other.
-    """
+    """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string."""
     width = max(240, int(width))
     plot_w = width - LEFT - RIGHT
     data = {m: {g: (t, _drawable(v)) for g, (t, v) in per.items()} for m, per in data.items()}

@@ -1,11 +1,4 @@
-"""A read-only view of a store over a time range, as DataFrames and files.
-
-``Timeline`` is what users hold: ``to_pandas()`` gives one row per (sampler tick, gpu) with
-every metric filled (``resolution="native"``: every reading at its own time),
-``between(t0, t1)`` narrows the range, and ``to_csv``/``to_jsonl``/``to_parquet`` write it.
-Host readings (CPU and RAM of the machine and of this process tree) appear as the
-``host_*`` and ``proc_*`` columns on each sampler tick's rows, and alone in ``host()``.
-"""
+"""A read-only view of a store over a time range, as DataFrames and files."""
 
 from __future__ import annotations
 
@@ -127,14 +120,7 @@ class Timeline:
 
     # -- DataFrames -----------------------------------------------------------------------
     def _tick_frame(self, device: object, late: dict[str, float]):
-        """One row per tick of ``device``: buffered readings folded into the tick they precede.
-
-        A tick's cell of a buffered metric is the mean of that metric's readings since the
-        previous tick (``<metric>_max`` keeps their maximum); metrics read less often than
-        ticks hold their last reading for HOLD_PERIODS of their own spacing. Ticks after
-        the time a buffer was drained up to are NaN in its columns (their readings are not
-        in the store yet: an older one must not stand for them); ``late`` gets that time.
-        """
+        """One row per tick of ``device``: buffered readings folded into the tick they precede."""
         import pandas as pd
 
         streams = self.store.streams_of(device)
@@ -268,8 +254,7 @@ class Timeline:
     def to_jsonl(self, path: str, filled: bool = True) -> str:
         """Write JSON lines with the monitoring script's keys plus nbgpu's; atomically.
 
-        With ``filled`` each record carries the latest known value of every metric of its
-        GPU (as a polling script would log), so old log readers keep working.
+        ``filled``: each record carries its GPU's latest value of every metric (as a script logs).
         """
         from .files import write_jsonl
 

@@ -1,9 +1,4 @@
-"""How numbers read for people: memory in binary units (GiB/MiB, as nvidia-smi), durations, energy.
-
-Every view that shows a figure to a person (panel, cell report, one-line summary, CLI,
-alerts) formats it here, so the same reading looks the same everywhere. Missing values
-(None, NaN, inf) read as "–", never as 0.
-"""
+"""How numbers read for people: memory in binary units (GiB/MiB, as nvidia-smi), durations, energy."""
 
 from __future__ import annotations
 
@@ -46,10 +41,7 @@ def fmt_rate(n: float | None) -> str:
 
 
 def gib(n: float | None, digits: int | None = None) -> str:
-    """A byte count as a bare number of GiB (``0.5``, ``9.8``, ``71``), for ``used/total GiB`` pairs.
-
-    ``digits`` None gives one decimal below 10 GiB and none above (as the panel shows it).
-    """
+    """A byte count as a bare number of GiB (``0.5``, ``9.8``, ``71``), for ``used/total GiB`` pairs."""
     if not _ok(n):
         return MISSING
     g = float(n) / GIB

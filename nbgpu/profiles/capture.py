@@ -1,14 +1,4 @@
-"""``nbgpu.capture()``: the GPU profile of a block of code.
-
-A capture only notes its start and end times, asks the sampler thread to read its edges
-(the energy counter only where it helps: at a start with no recent counter reading, and at
-the end of a block of ``COUNTER_MIN_S`` or more) and holds the sampler's fast memory lane
-(memory used every 10 ms) while it is open, so a spike of 50 ms reaches the peak.
-Everything else is read from the sampler's store afterwards, so entering and leaving a
-capture never calls NVML. It reuses the kernel's running sampler (or any running one) and
-starts a sampler of its own only when none runs. Where PyTorch's allocator is in use, its
-peak reserved memory is folded into the peak (see ``summary.summarize``).
-"""
+"""``nbgpu.capture()``: the GPU profile of a block of code."""
 
 from __future__ import annotations
 
@@ -230,11 +220,7 @@ class Capture:
         return [d.key for d in devices if selected(d.key, self.gpus, d.parent)]
 
     def series(self, metrics: tuple[str, ...]) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
-        """(epoch seconds, values) in the block of each metric of each of its GPUs.
-
-        One locked pass over the store for what is not read yet; once the block is
-        finished the arrays are kept, so the picture and the comparison share one read.
-        """
+        """(epoch seconds, values) in the block of each metric of each of its GPUs."""
         keys = self.gpu_keys()
         finished = not math.isnan(self.end_time)
         cache = self._series if finished else {}
@@ -281,10 +267,7 @@ class Capture:
 
     @property
     def summary(self) -> pd.DataFrame:
-        """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns.
-
-        Empty, with a warning that says how to simulate GPUs, when the sampler sees no GPU.
-        """
+        """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns."""
         from .report import NO_GPU_LINE, no_gpu
 
         if no_gpu(self):
@@ -408,9 +391,5 @@ def _count(v: float) -> object:
 
 def capture(sampler: Sampler | None = None, *, source: object = None, interval: float | None = None,
             gpus: list | None = None, label: str = "") -> Capture:
-    """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``.
-
-    Reuses the running sampler, else starts one for the block (``source``, ``interval``) and
-    stops it at its end (either while another runs: ``BadArgumentError``). Never catches.
-    """
+    """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``."""
     return Capture(sampler, source=source, interval=interval, gpus=gpus, label=label)

@@ -1,10 +1,4 @@
-"""Per-cell profiles: ``%%gpumon`` (one cell) and ``%gpumon --cells`` (every cell).
-
-The cell hooks only take timestamps, ask the sampler thread for an energy reading and
-append a record: no NVML call, no summary. Cells at least ``min_duration_s`` long then
-get a one-line summary whose click opens the picture and table; shorter ones stay quiet
-and are summarised only when ``nbgpu.history()`` asks.
-"""
+"""Per-cell profiles: ``%%gpumon`` (one cell) and ``%gpumon --cells`` (every cell)."""
 
 from __future__ import annotations
 
@@ -49,11 +43,7 @@ def _cell_id(shell, info=None) -> str | None:
 
 
 def current_count(shell) -> int | None:
-    """The In [] number of the running cell, as the front end shows it.
-
-    IPython 9 adds one to ``shell.execution_count`` before the cell runs (IPython 8 after),
-    so the running cell's own ``ExecutionResult`` is asked first.
-    """
+    """The In [] number of the running cell, as the front end shows it."""
     result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
     count = getattr(result, "execution_count", None)
     if isinstance(count, int):
@@ -267,11 +257,7 @@ def _run_body(shell, cell: str):
 
 
 def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = None) -> Capture:
-    """Run ``cell`` (the body of ``%%gpumon``) and show its report; returns the capture.
-
-    The report is shown whether the cell succeeds, raises or is interrupted; the cell's
-    exception then propagates unchanged.
-    """
+    """Run ``cell`` (the body of ``%%gpumon``) and show its report; returns the capture."""
     if _mode is not None:
         _mode.skip_current = True
     cap = Capture(sampler, gpus=gpus)

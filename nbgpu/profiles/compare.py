@@ -1,29 +1,6 @@
 """Compare two runs (two cells, two recordings): each figure's change and whether it is real.
 
-A figure of one run comes with its noise, a half-width computed from what varies within
-that run's steady part: its readings after a start-up ramp (a one-way run of leading
-readings outside the second half's range; a flat block, a cycling load's pause, stays),
-so that a ramp's few large steps do not count as noise. A change counts only when it
-exceeds the two runs' noise added up:
-
-- ``duration_s``: when the run's start and end are clock stamps (a cell, a recorded
-  command's start and exit), ``RERUN_SPREAD`` of the run (at least 1 ms), else the median
-  spacing of its readings.
-- ``util_mean_pct``: two standard errors of the mean, plus 0.5 (NVML reports whole
-  percents). Consecutive readings are correlated (NVML's sample windows overlap the ticks;
-  a cyclic load's mean depends on where the run cut it), so the steady part's standard
-  deviation (at least its tick-to-tick jitter, from the median difference of consecutive
-  readings) is divided by the square root of the number of independent readings,
-  n(1-ρ)/(1+ρ) with ρ their lag-1 autocorrelation.
-- ``energy_j``: the energy times the relative two standard errors of the mean power, plus
-  the mean power over one power-sample spacing (an edge can move by one sample).
-- ``mem_peak_bytes``: near the peak: the larger step between the peak reading and its
-  neighbours (a peak between two readings is missed by at most that), at least 1 MiB.
-
-When earlier runs of the same work are known (three or more repeats), their spread (two
-standard deviations) is the noise if it is the larger. A run with fewer than
-``MIN_READINGS`` readings of a metric has no noise (NaN), and a noise above a quarter of
-the base figure resolves too little to call anything "the same": both say "cannot tell".
+Each figure's noise is defined in docs/compare.md.
 """
 
 from __future__ import annotations
@@ -138,13 +115,7 @@ def _steady(v: np.ndarray) -> np.ndarray:
 
 def _sem2(v: np.ndarray) -> float:
     """Two standard errors of the mean of ``v``, its readings taken as correlated (NaN below
-    MIN_READINGS).
-
-    The spread is the steady part's standard deviation (at least the jitter); the number of
-    independent readings is n(1-ρ)/(1+ρ) with ρ the steady part's lag-1 autocorrelation, so
-    that readings which follow each other (overlapping sample windows, a load's cycles) count
-    for fewer.
-    """
+    MIN_READINGS)."""
     if len(v) < MIN_READINGS:
         return math.nan
     s = _steady(np.asarray(v, dtype=np.float64))
@@ -166,12 +137,7 @@ def _peak_step(v: np.ndarray) -> float:
 
 
 def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True) -> dict[str, Figure]:
-    """The compared figures of one GPU: values from its summary ``row``, noise from its readings.
-
-    ``series`` maps a metric (``util_pct``, ``power_w``, ``mem_used_bytes``) to (epoch
-    seconds, values) inside the run. ``stamped``: the run's start and end are clock stamps
-    (False: they are its first and last readings).
-    """
+    """The compared figures of one GPU: values from its summary ``row``, noise from its readings."""
     empty = (np.empty(0), np.empty(0))
     ut, uv = series.get("util_pct", empty)
     pt, pv = series.get("power_w", empty)
@@ -195,11 +161,7 @@ def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True)
 
 def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
                   totals: Mapping[str, object]) -> dict[str, Figure]:
-    """Figures over all GPUs: values from ``totals`` (the summary's combined row), noises combined.
-
-    Sums (energy) add noises in quadrature, the mean of utilisation divides that by the
-    number of GPUs, maxima (duration, peak memory) take the largest noise.
-    """
+    """Figures over all GPUs: values from ``totals`` (the summary's combined row), noises combined."""
     figs = [f for f in per_gpu.values() if f]
 
     def noises(metric: str) -> list[float]:
@@ -231,11 +193,7 @@ def capture_figures(cap: Capture) -> RunFigures:
 
 
 def frame_series(df: pd.DataFrame) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Per-GPU (epoch seconds, values) of the compared metrics of a run's DataFrame, NaN dropped.
-
-    Rows written forward-filled repeat a reading; repeats of the same value are kept, as
-    the frame cannot tell them apart from readings that did not change.
-    """
+    """Per-GPU (epoch seconds, values) of the compared metrics of a run's DataFrame, NaN dropped."""
     out: dict[object, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     if not len(df):
         return out

@@ -1,12 +1,4 @@
-"""Energy of a block of time, and the straight-line arithmetic every summary figure uses.
-
-Energy comes from the card's cumulative counter where it moved (a repeated value is a
-copy, not a reading), each end moved to the block's edge with the power readings between;
-a block shorter than ``COUNTER_MIN_S``, or one without counter readings near both edges,
-gets the integral of its power readings (trapezoids, first/last value held to the edges).
-Lines join readings straight; the value at an edge is interpolated between the readings
-around it.
-"""
+"""Energy of a block of time, and the straight-line arithmetic every summary figure uses."""
 
 from __future__ import annotations
 
@@ -37,11 +29,7 @@ COUNTER_MIN_S = 10 * RESOLUTION_PERIODS_S["energy_period_s"]
 
 
 def _interp_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
-    """``np.interp(x, t, v)`` for one ``x``, in plain floats: the same arithmetic, without its setup.
-
-    Ends hold their value; at a reading's own time that reading is returned (the last of
-    equal times); between readings the line through the two around ``x``.
-    """
+    """``np.interp(x, t, v)`` for one ``x``, in plain floats: the same arithmetic, without its setup."""
     j = int(t.searchsorted(x, "right")) - 1
     if j < 0:
         return float(v[0])
@@ -114,11 +102,7 @@ def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
 
 
 def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The readings of a cumulative counter where it moved: a repeated value is a copy.
-
-    A filled frame (or a counter read faster than it updates) repeats the last value; the
-    first time a value appears is when it was read, so only those readings are kept.
-    """
+    """The readings of a cumulative counter where it moved: a repeated value is a copy."""
     if len(v) < 2:
         return t, v
     moved = np.r_[True, v[1:] != v[:-1]]

@@ -1,17 +1,4 @@
-"""``nbgpu.history()``: one row per profiled cell, to compare runs or save them.
-
-Records are small (times, a first line, a reference to the capture); their summaries are
-computed when first asked for, so recording a cell costs nothing but an append. The list
-is bounded: the oldest records go first.
-
-A persistent history (opt-in: ``nbgpu.keep_history()``, or the ``NBGPU_HISTORY_FILE``
-environment variable) also appends each cell's summary to a JSON-lines file (under a lock,
-so several kernels share one file), so a later kernel compares its cells with the runs
-before a restart. Its default place is
-``$XDG_DATA_HOME/nbgpu/history.jsonl`` (``~/.local/share/nbgpu/history.jsonl``). Keeping
-it costs each profiled cell its summary (computed at once instead of on demand) and one
-appended line; the newest ``MAX_SAVED`` records are read back.
-"""
+"""``nbgpu.history()``: one row per profiled cell, to compare runs or save them."""
 
 from __future__ import annotations
 
@@ -369,9 +356,6 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     of its time, None without stack samples; ``top_line``) and the iterations a second of
     its ``nbgpu.track`` loops (``steps_per_s``). Cells kept in the history
     file from earlier kernels come first.
-
-    A notebook shows it as a short table with units; it is a DataFrame all the same, and
-    ``.raw()`` (or any selection of it) is the plain frame with every column.
 
     Args:
         per_gpu: one row per (cell, GPU) with that GPU's summary instead.

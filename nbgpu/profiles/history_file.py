@@ -1,11 +1,4 @@
-"""The persistent history file: JSON lines, appended under a lock, read line by line.
-
-Several kernels may keep one file: each appends its records while holding an exclusive
-``flock`` on a lock file beside it (``.NAME.lock``), so none rewrites another's records.
-Lines nbgpu does not understand (comments, other tools' lines, torn lines) stay in the file;
-a bad record is skipped and counted. Only a regular file is read or written: a symbolic
-link, FIFO, socket or device is refused with one ``FileError`` line.
-"""
+"""The persistent history file: JSON lines, appended under a lock, read line by line."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""The out-of-memory post-mortem: what filled the GPU when a cell died of CUDA OOM.
-
-A cell's exception is recognised as GPU out-of-memory by its class name (PyTorch's
-``OutOfMemoryError``, TensorFlow's ``ResourceExhaustedError``) or its message, without
-importing any framework. The story is gathered at the failure, while the failing frame
-still holds its tensors: NVML's memory at that moment and the cell's peak, the
-framework's allocated and reserved memory (what NVML counts beyond it is outside the
-framework: the CUDA context, other libraries, other processes), and, where PyTorch's
-allocator history is on (``torch.cuda.memory._record_memory_history()``, opt-in because
-recording every allocation's stack slows allocation down), the largest live allocations
-with their Python stacks; and the names that hold the memory (``nbgpu.memory_by_name``, the
-failing traceback's locals among them) with what ``%gpumon free --traceback`` gives back.
-``snapshot_on_alert(path)`` writes the same evidence to a file when a critical OOM-risk
-alert fires, so a run that crashes later still leaves it.
-"""
+"""The out-of-memory post-mortem: what filled the GPU when a cell died of CUDA OOM."""
 
 from __future__ import annotations
 
@@ -113,11 +99,7 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
-    """The innermost Python frames outside PyTorch itself, as ``file:line in function``.
-
-    The allocator records C++ frames too (``??``, ``*.cpp``) unless asked for Python stacks
-    only; those say nothing about which line of the user's code allocated, so they are skipped.
-    """
+    """The innermost Python frames outside PyTorch itself, as ``file:line in function``."""
     out = []
     for f in frames:
         name = str(f.get("filename", ""))
@@ -131,11 +113,7 @@ def _user_frames(frames: list[dict]) -> tuple[str, ...]:
 
 
 def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]]:
-    """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator.
-
-    "off" means PyTorch runs but its allocator history is not being recorded, so live
-    blocks carry no stacks; enable it with ``torch.cuda.memory._record_memory_history()``.
-    """
+    """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator."""
     cuda = torch_cuda()
     memory = getattr(cuda, "memory", None)
     snap_fn = getattr(memory, "_snapshot", None)

@@ -1,27 +1,7 @@
 """The one summary code path: what a block of time did to each GPU, and to all of them together.
 
-    summarize(data, t0=None, t1=None, *, gpus=None, status="ok", devices=None,
-              allocator=None) -> Summary
-
-``data`` is a ``Timeline`` (a sampler's whole timeline or a window of it: readings just
-outside [t0, t1] stand for the edges) or a DataFrame shaped like ``Timeline.to_pandas()``
-(the frame ``nbgpu report`` loads from a recording). ``t0``/``t1`` default to the
-window's or the frame's bounds. ``Summary.rows`` is one dict per GPU (``parent``: the card
-of a MIG slice, else None; a frame's come from ``devices``), ``Summary.combined``
-one dict for all of them; ``Summary.frame()`` gives the rows as a DataFrame. Captures,
-cell reports, ``history()``, ``track().summary()``, ``nbgpu record``, ``nbgpu report`` and
-exports all call this function, so a run shows the same figures in every view.
-
-How figures are defined (docs/profiles.md, "How combined figures are defined"):
-utilisation, power, SM activity and temperature are joined from reading to reading by
-straight lines; the value at each edge is interpolated between the readings around it
-(the nearest one held past the last). Means are time-weighted over that line, maxima and
-minima are taken over its points, and energy from power is its integral, so energy equals
-mean power times duration. Memory holds each reading until the next: the start is the
-newest reading at or before the start, the end the first at or after the end.
-Energy comes from the card's counter where it moved (a repeated value is a copy, not a
-reading), corrected to the edges with power; where it did not move, from power × time.
-Nothing here calls NVML.
+Captures, reports, history, track, record and exports all call ``summarize``; its figures are
+defined in docs/profiles.md ("How combined figures are defined"). Nothing here calls NVML.
 """
 
 from __future__ import annotations
@@ -75,10 +55,7 @@ def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
 
 
 def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[str, float]:
-    """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1].
-
-    Each reading holds until the next one (the last one until ``t1``).
-    """
+    """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1]."""
     if not len(t):
         return "", math.nan
     finite = bool(np.isfinite(bits).all())
@@ -172,12 +149,7 @@ def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | No
 
 
 def _fold_allocator(row: dict, alloc: dict | None) -> None:
-    """Raise the peak to the allocator's where it saw more, and say where the peak came from.
-
-    ``alloc``: ``peak_reserved_bytes`` (torch.cuda.max_memory_reserved over the block) and
-    ``reserved_start_bytes``; what NVML counted outside the allocator at the start is added
-    (``nbgpu.peaks.fold_peak``, the rule the OOM alert uses too).
-    """
+    """Raise the peak to the allocator's where it saw more, and say where the peak came from."""
     peak = fold_peak(row["mem_peak_bytes"], row["mem_start_bytes"], alloc)
     row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
 
