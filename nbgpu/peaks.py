@@ -79,16 +79,22 @@ def allocator_now(devices: Iterable[object]) -> dict[object, dict[str, float]]:
                     "uuid": torch_uuid(cuda, i)} for i in range(cuda.device_count())]
     except Exception:
         return {}
-    devices = list(devices)
-    by_uuid = {f["uuid"]: f for f in figures if f["uuid"]}
+    matched = match_torch(list(devices), figures, "uuid")
+    return {key: {k: v for k, v in fig.items() if k != "uuid"} for key, fig in matched.items()}
+
+
+def match_torch(devices: list, figures: list[dict], uuid_key: str) -> dict[object, dict]:
+    """torch's per-device ``figures`` by device key: by UUID, else by order when no
+    ``CUDA_VISIBLE_DEVICES`` renumbers them and the counts agree."""
+    by_uuid = {f[uuid_key]: f for f in figures if f[uuid_key]}
     same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(devices)
     out = {}
     for pos, dev in enumerate(devices):
         fig = by_uuid.get(getattr(dev, "uuid", "") or "") or (figures[pos] if same_order else None)
         if fig is not None:
-            out[dev.key] = {k: v for k, v in fig.items() if k != "uuid"}
+            out[dev.key] = fig
     return out
 
 
-__all__ = ["PEAK_AGREE_BYTES", "PEAK_AGREE_FRACTION", "Peak", "allocator_now", "fold_peak",
+__all__ = ["PEAK_AGREE_BYTES", "PEAK_AGREE_FRACTION", "Peak", "allocator_now", "fold_peak", "match_torch",
            "torch_cuda", "torch_uuid"]

@@ -15,6 +15,7 @@ from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .runfile import load_run
+from .timeline import fold_samples
 
 if TYPE_CHECKING:
     from .sampler import Sampler
@@ -117,17 +118,9 @@ class Recorder:
                 continue
             slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
             slot = np.minimum(slot, len(t) - 1)
-            for name, values in bcols.items():
-                values = values.astype(np.float64)
-                sums = np.bincount(slot, weights=np.nan_to_num(values), minlength=len(t))
-                counts = np.bincount(slot, weights=~np.isnan(values), minlength=len(t))
-                mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-                peaks = np.full(len(t), np.nan)
-                ok = ~np.isnan(values)
-                np.fmax.at(peaks, slot[ok], values[ok])
+            for name, values in bcols.items():  # as Timeline's tick rows
                 base = cols.get(name, np.full(len(t), np.nan))
-                cols[name] = np.where(counts > 0, mean, base)
-                cols[max_column(name)] = np.where(counts > 0, peaks, base)  # as Timeline's tick rows
+                cols[name], cols[max_column(name)] = fold_samples(slot, values, len(t), base)
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import BadArgumentError
-from .store_stream import Stream, _joined
+from .store_stream import Stream
 
 # Defaults: one hour at full resolution, then 10 s buckets for 24 hours.
 DEFAULT_FULL_RES_S = 3600.0
@@ -181,24 +181,7 @@ class Store:
     def series(self, device: object, metric: str, t0: float = -np.inf, t1: float = np.inf,
                coarse: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of one metric of one device in [t0, t1], NaN rows dropped."""
-        parts_t, parts_v = [], []
-        with self.lock:
-            for name in self._where.get((device, metric), ()):
-                stream = self._streams[(device, name)]
-                if not stream.may_hold(metric, t0):
-                    continue
-                pieces = stream.pieces(t0, t1, coarse, [metric])
-                if not pieces:
-                    continue
-                t, cols = _joined(pieces, [metric])
-                v = cols[metric].astype(np.float64, copy=False)
-                nan = np.isnan(v)
-                if nan.any():
-                    t, v = t[~nan], v[~nan]
-                if len(t):  # a stream that keeps the column but wrote none of it: nothing to merge
-                    parts_t.append(t)
-                    parts_v.append(v)
-        return merge_series(parts_t, parts_v)
+        return self.series_many([(device, metric)], t0, t1, coarse)[0]
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""

@@ -244,11 +244,6 @@ class Stream:
             decimated[:sum(len(t) for t, _ in old)] = True
         return times, cols, decimated
 
-    def may_hold(self, column: str, t0: float) -> bool:
-        """Whether a row at or after ``t0`` can hold a value (not NaN) of ``column``."""
-        good = self._good.get(column)
-        return good is not None and good[0] + self.bucket_s >= t0
-
     def newest(self, metric: str) -> tuple[float, float]:
         """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none."""
         good = self._good.get(metric)

@@ -43,6 +43,20 @@ def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.where(ok, v, np.where(fresh, v[src], np.nan))
 
 
+def fold_samples(slot: np.ndarray, values: np.ndarray, n: int, own: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, max) of ``values`` (NaN skipped) per tick ``slot`` of ``n``; ``own`` where a tick got none."""
+    values = values.astype(np.float64)
+    ok = ~np.isnan(values)
+    slot, values = slot[ok], values[ok]
+    counts = np.bincount(slot, minlength=n)
+    peaks = np.full(n, np.nan)
+    np.fmax.at(peaks, slot, values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(slot, weights=values, minlength=n) / np.maximum(counts, 1)
+    return np.where(counts > 0, mean, own), np.where(counts > 0, peaks, own)
+
+
 def _as_counts(df: pd.DataFrame) -> pd.DataFrame:
     for col in COUNT_COLUMNS:
         if col in df.columns and len(df) and df[col].notna().all():
@@ -140,16 +154,8 @@ class Timeline:
             idx = np.searchsorted(tt, st, "left")
             keep = (idx < n) & (st > tt[0] - first_gap)
             for col, raw in scols.items():
-                v = raw.astype(np.float64)
-                ok = keep & ~np.isnan(v)
-                counts = np.bincount(idx[ok], minlength=n)
-                sums = np.bincount(idx[ok], weights=v[ok], minlength=n)
-                peaks = np.full(n, np.nan)
-                np.fmax.at(peaks, idx[ok], v[ok])
                 own = data.get(col, np.full(n, np.nan))
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    data[col] = np.where(counts > 0, sums / np.maximum(counts, 1), own)
-                data[max_column(col)] = np.where(counts > 0, peaks, own)
+                data[col], data[max_column(col)] = fold_samples(idx[keep], raw[keep], n, own)
                 until = self.drained(device, col) if self.drained is not None else math.inf
                 if until < tt[-1]:
                     pending[col] = pending[max_column(col)] = until

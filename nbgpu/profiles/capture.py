@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 import traceback
 from typing import TYPE_CHECKING
@@ -14,12 +13,13 @@ import numpy as np
 from ..diagnostics import stacks
 from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
+from ..peaks import match_torch
 from ..sampler import Sampler, check_sampler
 from ..sampler_thread import running_samplers, wait_for_edge
 from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
-from .summary import Summary, rows_frame, selected, summarize
+from .summary import Summary, as_count, rows_frame, selected, summarize
 from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ class Capture:
         for row in result.rows:
             for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                         "torch_allocated_end_bytes", "torch_reserved_end_bytes") if torch_rows else ():
-                row[col] = _count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
+                row[col] = as_count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
             row["label"] = self.label
             row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
                                       if a.gpu is None or a.gpu == row["gpu"])
@@ -286,18 +286,8 @@ class Capture:
         figures = self._torch.result
         if not figures:
             return {}
-        by_uuid = {f["torch_uuid"]: f for f in figures.values() if f["torch_uuid"]}
-        keys = [d.key for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
-        uuids = {d.key: d.uuid for d in self.sampler.devices}
-        same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(keys)
-        out = {}
-        for pos, key in enumerate(keys):
-            fig = by_uuid.get(uuids.get(key, ""))
-            if fig is None and same_order:
-                fig = figures.get(pos)
-            if fig is not None:
-                out[key] = fig
-        return out
+        devices = [d for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
+        return match_torch(devices, [figures[i] for i in sorted(figures)], "torch_uuid")
 
     @property
     def totals(self) -> dict[str, object]:
@@ -382,11 +372,6 @@ class Capture:
         from .report import static_html
 
         return static_html(self)
-
-
-def _count(v: float) -> object:
-    """A byte count as an int; NaN stays NaN."""
-    return round(float(v)) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
 
 def capture(sampler: Sampler | None = None, *, source: object = None, interval: float | None = None,

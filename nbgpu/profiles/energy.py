@@ -28,29 +28,9 @@ TARGET_ERROR = 0.02
 COUNTER_MIN_S = 10 * RESOLUTION_PERIODS_S["energy_period_s"]
 
 
-def _interp_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
-    """``np.interp(x, t, v)`` for one ``x``, in plain floats: the same arithmetic, without its setup."""
-    j = int(t.searchsorted(x, "right")) - 1
-    if j < 0:
-        return float(v[0])
-    if j >= len(t) - 1:
-        return float(v[-1])
-    ta, tb = t[j : j + 2].tolist()
-    if ta == x:
-        return float(v[j])
-    va, vb = v[j : j + 2].tolist()
-    slope = (vb - va) / (tb - ta)
-    out = slope * (x - ta) + va
-    if out != out:  # an infinite slope one way: try from the other reading, as numpy does
-        out = slope * (x - tb) + vb
-        if out != out and va == vb:
-            out = va
-    return out
-
-
 def line_knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
     """The line through the readings over [t0, t1]: edge values interpolated, inner readings kept."""
-    v0, v1 = _interp_at(t, v, t0), _interp_at(t, v, t1)
+    v0, v1 = np.interp((t0, t1), t, v).tolist()
     if t1 <= t0:
         return np.array([t0]), np.array([v0])
     i, j = int(t.searchsorted(t0, "right")), int(t.searchsorted(t1, "left"))

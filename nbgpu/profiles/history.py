@@ -210,11 +210,8 @@ def _reindex() -> None:
     _added = 0
     _position.clear()
     _by_key.clear()
-    for i, rec in enumerate(_records, start=1):
-        _position[id(rec)] = i
-        for key in _keys(rec):
-            _by_key.setdefault(key, []).append((i, rec))
-    _added = len(_records)
+    for rec in _records:
+        _index(rec)
 
 
 def _key(data: dict) -> tuple:

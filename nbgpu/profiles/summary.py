@@ -108,7 +108,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
     return "; ".join(notes)
 
 
-def _as_count(v: float) -> object:
+def as_count(v: float) -> object:
     """A byte count as an int; NaN stays NaN (unknown, never 0)."""
     return round(float(v)) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
@@ -361,7 +361,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     for row in [*rows, combined]:
         for col in BYTE_COLUMNS:
             if col in row:
-                row[col] = _as_count(row[col])
+                row[col] = as_count(row[col])
     return Summary(rows, combined)
 
 
