@@ -109,23 +109,21 @@ def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the path of a new temporary file; on success it replaces ``path`` (through a symlink)."""
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Yield an open temporary file; on success it replaces ``path`` (through a symlink)."""
     text, real, existing = check_target(path)
     try:
-        fd, tmp, mode = _open_new(real, existing)
-        os.close(fd)
+        fd, tmp, final_mode = _open_new(real, existing)
     except OSError as exc:
         raise file_error("write", text, exc) from exc
+    kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
     try:
         try:
-            yield tmp
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.chmod(tmp, mode)
+            with open(fd, mode, **kw) as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, final_mode)
             os.replace(tmp, real)
         except OSError as exc:
             raise file_error("write", text, exc) from exc
@@ -133,15 +131,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
-    """Yield an open temporary file; on success it replaces ``path`` (through a symlink)."""
-    with atomic_path(path) as tmp:
-        kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
-        with open(tmp, mode, **kw) as fh:
-            yield fh
 
 
 class LineFile:

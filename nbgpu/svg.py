@@ -10,6 +10,7 @@ import numpy as np
 
 from .decimate import decimate_minmax
 from .metrics import BY_NAME
+from .timeline import epoch_seconds
 from .units import GIB, KIB, MIB, TIB
 
 if TYPE_CHECKING:
@@ -56,17 +57,6 @@ def _tick_seconds(s: float) -> str:
     if s >= 120:
         return f"{s / 60:.1f}m"
     return f"{s:.3g}s"
-
-
-def _epoch(times) -> np.ndarray:
-    """Epoch seconds from a time column (datetime64, tz-aware or numbers)."""
-    arr = np.asarray(times)
-    if np.issubdtype(arr.dtype, np.number):
-        return arr.astype(np.float64)
-    import pandas as pd
-
-    ts = pd.to_datetime(pd.Series(times), utc=True)
-    return (ts.astype("int64").to_numpy() / 1e9).astype(np.float64)
 
 
 def _path(xs: np.ndarray, ys: np.ndarray) -> str:
@@ -116,7 +106,7 @@ def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
     if df is None or not len(df) or "time" not in df.columns:
         return _empty(width)
     wanted = DEFAULT_METRICS if metrics is None else metrics
-    t = _epoch(df["time"])
+    t = epoch_seconds(df["time"])
     gpus = list(dict.fromkeys(df["gpu"].tolist())) if "gpu" in df.columns else [None]
     data: SeriesMap = {}
     for metric in wanted:

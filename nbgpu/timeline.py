@@ -86,6 +86,16 @@ def to_epoch(t: object) -> float:
     raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
 
 
+def epoch_seconds(col: pd.Series) -> np.ndarray:
+    """Epoch seconds (float64) of a frame's time column: numbers, or datetimes (naive = UTC)."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(col.dtype):
+        return col.to_numpy(dtype=np.float64)
+    ts = pd.to_datetime(col, utc=True)
+    return (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
 class Timeline:
     """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed)."""
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..timeline import epoch_seconds
 from ..units import fmt_bytes, fmt_duration, fmt_energy
 
 if TYPE_CHECKING:
@@ -163,25 +164,17 @@ def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
                   totals: Mapping[str, object]) -> dict[str, Figure]:
     """Figures over all GPUs: values from ``totals`` (the summary's combined row), noises combined."""
     figs = [f for f in per_gpu.values() if f]
-
-    def noises(metric: str) -> list[float]:
-        return [f[metric].noise for f in figs if metric in f]
-
-    def quad(metric: str) -> float:
-        n = noises(metric)
-        return math.sqrt(sum(x * x for x in n)) if n else math.nan
-
-    def largest(metric: str) -> float:
-        n = noises(metric)
-        return max(n) if n and not any(math.isnan(x) for x in n) else math.nan
-
-    k = max(len(figs), 1)
-    return {
-        "energy_j": Figure(_num(totals.get("energy_j")), quad("energy_j")),
-        "duration_s": Figure(_num(totals.get("duration_s")), largest("duration_s")),
-        "mem_peak_bytes": Figure(_num(totals.get("mem_peak_bytes")), largest("mem_peak_bytes")),
-        "util_mean_pct": Figure(_num(totals.get("util_mean_pct")), quad("util_mean_pct") / k),
-    }
+    out = {}
+    for metric in COMPARED:
+        n = [f[metric].noise for f in figs if metric in f]
+        if not n:
+            noise = math.nan
+        elif metric in ("duration_s", "mem_peak_bytes"):  # maxima: the largest noise
+            noise = math.nan if any(math.isnan(x) for x in n) else max(n)
+        else:  # sums add in quadrature; a mean divides that by the number of GPUs
+            noise = math.sqrt(sum(x * x for x in n)) / (len(figs) if metric == "util_mean_pct" else 1)
+        out[metric] = Figure(_num(totals.get(metric)), noise)
+    return out
 
 
 def capture_figures(cap: Capture) -> RunFigures:
@@ -197,9 +190,7 @@ def frame_series(df: pd.DataFrame) -> dict[object, dict[str, tuple[np.ndarray, n
     out: dict[object, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     if not len(df):
         return out
-    import pandas as pd
-
-    t_all = ((df["time"] - pd.Timestamp(0, tz="UTC")).dt.total_seconds()).to_numpy()
+    t_all = epoch_seconds(df["time"])
     gpus = df["gpu"].to_numpy()
     for g in dict.fromkeys(gpus.tolist()):
         rows = gpus == g

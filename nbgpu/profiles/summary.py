@@ -15,6 +15,7 @@ import numpy as np
 from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS, max_column
 from ..peaks import fold_peak
 from ..sources.base import Device
+from ..timeline import epoch_seconds, to_epoch
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
@@ -223,21 +224,12 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
     if not rows:
         return {}
 
-    def values(col: str) -> list[float]:
-        return [float(r[col]) for r in rows
-                if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])]
-
-    def total(col: str) -> float:
-        v = values(col)
-        return float(sum(v)) if v else math.nan
-
-    def mean(col: str) -> float:
-        v = values(col)
-        return sum(v) / len(v) if v else math.nan
-
-    def most(col: str) -> float:
-        v = values(col)
-        return max(v) if v else math.nan
+    def agg(col: str, how: str) -> float:
+        """The sum, mean or max of a column's known values across GPUs (NaN: none known)."""
+        v = [float(r[col]) for r in rows if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])]
+        if not v:
+            return math.nan
+        return max(v) if how == "max" else float(sum(v)) / (len(v) if how == "mean" else 1)
 
     out: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
     out.update(gpu="all", name=f"{len(rows)} GPUs", gpus=len(rows), status=rows[0]["status"],
@@ -261,18 +253,18 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
         if not pieces:
             continue
         line = _aligned(pieces, how, step=False)
-        out[mean_col] = total(mean_col) if how == "sum" else mean(mean_col)
+        out[mean_col] = agg(mean_col, how)
         out[min_col], out[max_col] = float(line.min()), float(line.max())
         if how == "sum":  # a folded frame's per-tick maxima of one card count too
-            out[max_col] = max(float(out[max_col]), most(max_col))
-    out["sm_active_mean_pct"] = mean("sm_active_mean_pct")
-    out["energy_j"] = total("energy_j")
+            out[max_col] = max(float(out[max_col]), agg(max_col, "max"))
+    out["sm_active_mean_pct"] = agg("sm_active_mean_pct", "mean")
+    out["energy_j"] = agg("energy_j", "sum")
     out["energy_source"] = "+".join(sorted({str(r["energy_source"]) for r in rows}))
-    out["temp_max_c"] = most("temp_max_c")
+    out["temp_max_c"] = agg("temp_max_c", "max")
     reasons = sorted({part.split(" ")[0] for r in rows if isinstance(r.get("throttle_reasons"), str)
                       and r["throttle_reasons"] for part in r["throttle_reasons"].split(", ")})
     out["throttle_reasons"] = ", ".join(reasons)
-    out["throttle_s"] = most("throttle_s")
+    out["throttle_s"] = agg("throttle_s", "max")
     notes = sorted({r["resolution_note"] for r in rows
                     if isinstance(r.get("resolution_note"), str) and r["resolution_note"]})
     out["resolution_note"] = "; ".join(notes)
@@ -295,8 +287,6 @@ class Summary:
 
 
 def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> tuple[float, float]:
-    from ..timeline import to_epoch
-
     lo = getattr(data, "t0", -math.inf) if times is None else (float(times.min()) if len(times) else math.nan)
     hi = getattr(data, "t1", math.inf) if times is None else (float(times.max()) if len(times) else math.nan)
     a = lo if t0 is None else to_epoch(t0)
@@ -307,16 +297,6 @@ def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> t
         raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
                                "pass epoch seconds or use timeline.between(t0, t1)")
     return float(a), float(b)
-
-
-def _frame_times(df: pd.DataFrame) -> np.ndarray:
-    import pandas as pd
-
-    col = df["time"]
-    if pd.api.types.is_numeric_dtype(col.dtype):
-        return col.to_numpy(dtype=np.float64)
-    ts = pd.to_datetime(col, utc=True)
-    return (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
 
 
 def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
@@ -341,7 +321,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
         found = timeline_readings(data, [d.key for d in devs], a - EDGE_SLACK_S, b + EDGE_SLACK_S, a, b)
         per_dev.extend(zip(devs, found, strict=True))
     else:
-        times = _frame_times(data) if len(data) else np.empty(0)
+        times = epoch_seconds(data["time"]) if len(data) else np.empty(0)
         a, b = _bounds(data, t0, t1, times)
         described = {d.key: d for d in map(Device.of, devices or [])}
         if "gpu" in data.columns:
