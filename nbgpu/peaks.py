@@ -26,15 +26,8 @@ def _finite(v: object) -> bool:
 
 
 def fold_peak(nvml_peak_bytes: float, nvml_at_bytes: float, allocator: Mapping | None) -> Peak:
-    """The peak of NVML's samples raised to the allocator's where it saw more.
-
-    Args:
-        nvml_peak_bytes: the largest memory-used reading NVML gave (NaN: none).
-        nvml_at_bytes: NVML's memory used at the moment ``reserved_start_bytes`` was read;
-            its excess over the allocator's reserved memory is what lies outside PyTorch.
-        allocator: ``peak_reserved_bytes`` and ``reserved_start_bytes`` from PyTorch's
-            allocator; None (or a NaN peak) when PyTorch is not in use.
-    """
+    """NVML's peak raised to the allocator's ``peak_reserved_bytes`` plus what NVML counted outside
+    it (``nvml_at_bytes`` less ``reserved_start_bytes``); ``allocator`` None: PyTorch not in use."""
     nvml = float(nvml_peak_bytes) if _finite(nvml_peak_bytes) else math.nan
     if not allocator or not _finite(allocator.get("peak_reserved_bytes", math.nan)):
         return Peak(nvml, "nvml" if math.isfinite(nvml) else "none")

@@ -38,13 +38,8 @@ def format_of(path: str) -> str:
 
 
 class Recorder:
-    """Appends a running sampler's new rows and events to ``path`` on every ``flush()``.
-
-    Args:
-        sampler: the sampler whose timeline is written (started or not).
-        path: output file; the format follows the extension (.jsonl, .csv, .parquet).
-        header: extra fields for the first JSON line (the command, for instance).
-    """
+    """Appends a sampler's new rows and events to ``path`` (.jsonl, .csv, .parquet) on every
+    ``flush()``; ``header``: extra fields of the first JSON line (the command, for instance)."""
 
     def __init__(self, sampler: Sampler, path: str, header: dict | None = None) -> None:
         self.sampler = sampler

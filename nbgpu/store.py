@@ -159,10 +159,7 @@ class Store:
 
     def devices(self) -> list[object]:
         with self.lock:
-            seen: dict[object, None] = {}
-            for device, _ in self._streams:
-                seen[device] = None
-            return list(seen)
+            return list(dict.fromkeys(d for d, _ in self._streams))
 
     def streams_of(self, device: object) -> list[str]:
         with self.lock:

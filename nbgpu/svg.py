@@ -93,33 +93,26 @@ def _empty(width: int) -> str:
 
 def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
                  marks: list[tuple[float, str]] | None = None, width: int = 720) -> str:
-    """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string.
-
-    Args:
-        df: one row per (time, gpu); NaN cells are gaps, absent columns are skipped.
-        metrics: columns to draw, one chart each; None draws those of ``DEFAULT_METRICS``
-            that have data.
-        marks: (epoch seconds, label) pairs drawn as dashed vertical rules on every chart.
-        width: picture width in pixels; lines are min/max-decimated to about this many points.
-    """
+    """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string: one chart
+    per metric of ``metrics`` (None: ``DEFAULT_METRICS``), ``marks`` as dashed rules."""
     width = max(240, int(width))
     if df is None or not len(df) or "time" not in df.columns:
         return _empty(width)
-    wanted = DEFAULT_METRICS if metrics is None else metrics
+    wanted = [m for m in (DEFAULT_METRICS if metrics is None else metrics) if m in df.columns]
+    per = series_of_frame(df, wanted)
+    return svg_series({m: {g: per[g][m] for g in per} for m in wanted}, marks, width, list(per))
+
+
+def series_of_frame(df: pd.DataFrame, metrics: tuple | list) -> dict[object, dict[str, tuple]]:
+    """{gpu: {metric: (epoch seconds, values)}} of ``df``, NaN dropped (no ``gpu`` column: GPU None)."""
     t = epoch_seconds(df["time"])
-    gpus = list(dict.fromkeys(df["gpu"].tolist())) if "gpu" in df.columns else [None]
-    data: SeriesMap = {}
-    for metric in wanted:
-        if metric not in df.columns:
-            continue
-        vals = df[metric].to_numpy(dtype=np.float64, na_value=np.nan)
-        per_gpu = {}
-        for gpu in gpus:
-            rows = np.ones(len(df), dtype=bool) if gpu is None else (df["gpu"] == gpu).to_numpy()
-            ok = rows & ~np.isnan(vals)
-            per_gpu[gpu] = (t[ok], vals[ok])
-        data[metric] = per_gpu
-    return svg_series(data, marks, width, gpus)
+    gpus = df["gpu"].to_numpy() if "gpu" in df.columns else np.full(len(df), None)
+    cols = {m: df[m].to_numpy(dtype=np.float64, na_value=np.nan) for m in metrics if m in df.columns}
+    out = {}
+    for g in dict.fromkeys(gpus.tolist()):
+        rows = gpus == g
+        out[g] = {m: (t[ok], v[ok]) for m, v in cols.items() for ok in (rows & ~np.isnan(v),)}
+    return out
 
 
 CHAR_W = 6.8  # a generous width of one character at FONT's size

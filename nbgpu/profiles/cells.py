@@ -115,37 +115,31 @@ def cost_line(cap: Capture) -> str:
     return f"energy {fmt_energy(energy)} = {cost_of(energy).text()}"
 
 
-class _Notes:
+class _Shown:
+    """Display data: plain text and its HTML."""
+
+    def __init__(self, text: str, html: str) -> None:
+        self.text, self.html = text, html
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/plain": self.text, "text/html": self.html}
+
+
+def _notes(lines: list[str]) -> _Shown:
     """Display data under a report: how the cell compares with its last run, and its cost."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = [part for line in lines if line for part in line.split("\n")]
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        html = "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">{escape(line)}</p>'
-                       for line in self.lines)
-        return {"text/plain": "\n".join(self.lines), "text/html": html}
-
-
-class _OneLine:
-    """Display data of the ``--cells`` line: plain text, and HTML whose click opens the report."""
-
-    def __init__(self, cap: Capture, note: str = "") -> None:
-        self.cap = cap
-        self.note = note
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        from .report import compact_html
-
-        text = self.cap.one_line() + (f" · {self.note}" if self.note else "")
-        html = compact_html(self.cap)
-        if self.note:
-            html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(self.note)}</p>'
-        return {"text/plain": text, "text/html": html}
+    lines = [part for line in lines if line for part in line.split("\n")]
+    return _Shown("\n".join(lines), "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">'
+                                            f"{escape(line)}</p>" for line in lines))
 
 
 def _show_one_line(cap: Capture, note: str = "") -> None:
-    _display(_OneLine(cap, note))
+    """The ``--cells`` line: plain text, and HTML whose click opens the report."""
+    from .report import compact_html
+
+    html = compact_html(cap)
+    if note:
+        html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(note)}</p>'
+    _display(_Shown(cap.one_line() + (f" · {note}" if note else ""), html))
 
 
 def _show_post_mortem(cap: Capture, story) -> None:
@@ -290,6 +284,6 @@ def _record_and_show(shell, cell: str, cap: Capture, story=None) -> None:
         from ..hooks import view
 
         _display(view("cell_report", cap))
-        _display(_Notes([against_last(rec), cost_line(cap)]))
+        _display(_notes([against_last(rec), cost_line(cap)]))
     except Exception as exc:  # the report must never hide the cell's own outcome
         log.warning("nbgpu: the cell report could not be shown: %s", exc)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..timeline import epoch_seconds
+from ..svg import series_of_frame
 from ..units import fmt_bytes, fmt_duration, fmt_energy
 
 if TYPE_CHECKING:
@@ -187,22 +187,7 @@ def capture_figures(cap: Capture) -> RunFigures:
 
 def frame_series(df: pd.DataFrame) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Per-GPU (epoch seconds, values) of the compared metrics of a run's DataFrame, NaN dropped."""
-    out: dict[object, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    if not len(df):
-        return out
-    t_all = epoch_seconds(df["time"])
-    gpus = df["gpu"].to_numpy()
-    for g in dict.fromkeys(gpus.tolist()):
-        rows = gpus == g
-        per = {}
-        for m in ("util_pct", "power_w", "mem_used_bytes"):
-            if m in df.columns:
-                v = df[m].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
-                t = t_all[rows]
-                ok = ~np.isnan(v)
-                per[m] = (t[ok], v[ok])
-        out[g] = per
-    return out
+    return series_of_frame(df, NOISE_METRICS)
 
 
 @dataclass(frozen=True)
