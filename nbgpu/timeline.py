@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
     from .store import Store
 
-TimeLike = "float | datetime.datetime | pandas.Timestamp | str"
 RESOLUTIONS = ("tick", "native")
 # A reading read less often than the ticks stands for the ticks after it for this many of its
 # own periods; later it is stale and the cell stays NaN.

@@ -209,9 +209,9 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
                if selected(d.key, cap.gpus, d.parent)]
     matched = _match(devices, figures)
     index = failed_device(message)
-    failed_gpu = None
+    failed_gpu = devices[index].key if index is not None and 0 <= index < len(devices) else None
     gpus = []
-    for pos, dev in enumerate(devices):
+    for dev in devices:
         key = dev.key
         t, v = sampler.timeline.series(key, "mem_used_bytes") if sampler is not None else ([], [])
         inside = [float(x) for tt, x in zip(t, v, strict=False) if cap.start_time - 5 <= tt <= failed_at + 1]
@@ -222,8 +222,6 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
         if fig:
             g.allocated_bytes, g.reserved_bytes = fig["allocated_bytes"], fig["reserved_bytes"]
             g.peak_allocated_bytes = fig["peak_allocated_bytes"]
-        if index is not None and index == pos:
-            failed_gpu = key
         gpus.append(g)
     first = message.strip().splitlines()[0] if message.strip() else ""
     device = holders.cuda_device(index=index) or "cuda"
@@ -235,15 +233,10 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
 def _recent(sampler: Sampler, seconds: float) -> dict:
     now = time.time()
     window = sampler.timeline.between(now - seconds, now)
-    out = {}
-    for dev in sampler.devices:
-        key = dev.key
-        per = {}
-        for metric in ("mem_used_bytes", "util_pct", "power_w"):
-            t, v = window.series(key, metric)
-            per[metric] = {"time_s": [round(float(x), 3) for x in t], "values": [float(x) for x in v]}
-        out[str(key)] = per
-    return out
+    return {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t], "values": [float(x) for x in v]}
+                           for m in ("mem_used_bytes", "util_pct", "power_w")
+                           for t, v in (window.series(dev.key, m),)}
+            for dev in sampler.devices}
 
 
 def write_snapshot(path: str, sampler: Sampler, alert: object = None,

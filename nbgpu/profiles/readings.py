@@ -62,14 +62,10 @@ class Readings:
                 col = cols.get(metric)
                 if col is None:
                     continue
-                v = col if col.dtype == np.float64 else col.astype(np.float64)
+                v = col.astype(np.float64, copy=False)
                 ok = v == v  # not NaN
-                if ok.all():
-                    parts_t.append(t)
-                    parts_v.append(v)
-                else:
-                    parts_t.append(t[ok])
-                    parts_v.append(v[ok])
+                parts_t.append(t[ok])
+                parts_v.append(v[ok])
             merged = self._merged[metric] = merge_series(parts_t, parts_v)
         return merged
 
@@ -89,7 +85,6 @@ class Readings:
         return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self._coarse)
 
 
-_EMPTY = (np.empty(0), np.empty(0))
 # Per store and device: (its streams, (stream, a metric kept in it alone or None) per stream).
 _witness_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

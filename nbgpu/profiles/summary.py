@@ -46,7 +46,9 @@ SUMMARY_COLUMNS = (
 BYTE_COLUMNS = ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes",
                 "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                 "torch_allocated_end_bytes", "torch_reserved_end_bytes")
-_LINEAR = ("util_pct", "power_w", "sm_active_pct", "temp_c")
+_LINEAR = {"util_pct": ("util_mean_pct", "util_min_pct", "util_max_pct"),  # (mean, min, max) columns
+           "power_w": ("power_mean_w", "power_min_w", "power_max_w"),
+           "sm_active_pct": ("sm_active_mean_pct", "", ""), "temp_c": ("", "", "temp_max_c")}
 _MAX_COLUMNS = {m: max_column(m) for m in ("mem_used_bytes", *_LINEAR)}  # a folded frame's per-tick maxima
 
 
@@ -182,14 +184,7 @@ def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dic
             _mt, mv = r.series(_MAX_COLUMNS[metric], t0, t1)
             if len(mv):
                 hi = max(hi, float(mv.max()))
-        if metric == "util_pct":
-            row.update(util_mean_pct=mean, util_min_pct=lo, util_max_pct=hi)
-        elif metric == "power_w":
-            row.update(power_mean_w=mean, power_min_w=lo, power_max_w=hi)
-        elif metric == "sm_active_pct":
-            row["sm_active_mean_pct"] = mean
-        else:
-            row["temp_max_c"] = hi
+        row.update((col, value) for col, value in zip(_LINEAR[metric], (mean, lo, hi), strict=True) if col)
     row["samples"] = samples
     row["energy_j"], row["energy_source"] = block_energy_j(r, t0, t1)
     bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
@@ -246,9 +241,8 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
                    mem_peak_bytes=aligned_peak + max(missed, 0.0))
     sources = {r["mem_peak_source"] for r in rows}
     out["mem_peak_source"] = sources.pop() if len(sources) == 1 else "both"
-    for metric, how, mean_col, min_col, max_col in (
-            ("util_pct", "mean", "util_mean_pct", "util_min_pct", "util_max_pct"),
-            ("power_w", "sum", "power_mean_w", "power_min_w", "power_max_w")):
+    for metric, how in (("util_pct", "mean"), ("power_w", "sum")):
+        mean_col, min_col, max_col = _LINEAR[metric]
         pieces = [ln.linear[metric] for ln in lines if metric in ln.linear]
         if not pieces:
             continue
