@@ -122,8 +122,7 @@ class Recorder:
         """(time, gpu, {column: value}) of everything new, sorted by time."""
         store = self.sampler.store
         has_host = HOST_KEY in store.devices()
-        # Host rows are appended last in a tick: capping tick rows at the newest host row
-        # keeps every tick row together with its host reading.
+        # Host rows are appended last in a tick: capped at the newest, each tick row has its host row.
         cap = np.inf if final or not has_host else store.last(HOST_KEY, "host_ram_total_bytes")[0]
         if not final:  # a tick whose buffered samples are still in NVML's buffer waits for them
             cap = min([cap, *(self.sampler.drained_until(d.key) for d in self.sampler.devices)])

@@ -87,8 +87,7 @@ class Run:
         return sorted(out, key=lambda s: s[0])
 
 
-# The keys of a reading line that are read; any other key is ignored (it cannot be shown).
-# A tick row also keeps the peak of a GPU metric's samples folded into it (``<metric>_max``).
+# The keys of a reading line that are read (with each tick's ``<metric>_max`` peaks); others are ignored.
 PEAK_OF = {max_column(m.name): m.name for m in GPU_METRICS}
 ROW_KEYS = frozenset(BY_NAME) | frozenset(PEAK_OF) | {"timestamp", "gpu_id", "gpu", "decimated", "_line"}
 

@@ -272,24 +272,14 @@ class Stream:
                      ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
         """Views of the full-resolution rows appended after the first ``appended``, in [t0, t1]."""
         left = self.appended - appended
-        if left <= 0:
-            return []
-        newest = self.chunks[-1] if self.chunks else None
-        if newest is not None and newest.n - left >= newest.start:  # a refresh's usual case
-            return _newest_rows(newest, newest.n - left, t0, t1, columns)
-        out = []
-        for ch in reversed(self.chunks):
+        out: list[tuple[np.ndarray, list[np.ndarray]]] = []
+        for ch in reversed(self.chunks):  # a refresh's usual case: the newest chunk alone
             if left <= 0:
                 break
             lo = max(ch.start, ch.n - left)
             left -= ch.n - lo
-            t = ch.times[lo : ch.n]
-            if not len(t) or t[-1] < t0 or t[0] > t1:
-                continue
-            a = int(t.searchsorted(t0, "left")) if t[0] < t0 else 0
-            b = int(t.searchsorted(t1, "right")) if t[-1] > t1 else len(t)
-            out.append((t[a:b], [ch.cols[c][lo + a : lo + b] for c in columns]))
-        out.reverse()
+            if lo < ch.n:
+                out[:0] = _newest_rows(ch, lo, t0, t1, columns)
         return out
 
     def nbytes(self) -> int:

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 RESOLUTIONS = ("tick", "native")
-# A reading read less often than the ticks stands for the ticks after it for this many of its
-# own periods; later it is stale and the cell stays NaN.
+# A reading sparser than the ticks stands for the ticks after it for this many of its own periods.
 HOLD_PERIODS = 3
 HOLD_LOOKBACK_S = 60.0  # how far before the range a held reading is looked for
 # Columns that count bytes: int64 in frames when every value is known.

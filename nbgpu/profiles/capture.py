@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 
 OWN_SAMPLER_INTERVAL_S = 0.2
 FAST_MEMORY_EVERY_S = 0.01  # memory used is read this often while a capture is open
-# A start reads the energy counter only if its newest reading is older than this: a block
-# that turns out long is then anchored by a reading at most this far from its start.
+# A start reads the energy counter only if its newest reading is older than this (a long block's anchor).
 COUNTER_FRESH_S = 2.0
 
 _active: list[Capture] = []  # open captures, outermost first

@@ -15,10 +15,8 @@ if TYPE_CHECKING:
 # How far outside the range a reading may lie and still stand for the value at the edge.
 EDGE_SLACK_S = 5.0
 
-# Update periods of the card's own figures, in one place, measured on an H200 (driver 580)
-# by scripts/gpu/nvml_periods.py (its results are in the git history):
-# the total-energy counter changes every 100 ms; the power sample buffer holds a sample
-# every 20 ms (the polled power reading itself changes every 100 ms).
+# Update periods of the energy counter and of the power sample buffer, measured on an H200
+# (driver 580) by scripts/gpu/nvml_periods.py.
 RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
 PERIODS_MEASURED = True
 # A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
@@ -92,8 +90,7 @@ def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
     pt, pv = r.series("power_w", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
     if t1 - t0 < COUNTER_MIN_S and len(pt):
-        # The counter moves in steps of its update period, so over a short block the power
-        # readings say more; and what later counter reads could change stays unchanged.
+        # The counter moves in steps of its period: over a short block the power readings say more.
         return integrate_power_j(pt, pv, t0, t1), "power"
     et, ev = counter_readings(*r.series("energy_j"))  # the whole series: a copy's origin may lie far back
     near = (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
@@ -102,8 +99,7 @@ def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
     if a is not None and b is not None and b > a and ev[b] >= ev[a]:
         joules = float(ev[b] - ev[a])
         if len(pt):
-            # Move each counter reading to the edge: add power over the part it missed,
-            # subtract power over the part outside the range.
+            # Move each counter reading to the edge with the power over the part between.
             joules += _signed_power_j(pt, pv, t0, float(et[a]))
             joules += _signed_power_j(pt, pv, float(et[b]), t1)
             return max(joules, 0.0), "counter"
