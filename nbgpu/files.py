@@ -172,24 +172,25 @@ class LineFile:
 
 
 # -- JSON lines ------------------------------------------------------------------------------
-def _clean(v: object) -> object:
-    if hasattr(v, "item"):
+def json_value(v: object) -> object:
+    """``v`` as a JSON scalar: numpy scalars unwrapped, NaN and infinities None, anything else text."""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
         v = v.item()
-    if isinstance(v, float) and math.isnan(v):
+    if isinstance(v, float) and not math.isfinite(v):
         return None
-    return v
+    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 
 def jsonl_record(timestamp: str, gpu: object, values: Mapping[str, object]) -> dict:
     """One JSON-lines record: ``timestamp``, ``gpu_id``, the script's keys, then nbgpu's columns."""
-    rec: dict = {"timestamp": timestamp, "gpu_id": _clean(gpu)}
+    rec: dict = {"timestamp": timestamp, "gpu_id": json_value(gpu)}
     for key, (col, scale) in LEGACY_KEYS.items():
         if col in values:
-            v = _clean(values[col])
+            v = json_value(values[col])
             rec[key] = None if v is None else round(v * scale, 6)
     for col, v in values.items():
         if col not in ("time", "gpu"):
-            rec[col] = _clean(v)
+            rec[col] = json_value(v)
     return rec
 
 

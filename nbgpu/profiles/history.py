@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
 from ..errors import warn_user
-from ..files import as_path, file_error
+from ..files import as_path, file_error, json_value
 from . import history_file
 from .compare import RunFigures, capture_figures
 from .cost import cost_of
@@ -45,14 +45,6 @@ def _first_line(source: str) -> str:
 def source_hash(source: str) -> str:
     """A short digest of a cell's text (surrounding blank space ignored), to find its last run."""
     return hashlib.sha1(source.strip().encode("utf-8", "replace")).hexdigest()[:16]
-
-
-def _clean(v: object) -> object:
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 
 @dataclass
@@ -117,10 +109,10 @@ class CellRecord:
 
     def to_json(self) -> dict:
         """The record as plain data for the persistent history file."""
-        return {"v": 1, **{k: _clean(v) for k, v in self.head().items()},
-                "source_hash": self.source_hash, **{k: _clean(v) for k, v in self.tail().items()},
-                "totals": {k: _clean(v) for k, v in self.totals().items()},
-                "gpus": [{k: _clean(v) for k, v in r.items() if k not in _ROW_SKIP}
+        return {"v": 1, **{k: json_value(v) for k, v in self.head().items()},
+                "source_hash": self.source_hash, **{k: json_value(v) for k, v in self.tail().items()},
+                "totals": {k: json_value(v) for k, v in self.totals().items()},
+                "gpus": [{k: json_value(v) for k, v in r.items() if k not in _ROW_SKIP}
                          for r in self.gpu_rows()],
                 "figures": self.figures().to_json()}
 
@@ -282,7 +274,7 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     saved = _read_saved(text)
     live = [r for r in _records if isinstance(r, CellRecord)]
     in_file = {_key(r.data) for r in saved}
-    live_keys = {id(r): _key({"source_hash": r.source_hash, "start": _clean(r.start_time),
+    live_keys = {id(r): _key({"source_hash": r.source_hash, "start": json_value(r.start_time),
                               "execution_count": r.execution_count}) for r in live}
     kept_here = set(live_keys.values())
     _records.clear()
@@ -346,18 +338,12 @@ def clear() -> None:
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:
-    """One row per profiled cell: execution count, cell id, first line, start, duration,
-    the summary over all GPUs (memory, utilisation, power, energy, temperature, throttling),
-    energy as kWh (and cost and CO₂ where configured), status, the alerts judged in the
-    cell and where its main thread was (``share_gpu_wait`` ... ``share_idle``, fractions
-    of its time, None without stack samples; ``top_line``) and the iterations a second of
-    its ``nbgpu.track`` loops (``steps_per_s``). Cells kept in the history
-    file from earlier kernels come first.
-
-    Args:
-        per_gpu: one row per (cell, GPU) with that GPU's summary instead.
-    """
+    """One row per profiled cell (``per_gpu``: per cell and GPU, with that GPU's summary): its summary
+    over all GPUs, kWh (cost, CO₂ where configured), status, alerts, where its main thread was
+    (``share_*``, ``top_line``) and ``steps_per_s``; cells kept in the history file come first."""
     import pandas as pd
+
+    from .history_view import HistoryFrame
 
     rows = []
     for rec in list(_records):
@@ -377,16 +363,11 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        from .history_view import HistoryFrame
-
         return HistoryFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error",
                                                     *(f"share_{c}" for c in CATEGORIES), "top_line",
                                                     "steps_per_s"])
     df = pd.DataFrame(rows)
-    order = base + [c for c in df.columns if c not in base]
-    from .history_view import HistoryFrame
-
-    return HistoryFrame(df[order])
+    return HistoryFrame(df[base + [c for c in df.columns if c not in base]])
 
 
 def _float(v: object) -> float:
