@@ -209,14 +209,16 @@ class Capture:
     @property
     def timeline(self) -> Timeline:
         """The block's ``Timeline`` (its GPUs only), like ``Sampler.timeline``: ``.to_pandas()``."""
-        t0, t1 = self._range()
-        devices = [d for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
-        return Timeline(self.sampler.store, devices, t0, t1)
+        return Timeline(self.sampler.store, self.devices(), *self._range())
+
+    def devices(self) -> list:
+        """The block's GPUs (``gpus``, a listed card's MIG slices with it)."""
+        devices = self.sampler.devices if self.sampler is not None else []
+        return [d for d in devices if selected(d.key, self.gpus, d.parent)]
 
     def gpu_keys(self) -> list:
-        """Keys of the block's GPUs (``gpus``, a listed card's MIG slices with it)."""
-        devices = self.sampler.devices if self.sampler is not None else []
-        return [d.key for d in devices if selected(d.key, self.gpus, d.parent)]
+        """Keys of the block's GPUs."""
+        return [d.key for d in self.devices()]
 
     def series(self, metrics: tuple[str, ...]) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
         """(epoch seconds, values) in the block of each metric of each of its GPUs."""
@@ -285,8 +287,7 @@ class Capture:
         figures = self._torch.result
         if not figures:
             return {}
-        devices = [d for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
-        return match_torch(devices, [figures[i] for i in sorted(figures)], "torch_uuid")
+        return match_torch(self.devices(), [figures[i] for i in sorted(figures)], "torch_uuid")
 
     @property
     def totals(self) -> dict[str, object]:
@@ -357,10 +358,7 @@ class Capture:
         return line
 
     def report(self) -> None:
-        """Display the cell report (interactive chart + static fallbacks), once.
-
-        Returns None, so ``cap.report()`` as a cell's last line adds no second copy.
-        """
+        """Display the cell report (interactive chart + static fallbacks), once (None: no second copy)."""
         from IPython.display import display
 
         from ..hooks import view

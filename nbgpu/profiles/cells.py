@@ -59,10 +59,8 @@ def _display(obj) -> None:
 
 
 def against_last(rec: CellRecord) -> str:
-    """What changed since the cell's last run, "" if none: ``vs its last run (In [3], 2m05s
-    ago): 12 % more energy, 3 % longer, peak memory the same, utilisation 7 % → 70 %; steps
-    a second 4.1 → 38.5 (9.4×); main thread: data loader 81 % → 9 %``, then a line per
-    finding gone, new or still there (with its new figures)."""
+    """What changed since the cell's last run, "" if none: ``vs its last run (In [3], 2m05s ago): 12 %
+    more energy, ...; main thread: data loader 81 % → 9 %``, then a line per finding gone, new or kept."""
     runs = earlier(rec)
     if not runs:
         return ""

@@ -19,10 +19,7 @@ if TYPE_CHECKING:
 
 
 def mark(label: str) -> None:
-    """Put a labelled mark on the timeline of every running sampler.
-
-    Returns None, so ``nbgpu.mark("epoch 3")`` as a cell's last line shows no ``Out[]``.
-    """
+    """Put a labelled mark on the timeline of every running sampler (None: no ``Out[]``)."""
     for s in running_samplers():
         s.mark(str(label))
 

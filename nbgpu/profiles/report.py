@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
 from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .summary import selected
 
 if TYPE_CHECKING:
 
@@ -132,8 +131,7 @@ def no_gpu(cap: Capture) -> bool:
 
 
 def _gpus(cap: Capture) -> list:
-    devices = cap.sampler.devices if cap.sampler is not None else []
-    return [d.key for d in devices if selected(d.key, cap.gpus, d.parent)]
+    return cap.gpu_keys()
 
 
 def static_svg(cap: Capture, width: int = 720) -> str:

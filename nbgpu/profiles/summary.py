@@ -296,18 +296,9 @@ def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> t
 def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
               gpus: list | None = None, status: str = "ok", devices: list | None = None,
               allocator: dict | None = None) -> Summary:
-    """Summarise [t0, t1] of a timeline or a recorded frame: one row per GPU and one for all.
-
-    Args:
-        data: a ``Timeline`` (whole or a window) or a DataFrame shaped like ``to_pandas()``.
-        t0, t1: the block's start and end (epoch seconds, datetime, Timestamp or ISO text);
-            None takes the window's or the frame's first/last time.
-        gpus: device keys to include; None includes every device.
-        status: "ok", "failed" or "interrupted", copied into every row.
-        devices: device descriptions (for names) of a frame; a timeline brings its own.
-        allocator: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` from PyTorch's
-            allocator, folded into the memory peak (``mem_peak_source`` says which won).
-    """
+    """Summarise [t0, t1] (None: the window's or frame's ends) of a ``Timeline`` or a ``to_pandas()``
+    frame (``devices``: its device descriptions): a row per GPU of ``gpus`` (None: all) and one for all;
+    ``allocator``: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` folded into the peak."""
     per_dev: list[tuple[Device, Readings]] = []
     if hasattr(data, "store"):
         a, b = _bounds(data, t0, t1, None)
