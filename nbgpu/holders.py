@@ -43,11 +43,8 @@ def _dict_of(obj: object) -> dict | None:
 
 
 def _dict_descriptor(kind: type) -> types.GetSetDescriptorType | None:
-    for klass in kind.__mro__:
-        desc = klass.__dict__.get("__dict__")
-        if desc is not None:
-            return desc if isinstance(desc, types.GetSetDescriptorType) else None
-    return None
+    desc = next((k.__dict__["__dict__"] for k in kind.__mro__ if "__dict__" in k.__dict__), None)
+    return desc if isinstance(desc, types.GetSetDescriptorType) else None
 
 
 def _read_dict(desc: types.GetSetDescriptorType | None, obj: object) -> dict | None:
@@ -92,10 +89,7 @@ class _Walker:
         self.kinds: dict[type, tuple] = {}
 
     def _kind(self, kind: type) -> tuple:
-        got = self.kinds.get(kind)
-        if got is None:
-            got = self.kinds[kind] = self._classify(kind)
-        return got
+        return self.kinds.get(kind) or self.kinds.setdefault(kind, self._classify(kind))
 
     def _classify(self, kind: type) -> tuple:
         if issubclass(kind, self.torch.Tensor):

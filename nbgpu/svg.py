@@ -146,11 +146,9 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
         return _empty(width)
     if gpus is None:
         gpus = list(dict.fromkeys(g for per in data.values() for g in per))
-    t0 = min(float(np.min(t)) for per in data.values() for t, _ in per.values() if len(t))
-    t1 = max(float(np.max(t)) for per in data.values() for t, _ in per.values() if len(t))
     mark_list = [(float(mt), str(label)) for mt, label in (marks or [])]
-    for mt, _ in mark_list:
-        t0, t1 = min(t0, mt), max(t1, mt)
+    ends = [float(f(t)) for per in data.values() for t, _ in per.values() if len(t) for f in (np.min, np.max)]
+    t0, t1 = min(ends + [mt for mt, _ in mark_list]), max(ends + [mt for mt, _ in mark_list])
     span = max(t1 - t0, 1e-6)
     metrics = list(data)
 

@@ -60,15 +60,11 @@ def line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
 
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
-    if not len(t):
-        return None
     i = int(t.searchsorted(at))
-    if i == 0:
-        j = 0
-    elif i == len(t):
-        j = i - 1
-    else:  # the earlier one on a tie, as min() over (i - 1, i) picks
-        j = i - 1 if abs(float(t[i - 1]) - at) <= abs(float(t[i]) - at) else i
+    around = [k for k in (i - 1, i) if 0 <= k < len(t)]
+    if not around:
+        return None
+    j = min(around, key=lambda k: abs(float(t[k]) - at))  # the earlier one on a tie
     return j if abs(float(t[j]) - at) <= slack else None
 
 
