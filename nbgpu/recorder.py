@@ -7,6 +7,7 @@ import csv
 import datetime as _dt
 import io
 import os
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -65,7 +66,7 @@ class Recorder:
                          "devices": [{"index": d.key, "name": d.name, "uuid": d.uuid, "parent": d.parent,
                                       "mig": d.mig, "host": d.node} for d in sampler.devices],
                          **(header or {})},
-                        t=sampler.started_at or _now())
+                        t=sampler.started_at or time.time())
 
     def _csv_columns(self) -> list[str]:
         store = self.sampler.store
@@ -131,8 +132,7 @@ class Recorder:
         host: dict[float, dict] = {}
         if has_host:
             ht, hcols = self._read_new(HOST_KEY, "tick", cap)
-            for i, when in enumerate(ht.tolist()):
-                host[when] = {k: float(v[i]) for k, v in hcols.items()}
+            host = {when: {k: float(v[i]) for k, v in hcols.items()} for i, when in enumerate(ht.tolist())}
         out = []
         for dev in self.sampler.devices:
             t, cols = self._device_rows(dev.key, cap, final)
@@ -140,9 +140,7 @@ class Recorder:
             arrays = [cols[n].tolist() for n in names]
             for i, when in enumerate(t.tolist()):
                 row = {n: a[i] for n, a in zip(names, arrays, strict=True)}
-                extra = host.get(when)
-                if extra:
-                    row.update(extra)
+                row.update(host.get(when, {}))
                 out.append((when, dev.key, row))
         out.sort(key=lambda r: r[0])
         return out
@@ -162,9 +160,7 @@ class Recorder:
         else:
             for when, gpu, row in rows:
                 last = self._last.setdefault(gpu, {})
-                for key, value in row.items():
-                    if value == value:  # not NaN
-                        last[key] = value
+                last.update((key, value) for key, value in row.items() if value == value)  # not NaN
                 lines.append(json_line(jsonl_record(iso(when), gpu, last)))
         for line in lines:  # counted line by line: a failed write leaves a true count
             self._file.write([line])
@@ -269,9 +265,3 @@ def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
             ok = ~np.isnan(values.astype(np.float64))
             target[idx[ok]] = values[ok]
     return times, cols
-
-
-def _now() -> float:
-    import time
-
-    return time.time()

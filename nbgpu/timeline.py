@@ -203,17 +203,9 @@ class Timeline:
 
         Args:
             host: tick rows also carry the ``host_*``/``proc_*`` columns.
-            resolution: "tick" (default) folds the readings of NVML's sample buffers (power
-                every 20 ms, utilisation every 200 ms, fast memory reads) into the tick
-                they precede: their mean in the metric's column and their maximum in
-                ``<metric>_max`` (``power_max_w``, ``util_max_pct``, ``mem_used_max_bytes``);
-                metrics read less often hold their last reading for 3 of their periods.
-                Ticks newer than a buffer's last drain are NaN in its columns (the readings
-                come at the next drain, up to 10 s later); ``attrs["not_drained"]`` then
-                says, per column, the time the readings reach.
-                "native" gives every reading at its own time: sparse rows, where a row
-                carries only the metrics read at that instant and the rest are NaN.
-        Byte counts (``mem_used_bytes``, ...) are int64 when every value is known.
+            resolution: "tick" folds sample buffers into the tick they precede (their mean, and
+                their maximum in ``<metric>_max``; ticks not drained yet are NaN there, see
+                ``attrs["not_drained"]``); "native": every reading at its own time (docs/profiles.md).
         """
         import pandas as pd
 

@@ -160,10 +160,8 @@ class Capture:
             got = stacks.samples_of(self.sampler)
             self._samples = got.records(self.start_time, self.end_time) if got is not None else []
             self._split, self._split_final = self.split(), True
-        try:
+        with contextlib.suppress(Exception):
             self._torch.finish()
-        except Exception:
-            pass
         sampler = self.sampler
         if sampler is None:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import math
 import time
@@ -223,10 +224,8 @@ def disable_cell_mode(shell) -> None:
         return
     mode, _mode = _mode, None
     for name, fn in (("pre_run_cell", mode.pre_run_cell), ("post_run_cell", mode.post_run_cell)):
-        try:
+        with contextlib.suppress(ValueError):
             mode.shell.events.unregister(name, fn)
-        except ValueError:
-            pass
 
 
 def cell_mode_enabled() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -75,25 +76,21 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
     cuda = torch_cuda()
     if cuda is not None:
         out = {}
-        try:
+        with contextlib.suppress(Exception):
             for i in range(cuda.device_count()):
                 out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)),
                           "reserved_bytes": float(cuda.memory_reserved(i)),
                           "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
                           "uuid": torch_uuid(cuda, i)}
-        except Exception:
-            pass
         return "pytorch", out
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         out = {}
-        try:
+        with contextlib.suppress(Exception):
             for i, _dev in enumerate(tf.config.list_logical_devices("GPU")):
                 info = tf.config.experimental.get_memory_info(f"GPU:{i}")
                 out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
                           "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
-        except Exception:
-            pass
         return "tensorflow", out
     return None, {}
 
