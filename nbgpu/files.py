@@ -133,6 +133,18 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         raise
 
 
+def write_whole(fd: int, data: bytes, path: str, size: int) -> None:
+    """Write ``data`` whole to ``fd``; on failure cut the file back to ``size`` bytes and raise FileError."""
+    done = 0
+    try:
+        while done < len(data):
+            done += os.write(fd, data[done:])
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise file_error("write", path, exc) from exc
+
+
 class LineFile:
     """A file written in place line by line, each line handed whole to the OS."""
 
@@ -148,14 +160,7 @@ class LineFile:
         """Append ``lines`` (without newlines), each whole or not at all."""
         for line in lines:
             data = (line + "\n").encode("utf-8")
-            done = 0
-            try:
-                while done < len(data):
-                    done += os.write(self._fd, data[done:])
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, self.size)
-                raise file_error("write", self.path, exc) from exc
+            write_whole(self._fd, data, self.path, self.size)
             self.size += len(data)
 
     def close(self) -> None:

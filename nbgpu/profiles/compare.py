@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..files import json_value
 from ..svg import series_of_frame
 from ..units import fmt_bytes, fmt_duration, fmt_energy
 
@@ -61,7 +62,7 @@ class RunFigures:
     def to_json(self) -> dict:
         """Plain data (for the persistent history file)."""
         def pack(figs: dict[str, Figure]) -> dict:
-            return {k: [_finite(f.value), _finite(f.noise)] for k, f in figs.items()}
+            return {k: [json_value(float(f.value)), json_value(float(f.noise))] for k, f in figs.items()}
         return {"total": pack(self.total), "per_gpu": [[g, pack(f)] for g, f in self.per_gpu.items()]}
 
     @classmethod
@@ -69,10 +70,6 @@ class RunFigures:
         def unpack(d: dict) -> dict[str, Figure]:
             return {k: Figure(_nan(v[0]), _nan(v[1])) for k, v in d.items()}
         return cls(unpack(data.get("total", {})), {g: unpack(f) for g, f in data.get("per_gpu", [])})
-
-
-def _finite(v: float) -> float | None:
-    return float(v) if v is not None and math.isfinite(v) else None
 
 
 def _nan(v: object) -> float:

@@ -11,7 +11,7 @@ import stat
 from collections.abc import Iterator
 
 from ..errors import FileError
-from ..files import atomic_file, file_error, kind_of
+from ..files import atomic_file, file_error, kind_of, write_whole
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -141,16 +141,9 @@ def append(path: str, lines: list[str], keep: int) -> None:
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     with locked(path):
         fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        before = os.fstat(fd).st_size
-        try:
-            done = 0
-            while done < len(data):
-                done += os.write(fd, data[done:])
+        try:  # a full disk: cut back to the last whole line (we hold the lock)
+            write_whole(fd, data, path, os.fstat(fd).st_size)
             size = os.fstat(fd).st_size
-        except OSError as exc:  # a full disk: cut back to the last whole line (we hold the lock)
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, before)
-            raise file_error("write", path, exc) from exc
         finally:
             os.close(fd)
         if size > 2048 * keep:  # cheap first test before counting the records
