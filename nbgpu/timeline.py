@@ -130,9 +130,7 @@ class Timeline:
 
     def marks(self) -> list[tuple[float, str]]:
         """(time, label) of the marks in range."""
-        with self.store.lock:
-            events = list(self.store.events)
-        return [(e.time, e.label) for e in events if e.kind == "mark" and self.t0 <= e.time <= self.t1]
+        return [(e.time, e.label) for e in self.events() if e.kind == "mark"]
 
     def events(self) -> list:
         """All events (marks, lost GPUs, sampler starts/stops) in range."""

@@ -31,6 +31,7 @@ MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
 ENV_HISTORY_FILE = "NBGPU_HISTORY_FILE"
 _ROW_SKIP = ("start", "end", "alerts", "label")
+_TAIL = ("alerts", "alert_rules", "error", *(f"share_{c}" for c in CATEGORIES), "top_line", "steps_per_s")
 
 
 def _first_line(source: str) -> str:
@@ -144,8 +145,7 @@ class SavedRecord:
                                               "duration_s", "status")}
 
     def tail(self) -> dict:
-        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error", "top_line", "steps_per_s",
-                                              *(f"share_{c}" for c in CATEGORIES))}
+        return {k: self.data.get(k) for k in _TAIL}
 
     def gpu_rows(self) -> list[dict]:
         return [dict(r) for r in self.data.get("gpus") or []]
@@ -363,9 +363,7 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        return HistoryFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error",
-                                                    *(f"share_{c}" for c in CATEGORIES), "top_line",
-                                                    "steps_per_s"])
+        return HistoryFrame(columns=[*base, *extra, "energy_kwh", *_TAIL])
     df = pd.DataFrame(rows)
     return HistoryFrame(df[base + [c for c in df.columns if c not in base]])
 

@@ -61,23 +61,17 @@ def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[st
     """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1]."""
     if not len(t):
         return "", math.nan
-    finite = bool(np.isfinite(bits).all())
-    ints = bits.astype(np.int64) if finite else np.nan_to_num(bits, nan=0).astype(np.int64)
+    ints = np.nan_to_num(bits, nan=0).astype(np.int64)
     present = int(np.bitwise_or.reduce(ints))
     if not present & THROTTLE_BITS:  # no throttling bit in any reading
         return "", 0.0
     starts = np.clip(t, t0, t1)
     ends = np.clip(np.r_[t[1:], t1], t0, t1)
     held = np.maximum(ends - starts, 0.0)
-    if not held.sum() and len(t):  # a single reading in a very short range
+    if not held.sum():  # a single reading in a very short range
         held = np.full(len(t), (t1 - t0) / len(t))
-    seen = []
-    for bit, name in CLOCK_EVENT_REASONS.items():
-        if not bit & THROTTLE_BITS & present:
-            continue
-        s = float(held[(ints & bit) != 0].sum())
-        if (ints & bit).any():
-            seen.append(f"{name} {s:.1f}s")
+    seen = [f"{name} {float(held[(ints & bit) != 0].sum()):.1f}s"
+            for bit, name in CLOCK_EVENT_REASONS.items() if bit & THROTTLE_BITS & present]
     return ", ".join(seen), float(held[(ints & THROTTLE_BITS) != 0].sum())
 
 
