@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 MISSING = "–"
 KIB = 1024
@@ -20,6 +21,11 @@ def _ok(v: object) -> bool:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
+
+
+def as_float(v: object) -> float:
+    """``v`` as a float; NaN when it is no number (text, None, a bool)."""
+    return float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else math.nan
 
 
 def fmt_bytes(n: float | None, signed: bool = False, digits: int = 1) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..files import json_value
 from ..svg import series_of_frame
-from ..units import fmt_bytes, fmt_duration, fmt_energy
+from ..units import as_float, fmt_bytes, fmt_duration, fmt_energy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,10 +74,6 @@ class RunFigures:
 
 def _nan(v: object) -> float:
     return math.nan if v is None else float(v)
-
-
-def _num(v: object) -> float:
-    return float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else math.nan
 
 
 def _spacing(t: np.ndarray) -> float:
@@ -141,19 +137,19 @@ def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True)
     pt, pv = series.get("power_w", empty)
     mt, mv = series.get("mem_used_bytes", empty)
     ticks = [s for s in (_spacing(ut), _spacing(mt), _spacing(pt)) if not math.isnan(s)]
-    energy = _num(row.get("energy_j"))
+    energy = as_float(row.get("energy_j"))
     mean_p = float(pv.mean()) if len(pv) >= MIN_READINGS else math.nan
     energy_noise = (abs(energy) * _sem2(pv) / mean_p + mean_p * _spacing(pt)) if mean_p > 0 else math.nan
     util_noise = _sem2(uv) + 0.5
     mem_noise = max(MIB, _peak_step(mv)) if len(mv) >= 2 else math.nan
-    duration = _num(row.get("duration_s"))
+    duration = as_float(row.get("duration_s"))
     duration_noise = (max(STAMP_S, RERUN_SPREAD * duration) if stamped and math.isfinite(duration)
                       else STAMP_S if stamped else (max(ticks) if ticks else math.nan))
     return {
         "energy_j": Figure(energy, energy_noise),
-        "duration_s": Figure(_num(row.get("duration_s")), duration_noise),
-        "mem_peak_bytes": Figure(_num(row.get("mem_peak_bytes")), mem_noise),
-        "util_mean_pct": Figure(_num(row.get("util_mean_pct")), util_noise),
+        "duration_s": Figure(as_float(row.get("duration_s")), duration_noise),
+        "mem_peak_bytes": Figure(as_float(row.get("mem_peak_bytes")), mem_noise),
+        "util_mean_pct": Figure(as_float(row.get("util_mean_pct")), util_noise),
     }
 
 
@@ -170,7 +166,7 @@ def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
             noise = math.nan if any(math.isnan(x) for x in n) else max(n)
         else:  # sums add in quadrature; a mean divides that by the number of GPUs
             noise = math.sqrt(sum(x * x for x in n)) / (len(figs) if metric == "util_mean_pct" else 1)
-        out[metric] = Figure(_num(totals.get(metric)), noise)
+        out[metric] = Figure(as_float(totals.get(metric)), noise)
     return out
 
 

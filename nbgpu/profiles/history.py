@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics.stacks import CATEGORIES
 from ..errors import warn_user
 from ..files import as_path, file_error, json_value
+from ..units import as_float
 from . import history_file
 from .compare import RunFigures, capture_figures
 from .cost import cost_of
@@ -357,7 +358,7 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
             row = dict(head)
             row.update({k: v for k, v in part.items() if k not in head and k not in _ROW_SKIP})
             if "energy_j" in part:
-                row.update(cost_of(_float(part["energy_j"])).columns())
+                row.update(cost_of(as_float(part["energy_j"])).columns())
             row.update(rec.tail())
             rows.append(row)
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
@@ -366,7 +367,3 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
         return HistoryFrame(columns=[*base, *extra, "energy_kwh", *_TAIL])
     df = pd.DataFrame(rows)
     return HistoryFrame(df[base + [c for c in df.columns if c not in base]])
-
-
-def _float(v: object) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan

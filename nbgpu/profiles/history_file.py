@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from ..errors import FileError
 from ..files import atomic_file, file_error, kind_of, write_whole
+from ..units import as_float
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -72,7 +73,7 @@ def locked(path: str, shared: bool = False) -> Iterator[None]:
 
 
 def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return math.isfinite(as_float(v))
 
 
 def valid_record(data: dict) -> bool:
