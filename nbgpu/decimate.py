@@ -1,8 +1,4 @@
-"""Min/max decimation for display: peaks stay visible however many raw points there are.
-
-Both functions are vectorised (``np.minimum.reduceat`` over bucket runs), so their cost
-grows with the number of points, never with a Python loop per bucket.
-"""
+"""Min/max decimation for display: peaks stay visible however many raw points there are."""
 
 from __future__ import annotations
 
@@ -13,12 +9,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Buckets:
-    """Per non-empty bucket: its number, sample count, first/last time, min and max points.
-
-    ``tmin``/``vmin`` and ``tmax``/``vmax`` are the time and value of the first minimum and
-    the first maximum of the bucket; NaN values are ignored (an all-NaN bucket has NaN
-    there and its first sample's time).
-    """
+    """Per non-empty bucket: its number, sample count, first/last time, min and max points."""
 
     index: np.ndarray
     count: np.ndarray
@@ -48,10 +39,7 @@ def _run_edges(bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _runs(v: np.ndarray, bucket: np.ndarray):
     """Run starts and ends of equal ``bucket`` numbers, the first min and max index of each,
-    and which runs are all NaN (their min and max index is the run's start).
-
-    A fixed handful of numpy calls (the panel reduces every sparkline's new rows each refresh).
-    """
+    and which runs are all NaN (their min and max index is the run's start)."""
     n = len(v)
     edge, starts, ends = _run_edges(bucket)
     nan = np.isnan(v)
@@ -70,10 +58,7 @@ def _runs(v: np.ndarray, bucket: np.ndarray):
 
 
 def bucket_minmax(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> Buckets:
-    """Reduce time-sorted samples to their buckets; ``bucket`` is each sample's bucket number.
-
-    ``bucket`` must be non-decreasing (it is for sorted times and a fixed bucket width).
-    """
+    """Reduce time-sorted samples to their buckets; ``bucket`` is each sample's bucket number."""
     if len(t) == 0:
         empty = np.empty(0)
         return Buckets(np.empty(0, np.int64), np.empty(0, np.int64), *([empty] * 6))
@@ -87,13 +72,7 @@ def bucket_minmax(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> Buckets:
 
 
 def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``bucket_minmax`` as (bucket numbers, one row of fields per bucket), for NaN-free ``v``.
-
-    The fields of a row are count, first_t, last_t, tmin, vmin, tmax, vmax: the cells the
-    panel's sparklines keep (``widgets.spark``). With no NaN to step around, each run's first
-    minimum (maximum) is found against its minimum repeated over the run, and each field is
-    gathered on its own: fewer and cheaper numpy calls than ``_runs``, the same cells.
-    """
+    """``bucket_minmax`` as (bucket numbers, one row of fields per bucket), for NaN-free ``v``."""
     n = len(v)
     _, starts, ends = _run_edges(bucket)
     sizes = ends - starts
@@ -133,11 +112,7 @@ def positions(n: int) -> np.ndarray:
 
 
 def decimate_minmax(t: np.ndarray, v: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the min and max of each of ``buckets`` equal time slices: about 2 points a bucket.
-
-    Peaks stay visible however many raw points there are; an all-NaN slice keeps its first
-    point (NaN), so gaps stay gaps. Points come back in time order, each once.
-    """
+    """Keep the min and max of each of ``buckets`` equal time slices: about 2 points a bucket."""
     n = len(t)
     if n <= 2 * buckets or buckets <= 0:
         return t, v

@@ -1,14 +1,4 @@
-"""Timeline files (CSV, JSON lines, Parquet), written without destroying anything.
-
-An export goes to a temporary file in the target's own folder and is renamed over the target
-only once complete, so a failed export never leaves a truncated file where a good one was. A
-symbolic link is followed (its target is replaced, the link stays); a device, FIFO or socket is
-refused, never replaced. A new file gets the mode the umask gives; an existing file keeps its
-mode. Every failure is one ``FileError`` line naming the path the user gave.
-
-``jsonl_record`` is the one builder of JSON-lines records, used by ``Timeline.to_jsonl`` and by
-``nbgpu record``; ``nbgpu.runfile.load_run`` reads any of the three formats back.
-"""
+"""Timeline files (CSV, JSON lines, Parquet), written without destroying anything."""
 
 from __future__ import annotations
 
@@ -78,11 +68,7 @@ def as_path(path: object) -> str:
 
 
 def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | None]:
-    """(the user's path, the real path to write, what is there now) or FileError.
-
-    Refuses an empty path, a folder, anything that is not a regular file and a missing
-    folder; a symbolic link resolves to its target.
-    """
+    """(the user's path, the real path to write, what is there now) or FileError."""
     text = as_path(path)
     if not text:
         raise FileError("cannot write '': the path is empty; give a file name", path=text)
@@ -105,11 +91,7 @@ def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | No
 
 
 def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int]:
-    """A new temporary file beside ``real`` (owner read/write while written) and its final mode.
-
-    The final mode is ``real``'s own, or what the umask gives a new file (the kernel applies
-    the umask at creation, so it is read back rather than changed process-wide).
-    """
+    """A new temporary file beside ``real`` (owner read/write while written) and its final mode."""
     folder, name = os.path.split(real)
     while True:
         tmp = os.path.join(folder, f".{name}.nbgpu-{secrets.token_hex(4)}.tmp")
@@ -127,26 +109,21 @@ def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the path of a new temporary file; on success it replaces ``path`` (through a symlink).
-
-    For writers that want a path; ``atomic_file`` is the same with an open file.
-    """
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Yield an open temporary file; on success it replaces ``path`` (through a symlink)."""
     text, real, existing = check_target(path)
     try:
-        fd, tmp, mode = _open_new(real, existing)
-        os.close(fd)
+        fd, tmp, final_mode = _open_new(real, existing)
     except OSError as exc:
         raise file_error("write", text, exc) from exc
+    kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
     try:
         try:
-            yield tmp
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.chmod(tmp, mode)
+            with open(fd, mode, **kw) as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, final_mode)
             os.replace(tmp, real)
         except OSError as exc:
             raise file_error("write", text, exc) from exc
@@ -156,21 +133,20 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         raise
 
 
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
-    """Yield an open temporary file; on success it replaces ``path`` (through a symlink)."""
-    with atomic_path(path) as tmp:
-        kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
-        with open(tmp, mode, **kw) as fh:
-            yield fh
+def write_whole(fd: int, data: bytes, path: str, size: int) -> None:
+    """Write ``data`` whole to ``fd``; on failure cut the file back to ``size`` bytes and raise FileError."""
+    done = 0
+    try:
+        while done < len(data):
+            done += os.write(fd, data[done:])
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise file_error("write", path, exc) from exc
 
 
 class LineFile:
-    """A file written in place line by line, each line handed whole to the OS.
-
-    A write that fails (disk full, file too large) cuts the file back to its last complete
-    line and raises one ``FileError`` line, so what is there stays readable.
-    """
+    """A file written in place line by line, each line handed whole to the OS."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path, real, _ = check_target(path)
@@ -184,14 +160,7 @@ class LineFile:
         """Append ``lines`` (without newlines), each whole or not at all."""
         for line in lines:
             data = (line + "\n").encode("utf-8")
-            done = 0
-            try:
-                while done < len(data):
-                    done += os.write(self._fd, data[done:])
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, self.size)
-                raise file_error("write", self.path, exc) from exc
+            write_whole(self._fd, data, self.path, self.size)
             self.size += len(data)
 
     def close(self) -> None:
@@ -208,24 +177,25 @@ class LineFile:
 
 
 # -- JSON lines ------------------------------------------------------------------------------
-def _clean(v: object) -> object:
-    if hasattr(v, "item"):
+def json_value(v: object) -> object:
+    """``v`` as a JSON scalar: numpy scalars unwrapped, NaN and infinities None, anything else text."""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
         v = v.item()
-    if isinstance(v, float) and math.isnan(v):
+    if isinstance(v, float) and not math.isfinite(v):
         return None
-    return v
+    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 
 def jsonl_record(timestamp: str, gpu: object, values: Mapping[str, object]) -> dict:
     """One JSON-lines record: ``timestamp``, ``gpu_id``, the script's keys, then nbgpu's columns."""
-    rec: dict = {"timestamp": timestamp, "gpu_id": _clean(gpu)}
+    rec: dict = {"timestamp": timestamp, "gpu_id": json_value(gpu)}
     for key, (col, scale) in LEGACY_KEYS.items():
         if col in values:
-            v = _clean(values[col])
+            v = json_value(values[col])
             rec[key] = None if v is None else round(v * scale, 6)
     for col, v in values.items():
         if col not in ("time", "gpu"):
-            rec[col] = _clean(v)
+            rec[col] = json_value(v)
     return rec
 
 

@@ -1,10 +1,4 @@
-"""Where is my memory: the names of a namespace that hold device tensors, largest first.
-
-The walk reads only ``__dict__``/slots through the C-level descriptors and the items of
-builtin containers, and tells types apart by ``type()`` (``isinstance`` may ask a user's
-``__class__``), so no property, ``__getattr__`` or user ``__iter__`` runs. Torch is
-never imported here: with none imported, nothing can hold a tensor.
-"""
+"""Where is my memory: the names of a namespace that hold device tensors, largest first."""
 
 from __future__ import annotations
 
@@ -49,11 +43,8 @@ def _dict_of(obj: object) -> dict | None:
 
 
 def _dict_descriptor(kind: type) -> types.GetSetDescriptorType | None:
-    for klass in kind.__mro__:
-        desc = klass.__dict__.get("__dict__")
-        if desc is not None:
-            return desc if isinstance(desc, types.GetSetDescriptorType) else None
-    return None
+    desc = next((k.__dict__["__dict__"] for k in kind.__mro__ if "__dict__" in k.__dict__), None)
+    return desc if isinstance(desc, types.GetSetDescriptorType) else None
 
 
 def _read_dict(desc: types.GetSetDescriptorType | None, obj: object) -> dict | None:
@@ -89,12 +80,7 @@ def _frames(tb: object) -> Iterator[types.FrameType]:
 
 
 class _Walker:
-    """Collects device storages reachable from one holder, to a bounded depth.
-
-    What a type is (tensor, module, container, plain object and its ``__dict__``/slot
-    descriptors) is worked out once per type. Containers are copied before their items are
-    looked at (one C call each), so a walk from another thread sees no dict change size.
-    """
+    """Collects device storages reachable from one holder, to a bounded depth."""
 
     def __init__(self, torch: Any, device: Any, depth: int, skip: set[int]) -> None:
         self.torch, self.device, self.depth, self.skip = torch, device, depth, skip
@@ -103,10 +89,7 @@ class _Walker:
         self.kinds: dict[type, tuple] = {}
 
     def _kind(self, kind: type) -> tuple:
-        got = self.kinds.get(kind)
-        if got is None:
-            got = self.kinds[kind] = self._classify(kind)
-        return got
+        return self.kinds.get(kind) or self.kinds.setdefault(kind, self._classify(kind))
 
     def _classify(self, kind: type) -> tuple:
         if issubclass(kind, self.torch.Tensor):
@@ -305,10 +288,6 @@ def _kind(value: object, found: _Found, torch: Any) -> str:
 def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: int = 3,
                    error: BaseException | None = None):
     """The names that hold ``device`` memory, largest first, as a pandas DataFrame.
-
-    Storages shared by views or names count once (``shared_with`` says by whom); hidden
-    holders are the output cache and the last traceback. On CUDA the last two rows are the
-    memory no name reaches and what PyTorch reserved but does not use.
 
     Args:
         device: "cuda", "cuda:1", "cpu" (CPU tensors, the same walk).

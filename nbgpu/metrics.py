@@ -1,8 +1,4 @@
-"""The one table of GPU and host metrics: column name, unit, label and how to export it.
-
-Store columns, panel rows, exports and Prometheus names are all derived from this table,
-so adding a metric means adding one row here and teaching a source to read it.
-"""
+"""The one table of GPU and host metrics: column name, unit, label and how to export it."""
 
 from __future__ import annotations
 
@@ -80,8 +76,7 @@ def max_column(metric: str) -> str:
     return f"{base}_max_{unit}"
 
 
-# The largest magnitude any reading can have (bytes, joules, B/s all stay far below): a value
-# beyond it, or a negative one, or a percentage over 100, is not a reading but garbage.
+# Beyond this magnitude (or negative, or a percentage over 100) a value is garbage, not a reading.
 MAX_READING = 1e18
 
 

@@ -1,13 +1,4 @@
-"""The one memory peak: NVML's samples folded with PyTorch's allocator, for summaries and the OOM rule.
-
-NVML is sampled, so an allocation freed between two reads never shows in its samples.
-Where the user's code runs PyTorch, its allocator knows its own high-water mark
-(``torch.cuda.max_memory_reserved``); what NVML counts beyond the allocator (the CUDA
-context, other libraries) is added to it, measured at one moment when both were read.
-``fold_peak`` is that rule; ``profiles.summary`` (a block's peak) and
-``diagnostics.rules_memory`` (the OOM-risk alert) both call it, so the alert and the
-summary name the same figure. Nothing here imports torch: it is read only if already loaded.
-"""
+"""The one memory peak: NVML's samples folded with PyTorch's allocator, for summaries and the OOM rule."""
 
 from __future__ import annotations
 
@@ -35,15 +26,8 @@ def _finite(v: object) -> bool:
 
 
 def fold_peak(nvml_peak_bytes: float, nvml_at_bytes: float, allocator: Mapping | None) -> Peak:
-    """The peak of NVML's samples raised to the allocator's where it saw more.
-
-    Args:
-        nvml_peak_bytes: the largest memory-used reading NVML gave (NaN: none).
-        nvml_at_bytes: NVML's memory used at the moment ``reserved_start_bytes`` was read;
-            its excess over the allocator's reserved memory is what lies outside PyTorch.
-        allocator: ``peak_reserved_bytes`` and ``reserved_start_bytes`` from PyTorch's
-            allocator; None (or a NaN peak) when PyTorch is not in use.
-    """
+    """NVML's peak raised to the allocator's ``peak_reserved_bytes`` plus what NVML counted outside
+    it (``nvml_at_bytes`` less ``reserved_start_bytes``); ``allocator`` None: PyTorch not in use."""
     nvml = float(nvml_peak_bytes) if _finite(nvml_peak_bytes) else math.nan
     if not allocator or not _finite(allocator.get("peak_reserved_bytes", math.nan)):
         return Peak(nvml, "nvml" if math.isfinite(nvml) else "none")
@@ -78,12 +62,7 @@ def torch_uuid(cuda: object, index: int) -> str:
 
 
 def allocator_now(devices: Iterable[object]) -> dict[object, dict[str, float]]:
-    """PyTorch's reserved peak and reserved memory now, per device key, for ``fold_peak``.
-
-    ``devices`` are ``Device`` objects (``key``, ``uuid``); torch's devices are matched by
-    UUID, or by order when no ``CUDA_VISIBLE_DEVICES`` renumbers them and the counts agree.
-    Empty when PyTorch is not in use.
-    """
+    """PyTorch's reserved peak and reserved memory now, per device key, for ``fold_peak``."""
     cuda = torch_cuda()
     if cuda is None:
         return {}
@@ -93,16 +72,22 @@ def allocator_now(devices: Iterable[object]) -> dict[object, dict[str, float]]:
                     "uuid": torch_uuid(cuda, i)} for i in range(cuda.device_count())]
     except Exception:
         return {}
-    devices = list(devices)
-    by_uuid = {f["uuid"]: f for f in figures if f["uuid"]}
+    matched = match_torch(list(devices), figures, "uuid")
+    return {key: {k: v for k, v in fig.items() if k != "uuid"} for key, fig in matched.items()}
+
+
+def match_torch(devices: list, figures: list[dict], uuid_key: str) -> dict[object, dict]:
+    """torch's per-device ``figures`` by device key: by UUID, else by order when no
+    ``CUDA_VISIBLE_DEVICES`` renumbers them and the counts agree."""
+    by_uuid = {f[uuid_key]: f for f in figures if f[uuid_key]}
     same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(devices)
     out = {}
     for pos, dev in enumerate(devices):
         fig = by_uuid.get(getattr(dev, "uuid", "") or "") or (figures[pos] if same_order else None)
         if fig is not None:
-            out[dev.key] = {k: v for k, v in fig.items() if k != "uuid"}
+            out[dev.key] = fig
     return out
 
 
-__all__ = ["PEAK_AGREE_BYTES", "PEAK_AGREE_FRACTION", "Peak", "allocator_now", "fold_peak",
+__all__ = ["PEAK_AGREE_BYTES", "PEAK_AGREE_FRACTION", "Peak", "allocator_now", "fold_peak", "match_torch",
            "torch_cuda", "torch_uuid"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import flight, flight_reads
@@ -78,11 +80,7 @@ def _usec(message: bytes) -> float:
 
 
 def verdict(recs: list[dict], oom_now: int | None = None, logged_oom: bool | None = None) -> str:
-    """The likeliest cause of death, with its evidence, from the last records.
-
-    ``oom_now``: the dead kernel's cgroup's ``oom_kill`` count read now (None: unreadable);
-    ``logged_oom``: whether the kernel log names it as killed for memory (None: unreadable).
-    """
+    """The likeliest cause of death, with its evidence, from the last records."""
     if not recs:
         return "it died before its first record: no evidence of a cause"
     last = recs[-1]
@@ -154,18 +152,20 @@ def message(info: dict) -> str:
     return f"nbgpu: the last kernel (pid {info['pid']}) died at about {when}; {ran}; {info['cause']}."
 
 
-def dead_rings(directory: Path | None = None, include_reported: bool = False) -> list[tuple[Path, dict]]:
-    """Rings of dead kernels not closed cleanly, newest first, with their descriptions."""
+def _dead(directory: Path | None) -> Iterator[tuple[Path, dict, list[dict]]]:
+    """(ring, header, records) of each kernel that is gone, oldest file name first."""
     d = directory or flight.cache_dir()
-    out = []
     for path in sorted(d.glob("flight-*.ring")) if d.is_dir() else []:
         got = flight.read_ring(path)
-        if got is None:
-            continue
-        header, recs = got
-        if header.get("closed") or not flight.is_dead(header):
-            continue
-        if header.get("reported") and not include_reported:
+        if got is not None and flight.is_dead(got[0]):
+            yield path, *got
+
+
+def dead_rings(directory: Path | None = None, include_reported: bool = False) -> list[tuple[Path, dict]]:
+    """Rings of dead kernels not closed cleanly, newest first, with their descriptions."""
+    out = []
+    for path, header, recs in _dead(directory):
+        if header.get("closed") or (header.get("reported") and not include_reported):
             continue
         out.append((path, describe(header, recs, flight_reads.oom_kills(header.get("cg_events")),
                                    oom_killed_in_log(int(header.get("pid", -1)),
@@ -175,18 +175,12 @@ def dead_rings(directory: Path | None = None, include_reported: bool = False) ->
 
 def sweep(directory: Path | None = None, reported: bool = False) -> int:
     """Remove rings of gone kernels that closed cleanly (and, with ``reported``, those shown)."""
-    d = directory or flight.cache_dir()
     n = 0
-    for path in d.glob("flight-*.ring") if d.is_dir() else []:
-        got = flight.read_ring(path)
-        if got is None or not flight.is_dead(got[0]):
-            continue
-        if got[0].get("closed") or (reported and got[0].get("reported")):
-            try:
+    for path, header, _ in _dead(directory):
+        if header.get("closed") or (reported and header.get("reported")):
+            with contextlib.suppress(OSError):
                 path.unlink()
                 n += 1
-            except OSError:
-                pass
     return n
 
 
@@ -202,10 +196,8 @@ def claim(path: Path) -> bool:
 def report_at_load() -> list[str]:
     """Each unreported dead kernel's line, once (its ring is then marked reported)."""
     lines = [message(info) for path, info in dead_rings() if claim(path)]
-    try:
+    with contextlib.suppress(OSError):
         sweep()
-    except OSError:
-        pass
     return lines
 
 
@@ -219,10 +211,8 @@ def run_cli(all_: bool, as_json: bool, clear: bool) -> int:
     if not all_:
         rings = rings[:1]
     for path, _ in rings:
-        try:
+        with contextlib.suppress(OSError):
             flight.set_flag(path, reported=True)
-        except OSError:
-            pass
     if as_json:
         print(json.dumps([info for _, info in rings], indent=1))
     elif not rings:

@@ -1,20 +1,4 @@
-"""Writing a sampler's timeline to a file while it grows, so a crash loses about a second.
-
-``Recorder(sampler, "run.jsonl")`` appends the rows that arrived since the last
-``flush()`` (call it about once a second) and ends with ``close()``. A tick's row waits
-until every sample buffer of its GPU was drained past it (``Sampler.drained_until``), so
-samples are averaged into their own tick; ``nbgpu record`` asks for a drain before each
-flush, so rows are written about a second after their tick. JSON lines carry the
-same keys as ``Timeline.to_jsonl`` (each record filled with its GPU's latest values; both
-built by ``nbgpu.files.jsonl_record``), plus event lines (``"event"``: run, mark, lost,
-alert, ...) that log readers can skip. CSV gets a fixed header of every metric the source
-offers. Parquet cannot be appended safely, so rows go to ``<path>.partial.jsonl`` while
-recording and ``close()`` turns that journal into the Parquet file, with the events in its
-schema metadata (after a crash, the journal holds the data).
-
-Each line reaches the OS whole; a write that fails (disk full) cuts the file back to its
-last complete line and raises one ``FileError`` line, so the file stays valid up to there.
-"""
+"""Writing a sampler's timeline to a file while it grows, so a crash loses about a second."""
 
 from __future__ import annotations
 
@@ -23,6 +7,7 @@ import csv
 import datetime as _dt
 import io
 import os
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +16,7 @@ from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .runfile import load_run
+from .timeline import fold_samples
 
 if TYPE_CHECKING:
     from .sampler import Sampler
@@ -53,13 +39,8 @@ def format_of(path: str) -> str:
 
 
 class Recorder:
-    """Appends a running sampler's new rows and events to ``path`` on every ``flush()``.
-
-    Args:
-        sampler: the sampler whose timeline is written (started or not).
-        path: output file; the format follows the extension (.jsonl, .csv, .parquet).
-        header: extra fields for the first JSON line (the command, for instance).
-    """
+    """Appends a sampler's new rows and events to ``path`` (.jsonl, .csv, .parquet) on every
+    ``flush()``; ``header``: extra fields of the first JSON line (the command, for instance)."""
 
     def __init__(self, sampler: Sampler, path: str, header: dict | None = None) -> None:
         self.sampler = sampler
@@ -85,7 +66,7 @@ class Recorder:
                          "devices": [{"index": d.key, "name": d.name, "uuid": d.uuid, "parent": d.parent,
                                       "mig": d.mig, "host": d.node} for d in sampler.devices],
                          **(header or {})},
-                        t=sampler.started_at or _now())
+                        t=sampler.started_at or time.time())
 
     def _csv_columns(self) -> list[str]:
         store = self.sampler.store
@@ -110,14 +91,7 @@ class Recorder:
         return t, cols
 
     def _device_rows(self, device: object, cap: float, final: bool) -> tuple[np.ndarray, dict]:
-        """New rows of one GPU: one per sampler tick, buffered samples averaged into their tick.
-
-        NVML's sample buffers (power every 20 ms, utilisation every 200 ms) would make a
-        line every 20 ms per GPU; a tick row with the mean of the samples since the previous
-        tick keeps files small and the energy right, and ``<metric>_max`` keeps their
-        maximum (a memory peak between two ticks), as ``Timeline.to_pandas`` does. Sources
-        without ticks (Prometheus) keep their own sample times.
-        """
+        """New rows of one GPU: one per sampler tick, buffered samples averaged into their tick."""
         streams = self.sampler.store.streams_of(device)
         if "tick" not in streams:
             parts = [self._read_new(device, s, np.inf) for s in streams]
@@ -140,25 +114,16 @@ class Recorder:
                 continue
             slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
             slot = np.minimum(slot, len(t) - 1)
-            for name, values in bcols.items():
-                values = values.astype(np.float64)
-                sums = np.bincount(slot, weights=np.nan_to_num(values), minlength=len(t))
-                counts = np.bincount(slot, weights=~np.isnan(values), minlength=len(t))
-                mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-                peaks = np.full(len(t), np.nan)
-                ok = ~np.isnan(values)
-                np.fmax.at(peaks, slot[ok], values[ok])
+            for name, values in bcols.items():  # as Timeline's tick rows
                 base = cols.get(name, np.full(len(t), np.nan))
-                cols[name] = np.where(counts > 0, mean, base)
-                cols[max_column(name)] = np.where(counts > 0, peaks, base)  # as Timeline's tick rows
+                cols[name], cols[max_column(name)] = fold_samples(slot, values, len(t), base)
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:
         """(time, gpu, {column: value}) of everything new, sorted by time."""
         store = self.sampler.store
         has_host = HOST_KEY in store.devices()
-        # Host rows are appended last in a tick: capping tick rows at the newest host row
-        # keeps every tick row together with its host reading.
+        # Host rows are appended last in a tick: capped at the newest, each tick row has its host row.
         cap = np.inf if final or not has_host else store.last(HOST_KEY, "host_ram_total_bytes")[0]
         if not final:  # a tick whose buffered samples are still in NVML's buffer waits for them
             cap = min([cap, *(self.sampler.drained_until(d.key) for d in self.sampler.devices)])
@@ -167,8 +132,7 @@ class Recorder:
         host: dict[float, dict] = {}
         if has_host:
             ht, hcols = self._read_new(HOST_KEY, "tick", cap)
-            for i, when in enumerate(ht.tolist()):
-                host[when] = {k: float(v[i]) for k, v in hcols.items()}
+            host = {when: {k: float(v[i]) for k, v in hcols.items()} for i, when in enumerate(ht.tolist())}
         out = []
         for dev in self.sampler.devices:
             t, cols = self._device_rows(dev.key, cap, final)
@@ -176,9 +140,7 @@ class Recorder:
             arrays = [cols[n].tolist() for n in names]
             for i, when in enumerate(t.tolist()):
                 row = {n: a[i] for n, a in zip(names, arrays, strict=True)}
-                extra = host.get(when)
-                if extra:
-                    row.update(extra)
+                row.update(host.get(when, {}))
                 out.append((when, dev.key, row))
         out.sort(key=lambda r: r[0])
         return out
@@ -198,9 +160,7 @@ class Recorder:
         else:
             for when, gpu, row in rows:
                 last = self._last.setdefault(gpu, {})
-                for key, value in row.items():
-                    if value == value:  # not NaN
-                        last[key] = value
+                last.update((key, value) for key, value in row.items() if value == value)  # not NaN
                 lines.append(json_line(jsonl_record(iso(when), gpu, last)))
         for line in lines:  # counted line by line: a failed write leaves a true count
             self._file.write([line])
@@ -305,9 +265,3 @@ def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
             ok = ~np.isnan(values.astype(np.float64))
             target[idx[ok]] = values[ok]
     return times, cols
-
-
-def _now() -> float:
-    import time
-
-    return time.time()

@@ -1,10 +1,4 @@
-"""A recorded run read back from any of the three timeline formats, safely.
-
-``load_run`` takes what ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet`` wrote
-(``nbgpu.files``) and gives a ``Run``: its rows, its events and how many torn lines it
-skipped. Anything that is not such a file is one ``FileError`` line saying what is wrong; a
-FIFO or device is refused before it is opened (reading one would block forever).
-"""
+"""A recorded run read back from any of the three timeline formats, safely."""
 
 from __future__ import annotations
 
@@ -93,8 +87,7 @@ class Run:
         return sorted(out, key=lambda s: s[0])
 
 
-# The keys of a reading line that are read; any other key is ignored (it cannot be shown).
-# A tick row also keeps the peak of a GPU metric's samples folded into it (``<metric>_max``).
+# The keys of a reading line that are read (with each tick's ``<metric>_max`` peaks); others are ignored.
 PEAK_OF = {max_column(m.name): m.name for m in GPU_METRICS}
 ROW_KEYS = frozenset(BY_NAME) | frozenset(PEAK_OF) | {"timestamp", "gpu_id", "gpu", "decimated", "_line"}
 
@@ -281,12 +274,7 @@ def _read_jsonl(path: str) -> Run:
 
 
 def load_run(path: str | os.PathLike) -> Run:
-    """Read a run written by ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet``.
-
-    Anything that is not such a file gives one ``FileError`` line saying what is wrong.
-    Metric columns read as floats (unreadable cells NaN); in a filled file a repeated energy
-    counter value is a copy, not a reading, so it reads as NaN (else a short run shows 0 J).
-    """
+    """Read a run written by ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet``."""
     text = os.fsdecode(path) if path is not None else ""
     _open_regular(text)
     ext = os.path.splitext(text)[1].lower()

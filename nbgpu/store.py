@@ -1,13 +1,4 @@
-"""Bounded, thread-safe storage of readings: chunked numpy columns per (device, stream).
-
-The sampler thread is the only writer. Readers (timeline, views, captures) take copies
-under a short lock. Rows older than ``full_res_s`` are folded into ``bucket_s`` buckets
-(mean, min, max of each column) a whole bucket at a time; rows and buckets older than
-``history_s`` are dropped and never returned. Memory is bounded by the sources' rates
-times those durations, whatever runs how long. Events carry a ``seq`` number so readers
-(the recorder) follow them with ``events_since(seq)``. Each stream's rows are kept by a
-``store_stream.Stream``; here are the keyed streams, the events and the read shapes.
-"""
+"""Bounded, thread-safe storage of readings: chunked numpy columns per (device, stream)."""
 
 from __future__ import annotations
 
@@ -22,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import BadArgumentError
-from .store_stream import Stream, _joined
+from .store_stream import Stream
 
 # Defaults: one hour at full resolution, then 10 s buckets for 24 hours.
 DEFAULT_FULL_RES_S = 3600.0
@@ -64,11 +55,7 @@ class Event:
 
 class MarkFollower:
     """A reader's copy of the store's marks, each event read once (``nbgpu.track()`` marks
-    every iteration and the store keeps 10,000 events), less those the store let go.
-
-    ``marks`` holds (time, label, seq) in the store's order; a reader may drop some of them
-    (it keeps the order).
-    """
+    every iteration and the store keeps 10,000 events), less those the store let go."""
 
     def __init__(self) -> None:
         self.marks: list[tuple[float, str, int]] = []
@@ -172,10 +159,7 @@ class Store:
 
     def devices(self) -> list[object]:
         with self.lock:
-            seen: dict[object, None] = {}
-            for device, _ in self._streams:
-                seen[device] = None
-            return list(seen)
+            return list(dict.fromkeys(d for d, _ in self._streams))
 
     def streams_of(self, device: object) -> list[str]:
         with self.lock:
@@ -194,24 +178,7 @@ class Store:
     def series(self, device: object, metric: str, t0: float = -np.inf, t1: float = np.inf,
                coarse: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of one metric of one device in [t0, t1], NaN rows dropped."""
-        parts_t, parts_v = [], []
-        with self.lock:
-            for name in self._where.get((device, metric), ()):
-                stream = self._streams[(device, name)]
-                if not stream.may_hold(metric, t0):
-                    continue
-                pieces = stream.pieces(t0, t1, coarse, [metric])
-                if not pieces:
-                    continue
-                t, cols = _joined(pieces, [metric])
-                v = cols[metric].astype(np.float64, copy=False)
-                nan = np.isnan(v)
-                if nan.any():
-                    t, v = t[~nan], v[~nan]
-                if len(t):  # a stream that keeps the column but wrote none of it: nothing to merge
-                    parts_t.append(t)
-                    parts_v.append(v)
-        return merge_series(parts_t, parts_v)
+        return self.series_many([(device, metric)], t0, t1, coarse)[0]
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""
@@ -224,12 +191,7 @@ class Store:
         return best
 
     def last_many(self, device: object) -> dict[str, tuple[float, float]]:
-        """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass.
-
-        Each stream keeps its newest good row per column on append, so this copies those
-        records (the newer where a metric is in several streams; the first declared on a
-        tie) instead of searching any rows: the live panel calls it every refresh.
-        """
+        """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass."""
         with self.lock:
             metrics = self._by_device.get(device)
             if not metrics:
@@ -251,15 +213,7 @@ class Store:
 
     def series_packed(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
                       t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> Packed:
-        """``series`` of every pair at once, packed: (lengths, times, values, cursor).
-
-        The rows of ``pairs[i]`` (NaN dropped, time-sorted) are the ``lengths[i]`` rows after
-        those of the pairs before it. One lock hold and a fixed number of numpy calls
-        whatever the number of pairs, so 50 short sparkline reads cost about one read.
-        ``since``, the ``cursor`` of an earlier call on this store, keeps only the
-        full-resolution rows appended after that call (late ones included), so a reader
-        that follows the store reads each row once.
-        """
+        """``series`` of every pair at once, packed: (lengths, times, values, cursor)."""
         pair, t, v, cursor = self.series_rows(pairs, t0, t1, coarse, since)
         return Packed(np.bincount(pair, minlength=len(pairs)), t, v, cursor)
 
@@ -300,12 +254,7 @@ class Store:
         return Rows(pair, t, v, cursor)
 
     def _plan(self, pairs: list[tuple[object, str]]):
-        """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached.
-
-        Returns ((stream key, stream, columns) per stream read, (pair, read, column) per
-        part). A panel asks for the same pairs every refresh; declare() clears the cache
-        (and is the only place streams are made, so the plan may hold them).
-        """
+        """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached."""
         key = tuple(pairs)
         plan = self._plans.get(key)
         if plan is None:

@@ -14,10 +14,7 @@ MAX_FULL_RES_ROWS = 600_000
 
 
 class _Chunk:
-    """A fixed-size block of rows: float64 times and one typed array per column.
-
-    Rows ``start`` to ``n`` are live; rows before ``start`` were folded or dropped.
-    """
+    """A fixed-size block of rows: float64 times and one typed array per column."""
 
     __slots__ = ("cols", "n", "start", "times")
 
@@ -41,12 +38,7 @@ def _joined(pieces: list[tuple[np.ndarray, list[np.ndarray]]], columns: list[str
 
 def _views(chunks: deque[_Chunk], columns: list[str], t0: float, t1: float,
            before: float = np.inf) -> list[tuple[np.ndarray, list[np.ndarray]]]:
-    """Views of the live rows with t0 <= time <= t1 (and time < ``before``), oldest first.
-
-    Walks the chunks from the newest and stops at the first one that ends before ``t0``,
-    so a read of the last seconds costs the same however long the stream is. Rows once
-    written never change, so the views stay valid after the lock is released.
-    """
+    """Views of the live rows with t0 <= time <= t1 (and time < ``before``), oldest first."""
     out = []
     for ch in reversed(chunks):
         if ch.n <= ch.start:
@@ -129,12 +121,7 @@ def _cut_before(chunks: deque[_Chunk], t_cut: float | None, max_rows: int | None
 
 
 class Stream:
-    """Rows of one (device, stream): full resolution, then buckets of mean/min/max.
-
-    Bounds hold per row: a row older than ``full_res_s`` is folded into its ``bucket_s``
-    bucket once that bucket is complete (so full-resolution rows reach back at most
-    ``full_res_s + bucket_s``), and nothing older than ``history_s`` is kept or returned.
-    """
+    """Rows of one (device, stream): full resolution, then buckets of mean/min/max."""
 
     def __init__(self, columns: dict[str, np.dtype], full_res_s: float, bucket_s: float,
                  history_s: float) -> None:
@@ -248,11 +235,7 @@ class Stream:
         return -np.inf
 
     def read(self, t0: float, t1: float, coarse: bool = True, columns: list[str] | None = None):
-        """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``.
-
-        A copy of ``pieces``: the chunks are walked from the newest, so a read of the last
-        seconds costs the same after a minute or an hour of rows.
-        """
+        """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``."""
         names = list(self.columns) if columns is None else columns
         full, old = self._pieces(t0, t1, coarse, names)
         times, cols = _joined(old + full, names)
@@ -261,22 +244,8 @@ class Stream:
             decimated[:sum(len(t) for t, _ in old)] = True
         return times, cols, decimated
 
-    def may_hold(self, column: str, t0: float) -> bool:
-        """Whether a row at or after ``t0`` can hold a value (not NaN) of ``column``.
-
-        False when the column's newest value is older than ``t0`` by more than a bucket (the
-        row it folds into is stamped within its bucket), or when it never had one: a tick
-        stream's power column beside a power sample buffer, say.
-        """
-        good = self._good.get(column)
-        return good is not None and good[0] + self.bucket_s >= t0
-
     def newest(self, metric: str) -> tuple[float, float]:
-        """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none.
-
-        Kept on append, so no scan: once its row is folded or dropped, later rows of the
-        metric are all NaN and so is the answer.
-        """
+        """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none."""
         good = self._good.get(metric)
         if good is None or good[0] < self._oldest(self.chunks):
             return np.nan, np.nan
@@ -301,30 +270,16 @@ class Stream:
 
     def pieces_since(self, appended: int, t0: float, t1: float, columns: list[str]
                      ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
-        """Views of the full-resolution rows appended after the first ``appended``, in [t0, t1].
-
-        Rows arrive in time order per stream, so these are the newest rows, whatever their
-        times: a buffer drained late gives rows older than another stream's newest.
-        """
+        """Views of the full-resolution rows appended after the first ``appended``, in [t0, t1]."""
         left = self.appended - appended
-        if left <= 0:
-            return []
-        newest = self.chunks[-1] if self.chunks else None
-        if newest is not None and newest.n - left >= newest.start:  # a refresh's usual case
-            return _newest_rows(newest, newest.n - left, t0, t1, columns)
-        out = []
-        for ch in reversed(self.chunks):
+        out: list[tuple[np.ndarray, list[np.ndarray]]] = []
+        for ch in reversed(self.chunks):  # a refresh's usual case: the newest chunk alone
             if left <= 0:
                 break
             lo = max(ch.start, ch.n - left)
             left -= ch.n - lo
-            t = ch.times[lo : ch.n]
-            if not len(t) or t[-1] < t0 or t[0] > t1:
-                continue
-            a = int(t.searchsorted(t0, "left")) if t[0] < t0 else 0
-            b = int(t.searchsorted(t1, "right")) if t[-1] > t1 else len(t)
-            out.append((t[a:b], [ch.cols[c][lo + a : lo + b] for c in columns]))
-        out.reverse()
+            if lo < ch.n:
+                out[:0] = _newest_rows(ch, lo, t0, t1, columns)
         return out
 
     def nbytes(self) -> int:

@@ -1,9 +1,4 @@
-"""A static SVG picture of a timeline DataFrame: the fallback that saved notebooks keep.
-
-Pure Python and numpy (no matplotlib, no browser), so it works in a kernel, in the CLI's
-HTML report and on machines without a display. One small chart per metric, stacked,
-one line per GPU, marks as labelled dashed rules, missing readings drawn as gaps.
-"""
+"""A static SVG picture of a timeline DataFrame: the fallback that saved notebooks keep."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ import numpy as np
 
 from .decimate import decimate_minmax
 from .metrics import BY_NAME
+from .timeline import epoch_seconds
 from .units import GIB, KIB, MIB, TIB
 
 if TYPE_CHECKING:
@@ -63,17 +59,6 @@ def _tick_seconds(s: float) -> str:
     return f"{s:.3g}s"
 
 
-def _epoch(times) -> np.ndarray:
-    """Epoch seconds from a time column (datetime64, tz-aware or numbers)."""
-    arr = np.asarray(times)
-    if np.issubdtype(arr.dtype, np.number):
-        return arr.astype(np.float64)
-    import pandas as pd
-
-    ts = pd.to_datetime(pd.Series(times), utc=True)
-    return (ts.astype("int64").to_numpy() / 1e9).astype(np.float64)
-
-
 def _path(xs: np.ndarray, ys: np.ndarray) -> str:
     """SVG path data; NaN starts a new sub-path, so gaps stay gaps."""
     parts, pen_down = [], False
@@ -108,33 +93,26 @@ def _empty(width: int) -> str:
 
 def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
                  marks: list[tuple[float, str]] | None = None, width: int = 720) -> str:
-    """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string.
-
-    Args:
-        df: one row per (time, gpu); NaN cells are gaps, absent columns are skipped.
-        metrics: columns to draw, one chart each; None draws those of ``DEFAULT_METRICS``
-            that have data.
-        marks: (epoch seconds, label) pairs drawn as dashed vertical rules on every chart.
-        width: picture width in pixels; lines are min/max-decimated to about this many points.
-    """
+    """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string: one chart
+    per metric of ``metrics`` (None: ``DEFAULT_METRICS``), ``marks`` as dashed rules."""
     width = max(240, int(width))
     if df is None or not len(df) or "time" not in df.columns:
         return _empty(width)
-    wanted = DEFAULT_METRICS if metrics is None else metrics
-    t = _epoch(df["time"])
-    gpus = list(dict.fromkeys(df["gpu"].tolist())) if "gpu" in df.columns else [None]
-    data: SeriesMap = {}
-    for metric in wanted:
-        if metric not in df.columns:
-            continue
-        vals = df[metric].to_numpy(dtype=np.float64, na_value=np.nan)
-        per_gpu = {}
-        for gpu in gpus:
-            rows = np.ones(len(df), dtype=bool) if gpu is None else (df["gpu"] == gpu).to_numpy()
-            ok = rows & ~np.isnan(vals)
-            per_gpu[gpu] = (t[ok], vals[ok])
-        data[metric] = per_gpu
-    return svg_series(data, marks, width, gpus)
+    wanted = [m for m in (DEFAULT_METRICS if metrics is None else metrics) if m in df.columns]
+    per = series_of_frame(df, wanted)
+    return svg_series({m: {g: per[g][m] for g in per} for m in wanted}, marks, width, list(per))
+
+
+def series_of_frame(df: pd.DataFrame, metrics: tuple | list) -> dict[object, dict[str, tuple]]:
+    """{gpu: {metric: (epoch seconds, values)}} of ``df``, NaN dropped (no ``gpu`` column: GPU None)."""
+    t = epoch_seconds(df["time"])
+    gpus = df["gpu"].to_numpy() if "gpu" in df.columns else np.full(len(df), None)
+    cols = {m: df[m].to_numpy(dtype=np.float64, na_value=np.nan) for m in metrics if m in df.columns}
+    out = {}
+    for g in dict.fromkeys(gpus.tolist()):
+        rows = gpus == g
+        out[g] = {m: (t[ok], v[ok]) for m, v in cols.items() for ok in (rows & ~np.isnan(v),)}
+    return out
 
 
 CHAR_W = 6.8  # a generous width of one character at FONT's size
@@ -159,13 +137,7 @@ def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[floa
 
 def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, width: int = 720,
                gpus: list | None = None, dashed: frozenset | set = frozenset()) -> str:
-    """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string.
-
-    Charts come in the order of ``data``; metrics without any value are skipped. NaN
-    values are gaps. ``gpus`` fixes the legend order and colours (None: order of first use);
-    the lines of ``dashed`` keys are dashed over the others (drawn wider), so a line that
-    equals another still shows. Mark labels sit in rows above the charts, never on each other.
-    """
+    """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string."""
     width = max(240, int(width))
     plot_w = width - LEFT - RIGHT
     data = {m: {g: (t, _drawable(v)) for g, (t, v) in per.items()} for m, per in data.items()}
@@ -174,11 +146,9 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
         return _empty(width)
     if gpus is None:
         gpus = list(dict.fromkeys(g for per in data.values() for g in per))
-    t0 = min(float(np.min(t)) for per in data.values() for t, _ in per.values() if len(t))
-    t1 = max(float(np.max(t)) for per in data.values() for t, _ in per.values() if len(t))
     mark_list = [(float(mt), str(label)) for mt, label in (marks or [])]
-    for mt, _ in mark_list:
-        t0, t1 = min(t0, mt), max(t1, mt)
+    ends = [float(f(t)) for per in data.values() for t, _ in per.values() if len(t) for f in (np.min, np.max)]
+    t0, t1 = min(ends + [mt for mt, _ in mark_list]), max(ends + [mt for mt, _ in mark_list])
     span = max(t1 - t0, 1e-6)
     metrics = list(data)
 

@@ -1,11 +1,4 @@
-"""A read-only view of a store over a time range, as DataFrames and files.
-
-``Timeline`` is what users hold: ``to_pandas()`` gives one row per (sampler tick, gpu) with
-every metric filled (``resolution="native"``: every reading at its own time),
-``between(t0, t1)`` narrows the range, and ``to_csv``/``to_jsonl``/``to_parquet`` write it.
-Host readings (CPU and RAM of the machine and of this process tree) appear as the
-``host_*`` and ``proc_*`` columns on each sampler tick's rows, and alone in ``host()``.
-"""
+"""A read-only view of a store over a time range, as DataFrames and files."""
 
 from __future__ import annotations
 
@@ -25,10 +18,8 @@ if TYPE_CHECKING:
 
     from .store import Store
 
-TimeLike = "float | datetime.datetime | pandas.Timestamp | str"
 RESOLUTIONS = ("tick", "native")
-# A reading read less often than the ticks stands for the ticks after it for this many of its
-# own periods; later it is stale and the cell stays NaN.
+# A reading sparser than the ticks stands for the ticks after it for this many of its own periods.
 HOLD_PERIODS = 3
 HOLD_LOOKBACK_S = 60.0  # how far before the range a held reading is looked for
 # Columns that count bytes: int64 in frames when every value is known.
@@ -48,6 +39,20 @@ def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     src = np.where(has, last, 0)
     fresh = has & (t - t[src] <= HOLD_PERIODS * spacing)
     return np.where(ok, v, np.where(fresh, v[src], np.nan))
+
+
+def fold_samples(slot: np.ndarray, values: np.ndarray, n: int, own: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, max) of ``values`` (NaN skipped) per tick ``slot`` of ``n``; ``own`` where a tick got none."""
+    values = values.astype(np.float64)
+    ok = ~np.isnan(values)
+    slot, values = slot[ok], values[ok]
+    counts = np.bincount(slot, minlength=n)
+    peaks = np.full(n, np.nan)
+    np.fmax.at(peaks, slot, values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(slot, weights=values, minlength=n) / np.maximum(counts, 1)
+    return np.where(counts > 0, mean, own), np.where(counts > 0, peaks, own)
 
 
 def _as_counts(df: pd.DataFrame) -> pd.DataFrame:
@@ -77,6 +82,16 @@ def to_epoch(t: object) -> float:
             t = t.replace(tzinfo=_dt.timezone.utc)
         return t.timestamp()
     raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
+
+
+def epoch_seconds(col: pd.Series) -> np.ndarray:
+    """Epoch seconds (float64) of a frame's time column: numbers, or datetimes (naive = UTC)."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(col.dtype):
+        return col.to_numpy(dtype=np.float64)
+    ts = pd.to_datetime(col, utc=True)
+    return (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
 
 
 class Timeline:
@@ -115,9 +130,7 @@ class Timeline:
 
     def marks(self) -> list[tuple[float, str]]:
         """(time, label) of the marks in range."""
-        with self.store.lock:
-            events = list(self.store.events)
-        return [(e.time, e.label) for e in events if e.kind == "mark" and self.t0 <= e.time <= self.t1]
+        return [(e.time, e.label) for e in self.events() if e.kind == "mark"]
 
     def events(self) -> list:
         """All events (marks, lost GPUs, sampler starts/stops) in range."""
@@ -127,14 +140,7 @@ class Timeline:
 
     # -- DataFrames -----------------------------------------------------------------------
     def _tick_frame(self, device: object, late: dict[str, float]):
-        """One row per tick of ``device``: buffered readings folded into the tick they precede.
-
-        A tick's cell of a buffered metric is the mean of that metric's readings since the
-        previous tick (``<metric>_max`` keeps their maximum); metrics read less often than
-        ticks hold their last reading for HOLD_PERIODS of their own spacing. Ticks after
-        the time a buffer was drained up to are NaN in its columns (their readings are not
-        in the store yet: an older one must not stand for them); ``late`` gets that time.
-        """
+        """One row per tick of ``device``: buffered readings folded into the tick they precede."""
         import pandas as pd
 
         streams = self.store.streams_of(device)
@@ -154,16 +160,8 @@ class Timeline:
             idx = np.searchsorted(tt, st, "left")
             keep = (idx < n) & (st > tt[0] - first_gap)
             for col, raw in scols.items():
-                v = raw.astype(np.float64)
-                ok = keep & ~np.isnan(v)
-                counts = np.bincount(idx[ok], minlength=n)
-                sums = np.bincount(idx[ok], weights=v[ok], minlength=n)
-                peaks = np.full(n, np.nan)
-                np.fmax.at(peaks, idx[ok], v[ok])
                 own = data.get(col, np.full(n, np.nan))
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    data[col] = np.where(counts > 0, sums / np.maximum(counts, 1), own)
-                data[max_column(col)] = np.where(counts > 0, peaks, own)
+                data[col], data[max_column(col)] = fold_samples(idx[keep], raw[keep], n, own)
                 until = self.drained(device, col) if self.drained is not None else math.inf
                 if until < tt[-1]:
                     pending[col] = pending[max_column(col)] = until
@@ -203,17 +201,9 @@ class Timeline:
 
         Args:
             host: tick rows also carry the ``host_*``/``proc_*`` columns.
-            resolution: "tick" (default) folds the readings of NVML's sample buffers (power
-                every 20 ms, utilisation every 200 ms, fast memory reads) into the tick
-                they precede: their mean in the metric's column and their maximum in
-                ``<metric>_max`` (``power_max_w``, ``util_max_pct``, ``mem_used_max_bytes``);
-                metrics read less often hold their last reading for 3 of their periods.
-                Ticks newer than a buffer's last drain are NaN in its columns (the readings
-                come at the next drain, up to 10 s later); ``attrs["not_drained"]`` then
-                says, per column, the time the readings reach.
-                "native" gives every reading at its own time: sparse rows, where a row
-                carries only the metrics read at that instant and the rest are NaN.
-        Byte counts (``mem_used_bytes``, ...) are int64 when every value is known.
+            resolution: "tick" folds sample buffers into the tick they precede (their mean, and
+                their maximum in ``<metric>_max``; ticks not drained yet are NaN there, see
+                ``attrs["not_drained"]``); "native": every reading at its own time (docs/profiles.md).
         """
         import pandas as pd
 
@@ -268,8 +258,7 @@ class Timeline:
     def to_jsonl(self, path: str, filled: bool = True) -> str:
         """Write JSON lines with the monitoring script's keys plus nbgpu's; atomically.
 
-        With ``filled`` each record carries the latest known value of every metric of its
-        GPU (as a polling script would log), so old log readers keep working.
+        ``filled``: each record carries its GPU's latest value of every metric (as a script logs).
         """
         from .files import write_jsonl
 

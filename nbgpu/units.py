@@ -1,13 +1,9 @@
-"""How numbers read for people: memory in binary units (GiB/MiB, as nvidia-smi), durations, energy.
-
-Every view that shows a figure to a person (panel, cell report, one-line summary, CLI,
-alerts) formats it here, so the same reading looks the same everywhere. Missing values
-(None, NaN, inf) read as "–", never as 0.
-"""
+"""How numbers read for people: memory in binary units (GiB/MiB, as nvidia-smi), durations, energy."""
 
 from __future__ import annotations
 
 import math
+import numbers
 
 MISSING = "–"
 KIB = 1024
@@ -25,6 +21,11 @@ def _ok(v: object) -> bool:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
+
+
+def as_float(v: object) -> float:
+    """``v`` as a float; NaN when it is no number (text, None, a bool)."""
+    return float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else math.nan
 
 
 def fmt_bytes(n: float | None, signed: bool = False, digits: int = 1) -> str:
@@ -46,10 +47,7 @@ def fmt_rate(n: float | None) -> str:
 
 
 def gib(n: float | None, digits: int | None = None) -> str:
-    """A byte count as a bare number of GiB (``0.5``, ``9.8``, ``71``), for ``used/total GiB`` pairs.
-
-    ``digits`` None gives one decimal below 10 GiB and none above (as the panel shows it).
-    """
+    """A byte count as a bare number of GiB (``0.5``, ``9.8``, ``71``), for ``used/total GiB`` pairs."""
     if not _ok(n):
         return MISSING
     g = float(n) / GIB

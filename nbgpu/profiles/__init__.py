@@ -1,8 +1,4 @@
-"""GPU profiles of code: cells (``%%gpumon``, ``%gpumon --cells``), blocks, loops and marks.
-
-``nbgpu.history`` (the function) lives in ``nbgpu.profiles.history`` (the module, which
-also holds the records: ``records()``, ``clear()``).
-"""
+"""GPU profiles of code: cells (``%%gpumon``, ``%gpumon --cells``), blocks, loops and marks."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
 """The bounds of ``nbgpu compare --fail-if``: a regression gate between a base run and a new one.
 
-Grammar (spaces allowed between the parts)::
-
-    BOUND  := METRIC OP LIMIT
-    OP     := ">" | ">=" | "<" | "<="
-    LIMIT  := SIGN NUMBER "%"      the new run's figure against base × (1 + N/100)
-            | SIGN NUMBER UNIT     the new run's figure minus the base's figure
-            | NUMBER UNIT          the new run's figure itself
-    SIGN   := "+" | "-"
-
-A bound says when the gate fails: ``energy_j>+5%`` fails when the new run used more than
-5 % more energy than the base. Units follow the metric: bytes (B, KiB, MiB, GiB, TiB,
-kB, MB, GB, TB), seconds (ms, s, min, h), energy (J, kJ, MJ, Wh, kWh), power (W, kW),
-percent figures (pp: percentage points), temperature (C). A figure missing from either
-run breaks its bound (the gate cannot vouch for it).
+The grammar and units are in docs/compare.md ("--fail-if").
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Keras and PyTorch Lightning callbacks that mark each epoch, like ``nbgpu.track``.
-
-Neither framework is imported by nbgpu unless one of these functions is called; each
-returns a callback object whose ``tracker.summary()`` gives one row per epoch and GPU.
-"""
+"""Keras and PyTorch Lightning callbacks that mark each epoch, like ``nbgpu.track``."""
 
 from __future__ import annotations
 

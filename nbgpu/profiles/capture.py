@@ -1,20 +1,9 @@
-"""``nbgpu.capture()``: the GPU profile of a block of code.
-
-A capture only notes its start and end times, asks the sampler thread to read its edges
-(the energy counter only where it helps: at a start with no recent counter reading, and at
-the end of a block of ``COUNTER_MIN_S`` or more) and holds the sampler's fast memory lane
-(memory used every 10 ms) while it is open, so a spike of 50 ms reaches the peak.
-Everything else is read from the sampler's store afterwards, so entering and leaving a
-capture never calls NVML. It reuses the kernel's running sampler (or any running one) and
-starts a sampler of its own only when none runs. Where PyTorch's allocator is in use, its
-peak reserved memory is folded into the peak (see ``summary.summarize``).
-"""
+"""``nbgpu.capture()``: the GPU profile of a block of code."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 import traceback
 from typing import TYPE_CHECKING
@@ -24,12 +13,13 @@ import numpy as np
 from ..diagnostics import stacks
 from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
+from ..peaks import match_torch
 from ..sampler import Sampler, check_sampler
 from ..sampler_thread import running_samplers, wait_for_edge
 from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
-from .summary import Summary, rows_frame, selected, summarize
+from .summary import Summary, as_count, rows_frame, selected, summarize
 from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
@@ -37,8 +27,7 @@ if TYPE_CHECKING:
 
 OWN_SAMPLER_INTERVAL_S = 0.2
 FAST_MEMORY_EVERY_S = 0.01  # memory used is read this often while a capture is open
-# A start reads the energy counter only if its newest reading is older than this: a block
-# that turns out long is then anchored by a reading at most this far from its start.
+# A start reads the energy counter only if its newest reading is older than this (a long block's anchor).
 COUNTER_FRESH_S = 2.0
 
 _active: list[Capture] = []  # open captures, outermost first
@@ -171,10 +160,8 @@ class Capture:
             got = stacks.samples_of(self.sampler)
             self._samples = got.records(self.start_time, self.end_time) if got is not None else []
             self._split, self._split_final = self.split(), True
-        try:
+        with contextlib.suppress(Exception):
             self._torch.finish()
-        except Exception:
-            pass
         sampler = self.sampler
         if sampler is None:
             return
@@ -220,21 +207,19 @@ class Capture:
     @property
     def timeline(self) -> Timeline:
         """The block's ``Timeline`` (its GPUs only), like ``Sampler.timeline``: ``.to_pandas()``."""
-        t0, t1 = self._range()
-        devices = [d for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
-        return Timeline(self.sampler.store, devices, t0, t1)
+        return Timeline(self.sampler.store, self.devices(), *self._range())
+
+    def devices(self) -> list:
+        """The block's GPUs (``gpus``, a listed card's MIG slices with it)."""
+        devices = self.sampler.devices if self.sampler is not None else []
+        return [d for d in devices if selected(d.key, self.gpus, d.parent)]
 
     def gpu_keys(self) -> list:
-        """Keys of the block's GPUs (``gpus``, a listed card's MIG slices with it)."""
-        devices = self.sampler.devices if self.sampler is not None else []
-        return [d.key for d in devices if selected(d.key, self.gpus, d.parent)]
+        """Keys of the block's GPUs."""
+        return [d.key for d in self.devices()]
 
     def series(self, metrics: tuple[str, ...]) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
-        """(epoch seconds, values) in the block of each metric of each of its GPUs.
-
-        One locked pass over the store for what is not read yet; once the block is
-        finished the arrays are kept, so the picture and the comparison share one read.
-        """
+        """(epoch seconds, values) in the block of each metric of each of its GPUs."""
         keys = self.gpu_keys()
         finished = not math.isnan(self.end_time)
         cache = self._series if finished else {}
@@ -264,7 +249,7 @@ class Capture:
         for row in result.rows:
             for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                         "torch_allocated_end_bytes", "torch_reserved_end_bytes") if torch_rows else ():
-                row[col] = _count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
+                row[col] = as_count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
             row["label"] = self.label
             row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
                                       if a.gpu is None or a.gpu == row["gpu"])
@@ -281,10 +266,7 @@ class Capture:
 
     @property
     def summary(self) -> pd.DataFrame:
-        """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns.
-
-        Empty, with a warning that says how to simulate GPUs, when the sampler sees no GPU.
-        """
+        """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns."""
         from .report import NO_GPU_LINE, no_gpu
 
         if no_gpu(self):
@@ -303,18 +285,7 @@ class Capture:
         figures = self._torch.result
         if not figures:
             return {}
-        by_uuid = {f["torch_uuid"]: f for f in figures.values() if f["torch_uuid"]}
-        keys = [d.key for d in self.sampler.devices if selected(d.key, self.gpus, d.parent)]
-        uuids = {d.key: d.uuid for d in self.sampler.devices}
-        same_order = "CUDA_VISIBLE_DEVICES" not in os.environ and len(figures) == len(keys)
-        out = {}
-        for pos, key in enumerate(keys):
-            fig = by_uuid.get(uuids.get(key, ""))
-            if fig is None and same_order:
-                fig = figures.get(pos)
-            if fig is not None:
-                out[key] = fig
-        return out
+        return match_torch(self.devices(), [figures[i] for i in sorted(figures)], "torch_uuid")
 
     @property
     def totals(self) -> dict[str, object]:
@@ -385,10 +356,7 @@ class Capture:
         return line
 
     def report(self) -> None:
-        """Display the cell report (interactive chart + static fallbacks), once.
-
-        Returns None, so ``cap.report()`` as a cell's last line adds no second copy.
-        """
+        """Display the cell report (interactive chart + static fallbacks), once (None: no second copy)."""
         from IPython.display import display
 
         from ..hooks import view
@@ -401,16 +369,7 @@ class Capture:
         return static_html(self)
 
 
-def _count(v: float) -> object:
-    """A byte count as an int; NaN stays NaN."""
-    return round(float(v)) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
-
-
 def capture(sampler: Sampler | None = None, *, source: object = None, interval: float | None = None,
             gpus: list | None = None, label: str = "") -> Capture:
-    """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``.
-
-    Reuses the running sampler, else starts one for the block (``source``, ``interval``) and
-    stops it at its end (either while another runs: ``BadArgumentError``). Never catches.
-    """
+    """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``."""
     return Capture(sampler, source=source, interval=interval, gpus=gpus, label=label)

@@ -1,14 +1,9 @@
-"""Per-cell profiles: ``%%gpumon`` (one cell) and ``%gpumon --cells`` (every cell).
-
-The cell hooks only take timestamps, ask the sampler thread for an energy reading and
-append a record: no NVML call, no summary. Cells at least ``min_duration_s`` long then
-get a one-line summary whose click opens the picture and table; shorter ones stay quiet
-and are summarised only when ``nbgpu.history()`` asks.
-"""
+"""Per-cell profiles: ``%%gpumon`` (one cell) and ``%gpumon --cells`` (every cell)."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import math
 import time
@@ -49,11 +44,7 @@ def _cell_id(shell, info=None) -> str | None:
 
 
 def current_count(shell) -> int | None:
-    """The In [] number of the running cell, as the front end shows it.
-
-    IPython 9 adds one to ``shell.execution_count`` before the cell runs (IPython 8 after),
-    so the running cell's own ``ExecutionResult`` is asked first.
-    """
+    """The In [] number of the running cell, as the front end shows it."""
     result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
     count = getattr(result, "execution_count", None)
     if isinstance(count, int):
@@ -69,10 +60,8 @@ def _display(obj) -> None:
 
 
 def against_last(rec: CellRecord) -> str:
-    """What changed since the cell's last run, "" if none: ``vs its last run (In [3], 2m05s
-    ago): 12 % more energy, 3 % longer, peak memory the same, utilisation 7 % → 70 %; steps
-    a second 4.1 → 38.5 (9.4×); main thread: data loader 81 % → 9 %``, then a line per
-    finding gone, new or still there (with its new figures)."""
+    """What changed since the cell's last run, "" if none: ``vs its last run (In [3], 2m05s ago): 12 %
+    more energy, ...; main thread: data loader 81 % → 9 %``, then a line per finding gone, new or kept."""
     runs = earlier(rec)
     if not runs:
         return ""
@@ -125,37 +114,31 @@ def cost_line(cap: Capture) -> str:
     return f"energy {fmt_energy(energy)} = {cost_of(energy).text()}"
 
 
-class _Notes:
+class _Shown:
+    """Display data: plain text and its HTML."""
+
+    def __init__(self, text: str, html: str) -> None:
+        self.text, self.html = text, html
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/plain": self.text, "text/html": self.html}
+
+
+def _notes(lines: list[str]) -> _Shown:
     """Display data under a report: how the cell compares with its last run, and its cost."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = [part for line in lines if line for part in line.split("\n")]
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        html = "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">{escape(line)}</p>'
-                       for line in self.lines)
-        return {"text/plain": "\n".join(self.lines), "text/html": html}
-
-
-class _OneLine:
-    """Display data of the ``--cells`` line: plain text, and HTML whose click opens the report."""
-
-    def __init__(self, cap: Capture, note: str = "") -> None:
-        self.cap = cap
-        self.note = note
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        from .report import compact_html
-
-        text = self.cap.one_line() + (f" · {self.note}" if self.note else "")
-        html = compact_html(self.cap)
-        if self.note:
-            html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(self.note)}</p>'
-        return {"text/plain": text, "text/html": html}
+    lines = [part for line in lines if line for part in line.split("\n")]
+    return _Shown("\n".join(lines), "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">'
+                                            f"{escape(line)}</p>" for line in lines))
 
 
 def _show_one_line(cap: Capture, note: str = "") -> None:
-    _display(_OneLine(cap, note))
+    """The ``--cells`` line: plain text, and HTML whose click opens the report."""
+    from .report import compact_html
+
+    html = compact_html(cap)
+    if note:
+        html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(note)}</p>'
+    _display(_Shown(cap.one_line() + (f" · {note}" if note else ""), html))
 
 
 def _show_post_mortem(cap: Capture, story) -> None:
@@ -241,10 +224,8 @@ def disable_cell_mode(shell) -> None:
         return
     mode, _mode = _mode, None
     for name, fn in (("pre_run_cell", mode.pre_run_cell), ("post_run_cell", mode.post_run_cell)):
-        try:
+        with contextlib.suppress(ValueError):
             mode.shell.events.unregister(name, fn)
-        except ValueError:
-            pass
 
 
 def cell_mode_enabled() -> bool:
@@ -267,11 +248,7 @@ def _run_body(shell, cell: str):
 
 
 def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = None) -> Capture:
-    """Run ``cell`` (the body of ``%%gpumon``) and show its report; returns the capture.
-
-    The report is shown whether the cell succeeds, raises or is interrupted; the cell's
-    exception then propagates unchanged.
-    """
+    """Run ``cell`` (the body of ``%%gpumon``) and show its report; returns the capture."""
     if _mode is not None:
         _mode.skip_current = True
     cap = Capture(sampler, gpus=gpus)
@@ -304,6 +281,6 @@ def _record_and_show(shell, cell: str, cap: Capture, story=None) -> None:
         from ..hooks import view
 
         _display(view("cell_report", cap))
-        _display(_Notes([against_last(rec), cost_line(cap)]))
+        _display(_notes([against_last(rec), cost_line(cap)]))
     except Exception as exc:  # the report must never hide the cell's own outcome
         log.warning("nbgpu: the cell report could not be shown: %s", exc)

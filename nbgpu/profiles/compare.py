@@ -1,29 +1,6 @@
 """Compare two runs (two cells, two recordings): each figure's change and whether it is real.
 
-A figure of one run comes with its noise, a half-width computed from what varies within
-that run's steady part: its readings after a start-up ramp (a one-way run of leading
-readings outside the second half's range; a flat block, a cycling load's pause, stays),
-so that a ramp's few large steps do not count as noise. A change counts only when it
-exceeds the two runs' noise added up:
-
-- ``duration_s``: when the run's start and end are clock stamps (a cell, a recorded
-  command's start and exit), ``RERUN_SPREAD`` of the run (at least 1 ms), else the median
-  spacing of its readings.
-- ``util_mean_pct``: two standard errors of the mean, plus 0.5 (NVML reports whole
-  percents). Consecutive readings are correlated (NVML's sample windows overlap the ticks;
-  a cyclic load's mean depends on where the run cut it), so the steady part's standard
-  deviation (at least its tick-to-tick jitter, from the median difference of consecutive
-  readings) is divided by the square root of the number of independent readings,
-  n(1-ρ)/(1+ρ) with ρ their lag-1 autocorrelation.
-- ``energy_j``: the energy times the relative two standard errors of the mean power, plus
-  the mean power over one power-sample spacing (an edge can move by one sample).
-- ``mem_peak_bytes``: near the peak: the larger step between the peak reading and its
-  neighbours (a peak between two readings is missed by at most that), at least 1 MiB.
-
-When earlier runs of the same work are known (three or more repeats), their spread (two
-standard deviations) is the noise if it is the larger. A run with fewer than
-``MIN_READINGS`` readings of a metric has no noise (NaN), and a noise above a quarter of
-the base figure resolves too little to call anything "the same": both say "cannot tell".
+Each figure's noise is defined in docs/compare.md.
 """
 
 from __future__ import annotations
@@ -35,7 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..units import fmt_bytes, fmt_duration, fmt_energy
+from ..files import json_value
+from ..svg import series_of_frame
+from ..units import as_float, fmt_bytes, fmt_duration, fmt_energy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +62,7 @@ class RunFigures:
     def to_json(self) -> dict:
         """Plain data (for the persistent history file)."""
         def pack(figs: dict[str, Figure]) -> dict:
-            return {k: [_finite(f.value), _finite(f.noise)] for k, f in figs.items()}
+            return {k: [json_value(float(f.value)), json_value(float(f.noise))] for k, f in figs.items()}
         return {"total": pack(self.total), "per_gpu": [[g, pack(f)] for g, f in self.per_gpu.items()]}
 
     @classmethod
@@ -93,16 +72,8 @@ class RunFigures:
         return cls(unpack(data.get("total", {})), {g: unpack(f) for g, f in data.get("per_gpu", [])})
 
 
-def _finite(v: float) -> float | None:
-    return float(v) if v is not None and math.isfinite(v) else None
-
-
 def _nan(v: object) -> float:
     return math.nan if v is None else float(v)
-
-
-def _num(v: object) -> float:
-    return float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else math.nan
 
 
 def _spacing(t: np.ndarray) -> float:
@@ -138,13 +109,7 @@ def _steady(v: np.ndarray) -> np.ndarray:
 
 def _sem2(v: np.ndarray) -> float:
     """Two standard errors of the mean of ``v``, its readings taken as correlated (NaN below
-    MIN_READINGS).
-
-    The spread is the steady part's standard deviation (at least the jitter); the number of
-    independent readings is n(1-ρ)/(1+ρ) with ρ the steady part's lag-1 autocorrelation, so
-    that readings which follow each other (overlapping sample windows, a load's cycles) count
-    for fewer.
-    """
+    MIN_READINGS)."""
     if len(v) < MIN_READINGS:
         return math.nan
     s = _steady(np.asarray(v, dtype=np.float64))
@@ -166,60 +131,43 @@ def _peak_step(v: np.ndarray) -> float:
 
 
 def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True) -> dict[str, Figure]:
-    """The compared figures of one GPU: values from its summary ``row``, noise from its readings.
-
-    ``series`` maps a metric (``util_pct``, ``power_w``, ``mem_used_bytes``) to (epoch
-    seconds, values) inside the run. ``stamped``: the run's start and end are clock stamps
-    (False: they are its first and last readings).
-    """
+    """The compared figures of one GPU: values from its summary ``row``, noise from its readings."""
     empty = (np.empty(0), np.empty(0))
     ut, uv = series.get("util_pct", empty)
     pt, pv = series.get("power_w", empty)
     mt, mv = series.get("mem_used_bytes", empty)
     ticks = [s for s in (_spacing(ut), _spacing(mt), _spacing(pt)) if not math.isnan(s)]
-    energy = _num(row.get("energy_j"))
+    energy = as_float(row.get("energy_j"))
     mean_p = float(pv.mean()) if len(pv) >= MIN_READINGS else math.nan
     energy_noise = (abs(energy) * _sem2(pv) / mean_p + mean_p * _spacing(pt)) if mean_p > 0 else math.nan
     util_noise = _sem2(uv) + 0.5
     mem_noise = max(MIB, _peak_step(mv)) if len(mv) >= 2 else math.nan
-    duration = _num(row.get("duration_s"))
+    duration = as_float(row.get("duration_s"))
     duration_noise = (max(STAMP_S, RERUN_SPREAD * duration) if stamped and math.isfinite(duration)
                       else STAMP_S if stamped else (max(ticks) if ticks else math.nan))
     return {
         "energy_j": Figure(energy, energy_noise),
-        "duration_s": Figure(_num(row.get("duration_s")), duration_noise),
-        "mem_peak_bytes": Figure(_num(row.get("mem_peak_bytes")), mem_noise),
-        "util_mean_pct": Figure(_num(row.get("util_mean_pct")), util_noise),
+        "duration_s": Figure(as_float(row.get("duration_s")), duration_noise),
+        "mem_peak_bytes": Figure(as_float(row.get("mem_peak_bytes")), mem_noise),
+        "util_mean_pct": Figure(as_float(row.get("util_mean_pct")), util_noise),
     }
 
 
 def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
                   totals: Mapping[str, object]) -> dict[str, Figure]:
-    """Figures over all GPUs: values from ``totals`` (the summary's combined row), noises combined.
-
-    Sums (energy) add noises in quadrature, the mean of utilisation divides that by the
-    number of GPUs, maxima (duration, peak memory) take the largest noise.
-    """
+    """Figures over all GPUs: values from ``totals`` (the summary's combined row), noises combined."""
     figs = [f for f in per_gpu.values() if f]
-
-    def noises(metric: str) -> list[float]:
-        return [f[metric].noise for f in figs if metric in f]
-
-    def quad(metric: str) -> float:
-        n = noises(metric)
-        return math.sqrt(sum(x * x for x in n)) if n else math.nan
-
-    def largest(metric: str) -> float:
-        n = noises(metric)
-        return max(n) if n and not any(math.isnan(x) for x in n) else math.nan
-
-    k = max(len(figs), 1)
-    return {
-        "energy_j": Figure(_num(totals.get("energy_j")), quad("energy_j")),
-        "duration_s": Figure(_num(totals.get("duration_s")), largest("duration_s")),
-        "mem_peak_bytes": Figure(_num(totals.get("mem_peak_bytes")), largest("mem_peak_bytes")),
-        "util_mean_pct": Figure(_num(totals.get("util_mean_pct")), quad("util_mean_pct") / k),
-    }
+    out = {}
+    for metric in COMPARED:
+        n = [f[metric].noise for f in figs if metric in f]
+        if not n:
+            noise = math.nan
+        elif metric in ("duration_s", "mem_peak_bytes"):  # maxima: the largest noise
+            noise = math.nan if any(math.isnan(x) for x in n) else max(n)
+        else:  # sums add in quadrature; a mean divides that by the number of GPUs
+            noise = math.sqrt(sum(x * x for x in n)) / (len(figs) if metric == "util_mean_pct" else 1)
+        out[metric] = Figure(as_float(totals.get(metric)), noise)
+    return out
 
 
 def capture_figures(cap: Capture) -> RunFigures:
@@ -231,29 +179,8 @@ def capture_figures(cap: Capture) -> RunFigures:
 
 
 def frame_series(df: pd.DataFrame) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Per-GPU (epoch seconds, values) of the compared metrics of a run's DataFrame, NaN dropped.
-
-    Rows written forward-filled repeat a reading; repeats of the same value are kept, as
-    the frame cannot tell them apart from readings that did not change.
-    """
-    out: dict[object, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    if not len(df):
-        return out
-    import pandas as pd
-
-    t_all = ((df["time"] - pd.Timestamp(0, tz="UTC")).dt.total_seconds()).to_numpy()
-    gpus = df["gpu"].to_numpy()
-    for g in dict.fromkeys(gpus.tolist()):
-        rows = gpus == g
-        per = {}
-        for m in ("util_pct", "power_w", "mem_used_bytes"):
-            if m in df.columns:
-                v = df[m].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
-                t = t_all[rows]
-                ok = ~np.isnan(v)
-                per[m] = (t[ok], v[ok])
-        out[g] = per
-    return out
+    """Per-GPU (epoch seconds, values) of the compared metrics of a run's DataFrame, NaN dropped."""
+    return series_of_frame(df, NOISE_METRICS)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,4 @@
-"""Energy as kWh, and as money and CO₂ where the user says what their electricity costs.
-
-nbgpu knows no price and no grid: both stay unset until ``nbgpu.configure(...)`` or
-``%config NbGpu.price_per_kwh`` (the ``NbGpu`` settings, nbgpu/config.py) or the environment
-(``NBGPU_PRICE_PER_KWH``, ``NBGPU_CURRENCY``, ``NBGPU_CARBON_G_PER_KWH``) sets them; until
-then only kWh are shown. The figures cover the GPUs' own energy, not the
-host, cooling or the power supply's losses.
-"""
+"""Energy as kWh, and as money and CO₂ where the user says what their electricity costs."""
 
 from __future__ import annotations
 

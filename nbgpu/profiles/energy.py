@@ -1,12 +1,4 @@
-"""Energy of a block of time, and the straight-line arithmetic every summary figure uses.
-
-Energy comes from the card's cumulative counter where it moved (a repeated value is a
-copy, not a reading), each end moved to the block's edge with the power readings between;
-a block shorter than ``COUNTER_MIN_S``, or one without counter readings near both edges,
-gets the integral of its power readings (trapezoids, first/last value held to the edges).
-Lines join readings straight; the value at an edge is interpolated between the readings
-around it.
-"""
+"""Energy of a block of time, and the straight-line arithmetic every summary figure uses."""
 
 from __future__ import annotations
 
@@ -23,10 +15,8 @@ if TYPE_CHECKING:
 # How far outside the range a reading may lie and still stand for the value at the edge.
 EDGE_SLACK_S = 5.0
 
-# Update periods of the card's own figures, in one place, measured on an H200 (driver 580)
-# by scripts/gpu/nvml_periods.py (its results are in the git history):
-# the total-energy counter changes every 100 ms; the power sample buffer holds a sample
-# every 20 ms (the polled power reading itself changes every 100 ms).
+# Update periods of the energy counter and of the power sample buffer, measured on an H200
+# (driver 580) by scripts/gpu/nvml_periods.py.
 RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
 PERIODS_MEASURED = True
 # A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
@@ -36,33 +26,9 @@ TARGET_ERROR = 0.02
 COUNTER_MIN_S = 10 * RESOLUTION_PERIODS_S["energy_period_s"]
 
 
-def _interp_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
-    """``np.interp(x, t, v)`` for one ``x``, in plain floats: the same arithmetic, without its setup.
-
-    Ends hold their value; at a reading's own time that reading is returned (the last of
-    equal times); between readings the line through the two around ``x``.
-    """
-    j = int(t.searchsorted(x, "right")) - 1
-    if j < 0:
-        return float(v[0])
-    if j >= len(t) - 1:
-        return float(v[-1])
-    ta, tb = t[j : j + 2].tolist()
-    if ta == x:
-        return float(v[j])
-    va, vb = v[j : j + 2].tolist()
-    slope = (vb - va) / (tb - ta)
-    out = slope * (x - ta) + va
-    if out != out:  # an infinite slope one way: try from the other reading, as numpy does
-        out = slope * (x - tb) + vb
-        if out != out and va == vb:
-            out = va
-    return out
-
-
 def line_knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
     """The line through the readings over [t0, t1]: edge values interpolated, inner readings kept."""
-    v0, v1 = _interp_at(t, v, t0), _interp_at(t, v, t1)
+    v0, v1 = np.interp((t0, t1), t, v).tolist()
     if t1 <= t0:
         return np.array([t0]), np.array([v0])
     i, j = int(t.searchsorted(t0, "right")), int(t.searchsorted(t1, "left"))
@@ -94,15 +60,11 @@ def line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
 
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
-    if not len(t):
-        return None
     i = int(t.searchsorted(at))
-    if i == 0:
-        j = 0
-    elif i == len(t):
-        j = i - 1
-    else:  # the earlier one on a tie, as min() over (i - 1, i) picks
-        j = i - 1 if abs(float(t[i - 1]) - at) <= abs(float(t[i]) - at) else i
+    around = [k for k in (i - 1, i) if 0 <= k < len(t)]
+    if not around:
+        return None
+    j = min(around, key=lambda k: abs(float(t[k]) - at))  # the earlier one on a tie
     return j if abs(float(t[j]) - at) <= slack else None
 
 
@@ -114,11 +76,7 @@ def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
 
 
 def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The readings of a cumulative counter where it moved: a repeated value is a copy.
-
-    A filled frame (or a counter read faster than it updates) repeats the last value; the
-    first time a value appears is when it was read, so only those readings are kept.
-    """
+    """The readings of a cumulative counter where it moved: a repeated value is a copy."""
     if len(v) < 2:
         return t, v
     moved = np.r_[True, v[1:] != v[:-1]]
@@ -128,8 +86,7 @@ def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
     pt, pv = r.series("power_w", t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
     if t1 - t0 < COUNTER_MIN_S and len(pt):
-        # The counter moves in steps of its update period, so over a short block the power
-        # readings say more; and what later counter reads could change stays unchanged.
+        # The counter moves in steps of its period: over a short block the power readings say more.
         return integrate_power_j(pt, pv, t0, t1), "power"
     et, ev = counter_readings(*r.series("energy_j"))  # the whole series: a copy's origin may lie far back
     near = (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
@@ -138,8 +95,7 @@ def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
     if a is not None and b is not None and b > a and ev[b] >= ev[a]:
         joules = float(ev[b] - ev[a])
         if len(pt):
-            # Move each counter reading to the edge: add power over the part it missed,
-            # subtract power over the part outside the range.
+            # Move each counter reading to the edge with the power over the part between.
             joules += _signed_power_j(pt, pv, t0, float(et[a]))
             joules += _signed_power_j(pt, pv, float(et[b]), t1)
             return max(joules, 0.0), "counter"

@@ -1,17 +1,4 @@
-"""``nbgpu.history()``: one row per profiled cell, to compare runs or save them.
-
-Records are small (times, a first line, a reference to the capture); their summaries are
-computed when first asked for, so recording a cell costs nothing but an append. The list
-is bounded: the oldest records go first.
-
-A persistent history (opt-in: ``nbgpu.keep_history()``, or the ``NBGPU_HISTORY_FILE``
-environment variable) also appends each cell's summary to a JSON-lines file (under a lock,
-so several kernels share one file), so a later kernel compares its cells with the runs
-before a restart. Its default place is
-``$XDG_DATA_HOME/nbgpu/history.jsonl`` (``~/.local/share/nbgpu/history.jsonl``). Keeping
-it costs each profiled cell its summary (computed at once instead of on demand) and one
-appended line; the newest ``MAX_SAVED`` records are read back.
-"""
+"""``nbgpu.history()``: one row per profiled cell, to compare runs or save them."""
 
 from __future__ import annotations
 
@@ -27,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
 from ..errors import warn_user
-from ..files import as_path, file_error
+from ..files import as_path, file_error, json_value
+from ..units import as_float
 from . import history_file
 from .compare import RunFigures, capture_figures
 from .cost import cost_of
@@ -44,6 +32,7 @@ MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
 ENV_HISTORY_FILE = "NBGPU_HISTORY_FILE"
 _ROW_SKIP = ("start", "end", "alerts", "label")
+_TAIL = ("alerts", "alert_rules", "error", *(f"share_{c}" for c in CATEGORIES), "top_line", "steps_per_s")
 
 
 def _first_line(source: str) -> str:
@@ -58,14 +47,6 @@ def _first_line(source: str) -> str:
 def source_hash(source: str) -> str:
     """A short digest of a cell's text (surrounding blank space ignored), to find its last run."""
     return hashlib.sha1(source.strip().encode("utf-8", "replace")).hexdigest()[:16]
-
-
-def _clean(v: object) -> object:
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 
 @dataclass
@@ -130,10 +111,10 @@ class CellRecord:
 
     def to_json(self) -> dict:
         """The record as plain data for the persistent history file."""
-        return {"v": 1, **{k: _clean(v) for k, v in self.head().items()},
-                "source_hash": self.source_hash, **{k: _clean(v) for k, v in self.tail().items()},
-                "totals": {k: _clean(v) for k, v in self.totals().items()},
-                "gpus": [{k: _clean(v) for k, v in r.items() if k not in _ROW_SKIP}
+        return {"v": 1, **{k: json_value(v) for k, v in self.head().items()},
+                "source_hash": self.source_hash, **{k: json_value(v) for k, v in self.tail().items()},
+                "totals": {k: json_value(v) for k, v in self.totals().items()},
+                "gpus": [{k: json_value(v) for k, v in r.items() if k not in _ROW_SKIP}
                          for r in self.gpu_rows()],
                 "figures": self.figures().to_json()}
 
@@ -165,8 +146,7 @@ class SavedRecord:
                                               "duration_s", "status")}
 
     def tail(self) -> dict:
-        return {k: self.data.get(k) for k in ("alerts", "alert_rules", "error", "top_line", "steps_per_s",
-                                              *(f"share_{c}" for c in CATEGORIES))}
+        return {k: self.data.get(k) for k in _TAIL}
 
     def gpu_rows(self) -> list[dict]:
         return [dict(r) for r in self.data.get("gpus") or []]
@@ -223,11 +203,8 @@ def _reindex() -> None:
     _added = 0
     _position.clear()
     _by_key.clear()
-    for i, rec in enumerate(_records, start=1):
-        _position[id(rec)] = i
-        for key in _keys(rec):
-            _by_key.setdefault(key, []).append((i, rec))
-    _added = len(_records)
+    for rec in _records:
+        _index(rec)
 
 
 def _key(data: dict) -> tuple:
@@ -298,7 +275,7 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     saved = _read_saved(text)
     live = [r for r in _records if isinstance(r, CellRecord)]
     in_file = {_key(r.data) for r in saved}
-    live_keys = {id(r): _key({"source_hash": r.source_hash, "start": _clean(r.start_time),
+    live_keys = {id(r): _key({"source_hash": r.source_hash, "start": json_value(r.start_time),
                               "execution_count": r.execution_count}) for r in live}
     kept_here = set(live_keys.values())
     _records.clear()
@@ -362,21 +339,12 @@ def clear() -> None:
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:
-    """One row per profiled cell: execution count, cell id, first line, start, duration,
-    the summary over all GPUs (memory, utilisation, power, energy, temperature, throttling),
-    energy as kWh (and cost and CO₂ where configured), status, the alerts judged in the
-    cell and where its main thread was (``share_gpu_wait`` ... ``share_idle``, fractions
-    of its time, None without stack samples; ``top_line``) and the iterations a second of
-    its ``nbgpu.track`` loops (``steps_per_s``). Cells kept in the history
-    file from earlier kernels come first.
-
-    A notebook shows it as a short table with units; it is a DataFrame all the same, and
-    ``.raw()`` (or any selection of it) is the plain frame with every column.
-
-    Args:
-        per_gpu: one row per (cell, GPU) with that GPU's summary instead.
-    """
+    """One row per profiled cell (``per_gpu``: per cell and GPU, with that GPU's summary): its summary
+    over all GPUs, kWh (cost, CO₂ where configured), status, alerts, where its main thread was
+    (``share_*``, ``top_line``) and ``steps_per_s``; cells kept in the history file come first."""
     import pandas as pd
+
+    from .history_view import HistoryFrame
 
     rows = []
     for rec in list(_records):
@@ -390,23 +358,12 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
             row = dict(head)
             row.update({k: v for k, v in part.items() if k not in head and k not in _ROW_SKIP})
             if "energy_j" in part:
-                row.update(cost_of(_float(part["energy_j"])).columns())
+                row.update(cost_of(as_float(part["energy_j"])).columns())
             row.update(rec.tail())
             rows.append(row)
     base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
         extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        from .history_view import HistoryFrame
-
-        return HistoryFrame(columns=base + extra + ["energy_kwh", "alerts", "alert_rules", "error",
-                                                    *(f"share_{c}" for c in CATEGORIES), "top_line",
-                                                    "steps_per_s"])
+        return HistoryFrame(columns=[*base, *extra, "energy_kwh", *_TAIL])
     df = pd.DataFrame(rows)
-    order = base + [c for c in df.columns if c not in base]
-    from .history_view import HistoryFrame
-
-    return HistoryFrame(df[order])
-
-
-def _float(v: object) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    return HistoryFrame(df[base + [c for c in df.columns if c not in base]])

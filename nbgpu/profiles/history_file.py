@@ -1,11 +1,4 @@
-"""The persistent history file: JSON lines, appended under a lock, read line by line.
-
-Several kernels may keep one file: each appends its records while holding an exclusive
-``flock`` on a lock file beside it (``.NAME.lock``), so none rewrites another's records.
-Lines nbgpu does not understand (comments, other tools' lines, torn lines) stay in the file;
-a bad record is skipped and counted. Only a regular file is read or written: a symbolic
-link, FIFO, socket or device is refused with one ``FileError`` line.
-"""
+"""The persistent history file: JSON lines, appended under a lock, read line by line."""
 
 from __future__ import annotations
 
@@ -18,7 +11,8 @@ import stat
 from collections.abc import Iterator
 
 from ..errors import FileError
-from ..files import atomic_file, file_error, kind_of
+from ..files import atomic_file, file_error, kind_of, write_whole
+from ..units import as_float
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -79,7 +73,7 @@ def locked(path: str, shared: bool = False) -> Iterator[None]:
 
 
 def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return math.isfinite(as_float(v))
 
 
 def valid_record(data: dict) -> bool:
@@ -148,16 +142,9 @@ def append(path: str, lines: list[str], keep: int) -> None:
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     with locked(path):
         fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        before = os.fstat(fd).st_size
-        try:
-            done = 0
-            while done < len(data):
-                done += os.write(fd, data[done:])
+        try:  # a full disk: cut back to the last whole line (we hold the lock)
+            write_whole(fd, data, path, os.fstat(fd).st_size)
             size = os.fstat(fd).st_size
-        except OSError as exc:  # a full disk: cut back to the last whole line (we hold the lock)
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, before)
-            raise file_error("write", path, exc) from exc
         finally:
             os.close(fd)
         if size > 2048 * keep:  # cheap first test before counting the records

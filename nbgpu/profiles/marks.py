@@ -1,8 +1,4 @@
-"""``nbgpu.mark`` and ``nbgpu.track``: labelled moments on every timeline.
-
-A mark is an event in each running sampler's store, so the live panel, cell reports and
-exports all see it. ``track`` marks each iteration of a loop and can summarise each one.
-"""
+"""``nbgpu.mark`` and ``nbgpu.track``: labelled moments on every timeline."""
 
 from __future__ import annotations
 
@@ -23,20 +19,13 @@ if TYPE_CHECKING:
 
 
 def mark(label: str) -> None:
-    """Put a labelled mark on the timeline of every running sampler.
-
-    Returns None, so ``nbgpu.mark("epoch 3")`` as a cell's last line shows no ``Out[]``.
-    """
+    """Put a labelled mark on the timeline of every running sampler (None: no ``Out[]``)."""
     for s in running_samplers():
         s.mark(str(label))
 
 
 class Tracker:
-    """Iterates like the wrapped iterable, marking the start of each iteration.
-
-    ``summary()`` gives one row per (iteration, GPU) with the same columns as a capture's
-    summary, plus ``iteration`` and ``mark``.
-    """
+    """Iterates like the wrapped iterable, marking the start of each iteration."""
 
     def __init__(self, iterable: Iterable | None, label: str = "epoch", start: int = 0,
                  sampler: Sampler | None = None) -> None:
@@ -110,9 +99,5 @@ class Tracker:
 
 
 def track(iterable: Iterable, label: str = "epoch", start: int = 0) -> Tracker:
-    """Iterate ``iterable``, marking each iteration ("epoch 0", "epoch 1", …) on every timeline.
-
-    ``for epoch in nbgpu.track(range(n)):`` works like ``range(n)``; keep the tracker
-    (``t = nbgpu.track(...)``) to call ``t.summary()`` for one row per iteration and GPU.
-    """
+    """Iterate ``iterable``, marking each iteration ("epoch 0", "epoch 1", …) on every timeline."""
     return Tracker(iterable, label, start)

@@ -1,21 +1,8 @@
-"""The out-of-memory post-mortem: what filled the GPU when a cell died of CUDA OOM.
-
-A cell's exception is recognised as GPU out-of-memory by its class name (PyTorch's
-``OutOfMemoryError``, TensorFlow's ``ResourceExhaustedError``) or its message, without
-importing any framework. The story is gathered at the failure, while the failing frame
-still holds its tensors: NVML's memory at that moment and the cell's peak, the
-framework's allocated and reserved memory (what NVML counts beyond it is outside the
-framework: the CUDA context, other libraries, other processes), and, where PyTorch's
-allocator history is on (``torch.cuda.memory._record_memory_history()``, opt-in because
-recording every allocation's stack slows allocation down), the largest live allocations
-with their Python stacks; and the names that hold the memory (``nbgpu.memory_by_name``, the
-failing traceback's locals among them) with what ``%gpumon free --traceback`` gives back.
-``snapshot_on_alert(path)`` writes the same evidence to a file when a critical OOM-risk
-alert fires, so a run that crashes later still leaves it.
-"""
+"""The out-of-memory post-mortem: what filled the GPU when a cell died of CUDA OOM."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -89,35 +76,27 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
     cuda = torch_cuda()
     if cuda is not None:
         out = {}
-        try:
+        with contextlib.suppress(Exception):
             for i in range(cuda.device_count()):
                 out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)),
                           "reserved_bytes": float(cuda.memory_reserved(i)),
                           "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
                           "uuid": torch_uuid(cuda, i)}
-        except Exception:
-            pass
         return "pytorch", out
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         out = {}
-        try:
+        with contextlib.suppress(Exception):
             for i, _dev in enumerate(tf.config.list_logical_devices("GPU")):
                 info = tf.config.experimental.get_memory_info(f"GPU:{i}")
                 out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
                           "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
-        except Exception:
-            pass
         return "tensorflow", out
     return None, {}
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
-    """The innermost Python frames outside PyTorch itself, as ``file:line in function``.
-
-    The allocator records C++ frames too (``??``, ``*.cpp``) unless asked for Python stacks
-    only; those say nothing about which line of the user's code allocated, so they are skipped.
-    """
+    """The innermost Python frames outside PyTorch itself, as ``file:line in function``."""
     out = []
     for f in frames:
         name = str(f.get("filename", ""))
@@ -131,11 +110,7 @@ def _user_frames(frames: list[dict]) -> tuple[str, ...]:
 
 
 def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]]:
-    """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator.
-
-    "off" means PyTorch runs but its allocator history is not being recorded, so live
-    blocks carry no stacks; enable it with ``torch.cuda.memory._record_memory_history()``.
-    """
+    """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator."""
     cuda = torch_cuda()
     memory = getattr(cuda, "memory", None)
     snap_fn = getattr(memory, "_snapshot", None)
@@ -231,9 +206,9 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
                if selected(d.key, cap.gpus, d.parent)]
     matched = _match(devices, figures)
     index = failed_device(message)
-    failed_gpu = None
+    failed_gpu = devices[index].key if index is not None and 0 <= index < len(devices) else None
     gpus = []
-    for pos, dev in enumerate(devices):
+    for dev in devices:
         key = dev.key
         t, v = sampler.timeline.series(key, "mem_used_bytes") if sampler is not None else ([], [])
         inside = [float(x) for tt, x in zip(t, v, strict=False) if cap.start_time - 5 <= tt <= failed_at + 1]
@@ -244,8 +219,6 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
         if fig:
             g.allocated_bytes, g.reserved_bytes = fig["allocated_bytes"], fig["reserved_bytes"]
             g.peak_allocated_bytes = fig["peak_allocated_bytes"]
-        if index is not None and index == pos:
-            failed_gpu = key
         gpus.append(g)
     first = message.strip().splitlines()[0] if message.strip() else ""
     device = holders.cuda_device(index=index) or "cuda"
@@ -257,15 +230,10 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
 def _recent(sampler: Sampler, seconds: float) -> dict:
     now = time.time()
     window = sampler.timeline.between(now - seconds, now)
-    out = {}
-    for dev in sampler.devices:
-        key = dev.key
-        per = {}
-        for metric in ("mem_used_bytes", "util_pct", "power_w"):
-            t, v = window.series(key, metric)
-            per[metric] = {"time_s": [round(float(x), 3) for x in t], "values": [float(x) for x in v]}
-        out[str(key)] = per
-    return out
+    return {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t], "values": [float(x) for x in v]}
+                           for m in ("mem_used_bytes", "util_pct", "power_w")
+                           for t, v in (window.series(dev.key, m),)}
+            for dev in sampler.devices}
 
 
 def write_snapshot(path: str, sampler: Sampler, alert: object = None,

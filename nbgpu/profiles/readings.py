@@ -1,13 +1,4 @@
-"""One device's readings around a block, as the summary reads them: merged, NaN-free series.
-
-``Readings.of_timeline`` reads one device's streams whole (with the mask of rows that are
-10 s buckets); ``timeline_readings`` reads the block of every device at once, in one store
-read of only the metrics the summary uses, and gives the same series. A stream's buckets
-are all older than its oldest full-resolution row, so when a stream has a full-resolution
-reading at or before the start of the block, none of the block is
-bucketed. A stream whose metrics all live in another stream too (a sample buffer beside
-the tick) is asked directly whether it holds buckets in the range.
-"""
+"""One device's readings around a block, as the summary reads them: merged, NaN-free series."""
 
 from __future__ import annotations
 
@@ -71,22 +62,15 @@ class Readings:
                 col = cols.get(metric)
                 if col is None:
                     continue
-                v = col if col.dtype == np.float64 else col.astype(np.float64)
+                v = col.astype(np.float64, copy=False)
                 ok = v == v  # not NaN
-                if ok.all():
-                    parts_t.append(t)
-                    parts_v.append(v)
-                else:
-                    parts_t.append(t[ok])
-                    parts_v.append(v[ok])
+                parts_t.append(t[ok])
+                parts_v.append(v[ok])
             merged = self._merged[metric] = merge_series(parts_t, parts_v)
         return merged
 
     def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time.
-
-        Each metric's streams are merged once; a range is then two binary searches.
-        """
+        """(times, values) of ``metric`` in [a, b], NaN dropped, sorted by time."""
         t, v = self.merged(metric)
         i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
         return t[i:j], v[i:j]
@@ -101,7 +85,6 @@ class Readings:
         return any(bool(d[(t >= a) & (t <= b)].any()) for t, _, d in self._coarse)
 
 
-_EMPTY = (np.empty(0), np.empty(0))
 # Per store and device: (its streams, (stream, a metric kept in it alone or None) per stream).
 _witness_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -125,13 +108,7 @@ def _witnesses(store: Store, gpu: object) -> list[tuple[str, str | None]]:
 
 def timeline_readings(full: Timeline, gpus: list, a: float, b: float, t0: float, t1: float
                       ) -> list[Readings]:
-    """``Readings.of_timeline(full, g, a, b)`` of each of ``gpus``, read in one pass.
-
-    The series are read as kept (buckets included), so they are the same; whether the
-    block [t0, t1] holds buckets is settled per stream: none where a full-resolution
-    reading of a metric kept in that stream alone lies at or before ``t0`` (buckets are all
-    older than a stream's oldest full-resolution row), else by asking the stream.
-    """
+    """``Readings.of_timeline(full, g, a, b)`` of each of ``gpus``, read in one pass."""
     store = full.store
     plans = [(g, _witnesses(store, g)) for g in gpus]
     pairs = [(g, m) for g in gpus for m in SUMMARY_METRICS]

@@ -1,9 +1,4 @@
-"""How a profile is shown: the one-line summary, the HTML table and the cell report.
-
-The cell report is an interactive chart (bqplot) whose display data also carries a static
-SVG picture and an HTML table, so a notebook saved without widget state still shows the
-profile on GitHub, nbviewer and in ``jupyter nbconvert --to html``.
-"""
+"""How a profile is shown: the one-line summary, the HTML table and the cell report."""
 
 from __future__ import annotations
 
@@ -13,7 +8,6 @@ from typing import TYPE_CHECKING
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
 from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .summary import selected
 
 if TYPE_CHECKING:
 
@@ -37,12 +31,7 @@ def _isnum(v) -> bool:
 
 
 def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
-    """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU.
-
-    ``summary`` is a ``Summary``, a summary DataFrame or its rows; with more than two GPUs
-    the line shows the combined row (``combined``, or the ``Summary``'s) instead. The delta
-    is end minus start memory, never larger than the peak.
-    """
+    """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU."""
     if hasattr(summary, "combined"):
         summary, combined = summary.rows, summary.combined
     rows = _records(summary)
@@ -142,8 +131,7 @@ def no_gpu(cap: Capture) -> bool:
 
 
 def _gpus(cap: Capture) -> list:
-    devices = cap.sampler.devices if cap.sampler is not None else []
-    return [d.key for d in devices if selected(d.key, cap.gpus, d.parent)]
+    return cap.gpu_keys()
 
 
 def static_svg(cap: Capture, width: int = 720) -> str:

@@ -1,27 +1,7 @@
 """The one summary code path: what a block of time did to each GPU, and to all of them together.
 
-    summarize(data, t0=None, t1=None, *, gpus=None, status="ok", devices=None,
-              allocator=None) -> Summary
-
-``data`` is a ``Timeline`` (a sampler's whole timeline or a window of it: readings just
-outside [t0, t1] stand for the edges) or a DataFrame shaped like ``Timeline.to_pandas()``
-(the frame ``nbgpu report`` loads from a recording). ``t0``/``t1`` default to the
-window's or the frame's bounds. ``Summary.rows`` is one dict per GPU (``parent``: the card
-of a MIG slice, else None; a frame's come from ``devices``), ``Summary.combined``
-one dict for all of them; ``Summary.frame()`` gives the rows as a DataFrame. Captures,
-cell reports, ``history()``, ``track().summary()``, ``nbgpu record``, ``nbgpu report`` and
-exports all call this function, so a run shows the same figures in every view.
-
-How figures are defined (docs/profiles.md, "How combined figures are defined"):
-utilisation, power, SM activity and temperature are joined from reading to reading by
-straight lines; the value at each edge is interpolated between the readings around it
-(the nearest one held past the last). Means are time-weighted over that line, maxima and
-minima are taken over its points, and energy from power is its integral, so energy equals
-mean power times duration. Memory holds each reading until the next: the start is the
-newest reading at or before the start, the end the first at or after the end.
-Energy comes from the card's counter where it moved (a repeated value is a copy, not a
-reading), corrected to the edges with power; where it did not move, from power × time.
-Nothing here calls NVML.
+Captures, reports, history, track, record and exports all call ``summarize``; its figures are
+defined in docs/profiles.md ("How combined figures are defined"). Nothing here calls NVML.
 """
 
 from __future__ import annotations
@@ -35,6 +15,7 @@ import numpy as np
 from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS, max_column
 from ..peaks import fold_peak
 from ..sources.base import Device
+from ..timeline import epoch_seconds, to_epoch
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
@@ -65,7 +46,9 @@ SUMMARY_COLUMNS = (
 BYTE_COLUMNS = ("mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes",
                 "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                 "torch_allocated_end_bytes", "torch_reserved_end_bytes")
-_LINEAR = ("util_pct", "power_w", "sm_active_pct", "temp_c")
+_LINEAR = {"util_pct": ("util_mean_pct", "util_min_pct", "util_max_pct"),  # (mean, min, max) columns
+           "power_w": ("power_mean_w", "power_min_w", "power_max_w"),
+           "sm_active_pct": ("sm_active_mean_pct", "", ""), "temp_c": ("", "", "temp_max_c")}
 _MAX_COLUMNS = {m: max_column(m) for m in ("mem_used_bytes", *_LINEAR)}  # a folded frame's per-tick maxima
 
 
@@ -75,29 +58,20 @@ def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
 
 
 def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[str, float]:
-    """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1].
-
-    Each reading holds until the next one (the last one until ``t1``).
-    """
+    """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1]."""
     if not len(t):
         return "", math.nan
-    finite = bool(np.isfinite(bits).all())
-    ints = bits.astype(np.int64) if finite else np.nan_to_num(bits, nan=0).astype(np.int64)
+    ints = np.nan_to_num(bits, nan=0).astype(np.int64)
     present = int(np.bitwise_or.reduce(ints))
     if not present & THROTTLE_BITS:  # no throttling bit in any reading
         return "", 0.0
     starts = np.clip(t, t0, t1)
     ends = np.clip(np.r_[t[1:], t1], t0, t1)
     held = np.maximum(ends - starts, 0.0)
-    if not held.sum() and len(t):  # a single reading in a very short range
+    if not held.sum():  # a single reading in a very short range
         held = np.full(len(t), (t1 - t0) / len(t))
-    seen = []
-    for bit, name in CLOCK_EVENT_REASONS.items():
-        if not bit & THROTTLE_BITS & present:
-            continue
-        s = float(held[(ints & bit) != 0].sum())
-        if (ints & bit).any():
-            seen.append(f"{name} {s:.1f}s")
+    seen = [f"{name} {float(held[(ints & bit) != 0].sum()):.1f}s"
+            for bit, name in CLOCK_EVENT_REASONS.items() if bit & THROTTLE_BITS & present]
     return ", ".join(seen), float(held[(ints & THROTTLE_BITS) != 0].sum())
 
 
@@ -131,7 +105,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
     return "; ".join(notes)
 
 
-def _as_count(v: float) -> object:
+def as_count(v: float) -> object:
     """A byte count as an int; NaN stays NaN (unknown, never 0)."""
     return round(float(v)) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
@@ -172,12 +146,7 @@ def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | No
 
 
 def _fold_allocator(row: dict, alloc: dict | None) -> None:
-    """Raise the peak to the allocator's where it saw more, and say where the peak came from.
-
-    ``alloc``: ``peak_reserved_bytes`` (torch.cuda.max_memory_reserved over the block) and
-    ``reserved_start_bytes``; what NVML counted outside the allocator at the start is added
-    (``nbgpu.peaks.fold_peak``, the rule the OOM alert uses too).
-    """
+    """Raise the peak to the allocator's where it saw more, and say where the peak came from."""
     peak = fold_peak(row["mem_peak_bytes"], row["mem_start_bytes"], alloc)
     row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
 
@@ -209,14 +178,7 @@ def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dic
             _mt, mv = r.series(_MAX_COLUMNS[metric], t0, t1)
             if len(mv):
                 hi = max(hi, float(mv.max()))
-        if metric == "util_pct":
-            row.update(util_mean_pct=mean, util_min_pct=lo, util_max_pct=hi)
-        elif metric == "power_w":
-            row.update(power_mean_w=mean, power_min_w=lo, power_max_w=hi)
-        elif metric == "sm_active_pct":
-            row["sm_active_mean_pct"] = mean
-        else:
-            row["temp_max_c"] = hi
+        row.update((col, value) for col, value in zip(_LINEAR[metric], (mean, lo, hi), strict=True) if col)
     row["samples"] = samples
     row["energy_j"], row["energy_source"] = block_energy_j(r, t0, t1)
     bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
@@ -251,21 +213,12 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
     if not rows:
         return {}
 
-    def values(col: str) -> list[float]:
-        return [float(r[col]) for r in rows
-                if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])]
-
-    def total(col: str) -> float:
-        v = values(col)
-        return float(sum(v)) if v else math.nan
-
-    def mean(col: str) -> float:
-        v = values(col)
-        return sum(v) / len(v) if v else math.nan
-
-    def most(col: str) -> float:
-        v = values(col)
-        return max(v) if v else math.nan
+    def agg(col: str, how: str) -> float:
+        """The sum, mean or max of a column's known values across GPUs (NaN: none known)."""
+        v = [float(r[col]) for r in rows if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])]
+        if not v:
+            return math.nan
+        return max(v) if how == "max" else float(sum(v)) / (len(v) if how == "mean" else 1)
 
     out: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
     out.update(gpu="all", name=f"{len(rows)} GPUs", gpus=len(rows), status=rows[0]["status"],
@@ -282,25 +235,24 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
                    mem_peak_bytes=aligned_peak + max(missed, 0.0))
     sources = {r["mem_peak_source"] for r in rows}
     out["mem_peak_source"] = sources.pop() if len(sources) == 1 else "both"
-    for metric, how, mean_col, min_col, max_col in (
-            ("util_pct", "mean", "util_mean_pct", "util_min_pct", "util_max_pct"),
-            ("power_w", "sum", "power_mean_w", "power_min_w", "power_max_w")):
+    for metric, how in (("util_pct", "mean"), ("power_w", "sum")):
+        mean_col, min_col, max_col = _LINEAR[metric]
         pieces = [ln.linear[metric] for ln in lines if metric in ln.linear]
         if not pieces:
             continue
         line = _aligned(pieces, how, step=False)
-        out[mean_col] = total(mean_col) if how == "sum" else mean(mean_col)
+        out[mean_col] = agg(mean_col, how)
         out[min_col], out[max_col] = float(line.min()), float(line.max())
         if how == "sum":  # a folded frame's per-tick maxima of one card count too
-            out[max_col] = max(float(out[max_col]), most(max_col))
-    out["sm_active_mean_pct"] = mean("sm_active_mean_pct")
-    out["energy_j"] = total("energy_j")
+            out[max_col] = max(float(out[max_col]), agg(max_col, "max"))
+    out["sm_active_mean_pct"] = agg("sm_active_mean_pct", "mean")
+    out["energy_j"] = agg("energy_j", "sum")
     out["energy_source"] = "+".join(sorted({str(r["energy_source"]) for r in rows}))
-    out["temp_max_c"] = most("temp_max_c")
+    out["temp_max_c"] = agg("temp_max_c", "max")
     reasons = sorted({part.split(" ")[0] for r in rows if isinstance(r.get("throttle_reasons"), str)
                       and r["throttle_reasons"] for part in r["throttle_reasons"].split(", ")})
     out["throttle_reasons"] = ", ".join(reasons)
-    out["throttle_s"] = most("throttle_s")
+    out["throttle_s"] = agg("throttle_s", "max")
     notes = sorted({r["resolution_note"] for r in rows
                     if isinstance(r.get("resolution_note"), str) and r["resolution_note"]})
     out["resolution_note"] = "; ".join(notes)
@@ -323,8 +275,6 @@ class Summary:
 
 
 def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> tuple[float, float]:
-    from ..timeline import to_epoch
-
     lo = getattr(data, "t0", -math.inf) if times is None else (float(times.min()) if len(times) else math.nan)
     hi = getattr(data, "t1", math.inf) if times is None else (float(times.max()) if len(times) else math.nan)
     a = lo if t0 is None else to_epoch(t0)
@@ -337,31 +287,12 @@ def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> t
     return float(a), float(b)
 
 
-def _frame_times(df: pd.DataFrame) -> np.ndarray:
-    import pandas as pd
-
-    col = df["time"]
-    if pd.api.types.is_numeric_dtype(col.dtype):
-        return col.to_numpy(dtype=np.float64)
-    ts = pd.to_datetime(col, utc=True)
-    return (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
-
-
 def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
               gpus: list | None = None, status: str = "ok", devices: list | None = None,
               allocator: dict | None = None) -> Summary:
-    """Summarise [t0, t1] of a timeline or a recorded frame: one row per GPU and one for all.
-
-    Args:
-        data: a ``Timeline`` (whole or a window) or a DataFrame shaped like ``to_pandas()``.
-        t0, t1: the block's start and end (epoch seconds, datetime, Timestamp or ISO text);
-            None takes the window's or the frame's first/last time.
-        gpus: device keys to include; None includes every device.
-        status: "ok", "failed" or "interrupted", copied into every row.
-        devices: device descriptions (for names) of a frame; a timeline brings its own.
-        allocator: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` from PyTorch's
-            allocator, folded into the memory peak (``mem_peak_source`` says which won).
-    """
+    """Summarise [t0, t1] (None: the window's or frame's ends) of a ``Timeline`` or a ``to_pandas()``
+    frame (``devices``: its device descriptions): a row per GPU of ``gpus`` (None: all) and one for all;
+    ``allocator``: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` folded into the peak."""
     per_dev: list[tuple[Device, Readings]] = []
     if hasattr(data, "store"):
         a, b = _bounds(data, t0, t1, None)
@@ -369,7 +300,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
         found = timeline_readings(data, [d.key for d in devs], a - EDGE_SLACK_S, b + EDGE_SLACK_S, a, b)
         per_dev.extend(zip(devs, found, strict=True))
     else:
-        times = _frame_times(data) if len(data) else np.empty(0)
+        times = epoch_seconds(data["time"]) if len(data) else np.empty(0)
         a, b = _bounds(data, t0, t1, times)
         described = {d.key: d for d in map(Device.of, devices or [])}
         if "gpu" in data.columns:
@@ -389,7 +320,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     for row in [*rows, combined]:
         for col in BYTE_COLUMNS:
             if col in row:
-                row[col] = _as_count(row[col])
+                row[col] = as_count(row[col])
     return Summary(rows, combined)
 
 

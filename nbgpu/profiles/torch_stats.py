@@ -1,9 +1,4 @@
-"""PyTorch allocator figures of a captured block, read only if the user's code imported torch.
-
-At a capture's start the allocator's peak counters are reset (an enclosing capture keeps
-the peaks seen so far as its floor); at its end the peaks, the memory allocated and
-reserved, and each device's UUID (to match it to an NVML GPU) are read.
-"""
+"""PyTorch allocator figures of a captured block, read only if the user's code imported torch."""
 
 from __future__ import annotations
 
