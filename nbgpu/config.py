@@ -18,8 +18,6 @@ from .errors import BadArgumentError
 
 MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
 MAX_INTERVAL_S = 3600.0
-
-
 MIN_WINDOW_S, MAX_WINDOW_S = 5.0, 86400.0  # what the live panel may show
 
 
@@ -91,17 +89,12 @@ class NbGpu(Configurable):
     stack_samples_hz = CInt(10, help="While a profiled cell runs, how often a second the main "
                             "thread's stack is sampled (0: never).").tag(config=True)
 
-    @validate("interval")
-    def _check_interval(self, proposal):
+    @validate("interval", "window_s")
+    def _check_seconds(self, proposal):
+        name = proposal["trait"].name
+        check = check_interval if name == "interval" else check_window
         try:
-            return check_interval(proposal["value"], "NbGpu.interval")
-        except BadArgumentError as exc:
-            raise TraitError(str(exc)) from None
-
-    @validate("window_s")
-    def _check_window(self, proposal):
-        try:
-            return check_window(proposal["value"], "NbGpu.window_s")
+            return check(proposal["value"], f"NbGpu.{name}")
         except BadArgumentError as exc:
             raise TraitError(str(exc)) from None
 
@@ -129,14 +122,9 @@ def settings() -> NbGpu:
     """The process's one ``NbGpu``: IPython's configured instance in a kernel, else its own."""
     global _instance
     if _instance is None:
-        parent = None
-        try:
-            from IPython import get_ipython
+        from IPython import get_ipython  # a dependency
 
-            parent = get_ipython()
-        except ImportError:  # pragma: no cover - IPython is a dependency
-            parent = None
-        cfg = NbGpu(parent=parent) if parent is not None else NbGpu()
+        cfg = NbGpu(parent=get_ipython())
         _from_env(cfg)
         _instance = cfg
     return _instance

@@ -34,11 +34,7 @@ class SamplerStateError(NbgpuError):
 
 
 class NVMLUnavailableError(NbgpuError):
-    """NVML cannot be used here; ``code`` is NVML's return code (None if none) and ``hint`` what to try.
-
-    ``str(exc)`` is the one line a person reads; views that want only the reason or only the
-    hint read the fields instead of parsing the text.
-    """
+    """NVML cannot be used here; ``code`` is NVML's return code (None if none) and ``hint`` what to try."""
 
     def __init__(self, message: str, *, code: int | None = None, hint: str | None = None) -> None:
         super().__init__(message)
@@ -61,21 +57,11 @@ class FileError(NbgpuError):
 
 
 def warn_user(message: str) -> None:
-    """One line the notebook user sees (a UserWarning, shown under the cell), also logged.
-
-    For failures found after the call that caused them returned (a background write); callers
-    say each one once.
-    """
+    """One line the notebook user sees (a UserWarning under the cell), also logged: for failures
+    found after their call returned (a background write); callers say each once."""
     logging.getLogger("nbgpu").warning("%s", message)
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
-__all__ = [
-    "BadArgumentError",
-    "FileError",
-    "NVMLUnavailableError",
-    "NbgpuError",
-    "SamplerStateError",
-    "SourceError",
-    "warn_user",
-]
+__all__ = ["BadArgumentError", "FileError", "NVMLUnavailableError", "NbgpuError", "SamplerStateError",
+           "SourceError", "warn_user"]
