@@ -49,17 +49,10 @@ def check_window(window_s: object, name: str = "window") -> float:
 
 
 # Environment variables that map onto traits (read once, when the object is made).
-ENV = {
-    "NBGPU_INTERVAL": "interval",
-    "NBGPU_WINDOW_S": "window_s",
-    "NBGPU_HISTORY_FILE": "history_path",
-    "NBGPU_PRICE_PER_KWH": "price_per_kwh",
-    "NBGPU_CURRENCY": "currency",
-    "NBGPU_CARBON_G_PER_KWH": "carbon_g_per_kwh",
-    "NBGPU_FLIGHT_RECORDER": "flight_recorder",
-    "NBGPU_EXPORTER_PORT": "exporter_port",
-    "NBGPU_STACK_SAMPLES_HZ": "stack_samples_hz",
-}
+ENV = {"NBGPU_INTERVAL": "interval", "NBGPU_WINDOW_S": "window_s", "NBGPU_HISTORY_FILE": "history_path",
+       "NBGPU_PRICE_PER_KWH": "price_per_kwh", "NBGPU_CURRENCY": "currency",
+       "NBGPU_CARBON_G_PER_KWH": "carbon_g_per_kwh", "NBGPU_FLIGHT_RECORDER": "flight_recorder",
+       "NBGPU_EXPORTER_PORT": "exporter_port", "NBGPU_STACK_SAMPLES_HZ": "stack_samples_hz"}
 
 
 class NbGpu(Configurable):

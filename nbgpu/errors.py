@@ -9,9 +9,8 @@
     └── FileError                   an export, record or report file cannot be written or read;
                                     ``path`` is the user's path, never a temporary file
 
-``except ValueError`` keeps working for bad arguments, because ``BadArgumentError`` is both.
-Lower-level errors are translated at the boundary with ``raise ... from exc``, so the
-original stays in ``__cause__`` while ``str(exc)`` stays one line a person can act on.
+``except ValueError`` still catches bad arguments. Lower-level errors are translated with
+``raise ... from exc``: the original stays in ``__cause__``, ``str(exc)`` one actionable line.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from . import schedule
-from .config import check_interval
+from .config import check_interval, settings
 from .errors import BadArgumentError, SamplerStateError
 from .metrics import HOST_COLUMNS, HOST_KEY
 from .sampler_reads import SamplerReads
@@ -53,19 +53,15 @@ class Sampler(SamplerThread, SamplerReads):
     """Samples every GPU of a source (and the host) from one background thread.
 
     Args:
-        source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "sim:N", "prometheus=URL",
-            a ``SimulatedGPUs`` or any object with the source interface.
-        interval: seconds between ticks of cheap reads (10 ms to 3600 s); None: the
-            ``NbGpu.interval`` setting (1 s unless configured).
-            Power and utilisation come from NVML's sample buffers at the card's own
-            resolution whatever the interval.
-        gpus: keys of the cards to keep (a card's MIG slices go with it); None keeps all.
+        source: "auto"/"nvml", "sim" (2 simulated GPUs), "sim:N", "prometheus=URL", or a source object.
+        interval: seconds between ticks of cheap reads (10 ms to 3600 s); None: ``NbGpu.interval``.
+            Power and utilisation keep NVML's buffered resolution whatever the interval.
+        gpus: keys of the cards to keep (with their MIG slices); None keeps all.
         host: also sample host CPU/RAM of the machine and of this process tree.
         energy_every_s, pcie_every_s, procs_every_s: how often the costly reads run.
         full_res_s, bucket_s, history_s: store bounds (see ``nbgpu.store``); None: defaults.
-        clock: seconds since the epoch; a fake clock plus ``step(now)`` drives it in tests.
-        diagnostics: run the diagnostics rules (``alert_list()``, ``alerts``, ``on_alert``).
-        thresholds: ``nbgpu.Thresholds`` or a dict of the thresholds to change; None: defaults.
+        clock: epoch seconds; a fake clock plus ``step(now)`` drives it in tests.
+        diagnostics: run the rules (``alert_list()``, ``alerts``, ``on_alert``); ``thresholds``: theirs.
     """
 
     def __init__(self, source: object = "auto", interval: float | None = None,
@@ -75,14 +71,10 @@ class Sampler(SamplerThread, SamplerReads):
                  bucket_s: float | None = None, history_s: float | None = None,
                  clock: Callable[[], float] = time.time, diagnostics: bool = True,
                  thresholds: object = None) -> None:
-        if interval is None:  # read now, not at import: %config NbGpu.interval applies
-            from .config import settings
-
-            interval = settings().interval
-        self.interval = check_interval(interval)
-        self._every = {"energy": check_interval(energy_every_s, "energy_every_s"),
-                       "pcie": check_interval(pcie_every_s, "pcie_every_s"),
-                       "procs": check_interval(procs_every_s, "procs_every_s")}
+        # None: read now, not at import, so %config NbGpu.interval applies
+        self.interval = check_interval(settings().interval if interval is None else interval)
+        self._every = {read: check_interval(every, f"{read}_every_s") for read, every in
+                       (("energy", energy_every_s), ("pcie", pcie_every_s), ("procs", procs_every_s))}
         store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
                                       ("history_s", history_s)) if v is not None}
         self.store = Store(**store_kw)  # checks the bounds before any source opens

@@ -26,8 +26,6 @@ EDGE_WAIT_S = 0.5
 EDGE_CHECK_S = 0.05  # a waiting edge re-checks at least this often (sampler stopped?)
 
 _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
-_atexit_lock = threading.Lock()
-_atexit_registered = False
 
 
 def running_samplers() -> list[Sampler]:
@@ -35,6 +33,7 @@ def running_samplers() -> list[Sampler]:
     return [s for s in list(_running) if s.running]
 
 
+@atexit.register
 def _stop_all_at_exit() -> None:
     """Interpreter exit: stop every running sampler and release its source."""
     for s in list(_running):
@@ -64,7 +63,6 @@ class SamplerThread:
 
     def start(self) -> Sampler:
         """Start the background thread (no-op if running, safe from any thread); returns self."""
-        global _atexit_registered
         with self._life:
             if self._closed or self._close_requested:
                 raise SamplerStateError("this Sampler is closed (stop() released its source); "
@@ -86,10 +84,6 @@ class SamplerThread:
             self._thread = threading.Thread(target=self._run, name="nbgpu-sampler", daemon=True)
             self._thread.start()
             _running.add(self)
-        with _atexit_lock:
-            if not _atexit_registered:
-                atexit.register(_stop_all_at_exit)
-                _atexit_registered = True
         return self
 
     def stop(self, close: bool = True, timeout_s: float = STOP_WAIT_S) -> None:

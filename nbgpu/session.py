@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .config import check_interval
+from .config import check_interval, settings
 from .sampler import Sampler
 from .sources import resolve_source
 
@@ -59,8 +59,6 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
         if _settings:
             cur_source, cur_interval = _settings
         else:  # the configured default, read now (``%config NbGpu.interval``)
-            from .config import settings
-
             cur_source, cur_interval = "auto", check_interval(settings().interval)
         want_source = cur_source if source is None else source
         want_interval = cur_interval if interval is None else check_interval(interval)

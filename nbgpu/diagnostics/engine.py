@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..errors import BadArgumentError
 from ..store import MarkFollower
 from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
 from .owners import attribute, gpus_in_use, tree_pids
@@ -160,8 +161,6 @@ class DiagnosticsEngine:
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
         if not callable(fn):
-            from ..errors import BadArgumentError
-
             raise BadArgumentError(f"on_alert needs a function taking an Alert, got {fn!r}")
         self._callbacks.append(fn)
 

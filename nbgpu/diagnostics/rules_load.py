@@ -1,10 +1,8 @@
 """Load rules: input-, launch- and sync-bound, idle, and imbalance across GPUs.
 
-Where the main thread's stack samples cover the window (a profiled cell or a capture ran),
-input-, launch- and sync-bound judge by what held its time: the data loader, issuing GPU
-work from Python, or waiting for the GPU; at most one of them holds a window. Without
-samples (the live panel between cells) only input-bound is judged, from the kernel's CPU,
-and it says it cannot tell a data loader from Python launching small kernels.
+With stack samples over the window, input-, launch- and sync-bound judge by what held the main
+thread (data loader, issuing GPU work, waiting for the GPU; one per window). Without them only
+input-bound is judged, from the kernel's CPU, and says it cannot tell input from launching.
 """
 
 from __future__ import annotations
@@ -46,9 +44,8 @@ IMBALANCE_HINT = ("Check that every GPU gets its share: DistributedSampler and p
 
 
 def holder(split, th) -> str | None:
-    """Which of input-, launch- and sync-bound the split points at: the rule whose category
-    (data loader, issuing GPU work, waiting for the GPU) has the largest share, if at least
-    ``split_min_share``; None otherwise."""
+    """The one of input-, launch- and sync-bound whose categories hold the largest share of the
+    split, if at least ``split_min_share``; else None."""
     rule = max(HELD_BY, key=lambda r: held_share(split, r))
     return rule if held_share(split, rule) >= th.split_min_share else None
 
@@ -83,9 +80,8 @@ def _evidence(split, rule: str, **figures) -> dict:
 
 
 def one_bottleneck(alerts: list, split) -> list:
-    """A cell's alerts with at most one of input-, launch- and sync-bound per GPU: where
-    windows of the cell found more than one, the one whose category holds most of the
-    cell's time (``split``) stays (with no split, the one judged last)."""
+    """A cell's alerts with at most one of input-, launch- and sync-bound per GPU: the one holding
+    most of the cell's time (``split``; without one, the one judged last)."""
     kept, out = {}, []
     for a in alerts:
         if a.rule not in HELD_BY:

@@ -1,9 +1,7 @@
 """Every number the diagnostics rules compare against, in one documented dataclass.
 
-Defaults follow the published rules of thumb for GPU training jobs: utilisation below
-50 % means look for a bottleneck, memory above 90 % is an OOM risk and above 95 % for
-10 s is critical, temperature near the card's slowdown threshold or power at its limit
-means throttling. Change any of them with ``Sampler(thresholds={...})``.
+Defaults follow published rules of thumb for GPU training (utilisation under 50 %: a bottleneck;
+memory over 90 %: OOM risk). Change any with ``Sampler(thresholds={...})``.
 """
 
 from __future__ import annotations
