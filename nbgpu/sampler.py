@@ -250,10 +250,8 @@ class Sampler(SamplerThread, SamplerReads):
 
     def _note_refreshed(self, device, values: dict, now: float) -> None:
         for metric, arr in values.items():
-            if isinstance(arr, float):  # a tick's one value: no array calls
-                fresh = arr == arr
-            else:
-                fresh = len(arr) > 0 and not np.isnan(np.asarray(arr, dtype=np.float64)).all()
+            fresh = (arr == arr if isinstance(arr, float)  # a tick's one value: no array calls
+                     else len(arr) > 0 and not np.isnan(np.asarray(arr, dtype=np.float64)).all())
             if fresh:
                 newest, _ = self._refreshed.get((device, metric), (math.nan, math.nan))
                 if newest != now:

@@ -6,6 +6,7 @@ Snapshots taken under the sampler's lock. A metric that is "stale" (not refreshe
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable
@@ -150,7 +151,7 @@ class SamplerReads:
         lost = self.lost
         state = self.state
         out = []
-        never = self._first_periods()
+        never = self._first_periods
         for dev in self.devices:
             key = dev.key
             newest_of = self.store.last_many(key)
@@ -184,17 +185,15 @@ class SamplerReads:
             made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")
         return made
 
+    @functools.cached_property
     def _first_periods(self) -> dict:
         """Each metric's period before its second refresh (its read's own; None: the rest), made once."""
-        out = self.__dict__.get("_periods")
-        if out is None:
-            hint = getattr(self.source, "period_s", None)
-            base = max(self.interval, schedule.MAX_BUFFER_DRAIN_S)
-            out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
-                   "pcie_tx_bytes_per_s": self._every["pcie"]}
-            if callable(hint):
-                out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
-            self._periods = out
+        hint = getattr(self.source, "period_s", None)
+        base = max(self.interval, schedule.MAX_BUFFER_DRAIN_S)
+        out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
+               "pcie_tx_bytes_per_s": self._every["pcie"]}
+        if callable(hint):
+            out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
         return out
 
     def latest_host(self) -> dict:
@@ -202,7 +201,7 @@ class SamplerReads:
         if self._host is None:
             return {}
         newest_of = self.store.last_many(HOST_KEY)
-        now, never = self._stale_now(), self._first_periods()
+        now, never = self._stale_now(), self._first_periods
         with self._lock:
             states = self._states(HOST_KEY, HOST_COLUMNS, now, frozenset(), never)
         return {m: newest_of.get(m, (np.nan, np.nan))[1] if states[m] == "live" else math.nan

@@ -131,11 +131,9 @@ class SamplerThread:
         self.stop()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             if not self._closed and not self.running:
                 self.source.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         return (f"<nbgpu.Sampler {self.source.kind} {len(self.devices)} device(s) "

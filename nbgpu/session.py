@@ -7,6 +7,7 @@ next sampler of that source takes it, so NVML is opened once from ``%load_ext`` 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -70,10 +71,8 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
             old.stop()
         _shared, _settings = new.start(), (want_source, want_interval)
         for fn in list(_on_replace):
-            try:
+            with contextlib.suppress(Exception):
                 fn(old, new)
-            except Exception:
-                pass
         return new
 
 

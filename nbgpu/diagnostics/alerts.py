@@ -86,11 +86,9 @@ class Episodes:
             alert.held.append(held)
             if len(alert.held) > MAX_HELD:
                 del alert.held[: len(alert.held) - MAX_HELD]
-            escalated = _RANK[f.severity] > _RANK[alert.severity]
             if _RANK[f.severity] >= _RANK[alert.severity]:
-                alert.message, alert.suggestion = f.message, f.suggestion
-                alert.evidence = dict(f.evidence)
-            if escalated:
+                alert.message, alert.suggestion, alert.evidence = f.message, f.suggestion, dict(f.evidence)
+            if _RANK[f.severity] > _RANK[alert.severity]:
                 alert.severity = f.severity
                 changed.append(alert)
         for key, alert in list(self._open.items()):

@@ -226,7 +226,9 @@ class DiagnosticsEngine:
             self._cell_since = None
         elif self._cell_since is None:
             self._cell_since = now
-        marks = self._newest_marks(sampler.store, now, th.leak_marks)
+        # the newest marks at or before now (time, label), oldest first
+        newest = ((t, label) for t, label, _ in reversed(self._marks.update(sampler.store)) if t <= now)
+        marks = list(itertools.islice(newest, th.leak_marks))[::-1]
         if len(self._mark_cache) > 512:
             self._mark_cache.clear()
         in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
@@ -264,11 +266,6 @@ class DiagnosticsEngine:
                 out.append(Alert(f.rule, f.severity, f.gpu, t1 - span, t1, message, f.suggestion,
                                  evidence, [(t1, t1 - span, f.severity, message, evidence)]))
         return out, []
-
-    def _newest_marks(self, store, now: float, count: int) -> list[tuple[float, str]]:
-        """The newest ``count`` marks at or before ``now`` (time, label), oldest first."""
-        newest = ((t, label) for t, label, _ in reversed(self._marks.update(store)) if t <= now)
-        return list(itertools.islice(newest, count))[::-1]
 
     def evaluate(self, sampler: Sampler, now: float, cell_end: bool = False) -> list[Alert]:
         """Run every enabled rule once (``cell_end``: at a cell's end edge); returns the alerts

@@ -6,6 +6,7 @@ nbgpu never imports either framework and never starts CUDA: PyTorch is asked onl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -24,10 +25,8 @@ def torch_memory() -> list[dict]:
         out = []
         for i in range(cuda.device_count()):
             uuid = ""
-            try:
+            with contextlib.suppress(Exception):
                 uuid = str(getattr(cuda.get_device_properties(i), "uuid", "") or "")
-            except Exception:
-                pass
             out.append({"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": uuid,
                         "allocated_bytes": float(cuda.memory_allocated(i)),
                         "reserved_bytes": float(cuda.memory_reserved(i))})
@@ -62,12 +61,10 @@ def tensorflow_memory() -> list[dict]:
 
 def nvml_index_of(entry: dict, devices: list[Device]) -> object:
     """The NVML GPU key a framework device is, by UUID, else by CUDA_VISIBLE_DEVICES, else index."""
-    uuid = entry.get("uuid", "")
-    if uuid:
-        u = uuid.lower().removeprefix("gpu-")
-        for d in devices:
-            if d.uuid.lower().removeprefix("gpu-") == u:
-                return d.key
+    uuid = entry.get("uuid", "").lower().removeprefix("gpu-")
+    same = [d.key for d in devices if uuid and d.uuid.lower().removeprefix("gpu-") == uuid]
+    if same:
+        return same[0]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         parts = [p.strip() for p in visible.split(",") if p.strip()]

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ..metrics import HOST_KEY
 from .alerts import Finding
 from .stacks import LABELS
 from .window import Context, fmt_gpus
@@ -104,7 +105,7 @@ def input_bound(ctx: Context) -> list[Finding]:
         split = ctx.split(end - span, end)
         if split is not None and holder(split, th) != "input_bound":
             continue
-        cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
+        cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
         if split is None and not cpu >= th.input_cpu_busy_pct:
             continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)
@@ -182,7 +183,7 @@ def idle(ctx: Context) -> list[Finding]:
         end = ctx.window.end(dev.key, "util_pct")  # the CPU and the cell over the same seconds
         if th.idle_only_in_cell and ctx.in_cell_s - (ctx.now - end) < span:
             continue
-        cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
+        cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
         if not cpu < th.idle_cpu_below_pct:
             continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)

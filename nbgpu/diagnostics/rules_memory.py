@@ -153,9 +153,7 @@ def _unit_of(labels: list[str]) -> str:
     """The word the marks share ("epoch 3", "epoch 4" -> "epoch"), else "mark"."""
     words = [m.group(0).lower() if (m := re.match(r"[A-Za-z_]+", lab.strip())) else None
              for lab in labels]
-    if None in words or len(set(words)) != 1:
-        return "mark"
-    return words[0]
+    return words[0] if None not in words and len(set(words)) == 1 else "mark"
 
 
 def _mark_leak(ctx: Context, gpu: object) -> dict | None:

@@ -83,8 +83,7 @@ class Thresholds:
             if f.name == "disabled":
                 value = (value,) if isinstance(value, str) else tuple(value)
                 object.__setattr__(self, "disabled", value)
-                unknown = [r for r in value if r not in RULES]
-                if unknown:
+                if unknown := [r for r in value if r not in RULES]:
                     raise BadArgumentError(f"unknown rule(s) in disabled: {', '.join(map(str, unknown))}; "
                                            f"choose from {', '.join(RULES)}")
             elif f.name == "leak_windows_s":
@@ -109,9 +108,7 @@ class Thresholds:
         if isinstance(value, cls):
             return value
         if isinstance(value, dict):
-            names = {f.name for f in dataclasses.fields(cls)}
-            unknown = sorted(set(value) - names)
-            if unknown:
+            if unknown := sorted(set(value) - {f.name for f in dataclasses.fields(cls)}):
                 raise BadArgumentError(f"unknown threshold(s) {', '.join(unknown)}; see "
                                        "nbgpu.Thresholds.table() for the names")
             return cls(**value)

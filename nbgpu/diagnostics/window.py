@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..metrics import HOST_KEY
 from ..sources.base import Device
 from ..store import Store
 from ..units import fmt_bytes  # noqa: F401 - the rules' one byte formatter (binary units)
@@ -105,9 +104,6 @@ class Window:
         np.minimum(dt, median(dt) * 4, out=dt)  # a gap does not make one reading count for long
         return float(np.dot(v, dt) / dt.sum())
 
-    def host_mean(self, metric: str, span_s: float, end: float | None = None) -> float:
-        return self.mean(HOST_KEY, metric, span_s, end)
-
 
 def held_for(t: np.ndarray, ok: np.ndarray, now: float) -> float:
     """Seconds the condition ``ok`` has held up to now (0 if the newest reading fails it)."""
@@ -137,9 +133,7 @@ class Context:
 
     def split(self, t0: float, t1: float):
         """Where the main thread's time went in [t0, t1]; None without samples covering most of it."""
-        if self.stacks is None:
-            return None
-        return self.stacks.split(t0, t1, coverage=0.8)
+        return None if self.stacks is None else self.stacks.split(t0, t1, coverage=0.8)
 
     def gpus(self, whole_only: bool = True) -> list[Device]:
         """Devices to judge (whole GPUs only unless told otherwise)."""
