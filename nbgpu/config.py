@@ -97,13 +97,10 @@ _instance: NbGpu | None = None
 
 def _from_env(cfg: NbGpu) -> None:
     for var, trait in ENV.items():
-        raw = os.environ.get(var)
-        if raw is None or raw == "":
+        if not (raw := os.environ.get(var)):
             continue
-        if trait == "flight_recorder":
-            value: object = raw.strip().lower() not in ("0", "false", "no", "off")
-        else:
-            value = raw
+        on = raw.strip().lower() not in ("0", "false", "no", "off")
+        value: object = on if trait == "flight_recorder" else raw
         try:
             setattr(cfg, trait, value)
         except (TraitError, ValueError) as e:

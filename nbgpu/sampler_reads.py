@@ -53,9 +53,7 @@ class SamplerReads:
         ``since_s`` (epoch seconds): only those on or ended since (``math.inf``: those on)."""
         if since_s is not None and (isinstance(since_s, bool) or not isinstance(since_s, numbers.Real)):
             raise BadArgumentError(f"since_s must be epoch seconds (a number) or None, got {since_s!r}")
-        if self.diagnostics is None:
-            return []
-        return self.diagnostics.alert_list(since_s)
+        return [] if self.diagnostics is None else self.diagnostics.alert_list(since_s)
 
     @property
     def alerts(self):
@@ -103,9 +101,7 @@ class SamplerReads:
                 diagnostics=self.diagnostics is not None, xids=self._xids)
 
     def _stale_now(self) -> float:
-        if self.running:
-            return self._clock()
-        return self._last_step if self._last_step is not None else self._clock()
+        return self._clock() if self.running or self._last_step is None else self._last_step
 
     def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
                 never: dict) -> dict[str, str]:

@@ -33,17 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nbgpu")
 
-RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
-    "oom_risk": oom_risk,
-    "memory_leak": memory_leak,
-    "input_bound": input_bound,
-    "launch_bound": launch_bound,
-    "sync_bound": sync_bound,
-    "idle": idle,
-    "imbalance": imbalance,
-    "throttling": throttling,
-    "busy_thin": busy_thin,
-}
+# each rule by its name (``thresholds.RULES``), which is its function's
+RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {rule.__name__: rule for rule in (
+    oom_risk, memory_leak, input_bound, launch_bound, sync_bound, idle, imbalance, throttling, busy_thin)}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
 # Rules judging utilisation over the window ending where it is complete (``Window.end``): while
@@ -242,9 +234,7 @@ class DiagnosticsEngine:
         wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled
                         and (rules is None or r in rules))
         seconds = t1 - t0
-        if not wanted:
-            return [], []
-        if seconds < JUDGE_MIN_S:
+        if not wanted or seconds < JUDGE_MIN_S:
             return [], wanted
         th = dataclasses.replace(self.thresholds, **{
             _WINDOWS[r]: min(getattr(self.thresholds, _WINDOWS[r]), seconds) for r in wanted})

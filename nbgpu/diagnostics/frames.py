@@ -72,9 +72,7 @@ def torch_category(rel: str, name: str) -> str:
     """The category of a frame inside torch (``rel``: its path under ``torch/``)."""
     if rel.startswith("utils/data/"):
         return "data_loader"
-    if "synchroni" in name or rel.startswith("_tensor_str"):
-        return "gpu_wait"
-    if rel == "_tensor.py" and name in _HOST_READS:
+    if "synchroni" in name or rel.startswith("_tensor_str") or (rel == "_tensor.py" and name in _HOST_READS):
         return "gpu_wait"
     if rel == "nn/modules/module.py" and name in ("to", "cuda", "_apply", "convert"):
         return "h2d_copy"

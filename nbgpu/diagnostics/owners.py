@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..sources.base import ProcessInfo
@@ -99,17 +100,10 @@ class Match:
     detail: str = ""  # "matched by memory, 2.5 GiB"
 
 
-def _read(path: str) -> str:
+def _read(path: str, link: bool = False) -> str:
+    """A /proc file's text, or with ``link`` where it points; "" where it cannot be read."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
-def _link(path: str) -> str:
-    try:
-        return os.readlink(path)
+        return os.readlink(path) if link else Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
 
@@ -120,7 +114,8 @@ def _by_proc(pid: int, mine: set[int], root: str, own_ns: str, own_cgroup: str) 
     if not status:
         return None
     nspid = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [])
-    if len(nspid) > 1 and own_ns and _link(f"{root}/{pid}/ns/pid") == own_ns and int(nspid[-1]) in mine:
+    if (len(nspid) > 1 and own_ns and _read(f"{root}/{pid}/ns/pid", link=True) == own_ns
+            and int(nspid[-1]) in mine):
         who = "this kernel" if int(nspid[-1]) == os.getpid() else "child process"
         return Match(pid, who, "NSpid", f"matched by NSpid: pid {nspid[-1]} here")
     cgroup = _read(f"{root}/{pid}/cgroup").strip()
@@ -150,7 +145,7 @@ def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: lis
     hides them: by ``NSpid`` and pid namespace in ``root/<pid>`` where visible, else by cgroup;
     then (``by_memory``) the one process per GPU whose NVML figure fits what the framework holds
     (``frameworks``: ``torch_memory() + tensorflow_memory()``, None reads them now)."""
-    own_ns, own_cgroup = _link(f"{root}/self/ns/pid"), _read(f"{root}/self/cgroup").strip()
+    own_ns, own_cgroup = _read(f"{root}/self/ns/pid", link=True), _read(f"{root}/self/cgroup").strip()
     found: dict[int, Match] = {}
     for pid in {p.pid for procs in processes.values() for p in procs}:
         hit = _by_proc(pid, mine, root, own_ns, own_cgroup)

@@ -56,28 +56,18 @@ def held_share(split, rule: str) -> float:
     return sum(split.shares[c] for c in HELD_BY[rule])
 
 
-def _line(split, rule: str) -> dict | None:
-    """The cell line holding most of the rule's time (of its largest category)."""
-    category = max(HELD_BY[rule], key=lambda c: split.shares[c])
-    return split.line_of(category)
-
-
-def _held(split, rule: str) -> tuple[float, str]:
-    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`") of the
-    rule's categories in the split."""
-    line = _line(split, rule)
+def _held(split, rule: str, **figures) -> tuple[float, str, dict]:
+    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`", evidence) of
+    the rule's categories in the split; the line holds most of its largest category."""
+    line = split.line_of(max(HELD_BY[rule], key=lambda c: split.shares[c]))
     where = "" if line is None else f" at line {line['line']} `{line['text']}`"
     loop = line and line["loop"]
     if loop and loop[0] != line["line"]:
         where += f" in the loop at line {loop[0]} `{loop[1]}`"
-    return held_share(split, rule), where
-
-
-def _evidence(split, rule: str, **figures) -> dict:
-    line = _line(split, rule)
-    return {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
-            "line": None if line is None else line["line"],
-            "line_text": None if line is None else line["text"]}
+    evidence = {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
+                "line": None if line is None else line["line"],
+                "line_text": None if line is None else line["text"]}
+    return held_share(split, rule), where, evidence
 
 
 def one_bottleneck(alerts: list, split) -> list:
@@ -118,14 +108,14 @@ def input_bound(ctx: Context) -> list[Finding]:
             out.append(Finding("input_bound", dev.key, "warning", message, MAYBE_HINT, {
                 "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
             continue
-        share, where = _held(split, "input_bound")
+        share, where, evidence = _held(split, "input_bound", util_pct=round(util, 1),
+                                       proc_cpu_pct=round(cpu, 1), window_s=span)
         parts = [f"{LABELS[c]} {100 * split.shares[c]:.0f} %" for c in HELD_BY["input_bound"]
                  if split.shares[c] >= 0.05]
         message = (f"GPU {dev.key} busy only {util:.0f} % of the time while the main thread spent "
                    f"{100 * share:.0f} % of it getting data in ({', '.join(parts)}){where} (over "
                    f"{span:.0f} s): the GPU is waiting for input")
-        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, _evidence(
-            split, "input_bound", util_pct=round(util, 1), proc_cpu_pct=round(cpu, 1), window_s=span)))
+        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, evidence))
     return out
 
 
@@ -151,12 +141,11 @@ def launch_bound(ctx: Context) -> list[Finding]:
             state = f"looks busy ({util:.0f} %) but its SMs are mostly unused (SM activity {active:.0f} %)"
         else:
             continue
-        share, where = _held(split, "launch_bound")
+        share, where, evidence = _held(split, "launch_bound", util_pct=round(util, 1), window_s=span,
+                                       sm_active_pct=None if math.isnan(active) else round(active, 1))
         message = (f"GPU {dev.key} {state} while the main thread spent {100 * share:.0f} % of the "
                    f"time issuing GPU work from Python{where} (over {span:.0f} s): the loop is launch-bound")
-        out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, _evidence(
-            split, "launch_bound", util_pct=round(util, 1), window_s=span,
-            sm_active_pct=None if math.isnan(active) else round(active, 1))))
+        out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, evidence))
     return out
 
 
@@ -165,13 +154,12 @@ def sync_bound(ctx: Context) -> list[Finding]:
     th, out = ctx.thresholds, []
     span = th.input_window_s
     for dev, _, split, util in _held_gpus(ctx, "sync_bound"):
-        share, where = _held(split, "sync_bound")
+        share, where, evidence = _held(split, "sync_bound", util_pct=round(util, 1), window_s=span)
         if not (util < th.sync_util_below_pct and share < th.sync_wait_below_share):
             continue  # a thread that only waits has nothing to overlap: the GPU is the bottleneck
         message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev.key}"
                    f"{where} while it was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound")
-        out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, _evidence(
-            split, "sync_bound", util_pct=round(util, 1), window_s=span)))
+        out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, evidence))
     return out
 
 

@@ -57,8 +57,7 @@ class StackSamples:
             rows = self._table[:]
         for row in rows:
             if row[2] is None:
-                row[2] = line_text(row[0], row[1] - row[4])
-                row[3] = loop_of(row[0], row[1] - row[4], row[4])
+                row[2:4] = line_text(row[0], row[1] - row[4]), loop_of(row[0], row[1] - row[4], row[4])
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def _line_index(self, file: str, lineno: int, offset: int, text: str | None = None) -> int:

@@ -98,9 +98,7 @@ class Window:
         t, v = got
         if len(t) < 2 or t[-1] <= t[0]:
             return float(np.mean(v))
-        dt = np.empty(len(t))
-        np.subtract(t[1:], t[:-1], out=dt[:-1])
-        dt[-1] = end - t[-1]  # the newest reading holds until the window's end
+        dt = np.diff(t, append=end)  # the newest reading holds until the window's end
         np.minimum(dt, median(dt) * 4, out=dt)  # a gap does not make one reading count for long
         return float(np.dot(v, dt) / dt.sum())
 
