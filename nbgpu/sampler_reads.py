@@ -165,8 +165,7 @@ class SamplerReads:
                 row["time"], row["time_s"] = pd.NaT, math.nan
             else:
                 row["time"], row["time_s"] = self._timestamp(newest), float(newest)
-            row["states"] = states
-            row["last_good"] = last_good
+            row.update(states=states, last_good=last_good)
             out.append(row)
         return out
 
@@ -174,8 +173,7 @@ class SamplerReads:
         """``t`` as a UTC ``pandas.Timestamp``; the last one made is kept (most refreshes reuse it)."""
         import pandas as pd
 
-        made = self._timestamps.get(t)
-        if made is None:
+        if (made := self._timestamps.get(t)) is None:
             if len(self._timestamps) > 64:
                 self._timestamps.clear()
             made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")

@@ -68,8 +68,7 @@ class SamplerThread:
                 raise SamplerStateError("this Sampler is closed (stop() released its source); "
                                         "create a new Sampler, or pause with stop(close=False) "
                                         "to start it again")
-            t = self._thread
-            if t is not None and t.is_alive():
+            if (t := self._thread) is not None and t.is_alive():
                 if self._stop_event.is_set():
                     raise SamplerStateError("this Sampler is still stopping (its thread is "
                                             "inside a read that has not returned); try again "
@@ -92,8 +91,7 @@ class SamplerThread:
         with self._life:
             if close:
                 self._close_requested = True
-            t = self._thread
-            if t is not None:
+            if (t := self._thread) is not None:
                 self._stop_event.set()
                 self._wake.set()
                 if t is not threading.current_thread():

@@ -66,8 +66,7 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
         if _shared is not None and _shared.running and (want_source, want_interval) == _settings:
             return _shared
         new = Sampler(source=_take_listed(want_source), interval=want_interval)
-        old = _shared
-        if old is not None:
+        if (old := _shared) is not None:
             old.stop()
         _shared, _settings = new.start(), (want_source, want_interval)
         for fn in list(_on_replace):

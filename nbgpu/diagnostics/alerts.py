@@ -109,9 +109,7 @@ class Episodes:
     def snapshot(self, since_s: float | None = None) -> list[Alert]:
         """Copies of the alerts, oldest first: all, or with ``since_s`` those on or ended at or after
         it (``inf``: those on; only those are copied, as the panel asks every second)."""
-        kept = list(self.alerts)
-        if since_s is not None:
-            kept = [a for a in kept if a.end is None or a.end >= since_s]
+        kept = [a for a in self.alerts if since_s is None or a.end is None or a.end >= since_s]
         return [dataclasses.replace(a, evidence=dict(a.evidence), held=list(a.held)) for a in kept]
 
 

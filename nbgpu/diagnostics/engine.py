@@ -7,6 +7,7 @@ It reads only the store (never NVML), turns findings into alerts through ``Episo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -187,10 +188,8 @@ class DiagnosticsEngine:
     def _my_pids(self, now: float) -> set[int]:
         at, pids = self._pids
         if now - at >= PIDS_EVERY_S or now < at:
-            try:
+            with contextlib.suppress(Exception):  # keep the last PIDs
                 pids = tree_pids()
-            except Exception:
-                pids = pids or set()
             self._pids = (now, pids)
         return pids
 

@@ -31,8 +31,7 @@ _walk: dict[str, int] = {}  # what ``classify``'s walk needs of a file: USER, ST
 
 def file_kind(filename: str) -> tuple[int, str]:
     """(USER | LIB | STDLIB | TORCH | NBGPU | STOP, path inside torch or the stdlib)."""
-    got = _kinds.get(filename)
-    if got is not None:
+    if (got := _kinds.get(filename)) is not None:
         return got
     path = filename.replace("\\", "/")
     got = (USER, "")
@@ -133,8 +132,7 @@ def loop_of(filename: str, lineno: int, offset: int = 0) -> tuple[int, str] | No
     import ast
     import linecache
 
-    spans = _loops.get(filename)
-    if spans is None:
+    if (spans := _loops.get(filename)) is None:
         try:
             tree = ast.parse("".join(linecache.getlines(filename)))
             spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
@@ -154,8 +152,7 @@ def inner_code(frame) -> int:
     code = frame.f_code
     per = _inner.get(id(code))
     if per is not None and per[0] is code:
-        got = per[1].get(frame.f_lasti)
-        if got is not None:
+        if (got := per[1].get(frame.f_lasti)) is not None:
             return got
     else:
         if len(_inner) > 20_000:

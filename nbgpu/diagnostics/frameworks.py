@@ -15,9 +15,7 @@ from ..sources.base import Device
 
 def torch_memory() -> list[dict]:
     """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    if cuda is None:
+    if (cuda := getattr(sys.modules.get("torch"), "cuda", None)) is None:
         return []
     try:
         if not cuda.is_initialized():
@@ -65,8 +63,7 @@ def nvml_index_of(entry: dict, devices: list[Device]) -> object:
     same = [d.key for d in devices if uuid and d.uuid.lower().removeprefix("gpu-") == uuid]
     if same:
         return same[0]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
+    if visible := os.environ.get("CUDA_VISIBLE_DEVICES"):
         parts = [p.strip() for p in visible.split(",") if p.strip()]
         if entry["index"] < len(parts) and parts[entry["index"]].isdigit():
             return int(parts[entry["index"]])

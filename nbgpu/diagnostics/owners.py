@@ -110,8 +110,7 @@ def _read(path: str, link: bool = False) -> str:
 
 def _by_proc(pid: int, mine: set[int], root: str, own_ns: str, own_cgroup: str) -> Match | None:
     """What ``root/<pid>`` says of a listed PID, where it is visible (a host /proc)."""
-    status = _read(f"{root}/{pid}/status")
-    if not status:
+    if not (status := _read(f"{root}/{pid}/status")):
         return None
     nspid = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [])
     if (len(nspid) > 1 and own_ns and _read(f"{root}/{pid}/ns/pid", link=True) == own_ns
@@ -148,8 +147,7 @@ def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: lis
     own_ns, own_cgroup = _read(f"{root}/self/ns/pid", link=True), _read(f"{root}/self/cgroup").strip()
     found: dict[int, Match] = {}
     for pid in {p.pid for procs in processes.values() for p in procs}:
-        hit = _by_proc(pid, mine, root, own_ns, own_cgroup)
-        if hit is not None:
+        if (hit := _by_proc(pid, mine, root, own_ns, own_cgroup)) is not None:
             found[pid] = hit
     if by_memory and not any(m.who == "this kernel" for m in found.values()):
         frameworks = torch_memory() + tensorflow_memory() if frameworks is None else frameworks
@@ -332,8 +330,7 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
              pid_exists: Callable[[int], bool] | None = None) -> dict[object, GpuUsers]:
     """Per GPU, the memory of this kernel (``mine``; None: its process tree), of ``user``'s other
     processes (None: whoever runs this) and of others; {} without process lists (Prometheus)."""
-    processes = sampler.processes()
-    if not processes:
+    if not (processes := sampler.processes()):
         return {}
     mine = tree_pids() if mine is None else mine
     if user is None:

@@ -133,14 +133,12 @@ def _trend_leak(ctx: Context, gpu: object) -> dict | None:
     _, held = ctx.window.series(gpu, "mem_used_bytes", max(th.leak_windows_s))
     if not len(held) or float(held.max() - held.min()) < th.leak_min_growth_bytes:
         return None  # a window's rise (median to median) is within its range: none can report
+    n = th.leak_segments
     for span in th.leak_windows_s:
-        got = ctx.window.recent(gpu, "mem_used_bytes", span)
-        if got is None:
+        if (got := ctx.window.recent(gpu, "mem_used_bytes", span)) is None:
             continue
         t, v = got
-        n = th.leak_segments
-        rise = _segments_rising(t, v, ctx.now - span, ctx.now, n)
-        if rise is None:
+        if (rise := _segments_rising(t, v, ctx.now - span, ctx.now, n)) is None:
             continue
         per_min = rise / (span * (n - 1) / n) * 60.0
         if rise >= th.leak_min_growth_bytes and per_min >= th.leak_min_rate_bytes_per_min:
@@ -164,8 +162,7 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
     key = (gpu, tuple(m[0] for m in marks))
     if key not in ctx.mark_cache:
         ctx.mark_cache[key] = _rise_at_marks(ctx, gpu, marks)
-    found = ctx.mark_cache[key]
-    if found is None:
+    if (found := ctx.mark_cache[key]) is None:
         return None
     spacing = (marks[-1][0] - marks[0][0]) / (len(marks) - 1)
     if ctx.now - marks[-1][0] > max(MARKS_STOPPED_SPACINGS * spacing, MARKS_STOPPED_MIN_S):
@@ -218,9 +215,8 @@ def memory_leak(ctx: Context) -> list[Finding]:
                        f"(now {fmt_bytes(trend['mem_used_bytes'])})")
             evidence = dict(trend, method="trend")
         evidence["rate"] = rate
-        names = _holders_now(ctx, dev)
         hint = LEAK_HINT
-        if names:
+        if names := _holders_now(ctx, dev):
             evidence["holders"] = names
             hint = (f"Held most by {'; '.join(names)} (`%gpumon memory` lists every name, "
                     f"`%gpumon free NAME` releases one). {LEAK_HINT}")

@@ -46,8 +46,7 @@ class Window:
 
     def _end(self, device: object, metric: str) -> float:
         pair = (device, metric)
-        end = self._ends.get(pair)
-        if end is None:
+        if (end := self._ends.get(pair)) is None:
             until = self._complete(device, metric) if self._complete is not None else math.inf
             end = self._ends[pair] = min(self.now, until)
         return end
@@ -92,8 +91,7 @@ class Window:
     def mean(self, device: object, metric: str, span_s: float, end: float | None = None) -> float:
         """Time-weighted mean over the window up to ``end`` (NaN if not covered)."""
         end = self._end(device, metric) if end is None else min(end, self.now)
-        got = self.recent(device, metric, span_s, end)
-        if got is None:
+        if (got := self.recent(device, metric, span_s, end)) is None:
             return math.nan
         t, v = got
         if len(t) < 2 or t[-1] <= t[0]:
