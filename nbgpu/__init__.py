@@ -35,61 +35,27 @@ if TYPE_CHECKING:
     from .widgets.monitor import GPUMonitor
 
 # Public name -> module that defines it, imported on first access.
-_LAZY = {
-    "Alert": ".diagnostics",
-    "Thresholds": ".diagnostics",
-    "Capture": ".profiles",
-    "capture": ".profiles",
-    "mark": ".profiles",
-    "track": ".profiles",
-    "history": ".profiles.history",
-    "keep_history": ".profiles.history",
-    "memory_by_name": ".holders",
-    "configure": ".profiles.cost",
-    "snapshot_on_alert": ".profiles.oom",
-    "Sampler": ".sampler",
-    "SimulatedGPUs": ".sources.simulated",
-    "Timeline": ".timeline",
-    "GPUMonitor": ".widgets.monitor",
-}
+_LAZY = {name: module for module, names in {
+    ".diagnostics": ("Alert", "Thresholds"), ".profiles": ("Capture", "capture", "mark", "track"),
+    ".profiles.history": ("history", "keep_history"), ".holders": ("memory_by_name",),
+    ".profiles.cost": ("configure",), ".profiles.oom": ("snapshot_on_alert",), ".sampler": ("Sampler",),
+    ".sources.simulated": ("SimulatedGPUs",), ".timeline": ("Timeline",), ".widgets.monitor": ("GPUMonitor",),
+}.items() for name in names}
 
 logging.getLogger("nbgpu").addHandler(logging.NullHandler())
 
 
 __all__ = [
-    "Alert",
-    "BadArgumentError",
-    "Capture",
-    "FileError",
-    "GPUMonitor",
-    "NVMLUnavailableError",
-    "NbgpuError",
-    "Sampler",
-    "SamplerStateError",
-    "SimulatedGPUs",
-    "SourceError",
-    "Thresholds",
-    "Timeline",
-    "__version__",
-    "capture",
-    "configure",
-    "history",
-    "keep_history",
-    "load_ipython_extension",
-    "mark",
-    "memory_by_name",
-    "snapshot_on_alert",
-    "track",
+    "Alert", "BadArgumentError", "Capture", "FileError", "GPUMonitor", "NVMLUnavailableError",
+    "NbgpuError", "Sampler", "SamplerStateError", "SimulatedGPUs", "SourceError", "Thresholds",
+    "Timeline", "__version__", "capture", "configure", "history", "keep_history",
+    "load_ipython_extension", "mark", "memory_by_name", "snapshot_on_alert", "track",
     "unload_ipython_extension",
 ]
 
 
 def __getattr__(name: str) -> object:
-    """Import a public name's module, or a submodule, on first access.
-
-    ``nbgpu.GPUMonitor`` brings in bqplot only when asked; ``nbgpu.exporter.serve`` and
-    ``nbgpu.metrics.reason_names`` work after a plain ``import nbgpu``.
-    """
+    """Import a public name's module, or a submodule (``nbgpu.exporter.serve``), on first access."""
     module = _LAZY.get(name)
     if module is not None:
         value = getattr(importlib.import_module(module, __name__), name)

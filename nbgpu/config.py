@@ -18,8 +18,6 @@ from .errors import BadArgumentError
 
 MIN_INTERVAL_S = 0.01  # faster polling costs a core and floods the store (issue: 1e-9 s)
 MAX_INTERVAL_S = 3600.0
-
-
 MIN_WINDOW_S, MAX_WINDOW_S = 5.0, 86400.0  # what the live panel may show
 
 
@@ -51,17 +49,10 @@ def check_window(window_s: object, name: str = "window") -> float:
 
 
 # Environment variables that map onto traits (read once, when the object is made).
-ENV = {
-    "NBGPU_INTERVAL": "interval",
-    "NBGPU_WINDOW_S": "window_s",
-    "NBGPU_HISTORY_FILE": "history_path",
-    "NBGPU_PRICE_PER_KWH": "price_per_kwh",
-    "NBGPU_CURRENCY": "currency",
-    "NBGPU_CARBON_G_PER_KWH": "carbon_g_per_kwh",
-    "NBGPU_FLIGHT_RECORDER": "flight_recorder",
-    "NBGPU_EXPORTER_PORT": "exporter_port",
-    "NBGPU_STACK_SAMPLES_HZ": "stack_samples_hz",
-}
+ENV = {"NBGPU_INTERVAL": "interval", "NBGPU_WINDOW_S": "window_s", "NBGPU_HISTORY_FILE": "history_path",
+       "NBGPU_PRICE_PER_KWH": "price_per_kwh", "NBGPU_CURRENCY": "currency",
+       "NBGPU_CARBON_G_PER_KWH": "carbon_g_per_kwh", "NBGPU_FLIGHT_RECORDER": "flight_recorder",
+       "NBGPU_EXPORTER_PORT": "exporter_port", "NBGPU_STACK_SAMPLES_HZ": "stack_samples_hz"}
 
 
 class NbGpu(Configurable):
@@ -91,17 +82,12 @@ class NbGpu(Configurable):
     stack_samples_hz = CInt(10, help="While a profiled cell runs, how often a second the main "
                             "thread's stack is sampled (0: never).").tag(config=True)
 
-    @validate("interval")
-    def _check_interval(self, proposal):
+    @validate("interval", "window_s")
+    def _check_seconds(self, proposal):
+        name = proposal["trait"].name
+        check = check_interval if name == "interval" else check_window
         try:
-            return check_interval(proposal["value"], "NbGpu.interval")
-        except BadArgumentError as exc:
-            raise TraitError(str(exc)) from None
-
-    @validate("window_s")
-    def _check_window(self, proposal):
-        try:
-            return check_window(proposal["value"], "NbGpu.window_s")
+            return check(proposal["value"], f"NbGpu.{name}")
         except BadArgumentError as exc:
             raise TraitError(str(exc)) from None
 
@@ -111,13 +97,10 @@ _instance: NbGpu | None = None
 
 def _from_env(cfg: NbGpu) -> None:
     for var, trait in ENV.items():
-        raw = os.environ.get(var)
-        if raw is None or raw == "":
+        if not (raw := os.environ.get(var)):
             continue
-        if trait == "flight_recorder":
-            value: object = raw.strip().lower() not in ("0", "false", "no", "off")
-        else:
-            value = raw
+        on = raw.strip().lower() not in ("0", "false", "no", "off")
+        value: object = on if trait == "flight_recorder" else raw
         try:
             setattr(cfg, trait, value)
         except (TraitError, ValueError) as e:
@@ -129,14 +112,9 @@ def settings() -> NbGpu:
     """The process's one ``NbGpu``: IPython's configured instance in a kernel, else its own."""
     global _instance
     if _instance is None:
-        parent = None
-        try:
-            from IPython import get_ipython
+        from IPython import get_ipython  # a dependency
 
-            parent = get_ipython()
-        except ImportError:  # pragma: no cover - IPython is a dependency
-            parent = None
-        cfg = NbGpu(parent=parent) if parent is not None else NbGpu()
+        cfg = NbGpu(parent=get_ipython())
         _from_env(cfg)
         _instance = cfg
     return _instance

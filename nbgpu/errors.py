@@ -9,9 +9,8 @@
     └── FileError                   an export, record or report file cannot be written or read;
                                     ``path`` is the user's path, never a temporary file
 
-``except ValueError`` keeps working for bad arguments, because ``BadArgumentError`` is both.
-Lower-level errors are translated at the boundary with ``raise ... from exc``, so the
-original stays in ``__cause__`` while ``str(exc)`` stays one line a person can act on.
+``except ValueError`` still catches bad arguments. Lower-level errors are translated with
+``raise ... from exc``: the original stays in ``__cause__``, ``str(exc)`` one actionable line.
 """
 
 from __future__ import annotations
@@ -34,11 +33,7 @@ class SamplerStateError(NbgpuError):
 
 
 class NVMLUnavailableError(NbgpuError):
-    """NVML cannot be used here; ``code`` is NVML's return code (None if none) and ``hint`` what to try.
-
-    ``str(exc)`` is the one line a person reads; views that want only the reason or only the
-    hint read the fields instead of parsing the text.
-    """
+    """NVML cannot be used here; ``code`` is NVML's return code (None if none) and ``hint`` what to try."""
 
     def __init__(self, message: str, *, code: int | None = None, hint: str | None = None) -> None:
         super().__init__(message)
@@ -61,21 +56,11 @@ class FileError(NbgpuError):
 
 
 def warn_user(message: str) -> None:
-    """One line the notebook user sees (a UserWarning, shown under the cell), also logged.
-
-    For failures found after the call that caused them returned (a background write); callers
-    say each one once.
-    """
+    """One line the notebook user sees (a UserWarning under the cell), also logged: for failures
+    found after their call returned (a background write); callers say each once."""
     logging.getLogger("nbgpu").warning("%s", message)
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
-__all__ = [
-    "BadArgumentError",
-    "FileError",
-    "NVMLUnavailableError",
-    "NbgpuError",
-    "SamplerStateError",
-    "SourceError",
-    "warn_user",
-]
+__all__ = ["BadArgumentError", "FileError", "NVMLUnavailableError", "NbgpuError", "SamplerStateError",
+           "SourceError", "warn_user"]

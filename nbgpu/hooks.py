@@ -1,10 +1,7 @@
 """Views that lower layers show: ``view(kind, obj)``, resolved here whatever was imported first.
 
-``profiles`` makes a ``Capture``, but the widget that draws its report lives in ``widgets``,
-a layer above. ``view("cell_report", cap)`` and ``view("oom_report", post_mortem)`` import
-their widget on first use (the two documented exceptions to the layer rule, see
-docs/engine.md "Layers"); ``register_view`` replaces a view. Importing this module imports
-no widget.
+``view("cell_report", cap)`` and ``view("oom_report", pm)`` import their widget (a layer above) on
+first use, the two documented exceptions to the layer rule (docs/engine.md "Layers").
 """
 
 from __future__ import annotations

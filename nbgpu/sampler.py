@@ -1,19 +1,10 @@
 """The sampler: one background thread that reads a source and writes a store.
 
-Nothing else touches the source while it runs; views, captures and exports read the
-store and the sampler's snapshots (``status()``, ``latest()``, ``processes()``). What is
-read when comes from ``nbgpu.schedule.plan``, shared by the thread and ``step(now)``, so
-tests drive a sampler with a fake clock and no thread. Every step is guarded: an error is
-counted (per GPU too) and kept in ``last_error``, a lost GPU becomes an event, and the
-thread carries on. ``stop()`` never waits on a hanging read for more than a second: the
-thread closes the source itself once its last read returned.
-
-Its lifecycle (start, stop, the thread) is in ``nbgpu.sampler_thread``; what views read
-(``latest()``, ``status()``, alerts) in ``nbgpu.sampler_reads``.
-
-Diagnostics live below the sampler: each ``Sampler(diagnostics=True)`` attaches a
-``nbgpu.diagnostics`` engine as a tick listener when it is made, whatever was imported
-first; ``Sampler(diagnostics=False)`` runs without one and says so in ``status()``.
+Only it touches the source; views read the store and its snapshots. What is read when comes
+from ``schedule.plan``, shared by the thread and ``step(now)`` (tests drive it with a fake
+clock). Every step is guarded: errors are counted (per GPU too) and the thread carries on.
+Lifecycle in ``sampler_thread``, reads in ``sampler_reads``; ``Sampler(diagnostics=True)``
+attaches a ``nbgpu.diagnostics`` engine as a tick listener.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from . import schedule
-from .config import check_interval
+from .config import check_interval, settings
 from .errors import BadArgumentError, SamplerStateError
 from .metrics import HOST_COLUMNS, HOST_KEY
 from .sampler_reads import SamplerReads
@@ -41,10 +32,7 @@ from .timeline import Timeline
 
 log = logging.getLogger("nbgpu")
 
-MAX_BUFFER_DRAIN_S = schedule.MAX_BUFFER_DRAIN_S
-# For this long after someone looks at the newest values (``watch()``: a live panel, a scrape),
-# the source keeps its sample buffers drained at their live periods ("live" in its reads).
-LIVE_HOLD_S = 5.0
+LIVE_HOLD_S = 5.0  # after a watch(), the source drains its buffers at their live periods
 MAX_XIDS_KEPT = 8  # GPU faults (XID events) kept for status(); the store keeps them as events
 _LIVE = frozenset({"live"})
 
@@ -65,19 +53,15 @@ class Sampler(SamplerThread, SamplerReads):
     """Samples every GPU of a source (and the host) from one background thread.
 
     Args:
-        source: "auto" or "nvml" (real GPUs), "sim" (2 simulated GPUs), "sim:N", "prometheus=URL",
-            a ``SimulatedGPUs`` or any object with the source interface.
-        interval: seconds between ticks of cheap reads (10 ms to 3600 s); None: the
-            ``NbGpu.interval`` setting (1 s unless configured).
-            Power and utilisation come from NVML's sample buffers at the card's own
-            resolution whatever the interval.
-        gpus: keys of the cards to keep (a card's MIG slices go with it); None keeps all.
+        source: "auto"/"nvml", "sim" (2 simulated GPUs), "sim:N", "prometheus=URL", or a source object.
+        interval: seconds between ticks of cheap reads (10 ms to 3600 s); None: ``NbGpu.interval``.
+            Power and utilisation keep NVML's buffered resolution whatever the interval.
+        gpus: keys of the cards to keep (with their MIG slices); None keeps all.
         host: also sample host CPU/RAM of the machine and of this process tree.
         energy_every_s, pcie_every_s, procs_every_s: how often the costly reads run.
         full_res_s, bucket_s, history_s: store bounds (see ``nbgpu.store``); None: defaults.
-        clock: seconds since the epoch; a fake clock plus ``step(now)`` drives it in tests.
-        diagnostics: run the diagnostics rules (``alert_list()``, ``alerts``, ``on_alert``).
-        thresholds: ``nbgpu.Thresholds`` or a dict of the thresholds to change; None: defaults.
+        clock: epoch seconds; a fake clock plus ``step(now)`` drives it in tests.
+        diagnostics: run the rules (``alert_list()``, ``alerts``, ``on_alert``); ``thresholds``: theirs.
     """
 
     def __init__(self, source: object = "auto", interval: float | None = None,
@@ -87,14 +71,10 @@ class Sampler(SamplerThread, SamplerReads):
                  bucket_s: float | None = None, history_s: float | None = None,
                  clock: Callable[[], float] = time.time, diagnostics: bool = True,
                  thresholds: object = None) -> None:
-        if interval is None:  # read now, not at import: %config NbGpu.interval applies
-            from .config import settings
-
-            interval = settings().interval
-        self.interval = check_interval(interval)
-        self._every = {"energy": check_interval(energy_every_s, "energy_every_s"),
-                       "pcie": check_interval(pcie_every_s, "pcie_every_s"),
-                       "procs": check_interval(procs_every_s, "procs_every_s")}
+        # None: read now, not at import, so %config NbGpu.interval applies
+        self.interval = check_interval(settings().interval if interval is None else interval)
+        self._every = {read: check_interval(every, f"{read}_every_s") for read, every in
+                       (("energy", energy_every_s), ("pcie", pcie_every_s), ("procs", procs_every_s))}
         store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
                                       ("history_s", history_s)) if v is not None}
         self.store = Store(**store_kw)  # checks the bounds before any source opens
@@ -104,11 +84,12 @@ class Sampler(SamplerThread, SamplerReads):
         self.source: Source = open_source(source)
         try:
             all_devices = self.source.devices()
-            self._keep = self._select(all_devices, gpus)
+            keep = check_gpus(gpus, [d.key for d in all_devices if d.parent is None])
         except Exception:
             self.source.close()
             raise
-        self.devices: list[Device] = [d for d in all_devices if self._keeps(d)]
+        # a MIG slice goes with its card (``Device.card``)
+        self.devices: list[Device] = [d for d in all_devices if keep is None or d.card in keep]
         self._kept_keys = {d.key for d in self.devices}
         select = getattr(self.source, "select", None)
         if callable(select):  # the source then reads only these devices
@@ -167,16 +148,6 @@ class Sampler(SamplerThread, SamplerReads):
                 self.source.close()
                 raise
 
-    @staticmethod
-    def _select(devices: list[Device], gpus: object) -> set | None:
-        keep = check_gpus(gpus, [d.key for d in devices if d.parent is None])
-        return None if keep is None else set(keep)
-
-    def _keeps(self, device: Device) -> bool:
-        """Whether ``device`` was selected: a MIG slice goes with its card (``Device.card``)."""
-        return self._keep is None or device.card in self._keep
-
-
     # -- what other parts of nbgpu ask of it ------------------------------------------------
     def now(self) -> float:
         """The sampler's clock (epoch seconds; the fake clock it was given, in tests)."""
@@ -188,10 +159,7 @@ class Sampler(SamplerThread, SamplerReads):
 
     def request(self, read: str) -> None:
         """Ask for a read ("energy", "pcie", "procs", or "edge") at the next step, never lost.
-
-        "edge" reads memory used and drains every sample buffer at once: what a capture's
-        end needs (with "energy" too when the block is long enough for the counter).
-        """
+        "edge" reads memory used and drains every sample buffer at once (a capture's end)."""
         if read not in REQUESTS:
             raise BadArgumentError(f"request() takes one of {', '.join(REQUESTS)}, got {read!r}")
         with self._lock:
@@ -200,10 +168,7 @@ class Sampler(SamplerThread, SamplerReads):
 
     @contextlib.contextmanager
     def fast_memory(self, every_s: float = 0.01) -> Iterator[Sampler]:
-        """While held, also read memory used every ``every_s`` so short spikes are caught.
-
-        Nesting is counted and thread-safe; the fastest lane held wins.
-        """
+        """While held, also read memory used every ``every_s`` (short spikes); the fastest held wins."""
         every_s = check_interval(every_s, "every_s")
         with self._lock:
             self._fast.append(every_s)
@@ -215,25 +180,13 @@ class Sampler(SamplerThread, SamplerReads):
                 self._fast.remove(every_s)
 
     def watch(self) -> None:
-        """Say that someone is looking at the newest values now (a live panel, an exporter,
-        the diagnostics while a cell runs).
-
-        For ``LIVE_HOLD_S`` the sample buffers are drained at their live periods (NVML
-        utilisation every 2 s instead of 10 s); a live panel calls it at each refresh, the
-        exporter at each scrape. Reads (``latest()``, the timeline) never do. Resolution is the same
-        either way: only how old the newest buffered sample can be changes.
-        """
+        """Someone looks at the newest values now (a panel refresh, a scrape, a running cell): for
+        ``LIVE_HOLD_S`` buffers drain at their live periods (NVML utilisation every 2 s, not 10 s)."""
         self._watched_at = self._clock()
 
     def drained_until(self, device: object, metric: str | None = None) -> float:
-        """Clock time up to which every reading of ``device`` (or of its ``metric``) is in
-        the store (inf: all).
-
-        Samples NVML buffers reach the store at the buffer's next drain, seconds later; a
-        writer folding them into ticks (the Recorder) writes no tick past this time, so a
-        late sample is never counted in a later tick, and the diagnostics rules judge a
-        buffered metric up to its own time.
-        """
+        """Clock time up to which every reading of ``device`` (or its ``metric``) is in the store
+        (inf: all); buffered samples arrive at the buffer's next drain, seconds later."""
         fn = getattr(self.source, "drained_until", None)
         if not callable(fn):
             return math.inf
@@ -251,29 +204,23 @@ class Sampler(SamplerThread, SamplerReads):
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
-
     # -- one step: what the thread does at each wake-up --------------------------------------
-    def _settings(self) -> schedule.Settings:
-        fast = min(self._fast) if self._fast else None
-        return schedule.Settings(self.interval, self._every, MAX_BUFFER_DRAIN_S, fast)
 
     def next_wake(self) -> float:
         """When the thread wakes next (clock seconds), as the last step planned; -inf before any."""
         return self._wake_at
 
     def step(self, now: float | None = None) -> None:
-        """Do what the thread would do at time ``now``: the due reads, store writes, listeners.
-
-        ``now`` None reads the clock after taking the pending requests (what the thread does),
-        so a request made after that reading, stamped later, waits for the next step.
-        """
+        """Do what the thread would do at ``now``: the due reads, store writes, listeners.
+        ``now`` None reads the clock after taking the pending requests (as the thread does)."""
         if self._closed:
             raise SamplerStateError("this Sampler is closed; create a new Sampler to sample again")
         with self._step_lock:
             with self._lock:
                 urgent = frozenset(self._urgent)
                 self._urgent.clear()
-                settings = self._settings()
+                settings = schedule.Settings(self.interval, self._every, schedule.MAX_BUFFER_DRAIN_S,
+                                             min(self._fast) if self._fast else None)
             if now is None:
                 now = self._clock()
             if self.started_at is None:
@@ -303,10 +250,8 @@ class Sampler(SamplerThread, SamplerReads):
 
     def _note_refreshed(self, device, values: dict, now: float) -> None:
         for metric, arr in values.items():
-            if isinstance(arr, float):  # a tick's one value: no array calls
-                fresh = arr == arr
-            else:
-                fresh = len(arr) > 0 and not np.isnan(np.asarray(arr, dtype=np.float64)).all()
+            fresh = (arr == arr if isinstance(arr, float)  # a tick's one value: no array calls
+                     else len(arr) > 0 and not np.isnan(np.asarray(arr, dtype=np.float64)).all())
             if fresh:
                 newest, _ = self._refreshed.get((device, metric), (math.nan, math.nan))
                 if newest != now:
@@ -322,10 +267,8 @@ class Sampler(SamplerThread, SamplerReads):
             for batch in reading.batches:
                 if batch.device not in self._kept_keys:
                     continue
-                if batch.one_row:
-                    self.store.append_row(batch.device, batch.stream, batch.times, batch.values)
-                else:
-                    self.store.append_many(batch.device, batch.stream, batch.times, batch.values)
+                append = self.store.append_row if batch.one_row else self.store.append_many
+                append(batch.device, batch.stream, batch.times, batch.values)
                 with self._lock:
                     self._note_refreshed(batch.device, batch.values, now)
             for err in getattr(reading, "errors", ()):
@@ -371,7 +314,6 @@ class Sampler(SamplerThread, SamplerReads):
         procs = procs() if callable(procs) else procs
         if not procs:
             return
-        snap = {k: list(v) for k, v in dict(procs).items()
-                if k in self._kept_keys}
+        snap = {k: list(v) for k, v in dict(procs).items() if k in self._kept_keys}
         with self._lock:
             self._processes.update(snap)

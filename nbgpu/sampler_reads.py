@@ -1,13 +1,12 @@
 """What views read from a sampler: newest values with their states, status, alerts.
 
-Every read here is a snapshot taken under the sampler's lock; the sampler thread writes,
-these only read. A metric not refreshed for ``STALE_PERIODS`` of its periods is "stale",
-one whose read failed after its newest refresh "failed", and either reads NaN in
-``latest()`` (its last good value is in ``last_good``), so a frozen value never looks live.
+Snapshots taken under the sampler's lock. A metric that is "stale" (not refreshed for
+``STALE_PERIODS`` of its periods) or "failed" reads NaN in ``latest()``: a frozen value never looks live.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable
@@ -51,15 +50,10 @@ class SamplerReads:
 
     def alert_list(self, since_s: float | None = None) -> list:
         """Diagnostics alerts so far (``nbgpu.Alert``), oldest first; ``end`` is None while on.
-
-        ``since_s`` (epoch seconds): only those still on or ended at or after it; ``math.inf``
-        gives those on, as the live panel asks every refresh.
-        """
+        ``since_s`` (epoch seconds): only those on or ended since (``math.inf``: those on)."""
         if since_s is not None and (isinstance(since_s, bool) or not isinstance(since_s, numbers.Real)):
             raise BadArgumentError(f"since_s must be epoch seconds (a number) or None, got {since_s!r}")
-        if self.diagnostics is None:
-            return []
-        return self.diagnostics.alert_list(since_s)
+        return [] if self.diagnostics is None else self.diagnostics.alert_list(since_s)
 
     @property
     def alerts(self):
@@ -107,20 +101,14 @@ class SamplerReads:
                 diagnostics=self.diagnostics is not None, xids=self._xids)
 
     def _stale_now(self) -> float:
-        if self.running:
-            return self._clock()
-        return self._last_step if self._last_step is not None else self._clock()
+        return self._clock() if self.running or self._last_step is None else self._last_step
 
     def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
                 never: dict) -> dict[str, str]:
-        """"live", "stale", "failed" or "unsupported" of each metric of device ``key``.
+        """"live", "stale", "failed" or "unsupported" of each metric of ``key`` (``_lock`` held).
 
-        Called with ``_lock`` held. Unsupported: the card does not report it (``supported``,
-        empty for "all") or NVML said so; failed: a read of that metric (or of the whole
-        device) failed after its newest refresh; stale: not refreshed for ``STALE_PERIODS``
-        of its own periods. ``never``: the period assumed before a metric's second refresh
-        (``_first_periods``: its read's own). NaN tests are ``x != x``
-        and the period's floor a comparison: the panel asks this for every metric each refresh.
+        Failed: a read of it (or of the device) failed after its newest refresh; ``never``: the
+        period assumed before its second refresh. Plain comparisons: the panel asks each refresh.
         """
         unsupported = self._unsupported.get(key, ())
         errors = self._error_at.get(key, _NO_ERRORS)  # metric (None: any) -> newest failure
@@ -148,15 +136,10 @@ class SamplerReads:
         return out
 
     def latest(self) -> list[dict]:
-        """Newest value of every metric of every GPU, with its state; a read that changes
-        nothing (a view that shows these values live also calls ``watch()``).
+        """Newest value of every metric of every GPU (NaN where not live; changes nothing).
 
-        Each row: ``gpu``, ``name``, ``state`` (of the device), ``time`` (UTC
-        ``pandas.Timestamp`` of the newest reading), ``time_s`` (the same as epoch
-        seconds), one value per metric, ``states`` ({metric: "live" | "stale" | "failed"
-        | "unsupported"}) and ``last_good`` ({metric: newest good value}). A metric that
-        is not live reads NaN, so a frozen value never looks live. The values are copies
-        of the store's newest-row records (no search), as the live panel asks every refresh.
+        Rows: ``gpu``, ``name``, ``state``, ``time`` (UTC Timestamp), ``time_s``, one value per
+        metric, ``states`` ({metric: "live" | "stale" | "failed" | "unsupported"}), ``last_good``.
         """
         import pandas as pd
 
@@ -164,7 +147,7 @@ class SamplerReads:
         lost = self.lost
         state = self.state
         out = []
-        never = self._first_periods()
+        never = self._first_periods
         for dev in self.devices:
             key = dev.key
             newest_of = self.store.last_many(key)
@@ -182,8 +165,7 @@ class SamplerReads:
                 row["time"], row["time_s"] = pd.NaT, math.nan
             else:
                 row["time"], row["time_s"] = self._timestamp(newest), float(newest)
-            row["states"] = states
-            row["last_good"] = last_good
+            row.update(states=states, last_good=last_good)
             out.append(row)
         return out
 
@@ -191,35 +173,29 @@ class SamplerReads:
         """``t`` as a UTC ``pandas.Timestamp``; the last one made is kept (most refreshes reuse it)."""
         import pandas as pd
 
-        made = self._timestamps.get(t)
-        if made is None:
+        if (made := self._timestamps.get(t)) is None:
             if len(self._timestamps) > 64:
                 self._timestamps.clear()
             made = self._timestamps[t] = pd.Timestamp(t, unit="s", tz="UTC")
         return made
 
+    @functools.cached_property
     def _first_periods(self) -> dict:
-        """The period each metric is assumed to have before its second refresh: its read's
-        own (the source says for buffered ones), else a tick's; key None for the rest. Made
-        once: the source's periods and the sampler's settings do not change."""
-        out = self.__dict__.get("_periods")
-        if out is None:
-            hint = getattr(self.source, "period_s", None)
-            base = max(self.interval, schedule.MAX_BUFFER_DRAIN_S)
-            out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
-                   "pcie_tx_bytes_per_s": self._every["pcie"]}
-            if callable(hint):
-                out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
-            self._periods = out
+        """Each metric's period before its second refresh (its read's own; None: the rest), made once."""
+        hint = getattr(self.source, "period_s", None)
+        base = max(self.interval, schedule.MAX_BUFFER_DRAIN_S)
+        out = {None: base, "energy_j": self._every["energy"], "pcie_rx_bytes_per_s": self._every["pcie"],
+               "pcie_tx_bytes_per_s": self._every["pcie"]}
+        if callable(hint):
+            out.update({m: max(base, p) for m in BY_NAME if (p := hint(m)) is not None})
         return out
 
     def latest_host(self) -> dict:
-        """Newest host readings (empty if host sampling is off); NaN where not live (not
-        refreshed for three ticks: the sampler hangs or the read fails), as ``latest()``."""
+        """Newest host readings (empty if host sampling is off); NaN where not live, as ``latest()``."""
         if self._host is None:
             return {}
         newest_of = self.store.last_many(HOST_KEY)
-        now, never = self._stale_now(), self._first_periods()
+        now, never = self._stale_now(), self._first_periods
         with self._lock:
             states = self._states(HOST_KEY, HOST_COLUMNS, now, frozenset(), never)
         return {m: newest_of.get(m, (np.nan, np.nan))[1] if states[m] == "live" else math.nan

@@ -1,10 +1,7 @@
-"""The sampler's thread: start, stop, close, the loop that calls ``step()``, and waiting for
-its steps (a block's edges: ``wait_for_edge``, ``fetch_buffered``).
+"""The sampler's thread: start, stop, close, the loop calling ``step()``, waiting for steps.
 
-``start()`` and ``stop()`` are safe from any thread and there is one thread at most.
-``stop()`` never waits on a hanging read for more than ``STOP_WAIT_S``: the thread closes
-the source itself once its last read returned. At interpreter exit every running sampler
-is stopped and its source released.
+``start()``/``stop()`` are safe from any thread; one thread at most. ``stop()`` never waits on
+a hanging read past ``STOP_WAIT_S``: the thread closes the source after its last read.
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ EDGE_WAIT_S = 0.5
 EDGE_CHECK_S = 0.05  # a waiting edge re-checks at least this often (sampler stopped?)
 
 _running: weakref.WeakSet[Sampler] = weakref.WeakSet()
-_atexit_lock = threading.Lock()
-_atexit_registered = False
 
 
 def running_samplers() -> list[Sampler]:
@@ -38,6 +33,7 @@ def running_samplers() -> list[Sampler]:
     return [s for s in list(_running) if s.running]
 
 
+@atexit.register
 def _stop_all_at_exit() -> None:
     """Interpreter exit: stop every running sampler and release its source."""
     for s in list(_running):
@@ -67,14 +63,12 @@ class SamplerThread:
 
     def start(self) -> Sampler:
         """Start the background thread (no-op if running, safe from any thread); returns self."""
-        global _atexit_registered
         with self._life:
             if self._closed or self._close_requested:
                 raise SamplerStateError("this Sampler is closed (stop() released its source); "
                                         "create a new Sampler, or pause with stop(close=False) "
                                         "to start it again")
-            t = self._thread
-            if t is not None and t.is_alive():
+            if (t := self._thread) is not None and t.is_alive():
                 if self._stop_event.is_set():
                     raise SamplerStateError("this Sampler is still stopping (its thread is "
                                             "inside a read that has not returned); try again "
@@ -89,24 +83,15 @@ class SamplerThread:
             self._thread = threading.Thread(target=self._run, name="nbgpu-sampler", daemon=True)
             self._thread.start()
             _running.add(self)
-        with _atexit_lock:
-            if not _atexit_registered:
-                atexit.register(_stop_all_at_exit)
-                _atexit_registered = True
         return self
 
     def stop(self, close: bool = True, timeout_s: float = STOP_WAIT_S) -> None:
         """Stop the thread, waiting at most ``timeout_s``; ``close`` also releases the source.
-
-        If the thread is inside a read that does not return in time, ``stop`` returns
-        anyway: ``status().state`` says "stopping" until the thread ends, and the thread
-        closes the source itself after its last read. Data stays readable.
-        """
+        A hanging read leaves ``status().state`` "stopping" until it returns. Data stays readable."""
         with self._life:
             if close:
                 self._close_requested = True
-            t = self._thread
-            if t is not None:
+            if (t := self._thread) is not None:
                 self._stop_event.set()
                 self._wake.set()
                 if t is not threading.current_thread():
@@ -128,8 +113,7 @@ class SamplerThread:
                     self._host.close()
 
     def _thread_ended(self) -> None:
-        """The thread's last act: record the stop, end the ongoing alerts, close the source
-        if that was asked."""
+        """The thread's last act: record the stop, end ongoing alerts, close the source if asked."""
         self.stopped_at = self._clock()
         if self.diagnostics is not None:
             self.diagnostics.close_all()
@@ -145,11 +129,9 @@ class SamplerThread:
         self.stop()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             if not self._closed and not self.running:
                 self.source.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         return (f"<nbgpu.Sampler {self.source.kind} {len(self.devices)} device(s) "
@@ -172,29 +154,19 @@ class SamplerThread:
             self._thread_ended()
 
 
-def _edge_pending(sampler: Sampler, keys: list, t: float) -> bool:
-    """Whether some GPU of ``keys`` has no memory or energy reading at or after ``t`` yet."""
-    last = sampler.store.last
-    return any(not last(k, "mem_used_bytes")[0] >= t and not last(k, "energy_j")[0] >= t
-               for k in keys)
-
-
 def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
                   also: Callable[[], bool] | None = None) -> bool:
-    """Wait until every live GPU has a tick reading at or after ``t`` (the requested read),
-    and ``also()`` (if given: something else the sampler's thread is to do) is False.
-
-    Returns at once when the store covers ``t``; else sleeps until the sampler's next step
-    (a tick listener wakes it). False on timeout or if the sampler is not running: the
-    summary then extends the nearest readings to the edge instead.
-    """
+    """Wait until every live GPU has a tick reading at or after ``t`` and ``also()`` (if given)
+    is False, woken by each step. False on timeout or if the sampler is not running."""
     if not sampler.running:
         return False
     lost = sampler.lost
     keys = [d.key for d in sampler.devices if d.key not in lost]
+    last = sampler.store.last
 
-    def pending() -> bool:
-        return _edge_pending(sampler, keys, t) or (also is not None and also())
+    def pending() -> bool:  # some GPU has no memory or energy reading at or after t yet
+        return (any(not last(k, "mem_used_bytes")[0] >= t and not last(k, "energy_j")[0] >= t for k in keys)
+                or (also is not None and also()))
 
     if not pending():
         return True
@@ -218,9 +190,8 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
 
 
 def fetch_buffered(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
-    """Have the sampler read NVML's sample buffers up to ``t`` (a block's end) now, rather than
-    at their next periodic read seconds later, and wait for it: two steps at or after ``t``,
-    the second begun after the request. False if the sampler is stopped or does not answer."""
+    """Have the sampler drain NVML's buffers up to ``t`` (a block's end) now and wait for it: two
+    steps at or after ``t``. False if the sampler is stopped or does not answer."""
     if not sampler.running:
         return False
     steps: list[float] = []

@@ -59,16 +59,14 @@ def plan(now: float, settings: Settings, state: State,
          urgent: frozenset[str] = frozenset()) -> Plan:
     """The reads due at ``now`` (costly ones also when ``urgent``) and the next wake-up time."""
     last = dict(state.last)
-    reads: set[str] = set(urgent)
-    for read, every in settings.every_s.items():
-        if now - last.get(read, -math.inf) >= every:
-            reads.add(read)
+    reads = set(urgent) | {r for r, every in settings.every_s.items()
+                           if now - last.get(r, -math.inf) >= every}
     next_tick = state.next_tick
     if next_tick is None or now >= next_tick - TICK_SLACK_S:
         reads.add("tick")
-        next_tick = now + settings.interval_s if next_tick is None else next_tick + settings.interval_s
-        if next_tick < now:  # fell behind (a slow read): skip the missed ticks, don't burst
-            next_tick = now + settings.interval_s
+        # the first tick, or fell behind (a slow read): skip the missed ticks, don't burst
+        behind = next_tick is None or next_tick + settings.interval_s < now
+        next_tick = (now if behind else next_tick) + settings.interval_s
     fast = settings.memory_every_s
     since_memory = now - last.get("memory", -math.inf)
     if fast is not None and "tick" not in reads and since_memory >= fast - TICK_SLACK_S:

@@ -1,21 +1,17 @@
 """The kernel's one shared sampler, used by the magics, panels and per-cell profiles.
 
-Panels and cell profiles never start their own thread while this one runs. Asking for a
-different ``source`` or ``interval`` replaces the shared sampler (the old one is stopped
-first and its timeline stays readable); ``gpus``, ``window`` and ``metrics`` are per-panel
-view settings and never touch the sampler.
-
-``%load_ext`` lists the GPUs through ``listed_source()``: NVML initialised and the cards
-named, nothing probed. The sampler that ``ensure_sampler`` starts next for that source takes
-this very source and probes it, so NVML is opened once from ``%load_ext`` to the panel.
+A different ``source`` or ``interval`` replaces it (the old one stopped, its timeline readable);
+panel settings never touch it. ``listed_source()`` (``%load_ext``) lists the GPUs unprobed; the
+next sampler of that source takes it, so NVML is opened once from ``%load_ext`` to the panel.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 
-from .config import check_interval
+from .config import check_interval, settings
 from .sampler import Sampler
 from .sources import resolve_source
 
@@ -27,11 +23,8 @@ _listed: tuple[str, object] | None = None  # (source spec, its listed source) fo
 
 
 def listed_source(source: str = "auto") -> object:
-    """The NVML source ("auto", "nvml") with its GPUs listed (not probed), kept for the next sampler.
-
-    Raises what opening it raises (``NVMLUnavailableError`` without NVML). A running shared
-    sampler of that source is not asked: the caller reads its devices instead.
-    """
+    """The NVML source ("auto", "nvml") with its GPUs listed (not probed), kept for the next
+    sampler; raises what opening it raises (``NVMLUnavailableError`` without NVML)."""
     global _listed
     with _lock:
         if _listed is not None and _listed[0] == source:
@@ -59,32 +52,26 @@ def shared_sampler() -> Sampler | None:
 def ensure_sampler(source: object = None, interval: float | None = None) -> Sampler:
     """Return the running shared sampler, starting or replacing it as the arguments require.
 
-    ``None`` for ``source`` or ``interval`` means "keep what runs" (or the default for a
-    first start: source "auto", interval ``NbGpu.interval``, 1 s unless configured). A bad ``interval`` raises
-    ``BadArgumentError`` (the sampler's own ``check_interval``) before anything is replaced.
+    None keeps what runs (first start: "auto", ``NbGpu.interval``); a bad ``interval`` raises
+    ``BadArgumentError`` before anything is replaced.
     """
     global _shared, _settings
     with _lock:
         if _settings:
             cur_source, cur_interval = _settings
         else:  # the configured default, read now (``%config NbGpu.interval``)
-            from .config import settings
-
             cur_source, cur_interval = "auto", check_interval(settings().interval)
         want_source = cur_source if source is None else source
         want_interval = cur_interval if interval is None else check_interval(interval)
         if _shared is not None and _shared.running and (want_source, want_interval) == _settings:
             return _shared
         new = Sampler(source=_take_listed(want_source), interval=want_interval)
-        old = _shared
-        if old is not None:
+        if (old := _shared) is not None:
             old.stop()
         _shared, _settings = new.start(), (want_source, want_interval)
         for fn in list(_on_replace):
-            try:
+            with contextlib.suppress(Exception):
                 fn(old, new)
-            except Exception:
-                pass
         return new
 
 
@@ -99,10 +86,8 @@ def _take_listed(source: object) -> object:
 
 
 def on_replace(fn: Callable[[Sampler | None, Sampler], None]) -> Callable[[], None]:
-    """Call ``fn(old, new)`` whenever the shared sampler is replaced (panels re-point).
-
-    Returns a function that unregisters ``fn`` (a stopped panel calls it, so none leak).
-    """
+    """Call ``fn(old, new)`` whenever the shared sampler is replaced (panels re-point); returns
+    a function that unregisters ``fn`` (a stopped panel calls it, so none leak)."""
     _on_replace.append(fn)
 
     def unregister() -> None:

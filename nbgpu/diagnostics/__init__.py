@@ -1,10 +1,8 @@
 """Diagnostics: name the problem, not just the number.
 
-Each ``Sampler`` runs a ``DiagnosticsEngine`` in its thread. Rules (OOM risk, memory leak,
-input-, launch- and sync-bound, idle, imbalance, throttling, busy-but-thin) read the recent
-store and, while a cell runs, where its main thread was (``stacks``); each episode raises
-one ``Alert``. ``memory_owners(sampler)`` says whose memory it is.
-Every ``Sampler(diagnostics=True)`` attaches an engine with ``attach`` when it is made.
+A ``DiagnosticsEngine`` in each sampler's thread runs the ``RULES`` on the recent store and, while
+a cell runs, its main thread's stacks; each episode raises one ``Alert``. ``memory_owners(sampler)``
+says whose memory it is.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Alerts and the episodes behind them: one alert per episode, no flapping.
 
-A rule reports, at each evaluation, a ``Finding`` per GPU whose condition holds now.
-``Episodes`` turns those into ``Alert`` objects: the first finding opens an alert, later
-findings refresh its evidence (and may raise its severity), and the alert ends only
-after no finding has come for ``clear_after_s``.
+A rule reports a ``Finding`` per GPU whose condition holds now; the first opens an ``Alert``,
+later ones refresh it (and may raise its severity); it ends after none for ``clear_after_s``.
 """
 
 from __future__ import annotations
@@ -88,11 +86,9 @@ class Episodes:
             alert.held.append(held)
             if len(alert.held) > MAX_HELD:
                 del alert.held[: len(alert.held) - MAX_HELD]
-            escalated = _RANK[f.severity] > _RANK[alert.severity]
             if _RANK[f.severity] >= _RANK[alert.severity]:
-                alert.message, alert.suggestion = f.message, f.suggestion
-                alert.evidence = dict(f.evidence)
-            if escalated:
+                alert.message, alert.suggestion, alert.evidence = f.message, f.suggestion, dict(f.evidence)
+            if _RANK[f.severity] > _RANK[alert.severity]:
                 alert.severity = f.severity
                 changed.append(alert)
         for key, alert in list(self._open.items()):
@@ -111,29 +107,18 @@ class Episodes:
         self._open.clear()
 
     def snapshot(self, since_s: float | None = None) -> list[Alert]:
-        """Copies of the alerts, oldest first (safe to read while the sampler runs): all of
-        them, or with ``since_s`` those still on or ended at or after it (``inf``: those on).
-
-        Only the alerts given are copied: a view asking every second for the few on does not
-        copy the up to ``max_alerts`` that ended.
-        """
-        kept = list(self.alerts)
-        if since_s is not None:
-            kept = [a for a in kept if a.end is None or a.end >= since_s]
+        """Copies of the alerts, oldest first: all, or with ``since_s`` those on or ended at or after
+        it (``inf``: those on; only those are copied, as the panel asks every second)."""
+        kept = [a for a in self.alerts if since_s is None or a.end is None or a.end >= since_s]
         return [dataclasses.replace(a, evidence=dict(a.evidence), held=list(a.held)) for a in kept]
 
 
 def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.0) -> list[Alert]:
-    """The alerts of a cell (t0..t1): those whose condition held inside it, as seen there.
+    """The alerts of a cell (t0..t1): those with a finding made inside it (or ``tolerance_s`` after
+    its end) resting on readings from inside it (``tolerance_s`` at either edge).
 
-    A finding counts when it was made inside the span (or at its end edge, ``tolerance_s``
-    after it, where a short cell is judged) and rests on readings from inside it
-    (``tolerance_s`` allowed at either edge); a cell too short for a rule's window is not
-    judged by it.
-    Each alert shows a counted finding resting wholly inside the cell where there is one
-    (its figures are the cell's own), else one reaching into the tolerance; of those the
-    worst, then the newest. One that began before the cell says so. Alerts without findings
-    (read from a file) count where they overlap.
+    Each shows its counted finding wholly inside the cell if any, then the worst, the newest; one
+    begun before the cell says so. Alerts without findings (from a file) count where they overlap.
     """
     out = []
     for a in alerts:
@@ -161,12 +146,10 @@ def alerts_frame(alerts: list[Alert]) -> pd.DataFrame:
 
     cols = ["rule", "severity", "gpu", "start", "end", "duration_s", "active", "message",
             "suggestion", "evidence"]
-    rows = [{"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": a.start,
-             "end": a.end, "duration_s": None if a.end is None else a.end - a.start,
-             "active": a.end is None, "message": a.message, "suggestion": a.suggestion,
-             "evidence": a.evidence} for a in alerts]
+    rows = [(a.rule, a.severity, a.gpu, a.start, a.end, None if a.end is None else a.end - a.start,
+             a.end is None, a.message, a.suggestion, a.evidence) for a in alerts]
     df = pd.DataFrame(rows, columns=cols)
-    df["start"] = pd.to_datetime(df["start"].astype("float64"), unit="s", utc=True)
-    df["end"] = pd.to_datetime(df["end"].astype("float64"), unit="s", utc=True)
+    for col in ("start", "end"):
+        df[col] = pd.to_datetime(df[col].astype("float64"), unit="s", utc=True)
     df["duration_s"] = df["duration_s"].astype("float64")
     return df

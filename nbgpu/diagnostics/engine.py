@@ -1,22 +1,22 @@
 """The diagnostics engine: runs the rules in the sampler thread, every `eval_every_s` (2 s).
 
-``attach`` is the factory the sampler calls for ``Sampler(diagnostics=True)`` (registered
-by ``nbgpu.diagnostics`` on import); layers above say when work runs through
-``register_activity``, so nothing here looks into them.
-
-It reads only the store (never NVML), turns rule findings into alerts through
-``Episodes`` and calls the ``on_alert`` callbacks, whose exceptions are caught and counted.
+It reads only the store (never NVML), turns findings into alerts through ``Episodes`` and calls
+``on_alert`` callbacks (their exceptions counted). Layers above say when work runs through
+``register_activity``; ``attach`` is the factory ``Sampler(diagnostics=True)`` calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import logging
 import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..errors import BadArgumentError
 from ..store import MarkFollower
 from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
 from .owners import attribute, gpus_in_use, tree_pids
@@ -34,24 +34,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nbgpu")
 
-RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
-    "oom_risk": oom_risk,
-    "memory_leak": memory_leak,
-    "input_bound": input_bound,
-    "launch_bound": launch_bound,
-    "sync_bound": sync_bound,
-    "idle": idle,
-    "imbalance": imbalance,
-    "throttling": throttling,
-    "busy_thin": busy_thin,
-}
+# each rule by its name (``thresholds.RULES``), which is its function's
+RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {rule.__name__: rule for rule in (
+    oom_risk, memory_leak, input_bound, launch_bound, sync_bound, idle, imbalance, throttling, busy_thin)}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
-# Rules that judge utilisation over the window ending where it is complete (``Window.end``),
-# and whatever they compare with it over those same seconds. While that end, the GPUs
-# judged, the ones this kernel uses and the running cell stay the same, they would find
-# the same: their findings are kept, not recomputed (nobody watching, utilisation is
-# drained every 10 s and the rules run every 2 s).
+# Rules judging utilisation over the window ending where it is complete (``Window.end``): while
+# their inputs stay the same they would find the same, so findings are kept, not recomputed
+# (nobody watching, utilisation is drained every 10 s and the rules run every 2 s).
 AT_UTILISATION_END = frozenset({"input_bound", "launch_bound", "sync_bound", "idle", "imbalance",
                                 "busy_thin"})
 
@@ -60,11 +50,8 @@ _activity_probes: list[Callable[[Sampler], bool]] = []
 
 
 def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
-    """Let a higher layer say when work runs on a sampler (``nbgpu.profiles``: a capture is open).
-
-    The idle rule judges only while a cell runs or any probe answers True. Returns a
-    function that removes the probe again.
-    """
+    """Let a higher layer say when work runs on a sampler (a capture is open): the idle rule
+    judges only while a cell runs or a probe answers True. Returns a function removing it."""
     _activity_probes.append(probe)
 
     def remove() -> None:
@@ -104,10 +91,8 @@ def _judged_from(f: Finding, now: float, th: Thresholds) -> float:
 
 def cell_alerts(sampler: Sampler, t0: float, t1: float, split: object = None,
                 finished: bool = True) -> tuple[list[Alert], list[str]]:
-    """A cell's alerts: those whose condition held inside [t0, t1] (``judged_in``); once it
-    finished, each window rule that found nothing there judged on the cell alone
-    (``judge_span``); at most one bottleneck per GPU (``one_bottleneck``, by ``split``).
-    Also returns the rules the cell was too short to judge."""
+    """A cell's alerts (``judged_in``; once finished, plus ``judge_span`` for window rules that
+    found nothing), at most one bottleneck per GPU, and the rules it was too short to judge."""
     found = judged_in(sampler.alert_list(since_s=t0), t0, t1, max(1.0, 2.0 * sampler.interval))
     short: list[str] = []
     engine = getattr(sampler, "diagnostics", None)
@@ -127,11 +112,8 @@ def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> Dia
 
 
 class DiagnosticsEngine:
-    """Names problems from a sampler's recent readings; add it with ``sampler.add_listener``.
-
-    Args:
-        thresholds: a ``Thresholds``, a dict of the fields to change, or None for defaults.
-    """
+    """Names problems from a sampler's recent readings; ``thresholds``: a ``Thresholds``, a dict
+    of the fields to change, or None. Add it with ``sampler.add_listener``."""
 
     def __init__(self, thresholds: Thresholds | dict | None = None) -> None:
         self.thresholds = Thresholds.from_any(thresholds)
@@ -161,8 +143,7 @@ class DiagnosticsEngine:
                 self._cell_since = None
 
     def judge_cell_end(self) -> None:
-        """Evaluate at the sampler's next step, off schedule, as the end of a cell: a cell
-        shorter than the 2 s between evaluations is judged at its end edge."""
+        """Evaluate at the next step, off schedule, as a cell's end (a cell under 2 s is judged there)."""
         self._cell_end_due = True
 
     @property
@@ -173,15 +154,12 @@ class DiagnosticsEngine:
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
         if not callable(fn):
-            from ..errors import BadArgumentError
-
             raise BadArgumentError(f"on_alert needs a function taking an Alert, got {fn!r}")
         self._callbacks.append(fn)
 
     # -- results -------------------------------------------------------------------------
     def alert_list(self, since_s: float | None = None) -> list[Alert]:
-        """Copies of every alert so far, oldest first; ``end is None`` while ongoing. With
-        ``since_s`` (epoch seconds) only those still on or ended at or after it (``inf``: on)."""
+        """Copies of the alerts, oldest first (``end`` None while on); ``since_s``: see ``snapshot``."""
         with self._lock:
             return self._episodes.snapshot(since_s)
 
@@ -197,11 +175,8 @@ class DiagnosticsEngine:
 
     # -- the listener ----------------------------------------------------------------------
     def __call__(self, sampler: Sampler, now: float) -> None:
-        """Listener entry: evaluate if ``eval_every_s`` has passed since the last time.
-
-        While a cell or other work runs, the rules judge it as it happens (the idle rule
-        within a short cell), so the sampler keeps its buffers drained live meanwhile.
-        """
+        """Listener entry: evaluate if ``eval_every_s`` has passed; while a cell or other work
+        runs, keep the sampler's buffers drained live so the rules judge it as it happens."""
         if self._cells or _work_active(sampler):
             sampler.watch()
         cell_end, self._cell_end_due = self._cell_end_due, False
@@ -213,20 +188,15 @@ class DiagnosticsEngine:
     def _my_pids(self, now: float) -> set[int]:
         at, pids = self._pids
         if now - at >= PIDS_EVERY_S or now < at:
-            try:
+            with contextlib.suppress(Exception):  # keep the last PIDs
                 pids = tree_pids()
-            except Exception:
-                pids = pids or set()
             self._pids = (now, pids)
         return pids
 
     def context(self, sampler: Sampler, now: float, thresholds: Thresholds | None = None,
                 in_cell_s: float | None = None) -> Context:
-        """What the rules see now: recent readings, GPUs in use, marks, cell state.
-
-        ``thresholds`` and ``in_cell_s`` judge a span of its own (``judge_span``): readings
-        up to ``now`` count as complete, and the engine's running state is left alone.
-        """
+        """What the rules see now: readings, GPUs in use, marks, cell state. With ``thresholds``
+        (``judge_span``) readings up to ``now`` count as complete and the running state is untouched."""
         th = self.thresholds if thresholds is None else thresholds
         stale = max(th.stale_after_s, 2.5 * sampler.interval)
         own = thresholds is not None
@@ -238,18 +208,18 @@ class DiagnosticsEngine:
         mine = self._my_pids(now)
         status, _ = attribute(processes, mine)
         in_use = gpus_in_use(processes, mine, status)
-        if in_use is not None and not in_use:
-            listed = any(processes.values()) if processes else False
-            in_use = set() if listed else None
+        if in_use is not None and not any(processes.values()):  # none listed: cannot tell
+            in_use = None
         if own:
             return Context(now, window, devices, th, in_cell_s or 0.0, in_use, status, [], {}, {},
                            samples_of(sampler))
-        if self._cells or _work_active(sampler):
-            if self._cell_since is None:
-                self._cell_since = now
-        else:
+        if not (self._cells or _work_active(sampler)):
             self._cell_since = None
-        marks = self._newest_marks(sampler.store, now, th.leak_marks)
+        elif self._cell_since is None:
+            self._cell_since = now
+        # the newest marks at or before now (time, label), oldest first
+        newest = ((t, label) for t, label, _ in reversed(self._marks.update(sampler.store)) if t <= now)
+        marks = list(itertools.islice(newest, th.leak_marks))[::-1]
         if len(self._mark_cache) > 512:
             self._mark_cache.clear()
         in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
@@ -258,17 +228,12 @@ class DiagnosticsEngine:
 
     def judge_span(self, sampler: Sampler, t0: float, t1: float,
                    rules: set[str] | None = None) -> tuple[list[Alert], list[str]]:
-        """Judge a cell [t0, t1] on its own readings: each window rule (of ``rules``; None:
-        all) once at its end, its window clipped to the cell. Returns the alerts found
-        (messages say when they were judged on less than the rule's window) and the rules
-        the cell was too short to judge (under ``JUDGE_MIN_S``, or no three utilisation
-        readings in it)."""
+        """Judge a cell [t0, t1] alone: each window rule (of ``rules``; None: all) once at its end,
+        its window clipped to the cell. Returns the alerts and the rules it was too short to judge."""
         wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled
                         and (rules is None or r in rules))
         seconds = t1 - t0
-        if not wanted:
-            return [], []
-        if seconds < JUDGE_MIN_S:
+        if not wanted or seconds < JUDGE_MIN_S:
             return [], wanted
         th = dataclasses.replace(self.thresholds, **{
             _WINDOWS[r]: min(getattr(self.thresholds, _WINDOWS[r]), seconds) for r in wanted})
@@ -291,20 +256,9 @@ class DiagnosticsEngine:
                                  evidence, [(t1, t1 - span, f.severity, message, evidence)]))
         return out, []
 
-    def _newest_marks(self, store, now: float, count: int) -> list[tuple[float, str]]:
-        """The newest ``count`` marks at or before ``now`` (time, label), oldest first."""
-        out: list[tuple[float, str]] = []
-        for t, label, _ in reversed(self._marks.update(store)):
-            if len(out) >= count:
-                break
-            if t <= now:
-                out.append((t, label))
-        out.reverse()
-        return out
-
     def evaluate(self, sampler: Sampler, now: float, cell_end: bool = False) -> list[Alert]:
-        """Run every enabled rule once; returns the alerts opened or escalated by this run.
-        ``cell_end``: this is the edge of a cell that just ended (``judge_cell_end``)."""
+        """Run every enabled rule once (``cell_end``: at a cell's end edge); returns the alerts
+        opened or escalated."""
         ctx = self.context(sampler, now)
         ctx.cell_end = cell_end
         enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}

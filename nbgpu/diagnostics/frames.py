@@ -1,10 +1,8 @@
 """What the main thread was doing: the category of one stack sample and its cell line.
 
-``classify`` walks a sampled stack once, from its innermost frame up to the block's caller
-(or IPython's ``run_code``): a frame of ``torch.utils.data`` on the way makes it
-``data_loader``; else the innermost frame says (cached per code object and instruction).
-The cell line is the outermost frame of the user's own code (not the standard library,
-an installed package or nbgpu). The samples themselves are kept by ``stacks``.
+One walk from the innermost frame up to the block's caller: a ``torch.utils.data`` frame makes
+it ``data_loader``, else the innermost frame says (cached per code and instruction). The cell
+line is the outermost frame of the user's own code (not stdlib, packages or nbgpu).
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ _walk: dict[str, int] = {}  # what ``classify``'s walk needs of a file: USER, ST
 
 def file_kind(filename: str) -> tuple[int, str]:
     """(USER | LIB | STDLIB | TORCH | NBGPU | STOP, path inside torch or the stdlib)."""
-    got = _kinds.get(filename)
-    if got is not None:
+    if (got := _kinds.get(filename)) is not None:
         return got
     path = filename.replace("\\", "/")
     got = (USER, "")
@@ -74,9 +71,7 @@ def torch_category(rel: str, name: str) -> str:
     """The category of a frame inside torch (``rel``: its path under ``torch/``)."""
     if rel.startswith("utils/data/"):
         return "data_loader"
-    if "synchroni" in name or rel.startswith("_tensor_str"):
-        return "gpu_wait"
-    if rel == "_tensor.py" and name in _HOST_READS:
+    if "synchroni" in name or rel.startswith("_tensor_str") or (rel == "_tensor.py" and name in _HOST_READS):
         return "gpu_wait"
     if rel == "nn/modules/module.py" and name in ("to", "cuda", "_apply", "convert"):
         return "h2d_copy"
@@ -133,13 +128,11 @@ _loops: dict[str, list[tuple[int, int]]] = {}
 
 
 def loop_of(filename: str, lineno: int, offset: int = 0) -> tuple[int, str] | None:
-    """(line + ``offset``, text) of the innermost ``for`` / ``while`` around line ``lineno``
-    of a file (a cell's source in ``linecache``); None if none or the source cannot be parsed."""
+    """(line + ``offset``, text) of the innermost loop around ``lineno`` of a file in ``linecache``."""
     import ast
     import linecache
 
-    spans = _loops.get(filename)
-    if spans is None:
+    if (spans := _loops.get(filename)) is None:
         try:
             tree = ast.parse("".join(linecache.getlines(filename)))
             spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
@@ -153,19 +146,13 @@ def loop_of(filename: str, lineno: int, offset: int = 0) -> tuple[int, str] | No
     return (max(inside) + offset, line_text(filename, max(inside))) if inside else None
 
 
-def inner_category(frame) -> str:
-    """The category of the innermost Python frame of a sample."""
-    return CATEGORIES[inner_code(frame)]
-
-
 def inner_code(frame) -> int:
-    """``CODE`` of the innermost frame's category, cached per code object and instruction
-    (by id, the code object kept: an id is never reused while cached)."""
+    """``CODE`` of the innermost frame's category, cached per code object (kept, so its id is
+    never reused while cached) and instruction."""
     code = frame.f_code
     per = _inner.get(id(code))
     if per is not None and per[0] is code:
-        got = per[1].get(frame.f_lasti)
-        if got is not None:
+        if (got := per[1].get(frame.f_lasti)) is not None:
             return got
     else:
         if len(_inner) > 20_000:
@@ -186,8 +173,8 @@ def inner_code(frame) -> int:
 
 def walk_up(frame, anchor, known=None):
     """(the outermost user frame or None, whether a data-loader frame is on the way) from
-    ``frame`` up to ``anchor`` or IPython's ``run_code``: one pass, no list of frames.
-    ``known`` is that frame as an earlier walk of the same block found it: the walk ends there."""
+    ``frame`` up to ``anchor`` or IPython's ``run_code``; ``known``: that frame as an earlier
+    walk of the same block found it, where the walk ends."""
     loader = False
     cell_frame = None
     walk = _walk
@@ -211,11 +198,8 @@ def walk_up(frame, anchor, known=None):
 
 
 def classify(frame, anchor=None) -> tuple[str, tuple[str, int] | None]:
-    """(category, (file, line) of the outermost user frame or None) of a stack's innermost ``frame``.
-
-    The walk stops at ``anchor`` (a frame outside the block) or at IPython's ``run_code``.
-    """
+    """(category, (file, line) of the outermost user frame or None) of a stack's innermost ``frame``."""
     cell_frame, loader = walk_up(frame, anchor)
     lineno = None if cell_frame is None else cell_frame.f_lineno  # None mid-instruction on 3.12+
     cell = None if lineno is None else (cell_frame.f_code.co_filename, lineno)
-    return ("data_loader" if loader else inner_category(frame)), cell
+    return ("data_loader" if loader else CATEGORIES[inner_code(frame)]), cell

@@ -6,6 +6,7 @@ nbgpu never imports either framework and never starts CUDA: PyTorch is asked onl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -14,9 +15,7 @@ from ..sources.base import Device
 
 def torch_memory() -> list[dict]:
     """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    if cuda is None:
+    if (cuda := getattr(sys.modules.get("torch"), "cuda", None)) is None:
         return []
     try:
         if not cuda.is_initialized():
@@ -24,10 +23,8 @@ def torch_memory() -> list[dict]:
         out = []
         for i in range(cuda.device_count()):
             uuid = ""
-            try:
+            with contextlib.suppress(Exception):
                 uuid = str(getattr(cuda.get_device_properties(i), "uuid", "") or "")
-            except Exception:
-                pass
             out.append({"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": uuid,
                         "allocated_bytes": float(cuda.memory_allocated(i)),
                         "reserved_bytes": float(cuda.memory_reserved(i))})
@@ -62,14 +59,11 @@ def tensorflow_memory() -> list[dict]:
 
 def nvml_index_of(entry: dict, devices: list[Device]) -> object:
     """The NVML GPU key a framework device is, by UUID, else by CUDA_VISIBLE_DEVICES, else index."""
-    uuid = entry.get("uuid", "")
-    if uuid:
-        u = uuid.lower().removeprefix("gpu-")
-        for d in devices:
-            if d.uuid.lower().removeprefix("gpu-") == u:
-                return d.key
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
+    uuid = entry.get("uuid", "").lower().removeprefix("gpu-")
+    same = [d.key for d in devices if uuid and d.uuid.lower().removeprefix("gpu-") == uuid]
+    if same:
+        return same[0]
+    if visible := os.environ.get("CUDA_VISIBLE_DEVICES"):
         parts = [p.strip() for p in visible.split(",") if p.strip()]
         if entry["index"] < len(parts) and parts[entry["index"]].isdigit():
             return int(parts[entry["index"]])

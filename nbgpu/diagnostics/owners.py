@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..sources.base import ProcessInfo
@@ -99,28 +100,21 @@ class Match:
     detail: str = ""  # "matched by memory, 2.5 GiB"
 
 
-def _read(path: str) -> str:
+def _read(path: str, link: bool = False) -> str:
+    """A /proc file's text, or with ``link`` where it points; "" where it cannot be read."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
-def _link(path: str) -> str:
-    try:
-        return os.readlink(path)
+        return os.readlink(path) if link else Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
 
 
 def _by_proc(pid: int, mine: set[int], root: str, own_ns: str, own_cgroup: str) -> Match | None:
     """What ``root/<pid>`` says of a listed PID, where it is visible (a host /proc)."""
-    status = _read(f"{root}/{pid}/status")
-    if not status:
+    if not (status := _read(f"{root}/{pid}/status")):
         return None
     nspid = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [])
-    if len(nspid) > 1 and own_ns and _link(f"{root}/{pid}/ns/pid") == own_ns and int(nspid[-1]) in mine:
+    if (len(nspid) > 1 and own_ns and _read(f"{root}/{pid}/ns/pid", link=True) == own_ns
+            and int(nspid[-1]) in mine):
         who = "this kernel" if int(nspid[-1]) == os.getpid() else "child process"
         return Match(pid, who, "NSpid", f"matched by NSpid: pid {nspid[-1]} here")
     cgroup = _read(f"{root}/{pid}/cgroup").strip()
@@ -147,23 +141,13 @@ def _by_memory(processes: dict, taken: set[int], frameworks: list[dict], devices
 def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: list[dict] | None = None,
                  root: str = "/proc", by_memory: bool = True) -> dict[int, Match]:
     """Listed PIDs matched to this kernel, its children or its container where the PID namespace
-    hides them: ``NSpid`` and the pid namespace in ``root/<pid>`` where visible, else cgroup
-    membership; then, on a GPU where the framework this process imported holds memory, the one
-    listed process whose NVML figure fits it (none when two fit).
-
-    Args:
-        processes: NVML's lists, per GPU key.
-        mine: this kernel's PIDs as seen here.
-        devices: the sampler's devices (framework devices are matched to them by UUID).
-        frameworks: ``torch_memory() + tensorflow_memory()``; None reads them now.
-        root: where /proc is (tests pass a made-up one).
-        by_memory: also match by memory (only where NVML's PIDs cannot be ours to compare).
-    """
-    own_ns, own_cgroup = _link(f"{root}/self/ns/pid"), _read(f"{root}/self/cgroup").strip()
+    hides them: by ``NSpid`` and pid namespace in ``root/<pid>`` where visible, else by cgroup;
+    then (``by_memory``) the one process per GPU whose NVML figure fits what the framework holds
+    (``frameworks``: ``torch_memory() + tensorflow_memory()``, None reads them now)."""
+    own_ns, own_cgroup = _read(f"{root}/self/ns/pid", link=True), _read(f"{root}/self/cgroup").strip()
     found: dict[int, Match] = {}
     for pid in {p.pid for procs in processes.values() for p in procs}:
-        hit = _by_proc(pid, mine, root, own_ns, own_cgroup)
-        if hit is not None:
+        if (hit := _by_proc(pid, mine, root, own_ns, own_cgroup)) is not None:
             found[pid] = hit
     if by_memory and not any(m.who == "this kernel" for m in found.values()):
         frameworks = torch_memory() + tensorflow_memory() if frameworks is None else frameworks
@@ -209,9 +193,8 @@ class MemoryOwners:
         for r in self.rows:
             pid = f" (pid {r['pid']})" if r.get("pid") is not None else ""
             n = f" ×{r['processes']}" if (r.get("processes") or 1) > 1 else ""
-            used = "unknown" if math.isnan(r["used_bytes"]) else fmt_bytes(r["used_bytes"])
             user = f" user {r['user']}" if r.get("user") else ""
-            lines.append(f"GPU {r['gpu']}: {_who(r)}{pid}{n}: {used}{user}")
+            lines.append(f"GPU {r['gpu']}: {_who(r)}{pid}{n}: {_size(r['used_bytes'])}{user}")
         return "\n".join(lines + self.notes) or "no GPU memory in use"
 
     def _repr_html_(self) -> str:
@@ -221,11 +204,21 @@ class MemoryOwners:
             f"<tr><td>{html.escape(str(r['gpu']))}</td><td>{'<b>' if r['who'] != 'other processes' else ''}"
             f"{html.escape(_who(r))}</td>"
             f"<td>{'' if r.get('pid') is None else r['pid']}</td>"
-            f"<td>{'unknown' if math.isnan(r['used_bytes']) else fmt_bytes(r['used_bytes'])}</td></tr>"
+            f"<td>{_size(r['used_bytes'])}</td></tr>"
             for r in self.rows)
         notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
         return (f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>"
                 f"{notes}")
+
+
+def _row(gpu, who: str, pid, processes: int, used: float, command: str = "", user: str = "",
+         matched: str = "") -> dict:
+    return {"gpu": gpu, "who": who, "pid": pid, "processes": processes, "used_bytes": used,
+            "command": command, "user": user, "matched": matched}
+
+
+def _size(used: float) -> str:
+    return "unknown" if used != used else fmt_bytes(used)
 
 
 def _who(row: dict) -> str:
@@ -258,11 +251,8 @@ def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> li
 def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3.0) -> MemoryOwners:
     """Who holds the memory of each GPU: this kernel and its children, then everyone else.
 
-    Args:
-        sampler: a Sampler; its ``processes()`` are NVML's process lists (read every few seconds).
-        show_others: also list other processes one by one with command line and user name
-            (off by default: on a shared server those belong to other people).
-        wait_s: if no process list was read yet and the sampler runs, wait this long for one.
+    ``show_others`` lists other processes one by one with command line and user (off: on a shared
+    server those are other people's); ``wait_s``: how long to wait for a first process list.
     """
     processes = sampler.processes()
     if not processes and sampler.running:
@@ -292,25 +282,18 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
             else:
                 others.append(p)
                 continue
-            command = _command(p.pid)[0] if not how else ""
-            rows.append({"gpu": gpu, "who": who, "pid": p.pid, "processes": 1, "used_bytes": used_bytes(p),
-                         "command": command, "user": "", "matched": how})
+            rows.append(_row(gpu, who, p.pid, 1, used_bytes(p), _command(p.pid)[0] if not how else "",
+                             "", how))
             if p.used_bytes is not None and who != "this container":
                 ours[gpu] = ours.get(gpu, 0.0) + p.used_bytes
         if not others:
             continue
         label = "other processes" if status == OK else "unattributed processes"
         if show_others:
-            for p in others:
-                command, user = _command(p.pid) if status == OK else ("", "")
-                rows.append({"gpu": gpu, "who": label, "pid": p.pid, "processes": 1,
-                             "used_bytes": used_bytes(p), "command": command, "user": user, "matched": ""})
+            rows += [_row(gpu, label, p.pid, 1, used_bytes(p), *(_command(p.pid) if status == OK else ()))
+                     for p in others]
         else:
-            used = [used_bytes(p) for p in others]
-            known = [u for u in used if u == u]
-            rows.append({"gpu": gpu, "who": label, "pid": None, "processes": len(others),
-                         "used_bytes": float(sum(known)) if known else math.nan,
-                         "command": "", "user": "", "matched": ""})
+            rows.append(_row(gpu, label, None, len(others), _sum([used_bytes(p) for p in others])))
     if status == NONE_LISTED:
         notes.append("No process holds GPU memory, or NVML does not show them here.")
     notes += _framework_notes(frameworks, sampler.devices, ours)
@@ -319,12 +302,9 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
 
 @dataclass(frozen=True)
 class GpuUsers:
-    """Who holds one GPU's memory: this kernel's process tree, this user elsewhere, everyone else.
-
-    Bytes are NVML's figures summed (NaN where NVML gives none for every process of a
-    group); counts are processes. ``attributed`` is False when the PIDs NVML lists cannot be
-    matched here (a container's PID namespace): all memory is then in ``unattributed_bytes``
-    and ``note`` says why. Other users are never named: only their total and count.
+    """Who holds one GPU's memory: this kernel's process tree, this user elsewhere, everyone else
+    (never named). Bytes are NVML's sums (NaN where none known); ``attributed`` False: the PID
+    namespace hides NVML's PIDs, all memory is in ``unattributed_bytes`` and ``note`` says why.
     """
 
     gpu: object
@@ -348,17 +328,9 @@ def _sum(values: list[float]) -> float:
 
 def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = None,
              pid_exists: Callable[[int], bool] | None = None) -> dict[object, GpuUsers]:
-    """Per GPU, the memory of this kernel (and children), of this user's other processes, of others.
-
-    Args:
-        sampler: its ``processes()`` gives NVML's process lists (read every few seconds).
-        mine: PIDs counted as this kernel; None: this process and all its descendants.
-        user: the user whose other processes are told apart; None: the user running this.
-        pid_exists: whether a PID exists here (tests pass a fake); None: psutil's.
-    Returns an empty dict when the source reports no process lists (Prometheus, say).
-    """
-    processes = sampler.processes()
-    if not processes:
+    """Per GPU, the memory of this kernel (``mine``; None: its process tree), of ``user``'s other
+    processes (None: whoever runs this) and of others; {} without process lists (Prometheus)."""
+    if not (processes := sampler.processes()):
         return {}
     mine = tree_pids() if mine is None else mine
     if user is None:
@@ -407,5 +379,4 @@ def users_line(u: GpuUsers) -> str:
 
 
 def _amount(used: float, count: int) -> str:
-    size = "unknown" if used != used else fmt_bytes(used)
-    return f"{size} ({count} processes)" if count > 1 else size
+    return f"{_size(used)} ({count} processes)" if count > 1 else _size(used)

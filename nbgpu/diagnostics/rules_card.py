@@ -80,9 +80,8 @@ def busy_thin(ctx: Context) -> list[Finding]:
         if math.isnan(active) and math.isnan(occupancy):
             continue
         util = ctx.window.mean(gpu, "util_pct", span, end)
-        if not util >= th.thin_util_above_pct:
-            continue
-        if not (active < th.thin_sm_active_below_pct or occupancy < th.thin_occupancy_below_pct):
+        if not (util >= th.thin_util_above_pct
+                and (active < th.thin_sm_active_below_pct or occupancy < th.thin_occupancy_below_pct)):
             continue
         occ = "" if math.isnan(occupancy) else f", SM occupancy {occupancy:.0f} %"
         message = (f"GPU {gpu} looks busy (utilisation {util:.0f} %) but its SMs are mostly unused "

@@ -1,10 +1,8 @@
 """Load rules: input-, launch- and sync-bound, idle, and imbalance across GPUs.
 
-Where the main thread's stack samples cover the window (a profiled cell or a capture ran),
-input-, launch- and sync-bound judge by what held its time: the data loader, issuing GPU
-work from Python, or waiting for the GPU; at most one of them holds a window. Without
-samples (the live panel between cells) only input-bound is judged, from the kernel's CPU,
-and it says it cannot tell a data loader from Python launching small kernels.
+With stack samples over the window, input-, launch- and sync-bound judge by what held the main
+thread (data loader, issuing GPU work, waiting for the GPU; one per window). Without them only
+input-bound is judged, from the kernel's CPU, and says it cannot tell input from launching.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ import math
 
 import numpy as np
 
+from ..metrics import HOST_KEY
 from .alerts import Finding
 from .stacks import LABELS
 from .window import Context, fmt_gpus
@@ -46,9 +45,8 @@ IMBALANCE_HINT = ("Check that every GPU gets its share: DistributedSampler and p
 
 
 def holder(split, th) -> str | None:
-    """Which of input-, launch- and sync-bound the split points at: the rule whose category
-    (data loader, issuing GPU work, waiting for the GPU) has the largest share, if at least
-    ``split_min_share``; None otherwise."""
+    """The one of input-, launch- and sync-bound whose categories hold the largest share of the
+    split, if at least ``split_min_share``; else None."""
     rule = max(HELD_BY, key=lambda r: held_share(split, r))
     return rule if held_share(split, rule) >= th.split_min_share else None
 
@@ -58,34 +56,23 @@ def held_share(split, rule: str) -> float:
     return sum(split.shares[c] for c in HELD_BY[rule])
 
 
-def _line(split, rule: str) -> dict | None:
-    """The cell line holding most of the rule's time (of its largest category)."""
-    category = max(HELD_BY[rule], key=lambda c: split.shares[c])
-    return split.line_of(category)
-
-
-def _held(split, rule: str) -> tuple[float, str]:
-    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`") of the
-    rule's categories in the split."""
-    line = _line(split, rule)
+def _held(split, rule: str, **figures) -> tuple[float, str, dict]:
+    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`", evidence) of
+    the rule's categories in the split; the line holds most of its largest category."""
+    line = split.line_of(max(HELD_BY[rule], key=lambda c: split.shares[c]))
     where = "" if line is None else f" at line {line['line']} `{line['text']}`"
     loop = line and line["loop"]
     if loop and loop[0] != line["line"]:
         where += f" in the loop at line {loop[0]} `{loop[1]}`"
-    return held_share(split, rule), where
-
-
-def _evidence(split, rule: str, **figures) -> dict:
-    line = _line(split, rule)
-    return {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
-            "line": None if line is None else line["line"],
-            "line_text": None if line is None else line["text"]}
+    evidence = {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
+                "line": None if line is None else line["line"],
+                "line_text": None if line is None else line["text"]}
+    return held_share(split, rule), where, evidence
 
 
 def one_bottleneck(alerts: list, split) -> list:
-    """A cell's alerts with at most one of input-, launch- and sync-bound per GPU: where
-    windows of the cell found more than one, the one whose category holds most of the
-    cell's time (``split``) stays (with no split, the one judged last)."""
+    """A cell's alerts with at most one of input-, launch- and sync-bound per GPU: the one holding
+    most of the cell's time (``split``; without one, the one judged last)."""
     kept, out = {}, []
     for a in alerts:
         if a.rule not in HELD_BY:
@@ -108,7 +95,7 @@ def input_bound(ctx: Context) -> list[Finding]:
         split = ctx.split(end - span, end)
         if split is not None and holder(split, th) != "input_bound":
             continue
-        cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
+        cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
         if split is None and not cpu >= th.input_cpu_busy_pct:
             continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)
@@ -121,14 +108,14 @@ def input_bound(ctx: Context) -> list[Finding]:
             out.append(Finding("input_bound", dev.key, "warning", message, MAYBE_HINT, {
                 "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
             continue
-        share, where = _held(split, "input_bound")
+        share, where, evidence = _held(split, "input_bound", util_pct=round(util, 1),
+                                       proc_cpu_pct=round(cpu, 1), window_s=span)
         parts = [f"{LABELS[c]} {100 * split.shares[c]:.0f} %" for c in HELD_BY["input_bound"]
                  if split.shares[c] >= 0.05]
         message = (f"GPU {dev.key} busy only {util:.0f} % of the time while the main thread spent "
                    f"{100 * share:.0f} % of it getting data in ({', '.join(parts)}){where} (over "
                    f"{span:.0f} s): the GPU is waiting for input")
-        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, _evidence(
-            split, "input_bound", util_pct=round(util, 1), proc_cpu_pct=round(cpu, 1), window_s=span)))
+        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, evidence))
     return out
 
 
@@ -154,12 +141,11 @@ def launch_bound(ctx: Context) -> list[Finding]:
             state = f"looks busy ({util:.0f} %) but its SMs are mostly unused (SM activity {active:.0f} %)"
         else:
             continue
-        share, where = _held(split, "launch_bound")
+        share, where, evidence = _held(split, "launch_bound", util_pct=round(util, 1), window_s=span,
+                                       sm_active_pct=None if math.isnan(active) else round(active, 1))
         message = (f"GPU {dev.key} {state} while the main thread spent {100 * share:.0f} % of the "
                    f"time issuing GPU work from Python{where} (over {span:.0f} s): the loop is launch-bound")
-        out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, _evidence(
-            split, "launch_bound", util_pct=round(util, 1), window_s=span,
-            sm_active_pct=None if math.isnan(active) else round(active, 1))))
+        out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, evidence))
     return out
 
 
@@ -168,13 +154,12 @@ def sync_bound(ctx: Context) -> list[Finding]:
     th, out = ctx.thresholds, []
     span = th.input_window_s
     for dev, _, split, util in _held_gpus(ctx, "sync_bound"):
-        share, where = _held(split, "sync_bound")
+        share, where, evidence = _held(split, "sync_bound", util_pct=round(util, 1), window_s=span)
         if not (util < th.sync_util_below_pct and share < th.sync_wait_below_share):
             continue  # a thread that only waits has nothing to overlap: the GPU is the bottleneck
         message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev.key}"
                    f"{where} while it was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound")
-        out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, _evidence(
-            split, "sync_bound", util_pct=round(util, 1), window_s=span)))
+        out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, evidence))
     return out
 
 
@@ -186,7 +171,7 @@ def idle(ctx: Context) -> list[Finding]:
         end = ctx.window.end(dev.key, "util_pct")  # the CPU and the cell over the same seconds
         if th.idle_only_in_cell and ctx.in_cell_s - (ctx.now - end) < span:
             continue
-        cpu = ctx.window.host_mean("proc_cpu_pct", span, end)
+        cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
         if not cpu < th.idle_cpu_below_pct:
             continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)

@@ -37,11 +37,8 @@ def _total_bytes(ctx: Context, dev: Device) -> float:
 
 def _allocator_peak(ctx: Context, dev: Device, used: np.ndarray, total: float,
                     allocator: dict) -> Finding | None:
-    """A warning when the one peak (``nbgpu.peaks.fold_peak``) came from PyTorch's allocator.
-
-    NVML's samples can miss an allocation freed between two reads; the allocator's high-water
-    mark (since its last reset: each profiled cell or capture resets it) does not.
-    """
+    """A warning when the one peak (``fold_peak``) came from PyTorch's allocator: NVML's samples
+    can miss an allocation freed between two reads; its high-water mark does not."""
     peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(dev.key))
     level = ctx.thresholds.oom_warning_fraction
     if peak.source != "allocator" or not peak.bytes / total > level:
@@ -56,12 +53,8 @@ def _allocator_peak(ctx: Context, dev: Device, used: np.ndarray, total: float,
 
 
 def _fresh_allocator_peaks(ctx: Context, allocator: dict) -> dict:
-    """The allocator's figures with its high-water mark kept only where it rose since the last look.
-
-    ``max_memory_reserved()`` is the highest point since its last reset, which may be long
-    before this window; a mark that did not rise happened before the previous evaluation,
-    so it stands in as the memory reserved now instead.
-    """
+    """The allocator's figures with its high-water mark kept only where it rose since the last
+    look (else it may be from long before this window: reserved-now stands in)."""
     seen = ctx.memo.setdefault("allocator_peak_bytes", {})
     out = {}
     for key, fig in allocator.items():
@@ -73,12 +66,8 @@ def _fresh_allocator_peaks(ctx: Context, allocator: dict) -> dict:
 
 
 def oom_risk(ctx: Context) -> list[Finding]:
-    """Memory above 90 % of the card for a moment (warning), above 95 % for 10 s (critical).
-
-    Memory is the one peak a summary shows: NVML's samples, raised to PyTorch's allocator
-    peak (plus what NVML counts outside PyTorch) where the user's code runs PyTorch; the
-    allocator's peak counts when it was reached since the rule last looked.
-    """
+    """Memory above 90 % of the card for a moment (warning), above 95 % for 10 s (critical); a
+    PyTorch allocator peak reached since the last look, between NVML's samples, counts too."""
     th, out = ctx.thresholds, []
     span = max(th.oom_warning_after_s, th.oom_critical_after_s) + 5.0
     allocator = _fresh_allocator_peaks(ctx, allocator_now(ctx.gpus()))
@@ -144,14 +133,12 @@ def _trend_leak(ctx: Context, gpu: object) -> dict | None:
     _, held = ctx.window.series(gpu, "mem_used_bytes", max(th.leak_windows_s))
     if not len(held) or float(held.max() - held.min()) < th.leak_min_growth_bytes:
         return None  # a window's rise (median to median) is within its range: none can report
+    n = th.leak_segments
     for span in th.leak_windows_s:
-        got = ctx.window.recent(gpu, "mem_used_bytes", span)
-        if got is None:
+        if (got := ctx.window.recent(gpu, "mem_used_bytes", span)) is None:
             continue
         t, v = got
-        n = th.leak_segments
-        rise = _segments_rising(t, v, ctx.now - span, ctx.now, n)
-        if rise is None:
+        if (rise := _segments_rising(t, v, ctx.now - span, ctx.now, n)) is None:
             continue
         per_min = rise / (span * (n - 1) / n) * 60.0
         if rise >= th.leak_min_growth_bytes and per_min >= th.leak_min_rate_bytes_per_min:
@@ -164,9 +151,7 @@ def _unit_of(labels: list[str]) -> str:
     """The word the marks share ("epoch 3", "epoch 4" -> "epoch"), else "mark"."""
     words = [m.group(0).lower() if (m := re.match(r"[A-Za-z_]+", lab.strip())) else None
              for lab in labels]
-    if None in words or len(set(words)) != 1:
-        return "mark"
-    return words[0]
+    return words[0] if None not in words and len(set(words)) == 1 else "mark"
 
 
 def _mark_leak(ctx: Context, gpu: object) -> dict | None:
@@ -177,8 +162,7 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
     key = (gpu, tuple(m[0] for m in marks))
     if key not in ctx.mark_cache:
         ctx.mark_cache[key] = _rise_at_marks(ctx, gpu, marks)
-    found = ctx.mark_cache[key]
-    if found is None:
+    if (found := ctx.mark_cache[key]) is None:
         return None
     spacing = (marks[-1][0] - marks[0][0]) / (len(marks) - 1)
     if ctx.now - marks[-1][0] > max(MARKS_STOPPED_SPACINGS * spacing, MARKS_STOPPED_MIN_S):
@@ -201,14 +185,13 @@ def _rise_at_marks(ctx: Context, gpu: object, marks: list[tuple[float, str]]) ->
         at.append(median(sel[-3:]))
     steps = np.diff(at)
     mean_step = float(np.mean(steps))
-    found = None
-    if mean_step >= th.leak_min_per_mark_bytes and (steps >= 0.5 * mean_step).all():
-        span = marks[-1][0] - marks[0][0]
-        found = {"per_mark_bytes": mean_step, "unit": _unit_of([m[1] for m in marks]),
-                 "marks": [m[1] for m in marks], "mem_at_marks_bytes": at,
-                 "rate_bytes_per_min": (at[-1] - at[0]) / span * 60.0 if span > 0 else math.nan,
-                 "mem_used_bytes": at[-1], "marks_from_s": marks[0][0]}
-    return found
+    if not (mean_step >= th.leak_min_per_mark_bytes and (steps >= 0.5 * mean_step).all()):
+        return None
+    span = marks[-1][0] - marks[0][0]
+    return {"per_mark_bytes": mean_step, "unit": _unit_of([m[1] for m in marks]),
+            "marks": [m[1] for m in marks], "mem_at_marks_bytes": at,
+            "rate_bytes_per_min": (at[-1] - at[0]) / span * 60.0 if span > 0 else math.nan,
+            "mem_used_bytes": at[-1], "marks_from_s": marks[0][0]}
 
 
 def memory_leak(ctx: Context) -> list[Finding]:
@@ -232,9 +215,8 @@ def memory_leak(ctx: Context) -> list[Finding]:
                        f"(now {fmt_bytes(trend['mem_used_bytes'])})")
             evidence = dict(trend, method="trend")
         evidence["rate"] = rate
-        names = _holders_now(ctx, dev)
         hint = LEAK_HINT
-        if names:
+        if names := _holders_now(ctx, dev):
             evidence["holders"] = names
             hint = (f"Held most by {'; '.join(names)} (`%gpumon memory` lists every name, "
                     f"`%gpumon free NAME` releases one). {LEAK_HINT}")

@@ -1,13 +1,9 @@
 """Where the main thread was: stack samples of a profiled block, classified, and their split.
 
-While a capture (``%%gpumon``, a ``--cells`` cell, ``nbgpu.capture()``) is open, and never
-otherwise, the sampler's own thread reads the capturing thread's Python stack
-(``sys._current_frames()``) ``NbGpu.stack_samples_hz`` times a second, as a listener of
-its steps (a capture holds the 10 ms memory lane, so the thread wakes often enough). Each
-sample gets one of ``CATEGORIES`` and the cell line it was under (``frames``: the table
-in docs/diagnostics.md). The samples go to a deque from the sampler's thread, without a
-lock, and into compact arrays now and then and when read; a line's text and loop are read
-when a report first asks for them.
+Only while a capture is open, the sampler's thread (a listener of its steps; the capture's 10 ms
+memory lane wakes it often enough) reads the capturing thread's stack ``NbGpu.stack_samples_hz``
+times a second; each sample gets a category and its cell line (``frames``). Samples go to a
+lock-free deque, into compact arrays now and then; a line's text is read when a report asks.
 """
 
 from __future__ import annotations
@@ -56,14 +52,12 @@ class StackSamples:
 
     @property
     def line_table(self) -> list[tuple]:
-        """(file, line, text, its loop's (line, text) or None) per line index; each line's
-        text and loop are read once, here, not while sampling."""
+        """(file, line, text, its loop's (line, text) or None) per line index; text read here once."""
         with self._lock:
             rows = self._table[:]
         for row in rows:
             if row[2] is None:
-                row[2] = line_text(row[0], row[1] - row[4])
-                row[3] = loop_of(row[0], row[1] - row[4], row[4])
+                row[2:4] = line_text(row[0], row[1] - row[4]), loop_of(row[0], row[1] - row[4], row[4])
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def _line_index(self, file: str, lineno: int, offset: int, text: str | None = None) -> int:
@@ -77,14 +71,12 @@ class StackSamples:
 
     def add(self, t: float, category: str, line: tuple[str, int] | None = None,
             text: str | None = None, offset: int = 0) -> None:
-        """Keep one sample (a recording's, when replayed); ``line`` is (file, line number as
-        shown: ``offset`` more than in the file)."""
+        """Keep one sample (a recording's, replayed); ``line``: (file, shown line: file's + ``offset``)."""
         index = -1 if line is None else self._line_index(line[0], line[1] - offset, offset, text)
         self._fresh.append((t, CODE[category], index))
 
     def __call__(self, sampler: object, now: float) -> None:
-        """The sampler-thread listener: one sample when its period has passed (a frame walk
-        with cached lookups; no text is read and nothing but the sample is kept)."""
+        """The sampler-thread listener: one sample (a cached frame walk) when its period has passed."""
         if now < self._next_at or self._holder is None:
             return
         # Due one period after the last due time (steps come every 10 ms: the rate holds on average)
@@ -115,8 +107,7 @@ class StackSamples:
                 self._pack()
 
     def _pack(self) -> None:
-        """Move the fresh samples into the arrays (the caller holds ``_lock``); a deque's
-        append and popleft are safe from two threads, so the sampling needs no lock."""
+        """Move the fresh samples into the arrays (``_lock`` held; the deque needs no lock)."""
         fresh = self._fresh
         for _ in range(len(fresh)):
             t, code, index = fresh.popleft()
@@ -149,8 +140,7 @@ class StackSamples:
 
     def split(self, t0: float, t1: float, min_samples: int = MIN_SAMPLES,
               coverage: float = 0.0) -> Split | None:
-        """The time split of [t0, t1], or None with fewer than ``min_samples`` samples there
-        or samples spanning less than ``coverage`` of it."""
+        """The time split of [t0, t1]; None under ``min_samples`` or spanning under ``coverage`` of it."""
         t, codes, lines = self.between(t0, t1)
         if len(t) < min_samples or t[-1] - t[0] < coverage * (t1 - t0) - 2 * self.period_s:
             return None
@@ -192,8 +182,7 @@ class Split:
         return cls(shares, {c: s * span for c, s in shares.items()}, len(t), top, per_line)
 
     def line_of(self, category: str) -> dict | None:
-        """The cell line holding most of ``category``'s time: {"line", "text", "share", "loop"}
-        (``loop``: (line, text) of the innermost loop around it, None if none or unknown)."""
+        """The cell line holding most of ``category``'s time: {"line", "text", "share", "loop"}."""
         best = max(self.lines.items(), key=lambda kv: kv[1]["by"][category], default=None)
         if best is None or best[1]["by"][category] <= 0:
             return None
@@ -202,18 +191,14 @@ class Split:
 
 
 def where_frame(split: Split | None):
-    """``cap.where()``: one row per category (``category``, ``seconds``, ``share``) and
-    ``attrs["top_line"]`` ({"line", "text", "share"}, None without samples)."""
+    """``cap.where()``: a row per category (seconds, share), ``attrs["top_line"]`` and ``["samples"]``."""
     import pandas as pd
 
     rows = [{"category": c, "seconds": split.seconds[c] if split else math.nan,
              "share": split.shares[c] if split else math.nan} for c in CATEGORIES]
     df = pd.DataFrame(rows, columns=["category", "seconds", "share"])
-    top = None
-    if split is not None and split.top_line is not None:
-        top = {"line": split.top_line["line"], "text": split.top_line["text"],
-               "share": split.top_line["share"]}
-    df.attrs["top_line"] = top
+    top = split.top_line if split is not None else None
+    df.attrs["top_line"] = None if top is None else {k: top[k] for k in ("line", "text", "share")}
     df.attrs["samples"] = split.samples if split else 0
     return df
 
@@ -250,12 +235,8 @@ def _anchor(frame):
 
 
 def hold(sampler: object, line_offset: int = 0) -> int | None:
-    """Start sampling the calling thread's stack on ``sampler``'s thread; a token for ``release``.
-
-    ``line_offset`` is added to the block's line numbers (1 under a ``%%gpumon`` line).
-
-    None when sampling is off (``NbGpu.stack_samples_hz`` 0) or the sampler takes no listeners.
-    """
+    """Start sampling the calling thread's stack on ``sampler``'s thread; a token for ``release``
+    (None when ``NbGpu.stack_samples_hz`` is 0). ``line_offset``: 1 under a ``%%gpumon`` line."""
     got = samples_of(sampler, create=True)
     if got is None or not math.isfinite(got.period_s) or not callable(getattr(sampler, "add_listener", None)):
         return None

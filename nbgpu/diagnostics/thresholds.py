@@ -1,9 +1,7 @@
 """Every number the diagnostics rules compare against, in one documented dataclass.
 
-Defaults follow the published rules of thumb for GPU training jobs: utilisation below
-50 % means look for a bottleneck, memory above 90 % is an OOM risk and above 95 % for
-10 s is critical, temperature near the card's slowdown threshold or power at its limit
-means throttling. Change any of them with ``Sampler(thresholds={...})``.
+Defaults follow published rules of thumb for GPU training (utilisation under 50 %: a bottleneck;
+memory over 90 %: OOM risk). Change any with ``Sampler(thresholds={...})``.
 """
 
 from __future__ import annotations
@@ -85,8 +83,7 @@ class Thresholds:
             if f.name == "disabled":
                 value = (value,) if isinstance(value, str) else tuple(value)
                 object.__setattr__(self, "disabled", value)
-                unknown = [r for r in value if r not in RULES]
-                if unknown:
+                if unknown := [r for r in value if r not in RULES]:
                     raise BadArgumentError(f"unknown rule(s) in disabled: {', '.join(map(str, unknown))}; "
                                            f"choose from {', '.join(RULES)}")
             elif f.name == "leak_windows_s":
@@ -111,9 +108,7 @@ class Thresholds:
         if isinstance(value, cls):
             return value
         if isinstance(value, dict):
-            names = {f.name for f in dataclasses.fields(cls)}
-            unknown = sorted(set(value) - names)
-            if unknown:
+            if unknown := sorted(set(value) - {f.name for f in dataclasses.fields(cls)}):
                 raise BadArgumentError(f"unknown threshold(s) {', '.join(unknown)}; see "
                                        "nbgpu.Thresholds.table() for the names")
             return cls(**value)

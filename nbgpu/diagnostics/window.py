@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..metrics import HOST_KEY
 from ..sources.base import Device
 from ..store import Store
 from ..units import fmt_bytes  # noqa: F401 - the rules' one byte formatter (binary units)
@@ -23,12 +23,9 @@ def median(values: np.ndarray) -> float:
 class Window:
     """Reads the last seconds of a metric once per evaluation and says if they suffice.
 
-    A series "covers" a span when it starts near the span's beginning (so a rule never
-    judges 10 s from 2 s of data) and its newest reading is fresh (a lost GPU is silent).
-    A metric NVML buffers reaches the store at the buffer's next drain, up to 10 s after it
-    was sampled while nobody watches: each metric is judged over the span that ends where
-    its readings are complete (``end``), and a rule comparing metrics passes one ``end``
-    to all of them, so they describe the same seconds.
+    A series "covers" a span when it starts near its beginning and its newest reading is fresh.
+    Buffered metrics arrive up to 10 s late: each is judged over the span ending where it is
+    complete (``end``); a rule comparing metrics passes one ``end`` to all of them.
     """
 
     def __init__(self, store: Store, now: float, stale_after_s: float, tolerance_s: float,
@@ -37,9 +34,8 @@ class Window:
         self.store, self.now = store, now
         self.stale_after_s, self.tolerance_s = stale_after_s, tolerance_s
         self._read: dict[tuple, tuple[float, np.ndarray, np.ndarray]] = {}
-        # Widest reach (span plus how far its end lies before now) each (device, metric)
-        # was asked for, kept by the caller between evaluations, so the first read of a
-        # metric already covers every later ask.
+        # widest reach (span + how far its end lies before now) per (device, metric), kept by the
+        # caller between evaluations, so a metric's first read covers every later ask
         self.spans: dict[tuple, float] = {} if spans is None else spans
         self._complete = complete
         self._ends: dict[tuple, float] = {}
@@ -50,20 +46,15 @@ class Window:
 
     def _end(self, device: object, metric: str) -> float:
         pair = (device, metric)
-        end = self._ends.get(pair)
-        if end is None:
+        if (end := self._ends.get(pair)) is None:
             until = self._complete(device, metric) if self._complete is not None else math.inf
             end = self._ends[pair] = min(self.now, until)
         return end
 
     def series(self, device: object, metric: str, span_s: float,
                end: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of the ``span_s`` seconds up to ``end`` (default: where the
-        metric is complete), NaN dropped; may be short.
-
-        The store is read once per metric, as far back as it is ever asked for; a narrower
-        or earlier span is a slice of that read (rows are time-sorted, so they are the same rows).
-        """
+        """(times, values) of the ``span_s`` seconds up to ``end`` (default: where the metric is
+        complete), NaN dropped; may be short. One store read per metric; narrower spans slice it."""
         end = self._end(device, metric) if end is None else min(end, self.now)
         reach = span_s + (self.now - end)
         pair = (device, metric)
@@ -78,7 +69,8 @@ class Window:
             read = self._read[pair] = (widest, t, v)
         widest, t, v = read
         if widest > reach:
-            t, v = _tail(t, v, end - span_s)
+            first = int(np.searchsorted(t, end - span_s, "left"))
+            t, v = t[first:], v[first:]
         if end < self.now and len(t) and t[-1] > end:
             last = int(np.searchsorted(t, end, "right"))
             t, v = t[:last], v[:last]
@@ -99,25 +91,14 @@ class Window:
     def mean(self, device: object, metric: str, span_s: float, end: float | None = None) -> float:
         """Time-weighted mean over the window up to ``end`` (NaN if not covered)."""
         end = self._end(device, metric) if end is None else min(end, self.now)
-        got = self.recent(device, metric, span_s, end)
-        if got is None:
+        if (got := self.recent(device, metric, span_s, end)) is None:
             return math.nan
         t, v = got
         if len(t) < 2 or t[-1] <= t[0]:
             return float(np.mean(v))
-        dt = np.empty(len(t))
-        np.subtract(t[1:], t[:-1], out=dt[:-1])
-        dt[-1] = end - t[-1]  # the newest reading holds until the window's end
+        dt = np.diff(t, append=end)  # the newest reading holds until the window's end
         np.minimum(dt, median(dt) * 4, out=dt)  # a gap does not make one reading count for long
         return float(np.dot(v, dt) / dt.sum())
-
-    def host_mean(self, metric: str, span_s: float, end: float | None = None) -> float:
-        return self.mean(HOST_KEY, metric, span_s, end)
-
-
-def _tail(t: np.ndarray, v: np.ndarray, start: float) -> tuple[np.ndarray, np.ndarray]:
-    first = int(np.searchsorted(t, start, "left"))
-    return t[first:], v[first:]
 
 
 def held_for(t: np.ndarray, ok: np.ndarray, now: float) -> float:
@@ -147,11 +128,8 @@ class Context:
     cell_end: bool = False  # evaluated at the end edge of a cell (or capture) that just ended
 
     def split(self, t0: float, t1: float):
-        """Where the main thread's time went in [t0, t1] (``stacks.Split``); None without
-        stack samples covering most of it (no profiled cell or capture ran then)."""
-        if self.stacks is None:
-            return None
-        return self.stacks.split(t0, t1, coverage=0.8)
+        """Where the main thread's time went in [t0, t1]; None without samples covering most of it."""
+        return None if self.stacks is None else self.stacks.split(t0, t1, coverage=0.8)
 
     def gpus(self, whole_only: bool = True) -> list[Device]:
         """Devices to judge (whole GPUs only unless told otherwise)."""
@@ -164,13 +142,10 @@ class Context:
 
 def fmt_gpus(keys: list) -> str:
     """GPU keys as text with ranges: [0, 1, 2, 5] -> "0–2, 5"."""
+    parts = []
     ints = sorted(k for k in keys if isinstance(k, int))
-    parts, i = [], 0
-    while i < len(ints):
-        j = i
-        while j + 1 < len(ints) and ints[j + 1] == ints[j] + 1:
-            j += 1
-        parts.append(f"{ints[i]}–{ints[j]}" if j - i >= 2 else ", ".join(map(str, ints[i:j + 1])))
-        i = j + 1
+    for _, run in itertools.groupby(enumerate(ints), lambda pair: pair[1] - pair[0]):
+        run = [k for _, k in run]
+        parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)))
     parts += [str(k) for k in keys if not isinstance(k, int)]
     return ", ".join(parts)
