@@ -154,12 +154,14 @@ class SamplerThread:
             self._thread_ended()
 
 
-def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
+def wait_for_edge(sampler: Sampler, t: float, timeout_s: float | None = None,
                   also: Callable[[], bool] | None = None) -> bool:
     """Wait until every live GPU has a tick reading at or after ``t`` and ``also()`` (if given)
-    is False, woken by each step. False on timeout or if the sampler is not running."""
+    is False, woken by each step; at most ``timeout_s`` (``EDGE_WAIT_S``). False on timeout or
+    if the sampler is not running."""
     if not sampler.running:
         return False
+    timeout_s = EDGE_WAIT_S if timeout_s is None else timeout_s
     lost = sampler.lost
     keys = [d.key for d in sampler.devices if d.key not in lost]
     last = sampler.store.last
@@ -189,7 +191,7 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S,
         sampler.remove_listener(on_step)
 
 
-def fetch_buffered(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -> bool:
+def fetch_buffered(sampler: Sampler, t: float, timeout_s: float | None = None) -> bool:
     """Have the sampler drain NVML's buffers up to ``t`` (a block's end) now and wait for it: two
     steps at or after ``t``. False if the sampler is stopped or does not answer."""
     if not sampler.running:
@@ -206,6 +208,6 @@ def fetch_buffered(sampler: Sampler, t: float, timeout_s: float = EDGE_WAIT_S) -
     sampler.add_listener(on_step)
     try:
         sampler.request("edge")
-        return done.wait(timeout_s)
+        return done.wait(EDGE_WAIT_S if timeout_s is None else timeout_s)
     finally:
         sampler.remove_listener(on_step)

@@ -16,7 +16,12 @@ ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
 
 
 @pytest.fixture
-def sim_and_sampler(stepped, clean_profiles):
+def sim_and_sampler(stepped, clean_profiles, monkeypatch):
+    from nbgpu import sampler_thread
+
+    # The thread only serves the edge reads: on a loaded machine it may take more than the
+    # product's 0.5 s to be scheduled, and a capture's end would then fall back to power
+    monkeypatch.setattr(sampler_thread, "EDGE_WAIT_S", 10.0)
     clock = stepped.new_clock()
     sim = nbgpu.SimulatedGPUs(count=1, clock=clock)
     s = nbgpu.Sampler(source=sim, interval=0.1, energy_every_s=600, clock=clock)
