@@ -228,6 +228,8 @@ def _on_tick(_sampler, _now: float) -> None:
     except OSError as exc:
         _warn(exc)
         stop()
+    except Exception:  # a reading failed: skip this second, as the recorder's thread does
+        pass
 
 
 def _follow_sampler() -> bool:
