@@ -8,7 +8,7 @@ otherwise only checks every few seconds. The figure is that thread's CPU, read f
 it (``time.pthread_getcpuclockid``), plus the thread CPU of each record written at a tick
 (``Recorder.record`` wrapped here, so nothing is added to the product). The positive
 control adds a known cost to each record (a busy loop of ``CONTROL_BURN_S`` in
-``Recorder.reading``): the figure must show it within ``CONTROL_TOLERANCE``. The cross-check
+``Readings.read``): the figure must show it within ``CONTROL_TOLERANCE``. The cross-check
 reads the sampler thread's whole CPU in alternating blocks with the recorder off and on.
 The floor: an empty thread woken once a second, read the same way.
 """
@@ -41,19 +41,19 @@ def _burn(seconds: float) -> None:
 @contextmanager
 def _burning(seconds: float):
     """Each record costs ``seconds`` more thread CPU (the positive control's known cost)."""
-    from nbgpu import flight
+    from nbgpu import flight_reads
 
-    original = flight.Recorder.reading
+    original = flight_reads.Readings.read
 
-    def reading(self):
+    def read(self, *args):
         _burn(seconds)
-        return original(self)
+        return original(self, *args)
 
-    flight.Recorder.reading = reading
+    flight_reads.Readings.read = read
     try:
         yield
     finally:
-        flight.Recorder.reading = original
+        flight_reads.Readings.read = original
 
 
 @contextmanager
@@ -65,12 +65,12 @@ def _timed_records():
     original = flight.Recorder.record
     spent: list[float] = []
 
-    def record(self):
+    def record(self, *args):
         if threading.current_thread().name == "nbgpu-flight":
-            return original(self)
+            return original(self, *args)
         c0 = time.thread_time()
         try:
-            return original(self)
+            return original(self, *args)
         finally:
             spent.append(time.thread_time() - c0)
 

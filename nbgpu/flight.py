@@ -54,14 +54,17 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"))  # made once: a second's record is cold work
+
+
 def _pack(obj: dict, size: int) -> bytes:
     """One slot: CRC, JSON, padding. Too long, it keeps 2 GPUs, then drops the cell's line."""
-    body = json.dumps(obj, separators=(",", ":")).encode()
+    body = _JSON.encode(obj).encode()
     for cut in ({"gpus": obj.get("gpus", [])[:2]}, {"cell": None}):
         if len(body) <= size - 10:
             break
         obj = dict(obj, **cut)
-        body = json.dumps(obj, separators=(",", ":")).encode()
+        body = _JSON.encode(obj).encode()
     body = body[: size - 10]
     return b"%08x " % zlib.crc32(body) + body.ljust(size - 10) + b"\n"
 
@@ -116,12 +119,13 @@ class Recorder:
         """Whether a record is due at ``now`` (``self.monotonic()``)."""
         return now - self.last_at >= (NEAR_EVERY_S if self.near else EVERY_S) - EARLY_S
 
-    def record(self) -> bool:
-        """Read and write one record unless another thread is writing one; whether it wrote."""
+    def record(self, sampler=None, tick: float | None = None) -> bool:
+        """Read and write one record unless another thread is writing one (at ``sampler``'s tick
+        ``tick``, with what that tick read); whether it wrote."""
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            record = self.reading()
+            record = self.reading(sampler, tick)
             self.write(record)
             self.last_at = self.monotonic()
             self.near = near_limit(record)
@@ -129,12 +133,12 @@ class Recorder:
         finally:
             self._lock.release()
 
-    def reading(self) -> dict:
+    def reading(self, sampler=None, tick: float | None = None) -> dict:
         """One record of the host, this process, its cgroup, the GPUs and the running cell."""
-        return self.readings.read(self.cell)
+        return self.readings.read(self.cell, sampler, tick)
 
     def write(self, record: dict | None = None) -> None:
-        """Write one record into the next slot; fsync at most every 5 s (OSError if it fails)."""
+        """Write one record into the next slot; fsync at most every ``FSYNC_EVERY_S`` (OSError on failure)."""
         rec = dict(record if record is not None else self.reading(), seq=self.seq)
         os.pwrite(self.fd, _pack(rec, SLOT), HEADER + (self.seq % self.slots) * SLOT)
         self.seq += 1
@@ -217,14 +221,14 @@ def near_limit(record: dict) -> bool:
                 or (total and used is not None and used >= NEAR_LIMIT * total))
 
 
-def _on_tick(_sampler, _now: float) -> None:
+def _on_tick(sampler, now: float) -> None:
     """A listener of the shared sampler: its thread, awake anyway, writes the record when due
     (no wake-up of the recorder's own thread each second)."""
     rec = _rec
     if rec is None or not rec.due(rec.monotonic()):
         return
     try:
-        rec.record()
+        rec.record(sampler, now)
     except OSError as exc:
         _warn(exc)
         stop()

@@ -9,6 +9,7 @@ import time
 import weakref
 from collections.abc import Callable
 
+from .metrics import HOST_KEY
 from .sources.host import ProcFile
 
 GPU_VALUES = ("mem_used_bytes", "util_pct", "power_w", "temp_c", "clock_event_reasons")
@@ -76,13 +77,14 @@ def oom_kills(path: str | None) -> int | None:
         return None
 
 
-def _from_sampler(cursor: list) -> tuple[list[list[float | None]], list[list]]:
-    """[used, total, util, power, temp, clock-event reasons] of every GPU of a running shared
-    sampler (never starts NVML), and its XID events newer than ``cursor`` ([store ref, seq],
-    advanced)."""
-    from . import session
+def _from_sampler(cursor: list, s=None) -> tuple[list[list[float | None]], list[list]]:
+    """[used, total, util, power, temp, clock-event reasons] of every GPU of sampler ``s`` (else
+    the running shared one; never starts NVML), and its XID events newer than ``cursor``
+    ([store ref, seq], advanced)."""
+    if s is None:
+        from . import session
 
-    s = session.shared_sampler()
+        s = session.shared_sampler()
     if s is None:
         return [], []
     store = s.store
@@ -103,8 +105,22 @@ def _from_sampler(cursor: list) -> tuple[list[list[float | None]], list[list]]:
     return out, xids
 
 
+SLOW_EVERY = 10  # swap, the cgroup's limit and its oom_kill count: read every 10th record
+
+
+def _host_ram(s, now: float | None) -> tuple[float, float] | None:
+    """(total, used) bytes of host RAM from sampler ``s``'s host row of tick ``now``, else None."""
+    if s is None or now is None:
+        return None
+    row = s.store.last_many(HOST_KEY)
+    t, total = row.get("host_ram_total_bytes", _NONE)
+    used = row.get("host_ram_used_bytes", _NONE)[1]
+    return (total, used) if t == now and total == total and used == used else None
+
+
 class Readings:
-    """One record's figures at each ``read(cell)``; keeps its files open and the CPU clock's last value."""
+    """One record's figures at each ``read(cell)``; keeps its files open, the CPU clock's last
+    value, and the slow-changing figures read every ``SLOW_EVERY``-th record."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.cgroup = memory_cgroup()
@@ -114,6 +130,8 @@ class Readings:
         self._files: dict[str, ProcFile] = {}
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._cpu = (time.monotonic(), sum(os.times()[:2]))
+        self._count = 0
+        self._slow: dict = {}  # swap_used, cg_max, cg_oom as last read
 
     def _read(self, path: str | None) -> bytes | None:
         if not path:
@@ -123,30 +141,42 @@ class Readings:
             f = self._files[path] = ProcFile(path, 8192)
         return f.read()
 
-    def read(self, cell: list | None) -> dict:
-        """One record of the host, this process, its cgroup, the GPUs and ``cell`` (the running one)."""
-        m = _meminfo(self._read("/proc/meminfo"))
+    def read(self, cell: list | None, sampler=None, tick: float | None = None) -> dict:
+        """One record of the host, this process, its cgroup, the GPUs and ``cell`` (the running
+        one). At ``sampler``'s tick ``tick``, host RAM is the figure that tick just read."""
+        slow = self._count % SLOW_EVERY == 0
+        self._count += 1
+        ram = None if slow else _host_ram(sampler, tick)
+        m = _meminfo(self._read("/proc/meminfo")) if ram is None else {}
         now, cpu = time.monotonic(), sum(os.times()[:2])
         pct = 100.0 * (cpu - self._cpu[1]) / max(now - self._cpu[0], 1e-6)
         self._cpu = (now, cpu)
         pages = _int(self._read("/proc/self/statm"), 1)
-        total, avail = m.get(b"MemTotal"), m.get(b"MemAvailable")
+        if ram is not None:
+            total, avail = ram[0], ram[0] - ram[1]
+        else:
+            total, avail = m.get(b"MemTotal"), m.get(b"MemAvailable")
+        if slow:
+            self._slow["swap_used"] = (m[b"SwapTotal"] - m[b"SwapFree"]
+                                       if len(m) == len(_MEMINFO) else None)
         try:
-            gpus, xids = _from_sampler(self._cursor)
+            gpus, xids = _from_sampler(self._cursor, sampler)
         except Exception:
             gpus, xids = [], []
         if xids:
             self.xids = (self.xids + xids)[-XIDS_KEPT:]
         out = {"t": self._clock(), "ram_total": total, "ram_avail": avail,
                "ram_used": total - avail if total and avail is not None else None,
-               "swap_used": m[b"SwapTotal"] - m[b"SwapFree"] if len(m) == len(_MEMINFO) else None,
+               "swap_used": self._slow.get("swap_used"),
                "rss": pages * self._page if pages is not None else None, "cpu": round(pct, 1),
                "gpus": gpus, "cell": cell}
         if self.cgroup:
-            cg_max = _int(self._read(self.cgroup[0]))  # v2 "max" reads None: no limit
-            out.update(cg_max=cg_max if cg_max and cg_max < UNLIMITED else None,
-                       cg_cur=_int(self._read(self.cgroup[1])),
-                       cg_oom=_oom_kill(self._read(self.cgroup[2])))
+            if slow:
+                cg_max = _int(self._read(self.cgroup[0]))  # v2 "max" reads None: no limit
+                self._slow.update(cg_max=cg_max if cg_max and cg_max < UNLIMITED else None,
+                                  cg_oom=_oom_kill(self._read(self.cgroup[2])))
+            out.update(cg_max=self._slow["cg_max"], cg_cur=_int(self._read(self.cgroup[1])),
+                       cg_oom=self._slow["cg_oom"])
         if self.xids:
             out["xid"] = self.xids
         return out

@@ -94,7 +94,7 @@ def _waits_of_loop(rec, monkeypatch, clock, times: int, step_s: float | None = N
 def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkeypatch, clock):
     rec = flight.Recorder(slots=8)
     used = iter([50, 85, 50])  # % of host RAM
-    monkeypatch.setattr(rec, "reading", lambda: {"t": clock(), "ram_total": 100, "ram_used": next(used)})
+    monkeypatch.setattr(rec, "reading", lambda *_: {"t": clock(), "ram_total": 100, "ram_used": next(used)})
     monkeypatch.setattr(rec, "monotonic", clock)
     rec.record()  # as start() does
     waits = _waits_of_loop(rec, monkeypatch, clock, 2)
@@ -384,3 +384,27 @@ def test_the_ring_is_fed_by_real_nvml(nvml, cache, monkeypatch):
     used, total_seen, util, power, temp, _reasons = gpus[0]
     assert total_seen == total and 0 < used <= total
     assert 0 <= util <= 100 and 10 < power < 2000 and 0 < temp < 120
+
+
+def test_a_record_at_a_tick_takes_host_ram_from_that_tick_and_reads_meminfo_every_tenth(cache, stepped,
+                                                                                       monkeypatch):
+    from nbgpu.metrics import HOST_KEY
+
+    gib = 2**30
+    fake = {b"MemTotal": 7 * gib, b"MemAvailable": 5 * gib, b"SwapTotal": 0, b"SwapFree": 0}
+    monkeypatch.setattr(flight_reads, "_meminfo", lambda _text: dict(fake))
+    s = stepped(count=1)
+    rec = flight.Recorder(slots=32)
+    try:
+        for _ in range(flight_reads.SLOW_EVERY + 1):
+            stepped.run(s, 1.0)
+            rec.record(s, s.store.last_many(HOST_KEY)["host_ram_total_bytes"][0])
+        rec.record()  # from the recorder's thread, no tick: its own read
+    finally:
+        rec.close()
+    _, recs = flight.read_ring(rec.path)
+    sampled = s.store.last_many(HOST_KEY)["host_ram_total_bytes"][1]
+    totals = [r["ram_total"] for r in recs]
+    assert totals[0] == totals[flight_reads.SLOW_EVERY] == totals[-1] == 7 * gib  # full reads
+    assert set(totals[1:flight_reads.SLOW_EVERY]) == {sampled} != {7 * gib}
+    assert all(r["swap_used"] == 0 for r in recs)
