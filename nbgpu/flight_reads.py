@@ -175,8 +175,9 @@ class Readings:
                 cg_max = _int(self._read(self.cgroup[0]))  # v2 "max" reads None: no limit
                 self._slow.update(cg_max=cg_max if cg_max and cg_max < UNLIMITED else None,
                                   cg_oom=_oom_kill(self._read(self.cgroup[2])))
-            out.update(cg_max=self._slow["cg_max"], cg_cur=_int(self._read(self.cgroup[1])),
-                       cg_oom=self._slow["cg_oom"])
+            if slow or self._slow["cg_max"] is not None:  # usage each second only under a limit
+                self._slow["cg_cur"] = _int(self._read(self.cgroup[1]))
+            out.update(cg_max=self._slow["cg_max"], cg_cur=self._slow["cg_cur"], cg_oom=self._slow["cg_oom"])
         if self.xids:
             out["xid"] = self.xids
         return out
