@@ -1,5 +1,5 @@
 """Readings from NVML (``pynvml`` or ``SimulatedGPUs``): lifecycle, due reads, buffer drains,
-processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table), ``nvml_probe``."""
+processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table, probing)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ from .nvml_gateway import (
     TransientError,
     unavailable,
 )
-from .nvml_probe import Probing
-from .nvml_reads import BUFFERED, POLLED, Read, _Device, _gpm_free, _str
+from .nvml_reads import BUFFERED, POLLED, Read, _Device, _gpm_free, _str, listed, mig_devices, probe
 
 log = logging.getLogger("nbgpu")
 
@@ -40,7 +39,7 @@ DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
 UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}
 
 
-class NVMLSource(Probing):
+class NVMLSource:
     """GPUs read through NVML (real or simulated)."""
 
     kind = "nvml"
@@ -56,7 +55,6 @@ class NVMLSource(Probing):
         self.driver_version = ""
         self._processes: dict[object, list[ProcessInfo]] = {}
         self._pid_names: dict[int, tuple[str | None, str | None]] = {}
-        self.last_error: str | None = None
         self._pcie_turn = 0
         self._selected: set | None = None  # device keys to read; None reads all
         self._ts_offset_us: float | None = None
@@ -72,8 +70,7 @@ class NVMLSource(Probing):
             probed: list[_Device] = []
             for dev in self._devices:
                 if dev.parent is None:
-                    probed.append(self._probe(dev))
-                    probed.extend(self._mig_devices(dev.key, dev.handle))
+                    probed += [probe(self._gw, dev), *mig_devices(self._gw, dev)]
             self._devices = probed
             self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
         except (NVMLUnavailableError, NVMLCallError) as exc:
@@ -102,10 +99,10 @@ class NVMLSource(Probing):
             count = g.call("nvmlDeviceGetCount")
             if count == 0:
                 raise unavailable(None, "the driver reports no GPU")
-            self.driver_version = _str(self._maybe("nvmlSystemGetDriverVersion") or "")
+            self.driver_version = _str(g.maybe("nvmlSystemGetDriverVersion") or "")
             for index in range(count):
                 handle = g.call("nvmlDeviceGetHandleByIndex", index)
-                self._devices.append(self._listed(index, handle, parent=None))
+                self._devices.append(listed(g, index, handle, None, self.simulated))
         except (NVMLUnavailableError, NVMLCallError) as exc:
             raise self._failed(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
@@ -280,11 +277,8 @@ class NVMLSource(Probing):
 
     def _transient(self, dev: _Device, read: str, exc: NVMLCallError, reading: Reading,
                    metrics: tuple[str, ...] = ()) -> None:
-        dev.errors += 1
-        message = f"GPU {dev.key} {read}: {exc.text}"
-        self.last_error = message
         reading.errors.append(ReadError(dev.key, read, exc.text, metrics))
-        self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), message)
+        self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), f"GPU {dev.key} {read}: {exc.text}")
 
     def _pcie_due(self, dev: _Device) -> bool:
         """PCIe reads sleep ~20 ms inside NVML: one GPU per due round, in turn."""

@@ -100,6 +100,13 @@ class NVMLGateway:
         except Exception as exc:
             raise classify(function, exc) from exc
 
+    def maybe(self, function: str, *args):
+        """A call whose failure only means "not known" (names, limits at probe time): None then."""
+        try:
+            return self.call(function, *args)
+        except NVMLCallError:
+            return None
+
     def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps in µs, values) of one sample buffer newer than ``since_us`` (or NothingNewError)."""
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)

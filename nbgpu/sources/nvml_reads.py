@@ -1,14 +1,16 @@
-"""What is read from NVML, and how: the table ``READS`` (a row per read), its readers and GPM."""
+"""What is read from NVML, and how: the table ``READS`` (a row per read), its readers, GPM, and
+probing a device at open (its details, its MIG slices, which reads it has)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .nvml_gateway import ERR_NOT_SUPPORTED, NotSupportedError, NVMLCallError, NVMLGateway
+from .nvml_gateway import ERR_NOT_SUPPORTED, NothingNewError, NotSupportedError, NVMLCallError, NVMLGateway
 
 log = logging.getLogger("nbgpu")
 
@@ -41,7 +43,6 @@ class _Device:
     unconfirmed: set[str] = field(default_factory=set)  # reads assumed at open, decided at first read
     probed: bool = False
     lost: bool = False
-    errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -173,5 +174,70 @@ BUFFERED = {r.name: r for r in READS if r.buffer is not None}
 
 def _str(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- probing at open -----------------------------------------------------------------------
+def listed(g: NVMLGateway, index: int, handle, parent, simulated: bool) -> _Device:
+    """A device as listed: key, handle and name; ``probe`` adds the rest."""
+    key = index if parent is None else f"{parent}/{index}"
+    info = {"key": key, "parent": parent, "mig": parent is not None,
+            "name": _str(g.maybe("nvmlDeviceGetName", handle) or "unknown GPU"),
+            "uuid": "", "mem_total_bytes": None, "power_limit_w": None,
+            "slowdown_temp_c": None, "simulated": simulated}
+    return _Device(key=key, handle=handle, parent=parent, info=info)
+
+
+def probe(g: NVMLGateway, dev: _Device) -> _Device:
+    """Fill in a listed device's details and find which reads it has."""
+    mem = g.maybe("nvmlDeviceGetMemoryInfo", dev.handle)
+    limit_mw = g.maybe("nvmlDeviceGetEnforcedPowerLimit", dev.handle)
+    slowdown = g.maybe("nvmlDeviceGetTemperatureThreshold", dev.handle, TEMPERATURE_THRESHOLD_SLOWDOWN)
+    dev.info.update({
+        "uuid": _str(g.maybe("nvmlDeviceGetUUID", dev.handle) or ""),
+        "mem_total_bytes": int(mem.total) if mem is not None else None,
+        "power_limit_w": limit_mw / 1000.0 if limit_mw else None,
+        "slowdown_temp_c": float(slowdown) if slowdown else None,
+    })
+    for row in READS:
+        if row.parent_only and dev.parent is not None:
+            continue
+        if row.probe_at_first_read:
+            dev.unconfirmed.add(row.name)
+        elif not _has(g, dev, row):
+            continue
+        dev.caps.update(row.metrics)
+    dev.probed = True
+    return dev
+
+
+def _has(g: NVMLGateway, dev: _Device, row: Read) -> bool:
+    """Whether ``dev`` has ``row``; a transient failure counts as yes (tried again later)."""
+    try:
+        if row.buffer is not None:
+            with contextlib.suppress(NothingNewError):  # supported, nothing buffered yet
+                g.call("nvmlDeviceGetSamples", dev.handle, row.buffer, 0)
+        elif row.reader is not None:
+            row.reader(g, dev)
+    except NotSupportedError as exc:
+        log.debug("GPU %s: %s not available (%s)", dev.key, row.name, exc.text)
+        return False
+    except NVMLCallError as exc:
+        g.log_once(logging.INFO, (dev.key, row.name, "probe"),
+                   f"GPU {dev.key}: probing {row.name} failed ({exc.text}); will keep trying")
+    if row.buffer is not None:
+        dev.buffers[row.name] = 0
+    return True
+
+
+def mig_devices(g: NVMLGateway, card: _Device) -> list[_Device]:
+    """The MIG slices of ``card``, probed; none where MIG mode is off."""
+    mode = g.maybe("nvmlDeviceGetMigMode", card.handle)
+    if not mode or mode[0] != 1:
+        return []
+    out = []
+    for i in range(g.maybe("nvmlDeviceGetMaxMigDeviceCount", card.handle) or 0):
+        if (mig := g.maybe("nvmlDeviceGetMigDeviceHandleByIndex", card.handle, i)) is not None:
+            out.append(probe(g, listed(g, i, mig, card.key, card.info["simulated"])))
+    return out
 
 
