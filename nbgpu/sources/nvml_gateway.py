@@ -118,13 +118,6 @@ class NVMLGateway:
                            count=len(listed))
         return ts, vals
 
-    def call_first(self, functions: tuple[str, ...], *args):
-        """The first of ``functions`` this binding has (newer names first)."""
-        for function in functions[:-1]:
-            if getattr(self.nvml, function, None) is not None:
-                return self.call(function, *args)
-        return self.call(functions[-1], *args)
-
     def attr(self, name: str, default=None):
         """A constant or struct type of the binding (no call, nothing to classify)."""
         return getattr(self.nvml, name, default)

@@ -83,9 +83,9 @@ def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
 
 
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    bits = g.call_first(("nvmlDeviceGetCurrentClocksEventReasons",
-                         "nvmlDeviceGetCurrentClocksThrottleReasons"), dev.handle)
-    return {"clock_event_reasons": float(bits)}
+    newer = "nvmlDeviceGetCurrentClocksEventReasons"  # older bindings: only "...ThrottleReasons"
+    name = newer if g.attr(newer) is not None else "nvmlDeviceGetCurrentClocksThrottleReasons"
+    return {"clock_event_reasons": float(g.call(name, dev.handle))}
 
 
 def _r_codec(g: NVMLGateway, dev: _Device) -> dict[str, float]:
