@@ -96,12 +96,8 @@ class ProcFile:
 
 def _meminfo_available(head: bytes | None) -> float | None:
     """MemAvailable in bytes from the start of /proc/meminfo (a tenth of psutil's cost); or None."""
-    for line in (head or b"").split(b"\n"):
-        if line.startswith(b"MemAvailable:"):
-            fields = line.split()
-            if len(fields) >= 2 and fields[1].isdigit():
-                return float(fields[1]) * 1024.0  # the kernel writes kB (KiB)
-    return None
+    fields = (b"\n" + (head or b"")).partition(b"\nMemAvailable:")[2].split(b"\n", 1)[0].split()
+    return float(fields[0]) * 1024.0 if fields and fields[0].isdigit() else None  # kB (KiB)
 
 
 def _stat_cpu_s(head: bytes | None) -> tuple[float, float] | None:
@@ -256,14 +252,10 @@ class HostSource:
             rss += got[1]
         return cpu, rss
 
-    def _ram_available_bytes(self) -> float:
+    def read(self, now: float) -> dict[str, float]:
         available = _meminfo_available(self._meminfo.read()) if self._meminfo is not None else None
         if available is None:
             available = float(self._psutil.virtual_memory().available)
-        return available
-
-    def read(self, now: float) -> dict[str, float]:
-        available = self._ram_available_bytes()
         cpu_s, rss = self._tree_cpu_seconds(now)
         proc_pct = np.nan
         if self._last is not None and now > self._last[0]:
