@@ -161,7 +161,6 @@ READS: tuple[Read, ...] = (
     Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
     Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie",
          parent_only=True, probe_at_first_read=True),
-    Read("procs", (), None, "procs"),
     Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER,
          scale=1e-3),
     Read("util", ("util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_GPU_UTIL),

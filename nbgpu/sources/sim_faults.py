@@ -4,9 +4,9 @@ and the faults injected into it: lost GPUs, errors, hangs, memory spikes, XIDs, 
 from __future__ import annotations
 
 import ctypes
-import math
 from collections import namedtuple
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -82,25 +82,11 @@ class _EventSet:
     freed: bool = False
 
 
-@dataclass(eq=False)
-class _GpmSample:
-    gpu: int = -1
-    t: float = math.nan
-    freed: bool = False
-
-
-@dataclass(eq=False)
-class _GpmMetric:
-    metricId: int = 0  # noqa: N815
-    nvmlReturn: int = 0  # noqa: N815
-    value: float = 0.0
-
-
 class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds
     def __init__(self) -> None:
         self.version, self.numMetrics = 1, 0
         self.sample1 = self.sample2 = None
-        self.metrics = [_GpmMetric() for _ in range(16)]
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
 
 
 class FaultInjection:

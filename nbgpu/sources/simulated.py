@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import ClassVar
 
 from ..errors import BadArgumentError
@@ -19,7 +20,6 @@ from .sim_faults import (
     NVML_ERROR_UNINITIALIZED,
     FaultInjection,
     _error,
-    _GpmSample,
     _GpmSupport,
     _Handle,
     _Memory,
@@ -329,19 +329,19 @@ class SimulatedGPUs(FaultInjection):
     def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> _GpmSupport:  # noqa: N802
         return _GpmSupport(1 if self.gpm and h.mig is None else 0)
 
-    def nvmlGpmSampleAlloc(self) -> _GpmSample:  # noqa: N802
+    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:  # noqa: N802
         with self._lock:
             self.gpm_samples_live += 1
-        return _GpmSample()
+        return SimpleNamespace(gpu=-1, t=math.nan, freed=False)
 
-    def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:  # noqa: N802
+    def nvmlGpmSampleFree(self, sample: SimpleNamespace) -> None:  # noqa: N802
         if sample.freed:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         sample.freed = True
         with self._lock:
             self.gpm_samples_live -= 1
 
-    def nvmlGpmSampleGet(self, h: _Handle, sample: _GpmSample) -> _GpmSample:  # noqa: N802
+    def nvmlGpmSampleGet(self, h: _Handle, sample: SimpleNamespace) -> SimpleNamespace:  # noqa: N802
         sample.gpu, sample.t = h.gpu, self._t()
         return sample
 
