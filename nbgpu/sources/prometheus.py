@@ -57,10 +57,8 @@ def device_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
 
 
 def parse_matrix(payload: object) -> dict[str, _Series]:
-    """Rows per device key from a Prometheus query answer of type "matrix" (or "vector").
-
-    Raises ValueError when the answer is not what the Prometheus API documents.
-    """
+    """Rows per device key from a Prometheus query answer of type "matrix" (or "vector");
+    ValueError when the answer is not what the Prometheus API documents."""
     if not isinstance(payload, dict) or payload.get("status") != "success":
         err = payload.get("error") if isinstance(payload, dict) else None
         raise ValueError(f"Prometheus answered an error: {err}" if err else "not a Prometheus API answer")
@@ -94,9 +92,8 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
         if not isinstance(points, list):
             raise ValueError("Prometheus result item without values")
         if name in FB_FREE:
-            target = free.setdefault(key, {})
-            for t, v in _points(points, "mem_used_bytes"):
-                target[t] = v * FB_FREE[name]
+            scale = FB_FREE[name]
+            free.setdefault(key, {}).update((t, v * scale) for t, v in _points(points, "mem_used_bytes"))
             continue
         if name not in BY_SERIES:
             continue
@@ -141,14 +138,9 @@ def resolution_of(series: dict[str, _Series]) -> float:
 
 
 class PrometheusSource:
-    """GPUs of every node a Prometheus server scrapes (dcgm-exporter or ``nbgpu export``).
-
-    Args:
-        url: the Prometheus server, e.g. "http://prometheus:9090".
-        timeout_s: the longest one request may take (connect plus answer).
-        max_bytes: the largest answer read; a bigger one counts as a failure.
-        poll_s: seconds between queries; None follows the scrape interval (at least 1 s).
-    """
+    """GPUs of every node a Prometheus server (``url``, e.g. "http://prometheus:9090") scrapes;
+    ``timeout_s`` bounds one request (connect plus answer), ``max_bytes`` one answer (a bigger one
+    is a failure); ``poll_s``: seconds between queries, None follows the scrape interval (≥ 1 s)."""
 
     kind = "prometheus"
     simulated = False
@@ -253,8 +245,7 @@ class PrometheusSource:
         self.resolution_s = resolution_of(recent)
         for key in sorted(recent, key=_natural):
             s = recent[key]
-            metrics = {m for row in s.rows.values() for m in row}
-            self._metrics[key] = metrics & set(BY_NAME)
+            self._metrics[key] = {m for row in s.rows.values() for m in row} & set(BY_NAME)
             self._devices[key] = self._describe_device(key, s)
             # Start just before the newest scrape so the panel has a value at once.
             self._last_t[key] = sorted(s.rows)[-2] if len(s.rows) > 1 else min(s.rows) - 1e-3
