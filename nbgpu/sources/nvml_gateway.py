@@ -132,10 +132,10 @@ class NVMLGateway:
         return True
 
 
-def unavailable(exc: BaseException | None, what: str) -> NVMLUnavailableError:
+def unavailable(exc: NVMLCallError | None, what: str) -> NVMLUnavailableError:
     """An NVMLUnavailableError whose one line says what failed, why, and what to try."""
-    code = None if exc is None else (exc.code if isinstance(exc, NVMLCallError) else _code(exc))
-    reason = "" if exc is None else f": {exc.text if isinstance(exc, NVMLCallError) else _text(exc)}"
+    code = None if exc is None else exc.code
+    reason = "" if exc is None else f": {exc.text}"
     hint = HINTS.get(code, HINTS[None])
     return NVMLUnavailableError(
         f"NVML is not available ({what}{reason}); {hint}; or use source='sim' for simulated GPUs.",

@@ -20,8 +20,7 @@ TEMPERATURE_THRESHOLD_SLOWDOWN = 1
 CLOCK_SM, CLOCK_MEM = 1, 2
 PCIE_TX, PCIE_RX = 0, 1
 SAMPLES_POWER, SAMPLES_GPU_UTIL, SAMPLES_MEM_UTIL = 0, 1, 2
-GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_pct",
-                  10: "dram_bw_pct"}
+GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_pct", 10: "dram_bw_pct"}
 
 
 @dataclass
@@ -140,11 +139,8 @@ def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         get.metrics[i].metricId = metric_id
     g.call("nvmlGpmMetricsGet", get)
     dev.gpm.reverse()
-    out = {}
-    for i, name in enumerate(GPM_METRIC_IDS.values()):
-        m = get.metrics[i]
-        out[name] = float(m.value) if m.nvmlReturn == 0 else np.nan
-    return out
+    return {name: float(get.metrics[i].value) if get.metrics[i].nvmlReturn == 0 else np.nan
+            for i, name in enumerate(GPM_METRIC_IDS.values())}
 
 
 READS: tuple[Read, ...] = (
@@ -159,13 +155,11 @@ READS: tuple[Read, ...] = (
     Read("codec", ("enc_util_pct", "dec_util_pct"), _r_codec, "tick", parent_only=True),
     Read("gpm", tuple(GPM_METRIC_IDS.values()), _r_gpm, "tick", parent_only=True),
     Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
-    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie",
-         parent_only=True, probe_at_first_read=True),
-    Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER,
-         scale=1e-3),
+    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie", parent_only=True,
+         probe_at_first_read=True),
+    Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER, scale=1e-3),
     Read("util", ("util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_GPU_UTIL),
-    Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True,
-         buffer=SAMPLES_MEM_UTIL),
+    Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_MEM_UTIL),
 )
 POLLED = tuple(r for r in READS if r.buffer is None and r.reader is not None)
 BUFFERED = {r.name: r for r in READS if r.buffer is not None}
