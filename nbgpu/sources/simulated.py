@@ -84,15 +84,14 @@ class SimulatedGPUs(FaultInjection):
         self.mem_total_bytes, self.power_limit_w = int(mem_total_bytes), float(power_limit_w)
         self.start_time = clock() - float(warm_s)
         self.hide_host_pids, self.model_process = bool(hide_host_pids), bool(model_process)
-        self._refcount = 0
-        self._lock = threading.Lock()
+        self._refcount, self._lock = 0, threading.Lock()
+        # Injected faults, keyed (function, gpu or None for all): NotSupported; [value, times left].
         self._unsupported: set[tuple[str, int | None]] = {(f, None) for f in unsupported}
         self._errors: dict[tuple[str, int | None], list] = {}
-        self._lost: set[int] = set()
-        self._energy: dict[int, tuple[float, float]] = {}
         self._hangs: dict[tuple[str, int | None], list] = {}
-        self._release = threading.Event()
-        self._hanging = 0
+        self._lost: set[int] = set()
+        self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (integrated up to t, joules)
+        self._release, self._hanging = threading.Event(), 0  # hangs end when set; calls inside one
         self._hang_entered = threading.Condition(self._lock)
         self._procs: dict[int, list[tuple[int, int, str | None, str | None]]] = {}
         self._spikes: list[tuple[int, float, float, int]] = []
