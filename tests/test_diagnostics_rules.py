@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest_diagnostics import ShapedGPUs, drive, findings_per_evaluation, fired, sim_sampler
-from nbgpu.sources.sim_workload import SCENARIOS
+from nbgpu.sources.simulated import SCENARIOS
 
 TOTAL = 143771 * 2**20  # the simulated card's memory, bytes
 

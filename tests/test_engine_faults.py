@@ -103,7 +103,7 @@ def test_sample_buffer_not_found_means_nothing_new_not_an_error(stepped):
     advance(s, clock, 0.5)
     s.stop()
     assert s.errors == 0
-    assert s.source.last_error is None
+    assert s.last_error is None
     assert len(s.timeline.series(0, "mem_used_bytes")[0]) >= 3
 
 

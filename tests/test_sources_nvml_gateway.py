@@ -77,7 +77,7 @@ def test_the_read_table_names_only_known_metrics_once_per_tier():
     assert len(rows) == len(set(rows))
     for r in READS:
         assert set(r.metrics) <= set(BY_NAME), r.name
-        assert (r.reader is None) == (r.buffer is not None or r.name == "procs")
+        assert (r.reader is None) == (r.buffer is not None)
 
 
 def test_devices_are_typed_and_still_read_as_the_old_dicts(clock):

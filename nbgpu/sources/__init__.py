@@ -11,21 +11,8 @@ SOURCE_CHOICES = ("'auto', 'nvml', 'sim', 'sim:N', 'prometheus=URL', a Simulated
                   "or a source object")
 SIM_MAX = 64
 
-__all__ = [
-    "SOURCE_CHOICES",
-    "Batch",
-    "Device",
-    "DeviceEvent",
-    "NVMLSource",
-    "ProcessInfo",
-    "ReadError",
-    "Reading",
-    "SimulatedGPUs",
-    "Source",
-    "open_source",
-    "resolve_source",
-    "sim_count",
-]
+__all__ = ["SOURCE_CHOICES", "Batch", "Device", "DeviceEvent", "NVMLSource", "ProcessInfo", "ReadError",
+           "Reading", "SimulatedGPUs", "Source", "open_source", "resolve_source", "sim_count"]
 
 
 def sim_count(spec: str) -> int | None:
@@ -50,8 +37,7 @@ def resolve_source(source: object) -> Source:
         spec = source.strip()
         if spec in ("auto", "nvml"):
             return NVMLSource()
-        count = sim_count(spec)
-        if count is not None:
+        if (count := sim_count(spec)) is not None:
             return NVMLSource(SimulatedGPUs(count=count, warm_s=WARM_S, model_process=False))
         if spec.startswith("prometheus="):
             from .prometheus import PrometheusSource

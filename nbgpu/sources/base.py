@@ -20,12 +20,8 @@ def check_gpus(gpus: object, cards: list[DeviceKey]) -> tuple[DeviceKey, ...] | 
     numbered = list(cards) == list(range(len(cards)))
     allowed = ("none (no GPUs)" if not cards else f"0 to {len(cards) - 1}" if numbered
                else ", ".join(map(str, cards)))
-    if isinstance(gpus, str):
-        items: list = gpus.split(",")
-    elif isinstance(gpus, int) and not isinstance(gpus, bool):
-        items = [gpus]
-    elif isinstance(gpus, (list, tuple, set, frozenset, range)):
-        items = list(gpus)
+    if isinstance(gpus, (str, int, list, tuple, set, frozenset, range)) and not isinstance(gpus, bool):
+        items = gpus.split(",") if isinstance(gpus, str) else [gpus] if isinstance(gpus, int) else list(gpus)
     else:
         raise BadArgumentError(f"gpus must be a GPU index, \"0,2\" or a list of them, got {gpus!r}")
     out: list[DeviceKey] = []
@@ -69,10 +65,9 @@ class Device:
         if isinstance(described, Device):
             return described
         get = described.get
-        parent = get("parent")
-        return cls(key=get("index", get("key")), name=str(get("name") or ""),
-                   uuid=str(get("uuid") or ""), parent=parent,
-                   mig=bool(get("mig", parent is not None)), node=get("host", get("node")))
+        return cls(key=get("index", get("key")), name=str(get("name") or ""), uuid=str(get("uuid") or ""),
+                   parent=get("parent"), mig=bool(get("mig", get("parent") is not None)),
+                   node=get("host", get("node")))
 
 
 @dataclass(frozen=True)
@@ -133,12 +128,9 @@ class Reading:
 
 @runtime_checkable
 class Source(Protocol):
-    """A place readings come from. ``open`` may raise; ``read`` must not.
-
-    ``due`` holds "tick", "memory" (memory used only), "energy", "pcie", "procs", "edge" (drain
-    every buffer now) and "live" (someone watches). Optional: ``select(keys)``, ``processes()``,
-    ``simulated_host(t)``.
-    """
+    """A place readings come from. ``open`` may raise; ``read`` must not. ``due`` holds "tick",
+    "memory" (memory used only), "energy", "pcie", "procs", "edge" (drain every buffer now) and
+    "live" (someone watches). Optional: ``select(keys)``, ``processes()``, ``simulated_host(t)``."""
 
     kind: str
     simulated: bool

@@ -7,17 +7,11 @@ import os
 
 import numpy as np
 
-from ..metrics import HOST_COLUMNS as COLUMNS
-from ..metrics import HOST_KEY
-
-__all__ = ["COLUMNS", "HOST_KEY", "HostSource", "descendant_pids"]
-
 
 def descendant_pids(pid: int) -> set[int]:
     """Every descendant of ``pid`` (empty if none or gone): /proc's children lists, a read per
     process of the tree (psutil's ``children()`` reads every process), else psutil."""
-    found = _proc_descendants(pid)
-    if found is not None:
+    if (found := _proc_descendants(pid)) is not None:
         return found
     import psutil
 
@@ -96,12 +90,8 @@ class ProcFile:
 
 def _meminfo_available(head: bytes | None) -> float | None:
     """MemAvailable in bytes from the start of /proc/meminfo (a tenth of psutil's cost); or None."""
-    for line in (head or b"").split(b"\n"):
-        if line.startswith(b"MemAvailable:"):
-            fields = line.split()
-            if len(fields) >= 2 and fields[1].isdigit():
-                return float(fields[1]) * 1024.0  # the kernel writes kB (KiB)
-    return None
+    fields = (b"\n" + (head or b"")).partition(b"\nMemAvailable:")[2].split(b"\n", 1)[0].split()
+    return float(fields[0]) * 1024.0 if fields and fields[0].isdigit() else None  # kB (KiB)
 
 
 def _stat_cpu_s(head: bytes | None) -> tuple[float, float] | None:
@@ -197,13 +187,12 @@ class HostSource:
         self._cpu_last = self._machine_cpu_s()
 
     def _machine_cpu_s(self) -> tuple[float, float]:
-        got = _stat_cpu_s(self._stat.read()) if self._stat is not None else None
-        if got is None:
-            if self._stat is not None:
-                self._stat.close()
-                self._stat = None
-            got = _psutil_cpu_s(self._psutil)
-        return got
+        if self._stat is not None and (got := _stat_cpu_s(self._stat.read())) is not None:
+            return got
+        if self._stat is not None:  # no /proc/stat here: psutil from now on
+            self._stat.close()
+            self._stat = None
+        return _psutil_cpu_s(self._psutil)
 
     def _machine_cpu_pct(self) -> float:
         """Busy share of every CPU of the machine since the last reading (NaN if no time passed)."""
@@ -218,8 +207,7 @@ class HostSource:
         """This process's descendants, the known ones kept (their files stay open)."""
         live = {}
         for pid in descendant_pids(self._me.pid):
-            child = self._children.pop(pid, None)
-            if child is None:
+            if (child := self._children.pop(pid, None)) is None:
                 try:
                     child = _Child(self._psutil, pid, self._procfs)
                 except self._psutil.Error:  # ended since it was listed
@@ -246,8 +234,7 @@ class HostSource:
         if rss is None:
             rss = float(self._me.memory_info().rss)
         for pid, child in list(self._children.items()):
-            got = child.read(self._psutil)
-            if got is None:
+            if (got := child.read(self._psutil)) is None:
                 self._forget(self._children.pop(pid))
                 continue
             if child.base_s is None:
@@ -256,14 +243,10 @@ class HostSource:
             rss += got[1]
         return cpu, rss
 
-    def _ram_available_bytes(self) -> float:
+    def read(self, now: float) -> dict[str, float]:
         available = _meminfo_available(self._meminfo.read()) if self._meminfo is not None else None
         if available is None:
             available = float(self._psutil.virtual_memory().available)
-        return available
-
-    def read(self, now: float) -> dict[str, float]:
-        available = self._ram_available_bytes()
         cpu_s, rss = self._tree_cpu_seconds(now)
         proc_pct = np.nan
         if self._last is not None and now > self._last[0]:

@@ -1,5 +1,5 @@
 """Readings from NVML (``pynvml`` or ``SimulatedGPUs``): lifecycle, due reads, buffer drains,
-processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table), ``nvml_probe``."""
+processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table, probing)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ from .nvml_gateway import (
     TransientError,
     unavailable,
 )
-from .nvml_probe import Probing
-from .nvml_reads import BUFFERED, POLLED, Read, _Device, _gpm_free, _str
+from .nvml_reads import BUFFERED, POLLED, Read, _Device, _gpm_free, _str, listed, mig_devices, probe
 
 log = logging.getLogger("nbgpu")
 
@@ -40,7 +39,7 @@ DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
 UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}
 
 
-class NVMLSource(Probing):
+class NVMLSource:
     """GPUs read through NVML (real or simulated)."""
 
     kind = "nvml"
@@ -56,7 +55,6 @@ class NVMLSource(Probing):
         self.driver_version = ""
         self._processes: dict[object, list[ProcessInfo]] = {}
         self._pid_names: dict[int, tuple[str | None, str | None]] = {}
-        self.last_error: str | None = None
         self._pcie_turn = 0
         self._selected: set | None = None  # device keys to read; None reads all
         self._ts_offset_us: float | None = None
@@ -72,8 +70,7 @@ class NVMLSource(Probing):
             probed: list[_Device] = []
             for dev in self._devices:
                 if dev.parent is None:
-                    probed.append(self._probe(dev))
-                    probed.extend(self._mig_devices(dev.key, dev.handle))
+                    probed += [probe(self._gw, dev), *mig_devices(self._gw, dev)]
             self._devices = probed
             self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
         except (NVMLUnavailableError, NVMLCallError) as exc:
@@ -102,10 +99,10 @@ class NVMLSource(Probing):
             count = g.call("nvmlDeviceGetCount")
             if count == 0:
                 raise unavailable(None, "the driver reports no GPU")
-            self.driver_version = _str(self._maybe("nvmlSystemGetDriverVersion") or "")
+            self.driver_version = _str(g.maybe("nvmlSystemGetDriverVersion") or "")
             for index in range(count):
                 handle = g.call("nvmlDeviceGetHandleByIndex", index)
-                self._devices.append(self._listed(index, handle, parent=None))
+                self._devices.append(listed(g, index, handle, None, self.simulated))
         except (NVMLUnavailableError, NVMLCallError) as exc:
             raise self._failed(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
@@ -168,12 +165,11 @@ class NVMLSource(Probing):
                     if metric is None or metric in BUFFERED[stream].metrics), default=math.inf)
 
     def _live(self) -> list[_Device]:
-        return [d for d in self._devices
-                if not d.lost and (self._selected is None or d.key in self._selected)]
+        keys = self._selected
+        return [d for d in self._devices if not d.lost and (keys is None or d.key in keys)]
 
     def devices(self) -> list[Device]:
-        return [Device(metrics=tuple(sorted(d.caps & set(BY_NAME))), **d.info)
-                for d in self._devices]
+        return [Device(metrics=tuple(sorted(d.caps & set(BY_NAME))), **d.info) for d in self._devices]
 
     def streams(self) -> dict[object, dict[str, dict[str, np.dtype]]]:
         out: dict[object, dict[str, dict[str, np.dtype]]] = {}
@@ -182,10 +178,7 @@ class NVMLSource(Probing):
             per = {"tick": {m: BY_NAME[m].dtype for m in sorted(d.caps) if m in BY_NAME}}
             if "mem_used_bytes" in d.caps:
                 per["memory"] = {"mem_used_bytes": BY_NAME["mem_used_bytes"].dtype}
-            for s in d.buffers:
-                metric = BUFFERED[s].metrics[0]
-                per[s] = {metric: BY_NAME[metric].dtype}
-            out[d.key] = per
+            out[d.key] = per | {s: {(m := BUFFERED[s].metrics[0]): BY_NAME[m].dtype} for s in d.buffers}
         return out
 
     # -- reading -------------------------------------------------------------------------
@@ -201,8 +194,7 @@ class NVMLSource(Probing):
             except FatalError as exc:
                 dev.lost = True
                 _gpm_free(self._gw, dev)
-                reading.events.append(DeviceEvent(dev.key, "lost",
-                                                  f"GPU {dev.key} was lost: {exc.text}"))
+                reading.events.append(DeviceEvent(dev.key, "lost", f"GPU {dev.key} was lost: {exc.text}"))
         if procs:  # one new snapshot, swapped in whole: readers never see it change
             self._processes = {**self._processes, **procs}
             listed = {p.pid for ps in self._processes.values() for p in ps}
@@ -217,12 +209,9 @@ class NVMLSource(Probing):
     def _wanted(self, dev: _Device, row: Read, due: frozenset[str]) -> bool:
         if dev.caps.isdisjoint(row.metrics):
             return False
-        if row.tier == "tick":
-            if row.name == "power" and "power" in dev.buffers:
-                return False
-            if row.name == "util" and {"util", "memutil"} <= dev.buffers.keys():
-                return False
-            return "tick" in due
+        if row.tier == "tick":  # not polled where its sample buffers give it
+            drained = {"power": {"power"}, "util": {"util", "memutil"}}.get(row.name)
+            return "tick" in due and not (drained and drained <= dev.buffers.keys())
         if row.tier == "memory":  # the fast-memory lane, and a capture's edge
             return ("memory" in due or "edge" in due) and "tick" not in due
         if row.tier == "pcie":
@@ -230,29 +219,24 @@ class NVMLSource(Probing):
         return row.tier in due
 
     def _read_device(self, dev: _Device, now: float, due: frozenset[str], reading: Reading) -> None:
-        row_values: dict[str, float] = {}
+        tick: dict[str, float] = {}
         memory: dict[str, float] = {}
         for row in POLLED:
-            if not self._wanted(dev, row, due):
-                continue
-            values = self._run(dev, row, reading)
-            (memory if row.tier == "memory" else row_values).update(values)
-        for stream, values in (("tick", row_values), ("memory", memory)):
+            if self._wanted(dev, row, due):
+                (memory if row.tier == "memory" else tick).update(self._run(dev, row, reading))
+        for stream, values in (("tick", tick), ("memory", memory)):
             if values:
                 reading.batches.append(Batch(dev.key, stream, now, values))
-        edge = "edge" in due
         unwatched = {} if "live" in due else UNWATCHED_DRAIN_EVERY_S
         for stream in list(dev.buffers):
             every_s = unwatched.get(stream) or DRAIN_EVERY_S[stream]
-            recent = now - dev.drained_at.get(stream, -np.inf) < every_s - 0.05
-            if recent and not edge:
+            if now - dev.drained_at.get(stream, -np.inf) < every_s - 0.05 and "edge" not in due:
                 continue
             if self._nothing_new_yet(dev, stream, now):
                 dev.complete_at[stream] = now  # no sample stamped before now is left to read
                 continue
             dev.drained_at[stream] = now
-            batch = self._drain(dev, BUFFERED[stream], now, reading)
-            if batch is not None:
+            if (batch := self._drain(dev, BUFFERED[stream], now, reading)) is not None:
                 reading.batches.append(batch)
 
     def _run(self, dev: _Device, row: Read, reading: Reading) -> dict[str, float]:
@@ -280,11 +264,8 @@ class NVMLSource(Probing):
 
     def _transient(self, dev: _Device, read: str, exc: NVMLCallError, reading: Reading,
                    metrics: tuple[str, ...] = ()) -> None:
-        dev.errors += 1
-        message = f"GPU {dev.key} {read}: {exc.text}"
-        self.last_error = message
         reading.errors.append(ReadError(dev.key, read, exc.text, metrics))
-        self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), message)
+        self._gw.log_once(logging.WARNING, (dev.key, read, exc.code), f"GPU {dev.key} {read}: {exc.text}")
 
     def _pcie_due(self, dev: _Device) -> bool:
         """PCIe reads sleep ~20 ms inside NVML: one GPU per due round, in turn."""
@@ -309,17 +290,14 @@ class NVMLSource(Probing):
             # "Not found" means nothing new; a buffer empty for long is treated as absent.
             if stream in dev.spacing_us:
                 dev.retry_at[stream] = now + EMPTY_RETRY_SHARE * dev.spacing_us[stream] / 1e6
-            since = dev.empty_since.setdefault(stream, now)
-            if now - since > BUFFER_DEAD_AFTER_S:
+            if now - dev.empty_since.setdefault(stream, now) > BUFFER_DEAD_AFTER_S:
                 del dev.buffers[stream]
                 self._gw.log_once(logging.WARNING, (dev.key, stream, "empty"),
-                                  f"GPU {dev.key}: NVML {stream} sample buffer stays empty; "
-                                  "polling instead")
+                                  f"GPU {dev.key}: NVML {stream} sample buffer stays empty; polling instead")
             return None
         dev.empty_since.pop(stream, None)
         order = np.argsort(ts, kind="stable")
-        ts, vals = ts[order], vals[order]
-        fresh = ts > dev.buffers[stream]
+        fresh = order[ts[order] > dev.buffers[stream]]
         ts, vals = ts[fresh], vals[fresh]
         if not len(ts):
             return None
@@ -345,16 +323,15 @@ class NVMLSource(Probing):
     def _read_processes(self, dev: _Device, reading: Reading) -> list[ProcessInfo]:
         """Compute and graphics processes on ``dev``, with name and user where visible here."""
         found: dict[int, int | None] = {}
-        for function in ("nvmlDeviceGetComputeRunningProcesses",
-                         "nvmlDeviceGetGraphicsRunningProcesses"):
+        for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
             try:
-                listed = self._gw.call(function, dev.handle)
+                procs = self._gw.call(function, dev.handle)
             except NotSupportedError:
                 continue
             except (TransientError, NothingNewError) as exc:
                 self._transient(dev, "procs", exc, reading)
                 return list(self._processes.get(dev.key, ()))
-            for p in listed:
+            for p in procs:
                 used = getattr(p, "usedGpuMemory", None)
                 found[int(p.pid)] = int(used) if isinstance(used, int) else None
         return [ProcessInfo(pid, used, *self._who(pid)) for pid, used in found.items()]

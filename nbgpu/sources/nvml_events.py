@@ -14,29 +14,17 @@ MAX_PER_POLL = 64  # a storm of events is read over several ticks, never in one 
 
 # What an XID code means, after NVIDIA's XID catalogue (the commonest ones).
 MEANINGS = {
-    8: "GPU stopped processing (driver timeout)",
+    8: "GPU stopped processing (driver timeout)", 31: "GPU memory page fault (MMU fault)",
     13: "graphics engine exception (often an illegal access in a kernel)",
-    31: "GPU memory page fault (MMU fault)",
-    32: "invalid or corrupted push buffer stream",
-    38: "driver firmware error",
-    43: "GPU stopped processing (a context was reset)",
-    45: "preemptive cleanup, after earlier errors",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapping failed",
-    69: "graphics engine class error",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error (the application was stopped)",
-    95: "uncontained ECC error (the GPU needs a reset)",
-    109: "context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    121: "C2C link error",
-    140: "unrecovered ECC error",
+    32: "invalid or corrupted push buffer stream", 38: "driver firmware error",
+    43: "GPU stopped processing (a context was reset)", 45: "preemptive cleanup, after earlier errors",
+    48: "double-bit ECC error", 61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt", 63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed", 69: "graphics engine class error",
+    74: "NVLink error", 79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate",
+    94: "contained ECC error (the application was stopped)", 109: "context switch timeout",
+    95: "uncontained ECC error (the GPU needs a reset)", 119: "GSP RPC timeout", 120: "GSP error",
+    121: "C2C link error", 140: "unrecovered ECC error",
 }
 
 log = logging.getLogger("nbgpu")
@@ -54,9 +42,7 @@ def describe(gpu: object, code: int) -> str:
 
 def decode(data: object) -> int | None:
     """The XID code of one ``nvmlEventSetWait`` answer (a ``c_nvmlEventData_t``); None if not an XID."""
-    if not int(getattr(data, "eventType", 0)) & XID_EVENT:
-        return None
-    return int(data.eventData)
+    return int(data.eventData) if int(getattr(data, "eventType", 0)) & XID_EVENT else None
 
 
 class XidWatch:
@@ -100,8 +86,7 @@ class XidWatch:
                     self._gw.log_once(logging.WARNING, ("xid", "wait", exc.code),
                                       f"reading XID events failed: {exc.text}")
                 break
-            code = decode(data)
-            if code is not None:
+            if (code := decode(data)) is not None:
                 key = self._key(data)
                 out.append(DeviceEvent(key, "xid", describe(key, code), code=code))
         return out
@@ -113,8 +98,7 @@ class XidWatch:
             uuid = self._gw.call("nvmlDeviceGetUUID", data.device)
         except NVMLCallError:
             return None
-        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-        return self._by_uuid.get(uuid)
+        return self._by_uuid.get(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
 
     def free(self) -> None:
         """Free the event set (before NVML's shutdown); nothing more is polled."""

@@ -100,6 +100,13 @@ class NVMLGateway:
         except Exception as exc:
             raise classify(function, exc) from exc
 
+    def maybe(self, function: str, *args):
+        """A call whose failure only means "not known" (names, limits at probe time): None then."""
+        try:
+            return self.call(function, *args)
+        except NVMLCallError:
+            return None
+
     def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps in µs, values) of one sample buffer newer than ``since_us`` (or NothingNewError)."""
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
@@ -110,13 +117,6 @@ class NVMLGateway:
         vals = np.fromiter((_sample_value(s.sampleValue, vtype) for s in listed), dtype=np.float64,
                            count=len(listed))
         return ts, vals
-
-    def call_first(self, functions: tuple[str, ...], *args):
-        """The first of ``functions`` this binding has (newer names first)."""
-        for function in functions[:-1]:
-            if getattr(self.nvml, function, None) is not None:
-                return self.call(function, *args)
-        return self.call(functions[-1], *args)
 
     def attr(self, name: str, default=None):
         """A constant or struct type of the binding (no call, nothing to classify)."""
@@ -132,10 +132,10 @@ class NVMLGateway:
         return True
 
 
-def unavailable(exc: BaseException | None, what: str) -> NVMLUnavailableError:
+def unavailable(exc: NVMLCallError | None, what: str) -> NVMLUnavailableError:
     """An NVMLUnavailableError whose one line says what failed, why, and what to try."""
-    code = None if exc is None else (exc.code if isinstance(exc, NVMLCallError) else _code(exc))
-    reason = "" if exc is None else f": {exc.text if isinstance(exc, NVMLCallError) else _text(exc)}"
+    code = None if exc is None else exc.code
+    reason = "" if exc is None else f": {exc.text}"
     hint = HINTS.get(code, HINTS[None])
     return NVMLUnavailableError(
         f"NVML is not available ({what}{reason}); {hint}; or use source='sim' for simulated GPUs.",

@@ -1,14 +1,16 @@
-"""What is read from NVML, and how: the table ``READS`` (a row per read), its readers and GPM."""
+"""What is read from NVML, and how: the table ``READS`` (a row per read), its readers, GPM, and
+probing a device at open (its details, its MIG slices, which reads it has)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .nvml_gateway import ERR_NOT_SUPPORTED, NotSupportedError, NVMLCallError, NVMLGateway
+from .nvml_gateway import ERR_NOT_SUPPORTED, NothingNewError, NotSupportedError, NVMLCallError, NVMLGateway
 
 log = logging.getLogger("nbgpu")
 
@@ -18,8 +20,7 @@ TEMPERATURE_THRESHOLD_SLOWDOWN = 1
 CLOCK_SM, CLOCK_MEM = 1, 2
 PCIE_TX, PCIE_RX = 0, 1
 SAMPLES_POWER, SAMPLES_GPU_UTIL, SAMPLES_MEM_UTIL = 0, 1, 2
-GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_pct",
-                  10: "dram_bw_pct"}
+GPM_METRIC_IDS = {2: "sm_active_pct", 3: "sm_occupancy_pct", 5: "tensor_active_pct", 10: "dram_bw_pct"}
 
 
 @dataclass
@@ -41,7 +42,6 @@ class _Device:
     unconfirmed: set[str] = field(default_factory=set)  # reads assumed at open, decided at first read
     probed: bool = False
     lost: bool = False
-    errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,9 @@ def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
 
 
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    bits = g.call_first(("nvmlDeviceGetCurrentClocksEventReasons",
-                         "nvmlDeviceGetCurrentClocksThrottleReasons"), dev.handle)
-    return {"clock_event_reasons": float(bits)}
+    newer = "nvmlDeviceGetCurrentClocksEventReasons"  # older bindings: only "...ThrottleReasons"
+    name = newer if g.attr(newer) is not None else "nvmlDeviceGetCurrentClocksThrottleReasons"
+    return {"clock_event_reasons": float(g.call(name, dev.handle))}
 
 
 def _r_codec(g: NVMLGateway, dev: _Device) -> dict[str, float]:
@@ -139,11 +139,8 @@ def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         get.metrics[i].metricId = metric_id
     g.call("nvmlGpmMetricsGet", get)
     dev.gpm.reverse()
-    out = {}
-    for i, name in enumerate(GPM_METRIC_IDS.values()):
-        m = get.metrics[i]
-        out[name] = float(m.value) if m.nvmlReturn == 0 else np.nan
-    return out
+    return {name: float(get.metrics[i].value) if get.metrics[i].nvmlReturn == 0 else np.nan
+            for i, name in enumerate(GPM_METRIC_IDS.values())}
 
 
 READS: tuple[Read, ...] = (
@@ -158,14 +155,11 @@ READS: tuple[Read, ...] = (
     Read("codec", ("enc_util_pct", "dec_util_pct"), _r_codec, "tick", parent_only=True),
     Read("gpm", tuple(GPM_METRIC_IDS.values()), _r_gpm, "tick", parent_only=True),
     Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
-    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie",
-         parent_only=True, probe_at_first_read=True),
-    Read("procs", (), None, "procs"),
-    Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER,
-         scale=1e-3),
+    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie", parent_only=True,
+         probe_at_first_read=True),
+    Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER, scale=1e-3),
     Read("util", ("util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_GPU_UTIL),
-    Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True,
-         buffer=SAMPLES_MEM_UTIL),
+    Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_MEM_UTIL),
 )
 POLLED = tuple(r for r in READS if r.buffer is None and r.reader is not None)
 BUFFERED = {r.name: r for r in READS if r.buffer is not None}
@@ -173,5 +167,70 @@ BUFFERED = {r.name: r for r in READS if r.buffer is not None}
 
 def _str(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- probing at open -----------------------------------------------------------------------
+def listed(g: NVMLGateway, index: int, handle, parent, simulated: bool) -> _Device:
+    """A device as listed: key, handle and name; ``probe`` adds the rest."""
+    key = index if parent is None else f"{parent}/{index}"
+    info = {"key": key, "parent": parent, "mig": parent is not None,
+            "name": _str(g.maybe("nvmlDeviceGetName", handle) or "unknown GPU"),
+            "uuid": "", "mem_total_bytes": None, "power_limit_w": None,
+            "slowdown_temp_c": None, "simulated": simulated}
+    return _Device(key=key, handle=handle, parent=parent, info=info)
+
+
+def probe(g: NVMLGateway, dev: _Device) -> _Device:
+    """Fill in a listed device's details and find which reads it has."""
+    mem = g.maybe("nvmlDeviceGetMemoryInfo", dev.handle)
+    limit_mw = g.maybe("nvmlDeviceGetEnforcedPowerLimit", dev.handle)
+    slowdown = g.maybe("nvmlDeviceGetTemperatureThreshold", dev.handle, TEMPERATURE_THRESHOLD_SLOWDOWN)
+    dev.info.update({
+        "uuid": _str(g.maybe("nvmlDeviceGetUUID", dev.handle) or ""),
+        "mem_total_bytes": int(mem.total) if mem is not None else None,
+        "power_limit_w": limit_mw / 1000.0 if limit_mw else None,
+        "slowdown_temp_c": float(slowdown) if slowdown else None,
+    })
+    for row in READS:
+        if row.parent_only and dev.parent is not None:
+            continue
+        if row.probe_at_first_read:
+            dev.unconfirmed.add(row.name)
+        elif not _has(g, dev, row):
+            continue
+        dev.caps.update(row.metrics)
+    dev.probed = True
+    return dev
+
+
+def _has(g: NVMLGateway, dev: _Device, row: Read) -> bool:
+    """Whether ``dev`` has ``row``; a transient failure counts as yes (tried again later)."""
+    try:
+        if row.buffer is not None:
+            with contextlib.suppress(NothingNewError):  # supported, nothing buffered yet
+                g.call("nvmlDeviceGetSamples", dev.handle, row.buffer, 0)
+        elif row.reader is not None:
+            row.reader(g, dev)
+    except NotSupportedError as exc:
+        log.debug("GPU %s: %s not available (%s)", dev.key, row.name, exc.text)
+        return False
+    except NVMLCallError as exc:
+        g.log_once(logging.INFO, (dev.key, row.name, "probe"),
+                   f"GPU {dev.key}: probing {row.name} failed ({exc.text}); will keep trying")
+    if row.buffer is not None:
+        dev.buffers[row.name] = 0
+    return True
+
+
+def mig_devices(g: NVMLGateway, card: _Device) -> list[_Device]:
+    """The MIG slices of ``card``, probed; none where MIG mode is off."""
+    mode = g.maybe("nvmlDeviceGetMigMode", card.handle)
+    if not mode or mode[0] != 1:
+        return []
+    out = []
+    for i in range(g.maybe("nvmlDeviceGetMaxMigDeviceCount", card.handle) or 0):
+        if (mig := g.maybe("nvmlDeviceGetMigDeviceHandleByIndex", card.handle, i)) is not None:
+            out.append(probe(g, listed(g, i, mig, card.key, card.info["simulated"])))
+    return out
 
 

@@ -49,8 +49,7 @@ class _Series:
 
 def device_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
     """(key, node, gpu) for a series' labels, or None when it names no GPU."""
-    gpu = labels.get("gpu")
-    if gpu is None or gpu == "":
+    if not (gpu := labels.get("gpu")):
         return None
     host = (labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or "?").strip()
     local = gpu if not labels.get("GPU_I_ID") else f"{gpu}/{labels['GPU_I_ID']}"
@@ -58,10 +57,8 @@ def device_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
 
 
 def parse_matrix(payload: object) -> dict[str, _Series]:
-    """Rows per device key from a Prometheus query answer of type "matrix" (or "vector").
-
-    Raises ValueError when the answer is not what the Prometheus API documents.
-    """
+    """Rows per device key from a Prometheus query answer of type "matrix" (or "vector");
+    ValueError when the answer is not what the Prometheus API documents."""
     if not isinstance(payload, dict) or payload.get("status") != "success":
         err = payload.get("error") if isinstance(payload, dict) else None
         raise ValueError(f"Prometheus answered an error: {err}" if err else "not a Prometheus API answer")
@@ -95,9 +92,8 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
         if not isinstance(points, list):
             raise ValueError("Prometheus result item without values")
         if name in FB_FREE:
-            target = free.setdefault(key, {})
-            for t, v in _points(points, "mem_used_bytes"):
-                target[t] = v * FB_FREE[name]
+            scale = FB_FREE[name]
+            free.setdefault(key, {}).update((t, v * scale) for t, v in _points(points, "mem_used_bytes"))
             continue
         if name not in BY_SERIES:
             continue
@@ -142,14 +138,9 @@ def resolution_of(series: dict[str, _Series]) -> float:
 
 
 class PrometheusSource:
-    """GPUs of every node a Prometheus server scrapes (dcgm-exporter or ``nbgpu export``).
-
-    Args:
-        url: the Prometheus server, e.g. "http://prometheus:9090".
-        timeout_s: the longest one request may take (connect plus answer).
-        max_bytes: the largest answer read; a bigger one counts as a failure.
-        poll_s: seconds between queries; None follows the scrape interval (at least 1 s).
-    """
+    """GPUs of every node a Prometheus server (``url``, e.g. "http://prometheus:9090") scrapes;
+    ``timeout_s`` bounds one request (connect plus answer), ``max_bytes`` one answer (a bigger one
+    is a failure); ``poll_s``: seconds between queries, None follows the scrape interval (≥ 1 s)."""
 
     kind = "prometheus"
     simulated = False
@@ -190,9 +181,7 @@ class PrometheusSource:
         deadline = time.monotonic() + self.timeout_s
         # The socket timeout bounds each read only: a watchdog shuts the connection at the deadline.
         watchdog = _Watchdog(deadline)
-        opener = urllib.request.build_opener(*watchdog.handlers())
-        slow = SourceError(f"Prometheus at {self.url} answered too slowly (over {self.timeout_s:g} s)")
-        http_code = None
+        opener, http_code = urllib.request.build_opener(*watchdog.handlers()), None
         try:
             try:
                 with opener.open(req, timeout=self.timeout_s) as resp:
@@ -204,27 +193,29 @@ class PrometheusSource:
             raise
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if watchdog.fired:
-                raise slow from exc
+                raise self._slow() from exc
             reason = getattr(exc, "reason", exc)
             why = f"answered HTTP {http_code}" if http_code else f"is unreachable ({reason})"
             raise SourceError(f"Prometheus at {self.url} {why}") from exc
         finally:
             watchdog.cancel()
         if watchdog.fired:
-            raise slow
+            raise self._slow()
         try:
             return json.loads(raw)
         except ValueError as exc:
             what = f"HTTP {http_code}" if http_code else "something that is not JSON"
             raise SourceError(f"Prometheus at {self.url} answered {what}") from exc
 
+    def _slow(self) -> SourceError:
+        return SourceError(f"Prometheus at {self.url} answered too slowly (over {self.timeout_s:g} s)")
+
     def _read_bounded(self, resp, deadline: float) -> bytes:
         chunks, size = [], 0
         while True:
             if time.monotonic() > deadline:
-                raise SourceError(f"Prometheus at {self.url} answered too slowly (over {self.timeout_s:g} s)")
-            chunk = resp.read(65536)
-            if not chunk:
+                raise self._slow()
+            if not (chunk := resp.read(65536)):
                 return b"".join(chunks)
             size += len(chunk)
             if size > self.max_bytes:
@@ -254,8 +245,7 @@ class PrometheusSource:
         self.resolution_s = resolution_of(recent)
         for key in sorted(recent, key=_natural):
             s = recent[key]
-            metrics = {m for row in s.rows.values() for m in row}
-            self._metrics[key] = metrics & set(BY_NAME)
+            self._metrics[key] = {m for row in s.rows.values() for m in row} & set(BY_NAME)
             self._devices[key] = self._describe_device(key, s)
             # Start just before the newest scrape so the panel has a value at once.
             self._last_t[key] = sorted(s.rows)[-2] if len(s.rows) > 1 else min(s.rows) - 1e-3
@@ -269,13 +259,12 @@ class PrometheusSource:
         if profile and profile not in name:
             name = f"{name} MIG {profile}"
         mig = "/" in s.gpu
-        total = last.get("mem_total_bytes", math.nan)
-        limit = last.get("power_limit_w", math.nan)
+        total, limit = last.get("mem_total_bytes"), last.get("power_limit_w")
         return Device(
             key=key, name=name, uuid=s.labels.get("UUID") or s.labels.get("uuid", ""),
             parent=f"{s.host}/{s.gpu.split('/')[0]}" if mig else None, mig=mig,
-            mem_total_bytes=None if total != total else int(total),
-            power_limit_w=None if limit != limit else float(limit),
+            mem_total_bytes=None if total is None else int(total),
+            power_limit_w=None if limit is None else float(limit),
             metrics=tuple(sorted(self._metrics.get(key, ()))), node=s.host, simulated=s.simulated)
 
     def close(self) -> None:
@@ -283,16 +272,18 @@ class PrometheusSource:
 
     def resolution_note(self) -> str | None:
         """How fine the readings are: Prometheus' scrape interval, in words."""
-        if self.resolution_s != self.resolution_s:
-            return None
-        return f"one reading per Prometheus scrape, every {_seconds(self.resolution_s)} s"
+        every = self._every()
+        return f"one reading per Prometheus scrape{every}" if every else None
+
+    def _every(self) -> str:
+        """", every 15 s": the scrape interval measured at open, two significant figures; "" if unknown."""
+        return "" if math.isnan(self.resolution_s) else f", every {float(f'{self.resolution_s:.2g}'):g} s"
 
     def describe(self) -> str:
-        hosts = sorted({d.node for d in self._devices.values()})
-        res = f", every {_seconds(self.resolution_s)} s" if self.resolution_s == self.resolution_s else ""
+        hosts = {d.node for d in self._devices.values()}
         sim = " simulated" if self.simulated else ""
         return (f"{len(self._devices)}{sim} GPU(s) on {len(hosts)} host(s) from Prometheus at "
-                f"{self.url}{res}")
+                f"{self.url}{self._every()}")
 
     def devices(self) -> list[Device]:
         return list(self._devices.values())
@@ -331,7 +322,7 @@ class PrometheusSource:
 
     @property
     def _res_s(self) -> float:
-        return self.resolution_s if self.resolution_s == self.resolution_s else 5.0
+        return 5.0 if math.isnan(self.resolution_s) else self.resolution_s
 
     def period_s(self, metric: str) -> float | None:
         """Seconds between new readings of any metric: a scrape, seen at the next query."""
@@ -408,7 +399,3 @@ def _natural(key: str) -> tuple:
     host, _, gpu = key.partition("/")
     return (host, [int(p) if p.isdigit() else p for p in gpu.split("/")])
 
-
-def _seconds(value: float) -> str:
-    """A measured scrape interval as a person reads it: two significant figures (1.004 -> "1")."""
-    return f"{float(f'{value:.2g}'):g}"

@@ -1,27 +1,96 @@
-"""Fault injection into ``SimulatedGPUs``: lost GPUs, unsupported functions, NVML errors,
-hangs, memory spikes, XID events (through NVML's event-set calls) and processes put on its
-GPUs; the check every NVML call passes first. ``SimulatedGPUs`` mixes this in."""
+"""What ``SimulatedGPUs`` answers with, as ``pynvml`` names it (return codes, errors, structs),
+and the faults injected into it: lost GPUs, errors, hangs, memory spikes, XIDs, processes."""
 
 from __future__ import annotations
 
-from .sim_structs import (
-    NVML_ERROR_GPU_IS_LOST,
-    NVML_ERROR_INVALID_ARGUMENT,
-    NVML_ERROR_NOT_SUPPORTED,
-    NVML_ERROR_TIMEOUT,
-    NVML_ERROR_UNINITIALIZED,
-    _error,
-    _EventData,
-    _EventSet,
-    _Handle,
-)
+import ctypes
+from collections import namedtuple
+from dataclasses import dataclass, field
+from types import SimpleNamespace
 
+import numpy as np
+
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_GPU_IS_LOST = 15
+_ERROR_NAMES = {
+    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
+    6: "Not Found", 10: "Timeout", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
+    13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
+}
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 HOST_PID_OFFSET = 2**22  # above any Linux pid_max: a "host PID" no process here has
 
 
+class NVMLError(Exception):
+    """Simulated NVML error; ``value`` is the NVML return code, as in ``pynvml``."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _ERROR_NAMES.get(self.value, f"NVML error {self.value}")
+
+
+_error = NVMLError
+
+# NVML's plain structs, as pynvml's fields name them.
+_Handle = namedtuple("_Handle", "gpu mig", defaults=(None,))
+_Memory = namedtuple("_Memory", "total used free")
+_Util = namedtuple("_Util", "gpu memory")
+_Process = namedtuple("_Process", "pid usedGpuMemory")
+_GpmSupport = namedtuple("_GpmSupport", "isSupportedDevice")
+_EventData = namedtuple("_EventData", "device eventType eventData gpuInstanceId computeInstanceId",
+                        defaults=(0xFFFFFFFF, 0xFFFFFFFF))  # c_nvmlEventData_t
+
+
+class _Value(ctypes.Union):
+    """NVML's nvmlValue_t: the sample's value, read through the member its value type names."""
+
+    _fields_ = (("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
+                ("usVal", ctypes.c_ushort))
+
+
+class _Sample(ctypes.Structure):
+    """NVML's nvmlSample_t: a CPU timestamp in µs, then the value."""
+
+    _fields_ = (("timeStamp", ctypes.c_ulonglong), ("sampleValue", _Value))
+
+
+# One unsigned-int sample's bytes (NVML's type for power and utilisation), to fill an array at once.
+_UINT_SAMPLE = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, np.uintc], "offsets": [0, 8],
+                         "itemsize": ctypes.sizeof(_Sample)})
+
+
+def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
+    """What pynvml's nvmlDeviceGetSamples returns: a slice of one ctypes array of samples."""
+    array = (_Sample * len(ts_us))()
+    rows = np.frombuffer(array, dtype=_UINT_SAMPLE)
+    rows["ts"], rows["v"] = ts_us, values
+    return array[0:len(ts_us)]
+
+
+@dataclass(eq=False)
+class _EventSet:
+    types: dict[int, int] = field(default_factory=dict)  # gpu -> event types registered
+    pending: list[_EventData] = field(default_factory=list)
+    freed: bool = False
+
+
+class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds
+    def __init__(self) -> None:
+        self.version, self.numMetrics = 1, 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
+
+
 class FaultInjection:
-    """SimulatedGPUs' faults and processes (the state they use is set up in its ``__init__``)."""
+    """SimulatedGPUs' faults, processes and event sets (its ``__init__`` sets up their state)."""
 
     def lose_gpu(self, gpu: int) -> None:
         """From now on every call on ``gpu`` answers GPU_IS_LOST."""
@@ -38,10 +107,7 @@ class FaultInjection:
 
     def inject_hang(self, function: str, seconds: float, gpu: int | None = None,
                     times: int | None = 1) -> None:
-        """Make ``function`` block for ``seconds`` (``times`` calls, or until cleared).
-
-        A hang ends early when ``release_hangs()`` is called, so a test never waits it out.
-        """
+        """Make ``function`` block for ``seconds`` (``times`` calls, or until ``release_hangs()``)."""
         with self._lock:
             self._release.clear()
             self._hangs[(function, gpu)] = [float(seconds), times]
@@ -64,11 +130,8 @@ class FaultInjection:
 
     def add_process(self, gpu: int, pid: int, used_bytes: int, *, name: str | None = None,
                     user: str | None = None) -> None:
-        """List ``pid`` on ``gpu`` holding ``used_bytes``, beside the model's own process.
-
-        ``name``/``user`` describe a made-up PID (another user's process, say); for a real
-        PID (a child this test started) leave them None and they are looked up as usual.
-        """
+        """List ``pid`` on ``gpu`` holding ``used_bytes``; ``name``/``user`` describe a made-up PID
+        (None: looked up as usual, for a real PID)."""
         with self._lock:
             self._procs.setdefault(gpu, []).append((int(pid), int(used_bytes), name, user))
 
@@ -86,8 +149,7 @@ class FaultInjection:
             self._spikes.append((gpu, float(at), float(seconds), int(extra_bytes)))
 
     def inject_xid(self, gpu: int, code: int) -> None:
-        """Report XID ``code`` on ``gpu`` to every event set registered for XIDs on it (as
-        the driver does: a set made later does not see it)."""
+        """Report XID ``code`` on ``gpu`` to every event set registered for it (not to later ones)."""
         with self._lock:
             for es in self._event_sets:
                 if es.types.get(gpu, 0) & XID_EVENT:
@@ -140,8 +202,7 @@ class FaultInjection:
     def _hang(self, function: str, gpu: int | None) -> None:
         with self._lock:
             key = (function, gpu) if (function, gpu) in self._hangs else (function, None)
-            seconds = self._take(self._hangs, key)
-            if seconds is None:
+            if (seconds := self._take(self._hangs, key)) is None:
                 return
             self._hanging += 1
             self._hang_entered.notify_all()
@@ -152,17 +213,17 @@ class FaultInjection:
                 self._hanging -= 1
 
     def _enter(self, function: str, handle: _Handle | None = None) -> None:
+        """What every NVML call passes first: counted, then any injected hang, loss or error."""
         self.calls[function] = self.calls.get(function, 0) + 1
+        gpu = None if handle is None else handle.gpu
         if self._hangs:
-            self._hang(function, None if handle is None else handle.gpu)
+            self._hang(function, gpu)
         if self._refcount <= 0 and function not in ("nvmlInit", "nvmlShutdown"):
             raise _error(NVML_ERROR_UNINITIALIZED)
-        gpu = None if handle is None else handle.gpu
         if gpu is not None and gpu in self._lost:
             raise _error(NVML_ERROR_GPU_IS_LOST)
         for key in ((function, gpu), (function, None)):
             if key in self._unsupported:
                 raise _error(NVML_ERROR_NOT_SUPPORTED)
-            code = self._take(self._errors, key)
-            if code is not None:
+            if (code := self._take(self._errors, key)) is not None:
                 raise _error(code)

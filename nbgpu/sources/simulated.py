@@ -1,5 +1,5 @@
-"""Simulated GPUs: a deterministic in-process stand-in for ``pynvml``, so demos, CI and real
-GPUs run the same NVML code path. Parts: ``sim_structs``, ``sim_workload``, ``sim_faults``."""
+"""Simulated GPUs: a deterministic in-process stand-in for ``pynvml`` and its load model, so
+demos, CI and real GPUs run the same NVML code path. Its structs and faults: ``sim_faults``."""
 
 from __future__ import annotations
 
@@ -9,18 +9,17 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import ClassVar
 
 from ..errors import BadArgumentError
-from .sim_faults import FaultInjection
-from .sim_structs import (
+from .sim_faults import (
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNINITIALIZED,
-    NVML_GPM_METRICS_GET_VERSION,
+    FaultInjection,
     _error,
-    _GpmSample,
     _GpmSupport,
     _Handle,
     _Memory,
@@ -29,14 +28,24 @@ from .sim_structs import (
     _Util,
     c_nvmlGpmMetricsGet_t,
 )
-from .sim_workload import SCENARIOS, Workload, _noise
 
 WARM_S = 30.0  # past every ramp of the load model (memory reaches its level at 6 s)
-
+SCENARIOS = ("steady", "input_bound", "leak", "oom", "imbalance", "throttle", "thin", "idle")
 _INIT_ERRORS = {"driver_not_loaded": 9, "library_not_found": 12, "no_permission": 4}
 
 
-class SimulatedGPUs(FaultInjection, Workload):
+def _noise(*keys: int) -> float:
+    """Deterministic pseudo-random number in [0, 1) from integer keys."""
+    h = 0x9E3779B1
+    for k in keys:
+        h = ((h ^ (k & 0xFFFFFFFF)) * 0x85EBCA6B) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        h ^= h >> 16
+    return h / 2**32
+
+
+class SimulatedGPUs(FaultInjection):
     """A deterministic stand-in for NVML with ``count`` GPUs (0 to 64); all it reports is simulated.
 
     Args:
@@ -53,7 +62,7 @@ class SimulatedGPUs(FaultInjection, Workload):
 
     SIMULATED = True
     c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t  # noqa: N815 - pynvml's name
-    NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
+    NVML_GPM_METRICS_GET_VERSION = 1
 
     def __init__(self, count: int = 2, seed: int = 0, scenario: str = "steady",
                  name: str = "NVIDIA H200", *, clock: Callable[[], float] = time.time,
@@ -70,34 +79,85 @@ class SimulatedGPUs(FaultInjection, Workload):
             raise BadArgumentError(f"init_error must be one of {', '.join(_INIT_ERRORS)}")
         self.count, self.seed, self.scenario = count, int(seed), scenario
         self.name = name if name.endswith("(simulated)") else f"{name} (simulated)"
-        self.clock = clock
-        self.mig = dict(mig or {})
-        self.gpm = gpm
-        self.sample_buffers = sample_buffers
+        self.clock, self.mig, self.gpm, self.sample_buffers = clock, dict(mig or {}), gpm, sample_buffers
         self.init_error = init_error
-        self.mem_total_bytes = int(mem_total_bytes)
-        self.power_limit_w = float(power_limit_w)
+        self.mem_total_bytes, self.power_limit_w = int(mem_total_bytes), float(power_limit_w)
         self.start_time = clock() - float(warm_s)
-        self._refcount = 0
-        self._lock = threading.Lock()
+        self.hide_host_pids, self.model_process = bool(hide_host_pids), bool(model_process)
+        self._refcount, self._lock = 0, threading.Lock()
+        # Injected faults, keyed (function, gpu or None for all): NotSupported; [value, times left].
         self._unsupported: set[tuple[str, int | None]] = {(f, None) for f in unsupported}
         self._errors: dict[tuple[str, int | None], list] = {}
-        self._lost: set[int] = set()
-        self._energy: dict[int, tuple[float, float]] = {}
         self._hangs: dict[tuple[str, int | None], list] = {}
-        self._release = threading.Event()
-        self._hanging = 0
+        self._lost: set[int] = set()
+        self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (integrated up to t, joules)
+        self._release, self._hanging = threading.Event(), 0  # hangs end when set; calls inside one
         self._hang_entered = threading.Condition(self._lock)
         self._procs: dict[int, list[tuple[int, int, str | None, str | None]]] = {}
         self._spikes: list[tuple[int, float, float, int]] = []
         self._event_sets: list = []  # NVML event sets made (fault injection's XIDs go there)
-        self.hide_host_pids = bool(hide_host_pids)
-        self.model_process = bool(model_process)
         self.gpm_samples_live = 0  # GPM samples allocated and not yet freed (a leak: above zero)
         self.calls: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"SimulatedGPUs(count={self.count}, seed={self.seed}, scenario={self.scenario!r})"
+
+    # -- the load model ----------------------------------------------------------------------
+    def _t(self) -> float:
+        return self.clock() - self.start_time
+
+    def util_at(self, gpu: int, t: float) -> float:
+        """Percent of time a kernel ran on ``gpu`` around ``t`` seconds after start."""
+        s = self.scenario
+        if s == "idle" or (s == "imbalance" and gpu == self.count - 1):
+            return 2.0 * _noise(self.seed, gpu, int(t * 5))
+        if s == "input_bound":
+            return 100.0 if (t + 0.13 * gpu) % 1.0 < 0.25 else 0.0
+        if t < 1.5:
+            return max(0.0, 10.0 * t)
+        k = int(t * 5)
+        base = 93.0 + 6.0 * (_noise(self.seed, gpu, k) - 0.5)
+        if (t % 8.0) < 0.6:  # a short evaluation / data pause every 8 s
+            base = 35.0 + 10 * _noise(self.seed, gpu, k, 1)
+        return min(100.0, base)
+
+    def util_window(self, gpu: int, t: float, window: float = 0.2) -> float:
+        """Mean utilisation over the ``window`` seconds before ``t`` (what NVML reports)."""
+        return sum(self.util_at(gpu, max(0.0, t - window * (i + 0.5) / 8)) for i in range(8)) / 8
+
+    def mem_used_at(self, gpu: int, t: float) -> float:
+        total, base, s = self.mem_total_bytes, 0.55e9, self.scenario
+        if s == "idle":
+            return base
+        if s == "imbalance" and gpu == self.count - 1:  # a rank that holds its model, gets no work
+            return base + 0.1 * total * min(1.0, t / 6.0)
+        if s == "oom":
+            return base + (0.965 * total - base) * min(1.0, t / 8.0)
+        used = base + 0.5 * total * min(1.0, t / 6.0)
+        if s == "leak":
+            used += 31e6 * t  # about +310 MB every 10 s, never freed
+        return min(used + 64e6 * _noise(self.seed, gpu, int(t)), total)
+
+    def power_at(self, gpu: int, t: float) -> float:
+        if self.scenario == "throttle":
+            return self.power_limit_w * (0.985 + 0.02 * _noise(self.seed, gpu, int(t * 50)))
+        util = self.util_window(gpu, t, 0.1) if self.scenario == "input_bound" else self.util_at(gpu, t)
+        idle = 75.0
+        p = idle + (self.power_limit_w * 0.86 - idle) * util / 100.0
+        return p + 8.0 * (_noise(self.seed, gpu, int(t * 50), 7) - 0.5)
+
+    def temp_at(self, gpu: int, t: float) -> float:
+        if self.scenario == "throttle":
+            return 86.0 + 1.5 * _noise(self.seed, gpu, int(t))
+        return 33.0 + 32.0 * self.power_at(gpu, t) / self.power_limit_w + _noise(self.seed, gpu, int(t))
+
+    def simulated_host(self, t: float) -> dict[str, float] | None:
+        """Host readings this scenario implies (input_bound keeps the CPU busy), else None."""
+        if self.scenario == "input_bound":
+            return {"proc_cpu_pct": 380.0 + 20 * _noise(self.seed, int(t)), "host_cpu_pct": 88.0}
+        if self.scenario == "idle":
+            return {"proc_cpu_pct": 3.0, "host_cpu_pct": 4.0}
+        return None
 
     # -- NVML functions --------------------------------------------------------------------
     def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
@@ -148,11 +208,10 @@ class SimulatedGPUs(FaultInjection, Workload):
         total = int(self.mem_total_bytes * share)
         used = int(self.mem_used_at(h.gpu, self._t()) * share)
         if h.mig is None:
-            used = min(total, used + self._spike_at(h.gpu, self.clock()))
+            now = self.clock()
+            used = min(total, used + sum(b for g, at, sec, b in list(self._spikes)
+                                         if g == h.gpu and at <= now < at + sec))
         return _Memory(total=total, used=used, free=total - used)
-
-    def _spike_at(self, gpu: int, now: float) -> int:
-        return sum(b for g, at, sec, b in list(self._spikes) if g == gpu and at <= now < at + sec)
 
     def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> _Util:  # noqa: N802
         if h.mig is not None or h.gpu in self.mig:
@@ -177,10 +236,9 @@ class SimulatedGPUs(FaultInjection, Workload):
     def nvmlDeviceGetClockInfo(self, h: _Handle, clock_type: int) -> int:  # noqa: N802
         if clock_type == 2:
             return 3201
-        t = self._t()
         if self.scenario == "throttle":
             return 1410
-        return 1980 if self.util_at(h.gpu, t) > 5 else 345
+        return 1980 if self.util_at(h.gpu, self._t()) > 5 else 345
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:  # noqa: N802
         t = self._t()
@@ -202,12 +260,10 @@ class SimulatedGPUs(FaultInjection, Workload):
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         t = self._t()
         with self._lock:
-            t_done, joules = self._energy.get(h.gpu, (0.0, 5.0e6 + 1e5 * h.gpu))
-            step = 0.02
-            k = t_done
-            while k + step <= t:
-                k += step
-                joules += self.power_at(h.gpu, k) * step
+            k, joules = self._energy.get(h.gpu, (0.0, 5.0e6 + 1e5 * h.gpu))
+            while k + 0.02 <= t:
+                k += 0.02
+                joules += self.power_at(h.gpu, k) * 0.02
             self._energy[h.gpu] = (k, joules)
         return int(joules * 1000)
 
@@ -232,17 +288,14 @@ class SimulatedGPUs(FaultInjection, Workload):
     _BUFFERS: ClassVar[dict[int, tuple[float, int]]] = {0: (0.02, 120), 1: (0.2, 70), 2: (0.2, 70)}
 
     def nvmlDeviceGetSamples(self, h: _Handle, sampling_type: int, last_seen_us: int):  # noqa: N802
-        if not self.sample_buffers or sampling_type not in self._BUFFERS:
-            raise _error(NVML_ERROR_NOT_SUPPORTED)
-        if h.mig is not None or (sampling_type != 0 and h.gpu in self.mig):
+        if (not self.sample_buffers or sampling_type not in self._BUFFERS or h.mig is not None
+                or (sampling_type != 0 and h.gpu in self.mig)):
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         period, kept = self._BUFFERS[sampling_type]
-        now = self.clock()
-        newest = math.floor((now - self.start_time) / period)
-        first = max(newest - kept + 1, 0)
+        newest = math.floor((self.clock() - self.start_time) / period)
         stamps: list[int] = []
         values: list[int] = []
-        for k in range(first, newest + 1):
+        for k in range(max(newest - kept + 1, 0), newest + 1):
             t_rel = k * period
             ts = round((self.start_time + t_rel) * 1e6)
             if ts <= last_seen_us:
@@ -275,19 +328,19 @@ class SimulatedGPUs(FaultInjection, Workload):
     def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> _GpmSupport:  # noqa: N802
         return _GpmSupport(1 if self.gpm and h.mig is None else 0)
 
-    def nvmlGpmSampleAlloc(self) -> _GpmSample:  # noqa: N802
+    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:  # noqa: N802
         with self._lock:
             self.gpm_samples_live += 1
-        return _GpmSample()
+        return SimpleNamespace(gpu=-1, t=math.nan, freed=False)
 
-    def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:  # noqa: N802
+    def nvmlGpmSampleFree(self, sample: SimpleNamespace) -> None:  # noqa: N802
         if sample.freed:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
         sample.freed = True
         with self._lock:
             self.gpm_samples_live -= 1
 
-    def nvmlGpmSampleGet(self, h: _Handle, sample: _GpmSample) -> _GpmSample:  # noqa: N802
+    def nvmlGpmSampleGet(self, h: _Handle, sample: SimpleNamespace) -> SimpleNamespace:  # noqa: N802
         sample.gpu, sample.t = h.gpu, self._t()
         return sample
 
@@ -295,22 +348,13 @@ class SimulatedGPUs(FaultInjection, Workload):
         a, b = get.sample1, get.sample2
         if a is None or b is None or a.gpu != b.gpu or not b.t > a.t:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
-        n = 8
-        util = sum(self.util_at(b.gpu, a.t + (b.t - a.t) * (i + 0.5) / n) for i in range(n)) / n
+        util = sum(self.util_at(b.gpu, a.t + (b.t - a.t) * (i + 0.5) / 8) for i in range(8)) / 8
         thin = self.scenario == "thin"
         values = {2: util * (0.18 if thin else 0.95), 3: util * (0.05 if thin else 0.14),
                   5: util * (0.02 if thin else 0.6), 10: util * 0.35}
         for m in get.metrics[: get.numMetrics]:
             m.nvmlReturn, m.value = (0, values[m.metricId]) if m.metricId in values else (3, 0.0)
         return get
-
-    def simulated_host(self, t: float) -> dict[str, float] | None:
-        """Host readings this scenario implies (input_bound keeps the CPU busy), else None."""
-        if self.scenario == "input_bound":
-            return {"proc_cpu_pct": 380.0 + 20 * _noise(self.seed, int(t)), "host_cpu_pct": 88.0}
-        if self.scenario == "idle":
-            return {"proc_cpu_pct": 3.0, "host_cpu_pct": 4.0}
-        return None
 
 
 def _entered(function: str, fn: Callable) -> Callable:
