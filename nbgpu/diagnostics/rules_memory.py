@@ -159,10 +159,10 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
     marks = ctx.marks[-th.leak_marks:]
     if len(marks) < th.leak_marks:
         return None
-    key = (gpu, tuple(m[0] for m in marks))
-    if key not in ctx.mark_cache:
-        ctx.mark_cache[key] = _rise_at_marks(ctx, gpu, marks)
-    if (found := ctx.mark_cache[key]) is None:
+    cache, key = ctx.memo.setdefault("marks", {}), (gpu, tuple(m[0] for m in marks))
+    if key not in cache:
+        cache[key] = _rise_at_marks(ctx, gpu, marks)
+    if (found := cache[key]) is None:
         return None
     spacing = (marks[-1][0] - marks[0][0]) / (len(marks) - 1)
     if ctx.now - marks[-1][0] > max(MARKS_STOPPED_SPACINGS * spacing, MARKS_STOPPED_MIN_S):

@@ -122,7 +122,6 @@ class Context:
     gpus_in_use: set | None  # GPUs this kernel's processes use; None: unknown (all)
     attribution: str = "unknown"
     marks: list[tuple[float, str]] = field(default_factory=list)  # the newest at or before now
-    mark_cache: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)  # what rules keep between evaluations
     stacks: object = None  # the main thread's stack samples (``stacks.StackSamples``), if any
     cell_end: bool = False  # evaluated at the end edge of a cell (or capture) that just ended
