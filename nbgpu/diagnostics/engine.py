@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadArgumentError
 from ..store import MarkFollower
+from . import rules
 from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
 from .owners import attribute, gpus_in_use, tree_pids
-from .rules_card import busy_thin, throttling
-from .rules_load import idle, imbalance, input_bound, launch_bound, one_bottleneck, sync_bound
 from .rules_memory import memory_leak, oom_risk
 from .stacks import samples_of
 from .thresholds import Thresholds
@@ -34,7 +33,8 @@ log = logging.getLogger("nbgpu")
 
 # each rule by its name (``thresholds.RULES``), which is its function's
 RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {rule.__name__: rule for rule in (
-    oom_risk, memory_leak, input_bound, launch_bound, sync_bound, idle, imbalance, throttling, busy_thin)}
+    oom_risk, memory_leak, rules.input_bound, rules.launch_bound, rules.sync_bound, rules.idle,
+    rules.imbalance, rules.throttling, rules.busy_thin)}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
 # the window rules, each with the threshold naming its window
@@ -104,7 +104,7 @@ def cell_alerts(sampler: Sampler, t0: float, t1: float, split: object = None,
         own, short = engine.judge_span(sampler, t0, t1)
         found += [a for a in own if a.rule not in done]
         short = [r for r in short if r not in done]
-    return one_bottleneck(found, split), short
+    return rules.one_bottleneck(found, split), short
 
 
 def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> DiagnosticsEngine:
