@@ -35,10 +35,6 @@ class Alert:
     # (evaluated at, judged from, severity, message, evidence) of each finding, oldest first
     held: list = field(default_factory=list, repr=False, compare=False)
 
-    @property
-    def active(self) -> bool:
-        return self.end is None
-
     def __str__(self) -> str:
         when = _dt.datetime.fromtimestamp(self.start, _dt.timezone.utc).strftime("%H:%M:%S")
         state = "ongoing" if self.end is None else f"{self.end - self.start:.0f} s"

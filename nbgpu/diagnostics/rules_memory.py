@@ -11,8 +11,9 @@ import numpy as np
 from .. import holders
 from ..peaks import allocator_now, fold_peak
 from ..sources.base import Device
+from ..units import fmt_bytes
 from .alerts import Finding
-from .window import Context, fmt_bytes, held_for, median
+from .window import Context, held_for, median
 
 OOM_HINT = ("Free what you no longer need (del the tensors, then torch.cuda.empty_cache()), lower the "
             "batch size, use mixed precision or gradient checkpointing; "

@@ -11,7 +11,6 @@ import numpy as np
 
 from ..sources.base import Device
 from ..store import Store
-from ..units import fmt_bytes  # noqa: F401 - the rules' one byte formatter (binary units)
 from .thresholds import Thresholds
 
 
@@ -76,17 +75,14 @@ class Window:
             t, v = t[:last], v[:last]
         return t, v
 
-    def covered(self, t: np.ndarray, span_s: float, end: float | None = None) -> bool:
-        """Whether ``t`` spans the whole window up to ``end`` and ends with a fresh reading."""
-        end = self.now if end is None else end
-        return (len(t) >= 3 and t[0] <= end - span_s + self.tolerance_s
-                and t[-1] >= end - self.stale_after_s)
-
     def recent(self, device: object, metric: str, span_s: float, end: float | None = None):
-        """(times, values) of the ``span_s`` seconds up to ``end`` if they cover it, else None."""
+        """(times, values) of the ``span_s`` seconds up to ``end`` if they span the whole window and
+        end with a fresh reading, else None."""
         end = self._end(device, metric) if end is None else min(end, self.now)
         t, v = self.series(device, metric, span_s, end)
-        return (t, v) if self.covered(t, span_s, end) else None
+        covered = (len(t) >= 3 and t[0] <= end - span_s + self.tolerance_s
+                   and t[-1] >= end - self.stale_after_s)
+        return (t, v) if covered else None
 
     def mean(self, device: object, metric: str, span_s: float, end: float | None = None) -> float:
         """Time-weighted mean over the window up to ``end`` (NaN if not covered)."""
