@@ -104,26 +104,17 @@ def oom_risk(ctx: Context) -> list[Finding]:
 
 
 def _segments_rising(t: np.ndarray, v: np.ndarray, t0: float, t1: float, n: int) -> float | None:
-    """Rise from the first to the last of ``n`` time slices if every slice beats the last."""
-    edges = np.linspace(t0, t1, n + 1)
-
-    def part(i: int) -> np.ndarray:
-        a, b = edges[i], edges[i + 1]
-        return v[(t >= a) & (t < b) if i < n - 1 else (t >= a)]
-
-    first, last = part(0), part(n - 1)
-    if not len(first) or not len(last) or median(last) <= median(first):
-        return None  # flat or falling memory, the usual case, decided from two slices
-    parts = [part(i) for i in range(n)]
+    """Rise from the first to the last of ``n`` time slices if every slice beats the last and the
+    last is still rising in its second half (not a finished warm-up)."""
+    cuts = np.searchsorted(t, np.linspace(t0, t1, n + 1)[:-1], "left")  # t is sorted
+    parts = np.split(v[cuts[0]:], cuts[1:] - cuts[0])
     if not all(len(p) for p in parts):
         return None
     medians = [median(p) for p in parts]
-    steps = np.diff(medians)
     total = medians[-1] - medians[0]
-    if total <= 0 or (steps < 0.25 * total / (n - 1)).any():
+    if total <= 0 or (np.diff(medians) < 0.25 * total / (n - 1)).any():
         return None
-    last = v[t >= edges[-2]]  # still rising at the end, not a finished warm-up
-    half = len(last) // 2
+    last, half = parts[-1], len(parts[-1]) // 2
     if half < 1 or median(last[half:]) - median(last[:half]) < total / (n - 1) / 8:
         return None
     return total
