@@ -36,23 +36,6 @@ def _total_bytes(ctx: Context, dev: Device) -> float:
     return total
 
 
-def _allocator_peak(ctx: Context, dev: Device, used: np.ndarray, total: float,
-                    allocator: dict) -> Finding | None:
-    """A warning when the one peak (``fold_peak``) came from PyTorch's allocator: NVML's samples
-    can miss an allocation freed between two reads; its high-water mark does not."""
-    peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(dev.key))
-    level = ctx.thresholds.oom_warning_fraction
-    if peak.source != "allocator" or not peak.bytes / total > level:
-        return None
-    message = (f"GPU {dev.key} memory peaked at {100 * peak.bytes / total:.0f} % ({fmt_bytes(peak.bytes)} of "
-               f"{fmt_bytes(total)}) by PyTorch's allocator, above {100 * level:.0f} %, between NVML's "
-               "samples: the same step may fail with CUDA out of memory next time")
-    return Finding("oom_risk", dev.key, "warning", message, OOM_HINT, {
-        "mem_peak_bytes": peak.bytes, "mem_peak_source": peak.source, "mem_used_bytes": float(used[-1]),
-        "mem_total_bytes": float(total), "used_fraction": round(peak.bytes / total, 4),
-        "above_fraction": level, "held_s": 0.0})
-
-
 def _fresh_allocator_peaks(ctx: Context, allocator: dict) -> dict:
     """The allocator's figures with its high-water mark kept only where it rose since the last
     look (else it may be from long before this window: reserved-now stands in)."""
@@ -83,23 +66,28 @@ def oom_risk(ctx: Context) -> list[Finding]:
         warn_s = held_for(t, frac > th.oom_warning_fraction, ctx.now)
         if crit_s >= th.oom_critical_after_s:
             severity, level, held = "critical", th.oom_critical_fraction, crit_s
-        elif warn_s >= th.oom_warning_after_s:
+        elif warn_s >= th.oom_warning_after_s or (ctx.cell_end and frac[-1] > th.oom_warning_fraction):
+            # (a cell that ends with the card full is no spike freed again, however short it was)
             severity, level, held = "warning", th.oom_warning_fraction, warn_s
-        elif ctx.cell_end and frac[-1] > th.oom_warning_fraction:
-            # a cell that ends with the card full is no spike freed again, however short it was
-            severity, level, held = "warning", th.oom_warning_fraction, warn_s
+        else:  # NVML's samples can miss an allocation freed between two reads; the allocator does not
+            peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(gpu))
+            if peak.source != "allocator" or not peak.bytes / total > th.oom_warning_fraction:
+                continue
+            severity, level, held = "warning", th.oom_warning_fraction, None
+        if held is None:
+            shown, peak_bytes, source = peak.bytes / total, peak.bytes, "allocator"
+            message = (f"GPU {gpu} memory peaked at {100 * shown:.0f} % ({fmt_bytes(peak.bytes)} of "
+                       f"{fmt_bytes(total)}) by PyTorch's allocator, above {100 * level:.0f} %, between "
+                       "NVML's samples: the same step may fail with CUDA out of memory next time")
         else:
-            spike = _allocator_peak(ctx, dev, used, total, allocator)
-            out.extend([spike] if spike else [])
-            continue
-        message = (f"GPU {gpu} memory at {100 * frac[-1]:.0f} % ({fmt_bytes(used[-1])} of "
-                   f"{fmt_bytes(total)}), above {100 * level:.0f} % for {held:.0f} s: "
-                   "the next allocation may fail with CUDA out of memory")
+            shown, peak_bytes, source = float(frac[-1]), float(used.max()), "nvml"
+            message = (f"GPU {gpu} memory at {100 * shown:.0f} % ({fmt_bytes(used[-1])} of "
+                       f"{fmt_bytes(total)}), above {100 * level:.0f} % for {held:.0f} s: "
+                       "the next allocation may fail with CUDA out of memory")
         out.append(Finding("oom_risk", gpu, severity, message, OOM_HINT, {
-            "mem_used_bytes": float(used[-1]), "mem_peak_bytes": float(used.max()),
-            "mem_peak_source": "nvml", "mem_total_bytes": float(total),
-            "used_fraction": round(float(frac[-1]), 4), "above_fraction": level,
-            "held_s": round(held, 1)}))
+            "mem_used_bytes": float(used[-1]), "mem_peak_bytes": peak_bytes, "mem_peak_source": source,
+            "mem_total_bytes": float(total), "used_fraction": round(shown, 4), "above_fraction": level,
+            "held_s": round(held or 0.0, 1)}))
     return out
 
 
