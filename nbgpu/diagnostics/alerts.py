@@ -1,8 +1,5 @@
-"""Alerts and the episodes behind them: one alert per episode, no flapping.
-
-A rule reports a ``Finding`` per GPU whose condition holds now; the first opens an ``Alert``,
-later ones refresh it (and may raise its severity); it ends after none for ``clear_after_s``.
-"""
+"""Alerts, one per episode: a rule's first ``Finding`` on a GPU opens one, later ones refresh it (and
+may raise its severity), and it ends after none for ``clear_after_s``: no flapping."""
 
 from __future__ import annotations
 
@@ -110,12 +107,8 @@ class Episodes:
 
 
 def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.0) -> list[Alert]:
-    """The alerts of a cell (t0..t1): those with a finding made inside it (or ``tolerance_s`` after
-    its end) resting on readings from inside it (``tolerance_s`` at either edge).
-
-    Each shows its counted finding wholly inside the cell if any, then the worst, the newest; one
-    begun before the cell says so. Alerts without findings (from a file) count where they overlap.
-    """
+    """A cell's alerts: those with a finding made in it resting on its readings (``tolerance_s`` at
+    the edges), or without findings (from a file) overlapping it; one begun before it says so."""
     out = []
     for a in alerts:
         if not a.held:

@@ -1,9 +1,5 @@
-"""What the main thread was doing: the category of one stack sample and its cell line.
-
-One walk from the innermost frame up to the block's caller: a ``torch.utils.data`` frame makes
-it ``data_loader``, else the innermost frame says (cached per code and instruction). The cell
-line is the outermost frame of the user's own code (not stdlib, packages or nbgpu).
-"""
+"""What the main thread was doing: one stack sample's category (a ``torch.utils.data`` frame on the
+way up, else the innermost frame's, cached) and its cell line (the outermost frame of user code)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What PyTorch and TensorFlow say about their GPU memory, if the kernel already imported them.
-
-nbgpu never imports either framework and never starts CUDA: PyTorch is asked only once
-``torch.cuda.is_initialized()``, TensorFlow only once its eager context is running.
-"""
+"""What PyTorch and TensorFlow say about their GPU memory, asked only once the kernel started CUDA
+through them (nbgpu never imports either and never starts CUDA)."""
 
 from __future__ import annotations
 

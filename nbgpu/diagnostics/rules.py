@@ -1,10 +1,5 @@
-"""The rules of load and card: input-, launch- and sync-bound, idle, imbalance across GPUs,
-throttling (clock-event reasons, heat, power cap) and busy-but-thin (GPM).
-
-With stack samples over the window, input-, launch- and sync-bound judge by what held the main
-thread (data loader, issuing GPU work, waiting for the GPU; one per window). Without them only
-input-bound is judged, from the kernel's CPU, and says it cannot tell input from launching.
-"""
+"""Load and card rules: input-, launch- and sync-bound (by what held the main thread's stack
+samples; without them only input-bound, from the CPU), idle, imbalance, throttling, busy-but-thin."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Every number the diagnostics rules compare against, in one documented dataclass.
-
-Defaults follow published rules of thumb for GPU training (utilisation under 50 %: a bottleneck;
-memory over 90 %: OOM risk). Change any with ``Sampler(thresholds={...})``.
-"""
+"""Every number the diagnostics rules compare against, in one documented dataclass; the defaults
+follow rules of thumb for GPU training. Change any with ``Sampler(thresholds={...})``."""
 
 from __future__ import annotations
 

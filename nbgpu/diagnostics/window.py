@@ -20,12 +20,8 @@ def median(values: np.ndarray) -> float:
 
 
 class Window:
-    """Reads the last seconds of a metric once per evaluation and says if they suffice.
-
-    A series "covers" a span when it starts near its beginning and its newest reading is fresh.
-    Buffered metrics arrive up to 10 s late: each is judged over the span ending where it is
-    complete (``end``); a rule comparing metrics passes one ``end`` to all of them.
-    """
+    """The last seconds of each metric, read once per evaluation. Buffered metrics arrive up to 10 s
+    late: each is judged up to where it is complete (``end``), one ``end`` for metrics compared."""
 
     def __init__(self, store: Store, now: float, stale_after_s: float, tolerance_s: float,
                  spans: dict | None = None,
