@@ -137,8 +137,5 @@ def alerts_frame(alerts: list[Alert]) -> pd.DataFrame:
             "suggestion", "evidence"]
     rows = [(a.rule, a.severity, a.gpu, a.start, a.end, None if a.end is None else a.end - a.start,
              a.end is None, a.message, a.suggestion, a.evidence) for a in alerts]
-    df = pd.DataFrame(rows, columns=cols)
-    for col in ("start", "end"):
-        df[col] = pd.to_datetime(df[col].astype("float64"), unit="s", utc=True)
-    df["duration_s"] = df["duration_s"].astype("float64")
-    return df
+    df = pd.DataFrame(rows, columns=cols).astype({c: "float64" for c in ("start", "end", "duration_s")})
+    return df.assign(**{c: pd.to_datetime(df[c], unit="s", utc=True) for c in ("start", "end")})

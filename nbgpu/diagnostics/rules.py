@@ -229,43 +229,36 @@ THIN_HINT = ("Utilisation only says a kernel was running, not how much of the GP
 def throttling(ctx: Context) -> list[Finding]:
     """Clock-event reasons (power cap, thermal, hardware), heat near slowdown, power pinned."""
     th, out = ctx.thresholds, []
-    span = th.throttle_window_s
+    span, least = th.throttle_window_s, th.throttle_min_share
     for dev in ctx.gpus():
         gpu, parts, evidence, thermal = dev.key, [], {"window_s": span}, False
-        got = ctx.window.recent(gpu, "clock_event_reasons", span)
-        if got is not None:
+        if (got := ctx.window.recent(gpu, "clock_event_reasons", span)) is not None:
             bits = got[1].astype(np.int64)
-            share = float(np.mean((bits & THROTTLE_BITS) != 0))
-            if share >= th.throttle_min_share:
-                named = {}
-                for bit, name in CLOCK_EVENT_REASONS.items():
-                    s = float(np.mean((bits & bit) != 0))
-                    if bit & THROTTLE_BITS and s > 0:
-                        named[name] = round(s, 2)
-                        thermal |= bool(bit & THERMAL_BITS) and s >= th.throttle_min_share
+            shares = {b: float(np.mean((bits & b) != 0)) for b in CLOCK_EVENT_REASONS if b & THROTTLE_BITS}
+            if float(np.mean((bits & THROTTLE_BITS) != 0)) >= least:
+                named = {CLOCK_EVENT_REASONS[b]: round(s, 2) for b, s in shares.items() if s > 0}
+                thermal = any(b & THERMAL_BITS and s >= least for b, s in shares.items())
                 parts.append("clock-event reasons " + ", ".join(
                     f"{n} ({100 * s:.0f} % of readings)" for n, s in named.items()))
                 evidence["reasons"] = named
-        slowdown = math.nan if dev.slowdown_temp_c is None else dev.slowdown_temp_c
+        slowdown = dev.slowdown_temp_c or math.nan
         temp = ctx.window.mean(gpu, "temp_c", span)
         if slowdown > 0 and temp >= slowdown - th.throttle_temp_margin_c:
             thermal = True
             parts.append(f"temperature {temp:.0f} °C, {slowdown - temp:.0f} °C from its slowdown "
                          f"threshold ({slowdown:.0f} °C)")
             evidence.update(temp_c=round(temp, 1), slowdown_temp_c=slowdown)
-        limit = math.nan if dev.power_limit_w is None else dev.power_limit_w
-        got = ctx.window.recent(gpu, "power_w", span)
-        if got is not None and limit > 0:
+        limit = dev.power_limit_w or math.nan
+        if (got := ctx.window.recent(gpu, "power_w", span)) is not None and limit > 0:
+            watts = float(np.mean(got[1]))
             pinned = float(np.mean(got[1] >= th.throttle_power_fraction * limit))
             if pinned >= th.throttle_power_share:
-                parts.append(f"power {np.mean(got[1]):.0f} W pinned at its {limit:.0f} W limit "
+                parts.append(f"power {watts:.0f} W pinned at its {limit:.0f} W limit "
                              f"({100 * pinned:.0f} % of readings)")
-                evidence.update(power_w=round(float(np.mean(got[1])), 1), power_limit_w=limit,
-                                pinned_share=round(pinned, 2))
+                evidence.update(power_w=round(watts, 1), power_limit_w=limit, pinned_share=round(pinned, 2))
         if not parts:
             continue
-        clock = ctx.window.mean(gpu, "sm_clock_mhz", span)
-        if not math.isnan(clock):
+        if not math.isnan(clock := ctx.window.mean(gpu, "sm_clock_mhz", span)):
             evidence["sm_clock_mhz"] = round(clock)
         kind = "thermal" if thermal else "power"
         message = f"GPU {gpu} is throttling ({kind}) over {span:.0f} s: " + "; ".join(parts)
