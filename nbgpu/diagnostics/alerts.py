@@ -70,15 +70,13 @@ class Episodes:
             alert = self._open.get(key)
             held = (now, now if f.since is None else f.since, f.severity, f.message, dict(f.evidence))
             if alert is None:
-                alert = Alert(f.rule, f.severity, f.gpu, now, None, f.message, f.suggestion,
-                              dict(f.evidence), [held])
-                self._open[key] = alert
+                alert = self._open[key] = Alert(f.rule, f.severity, f.gpu, now, None, f.message, f.suggestion,
+                                                dict(f.evidence), [held])
                 self.alerts.append(alert)
                 changed.append(alert)
                 continue
             alert.held.append(held)
-            if len(alert.held) > MAX_HELD:
-                del alert.held[: len(alert.held) - MAX_HELD]
+            del alert.held[:-MAX_HELD]  # nothing until there are more
             if _RANK[f.severity] >= _RANK[alert.severity]:
                 alert.message, alert.suggestion, alert.evidence = f.message, f.suggestion, dict(f.evidence)
             if _RANK[f.severity] > _RANK[alert.severity]:

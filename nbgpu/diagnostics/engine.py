@@ -124,7 +124,7 @@ class DiagnosticsEngine:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Alert], None]] = []
         self._last_eval = -math.inf
-        self._cell_end_due = False
+        self.cell_end_pending = False  # the evaluation ``judge_cell_end`` asked for has not run yet
         self._cells = 0
         self._cell_since: float | None = None
         self._marks = MarkFollower()
@@ -145,12 +145,7 @@ class DiagnosticsEngine:
 
     def judge_cell_end(self) -> None:
         """Evaluate at the next step, off schedule, as a cell's end (a cell under 2 s is judged there)."""
-        self._cell_end_due = True
-
-    @property
-    def cell_end_pending(self) -> bool:
-        """Whether the evaluation ``judge_cell_end`` asked for has not run yet."""
-        return self._cell_end_due
+        self.cell_end_pending = True
 
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
@@ -178,7 +173,7 @@ class DiagnosticsEngine:
         runs, keep the sampler's buffers drained live so the rules judge it as it happens."""
         if self._cells or _work_active(sampler):
             sampler.watch()
-        cell_end, self._cell_end_due = self._cell_end_due, False
+        cell_end, self.cell_end_pending = self.cell_end_pending, False
         if not cell_end and now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
             return
         self._last_eval = now

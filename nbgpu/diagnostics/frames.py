@@ -17,7 +17,7 @@ USER, LIB, STDLIB, TORCH, NBGPU, STOP = range(6)
 _NBGPU_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _SITE = tuple({p + os.sep for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
 _STD = tuple({p + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])})
-_STOP_FILES = ("IPython/core/interactiveshell.py",)  # above it: the kernel's own machinery
+_STOP_FILE = "IPython/core/interactiveshell.py"  # above it: the kernel's own machinery
 _IDLE_STD = ("threading.py", "queue.py", "selectors.py", "socket.py", "ssl.py", "subprocess.py",
              "socketserver.py", "multiprocessing/", "asyncio/", "concurrent/", "http/", "urllib/")
 _kinds: dict[str, tuple[int, str]] = {}
@@ -33,7 +33,7 @@ def file_kind(filename: str) -> tuple[int, str]:
     got = (USER, "")
     if filename.startswith(_NBGPU_DIR):
         got = (NBGPU, "")
-    elif any(path.endswith(s) for s in _STOP_FILES):
+    elif path.endswith(_STOP_FILE):
         got = (STOP, "")
     elif "/torch/" in path and (filename.startswith(_SITE) or "site-packages" in path):
         got = (TORCH, path.rsplit("/torch/", 1)[1])
