@@ -26,7 +26,9 @@ def test_this_kernel_is_found_on_each_gpu_with_its_memory():
     assert all(r["pid"] == os.getpid() and r["used_bytes"] > 1e9 for r in mine)
     df = owners.to_pandas()
     assert list(df["who"]) == ["this kernel", "this kernel"]
-    assert "this kernel" in str(owners) and "<table>" in owners._repr_html_()
+    html = owners._repr_html_()
+    assert "this kernel" in str(owners) and "<table>" in html
+    assert html.count("<td><b>this kernel</b></td>") == 2  # its own rows in bold, each closed
 
 
 def test_other_processes_are_aggregated_without_names_unless_asked():

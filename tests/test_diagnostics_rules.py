@@ -61,6 +61,27 @@ def test_oom_brief_spike_above_95_percent_does_not_raise():
     assert fired(s, "oom_risk") == []
 
 
+def test_an_allocator_peak_between_nvmls_samples_is_an_oom_warning(monkeypatch):
+    """A PyTorch peak reached since the last look counts, though NVML never saw it; one from
+    before the first look does not."""
+    import sys
+    import types
+
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, device_count=lambda: 1,
+                                 memory_reserved=lambda i: 2 * 2**30, max_memory_reserved=lambda i: peak[0],
+                                 get_device_properties=lambda i: types.SimpleNamespace(uuid=""))
+    peak = [0.99 * TOTAL]  # from before the first look
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    s, clock = sim_sampler(count=1)
+    drive(s, clock, 10)
+    assert fired(s, "oom_risk") == []
+    peak[0] = TOTAL  # allocated and freed between two of NVML's reads
+    drive(s, clock, 3)
+    (alert,) = fired(s, "oom_risk")
+    assert alert.severity == "warning" and "by PyTorch's allocator" in alert.message
+    assert alert.evidence["mem_peak_source"] == "allocator" and alert.evidence["held_s"] == 0.0
+
+
 def test_oom_at_92_percent_is_a_warning_never_critical_and_one_alert():
     shaped = ShapedGPUs(count=1, mem=lambda g, t, m: (0.97 if 30 <= t < 35 else 0.92) * TOTAL)
     s, clock = sim_sampler(source=shaped)

@@ -1,9 +1,5 @@
-"""Diagnostics: name the problem, not just the number.
-
-A ``DiagnosticsEngine`` in each sampler's thread runs the ``RULES`` on the recent store and, while
-a cell runs, its main thread's stacks; each episode raises one ``Alert``. ``memory_owners(sampler)``
-says whose memory it is.
-"""
+"""Diagnostics: a ``DiagnosticsEngine`` in each sampler's thread runs the ``RULES`` on the recent store
+(and a running cell's stacks), one ``Alert`` per episode; ``memory_owners`` says whose memory it is."""
 
 from __future__ import annotations
 

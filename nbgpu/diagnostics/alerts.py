@@ -1,8 +1,5 @@
-"""Alerts and the episodes behind them: one alert per episode, no flapping.
-
-A rule reports a ``Finding`` per GPU whose condition holds now; the first opens an ``Alert``,
-later ones refresh it (and may raise its severity); it ends after none for ``clear_after_s``.
-"""
+"""Alerts, one per episode: a rule's first ``Finding`` on a GPU opens one, later ones refresh it (and
+may raise its severity), and it ends after none for ``clear_after_s``: no flapping."""
 
 from __future__ import annotations
 
@@ -34,10 +31,6 @@ class Alert:
     evidence: dict = field(default_factory=dict)
     # (evaluated at, judged from, severity, message, evidence) of each finding, oldest first
     held: list = field(default_factory=list, repr=False, compare=False)
-
-    @property
-    def active(self) -> bool:
-        return self.end is None
 
     def __str__(self) -> str:
         when = _dt.datetime.fromtimestamp(self.start, _dt.timezone.utc).strftime("%H:%M:%S")
@@ -77,15 +70,13 @@ class Episodes:
             alert = self._open.get(key)
             held = (now, now if f.since is None else f.since, f.severity, f.message, dict(f.evidence))
             if alert is None:
-                alert = Alert(f.rule, f.severity, f.gpu, now, None, f.message, f.suggestion,
-                              dict(f.evidence), [held])
-                self._open[key] = alert
+                alert = self._open[key] = Alert(f.rule, f.severity, f.gpu, now, None, f.message, f.suggestion,
+                                                dict(f.evidence), [held])
                 self.alerts.append(alert)
                 changed.append(alert)
                 continue
             alert.held.append(held)
-            if len(alert.held) > MAX_HELD:
-                del alert.held[: len(alert.held) - MAX_HELD]
+            del alert.held[:-MAX_HELD]  # nothing until there are more
             if _RANK[f.severity] >= _RANK[alert.severity]:
                 alert.message, alert.suggestion, alert.evidence = f.message, f.suggestion, dict(f.evidence)
             if _RANK[f.severity] > _RANK[alert.severity]:
@@ -114,12 +105,8 @@ class Episodes:
 
 
 def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.0) -> list[Alert]:
-    """The alerts of a cell (t0..t1): those with a finding made inside it (or ``tolerance_s`` after
-    its end) resting on readings from inside it (``tolerance_s`` at either edge).
-
-    Each shows its counted finding wholly inside the cell if any, then the worst, the newest; one
-    begun before the cell says so. Alerts without findings (from a file) count where they overlap.
-    """
+    """A cell's alerts: those with a finding made in it resting on its readings (``tolerance_s`` at
+    the edges), or without findings (from a file) overlapping it; one begun before it says so."""
     out = []
     for a in alerts:
         if not a.held:
@@ -148,8 +135,5 @@ def alerts_frame(alerts: list[Alert]) -> pd.DataFrame:
             "suggestion", "evidence"]
     rows = [(a.rule, a.severity, a.gpu, a.start, a.end, None if a.end is None else a.end - a.start,
              a.end is None, a.message, a.suggestion, a.evidence) for a in alerts]
-    df = pd.DataFrame(rows, columns=cols)
-    for col in ("start", "end"):
-        df[col] = pd.to_datetime(df[col].astype("float64"), unit="s", utc=True)
-    df["duration_s"] = df["duration_s"].astype("float64")
-    return df
+    df = pd.DataFrame(rows, columns=cols).astype({c: "float64" for c in ("start", "end", "duration_s")})
+    return df.assign(**{c: pd.to_datetime(df[c], unit="s", utc=True) for c in ("start", "end")})

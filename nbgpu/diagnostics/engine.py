@@ -1,8 +1,6 @@
-"""The diagnostics engine: runs the rules in the sampler thread, every `eval_every_s` (2 s).
-
-It reads only the store (never NVML), turns findings into alerts through ``Episodes`` and calls
-``on_alert`` callbacks (their exceptions counted). Layers above say when work runs through
-``register_activity``; ``attach`` is the factory ``Sampler(diagnostics=True)`` calls.
+"""The diagnostics engine: runs the rules in the sampler thread every ``eval_every_s`` (2 s), on
+the store only (never NVML), and turns findings into alerts; ``attach`` is the factory
+``Sampler(diagnostics=True)`` calls, ``register_activity`` how layers above say work runs.
 """
 
 from __future__ import annotations
@@ -18,10 +16,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadArgumentError
 from ..store import MarkFollower
+from . import rules
 from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
 from .owners import attribute, gpus_in_use, tree_pids
-from .rules_card import busy_thin, throttling
-from .rules_load import idle, imbalance, input_bound, launch_bound, one_bottleneck, sync_bound
 from .rules_memory import memory_leak, oom_risk
 from .stacks import samples_of
 from .thresholds import Thresholds
@@ -36,15 +33,19 @@ log = logging.getLogger("nbgpu")
 
 # each rule by its name (``thresholds.RULES``), which is its function's
 RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {rule.__name__: rule for rule in (
-    oom_risk, memory_leak, input_bound, launch_bound, sync_bound, idle, imbalance, throttling, busy_thin)}
+    oom_risk, memory_leak, rules.input_bound, rules.launch_bound, rules.sync_bound, rules.idle,
+    rules.imbalance, rules.throttling, rules.busy_thin)}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
+# the window rules, each with the threshold naming its window
+_WINDOWS = {"input_bound": "input_window_s", "launch_bound": "input_window_s",
+            "sync_bound": "input_window_s", "idle": "idle_window_s",
+            "imbalance": "imbalance_window_s", "throttling": "throttle_window_s",
+            "busy_thin": "thin_window_s"}
 # Rules judging utilisation over the window ending where it is complete (``Window.end``): while
 # their inputs stay the same they would find the same, so findings are kept, not recomputed
 # (nobody watching, utilisation is drained every 10 s and the rules run every 2 s).
-AT_UTILISATION_END = frozenset({"input_bound", "launch_bound", "sync_bound", "idle", "imbalance",
-                                "busy_thin"})
-
+AT_UTILISATION_END = frozenset(_WINDOWS) - {"throttling"}
 
 _activity_probes: list[Callable[[Sampler], bool]] = []
 
@@ -55,7 +56,7 @@ def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
     _activity_probes.append(probe)
 
     def remove() -> None:
-        if probe in _activity_probes:
+        with contextlib.suppress(ValueError):
             _activity_probes.remove(probe)
 
     return remove
@@ -72,10 +73,13 @@ def _work_active(sampler: Sampler) -> bool:
     return False
 
 
-_WINDOWS = {"input_bound": "input_window_s", "launch_bound": "input_window_s",
-            "sync_bound": "input_window_s", "idle": "idle_window_s",
-            "imbalance": "imbalance_window_s", "throttling": "throttle_window_s",
-            "busy_thin": "thin_window_s"}
+def _run(name: str, ctx: Context) -> list[Finding] | None:
+    """One rule's findings; None where it failed (logged, never raised into the sampler)."""
+    try:
+        return RULE_FUNCTIONS[name](ctx)
+    except Exception:
+        log.debug("diagnostics rule %s failed", name, exc_info=True)
+        return None
 
 
 def _judged_from(f: Finding, now: float, th: Thresholds) -> float:
@@ -95,13 +99,12 @@ def cell_alerts(sampler: Sampler, t0: float, t1: float, split: object = None,
     found nothing), at most one bottleneck per GPU, and the rules it was too short to judge."""
     found = judged_in(sampler.alert_list(since_s=t0), t0, t1, max(1.0, 2.0 * sampler.interval))
     short: list[str] = []
-    engine = getattr(sampler, "diagnostics", None)
-    if finished and engine is not None:
+    if finished and (engine := getattr(sampler, "diagnostics", None)) is not None:
         done = {a.rule for a in found}
         own, short = engine.judge_span(sampler, t0, t1)
         found += [a for a in own if a.rule not in done]
         short = [r for r in short if r not in done]
-    return one_bottleneck(found, split), short
+    return rules.one_bottleneck(found, split), short
 
 
 def attach(sampler: Sampler, thresholds: Thresholds | dict | None = None) -> DiagnosticsEngine:
@@ -121,12 +124,11 @@ class DiagnosticsEngine:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Alert], None]] = []
         self._last_eval = -math.inf
-        self._cell_end_due = False
+        self.cell_end_pending = False  # the evaluation ``judge_cell_end`` asked for has not run yet
         self._cells = 0
         self._cell_since: float | None = None
-        self._mark_cache: dict = {}
         self._marks = MarkFollower()
-        self._memo: dict = {}
+        self._memo: dict = {}  # what rules keep between evaluations
         self._spans: dict = {}  # the Window's widest span per (device, metric)
         self._kept: dict[str, tuple[tuple, list[Finding]]] = {}  # rule -> (inputs, findings)
         self._pids: tuple[float, set[int]] = (-math.inf, set())
@@ -134,7 +136,6 @@ class DiagnosticsEngine:
         self.callback_errors = 0
         self.last_callback_error: str | None = None
 
-    # -- what the rest of nbgpu tells it --------------------------------------------------
     def cell_running(self, running: bool = True) -> None:
         """Say a cell started or ended; the idle rule judges only while a cell or capture runs."""
         with self._lock:
@@ -144,12 +145,7 @@ class DiagnosticsEngine:
 
     def judge_cell_end(self) -> None:
         """Evaluate at the next step, off schedule, as a cell's end (a cell under 2 s is judged there)."""
-        self._cell_end_due = True
-
-    @property
-    def cell_end_pending(self) -> bool:
-        """Whether the evaluation ``judge_cell_end`` asked for has not run yet."""
-        return self._cell_end_due
+        self.cell_end_pending = True
 
     def on_alert(self, fn: Callable[[Alert], None]) -> None:
         """Call ``fn(alert)`` (in the sampler thread) when an alert opens or its severity rises."""
@@ -157,7 +153,6 @@ class DiagnosticsEngine:
             raise BadArgumentError(f"on_alert needs a function taking an Alert, got {fn!r}")
         self._callbacks.append(fn)
 
-    # -- results -------------------------------------------------------------------------
     def alert_list(self, since_s: float | None = None) -> list[Alert]:
         """Copies of the alerts, oldest first (``end`` None while on); ``since_s``: see ``snapshot``."""
         with self._lock:
@@ -173,13 +168,12 @@ class DiagnosticsEngine:
         with self._lock:
             self._episodes.close_all(now if now is not None else self._last_eval)
 
-    # -- the listener ----------------------------------------------------------------------
     def __call__(self, sampler: Sampler, now: float) -> None:
         """Listener entry: evaluate if ``eval_every_s`` has passed; while a cell or other work
         runs, keep the sampler's buffers drained live so the rules judge it as it happens."""
         if self._cells or _work_active(sampler):
             sampler.watch()
-        cell_end, self._cell_end_due = self._cell_end_due, False
+        cell_end, self.cell_end_pending = self.cell_end_pending, False
         if not cell_end and now - self._last_eval < self.thresholds.eval_every_s - 1e-6:
             return
         self._last_eval = now
@@ -197,21 +191,18 @@ class DiagnosticsEngine:
                 in_cell_s: float | None = None) -> Context:
         """What the rules see now: readings, GPUs in use, marks, cell state. With ``thresholds``
         (``judge_span``) readings up to ``now`` count as complete and the running state is untouched."""
-        th = self.thresholds if thresholds is None else thresholds
-        stale = max(th.stale_after_s, 2.5 * sampler.interval)
         own = thresholds is not None
-        window = Window(sampler.store, now, stale, tolerance_s=max(1.0, 2.0 * sampler.interval),
+        th = thresholds if own else self.thresholds
+        window = Window(sampler.store, now, max(th.stale_after_s, 2.5 * sampler.interval),
+                        tolerance_s=max(1.0, 2.0 * sampler.interval),
                         spans={} if own else self._spans, complete=None if own else sampler.drained_until)
         lost = sampler.lost
         devices = [d for d in sampler.devices if d.key not in lost]
-        processes = sampler.processes() or None
-        mine = self._my_pids(now)
+        processes, mine = sampler.processes() or None, self._my_pids(now)
         status, _ = attribute(processes, mine)
         in_use = gpus_in_use(processes, mine, status)
-        if in_use is not None and not any(processes.values()):  # none listed: cannot tell
-            in_use = None
         if own:
-            return Context(now, window, devices, th, in_cell_s or 0.0, in_use, status, [], {}, {},
+            return Context(now, window, devices, th, in_cell_s or 0.0, in_use, status, [], {},
                            samples_of(sampler))
         if not (self._cells or _work_active(sampler)):
             self._cell_since = None
@@ -220,11 +211,11 @@ class DiagnosticsEngine:
         # the newest marks at or before now (time, label), oldest first
         newest = ((t, label) for t, label, _ in reversed(self._marks.update(sampler.store)) if t <= now)
         marks = list(itertools.islice(newest, th.leak_marks))[::-1]
-        if len(self._mark_cache) > 512:
-            self._mark_cache.clear()
+        if len(self._memo.get("marks", ())) > 512:
+            self._memo["marks"].clear()
         in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
-        return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._mark_cache,
-                       self._memo, samples_of(sampler))
+        return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._memo,
+                       samples_of(sampler))
 
     def judge_span(self, sampler: Sampler, t0: float, t1: float,
                    rules: set[str] | None = None) -> tuple[list[Alert], list[str]]:
@@ -242,16 +233,11 @@ class DiagnosticsEngine:
             return [], wanted
         out = []
         for name in wanted:
-            try:
-                found = RULE_FUNCTIONS[name](ctx)
-            except Exception:
-                log.debug("diagnostics rule %s failed", name, exc_info=True)
-                continue
-            window = getattr(self.thresholds, _WINDOWS[name])
-            for f in found:
-                span = getattr(th, _WINDOWS[name])
-                message = f.message + (f" (judged on the cell's {span:.1f} s)" if span < window else "")
-                evidence = dict(f.evidence, judged_on_s=round(span, 2))
+            span = getattr(th, _WINDOWS[name])
+            whole = getattr(self.thresholds, _WINDOWS[name])
+            clipped = f" (judged on the cell's {span:.1f} s)" if span < whole else ""
+            for f in _run(name, ctx) or []:
+                message, evidence = f.message + clipped, dict(f.evidence, judged_on_s=round(span, 2))
                 out.append(Alert(f.rule, f.severity, f.gpu, t1 - span, t1, message, f.suggestion,
                                  evidence, [(t1, t1 - span, f.severity, message, evidence)]))
         return out, []
@@ -265,21 +251,17 @@ class DiagnosticsEngine:
         findings: list[Finding] = []
         inputs = self._utilisation_inputs(ctx)
         for name in enabled:
-            kept = self._kept.get(name) if name in AT_UTILISATION_END else None
-            if kept is not None and kept[0] == inputs:
+            at_end = name in AT_UTILISATION_END
+            if at_end and (kept := self._kept.get(name)) is not None and kept[0] == inputs:
                 findings += kept[1]
                 continue
-            try:
-                found = RULE_FUNCTIONS[name](ctx)
-            except Exception:
-                log.debug("diagnostics rule %s failed", name, exc_info=True)
+            if (found := _run(name, ctx)) is None:
                 continue
             for f in found:  # utilisation rules judge the window ending where it was drained
-                drained = name in AT_UTILISATION_END and f.gpu is not None
-                end = ctx.window.end(f.gpu, "util_pct") if drained else now
+                end = ctx.window.end(f.gpu, "util_pct") if at_end and f.gpu is not None else now
                 f.since = _judged_from(f, end, self.thresholds)
             findings += found
-            if name in AT_UTILISATION_END:
+            if at_end:
                 self._kept[name] = (inputs, found)
         with self._lock:
             changed = self._episodes.update(findings, now, enabled)

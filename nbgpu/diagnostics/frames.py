@@ -1,9 +1,5 @@
-"""What the main thread was doing: the category of one stack sample and its cell line.
-
-One walk from the innermost frame up to the block's caller: a ``torch.utils.data`` frame makes
-it ``data_loader``, else the innermost frame says (cached per code and instruction). The cell
-line is the outermost frame of the user's own code (not stdlib, packages or nbgpu).
-"""
+"""What the main thread was doing: one stack sample's category (a ``torch.utils.data`` frame on the
+way up, else the innermost frame's, cached) and its cell line (the outermost frame of user code)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ USER, LIB, STDLIB, TORCH, NBGPU, STOP = range(6)
 _NBGPU_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _SITE = tuple({p + os.sep for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
 _STD = tuple({p + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])})
-_STOP_FILES = ("IPython/core/interactiveshell.py",)  # above it: the kernel's own machinery
+_STOP_FILE = "IPython/core/interactiveshell.py"  # above it: the kernel's own machinery
 _IDLE_STD = ("threading.py", "queue.py", "selectors.py", "socket.py", "ssl.py", "subprocess.py",
              "socketserver.py", "multiprocessing/", "asyncio/", "concurrent/", "http/", "urllib/")
 _kinds: dict[str, tuple[int, str]] = {}
@@ -37,7 +33,7 @@ def file_kind(filename: str) -> tuple[int, str]:
     got = (USER, "")
     if filename.startswith(_NBGPU_DIR):
         got = (NBGPU, "")
-    elif any(path.endswith(s) for s in _STOP_FILES):
+    elif path.endswith(_STOP_FILE):
         got = (STOP, "")
     elif "/torch/" in path and (filename.startswith(_SITE) or "site-packages" in path):
         got = (TORCH, path.rsplit("/torch/", 1)[1])

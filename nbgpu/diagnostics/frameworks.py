@@ -1,34 +1,23 @@
-"""What PyTorch and TensorFlow say about their GPU memory, if the kernel already imported them.
-
-nbgpu never imports either framework and never starts CUDA: PyTorch is asked only once
-``torch.cuda.is_initialized()``, TensorFlow only once its eager context is running.
-"""
+"""What PyTorch and TensorFlow say about their GPU memory, asked only once the kernel started CUDA
+through them (nbgpu never imports either and never starts CUDA)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
+from ..peaks import torch_cuda, torch_uuid
 from ..sources.base import Device
 
 
 def torch_memory() -> list[dict]:
     """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
-    if (cuda := getattr(sys.modules.get("torch"), "cuda", None)) is None:
+    if (cuda := torch_cuda()) is None:
         return []
     try:
-        if not cuda.is_initialized():
-            return []
-        out = []
-        for i in range(cuda.device_count()):
-            uuid = ""
-            with contextlib.suppress(Exception):
-                uuid = str(getattr(cuda.get_device_properties(i), "uuid", "") or "")
-            out.append({"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": uuid,
-                        "allocated_bytes": float(cuda.memory_allocated(i)),
-                        "reserved_bytes": float(cuda.memory_reserved(i))})
-        return out
+        return [{"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": torch_uuid(cuda, i),
+                 "allocated_bytes": float(cuda.memory_allocated(i)),
+                 "reserved_bytes": float(cuda.memory_reserved(i))} for i in range(cuda.device_count())]
     except Exception:
         return []
 

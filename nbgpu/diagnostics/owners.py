@@ -1,8 +1,7 @@
 """Whose memory it is: this kernel and its children, other processes, PID-namespace trouble.
 
-NVML lists the processes on each GPU by host PID. Inside a container's PID namespace those
-numbers may not be ours at all, so attribution is checked before anything is attributed.
-Other people's command lines and user names are shown only when explicitly asked for.
+NVML lists processes by host PID, which inside a container's PID namespace may not be ours: the
+attribution is checked first. Other people's command lines and user names only when asked for.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def self_pid() -> int:
 
 
 def tree_pids() -> set[int]:
-    """This process and all its descendants (DataLoader workers, subprocesses), numbered as
-    /proc numbers them (so the walk starts from this process, never another one's number)."""
+    """This process and its descendants (DataLoader workers, subprocesses), as /proc numbers them."""
     me = self_pid()
     return {me} | descendant_pids(me)
 
@@ -51,11 +49,8 @@ def used_bytes(p: ProcessInfo) -> float:
 
 def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0.0,
               pid_exists: Callable[[int], bool] | None = None) -> tuple[str, str]:
-    """(status, explanation) of whether NVML's PIDs can be matched to this kernel's.
-
-    ``framework_bytes`` is GPU memory a framework says this process holds; if NVML lists
-    none of our PIDs while it is positive, the PIDs cannot be ours to compare.
-    """
+    """(status, explanation) of whether NVML's PIDs can be matched to this kernel's; none of ours
+    listed while a framework says we hold ``framework_bytes`` means they cannot be compared."""
     if processes is None:
         return UNKNOWN, "this source reports no process lists"
     listed = {p.pid for procs in processes.values() for p in procs}
@@ -65,14 +60,13 @@ def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0
         import psutil
 
         pid_exists = psutil.pid_exists
-    if not listed:
-        if framework_bytes > 0:
-            return MISMATCH, ("NVML lists no process although this kernel holds "
-                              f"{fmt_bytes(framework_bytes)} of GPU memory; the process lists are "
-                              "hidden here (a container's PID namespace or missing permission)")
+    if not listed and framework_bytes <= 0:
         return NONE_LISTED, "NVML lists no process on any GPU"
-    here = [pid for pid in listed if pid_exists(pid)]
-    if not here:
+    if not listed:
+        return MISMATCH, ("NVML lists no process although this kernel holds "
+                          f"{fmt_bytes(framework_bytes)} of GPU memory; the process lists are "
+                          "hidden here (a container's PID namespace or missing permission)")
+    if not any(map(pid_exists, listed)):
         return MISMATCH, (f"none of the {len(listed)} PID(s) NVML lists exist in this PID namespace "
                           "(NVML reports host PIDs; this looks like a container), so their memory "
                           "cannot be attributed to this kernel or to others")
@@ -83,9 +77,8 @@ def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0
     return OK, ""
 
 
-# A PyTorch process's NVML figure is its allocator's reserved memory plus the CUDA context and
-# libraries' own allocations (about 0.5 GiB on an H200); read a few seconds apart, reserved may
-# also have moved a little: the window "matched by memory" accepts.
+# A PyTorch process's NVML figure: its allocator's reserved memory plus the CUDA context and libraries
+# (about 0.5 GiB on an H200), reserved perhaps moved a little since: what "matched by memory" accepts.
 CONTEXT_MAX_BYTES = 2 * 1024**3
 DRIFT_BYTES = 64 * 1024**2
 
@@ -140,15 +133,12 @@ def _by_memory(processes: dict, taken: set[int], frameworks: list[dict], devices
 
 def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: list[dict] | None = None,
                  root: str = "/proc", by_memory: bool = True) -> dict[int, Match]:
-    """Listed PIDs matched to this kernel, its children or its container where the PID namespace
-    hides them: by ``NSpid`` and pid namespace in ``root/<pid>`` where visible, else by cgroup;
-    then (``by_memory``) the one process per GPU whose NVML figure fits what the framework holds
-    (``frameworks``: ``torch_memory() + tensorflow_memory()``, None reads them now)."""
+    """Listed PIDs tied to this kernel, its children or its container where the PID namespace hides
+    them: by ``NSpid`` in ``root/<pid>``, else cgroup; then (``by_memory``) the one process per GPU
+    fitting what ``frameworks`` hold (None: ``torch_memory() + tensorflow_memory()`` now)."""
     own_ns, own_cgroup = _read(f"{root}/self/ns/pid", link=True), _read(f"{root}/self/cgroup").strip()
-    found: dict[int, Match] = {}
-    for pid in {p.pid for procs in processes.values() for p in procs}:
-        if (hit := _by_proc(pid, mine, root, own_ns, own_cgroup)) is not None:
-            found[pid] = hit
+    listed = {p.pid for procs in processes.values() for p in procs}
+    found = {pid: hit for pid in listed if (hit := _by_proc(pid, mine, root, own_ns, own_cgroup))}
     if by_memory and not any(m.who == "this kernel" for m in found.values()):
         frameworks = torch_memory() + tensorflow_memory() if frameworks is None else frameworks
         found.update(_by_memory(processes, set(found), frameworks, devices))
@@ -200,12 +190,13 @@ class MemoryOwners:
     def _repr_html_(self) -> str:
         import html
 
-        body = "".join(
-            f"<tr><td>{html.escape(str(r['gpu']))}</td><td>{'<b>' if r['who'] != 'other processes' else ''}"
-            f"{html.escape(_who(r))}</td>"
-            f"<td>{'' if r.get('pid') is None else r['pid']}</td>"
-            f"<td>{_size(r['used_bytes'])}</td></tr>"
-            for r in self.rows)
+        def cells(r: dict) -> str:  # this kernel's rows in bold
+            who = html.escape(_who(r)) if r["who"] == "other processes" else f"<b>{html.escape(_who(r))}</b>"
+            pid = "" if r.get("pid") is None else r["pid"]
+            values = (html.escape(str(r["gpu"])), who, pid, _size(r["used_bytes"]))
+            return "".join(f"<td>{v}</td>" for v in values)
+
+        body = "".join(f"<tr>{cells(r)}</tr>" for r in self.rows)
         notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
         return (f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>"
                 f"{notes}")
@@ -249,11 +240,8 @@ def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> li
 
 
 def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3.0) -> MemoryOwners:
-    """Who holds the memory of each GPU: this kernel and its children, then everyone else.
-
-    ``show_others`` lists other processes one by one with command line and user (off: on a shared
-    server those are other people's); ``wait_s``: how long to wait for a first process list.
-    """
+    """Who holds the memory of each GPU: this kernel and its children, then everyone else, one by
+    one with command line and user only with ``show_others``; ``wait_s`` for a first process list."""
     processes = sampler.processes()
     if not processes and sampler.running:
         sampler.request("procs")
@@ -302,10 +290,8 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
 
 @dataclass(frozen=True)
 class GpuUsers:
-    """Who holds one GPU's memory: this kernel's process tree, this user elsewhere, everyone else
-    (never named). Bytes are NVML's sums (NaN where none known); ``attributed`` False: the PID
-    namespace hides NVML's PIDs, all memory is in ``unattributed_bytes`` and ``note`` says why.
-    """
+    """Who holds one GPU's memory (NVML's sums, NaN where none known): this kernel's process tree,
+    this user elsewhere, everyone else (never named); not ``attributed``: all in ``unattributed_*``."""
 
     gpu: object
     kernel_bytes: float = 0.0

@@ -11,8 +11,9 @@ import numpy as np
 from .. import holders
 from ..peaks import allocator_now, fold_peak
 from ..sources.base import Device
+from ..units import fmt_bytes
 from .alerts import Finding
-from .window import Context, fmt_bytes, held_for, median
+from .window import Context, held_for, median
 
 OOM_HINT = ("Free what you no longer need (del the tensors, then torch.cuda.empty_cache()), lower the "
             "batch size, use mixed precision or gradient checkpointing; "
@@ -33,23 +34,6 @@ def _total_bytes(ctx: Context, dev: Device) -> float:
         _, v = ctx.window.series(dev.key, "mem_total_bytes", 60.0)
         total = float(v[-1]) if len(v) else math.nan
     return total
-
-
-def _allocator_peak(ctx: Context, dev: Device, used: np.ndarray, total: float,
-                    allocator: dict) -> Finding | None:
-    """A warning when the one peak (``fold_peak``) came from PyTorch's allocator: NVML's samples
-    can miss an allocation freed between two reads; its high-water mark does not."""
-    peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(dev.key))
-    level = ctx.thresholds.oom_warning_fraction
-    if peak.source != "allocator" or not peak.bytes / total > level:
-        return None
-    message = (f"GPU {dev.key} memory peaked at {100 * peak.bytes / total:.0f} % ({fmt_bytes(peak.bytes)} of "
-               f"{fmt_bytes(total)}) by PyTorch's allocator, above {100 * level:.0f} %, between NVML's "
-               "samples: the same step may fail with CUDA out of memory next time")
-    return Finding("oom_risk", dev.key, "warning", message, OOM_HINT, {
-        "mem_peak_bytes": peak.bytes, "mem_peak_source": peak.source, "mem_used_bytes": float(used[-1]),
-        "mem_total_bytes": float(total), "used_fraction": round(peak.bytes / total, 4),
-        "above_fraction": level, "held_s": 0.0})
 
 
 def _fresh_allocator_peaks(ctx: Context, allocator: dict) -> dict:
@@ -82,47 +66,43 @@ def oom_risk(ctx: Context) -> list[Finding]:
         warn_s = held_for(t, frac > th.oom_warning_fraction, ctx.now)
         if crit_s >= th.oom_critical_after_s:
             severity, level, held = "critical", th.oom_critical_fraction, crit_s
-        elif warn_s >= th.oom_warning_after_s:
+        elif warn_s >= th.oom_warning_after_s or (ctx.cell_end and frac[-1] > th.oom_warning_fraction):
+            # (a cell that ends with the card full is no spike freed again, however short it was)
             severity, level, held = "warning", th.oom_warning_fraction, warn_s
-        elif ctx.cell_end and frac[-1] > th.oom_warning_fraction:
-            # a cell that ends with the card full is no spike freed again, however short it was
-            severity, level, held = "warning", th.oom_warning_fraction, warn_s
+        else:  # NVML's samples can miss an allocation freed between two reads; the allocator does not
+            peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(gpu))
+            if peak.source != "allocator" or not peak.bytes / total > th.oom_warning_fraction:
+                continue
+            severity, level, held = "warning", th.oom_warning_fraction, None
+        if held is None:
+            shown, peak_bytes, source = peak.bytes / total, peak.bytes, "allocator"
+            message = (f"GPU {gpu} memory peaked at {100 * shown:.0f} % ({fmt_bytes(peak.bytes)} of "
+                       f"{fmt_bytes(total)}) by PyTorch's allocator, above {100 * level:.0f} %, between "
+                       "NVML's samples: the same step may fail with CUDA out of memory next time")
         else:
-            spike = _allocator_peak(ctx, dev, used, total, allocator)
-            out.extend([spike] if spike else [])
-            continue
-        message = (f"GPU {gpu} memory at {100 * frac[-1]:.0f} % ({fmt_bytes(used[-1])} of "
-                   f"{fmt_bytes(total)}), above {100 * level:.0f} % for {held:.0f} s: "
-                   "the next allocation may fail with CUDA out of memory")
+            shown, peak_bytes, source = float(frac[-1]), float(used.max()), "nvml"
+            message = (f"GPU {gpu} memory at {100 * shown:.0f} % ({fmt_bytes(used[-1])} of "
+                       f"{fmt_bytes(total)}), above {100 * level:.0f} % for {held:.0f} s: "
+                       "the next allocation may fail with CUDA out of memory")
         out.append(Finding("oom_risk", gpu, severity, message, OOM_HINT, {
-            "mem_used_bytes": float(used[-1]), "mem_peak_bytes": float(used.max()),
-            "mem_peak_source": "nvml", "mem_total_bytes": float(total),
-            "used_fraction": round(float(frac[-1]), 4), "above_fraction": level,
-            "held_s": round(held, 1)}))
+            "mem_used_bytes": float(used[-1]), "mem_peak_bytes": peak_bytes, "mem_peak_source": source,
+            "mem_total_bytes": float(total), "used_fraction": round(shown, 4), "above_fraction": level,
+            "held_s": round(held or 0.0, 1)}))
     return out
 
 
 def _segments_rising(t: np.ndarray, v: np.ndarray, t0: float, t1: float, n: int) -> float | None:
-    """Rise from the first to the last of ``n`` time slices if every slice beats the last."""
-    edges = np.linspace(t0, t1, n + 1)
-
-    def part(i: int) -> np.ndarray:
-        a, b = edges[i], edges[i + 1]
-        return v[(t >= a) & (t < b) if i < n - 1 else (t >= a)]
-
-    first, last = part(0), part(n - 1)
-    if not len(first) or not len(last) or median(last) <= median(first):
-        return None  # flat or falling memory, the usual case, decided from two slices
-    parts = [part(i) for i in range(n)]
+    """Rise from the first to the last of ``n`` time slices if every slice beats the last and the
+    last is still rising in its second half (not a finished warm-up)."""
+    cuts = np.searchsorted(t, np.linspace(t0, t1, n + 1)[:-1], "left")  # t is sorted
+    parts = np.split(v[cuts[0]:], cuts[1:] - cuts[0])
     if not all(len(p) for p in parts):
         return None
     medians = [median(p) for p in parts]
-    steps = np.diff(medians)
     total = medians[-1] - medians[0]
-    if total <= 0 or (steps < 0.25 * total / (n - 1)).any():
+    if total <= 0 or (np.diff(medians) < 0.25 * total / (n - 1)).any():
         return None
-    last = v[t >= edges[-2]]  # still rising at the end, not a finished warm-up
-    half = len(last) // 2
+    last, half = parts[-1], len(parts[-1]) // 2
     if half < 1 or median(last[half:]) - median(last[:half]) < total / (n - 1) / 8:
         return None
     return total
@@ -159,10 +139,10 @@ def _mark_leak(ctx: Context, gpu: object) -> dict | None:
     marks = ctx.marks[-th.leak_marks:]
     if len(marks) < th.leak_marks:
         return None
-    key = (gpu, tuple(m[0] for m in marks))
-    if key not in ctx.mark_cache:
-        ctx.mark_cache[key] = _rise_at_marks(ctx, gpu, marks)
-    if (found := ctx.mark_cache[key]) is None:
+    cache, key = ctx.memo.setdefault("marks", {}), (gpu, tuple(m[0] for m in marks))
+    if key not in cache:
+        cache[key] = _rise_at_marks(ctx, gpu, marks)
+    if (found := cache[key]) is None:
         return None
     spacing = (marks[-1][0] - marks[0][0]) / (len(marks) - 1)
     if ctx.now - marks[-1][0] > max(MARKS_STOPPED_SPACINGS * spacing, MARKS_STOPPED_MIN_S):

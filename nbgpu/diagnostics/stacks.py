@@ -1,10 +1,6 @@
-"""Where the main thread was: stack samples of a profiled block, classified, and their split.
-
-Only while a capture is open, the sampler's thread (a listener of its steps; the capture's 10 ms
-memory lane wakes it often enough) reads the capturing thread's stack ``NbGpu.stack_samples_hz``
-times a second; each sample gets a category and its cell line (``frames``). Samples go to a
-lock-free deque, into compact arrays now and then; a line's text is read when a report asks.
-"""
+"""Where the main thread was: while a capture is open, the sampler's thread samples the capturing
+thread's stack ``NbGpu.stack_samples_hz`` times a second into a lock-free deque (compact arrays now
+and then), each with its category and cell line (``frames``); a line's text is read when asked."""
 
 from __future__ import annotations
 

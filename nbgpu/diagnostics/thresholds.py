@@ -1,8 +1,5 @@
-"""Every number the diagnostics rules compare against, in one documented dataclass.
-
-Defaults follow published rules of thumb for GPU training (utilisation under 50 %: a bottleneck;
-memory over 90 %: OOM risk). Change any with ``Sampler(thresholds={...})``.
-"""
+"""Every number the diagnostics rules compare against, in one documented dataclass; the defaults
+follow rules of thumb for GPU training. Change any with ``Sampler(thresholds={...})``."""
 
 from __future__ import annotations
 
@@ -78,24 +75,20 @@ class Thresholds:
     thin_occupancy_below_pct: float = _t(3.0, "mean SM occupancy below this counts as thin")
 
     def __post_init__(self) -> None:
+        disabled = (self.disabled,) if isinstance(self.disabled, str) else tuple(self.disabled)
+        object.__setattr__(self, "disabled", disabled)
+        object.__setattr__(self, "leak_windows_s", tuple(float(v) for v in self.leak_windows_s))
+        if unknown := [r for r in disabled if r not in RULES]:
+            raise BadArgumentError(f"unknown rule(s) in disabled: {', '.join(map(str, unknown))}; "
+                                   f"choose from {', '.join(RULES)}")
+        if not self.leak_windows_s or not all(math.isfinite(v) and v > 0 for v in self.leak_windows_s):
+            raise BadArgumentError("leak_windows_s must be positive numbers of seconds")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "disabled":
-                value = (value,) if isinstance(value, str) else tuple(value)
-                object.__setattr__(self, "disabled", value)
-                if unknown := [r for r in value if r not in RULES]:
-                    raise BadArgumentError(f"unknown rule(s) in disabled: {', '.join(map(str, unknown))}; "
-                                           f"choose from {', '.join(RULES)}")
-            elif f.name == "leak_windows_s":
-                value = tuple(float(v) for v in value)
-                object.__setattr__(self, f.name, value)
-                if not value or any(not (math.isfinite(v) and v > 0) for v in value):
-                    raise BadArgumentError("leak_windows_s must be positive numbers of seconds")
-            elif isinstance(f.default, bool):
-                if not isinstance(value, bool):
-                    raise BadArgumentError(f"{f.name} must be True or False, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    math.isfinite(value) and value >= 0):
+            if isinstance(f.default, bool) and not isinstance(value, bool):
+                raise BadArgumentError(f"{f.name} must be True or False, got {value!r}")
+            if not isinstance(f.default, (bool, tuple)) and (isinstance(value, bool) or not isinstance(
+                    value, (int, float)) or not (math.isfinite(value) and value >= 0)):
                 raise BadArgumentError(f"threshold {f.name} must be a number >= 0, got {value!r}")
         if self.leak_segments < 2 or self.leak_marks < 2:
             raise BadArgumentError("leak_segments and leak_marks must be at least 2")

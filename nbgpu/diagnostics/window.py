@@ -11,7 +11,6 @@ import numpy as np
 
 from ..sources.base import Device
 from ..store import Store
-from ..units import fmt_bytes  # noqa: F401 - the rules' one byte formatter (binary units)
 from .thresholds import Thresholds
 
 
@@ -21,12 +20,8 @@ def median(values: np.ndarray) -> float:
 
 
 class Window:
-    """Reads the last seconds of a metric once per evaluation and says if they suffice.
-
-    A series "covers" a span when it starts near its beginning and its newest reading is fresh.
-    Buffered metrics arrive up to 10 s late: each is judged over the span ending where it is
-    complete (``end``); a rule comparing metrics passes one ``end`` to all of them.
-    """
+    """The last seconds of each metric, read once per evaluation. Buffered metrics arrive up to 10 s
+    late: each is judged up to where it is complete (``end``), one ``end`` for metrics compared."""
 
     def __init__(self, store: Store, now: float, stale_after_s: float, tolerance_s: float,
                  spans: dict | None = None,
@@ -76,17 +71,14 @@ class Window:
             t, v = t[:last], v[:last]
         return t, v
 
-    def covered(self, t: np.ndarray, span_s: float, end: float | None = None) -> bool:
-        """Whether ``t`` spans the whole window up to ``end`` and ends with a fresh reading."""
-        end = self.now if end is None else end
-        return (len(t) >= 3 and t[0] <= end - span_s + self.tolerance_s
-                and t[-1] >= end - self.stale_after_s)
-
     def recent(self, device: object, metric: str, span_s: float, end: float | None = None):
-        """(times, values) of the ``span_s`` seconds up to ``end`` if they cover it, else None."""
+        """(times, values) of the ``span_s`` seconds up to ``end`` if they span the whole window and
+        end with a fresh reading, else None."""
         end = self._end(device, metric) if end is None else min(end, self.now)
         t, v = self.series(device, metric, span_s, end)
-        return (t, v) if self.covered(t, span_s, end) else None
+        covered = (len(t) >= 3 and t[0] <= end - span_s + self.tolerance_s
+                   and t[-1] >= end - self.stale_after_s)
+        return (t, v) if covered else None
 
     def mean(self, device: object, metric: str, span_s: float, end: float | None = None) -> float:
         """Time-weighted mean over the window up to ``end`` (NaN if not covered)."""
@@ -122,7 +114,6 @@ class Context:
     gpus_in_use: set | None  # GPUs this kernel's processes use; None: unknown (all)
     attribution: str = "unknown"
     marks: list[tuple[float, str]] = field(default_factory=list)  # the newest at or before now
-    mark_cache: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)  # what rules keep between evaluations
     stacks: object = None  # the main thread's stack samples (``stacks.StackSamples``), if any
     cell_end: bool = False  # evaluated at the end edge of a cell (or capture) that just ended

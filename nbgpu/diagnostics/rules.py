@@ -1,9 +1,5 @@
-"""Load rules: input-, launch- and sync-bound, idle, and imbalance across GPUs.
-
-With stack samples over the window, input-, launch- and sync-bound judge by what held the main
-thread (data loader, issuing GPU work, waiting for the GPU; one per window). Without them only
-input-bound is judged, from the kernel's CPU, and says it cannot tell input from launching.
-"""
+"""Load and card rules: input-, launch- and sync-bound (by what held the main thread's stack
+samples; without them only input-bound, from the CPU), idle, imbalance, throttling, busy-but-thin."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..metrics import HOST_KEY
+from ..metrics import CLOCK_EVENT_REASONS, HOST_KEY, THROTTLE_BITS
 from .alerts import Finding
 from .stacks import LABELS
 from .window import Context, fmt_gpus
@@ -85,21 +81,26 @@ def one_bottleneck(alerts: list, split) -> list:
     return out + [a for a in alerts if a in kept.values()]
 
 
+def _held_gpus(ctx: Context, rule: str, without_split: bool = False):
+    """(GPU, window end, split, mean utilisation) of each used GPU whose window ``rule`` holds
+    (``without_split``: or where no stack samples cover it)."""
+    span = ctx.thresholds.input_window_s
+    for dev in ctx.used_gpus():
+        end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
+        split = ctx.split(end - span, end)
+        if (split is None and without_split) or (split is not None and holder(split, ctx.thresholds) == rule):
+            yield dev, end, split, ctx.window.mean(dev.key, "util_pct", span, end)
+
+
 def input_bound(ctx: Context) -> list[Finding]:
     """Utilisation below 50 % while the data loader holds the main thread's time (where stack
     samples cover the window), else while this kernel's processes keep the CPU busy: maybe starved."""
     th, out = ctx.thresholds, []
     span = th.input_window_s
-    for dev in ctx.used_gpus():
-        end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
-        split = ctx.split(end - span, end)
-        if split is not None and holder(split, th) != "input_bound":
-            continue
+    for dev, end, split, util in _held_gpus(ctx, "input_bound", without_split=True):
         cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
-        if split is None and not cpu >= th.input_cpu_busy_pct:
-            continue
-        util = ctx.window.mean(dev.key, "util_pct", span, end)
-        if not (th.input_min_util_pct <= util < th.input_util_below_pct):
+        if (split is None and not cpu >= th.input_cpu_busy_pct) or not (
+                th.input_min_util_pct <= util < th.input_util_below_pct):
             continue
         if split is None:
             message = (f"GPU {dev.key} busy only {util:.0f} % of the time while this kernel's "
@@ -117,16 +118,6 @@ def input_bound(ctx: Context) -> list[Finding]:
                    f"{span:.0f} s): the GPU is waiting for input")
         out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, evidence))
     return out
-
-
-def _held_gpus(ctx: Context, rule: str):
-    """(GPU, window end, split, mean utilisation) of each used GPU whose window ``rule`` holds."""
-    span = ctx.thresholds.input_window_s
-    for dev in ctx.used_gpus():
-        end = ctx.window.end(dev.key, "util_pct")
-        split = ctx.split(end - span, end)
-        if split is not None and holder(split, ctx.thresholds) == rule:
-            yield dev, end, split, ctx.window.mean(dev.key, "util_pct", span, end)
 
 
 def launch_bound(ctx: Context) -> list[Finding]:
@@ -222,4 +213,80 @@ def imbalance(ctx: Context) -> list[Finding]:
             "util_pct": round(means[g], 1), "busy_gpus": busy, "busy_util_pct": round(busy_mean, 1),
             "gap_pct": round(top - means[g], 1), "window_s": span,
             "gpus_compared": sorted(means, key=str)}))
+    return out
+
+
+THERMAL_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw_slowdown, sw_thermal, hw_thermal, hw_power_brake
+THERMAL_HINT = ("The card lowers its clocks to protect itself: check airflow, fans and the room or "
+                "rack temperature (nvidia-smi -q -d PERFORMANCE,TEMPERATURE shows why).")
+POWER_HINT = ("The card runs at its power limit, which is expected under heavy load; it clocks lower "
+              "to stay under it. nvidia-smi -q -d POWER shows the limit (an admin can change it).")
+THIN_HINT = ("Utilisation only says a kernel was running, not how much of the GPU it used. Give each "
+             "kernel more work: larger batches, fused operations (torch.compile), CUDA graphs for "
+             "launch-bound loops, mixed precision.")
+
+
+def throttling(ctx: Context) -> list[Finding]:
+    """Clock-event reasons (power cap, thermal, hardware), heat near slowdown, power pinned."""
+    th, out = ctx.thresholds, []
+    span, least = th.throttle_window_s, th.throttle_min_share
+    for dev in ctx.gpus():
+        gpu, parts, evidence, thermal = dev.key, [], {"window_s": span}, False
+        if (got := ctx.window.recent(gpu, "clock_event_reasons", span)) is not None:
+            bits = got[1].astype(np.int64)
+            shares = {b: float(np.mean((bits & b) != 0)) for b in CLOCK_EVENT_REASONS if b & THROTTLE_BITS}
+            if float(np.mean((bits & THROTTLE_BITS) != 0)) >= least:
+                named = {CLOCK_EVENT_REASONS[b]: round(s, 2) for b, s in shares.items() if s > 0}
+                thermal = any(b & THERMAL_BITS and s >= least for b, s in shares.items())
+                parts.append("clock-event reasons " + ", ".join(
+                    f"{n} ({100 * s:.0f} % of readings)" for n, s in named.items()))
+                evidence["reasons"] = named
+        slowdown = dev.slowdown_temp_c or math.nan
+        temp = ctx.window.mean(gpu, "temp_c", span)
+        if slowdown > 0 and temp >= slowdown - th.throttle_temp_margin_c:
+            thermal = True
+            parts.append(f"temperature {temp:.0f} °C, {slowdown - temp:.0f} °C from its slowdown "
+                         f"threshold ({slowdown:.0f} °C)")
+            evidence.update(temp_c=round(temp, 1), slowdown_temp_c=slowdown)
+        limit = dev.power_limit_w or math.nan
+        if (got := ctx.window.recent(gpu, "power_w", span)) is not None and limit > 0:
+            watts = float(np.mean(got[1]))
+            pinned = float(np.mean(got[1] >= th.throttle_power_fraction * limit))
+            if pinned >= th.throttle_power_share:
+                parts.append(f"power {watts:.0f} W pinned at its {limit:.0f} W limit "
+                             f"({100 * pinned:.0f} % of readings)")
+                evidence.update(power_w=round(watts, 1), power_limit_w=limit, pinned_share=round(pinned, 2))
+        if not parts:
+            continue
+        if not math.isnan(clock := ctx.window.mean(gpu, "sm_clock_mhz", span)):
+            evidence["sm_clock_mhz"] = round(clock)
+        kind = "thermal" if thermal else "power"
+        message = f"GPU {gpu} is throttling ({kind}) over {span:.0f} s: " + "; ".join(parts)
+        out.append(Finding("throttling", gpu, "warning" if thermal else "info", message,
+                           THERMAL_HINT if thermal else POWER_HINT, evidence))
+    return out
+
+
+def busy_thin(ctx: Context) -> list[Finding]:
+    """Utilisation high while GPM says few SMs are active or occupied: kernels too small."""
+    th, out = ctx.thresholds, []
+    span = th.thin_window_s
+    for dev in ctx.gpus():
+        gpu = dev.key
+        end = ctx.window.end(gpu, "util_pct", "sm_active_pct")  # both over the same seconds
+        active = ctx.window.mean(gpu, "sm_active_pct", span, end)
+        occupancy = ctx.window.mean(gpu, "sm_occupancy_pct", span, end)
+        if math.isnan(active) and math.isnan(occupancy):
+            continue
+        util = ctx.window.mean(gpu, "util_pct", span, end)
+        if not (util >= th.thin_util_above_pct
+                and (active < th.thin_sm_active_below_pct or occupancy < th.thin_occupancy_below_pct)):
+            continue
+        occ = "" if math.isnan(occupancy) else f", SM occupancy {occupancy:.0f} %"
+        message = (f"GPU {gpu} looks busy (utilisation {util:.0f} %) but its SMs are mostly unused "
+                   f"(SM activity {active:.0f} %{occ}) over {span:.0f} s: kernels too small to fill it")
+        out.append(Finding("busy_thin", gpu, "info", message, THIN_HINT, {
+            "util_pct": round(util, 1), "sm_active_pct": round(active, 1),
+            "sm_occupancy_pct": None if math.isnan(occupancy) else round(occupancy, 1),
+            "window_s": span}))
     return out
