@@ -110,15 +110,12 @@ class _Walker:
 
     def _on_device(self, t: Any) -> bool:
         want = self.device
-        if want.type == "cpu":
-            return t.is_cpu
         if want.type == "cuda":
             return t.is_cuda and (want.index is None or t.get_device() == want.index)
         d = t.device
         return d.type == want.type and (want.index is None or d.index == want.index)
 
     def _tensor(self, t: Any, found: _Found, part: str) -> None:
-        tensor_t = self.torch.Tensor
         try:
             if not self._on_device(t):
                 return
@@ -128,7 +125,7 @@ class _Walker:
             return
         found.tensors += 1
         found.storages.setdefault(key, (size, part))
-        grad = tensor_t.grad.__get__(t) if part != "gradients" else None
+        grad = self.torch.Tensor.grad.__get__(t) if part != "gradients" else None
         if grad is not None:
             self._tensor(grad, found, "gradients")
 
@@ -266,23 +263,19 @@ def _user_ns(namespace: dict | None) -> dict:
 
 
 def _kind(value: object, found: _Found, torch: Any) -> str:
-    if type(value) is _Shallow:
-        return f"{value.name} holding {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
     if issubclass(type(value), torch.Tensor):
         return f"tensor {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
     if type(value) is types.FrameType:
         return "frame"
+    name = value.name if type(value) is _Shallow else type(value).__name__
     parts: dict[str, int] = {}
     for size, part in found.storages.values():
         parts[part] = parts.get(part, 0) + size
-    name = type(value).__name__
-    if set(parts) - {"tensors"}:
-        detail = ", ".join(f"{p} {fmt_bytes(parts.get(p, 0))}" for p in ("parameters", "gradients", "buffers")
-                           if p in parts or p != "gradients")
-        return f"{name}: {detail}"
-    if type(value).__name__ in ("list", "tuple", "dict", "set", "frozenset"):
-        return f"{name} of {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
-    return f"{name} holding {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
+    if set(parts) - {"tensors"} and type(value) is not _Shallow:
+        shown = [p for p in ("parameters", "gradients", "buffers") if p in parts or p != "gradients"]
+        return f"{name}: " + ", ".join(f"{p} {fmt_bytes(parts.get(p, 0))}" for p in shown)
+    how = "of" if name in ("list", "tuple", "dict", "set", "frozenset") else "holding"
+    return f"{name} {how} {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
 
 
 def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: int = 3,
@@ -353,12 +346,12 @@ def _table(walker: _Walker, ns: dict, error: BaseException | None, dev: Any, pd:
     named = sum(size for size, _ in _union(rows).values())
     if dev.type == "cuda" and torch.cuda.is_available():
         allocated, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
-        table.append({"name": UNREACHABLE, "kind": "autograd graphs, caches, other threads",
-                      "bytes": max(0, allocated - named), "tensors": 0, "shared_with": "",
-                      "hidden": True, "note": ""})
-        table.append({"name": RESERVED_FREE, "kind": "PyTorch's caching allocator",
-                      "bytes": max(0, reserved - allocated), "tensors": 0, "shared_with": "",
-                      "hidden": True, "note": "torch.cuda.empty_cache() returns it"})
+        for name, kind, size, note in (
+                (UNREACHABLE, "autograd graphs, caches, other threads", allocated - named, ""),
+                (RESERVED_FREE, "PyTorch's caching allocator", reserved - allocated,
+                 "torch.cuda.empty_cache() returns it")):
+            table.append({"name": name, "kind": kind, "bytes": max(0, size), "tensors": 0,
+                          "shared_with": "", "hidden": True, "note": note})
     frame = pd.DataFrame(table, columns=COLUMNS)
     frame.attrs.update(named_bytes=named, freed_by=_freed_by(rows))
     return frame
