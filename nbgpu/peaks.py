@@ -87,7 +87,3 @@ def match_torch(devices: list, figures: list[dict], uuid_key: str) -> dict[objec
         if fig is not None:
             out[dev.key] = fig
     return out
-
-
-__all__ = ["PEAK_AGREE_BYTES", "PEAK_AGREE_FRACTION", "Peak", "allocator_now", "fold_peak", "match_torch",
-           "torch_cuda", "torch_uuid"]

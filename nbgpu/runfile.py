@@ -40,9 +40,8 @@ class Run:
         return next((e for e in self.events if e.get("event") == "run"), {})
 
     def devices(self) -> list[dict]:
-        """The header's device descriptions (``index``, ``name``, ...) that are well formed, a
-        label that is not text (``name``, ``uuid``, ``parent``, ``host``) read as None; without
-        a header (CSV), each GPU's first ``name`` in the rows."""
+        """The header's well-formed device descriptions (a label that is not text read as None);
+        without a header (CSV), each GPU's first ``name`` in the rows."""
         devices = self.header.get("devices")
         if isinstance(devices, list):
             return [{k: (v if k not in _TEXT or _label(v) else None) for k, v in d.items()}

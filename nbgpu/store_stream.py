@@ -1,6 +1,5 @@
-"""One stream's rows (``Stream``): chunked numpy columns, folded into buckets and cut when
-old, and read back as pieces of [t0, t1] or only what was appended since. ``Store`` keeps
-one per (device, stream)."""
+"""One (device, stream)'s rows: chunked numpy columns, folded into buckets when old, read back
+as pieces of [t0, t1] or only what was appended since."""
 
 from __future__ import annotations
 

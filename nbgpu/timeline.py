@@ -256,10 +256,8 @@ class Timeline:
         return write_csv(self.to_pandas(), path)
 
     def to_jsonl(self, path: str, filled: bool = True) -> str:
-        """Write JSON lines with the monitoring script's keys plus nbgpu's; atomically.
-
-        ``filled``: each record carries its GPU's latest value of every metric (as a script logs).
-        """
+        """Write JSON lines with the monitoring script's keys plus nbgpu's, atomically; ``filled``:
+        each record carries its GPU's latest value of every metric (as a script logs)."""
         from .files import write_jsonl
 
         return write_jsonl(self.to_pandas(), path, filled=filled)
