@@ -8,7 +8,6 @@ import numbers
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -21,24 +20,6 @@ DEFAULT_BUCKET_S = 10.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
 _NO_VALUE = (math.nan, math.nan)  # (time, value) of a metric with no good row kept
-
-
-class Rows(NamedTuple):
-    """Rows of many series one after another, each with its pair (``Store.series_rows``)."""
-
-    pairs: np.ndarray  # index in the pairs asked of each row's pair, non-decreasing
-    times: np.ndarray  # epoch seconds, float64
-    values: np.ndarray  # float64, no NaN
-    cursor: dict  # (device, stream) -> rows appended so far: ``since`` of the next read
-
-
-class Packed(NamedTuple):
-    """Rows of many series one after another (``Store.series_packed``)."""
-
-    lengths: np.ndarray  # rows of each pair, in the order asked
-    times: np.ndarray  # epoch seconds, float64
-    values: np.ndarray  # float64, no NaN
-    cursor: dict  # (device, stream) -> rows appended so far: ``since`` of the next read
 
 
 @dataclass
@@ -182,13 +163,7 @@ class Store:
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""
-        best = (np.nan, np.nan)
-        with self.lock:
-            for stream in self._where.get((device, metric), ()):
-                t, v = self._streams[(device, stream)].newest(metric)
-                if not np.isnan(t) and (np.isnan(best[0]) or t > best[0]):
-                    best = (t, v)
-        return best
+        return self.last_many(device).get(metric, _NO_VALUE)
 
     def last_many(self, device: object) -> dict[str, tuple[float, float]]:
         """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass."""
@@ -212,15 +187,15 @@ class Store:
         return [(t[a:b], v[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
     def series_packed(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
-                      t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> Packed:
-        """``series`` of every pair at once, packed: (lengths, times, values, cursor)."""
+                      t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
+        """``series`` of every pair at once, packed: (rows of each pair, times, values, cursor)."""
         pair, t, v, cursor = self.series_rows(pairs, t0, t1, coarse, since)
-        return Packed(np.bincount(pair, minlength=len(pairs)), t, v, cursor)
+        return np.bincount(pair, minlength=len(pairs)), t, v, cursor
 
     def series_rows(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
-                    t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> Rows:
-        """``series_packed`` with each row's pair in place of the rows per pair: the live
-        panel's read, whose buckets are keyed by the row's pair."""
+                    t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
+        """Rows of every pair one after another, NaN dropped: (each row's index in ``pairs``, epoch
+        seconds, float64 values, cursor: {(device, stream): rows appended, ``since`` of the next read})."""
         with self.lock:
             reads, parts = self._plan(pairs)
             if since is None:
@@ -238,7 +213,7 @@ class Store:
                 vs.append(cols[col])
                 owner.append(i)
         if not ts:
-            return Rows(np.zeros(0, np.int64), np.empty(0), np.empty(0), cursor)
+            return np.zeros(0, np.int64), np.empty(0), np.empty(0), cursor
         sizes = np.fromiter(map(len, ts), np.int64, len(ts))
         t = np.concatenate(ts)
         v = np.concatenate(vs, dtype=np.float64)
@@ -251,7 +226,7 @@ class Store:
         if len(back) and (pair[back] == pair[back + 1]).any():
             order = _sort_within(pair, t)
             t, v = t[order], v[order]
-        return Rows(pair, t, v, cursor)
+        return pair, t, v, cursor
 
     def _plan(self, pairs: list[tuple[object, str]]):
         """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached."""

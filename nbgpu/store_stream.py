@@ -243,13 +243,6 @@ class Stream:
             decimated[:sum(len(t) for t, _ in old)] = True
         return times, cols, decimated
 
-    def newest(self, metric: str) -> tuple[float, float]:
-        """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none."""
-        good = self._good.get(metric)
-        if good is None or good[0] < self._oldest(self.chunks):
-            return np.nan, np.nan
-        return float(good[0]), float(good[1])
-
     def pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]
                ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
         """The rows ``read`` returns, as views of their chunks (oldest first), copied by none."""
