@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import numbers
 import threading
@@ -125,13 +126,8 @@ class Store:
     def events_since(self, seq: int = 0) -> list[Event]:
         """Events whose ``seq`` is above ``seq``, oldest first: a reader's cursor never repeats."""
         with self.lock:
-            out = []
-            for ev in reversed(self.events):
-                if ev.seq <= seq:
-                    break
-                out.append(ev)
-        out.reverse()
-        return out
+            newest_first = list(itertools.takewhile(lambda ev: ev.seq > seq, reversed(self.events)))
+        return newest_first[::-1]
 
     def oldest_event_seq(self) -> int:
         """The ``seq`` of the oldest event kept: a follower drops what it holds from before."""

@@ -127,11 +127,8 @@ class Stream:
         self.columns = dict(columns)
         self.full_res_s, self.bucket_s, self.history_s = full_res_s, bucket_s, history_s
         self.chunks: deque[_Chunk] = deque()
-        coarse_cols: dict[str, np.dtype] = {}
-        for name, dtype in self.columns.items():
-            for suffix in ("", "_min", "_max"):
-                coarse_cols[name + suffix] = dtype
-        self.coarse_columns = coarse_cols
+        self.coarse_columns = {name + suffix: dtype for name, dtype in self.columns.items()
+                               for suffix in ("", "_min", "_max")}
         self.coarse: deque[_Chunk] = deque()
         self.rows = 0
         self.appended = 0  # rows ever appended: a reader's cursor (``pieces_since``)
@@ -233,11 +230,10 @@ class Stream:
                 return float(ch.times[ch.n - 1])
         return -np.inf
 
-    def read(self, t0: float, t1: float, coarse: bool = True, columns: list[str] | None = None):
-        """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``."""
-        names = list(self.columns) if columns is None else columns
-        full, old = self._pieces(t0, t1, coarse, names)
-        times, cols = _joined(old + full, names)
+    def read(self, t0: float, t1: float, coarse: bool = True):
+        """Rows in [t0, t1]: (times, {col: values}, decimated_mask)."""
+        full, old = self._pieces(t0, t1, coarse, list(self.columns))
+        times, cols = _joined(old + full, list(self.columns))
         decimated = np.zeros(len(times), dtype=bool)
         if old:
             decimated[:sum(len(t) for t, _ in old)] = True
