@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
+from .files import write_csv, write_jsonl, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .sources.base import Device
 
@@ -70,17 +71,14 @@ def to_epoch(t: object) -> float:
         raise BadArgumentError(f"expected a time, got {t!r}")
     if isinstance(t, (int, float, np.floating, np.integer)):
         return float(t)
-    if isinstance(t, str):
-        try:
-            t = _dt.datetime.fromisoformat(t)
-        except ValueError as exc:
-            raise BadArgumentError(f"not an ISO time: {t!r}") from exc
-    if hasattr(t, "tz_localize") and hasattr(t, "value"):  # pandas.Timestamp, ns precision
-        return (t if t.tzinfo else t.tz_localize("UTC")).value / 1e9
-    if isinstance(t, _dt.datetime):
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=_dt.timezone.utc)
-        return t.timestamp()
+    import pandas as pd
+
+    try:
+        stamp = pd.Timestamp(t)
+        if stamp is not pd.NaT:
+            return (stamp if stamp.tzinfo else stamp.tz_localize("UTC")).value / 1e9
+    except (TypeError, ValueError) as exc:
+        raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}") from exc
     raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
 
 
@@ -251,21 +249,15 @@ class Timeline:
     # -- files --------------------------------------------------------------------------------
     def to_csv(self, path: str) -> str:
         """Write ``to_pandas()`` as CSV (ISO UTC times), atomically; returns the path."""
-        from .files import write_csv
-
         return write_csv(self.to_pandas(), path)
 
     def to_jsonl(self, path: str, filled: bool = True) -> str:
         """Write JSON lines with the monitoring script's keys plus nbgpu's, atomically; ``filled``:
         each record carries its GPU's latest value of every metric (as a script logs)."""
-        from .files import write_jsonl
-
         return write_jsonl(self.to_pandas(), path, filled=filled)
 
     def to_parquet(self, path: str) -> str:
         """Write ``to_pandas()`` as Parquet (needs pyarrow), atomically; returns the path."""
-        from .files import write_parquet
-
         return write_parquet(self.to_pandas(), path)
 
 
