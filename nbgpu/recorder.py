@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
-from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .runfile import load_run
 from .timeline import fold_samples
 
@@ -112,11 +112,8 @@ class Recorder:
                 bt, bcols = bt[keep], {k: v[keep] for k, v in bcols.items()}
             if not len(bt):
                 continue
-            slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
-            slot = np.minimum(slot, len(t) - 1)
-            for name, values in bcols.items():  # as Timeline's tick rows
-                base = cols.get(name, np.full(len(t), np.nan))
-                cols[name], cols[max_column(name)] = fold_samples(slot, values, len(t), base)
+            slot = np.minimum(np.searchsorted(t, bt, side="left"), len(t) - 1)  # (t[i-1], t[i]] -> tick i
+            fold_samples(cols, slot, bcols, len(t))  # as Timeline's tick rows
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:

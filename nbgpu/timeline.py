@@ -42,18 +42,20 @@ def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.where(ok, v, np.where(fresh, v[src], np.nan))
 
 
-def fold_samples(slot: np.ndarray, values: np.ndarray, n: int, own: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, max) of ``values`` (NaN skipped) per tick ``slot`` of ``n``; ``own`` where a tick got none."""
-    values = values.astype(np.float64)
-    ok = ~np.isnan(values)
-    slot, values = slot[ok], values[ok]
-    counts = np.bincount(slot, minlength=n)
-    peaks = np.full(n, np.nan)
-    np.fmax.at(peaks, slot, values)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(slot, weights=values, minlength=n) / np.maximum(counts, 1)
-    return np.where(counts > 0, mean, own), np.where(counts > 0, peaks, own)
+def fold_samples(data: dict[str, np.ndarray], slot: np.ndarray, samples: dict, n: int) -> None:
+    """Fold buffered ``samples`` into the ``n`` ticks of ``data``, sample ``i`` into tick ``slot[i]``: each
+    column's mean (NaN skipped) and its max in ``<metric>_max``; a tick that got none keeps its own."""
+    for col, raw in samples.items():
+        values = raw.astype(np.float64)
+        ok = ~np.isnan(values)
+        at, values = slot[ok], values[ok]
+        counts = np.bincount(at, minlength=n)
+        peaks = np.full(n, np.nan)
+        np.fmax.at(peaks, at, values)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.bincount(at, weights=values, minlength=n) / np.maximum(counts, 1)
+        own = data.get(col, np.full(n, np.nan))
+        data[col], data[max_column(col)] = np.where(counts > 0, mean, own), np.where(counts > 0, peaks, own)
 
 
 def _as_counts(df: pd.DataFrame) -> pd.DataFrame:
@@ -157,9 +159,8 @@ class Timeline:
             st, scols, _ = self.store.read_stream(device, stream, tt[0] - first_gap, tt[-1])
             idx = np.searchsorted(tt, st, "left")
             keep = (idx < n) & (st > tt[0] - first_gap)
-            for col, raw in scols.items():
-                own = data.get(col, np.full(n, np.nan))
-                data[col], data[max_column(col)] = fold_samples(idx[keep], raw[keep], n, own)
+            fold_samples(data, idx[keep], {col: raw[keep] for col, raw in scols.items()}, n)
+            for col in scols:
                 until = self.drained(device, col) if self.drained is not None else math.inf
                 if until < tt[-1]:
                     pending[col] = pending[max_column(col)] = until
