@@ -29,15 +29,6 @@ def iso(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
 
 
-def format_of(path: str) -> str:
-    """"jsonl", "csv" or "parquet" from the file name, or BadArgumentError."""
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FORMATS:
-        raise BadArgumentError(f"cannot tell the format of {path!r}; "
-                               "end the name in .jsonl, .csv or .parquet")
-    return FORMATS[ext]
-
-
 class Recorder:
     """Appends a sampler's new rows and events to ``path`` (.jsonl, .csv, .parquet) on every
     ``flush()``; ``header``: extra fields of the first JSON line (the command, for instance)."""
@@ -45,7 +36,10 @@ class Recorder:
     def __init__(self, sampler: Sampler, path: str, header: dict | None = None) -> None:
         self.sampler = sampler
         self.path = os.fspath(path)
-        self.format = format_of(self.path)
+        self.format = FORMATS.get(os.path.splitext(self.path)[1].lower(), "")
+        if not self.format:
+            raise BadArgumentError(f"cannot tell the format of {self.path!r}; "
+                                   "end the name in .jsonl, .csv or .parquet")
         check_target(self.path)
         self.journal = self.path + ".partial.jsonl" if self.format == "parquet" else self.path
         self._file = LineFile(self.journal)
@@ -174,11 +168,8 @@ class Recorder:
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
             self._event_seq = ev.seq
         self._write_stacks()
-        alert_list = getattr(self.sampler, "alert_list", None)
-        if not callable(alert_list):
-            return
         try:
-            alerts = alert_list()
+            alerts = self.sampler.alert_list()
         except Exception:
             return
         for a in alerts:
