@@ -51,14 +51,10 @@ def _tick_seconds(s: float) -> str:
 
 def _path(xs: np.ndarray, ys: np.ndarray) -> str:
     """SVG path data; NaN starts a new sub-path, so gaps stay gaps."""
-    parts, pen_down = [], False
-    for x, y in zip(xs, ys, strict=True):
-        if math.isnan(y):
-            pen_down = False
-            continue
-        parts.append(f"{'L' if pen_down else 'M'}{x:.1f},{y:.1f}")
-        pen_down = True
-    return "".join(parts)
+    ok = ~np.isnan(ys)
+    pen = np.r_[False, ok[:-1]].tolist()  # down after a point, up after a gap
+    return "".join(f"{'L' if p else 'M'}{x:.1f},{y:.1f}"
+                   for p, x, y, k in zip(pen, xs.tolist(), ys.tolist(), ok.tolist(), strict=True) if k)
 
 
 def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
