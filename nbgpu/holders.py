@@ -280,18 +280,9 @@ def _kind(value: object, found: _Found, torch: Any) -> str:
 
 def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: int = 3,
                    error: BaseException | None = None):
-    """The names that hold ``device`` memory, largest first, as a pandas DataFrame.
-
-    Args:
-        device: "cuda", "cuda:1", "cpu" (CPU tensors, the same walk).
-        namespace: the names to walk; None: the IPython user namespace (else ``__main__``).
-        depth: how many containers deep to look.
-        error: an exception being handled; its traceback stands for the last one (None:
-            ``sys.last_traceback``).
-    ``attrs`` of the frame: ``named_bytes`` (every named storage, counted once) and
-    ``freed_by`` (bytes held only by the output cache, only by the traceback, only by both:
-    what ``%gpumon free --outputs`` / ``--traceback`` / ``--all-hidden`` can give back).
-    """
+    """The names that hold ``device`` ("cuda", "cuda:1", "cpu") memory, largest first, as a DataFrame
+    (docs/profiles.md): ``namespace`` None walks IPython's user names (else ``__main__``), ``depth``
+    containers deep; ``error``'s traceback stands for ``sys.last_traceback``."""
     import pandas as pd
 
     torch = sys.modules.get("torch")

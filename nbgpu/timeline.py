@@ -196,14 +196,9 @@ class Timeline:
         return df
 
     def to_pandas(self, host: bool = True, resolution: str = "tick") -> pd.DataFrame:
-        """One row per (sampler tick, gpu), UTC ``time``, every metric filled; NaN means unknown.
-
-        Args:
-            host: tick rows also carry the ``host_*``/``proc_*`` columns.
-            resolution: "tick" folds sample buffers into the tick they precede (their mean, and
-                their maximum in ``<metric>_max``; ticks not drained yet are NaN there, see
-                ``attrs["not_drained"]``); "native": every reading at its own time (docs/profiles.md).
-        """
+        """One row per (tick, gpu), UTC ``time``, NaN where unknown, ``host`` columns too; "tick" folds
+        sample buffers into their tick (mean, ``<metric>_max``; ``attrs["not_drained"]``), "native"
+        keeps every reading at its own time (docs/profiles.md)."""
         import pandas as pd
 
         if resolution not in RESOLUTIONS:
