@@ -33,6 +33,12 @@ class _Found:
         self.storages: dict[tuple, tuple[int, str]] = {}
         self.tensors, self.capped, self.visited = 0, False, 0
 
+    def over_budget(self, more: int) -> bool:
+        """Count ``more`` objects looked at; True (and capped) once past ``BUDGET``."""
+        self.visited += more
+        self.capped = self.capped or self.visited > BUDGET
+        return self.visited > BUDGET
+
 
 _LEAF_TYPES = (str, bytes, int, float, complex, type, types.ModuleType, types.FunctionType, type(None))
 
@@ -99,9 +105,7 @@ class _Walker:
         for base, name in ((self.module, "module"), (self.optim, "optim")):
             if base is not None and issubclass(kind, base):
                 return (name,)
-        if issubclass(kind, dict):
-            return ("dict",)
-        for base in (list, tuple, set, frozenset):
+        for base in (dict, list, tuple, set, frozenset):
             if issubclass(kind, base):
                 return ("items", base)
         if issubclass(kind, BaseException):
@@ -162,9 +166,7 @@ class _Walker:
         seen = set() if seen is None else seen
         if id(obj) in seen or id(obj) in self.skip or level > self.depth:
             return
-        found.visited += 1
-        if found.visited > BUDGET:
-            found.capped = True
+        if found.over_budget(1):
             return
         what = self._kind(type(obj))
         tag = what[0]
@@ -180,8 +182,6 @@ class _Walker:
         if tag == "optim":
             state = (_dict_of(obj) or {}).get("state")
             children = self._items(state, dict, found) if issubclass(type(state), dict) else []
-        elif tag == "dict":
-            children = self._items(obj, dict, found)
         elif tag == "items":
             children = self._items(obj, what[1], found)
         elif tag == "exception":
@@ -192,9 +192,7 @@ class _Walker:
         else:
             d = _read_dict(what[1], obj)
             children = [*(self._items(d, dict, found) if d is not None else ()), *_read_slots(what[2], obj)]
-        found.visited += len(children)  # every item looked at counts, leaves too
-        if found.visited > BUDGET:
-            found.capped = True
+        if found.over_budget(len(children)):  # every item looked at counts, leaves too
             return
         kinds = self.kinds
         for child in children:
