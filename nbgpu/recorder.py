@@ -143,8 +143,8 @@ class Recorder:
             writer = csv.writer(buf, lineterminator="")
             names = {d.key: d.name for d in self.sampler.devices}  # "... (simulated)" says so in CSV
             for when, gpu, row in rows:
-                writer.writerow([iso(when), gpu, names.get(gpu, "")]
-                                + [_csv_value(row.get(c)) for c in self._columns[3:]])
+                cells = ["" if (v := row.get(c)) is None or v != v else v for c in self._columns[3:]]
+                writer.writerow([iso(when), gpu, names.get(gpu, ""), *cells])
                 lines.append(buf.getvalue())
                 buf.seek(0)
                 buf.truncate()
@@ -233,10 +233,6 @@ class Recorder:
             self.closed = True
             with contextlib.suppress(OSError, FileError):
                 self._file.close()
-
-
-def _csv_value(v: object) -> object:
-    return "" if v is None or v != v else v
 
 
 def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
