@@ -15,7 +15,7 @@ TIB = 1024**4
 BINARY = ((TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB"))
 
 
-def _ok(v: object) -> bool:
+def finite(v: object) -> bool:
     """Whether ``v`` is a finite number (numpy scalars included; text and bools are not)."""
     if isinstance(v, (str, bytes, bool)) or v is None:
         return False
@@ -34,7 +34,7 @@ def _number(fmt: Callable[..., str]) -> Callable[..., str]:
     """``fmt`` given a finite number as a float; anything else (None, NaN, text, a bool) reads MISSING."""
     @functools.wraps(fmt)
     def checked(v: object, *args: object, **kwargs: object) -> str:
-        return fmt(float(v), *args, **kwargs) if _ok(v) else MISSING
+        return fmt(float(v), *args, **kwargs) if finite(v) else MISSING
     return checked
 
 
@@ -61,7 +61,7 @@ def gib(n: float | None, digits: int | None = None) -> str:
 
 def fmt_used_of(used: float | None, total: float | None) -> str:
     """``40/140`` in GiB (the header names the unit); ``40`` when the total is unknown."""
-    return f"{gib(used)}/{gib(total)}" if _ok(used) and _ok(total) else gib(used)
+    return f"{gib(used)}/{gib(total)}" if finite(used) and finite(total) else gib(used)
 
 
 @_number
