@@ -75,7 +75,6 @@ class Store:
         self._event_seq = 0
         self.lock = threading.Lock()
         self._streams: dict[tuple[object, str], Stream] = {}
-        self._where: dict[tuple[object, str], list[str]] = {}  # (device, metric) -> streams
         self._by_device: dict[object, dict[str, list[str]]] = {}  # device -> {metric: streams}
         self._device_streams: dict[object, list[Stream]] = {}  # in the order first declared
         self._plans: dict[tuple, tuple] = {}  # pairs -> what series_packed reads (see _plan)
@@ -90,8 +89,7 @@ class Store:
             self._device_streams[device] = [st for (d, _), st in self._streams.items() if d == device]
             self._plans.clear()
             for name in columns:
-                streams = self._where.setdefault((device, name), [])
-                self._by_device.setdefault(device, {})[name] = streams
+                streams = self._by_device.setdefault(device, {}).setdefault(name, [])
                 if stream not in streams:
                     streams.append(stream)
 
@@ -144,7 +142,7 @@ class Store:
 
     def metrics_of(self, device: object) -> list[str]:
         with self.lock:
-            return [m for (d, m) in self._where if d == device]
+            return list(self._by_device.get(device, ()))
 
     def read_stream(self, device: object, stream: str, t0: float = -np.inf, t1: float = np.inf,
                     coarse: bool = True):
@@ -232,7 +230,7 @@ class Store:
             wanted: dict[tuple[object, str], dict[str, int]] = {}
             found = []
             for i, (device, metric) in enumerate(pairs):
-                for stream in self._where.get((device, metric), ()):
+                for stream in self._by_device.get(device, {}).get(metric, ()):
                     names = wanted.setdefault((device, stream), {})
                     found.append((i, (device, stream), names.setdefault(metric, len(names))))
             index = {k: j for j, k in enumerate(wanted)}
