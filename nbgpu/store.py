@@ -49,7 +49,9 @@ class MarkFollower:
         if new:
             self._seq = new[-1].seq
             self.marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
-        if self.marks and self.marks[0][2] < (kept_from := store.oldest_event_seq()):
+        with store.lock:
+            kept_from = store.events[0].seq if store.events else math.inf  # older ones were let go
+        if self.marks and self.marks[0][2] < kept_from:
             del self.marks[:bisect.bisect_left(self.marks, kept_from, key=lambda m: m[2])]
         return self.marks
 
@@ -126,11 +128,6 @@ class Store:
         with self.lock:
             newest_first = list(itertools.takewhile(lambda ev: ev.seq > seq, reversed(self.events)))
         return newest_first[::-1]
-
-    def oldest_event_seq(self) -> int:
-        """The ``seq`` of the oldest event kept: a follower drops what it holds from before."""
-        with self.lock:
-            return self.events[0].seq if self.events else self._event_seq + 1
 
     def devices(self) -> list[object]:
         with self.lock:
