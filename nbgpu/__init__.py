@@ -1,9 +1,5 @@
-"""nbgpu: see what your NVIDIA GPUs are doing, live, from inside a Jupyter notebook.
-
-``%load_ext nbgpu`` then ``%gpumon`` in a notebook; from Python, ``nbgpu.Sampler``.
-Nothing starts at import: no thread, no NVML call, no widget; the public names load their
-modules (and numpy, ipywidgets, bqplot) on first use, so ``import nbgpu`` stays cheap.
-"""
+"""nbgpu: see what your NVIDIA GPUs are doing, live, in Jupyter (``%load_ext nbgpu``, ``%gpumon``).
+Nothing starts at import; public names load their modules on first use, so importing is cheap."""
 
 from __future__ import annotations
 

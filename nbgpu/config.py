@@ -1,9 +1,5 @@
-"""One configuration object for every user-facing default: ``NbGpu``, a traitlets Configurable.
-
-``%config NbGpu.interval = 0.5`` in a kernel, ``c.NbGpu.interval = 0.5`` in
-``ipython_config.py``, or an ``NBGPU_*`` environment variable set the same traits; the
-sampler, panel, magics, history and exporter read their defaults from ``settings()``.
-"""
+"""Every user-facing default in one traitlets Configurable, ``NbGpu``: set by ``%config NbGpu.x``,
+``ipython_config.py`` or ``NBGPU_*`` variables, read through ``settings()``."""
 
 from __future__ import annotations
 

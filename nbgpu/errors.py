@@ -60,7 +60,3 @@ def warn_user(message: str) -> None:
     found after their call returned (a background write); callers say each once."""
     logging.getLogger("nbgpu").warning("%s", message)
     warnings.warn(message, UserWarning, stacklevel=3)
-
-
-__all__ = ["BadArgumentError", "FileError", "NVMLUnavailableError", "NbgpuError", "SamplerStateError",
-           "SourceError", "warn_user"]

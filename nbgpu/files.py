@@ -224,10 +224,8 @@ def write_jsonl(df: pd.DataFrame, path: str, filled: bool = True) -> str:
 
 def write_csv(df: pd.DataFrame, path: str) -> str:
     """Write ``df`` as CSV with ISO 8601 UTC times, atomically; returns the path."""
-    out = df.copy()
-    out["time"] = out["time"].map(lambda t: t.isoformat())
     with atomic_file(path) as fh:
-        out.to_csv(fh, index=False, lineterminator="\n")
+        df.assign(time=df["time"].map(lambda t: t.isoformat())).to_csv(fh, index=False, lineterminator="\n")
     return os.fspath(path)
 
 

@@ -33,6 +33,12 @@ class _Found:
         self.storages: dict[tuple, tuple[int, str]] = {}
         self.tensors, self.capped, self.visited = 0, False, 0
 
+    def over_budget(self, more: int) -> bool:
+        """Count ``more`` objects looked at; True (and capped) once past ``BUDGET``."""
+        self.visited += more
+        self.capped = self.capped or self.visited > BUDGET
+        return self.visited > BUDGET
+
 
 _LEAF_TYPES = (str, bytes, int, float, complex, type, types.ModuleType, types.FunctionType, type(None))
 
@@ -99,9 +105,7 @@ class _Walker:
         for base, name in ((self.module, "module"), (self.optim, "optim")):
             if base is not None and issubclass(kind, base):
                 return (name,)
-        if issubclass(kind, dict):
-            return ("dict",)
-        for base in (list, tuple, set, frozenset):
+        for base in (dict, list, tuple, set, frozenset):
             if issubclass(kind, base):
                 return ("items", base)
         if issubclass(kind, BaseException):
@@ -110,15 +114,12 @@ class _Walker:
 
     def _on_device(self, t: Any) -> bool:
         want = self.device
-        if want.type == "cpu":
-            return t.is_cpu
         if want.type == "cuda":
             return t.is_cuda and (want.index is None or t.get_device() == want.index)
         d = t.device
         return d.type == want.type and (want.index is None or d.index == want.index)
 
     def _tensor(self, t: Any, found: _Found, part: str) -> None:
-        tensor_t = self.torch.Tensor
         try:
             if not self._on_device(t):
                 return
@@ -128,7 +129,7 @@ class _Walker:
             return
         found.tensors += 1
         found.storages.setdefault(key, (size, part))
-        grad = tensor_t.grad.__get__(t) if part != "gradients" else None
+        grad = self.torch.Tensor.grad.__get__(t) if part != "gradients" else None
         if grad is not None:
             self._tensor(grad, found, "gradients")
 
@@ -165,9 +166,7 @@ class _Walker:
         seen = set() if seen is None else seen
         if id(obj) in seen or id(obj) in self.skip or level > self.depth:
             return
-        found.visited += 1
-        if found.visited > BUDGET:
-            found.capped = True
+        if found.over_budget(1):
             return
         what = self._kind(type(obj))
         tag = what[0]
@@ -183,8 +182,6 @@ class _Walker:
         if tag == "optim":
             state = (_dict_of(obj) or {}).get("state")
             children = self._items(state, dict, found) if issubclass(type(state), dict) else []
-        elif tag == "dict":
-            children = self._items(obj, dict, found)
         elif tag == "items":
             children = self._items(obj, what[1], found)
         elif tag == "exception":
@@ -195,9 +192,7 @@ class _Walker:
         else:
             d = _read_dict(what[1], obj)
             children = [*(self._items(d, dict, found) if d is not None else ()), *_read_slots(what[2], obj)]
-        found.visited += len(children)  # every item looked at counts, leaves too
-        if found.visited > BUDGET:
-            found.capped = True
+        if found.over_budget(len(children)):  # every item looked at counts, leaves too
             return
         kinds = self.kinds
         for child in children:
@@ -266,39 +261,26 @@ def _user_ns(namespace: dict | None) -> dict:
 
 
 def _kind(value: object, found: _Found, torch: Any) -> str:
-    if type(value) is _Shallow:
-        return f"{value.name} holding {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
     if issubclass(type(value), torch.Tensor):
         return f"tensor {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
     if type(value) is types.FrameType:
         return "frame"
+    name = value.name if type(value) is _Shallow else type(value).__name__
     parts: dict[str, int] = {}
     for size, part in found.storages.values():
         parts[part] = parts.get(part, 0) + size
-    name = type(value).__name__
-    if set(parts) - {"tensors"}:
-        detail = ", ".join(f"{p} {fmt_bytes(parts.get(p, 0))}" for p in ("parameters", "gradients", "buffers")
-                           if p in parts or p != "gradients")
-        return f"{name}: {detail}"
-    if type(value).__name__ in ("list", "tuple", "dict", "set", "frozenset"):
-        return f"{name} of {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
-    return f"{name} holding {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
+    if set(parts) - {"tensors"} and type(value) is not _Shallow:
+        shown = [p for p in ("parameters", "gradients", "buffers") if p in parts or p != "gradients"]
+        return f"{name}: " + ", ".join(f"{p} {fmt_bytes(parts.get(p, 0))}" for p in shown)
+    how = "of" if name in ("list", "tuple", "dict", "set", "frozenset") else "holding"
+    return f"{name} {how} {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
 
 
 def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: int = 3,
                    error: BaseException | None = None):
-    """The names that hold ``device`` memory, largest first, as a pandas DataFrame.
-
-    Args:
-        device: "cuda", "cuda:1", "cpu" (CPU tensors, the same walk).
-        namespace: the names to walk; None: the IPython user namespace (else ``__main__``).
-        depth: how many containers deep to look.
-        error: an exception being handled; its traceback stands for the last one (None:
-            ``sys.last_traceback``).
-    ``attrs`` of the frame: ``named_bytes`` (every named storage, counted once) and
-    ``freed_by`` (bytes held only by the output cache, only by the traceback, only by both:
-    what ``%gpumon free --outputs`` / ``--traceback`` / ``--all-hidden`` can give back).
-    """
+    """The names that hold ``device`` ("cuda", "cuda:1", "cpu") memory, largest first, as a DataFrame
+    (docs/profiles.md): ``namespace`` None walks IPython's user names (else ``__main__``), ``depth``
+    containers deep; ``error``'s traceback stands for ``sys.last_traceback``."""
     import pandas as pd
 
     torch = sys.modules.get("torch")
@@ -353,12 +335,12 @@ def _table(walker: _Walker, ns: dict, error: BaseException | None, dev: Any, pd:
     named = sum(size for size, _ in _union(rows).values())
     if dev.type == "cuda" and torch.cuda.is_available():
         allocated, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
-        table.append({"name": UNREACHABLE, "kind": "autograd graphs, caches, other threads",
-                      "bytes": max(0, allocated - named), "tensors": 0, "shared_with": "",
-                      "hidden": True, "note": ""})
-        table.append({"name": RESERVED_FREE, "kind": "PyTorch's caching allocator",
-                      "bytes": max(0, reserved - allocated), "tensors": 0, "shared_with": "",
-                      "hidden": True, "note": "torch.cuda.empty_cache() returns it"})
+        for name, kind, size, note in (
+                (UNREACHABLE, "autograd graphs, caches, other threads", allocated - named, ""),
+                (RESERVED_FREE, "PyTorch's caching allocator", reserved - allocated,
+                 "torch.cuda.empty_cache() returns it")):
+            table.append({"name": name, "kind": kind, "bytes": max(0, size), "tensors": 0,
+                          "shared_with": "", "hidden": True, "note": note})
     frame = pd.DataFrame(table, columns=COLUMNS)
     frame.attrs.update(named_bytes=named, freed_by=_freed_by(rows))
     return frame

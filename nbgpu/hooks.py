@@ -1,8 +1,5 @@
-"""Views that lower layers show: ``view(kind, obj)``, resolved here whatever was imported first.
-
-``view("cell_report", cap)`` and ``view("oom_report", pm)`` import their widget (a layer above) on
-first use, the two documented exceptions to the layer rule (docs/engine.md "Layers").
-"""
+"""Views lower layers show, ``view(kind, obj)``: "cell_report" and "oom_report" import their widget
+on first use, the two documented exceptions to the layer rule (docs/engine.md "Layers")."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .units import finite
+
 # The allocator's and NVML's peaks count as the same figure within this much.
 PEAK_AGREE_FRACTION = 0.02
 PEAK_AGREE_BYTES = 64 * 1024**2
@@ -21,18 +23,14 @@ class Peak:
     source: str  # "nvml" | "allocator" | "both" | "none"
 
 
-def _finite(v: object) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
-
-
 def fold_peak(nvml_peak_bytes: float, nvml_at_bytes: float, allocator: Mapping | None) -> Peak:
     """NVML's peak raised to the allocator's ``peak_reserved_bytes`` plus what NVML counted outside
     it (``nvml_at_bytes`` less ``reserved_start_bytes``); ``allocator`` None: PyTorch not in use."""
-    nvml = float(nvml_peak_bytes) if _finite(nvml_peak_bytes) else math.nan
-    if not allocator or not _finite(allocator.get("peak_reserved_bytes", math.nan)):
+    nvml = float(nvml_peak_bytes) if finite(nvml_peak_bytes) else math.nan
+    if not allocator or not finite(allocator.get("peak_reserved_bytes", math.nan)):
         return Peak(nvml, "nvml" if math.isfinite(nvml) else "none")
     outside = (float(nvml_at_bytes) - float(allocator.get("reserved_start_bytes", 0.0))
-               if _finite(nvml_at_bytes) else 0.0)
+               if finite(nvml_at_bytes) else 0.0)
     peak = float(allocator["peak_reserved_bytes"]) + max(outside, 0.0)
     if not math.isfinite(nvml):
         return Peak(peak, "allocator")
@@ -87,7 +85,3 @@ def match_torch(devices: list, figures: list[dict], uuid_key: str) -> dict[objec
         if fig is not None:
             out[dev.key] = fig
     return out
-
-
-__all__ = ["PEAK_AGREE_BYTES", "PEAK_AGREE_FRACTION", "Peak", "allocator_now", "fold_peak", "match_torch",
-           "torch_cuda", "torch_uuid"]

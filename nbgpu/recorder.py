@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
-from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
+from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .runfile import load_run
 from .timeline import fold_samples
 
@@ -29,15 +29,6 @@ def iso(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
 
 
-def format_of(path: str) -> str:
-    """"jsonl", "csv" or "parquet" from the file name, or BadArgumentError."""
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FORMATS:
-        raise BadArgumentError(f"cannot tell the format of {path!r}; "
-                               "end the name in .jsonl, .csv or .parquet")
-    return FORMATS[ext]
-
-
 class Recorder:
     """Appends a sampler's new rows and events to ``path`` (.jsonl, .csv, .parquet) on every
     ``flush()``; ``header``: extra fields of the first JSON line (the command, for instance)."""
@@ -45,7 +36,10 @@ class Recorder:
     def __init__(self, sampler: Sampler, path: str, header: dict | None = None) -> None:
         self.sampler = sampler
         self.path = os.fspath(path)
-        self.format = format_of(self.path)
+        self.format = FORMATS.get(os.path.splitext(self.path)[1].lower(), "")
+        if not self.format:
+            raise BadArgumentError(f"cannot tell the format of {self.path!r}; "
+                                   "end the name in .jsonl, .csv or .parquet")
         check_target(self.path)
         self.journal = self.path + ".partial.jsonl" if self.format == "parquet" else self.path
         self._file = LineFile(self.journal)
@@ -112,11 +106,8 @@ class Recorder:
                 bt, bcols = bt[keep], {k: v[keep] for k, v in bcols.items()}
             if not len(bt):
                 continue
-            slot = np.searchsorted(t, bt, side="left")  # sample in (t[i-1], t[i]] -> tick i
-            slot = np.minimum(slot, len(t) - 1)
-            for name, values in bcols.items():  # as Timeline's tick rows
-                base = cols.get(name, np.full(len(t), np.nan))
-                cols[name], cols[max_column(name)] = fold_samples(slot, values, len(t), base)
+            slot = np.minimum(np.searchsorted(t, bt, side="left"), len(t) - 1)  # (t[i-1], t[i]] -> tick i
+            fold_samples(cols, slot, bcols, len(t))  # as Timeline's tick rows
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:
@@ -152,8 +143,8 @@ class Recorder:
             writer = csv.writer(buf, lineterminator="")
             names = {d.key: d.name for d in self.sampler.devices}  # "... (simulated)" says so in CSV
             for when, gpu, row in rows:
-                writer.writerow([iso(when), gpu, names.get(gpu, "")]
-                                + [_csv_value(row.get(c)) for c in self._columns[3:]])
+                cells = ["" if (v := row.get(c)) is None or v != v else v for c in self._columns[3:]]
+                writer.writerow([iso(when), gpu, names.get(gpu, ""), *cells])
                 lines.append(buf.getvalue())
                 buf.seek(0)
                 buf.truncate()
@@ -177,11 +168,8 @@ class Recorder:
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
             self._event_seq = ev.seq
         self._write_stacks()
-        alert_list = getattr(self.sampler, "alert_list", None)
-        if not callable(alert_list):
-            return
         try:
-            alerts = alert_list()
+            alerts = self.sampler.alert_list()
         except Exception:
             return
         for a in alerts:
@@ -245,10 +233,6 @@ class Recorder:
             self.closed = True
             with contextlib.suppress(OSError, FileError):
                 self._file.close()
-
-
-def _csv_value(v: object) -> object:
-    return "" if v is None or v != v else v
 
 
 def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:

@@ -40,9 +40,8 @@ class Run:
         return next((e for e in self.events if e.get("event") == "run"), {})
 
     def devices(self) -> list[dict]:
-        """The header's device descriptions (``index``, ``name``, ...) that are well formed, a
-        label that is not text (``name``, ``uuid``, ``parent``, ``host``) read as None; without
-        a header (CSV), each GPU's first ``name`` in the rows."""
+        """The header's well-formed device descriptions (a label that is not text read as None);
+        without a header (CSV), each GPU's first ``name`` in the rows."""
         devices = self.header.get("devices")
         if isinstance(devices, list):
             return [{k: (v if k not in _TEXT or _label(v) else None) for k, v in d.items()}
@@ -160,10 +159,9 @@ def _open_regular(path: str) -> int:
 
 
 def _check_frame(path: str, df: pd.DataFrame) -> pd.DataFrame:
-    if "time" not in df.columns:
-        raise _bad(path, "it has no `time` column")
-    if "gpu" not in df.columns:
-        raise _bad(path, "it has no `gpu` column")
+    for column in ("time", "gpu"):
+        if column not in df.columns:
+            raise _bad(path, f"it has no `{column}` column")
     df = _numeric(df.reset_index(drop=True))
     df["time"] = _times(path, df["time"].set_axis(range(1, len(df) + 1)), "row").to_numpy()
     return df
@@ -243,8 +241,7 @@ def _read_jsonl(path: str) -> Run:
                 try:
                     rec = json.loads(raw.decode("utf-8"))
                 except ValueError:  # a line torn by a crash, or not JSON at all
-                    skipped += 1
-                    continue
+                    rec = None
                 if not isinstance(rec, dict) or "timestamp" not in rec:
                     skipped += 1
                     continue
@@ -278,8 +275,4 @@ def load_run(path: str | os.PathLike) -> Run:
     text = os.fsdecode(path) if path is not None else ""
     _open_regular(text)
     ext = os.path.splitext(text)[1].lower()
-    if ext == ".csv":
-        return _read_csv(text)
-    if ext == ".parquet":
-        return _read_parquet(text)
-    return _read_jsonl(text)
+    return {".csv": _read_csv, ".parquet": _read_parquet}.get(ext, _read_jsonl)(text)

@@ -1,11 +1,6 @@
-"""The sampler: one background thread that reads a source and writes a store.
-
-Only it touches the source; views read the store and its snapshots. What is read when comes
-from ``schedule.plan``, shared by the thread and ``step(now)`` (tests drive it with a fake
-clock). Every step is guarded: errors are counted (per GPU too) and the thread carries on.
-Lifecycle in ``sampler_thread``, reads in ``sampler_reads``; ``Sampler(diagnostics=True)``
-attaches a ``nbgpu.diagnostics`` engine as a tick listener.
-"""
+"""The sampler: the one thread that reads a source (on ``schedule.plan``, as ``step(now)`` does with
+a fake clock) and writes a store; errors are counted and it carries on. Parts: ``sampler_thread``
+(lifecycle), ``sampler_reads`` (what views read)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What views read from a sampler: newest values with their states, status, alerts.
-
-Snapshots taken under the sampler's lock. A metric that is "stale" (not refreshed for
-``STALE_PERIODS`` of its periods) or "failed" reads NaN in ``latest()``: a frozen value never looks live.
-"""
+"""What views read from a sampler, as snapshots under its lock: newest values, status, alerts.
+A "stale" or "failed" metric reads NaN in ``latest()``: a frozen value never looks live."""
 
 from __future__ import annotations
 
@@ -105,11 +102,8 @@ class SamplerReads:
 
     def _states(self, key, metrics: Iterable[str], now: float, supported: frozenset,
                 never: dict) -> dict[str, str]:
-        """"live", "stale", "failed" or "unsupported" of each metric of ``key`` (``_lock`` held).
-
-        Failed: a read of it (or of the device) failed after its newest refresh; ``never``: the
-        period assumed before its second refresh. Plain comparisons: the panel asks each refresh.
-        """
+        """"live", "stale", "failed" (a read failed after its newest refresh) or "unsupported" of
+        each metric of ``key``, ``_lock`` held; ``never``: the period before a second refresh."""
         unsupported = self._unsupported.get(key, ())
         errors = self._error_at.get(key, _NO_ERRORS)  # metric (None: any) -> newest failure
         anyone = errors.get(None)
@@ -136,11 +130,8 @@ class SamplerReads:
         return out
 
     def latest(self) -> list[dict]:
-        """Newest value of every metric of every GPU (NaN where not live; changes nothing).
-
-        Rows: ``gpu``, ``name``, ``state``, ``time`` (UTC Timestamp), ``time_s``, one value per
-        metric, ``states`` ({metric: "live" | "stale" | "failed" | "unsupported"}), ``last_good``.
-        """
+        """Per GPU: ``gpu``, ``name``, ``state``, ``time`` (UTC), ``time_s``, each metric's newest value
+        (NaN unless live), ``states`` ({metric: "live"|"stale"|"failed"|"unsupported"}), ``last_good``."""
         import pandas as pd
 
         now = self._stale_now()

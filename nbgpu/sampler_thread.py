@@ -1,8 +1,5 @@
-"""The sampler's thread: start, stop, close, the loop calling ``step()``, waiting for steps.
-
-``start()``/``stop()`` are safe from any thread; one thread at most. ``stop()`` never waits on
-a hanging read past ``STOP_WAIT_S``: the thread closes the source after its last read.
-"""
+"""The sampler's one thread: start/stop (safe from any thread), the loop calling ``step()``, waits
+for steps. ``stop()`` waits on a hanging read at most ``STOP_WAIT_S``; the thread closes the source."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The kernel's one shared sampler, used by the magics, panels and per-cell profiles.
-
-A different ``source`` or ``interval`` replaces it (the old one stopped, its timeline readable);
-panel settings never touch it. ``listed_source()`` (``%load_ext``) lists the GPUs unprobed; the
-next sampler of that source takes it, so NVML is opened once from ``%load_ext`` to the panel.
-"""
+"""The kernel's one shared sampler (magics, panels, cell profiles); another source or interval
+replaces it. ``listed_source()`` keeps ``%load_ext``'s NVML source for it: NVML opens once."""
 
 from __future__ import annotations
 
@@ -50,11 +46,8 @@ def shared_sampler() -> Sampler | None:
 
 
 def ensure_sampler(source: object = None, interval: float | None = None) -> Sampler:
-    """Return the running shared sampler, starting or replacing it as the arguments require.
-
-    None keeps what runs (first start: "auto", ``NbGpu.interval``); a bad ``interval`` raises
-    ``BadArgumentError`` before anything is replaced.
-    """
+    """The running shared sampler, started or replaced as the arguments require (None keeps what
+    runs; first start: "auto", ``NbGpu.interval``); a bad ``interval`` replaces nothing."""
     global _shared, _settings
     with _lock:
         if _settings:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import numbers
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -21,24 +21,6 @@ DEFAULT_BUCKET_S = 10.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
 _NO_VALUE = (math.nan, math.nan)  # (time, value) of a metric with no good row kept
-
-
-class Rows(NamedTuple):
-    """Rows of many series one after another, each with its pair (``Store.series_rows``)."""
-
-    pairs: np.ndarray  # index in the pairs asked of each row's pair, non-decreasing
-    times: np.ndarray  # epoch seconds, float64
-    values: np.ndarray  # float64, no NaN
-    cursor: dict  # (device, stream) -> rows appended so far: ``since`` of the next read
-
-
-class Packed(NamedTuple):
-    """Rows of many series one after another (``Store.series_packed``)."""
-
-    lengths: np.ndarray  # rows of each pair, in the order asked
-    times: np.ndarray  # epoch seconds, float64
-    values: np.ndarray  # float64, no NaN
-    cursor: dict  # (device, stream) -> rows appended so far: ``since`` of the next read
 
 
 @dataclass
@@ -67,7 +49,9 @@ class MarkFollower:
         if new:
             self._seq = new[-1].seq
             self.marks.extend((e.time, e.label, e.seq) for e in new if e.kind == "mark")
-        if self.marks and self.marks[0][2] < (kept_from := store.oldest_event_seq()):
+        with store.lock:
+            kept_from = store.events[0].seq if store.events else math.inf  # older ones were let go
+        if self.marks and self.marks[0][2] < kept_from:
             del self.marks[:bisect.bisect_left(self.marks, kept_from, key=lambda m: m[2])]
         return self.marks
 
@@ -93,7 +77,6 @@ class Store:
         self._event_seq = 0
         self.lock = threading.Lock()
         self._streams: dict[tuple[object, str], Stream] = {}
-        self._where: dict[tuple[object, str], list[str]] = {}  # (device, metric) -> streams
         self._by_device: dict[object, dict[str, list[str]]] = {}  # device -> {metric: streams}
         self._device_streams: dict[object, list[Stream]] = {}  # in the order first declared
         self._plans: dict[tuple, tuple] = {}  # pairs -> what series_packed reads (see _plan)
@@ -108,8 +91,7 @@ class Store:
             self._device_streams[device] = [st for (d, _), st in self._streams.items() if d == device]
             self._plans.clear()
             for name in columns:
-                streams = self._where.setdefault((device, name), [])
-                self._by_device.setdefault(device, {})[name] = streams
+                streams = self._by_device.setdefault(device, {}).setdefault(name, [])
                 if stream not in streams:
                     streams.append(stream)
 
@@ -144,18 +126,8 @@ class Store:
     def events_since(self, seq: int = 0) -> list[Event]:
         """Events whose ``seq`` is above ``seq``, oldest first: a reader's cursor never repeats."""
         with self.lock:
-            out = []
-            for ev in reversed(self.events):
-                if ev.seq <= seq:
-                    break
-                out.append(ev)
-        out.reverse()
-        return out
-
-    def oldest_event_seq(self) -> int:
-        """The ``seq`` of the oldest event kept: a follower drops what it holds from before."""
-        with self.lock:
-            return self.events[0].seq if self.events else self._event_seq + 1
+            newest_first = list(itertools.takewhile(lambda ev: ev.seq > seq, reversed(self.events)))
+        return newest_first[::-1]
 
     def devices(self) -> list[object]:
         with self.lock:
@@ -167,7 +139,7 @@ class Store:
 
     def metrics_of(self, device: object) -> list[str]:
         with self.lock:
-            return [m for (d, m) in self._where if d == device]
+            return list(self._by_device.get(device, ()))
 
     def read_stream(self, device: object, stream: str, t0: float = -np.inf, t1: float = np.inf,
                     coarse: bool = True):
@@ -182,13 +154,7 @@ class Store:
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""
-        best = (np.nan, np.nan)
-        with self.lock:
-            for stream in self._where.get((device, metric), ()):
-                t, v = self._streams[(device, stream)].newest(metric)
-                if not np.isnan(t) and (np.isnan(best[0]) or t > best[0]):
-                    best = (t, v)
-        return best
+        return self.last_many(device).get(metric, _NO_VALUE)
 
     def last_many(self, device: object) -> dict[str, tuple[float, float]]:
         """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass."""
@@ -212,15 +178,15 @@ class Store:
         return [(t[a:b], v[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
     def series_packed(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
-                      t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> Packed:
-        """``series`` of every pair at once, packed: (lengths, times, values, cursor)."""
+                      t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
+        """``series`` of every pair at once, packed: (rows of each pair, times, values, cursor)."""
         pair, t, v, cursor = self.series_rows(pairs, t0, t1, coarse, since)
-        return Packed(np.bincount(pair, minlength=len(pairs)), t, v, cursor)
+        return np.bincount(pair, minlength=len(pairs)), t, v, cursor
 
     def series_rows(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
-                    t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> Rows:
-        """``series_packed`` with each row's pair in place of the rows per pair: the live
-        panel's read, whose buckets are keyed by the row's pair."""
+                    t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
+        """Rows of every pair one after another, NaN dropped: (each row's index in ``pairs``, epoch
+        seconds, float64 values, cursor: {(device, stream): rows appended, ``since`` of the next read})."""
         with self.lock:
             reads, parts = self._plan(pairs)
             if since is None:
@@ -238,7 +204,7 @@ class Store:
                 vs.append(cols[col])
                 owner.append(i)
         if not ts:
-            return Rows(np.zeros(0, np.int64), np.empty(0), np.empty(0), cursor)
+            return np.zeros(0, np.int64), np.empty(0), np.empty(0), cursor
         sizes = np.fromiter(map(len, ts), np.int64, len(ts))
         t = np.concatenate(ts)
         v = np.concatenate(vs, dtype=np.float64)
@@ -251,7 +217,7 @@ class Store:
         if len(back) and (pair[back] == pair[back + 1]).any():
             order = _sort_within(pair, t)
             t, v = t[order], v[order]
-        return Rows(pair, t, v, cursor)
+        return pair, t, v, cursor
 
     def _plan(self, pairs: list[tuple[object, str]]):
         """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached."""
@@ -261,7 +227,7 @@ class Store:
             wanted: dict[tuple[object, str], dict[str, int]] = {}
             found = []
             for i, (device, metric) in enumerate(pairs):
-                for stream in self._where.get((device, metric), ()):
+                for stream in self._by_device.get(device, {}).get(metric, ()):
                     names = wanted.setdefault((device, stream), {})
                     found.append((i, (device, stream), names.setdefault(metric, len(names))))
             index = {k: j for j, k in enumerate(wanted)}

@@ -1,6 +1,5 @@
-"""One stream's rows (``Stream``): chunked numpy columns, folded into buckets and cut when
-old, and read back as pieces of [t0, t1] or only what was appended since. ``Store`` keeps
-one per (device, stream)."""
+"""One (device, stream)'s rows: chunked numpy columns, folded into buckets when old, read back
+as pieces of [t0, t1] or only what was appended since."""
 
 from __future__ import annotations
 
@@ -36,6 +35,16 @@ def _joined(pieces: list[tuple[np.ndarray, list[np.ndarray]]], columns: list[str
             {c: np.concatenate([cols[i] for _, cols in pieces]) for i, c in enumerate(columns)})
 
 
+def _view(ch: _Chunk, lo: int, t0: float, t1: float, columns: list[str], before: float = np.inf):
+    """Views of rows ``lo`` on of ``ch`` with t0 <= time <= t1 and time < ``before``; None if none."""
+    t = ch.times[lo:ch.n]
+    a = int(t.searchsorted(t0, "left")) if t[0] < t0 else 0
+    b = int(t.searchsorted(t1, "right")) if t[-1] > t1 else len(t)  # the usual case: no search
+    if b > a and t[b - 1] >= before:
+        b = int(t.searchsorted(before, "left"))
+    return (t[a:b], [ch.cols[c][lo + a:lo + b] for c in columns]) if b > a else None
+
+
 def _views(chunks: deque[_Chunk], columns: list[str], t0: float, t1: float,
            before: float = np.inf) -> list[tuple[np.ndarray, list[np.ndarray]]]:
     """Views of the live rows with t0 <= time <= t1 (and time < ``before``), oldest first."""
@@ -43,35 +52,12 @@ def _views(chunks: deque[_Chunk], columns: list[str], t0: float, t1: float,
     for ch in reversed(chunks):
         if ch.n <= ch.start:
             continue
-        t = ch.times[ch.start : ch.n]
-        if t[-1] < t0:
+        if ch.times[ch.n - 1] < t0:
             break
-        if t[0] > t1 or t[0] >= before:
-            continue
-        lo = int(t.searchsorted(t0, "left")) if t[0] < t0 else 0
-        hi = int(t.searchsorted(t1, "right")) if t[-1] > t1 else len(t)
-        if hi > lo and t[hi - 1] >= before:
-            hi = int(t.searchsorted(before, "left"))
-        if hi > lo:
-            out.append((t[lo:hi], [ch.cols[c][ch.start + lo : ch.start + hi] for c in columns]))
+        if (piece := _view(ch, ch.start, t0, t1, columns, before)) is not None:
+            out.append(piece)
     out.reverse()
     return out
-
-
-def _newest_rows(ch: _Chunk, lo: int, t0: float, t1: float, columns: list[str]
-                 ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
-    """Views of rows ``lo`` on of chunk ``ch`` with t0 <= time <= t1 (``pieces_since``'s piece)."""
-    n = ch.n
-    t = ch.times[lo:n]
-    first, last = t[0], t[-1]
-    if last < t0 or first > t1:
-        return []
-    cols = ch.cols
-    if first >= t0 and last <= t1:  # the usual case: every new row is in the window
-        return [(t, [cols[c][lo:n] for c in columns])]
-    a = int(t.searchsorted(t0, "left")) if first < t0 else 0
-    b = int(t.searchsorted(t1, "right")) if last > t1 else n - lo
-    return [(t[a:b], [cols[c][lo + a:lo + b] for c in columns])]
 
 
 def _append_rows(chunks: deque[_Chunk], columns: dict[str, np.dtype], times: np.ndarray,
@@ -128,11 +114,8 @@ class Stream:
         self.columns = dict(columns)
         self.full_res_s, self.bucket_s, self.history_s = full_res_s, bucket_s, history_s
         self.chunks: deque[_Chunk] = deque()
-        coarse_cols: dict[str, np.dtype] = {}
-        for name, dtype in self.columns.items():
-            for suffix in ("", "_min", "_max"):
-                coarse_cols[name + suffix] = dtype
-        self.coarse_columns = coarse_cols
+        self.coarse_columns = {name + suffix: dtype for name, dtype in self.columns.items()
+                               for suffix in ("", "_min", "_max")}
         self.coarse: deque[_Chunk] = deque()
         self.rows = 0
         self.appended = 0  # rows ever appended: a reader's cursor (``pieces_since``)
@@ -234,22 +217,14 @@ class Stream:
                 return float(ch.times[ch.n - 1])
         return -np.inf
 
-    def read(self, t0: float, t1: float, coarse: bool = True, columns: list[str] | None = None):
-        """Rows in [t0, t1]: (times, {col: values}, decimated_mask); all columns or ``columns``."""
-        names = list(self.columns) if columns is None else columns
-        full, old = self._pieces(t0, t1, coarse, names)
-        times, cols = _joined(old + full, names)
+    def read(self, t0: float, t1: float, coarse: bool = True):
+        """Rows in [t0, t1]: (times, {col: values}, decimated_mask)."""
+        full, old = self._pieces(t0, t1, coarse, list(self.columns))
+        times, cols = _joined(old + full, list(self.columns))
         decimated = np.zeros(len(times), dtype=bool)
         if old:
             decimated[:sum(len(t) for t, _ in old)] = True
         return times, cols, decimated
-
-    def newest(self, metric: str) -> tuple[float, float]:
-        """Newest full-resolution (time, value) of ``metric`` that is not NaN; NaNs if none."""
-        good = self._good.get(metric)
-        if good is None or good[0] < self._oldest(self.chunks):
-            return np.nan, np.nan
-        return float(good[0]), float(good[1])
 
     def pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]
                ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
@@ -278,8 +253,8 @@ class Stream:
                 break
             lo = max(ch.start, ch.n - left)
             left -= ch.n - lo
-            if lo < ch.n:
-                out[:0] = _newest_rows(ch, lo, t0, t1, columns)
+            if lo < ch.n and (piece := _view(ch, lo, t0, t1, columns)) is not None:
+                out.insert(0, piece)
         return out
 
     def nbytes(self) -> int:

@@ -11,7 +11,7 @@ import numpy as np
 from .decimate import decimate_minmax
 from .metrics import BY_NAME
 from .timeline import epoch_seconds
-from .units import GIB, KIB, MIB, TIB
+from .units import BINARY
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,26 +28,16 @@ FONT = "font-family:sans-serif;font-size:11px"
 
 
 def _scale_for(metric: str, vmax: float) -> tuple[float, str]:
-    """Divisor and unit text that make the values of ``metric`` readable."""
+    """Divisor and unit text that make the values of ``metric`` readable (binary, as nvidia-smi)."""
     unit = BY_NAME[metric].unit if metric in BY_NAME else ""
-    if unit in ("B", "B/s"):  # binary units, as nvidia-smi and the panel
-        for div, prefix in ((TIB, "Ti"), (GIB, "Gi"), (MIB, "Mi"), (KIB, "Ki")):
-            if vmax >= div:
-                return div, prefix + unit
-        return 1.0, unit
-    if unit == "J" and vmax >= 1e4:
-        return 1e3, "kJ"
-    return 1.0, unit
+    if unit in ("B", "B/s"):
+        return next(((size, name[:-1] + unit) for size, name in BINARY if vmax >= size), (1.0, unit))
+    return (1e3, "kJ") if unit == "J" and vmax >= 1e4 else (1.0, unit)
 
 
 def _fmt(v: float) -> str:
-    if v == 0:
-        return "0"
-    if abs(v) >= 100:
-        return f"{v:.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}".rstrip("0").rstrip(".")
-    return f"{v:.2f}".rstrip("0").rstrip(".")
+    text = f"{v:.{0 if abs(v) >= 100 else 1 if abs(v) >= 10 else 2}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _tick_seconds(s: float) -> str:
@@ -61,14 +51,10 @@ def _tick_seconds(s: float) -> str:
 
 def _path(xs: np.ndarray, ys: np.ndarray) -> str:
     """SVG path data; NaN starts a new sub-path, so gaps stay gaps."""
-    parts, pen_down = [], False
-    for x, y in zip(xs, ys, strict=True):
-        if math.isnan(y):
-            pen_down = False
-            continue
-        parts.append(f"{'L' if pen_down else 'M'}{x:.1f},{y:.1f}")
-        pen_down = True
-    return "".join(parts)
+    ok = ~np.isnan(ys)
+    pen = np.r_[False, ok[:-1]].tolist()  # down after a point, up after a gap
+    return "".join(f"{'L' if p else 'M'}{x:.1f},{y:.1f}"
+                   for p, x, y, k in zip(pen, xs.tolist(), ys.tolist(), ok.tolist(), strict=True) if k)
 
 
 def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -80,9 +66,6 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     first = math.ceil(lo / step) * step
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
-
-
-SeriesMap = dict[str, dict[object, tuple[np.ndarray, np.ndarray]]]
 
 
 def _empty(width: int) -> str:
@@ -135,7 +118,8 @@ def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[floa
     return out
 
 
-def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, width: int = 720,
+def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
+               marks: list[tuple[float, str]] | None = None, width: int = 720,
                gpus: list | None = None, dashed: frozenset | set = frozenset()) -> str:
     """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string."""
     width = max(240, int(width))
@@ -182,13 +166,11 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
     for p, metric in enumerate(metrics):
         top = top0 + p * (PANEL_H + GAP_H)
         bottom = top + PANEL_H
-        finite = np.concatenate([np.asarray(v, dtype=np.float64) for _, v in data[metric].values()])
-        finite = finite[~np.isnan(finite)]
-        vmin, vmax = float(finite.min()), float(finite.max())
+        values = np.concatenate([v for _, v in data[metric].values()])
+        vmin, vmax = float(np.nanmin(values)), float(np.nanmax(values))
         percent = metric in BY_NAME and BY_NAME[metric].percent
         lo = 0.0 if (percent or vmin >= 0) else vmin
-        hi = max(100.0, vmax) if percent else (vmax if vmax > lo else lo + 1.0)
-        hi = hi * 1.05 if not percent else hi
+        hi = max(100.0, vmax) if percent else 1.05 * (vmax if vmax > lo else lo + 1.0)
         div, unit = _scale_for(metric, hi)
         label = BY_NAME[metric].label if metric in BY_NAME else metric
         out.append(f'<text x="{LEFT}" y="{top - 4}" style="{FONT};font-weight:bold">'
@@ -203,8 +185,7 @@ def svg_series(data: SeriesMap, marks: list[tuple[float, str]] | None = None, wi
                        f"{_fmt(tick)}</text>")
         for i, gpu in enumerate(gpus):
             tt, vv = data[metric].get(gpu, (np.empty(0), np.empty(0)))
-            keep = ~np.isnan(vv)
-            tt, vv = tt[keep], vv[keep]
+            tt, vv = tt[~np.isnan(vv)], vv[~np.isnan(vv)]
             if not len(tt):
                 continue
             tt, vv = decimate_minmax(tt, vv, max(16, plot_w // 2))

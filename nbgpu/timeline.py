@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
+from .files import write_csv, write_jsonl, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .sources.base import Device
 
@@ -41,18 +42,20 @@ def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.where(ok, v, np.where(fresh, v[src], np.nan))
 
 
-def fold_samples(slot: np.ndarray, values: np.ndarray, n: int, own: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, max) of ``values`` (NaN skipped) per tick ``slot`` of ``n``; ``own`` where a tick got none."""
-    values = values.astype(np.float64)
-    ok = ~np.isnan(values)
-    slot, values = slot[ok], values[ok]
-    counts = np.bincount(slot, minlength=n)
-    peaks = np.full(n, np.nan)
-    np.fmax.at(peaks, slot, values)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(slot, weights=values, minlength=n) / np.maximum(counts, 1)
-    return np.where(counts > 0, mean, own), np.where(counts > 0, peaks, own)
+def fold_samples(data: dict[str, np.ndarray], slot: np.ndarray, samples: dict, n: int) -> None:
+    """Fold buffered ``samples`` into the ``n`` ticks of ``data``, sample ``i`` into tick ``slot[i]``: each
+    column's mean (NaN skipped) and its max in ``<metric>_max``; a tick that got none keeps its own."""
+    for col, raw in samples.items():
+        values = raw.astype(np.float64)
+        ok = ~np.isnan(values)
+        at, values = slot[ok], values[ok]
+        counts = np.bincount(at, minlength=n)
+        peaks = np.full(n, np.nan)
+        np.fmax.at(peaks, at, values)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.bincount(at, weights=values, minlength=n) / np.maximum(counts, 1)
+        own = data.get(col, np.full(n, np.nan))
+        data[col], data[max_column(col)] = np.where(counts > 0, mean, own), np.where(counts > 0, peaks, own)
 
 
 def _as_counts(df: pd.DataFrame) -> pd.DataFrame:
@@ -70,17 +73,14 @@ def to_epoch(t: object) -> float:
         raise BadArgumentError(f"expected a time, got {t!r}")
     if isinstance(t, (int, float, np.floating, np.integer)):
         return float(t)
-    if isinstance(t, str):
-        try:
-            t = _dt.datetime.fromisoformat(t)
-        except ValueError as exc:
-            raise BadArgumentError(f"not an ISO time: {t!r}") from exc
-    if hasattr(t, "tz_localize") and hasattr(t, "value"):  # pandas.Timestamp, ns precision
-        return (t if t.tzinfo else t.tz_localize("UTC")).value / 1e9
-    if isinstance(t, _dt.datetime):
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=_dt.timezone.utc)
-        return t.timestamp()
+    import pandas as pd
+
+    try:
+        stamp = pd.Timestamp(t)
+        if stamp is not pd.NaT:
+            return (stamp if stamp.tzinfo else stamp.tz_localize("UTC")).value / 1e9
+    except (TypeError, ValueError) as exc:
+        raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}") from exc
     raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
 
 
@@ -159,9 +159,8 @@ class Timeline:
             st, scols, _ = self.store.read_stream(device, stream, tt[0] - first_gap, tt[-1])
             idx = np.searchsorted(tt, st, "left")
             keep = (idx < n) & (st > tt[0] - first_gap)
-            for col, raw in scols.items():
-                own = data.get(col, np.full(n, np.nan))
-                data[col], data[max_column(col)] = fold_samples(idx[keep], raw[keep], n, own)
+            fold_samples(data, idx[keep], {col: raw[keep] for col, raw in scols.items()}, n)
+            for col in scols:
                 until = self.drained(device, col) if self.drained is not None else math.inf
                 if until < tt[-1]:
                     pending[col] = pending[max_column(col)] = until
@@ -197,14 +196,9 @@ class Timeline:
         return df
 
     def to_pandas(self, host: bool = True, resolution: str = "tick") -> pd.DataFrame:
-        """One row per (sampler tick, gpu), UTC ``time``, every metric filled; NaN means unknown.
-
-        Args:
-            host: tick rows also carry the ``host_*``/``proc_*`` columns.
-            resolution: "tick" folds sample buffers into the tick they precede (their mean, and
-                their maximum in ``<metric>_max``; ticks not drained yet are NaN there, see
-                ``attrs["not_drained"]``); "native": every reading at its own time (docs/profiles.md).
-        """
+        """One row per (tick, gpu), UTC ``time``, NaN where unknown, ``host`` columns too; "tick" folds
+        sample buffers into their tick (mean, ``<metric>_max``; ``attrs["not_drained"]``), "native"
+        keeps every reading at its own time (docs/profiles.md)."""
         import pandas as pd
 
         if resolution not in RESOLUTIONS:
@@ -251,23 +245,15 @@ class Timeline:
     # -- files --------------------------------------------------------------------------------
     def to_csv(self, path: str) -> str:
         """Write ``to_pandas()`` as CSV (ISO UTC times), atomically; returns the path."""
-        from .files import write_csv
-
         return write_csv(self.to_pandas(), path)
 
     def to_jsonl(self, path: str, filled: bool = True) -> str:
-        """Write JSON lines with the monitoring script's keys plus nbgpu's; atomically.
-
-        ``filled``: each record carries its GPU's latest value of every metric (as a script logs).
-        """
-        from .files import write_jsonl
-
+        """Write JSON lines with the monitoring script's keys plus nbgpu's, atomically; ``filled``:
+        each record carries its GPU's latest value of every metric (as a script logs)."""
         return write_jsonl(self.to_pandas(), path, filled=filled)
 
     def to_parquet(self, path: str) -> str:
         """Write ``to_pandas()`` as Parquet (needs pyarrow), atomically; returns the path."""
-        from .files import write_parquet
-
         return write_parquet(self.to_pandas(), path)
 
 

@@ -2,16 +2,49 @@
 
 The panel feeds a ``SparkSet`` the store's new rows with their trace each (``add_rows``) and
 reads line points at once (``points``). The tests also compare the kept buckets themselves
-with a fresh reduction (``nbgpu.decimate.bucket_minmax``), and the points trace by trace;
+with a fresh reduction (``bucket_minmax``, the plain definition), and the points trace by trace;
 these helpers give them those shapes from the same calls.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from nbgpu.decimate import Buckets
 from nbgpu.widgets.spark import COUNT, FIRST, KEPT_FIELDS, SparkSet, points_of_cells
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Per non-empty bucket: its number, sample count, first/last time, min and max points."""
+
+    index: np.ndarray
+    count: np.ndarray
+    first_t: np.ndarray
+    last_t: np.ndarray
+    tmin: np.ndarray
+    vmin: np.ndarray
+    tmax: np.ndarray
+    vmax: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def bucket_minmax(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> Buckets:
+    """The definition, one run of equal ``bucket`` numbers at a time: its count, first and last
+    time, first min and first max (NaN skipped; an all-NaN run: its first time, NaN)."""
+    v = np.asarray(v, dtype=np.float64)
+    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]]) if len(t) else np.empty(0, np.int64)
+    rows = []
+    for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(t)][:len(starts)], strict=True):
+        seg = v[a:b]
+        lo, hi = (a, a) if np.isnan(seg).all() else (a + int(np.nanargmin(seg)), a + int(np.nanargmax(seg)))
+        rows.append((bucket[a], b - a, t[a], t[b - 1], t[lo], v[lo], t[hi], v[hi]))
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 8
+    return Buckets(np.asarray(cols[0], np.int64), np.asarray(cols[1], np.int64),
+                   *(np.asarray(c, np.float64) for c in cols[2:]))
 
 
 def update_packed(sset: SparkSet, lengths: np.ndarray, t: np.ndarray, v: np.ndarray, now: float,

@@ -188,7 +188,7 @@ def test_a_fresh_panel_rereads_its_window_only_when_its_span_steps_up() -> None:
     def spy(pairs, t0=-np.inf, t1=np.inf, coarse=True, since=None):
         rows = original(pairs, t0, t1, coarse, since)
         if since is None:
-            whole_reads.append(len(rows.times))
+            whole_reads.append(len(rows[1]))  # (pair of each row, times, values, cursor)
         return rows
 
     s.store.series_rows = spy

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from conftest_panel import parts
-from nbgpu.decimate import bucket_minmax
 from nbgpu.widgets.spark import SparkSet
-from spark_oracle import points_of_all, update, update_packed
+from spark_oracle import bucket_minmax, points_of_all, update, update_packed
 
 FIELDS = ("index", "count", "first_t", "last_t", "tmin", "vmin", "tmax", "vmax")
 
