@@ -7,10 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .readings import Readings
-
 if TYPE_CHECKING:
-    from ..timeline import Timeline
+    from .readings import Readings
 
 # How far outside the range a reading may lie and still stand for the value at the edge.
 EDGE_SLACK_S = 5.0
@@ -66,13 +64,6 @@ def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
         return None
     j = min(around, key=lambda k: abs(float(t[k]) - at))  # the earlier one on a tie
     return j if abs(float(t[j]) - at) <= slack else None
-
-
-def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
-             readings: Readings | None = None) -> tuple[float, str]:
-    """(joules over [t0, t1], "counter" | "power" | "none") for one GPU."""
-    r = readings or Readings.of_timeline(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
-    return block_energy_j(r, t0, t1)
 
 
 def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

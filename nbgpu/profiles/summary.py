@@ -79,7 +79,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
     """What this block's figures cannot tell, in words; empty when nothing is in doubt."""
     notes = []
     duration = t1 - t0
-    if r.decimated(t0, t1):
+    if r.bucketed:
         notes.append("part of this range is only kept as 10 s buckets "
                      "(older than the full-resolution window)")
     for metric in ("util_pct", "power_w"):
@@ -308,7 +308,7 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
                 dev = described.get(key) or Device(key, "")
                 if selected(key, gpus, dev.parent):
                     rows = (data["gpu"] == key).to_numpy()
-                    per_dev.append((dev, Readings.of_frame(data[rows], times[rows])))
+                    per_dev.append((dev, Readings.of_frame(data[rows], times[rows], a, b)))
     rows, lines = [], []
     for dev, r in per_dev:
         row, ln = _gpu_row(r, a, b, (allocator or {}).get(dev.key))
