@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 from .. import holders
 from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
 from ..files import atomic_file, check_target
-from ..peaks import torch_cuda, torch_uuid
-from ..sources.base import Device
+from ..peaks import match_torch, torch_cuda, torch_uuid
 from ..units import GIB, KIB, MIB, TIB
 
 if TYPE_CHECKING:
@@ -56,12 +55,6 @@ def requested_bytes(message: str) -> float:
     return float(m[1]) * _UNITS[m[2]] if m else math.nan
 
 
-def failed_device(message: str) -> int | None:
-    """The framework's device index named in an OOM message, if any."""
-    m = _TORCH_GPU.search(message) or _TF_GPU.search(message)
-    return int(m[1]) if m else None
-
-
 @dataclass(frozen=True)
 class Allocation:
     """A live allocation at the failure: its size and where in Python it was made (innermost first)."""
@@ -71,8 +64,9 @@ class Allocation:
     stack: tuple[str, ...]
 
 
-def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
-    """(framework, {device index: allocated/reserved/peak bytes}) from a framework the user imported."""
+def framework_memory() -> tuple[str | None, dict[int, dict[str, float]], str, list[Allocation]]:
+    """(framework, {device index: allocated/reserved/peak bytes}, allocator history state, largest
+    live allocations) from a framework the user imported."""
     cuda = torch_cuda()
     if cuda is not None:
         out = {}
@@ -82,7 +76,7 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
                           "reserved_bytes": float(cuda.memory_reserved(i)),
                           "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
                           "uuid": torch_uuid(cuda, i)}
-        return "pytorch", out
+        return "pytorch", out, *largest_allocations()
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         out = {}
@@ -91,8 +85,8 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
                 info = tf.config.experimental.get_memory_info(f"GPU:{i}")
                 out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
                           "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
-        return "tensorflow", out
-    return None, {}
+        return "tensorflow", out, "unavailable", []
+    return None, {}, "unavailable", []
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
@@ -169,6 +163,7 @@ class OomStory:
     freed_by: dict = field(default_factory=dict)  # what each %gpumon free option gives back
 
     def to_json(self) -> dict:
+        """Plain data, NaN as None."""
         def clean(v):
             if isinstance(v, float) and not math.isfinite(v):
                 return None
@@ -183,29 +178,20 @@ class OomStory:
         return out
 
 
-def _match(devices: list[Device], figures: dict[int, dict]) -> dict[object, dict]:
-    """Framework device figures by sampler GPU key: by UUID, else (no UUID matches) in order."""
-    cards = [d for d in devices if d.parent is None]
-    by_uuid = {f["uuid"]: f for f in figures.values() if f.get("uuid")}
-    matched = {d.key: by_uuid[d.uuid] for d in cards if d.uuid in by_uuid}
-    if matched:
-        return matched
-    return {d.key: figures[pos] for pos, d in enumerate(cards) if pos in figures}
-
-
 def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
     """Gather the post-mortem of ``exc`` in ``cap`` now, while the failing frame still lives."""
     from .summary import selected
 
     failed_at = time.time() if failed_at is None else failed_at
     message = str(exc)
-    framework, figures = framework_memory()
-    history_state, allocations = largest_allocations() if framework == "pytorch" else ("unavailable", [])
+    framework, figures, history_state, allocations = framework_memory()
     sampler = cap.sampler
     devices = [d for d in (sampler.devices if sampler is not None else [])
                if selected(d.key, cap.gpus, d.parent)]
-    matched = _match(devices, figures)
-    index = failed_device(message)
+    matched = match_torch([d for d in devices if d.parent is None], [figures[i] for i in sorted(figures)],
+                          "uuid")
+    m = _TORCH_GPU.search(message) or _TF_GPU.search(message)  # the framework's device index
+    index = int(m[1]) if m else None
     failed_gpu = devices[index].key if index is not None and 0 <= index < len(devices) else None
     gpus = []
     for dev in devices:
@@ -239,8 +225,7 @@ def _recent(sampler: Sampler, seconds: float) -> dict:
 def write_snapshot(path: str, sampler: Sampler, alert: object = None,
                    seconds: float = SNAPSHOT_SECONDS) -> str:
     """Write the last ``seconds`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
-    framework, figures = framework_memory()
-    history_state, allocations = largest_allocations() if framework == "pytorch" else ("unavailable", [])
+    framework, figures, history_state, allocations = framework_memory()
     data = {
         "written_at": time.time(),
         "alert": None if alert is None else {k: getattr(alert, k, None) for k in
@@ -258,16 +243,9 @@ def write_snapshot(path: str, sampler: Sampler, alert: object = None,
 
 def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple[str, ...] = ("oom_risk",),
                       severity: str = "critical", seconds: float = SNAPSHOT_SECONDS) -> Callable:
-    """Write a snapshot (recent timeline + allocator summary) to ``path`` when a matching alert fires.
-
-    Args:
-        path: the JSON file to write; each new alert replaces it (atomically).
-        sampler: whose alerts to watch; None uses the kernel's running sampler.
-        rules: alert rules that trigger it (default: the OOM-risk rule).
-        severity: the lowest severity that triggers it ("warning" or "critical").
-        seconds: how much recent timeline to keep in the snapshot.
-    Returns the callback registered with ``sampler.on_alert`` (it runs in the sampler thread).
-    """
+    """When an alert of ``rules`` at ``severity`` or above fires on ``sampler`` (None: the running
+    one), write the last ``seconds`` of its timeline and the allocator's figures to ``path`` (JSON,
+    replaced atomically); returns the callback registered with ``sampler.on_alert``."""
     from ..diagnostics.alerts import SEVERITIES
     from .capture import pick_sampler
 
