@@ -29,13 +29,8 @@ def line_knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.n
     v0, v1 = np.interp((t0, t1), t, v).tolist()
     if t1 <= t0:
         return np.array([t0]), np.array([v0])
-    i, j = int(t.searchsorted(t0, "right")), int(t.searchsorted(t1, "left"))
-    n = max(j - i, 0) + 2
-    tt, vv = np.empty(n), np.empty(n)
-    tt[0], tt[-1], vv[0], vv[-1] = t0, t1, v0, v1
-    if n > 2:
-        tt[1:-1], vv[1:-1] = t[i:j], v[i:j]
-    return tt, vv
+    inner = slice(int(t.searchsorted(t0, "right")), int(t.searchsorted(t1, "left")))
+    return np.concatenate(([t0], t[inner], [t1])), np.concatenate(([v0], v[inner], [v1]))
 
 
 def _trapz(tt: np.ndarray, vv: np.ndarray) -> float:

@@ -26,7 +26,7 @@ from .energy import (
     line_knots,
     line_stats,
 )
-from .readings import Readings, timeline_readings
+from .readings import EMPTY, Readings, timeline_readings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -137,56 +137,41 @@ def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | No
         start = end
     if math.isnan(start):
         return math.nan, math.nan, None
-    inner = max(from_t1 - upto_t0, 0)  # readings strictly inside (t0, t1)
-    tt, vv = np.empty(inner + 2), np.empty(inner + 2)
-    tt[0], tt[-1], vv[0], vv[-1] = t0, t1, start, end
-    if inner:
-        tt[1:-1], vv[1:-1] = t[upto_t0:from_t1], v[upto_t0:from_t1]
-    return start, end, (tt, vv)
-
-
-def _fold_allocator(row: dict, alloc: dict | None) -> None:
-    """Raise the peak to the allocator's where it saw more, and say where the peak came from."""
-    peak = fold_peak(row["mem_peak_bytes"], row["mem_start_bytes"], alloc)
-    row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
+    inner = slice(upto_t0, from_t1)  # readings strictly inside (t0, t1)
+    return start, end, (np.concatenate(([t0], t[inner], [t1])), np.concatenate(([start], v[inner], [end])))
 
 
 def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
+    def frame_max(metric: str, value: float) -> float:
+        """``value``, raised to a folded frame's per-tick maximum of ``metric`` in the block."""
+        _, mv = r.series(_MAX_COLUMNS[metric], t0, t1) if r.has_maxima else EMPTY
+        return max(value, float(mv.max())) if len(mv) else value
+
     row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
     if held is not None:
-        peak = float(held[1].max())
-        if r.has_maxima:  # per-tick maxima of a frame
-            _pt, pv = r.series(_MAX_COLUMNS["mem_used_bytes"], t0, t1)
-            peak = max(peak, float(pv.max()) if len(pv) else -math.inf)
+        peak = frame_max("mem_used_bytes", float(held[1].max()))
         row.update(mem_start_bytes=start, mem_end_bytes=end, mem_peak_bytes=peak,
                    mem_delta_bytes=end - start)
         lines.mem, lines.mem_nvml_peak = held, peak
-    _fold_allocator(row, alloc)
+    peak = fold_peak(row["mem_peak_bytes"], row["mem_start_bytes"], alloc)  # the allocator's, if more
+    row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
     samples = 0
     for metric in _LINEAR:
         t, v = r.series(metric, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
         if not len(t):
             continue
-        inside = int(t.searchsorted(t1, "right")) - int(t.searchsorted(t0, "left"))
-        samples = max(samples, inside)
-        knots = line_knots(t, v, t0, t1)
-        lines.linear[metric] = knots
+        samples = max(samples, int(t.searchsorted(t1, "right")) - int(t.searchsorted(t0, "left")))
+        knots = lines.linear[metric] = line_knots(t, v, t0, t1)
         mean, lo, hi = line_stats(*knots)
-        if r.has_maxima:  # per-tick maxima of a folded frame
-            _mt, mv = r.series(_MAX_COLUMNS[metric], t0, t1)
-            if len(mv):
-                hi = max(hi, float(mv.max()))
-        row.update((col, value) for col, value in zip(_LINEAR[metric], (mean, lo, hi), strict=True) if col)
+        row.update((col, value) for col, value in zip(_LINEAR[metric], (mean, lo, frame_max(metric, hi)),
+                                                      strict=True) if col)
     row["samples"] = samples
     row["energy_j"], row["energy_source"] = block_energy_j(r, t0, t1)
     bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
-    if len(bt):
-        first = max(int(bt.searchsorted(t0, "right")) - 1, 0)
-        row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
-    else:
-        row["throttle_reasons"] = ""
+    first = max(int(bt.searchsorted(t0, "right")) - 1, 0)  # the reading in force at t0, then the block's
+    row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
     row["resolution_note"] = _resolution_note(r, t0, t1, str(row["energy_source"]))
     return row, lines
 
@@ -194,14 +179,8 @@ def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dic
 def _aligned(pieces: list[tuple[np.ndarray, np.ndarray]], how: str, step: bool) -> np.ndarray:
     """The GPUs' lines on the union of their times, summed or averaged across GPUs."""
     grid = np.unique(np.concatenate([t for t, _ in pieces]))
-    values = []
-    for t, v in pieces:
-        if step:
-            idx = np.clip(np.searchsorted(t, grid, "right") - 1, 0, len(t) - 1)
-            values.append(v[idx])
-        else:
-            values.append(np.interp(grid, t, v))
-    stack = np.vstack(values)
+    stack = np.vstack([v[np.clip(np.searchsorted(t, grid, "right") - 1, 0, len(t) - 1)] if step
+                       else np.interp(grid, t, v) for t, v in pieces])
     return stack.sum(axis=0) if how == "sum" else stack.mean(axis=0)
 
 
@@ -245,17 +224,15 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
         out[min_col], out[max_col] = float(line.min()), float(line.max())
         if how == "sum":  # a folded frame's per-tick maxima of one card count too
             out[max_col] = max(float(out[max_col]), agg(max_col, "max"))
-    out["sm_active_mean_pct"] = agg("sm_active_mean_pct", "mean")
-    out["energy_j"] = agg("energy_j", "sum")
-    out["energy_source"] = "+".join(sorted({str(r["energy_source"]) for r in rows}))
-    out["temp_max_c"] = agg("temp_max_c", "max")
-    reasons = sorted({part.split(" ")[0] for r in rows if isinstance(r.get("throttle_reasons"), str)
-                      and r["throttle_reasons"] for part in r["throttle_reasons"].split(", ")})
-    out["throttle_reasons"] = ", ".join(reasons)
-    out["throttle_s"] = agg("throttle_s", "max")
-    notes = sorted({r["resolution_note"] for r in rows
-                    if isinstance(r.get("resolution_note"), str) and r["resolution_note"]})
-    out["resolution_note"] = "; ".join(notes)
+    def texts(col: str) -> set[str]:
+        return {r[col] for r in rows if isinstance(r.get(col), str) and r[col]}
+
+    reasons = {part.split(" ")[0] for text in texts("throttle_reasons") for part in text.split(", ")}
+    out.update(sm_active_mean_pct=agg("sm_active_mean_pct", "mean"), energy_j=agg("energy_j", "sum"),
+               energy_source="+".join(sorted({str(r["energy_source"]) for r in rows})),
+               temp_max_c=agg("temp_max_c", "max"), throttle_s=agg("throttle_s", "max"),
+               throttle_reasons=", ".join(sorted(reasons)),
+               resolution_note="; ".join(sorted(texts("resolution_note"))))
     return out
 
 
