@@ -40,9 +40,7 @@ def is_oom(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what caused it) is a GPU out-of-memory error of a framework."""
     seen = 0
     while exc is not None and seen < 8:
-        if any(cls.__name__ in OOM_CLASS_NAMES for cls in type(exc).__mro__):
-            return True
-        if _OOM_TEXT.search(str(exc)):
+        if any(cls.__name__ in OOM_CLASS_NAMES for cls in type(exc).__mro__) or _OOM_TEXT.search(str(exc)):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1
@@ -91,28 +89,18 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]], str, li
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
     """The innermost Python frames outside PyTorch itself, as ``file:line in function``."""
-    out = []
-    for f in frames:
-        name = str(f.get("filename", ""))
-        python = name.endswith(".py") or (name.startswith("<") and not name.startswith("<frozen"))
-        if not python or "/torch/" in name or "/site-packages/" in name:
-            continue
-        out.append(f"{name.rsplit('/', 1)[-1]}:{f.get('line', '?')} in {f.get('name', '?')}")
-        if len(out) >= STACK_FRAMES:
-            break
-    return tuple(out)
+    named = [(str(f.get("filename", "")), f) for f in frames]
+    return tuple(f"{name.rsplit('/', 1)[-1]}:{f.get('line', '?')} in {f.get('name', '?')}"
+                 for name, f in named if "/torch/" not in name and "/site-packages/" not in name
+                 and (name.endswith(".py") or (name.startswith("<") and not name.startswith("<frozen")))
+                 )[:STACK_FRAMES]
 
 
 def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]]:
     """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator."""
-    cuda = torch_cuda()
-    memory = getattr(cuda, "memory", None)
-    snap_fn = getattr(memory, "_snapshot", None)
-    if snap_fn is None:
-        return "unavailable", []
     try:
-        snap = snap_fn()
-    except Exception:
+        snap = torch_cuda().memory._snapshot()
+    except Exception:  # no CUDA torch, or an allocator without snapshots
         return "unavailable", []
     blocks, stacks = [], False
     for seg in snap.get("segments", []):
