@@ -54,19 +54,9 @@ def line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
     i = int(t.searchsorted(at))
-    around = [k for k in (i - 1, i) if 0 <= k < len(t)]
-    if not around:
-        return None
-    j = min(around, key=lambda k: abs(float(t[k]) - at))  # the earlier one on a tie
-    return j if abs(float(t[j]) - at) <= slack else None
-
-
-def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The readings of a cumulative counter where it moved: a repeated value is a copy."""
-    if len(v) < 2:
-        return t, v
-    moved = np.r_[True, v[1:] != v[:-1]]
-    return t[moved], v[moved]
+    j = min((k for k in (i - 1, i) if 0 <= k < len(t)), key=lambda k: abs(float(t[k]) - at),
+            default=None)  # the earlier one on a tie
+    return j if j is not None and abs(float(t[j]) - at) <= slack else None
 
 
 def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
@@ -74,9 +64,9 @@ def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
     if t1 - t0 < COUNTER_MIN_S and len(pt):
         # The counter moves in steps of its period: over a short block the power readings say more.
         return integrate_power_j(pt, pv, t0, t1), "power"
-    et, ev = counter_readings(*r.series("energy_j"))  # the whole series: a copy's origin may lie far back
-    near = (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
-    et, ev = et[near], ev[near]
+    et, ev = r.series("energy_j")  # the whole series: a copy's origin may lie far back
+    keep = (np.diff(ev, prepend=np.nan) != 0) & (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
+    et, ev = et[keep], ev[keep]  # where the counter moved: a repeated value is a copy
     a, b = _nearest(et, t0, EDGE_SLACK_S), _nearest(et, t1, EDGE_SLACK_S)
     if a is not None and b is not None and b > a and ev[b] >= ev[a]:
         joules = float(ev[b] - ev[a])
@@ -94,8 +84,4 @@ def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
 
 def _signed_power_j(t: np.ndarray, p: np.ndarray, a: float, b: float) -> float:
     """Integrated power from a to b; negative when b < a."""
-    if a == b:
-        return 0.0
-    if a < b:
-        return integrate_power_j(t, p, a, b)
-    return -integrate_power_j(t, p, b, a)
+    return 0.0 if a == b else math.copysign(integrate_power_j(t, p, min(a, b), max(a, b)), b - a)
