@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nbgpu.profiles.readings import SUMMARY_METRICS, timeline_readings
+from nbgpu.profiles.energy import SUMMARY_METRICS, timeline_readings
 from nbgpu.sources.base import Device
 from nbgpu.store import Store
 from nbgpu.timeline import Timeline

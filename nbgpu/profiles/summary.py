@@ -19,14 +19,16 @@ from ..timeline import epoch_seconds, to_epoch
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
+    EMPTY,
     PERIODS_MEASURED,
     RESOLUTION_PERIODS_S,
     TARGET_ERROR,
+    Readings,
     block_energy_j,
     line_knots,
     line_stats,
+    timeline_readings,
 )
-from .readings import EMPTY, Readings, timeline_readings
 
 if TYPE_CHECKING:
     import pandas as pd
