@@ -40,10 +40,7 @@ def pick_sampler() -> Sampler | None:
     shared = session.shared_sampler()
     if shared is not None and shared.running:
         return shared
-    running = running_samplers()
-    if not running:
-        return None
-    return max(running, key=lambda s: s.started_at or 0.0)
+    return max(running_samplers(), key=lambda s: s.started_at or 0.0, default=None)
 
 
 def active_captures() -> list[Capture]:

@@ -33,26 +33,17 @@ _mode: _CellMode | None = None
 def _cell_id(shell, info=None) -> str | None:
     """The front end's id of the running cell (``info.cell_id`` or the request's metadata)."""
     cid = getattr(info, "cell_id", None)
-    if cid:
-        return str(cid)
-    kernel = getattr(shell, "kernel", None)
-    try:
-        parent = kernel.get_parent() if kernel is not None else None
-    except Exception:
-        parent = None
-    if isinstance(parent, dict):
-        cid = (parent.get("metadata") or {}).get("cellId")
+    if not cid:
+        with contextlib.suppress(Exception):  # no kernel, or a request without metadata
+            cid = shell.kernel.get_parent()["metadata"].get("cellId")
     return str(cid) if cid else None
 
 
 def current_count(shell) -> int | None:
     """The In [] number of the running cell, as the front end shows it."""
     result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
-    count = getattr(result, "execution_count", None)
-    if isinstance(count, int):
-        return count
-    count = getattr(shell, "execution_count", None)
-    return count if isinstance(count, int) else None
+    counts = (getattr(result, "execution_count", None), getattr(shell, "execution_count", None))
+    return next((c for c in counts if isinstance(c, int)), None)
 
 
 def against_last(rec: CellRecord) -> str:
