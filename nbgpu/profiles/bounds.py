@@ -1,7 +1,5 @@
-"""The bounds of ``nbgpu compare --fail-if``: a regression gate between a base run and a new one.
-
-The grammar and units are in docs/compare.md ("--fail-if").
-"""
+"""The bounds of ``nbgpu compare --fail-if``, a regression gate between a base run and a new one
+(grammar and units: docs/compare.md)."""
 
 from __future__ import annotations
 

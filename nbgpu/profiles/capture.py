@@ -330,9 +330,8 @@ class Capture:
         return list(self._once("samples", lambda: got.records(*self._range()) if got is not None else []))
 
     def where(self) -> pd.DataFrame:
-        """Where the main thread was: one row per category (``category``, ``seconds``,
-        ``share``); ``attrs["top_line"]`` is the cell line most time went to, e.g.
-        ``{"line": 7, "text": "for x, y in dl", "share": 0.81}`` (None without samples)."""
+        """Where the main thread was: a row per category (``category``, ``seconds``, ``share``);
+        ``attrs["top_line"]``: the cell line most time went to (``line``, ``text``, ``share``)."""
         return stacks.where_frame(self.split())
 
     @property

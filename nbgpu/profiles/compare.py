@@ -1,7 +1,5 @@
-"""Compare two runs (two cells, two recordings): each figure's change and whether it is real.
-
-Each figure's noise is defined in docs/compare.md.
-"""
+"""Compare two runs (two cells, two recordings): each figure's change and whether it is beyond
+its noise (defined in docs/compare.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The one summary code path: what a block of time did to each GPU, and to all of them together.
-
-Captures, reports, history, track, record and exports all call ``summarize``; its figures are
-defined in docs/profiles.md ("How combined figures are defined"). Nothing here calls NVML.
-"""
+"""The one summary code path (``summarize``): what a block of time did to each GPU and to all of them
+together, as defined in docs/profiles.md ("How combined figures are defined")."""
 
 from __future__ import annotations
 
