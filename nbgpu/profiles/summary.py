@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import BadArgumentError
 from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS, max_column
 from ..peaks import fold_peak
 from ..sources.base import Device
@@ -250,19 +251,6 @@ class Summary:
         return len(self.rows)
 
 
-def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> tuple[float, float]:
-    lo = getattr(data, "t0", -math.inf) if times is None else (float(times.min()) if len(times) else math.nan)
-    hi = getattr(data, "t1", math.inf) if times is None else (float(times.max()) if len(times) else math.nan)
-    a = lo if t0 is None else to_epoch(t0)
-    b = hi if t1 is None else to_epoch(t1)
-    if not (math.isfinite(a) and math.isfinite(b)):
-        from ..errors import BadArgumentError
-
-        raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
-                               "pass epoch seconds or use timeline.between(t0, t1)")
-    return float(a), float(b)
-
-
 def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
               gpus: list | None = None, status: str = "ok", devices: list | None = None,
               allocator: dict | None = None) -> Summary:
@@ -270,14 +258,19 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     frame (``devices``: its device descriptions): a row per GPU of ``gpus`` (None: all) and one for all;
     ``allocator``: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` folded into the peak."""
     per_dev: list[tuple[Device, Readings]] = []
-    if hasattr(data, "store"):
-        a, b = _bounds(data, t0, t1, None)
+    frame = not hasattr(data, "store")
+    times = (epoch_seconds(data["time"]) if len(data) else np.empty(0)) if frame else None
+    ends = (((times.min(), times.max()) if len(times) else (math.nan, math.nan)) if frame
+            else (getattr(data, "t0", -math.inf), getattr(data, "t1", math.inf)))
+    a, b = (float(end if t is None else to_epoch(t)) for end, t in zip(ends, (t0, t1), strict=True))
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
+                               "pass epoch seconds or use timeline.between(t0, t1)")
+    if not frame:
         devs = [dev for dev in data.devices if selected(dev.key, gpus, dev.parent)]
         found = timeline_readings(data, [d.key for d in devs], a - EDGE_SLACK_S, b + EDGE_SLACK_S, a, b)
         per_dev.extend(zip(devs, found, strict=True))
     else:
-        times = epoch_seconds(data["time"]) if len(data) else np.empty(0)
-        a, b = _bounds(data, t0, t1, times)
         described = {d.key: d for d in map(Device.of, devices or [])}
         if "gpu" in data.columns:
             for key in dict.fromkeys(data["gpu"].tolist()):
