@@ -31,6 +31,7 @@ MAX_RECORDS = 10_000
 MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
 ENV_HISTORY_FILE = "NBGPU_HISTORY_FILE"
+_HEAD = ("execution_count", "cell_id", "first_line", "start", "duration_s", "status")
 _ROW_SKIP = ("start", "end", "alerts", "label")
 _TAIL = ("alerts", "alert_rules", "error", *(f"share_{c}" for c in CATEGORIES), "top_line", "steps_per_s")
 
@@ -132,8 +133,7 @@ class SavedRecord:
         return RunFigures.from_json(self.data.get("figures") or {})
 
     def head(self) -> dict:
-        return {k: self.data.get(k) for k in ("execution_count", "cell_id", "first_line", "start",
-                                              "duration_s", "status")}
+        return {k: self.data.get(k) for k in _HEAD}
 
     def tail(self) -> dict:
         return {k: self.data.get(k) for k in _TAIL}
@@ -289,16 +289,15 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
             parts = rec.gpu_rows() if per_gpu else [rec.totals()]
         except Exception as exc:  # a sampler closed under us: keep the row, say why
             parts, head["resolution_note"] = [{}], f"no summary: {exc}"
-        for part in parts or ([] if per_gpu else [{}]):
+        for part in parts:
             row = dict(head)
             row.update({k: v for k, v in part.items() if k not in head and k not in _ROW_SKIP})
             if "energy_j" in part:
                 row.update(cost_of(as_float(part["energy_j"])).columns())
             row.update(rec.tail())
             rows.append(row)
-    base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
-        extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        return HistoryFrame(columns=[*base, *extra, "energy_kwh", *_TAIL])
+        extra = [c for c in SUMMARY_COLUMNS if c not in _HEAD and c != "end"]
+        return HistoryFrame(columns=[*_HEAD, *extra, "energy_kwh", *_TAIL])
     df = pd.DataFrame(rows)
-    return HistoryFrame(df[base + [c for c in df.columns if c not in base]])
+    return HistoryFrame(df[[*_HEAD, *(c for c in df.columns if c not in _HEAD)]])
