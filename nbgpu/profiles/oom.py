@@ -201,28 +201,24 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
                     failed_gpu, gpus, history_state, allocations, rows, attrs.get("freed_by", {}))
 
 
-def _recent(sampler: Sampler, seconds: float) -> dict:
-    now = time.time()
-    window = sampler.timeline.between(now - seconds, now)
-    return {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t], "values": [float(x) for x in v]}
-                           for m in ("mem_used_bytes", "util_pct", "power_w")
-                           for t, v in (window.series(dev.key, m),)}
-            for dev in sampler.devices}
-
-
 def write_snapshot(path: str, sampler: Sampler, alert: object = None,
                    seconds: float = SNAPSHOT_SECONDS) -> str:
     """Write the last ``seconds`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
     framework, figures, history_state, allocations = framework_memory()
+    now = time.time()
+    window = sampler.timeline.between(now - seconds, now)
     data = {
-        "written_at": time.time(),
+        "written_at": now,
         "alert": None if alert is None else {k: getattr(alert, k, None) for k in
                                              ("rule", "severity", "gpu", "start", "message", "suggestion")},
         "framework": framework,
         "framework_memory": {str(k): v for k, v in figures.items()},
         "allocator_history": history_state,
         "largest_allocations": [asdict(a) for a in allocations],
-        "timeline": _recent(sampler, seconds),
+        "timeline": {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t],
+                                        "values": [float(x) for x in v]}
+                                    for m in ("mem_used_bytes", "util_pct", "power_w")
+                                    for t, v in (window.series(dev.key, m),)} for dev in sampler.devices},
     }
     with atomic_file(path) as fh:
         json.dump(data, fh, default=str)

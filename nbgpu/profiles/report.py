@@ -170,23 +170,22 @@ def where_html(cap: Capture) -> str:
             f'vertical-align:middle">{bar}</span> {escape(text)}</p>{out}')
 
 
+def _body(cap: Capture, svg: str | None) -> str:
+    """The picture (``svg`` if given), where the main thread was, and the summary table."""
+    svg = static_svg(cap) if svg is None else svg
+    return f"<div>{svg}</div>{where_html(cap)}{summary_html(cap.summary_rows, cap.totals)}"
+
+
 def static_html(cap: Capture, svg: str | None = None) -> str:
     """Title, SVG picture and summary table of a capture, as one self-contained HTML block."""
     error = f'<p style="margin:2px 0;color:#a33">{escape(cap.error)}</p>' if cap.error else ""
-    if no_gpu(cap):  # one line, no empty chart
-        return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-                f"<p>{escape(NO_GPU_LINE)}</p></div>")
-    svg = static_svg(cap) if svg is None else svg
-    return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-            f"<div>{svg}</div>{where_html(cap)}{summary_html(cap.summary_rows, cap.totals)}</div>")
+    body = f"<p>{escape(NO_GPU_LINE)}</p>" if no_gpu(cap) else _body(cap, svg)  # no GPU: no empty chart
+    return f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}{body}</div>'
 
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
     """The one-line summary; a click opens the picture and table (no kernel needed)."""
     if no_gpu(cap):
         return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
-    svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary><div>{svg}</div>{where_html(cap)}"
-            f"{summary_html(cap.summary_rows, cap.totals)}</details>")
-
+            f"{escape(cap.one_line())}</summary>{_body(cap, svg)}</details>")
