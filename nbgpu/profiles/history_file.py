@@ -118,14 +118,8 @@ def read(path: str) -> tuple[list[dict], int]:
     """The valid records of ``path`` in file order and how many bad lines were skipped."""
     with locked(path, shared=True):
         lines = _read_bytes(path)
-    out, bad = [], 0
-    for raw in lines:
-        kind, data = parse(raw)
-        if kind == "record":
-            out.append(data)
-        elif kind == "bad":
-            bad += 1
-    return out, bad
+    parsed = [parse(raw) for raw in lines]
+    return [data for kind, data in parsed if kind == "record"], sum(kind == "bad" for kind, _ in parsed)
 
 
 def append(path: str, lines: list[str], keep: int) -> None:
@@ -145,14 +139,9 @@ def append(path: str, lines: list[str], keep: int) -> None:
 
 def _compact(path: str, keep: int) -> None:
     lines = _read_bytes(path)
-    kinds = [parse(raw)[0] for raw in lines]
-    records = kinds.count("record")
-    if records <= keep + keep // 2:
+    records = [i for i, raw in enumerate(lines) if parse(raw)[0] == "record"]
+    if len(records) <= keep + keep // 2:
         return
-    drop = records - keep
+    gone = set(records[:len(records) - keep])  # the oldest records, never another line
     with atomic_file(path, "wb") as fh:
-        for raw, kind in zip(lines, kinds, strict=True):
-            if kind == "record" and drop > 0:
-                drop -= 1
-                continue
-            fh.write(raw + b"\n")
+        fh.writelines(raw + b"\n" for i, raw in enumerate(lines) if i not in gone)
