@@ -54,8 +54,7 @@ def against_last(rec: CellRecord) -> str:
         return ""
     prev = runs[-1]
     try:
-        repeats = [r.figures().total for r in runs]
-        found = changes(prev.figures().total, rec.figures().total, repeats=repeats)
+        found = changes(prev.figures().total, rec.figures().total, repeats=[r.figures().total for r in runs])
         said = ", ".join(f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"  # from what to what
                          if c.metric == "util_mean_pct" and c.beyond_noise else c.phrase for c in found)
         parts, findings = _what_changed(prev, rec)
@@ -81,9 +80,7 @@ def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
         parts.append("main thread: " + ", ".join(f"{LABELS[c]} {100 * x:.0f} % → {100 * y:.0f} %"
                                                  for c, x, y in moved) if moved else "main thread the same")
     before = {r for r in str(a.get("alert_rules") or "").split(", ") if r}
-    now: dict[str, str] = {}
-    for alert in rec.capture.alerts:
-        now.setdefault(alert.rule, alert.message)
+    now = {alert.rule: alert.message for alert in reversed(rec.capture.alerts)}  # each rule's first
     findings = [f"{r}: gone" for r in sorted(before - set(now))]
     findings += [f"{r}: {'still there' if r in before else 'new'}, {msg}" for r, msg in sorted(now.items())]
     return parts, findings
