@@ -17,7 +17,7 @@ from .. import holders
 from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
 from ..files import atomic_file, check_target
 from ..peaks import match_torch, torch_cuda, torch_uuid
-from ..units import GIB, KIB, MIB, TIB
+from ..units import GIB, KIB, MIB, TIB, as_float
 
 if TYPE_CHECKING:
     from ..sampler import Sampler
@@ -168,14 +168,10 @@ class OomStory:
 
 def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
     """Gather the post-mortem of ``exc`` in ``cap`` now, while the failing frame still lives."""
-    from .summary import selected
-
     failed_at = time.time() if failed_at is None else failed_at
     message = str(exc)
     framework, figures, history_state, allocations = framework_memory()
-    sampler = cap.sampler
-    devices = [d for d in (sampler.devices if sampler is not None else [])
-               if selected(d.key, cap.gpus, d.parent)]
+    devices = cap.devices()
     matched = match_torch([d for d in devices if d.parent is None], [figures[i] for i in sorted(figures)],
                           "uuid")
     m = _TORCH_GPU.search(message) or _TF_GPU.search(message)  # the framework's device index
@@ -183,17 +179,12 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
     failed_gpu = devices[index].key if index is not None and 0 <= index < len(devices) else None
     gpus = []
     for dev in devices:
-        key = dev.key
-        t, v = sampler.timeline.series(key, "mem_used_bytes") if sampler is not None else ([], [])
+        t, v = cap.sampler.timeline.series(dev.key, "mem_used_bytes")
         inside = [float(x) for tt, x in zip(t, v, strict=False) if cap.start_time - 5 <= tt <= failed_at + 1]
-        total = dev.mem_total_bytes
-        g = GpuMemory(key, inside[-1] if inside else math.nan, max(inside) if inside else math.nan,
-                      float(total) if total is not None and total == total else math.nan)
-        fig = matched.get(key)
-        if fig:
-            g.allocated_bytes, g.reserved_bytes = fig["allocated_bytes"], fig["reserved_bytes"]
-            g.peak_allocated_bytes = fig["peak_allocated_bytes"]
-        gpus.append(g)
+        fig = matched.get(dev.key, {})
+        gpus.append(GpuMemory(dev.key, inside[-1] if inside else math.nan, max(inside, default=math.nan),
+                              as_float(dev.mem_total_bytes), *(fig.get(k, math.nan) for k in
+                              ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes"))))
     first = message.strip().splitlines()[0] if message.strip() else ""
     device = holders.cuda_device(index=index) or "cuda"
     rows, attrs = holders.top_holders(device, TOP_HOLDERS, error=exc)
