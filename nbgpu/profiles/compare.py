@@ -155,9 +155,8 @@ def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
 
 def capture_figures(cap: Capture) -> RunFigures:
     """The compared figures of a finished capture (its summary and its own readings)."""
-    rows = cap.summary_rows
     read = cap.series(NOISE_METRICS)
-    per_gpu = {row["gpu"]: gpu_figures(row, read.get(row["gpu"], {})) for row in rows}
+    per_gpu = {row["gpu"]: gpu_figures(row, read.get(row["gpu"], {})) for row in cap.summary_rows}
     return RunFigures(total_figures(per_gpu, cap.totals), per_gpu)
 
 
