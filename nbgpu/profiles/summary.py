@@ -94,14 +94,13 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
         spacing = float(np.median(t[1:] - t[:-1]))
         if spacing > COARSE_SPACING_S:
             notes.append(f"{label} sampled every {spacing:.1f}s; shorter peaks are not seen")
-    key = "energy_period_s" if energy_source == "counter" else "power_period_s"
-    period = RESOLUTION_PERIODS_S[key]
-    what = "energy counter" if energy_source == "counter" else "power readings"
+    counter = energy_source == "counter"
+    period = RESOLUTION_PERIODS_S["energy_period_s" if counter else "power_period_s"]
     if energy_source != "none" and duration < period / TARGET_ERROR:
-        how = "measured" if PERIODS_MEASURED else "assumed"
-        notes.append(f"energy: the block ({fmt_duration(duration)}) is shorter than "
-                     f"{1 / TARGET_ERROR:.0f} updates of the {what} (every {period * 1000:.0f} ms, "
-                     f"{how}), so it may be off by more than {TARGET_ERROR:.0%}")
+        notes.append(f"energy: the block ({fmt_duration(duration)}) is shorter than {1 / TARGET_ERROR:.0f} "
+                     f"updates of the {'energy counter' if counter else 'power readings'} (every "
+                     f"{period * 1000:.0f} ms, {'measured' if PERIODS_MEASURED else 'assumed'}), so it may "
+                     f"be off by more than {TARGET_ERROR:.0%}")
     return "; ".join(notes)
 
 
