@@ -194,21 +194,16 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
     def agg(col: str, how: str) -> float:
         """The sum, mean or max of a column's known values across GPUs (NaN: none known)."""
         v = [float(r[col]) for r in rows if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])]
-        if not v:
-            return math.nan
-        return max(v) if how == "max" else float(sum(v)) / (len(v) if how == "mean" else 1)
+        return math.nan if not v else max(v) if how == "max" else sum(v) / (len(v) if how == "mean" else 1)
 
     out: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
     out.update(gpu="all", name=f"{len(rows)} GPUs", gpus=len(rows), status=rows[0]["status"],
                start=t0, end=t1, duration_s=t1 - t0, samples=max([int(r["samples"]) for r in rows]))
-    mem = [ln for ln in lines if ln.mem is not None]
+    mem = [(r, ln) for r, ln in zip(rows, lines, strict=True) if ln.mem is not None]
     if mem:
-        aligned_peak = float(_aligned([ln.mem for ln in mem], "sum", step=True).max())
-        mem_rows = [r for r, ln in zip(rows, lines, strict=True) if ln.mem is not None]
-        missed = max(float(r["mem_peak_bytes"]) - ln.mem_nvml_peak for r, ln in
-                     zip(mem_rows, mem, strict=True))
-        start = sum(float(r["mem_start_bytes"]) for r in mem_rows)
-        end = sum(float(r["mem_end_bytes"]) for r in mem_rows)
+        aligned_peak = float(_aligned([ln.mem for _, ln in mem], "sum", step=True).max())
+        missed = max(float(r["mem_peak_bytes"]) - ln.mem_nvml_peak for r, ln in mem)  # the allocator saw more
+        start, end = (sum(float(r[col]) for r, _ in mem) for col in ("mem_start_bytes", "mem_end_bytes"))
         out.update(mem_start_bytes=start, mem_end_bytes=end, mem_delta_bytes=end - start,
                    mem_peak_bytes=aligned_peak + max(missed, 0.0))
     sources = {r["mem_peak_source"] for r in rows}
