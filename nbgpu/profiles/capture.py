@@ -176,15 +176,13 @@ class Capture:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if self in _active:
             _active.remove(self)
-        if self.sampler is not None:
-            stacks.release(self.sampler, self._stacks)
-            self.stack_samples()  # kept now: the sampler does not keep its stack samples long
-            self.split()
         with contextlib.suppress(Exception):
             self._torch.finish()
-        sampler = self.sampler
-        if sampler is None:
+        if (sampler := self.sampler) is None:
             return
+        stacks.release(sampler, self._stacks)
+        self.stack_samples()  # kept now: the sampler does not keep its stack samples long
+        self.split()
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
         engine = getattr(sampler, "diagnostics", None)
