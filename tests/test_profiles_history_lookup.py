@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nbgpu.profiles import history
-from nbgpu.profiles.history import CellRecord, SavedRecord, add, previous
+from nbgpu.profiles.history import CellRecord, SavedRecord, add, earlier
 
 
 class _Cap:
@@ -29,8 +29,14 @@ def _rec(n: int, source: str, cell_id: str | None = None) -> CellRecord:
     return CellRecord(n, cell_id, source, _Cap(float(n)))
 
 
+def previous(record):
+    """The newest earlier run of the cell, as the cell report's comparison takes it."""
+    runs = earlier(record, 1)
+    return runs[-1] if runs else None
+
+
 def _scan(record):
-    """What previous() means: the newest earlier record of the same cell id or the same text."""
+    """What previous() should give: the newest earlier record of the same cell id or the same text."""
     items = history.records()
     at = next((i for i, r in enumerate(items) if r is record), len(items))
     for rec in reversed(items[:at]):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nbgpu.metrics import BY_NAME
-from nbgpu.profiles.energy import energy_j, integrate_power_j
+from nbgpu.profiles.energy import integrate_power_j
 from nbgpu.profiles.report import fmt_duration, one_line, summary_html
 from nbgpu.profiles.summary import summarize
 from nbgpu.sources.base import Device
@@ -32,6 +32,11 @@ def make_timeline(power=None, energy=None, mem=None, reasons=None, util=None) ->
     return Timeline(store, [Device(0, "test GPU", "GPU-x")])
 
 
+def energy_j(tl: Timeline, t0: float, t1: float) -> tuple[float, str]:
+    row = summarize(tl, t0, t1).rows[0]
+    return row["energy_j"], row["energy_source"]
+
+
 def test_integrated_power_of_constant_and_ramp():
     t = np.arange(0.0, 10.01, 0.02)
     assert integrate_power_j(t, np.full_like(t, 100.0), 2.0, 4.0) == pytest.approx(200.0)
@@ -47,7 +52,7 @@ def test_energy_counter_is_moved_to_the_edges_with_power():
     power = [(k * 0.02, 100.0) for k in range(0, 301)]  # 100 W for 6 s
     energy = [(0.9, 1000.0 + 90.0), (3.2, 1000.0 + 320.0)]  # counter readings outside [1, 3]
     tl = make_timeline(power=power, energy=energy)
-    joules, source = energy_j(tl, T0 + 1.0, T0 + 3.0, 0)
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 3.0)
     assert source == "counter"
     assert joules == pytest.approx(200.0, rel=1e-6)
 
@@ -55,16 +60,16 @@ def test_energy_counter_is_moved_to_the_edges_with_power():
 def test_energy_counter_wins_over_inconsistent_power():
     # The counter says 300 J over 2 s; power readings say 100 W (200 J). The counter is used.
     tl = make_timeline(power=[(0.0, 100.0), (4.0, 100.0)], energy=[(1.0, 5000.0), (3.0, 5300.0)])
-    joules, source = energy_j(tl, T0 + 1.0, T0 + 3.0, 0)
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 3.0)
     assert (source, joules) == ("counter", pytest.approx(300.0))
 
 
 def test_energy_falls_back_to_power_then_to_none():
     tl = make_timeline(power=[(k * 0.5, 200.0) for k in range(10)])
-    joules, source = energy_j(tl, T0 + 1.0, T0 + 2.0, 0)
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 2.0)
     assert (source, joules) == ("power", pytest.approx(200.0))
     tl = make_timeline(mem=[(0.0, 1e9)])
-    joules, source = energy_j(tl, T0 + 1.0, T0 + 2.0, 0)
+    joules, source = energy_j(tl, T0 + 1.0, T0 + 2.0)
     assert source == "none" and math.isnan(joules)
 
 

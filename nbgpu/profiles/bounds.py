@@ -1,7 +1,5 @@
-"""The bounds of ``nbgpu compare --fail-if``: a regression gate between a base run and a new one.
-
-The grammar and units are in docs/compare.md ("--fail-if").
-"""
+"""The bounds of ``nbgpu compare --fail-if``, a regression gate between a base run and a new one
+(grammar and units: docs/compare.md)."""
 
 from __future__ import annotations
 
@@ -15,9 +13,6 @@ _BYTES = {"B": 1.0, "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3, "TiB": 10
           "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 _SECONDS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 _JOULES = {"J": 1.0, "kJ": 1e3, "MJ": 1e6, "Wh": 3600.0, "kWh": 3.6e6}
-_WATTS = {"W": 1.0, "kW": 1e3}
-_POINTS = {"pp": 1.0}
-_CELSIUS = {"C": 1.0, "°C": 1.0}
 
 # The run figures a bound may name (totals over all GPUs) and the units each takes.
 METRIC_UNITS: dict[str, dict[str, float]] = {
@@ -25,11 +20,11 @@ METRIC_UNITS: dict[str, dict[str, float]] = {
     "energy_j": _JOULES,
     "mem_peak_bytes": _BYTES,
     "mem_delta_bytes": _BYTES,
-    "util_mean_pct": _POINTS,
-    "util_max_pct": _POINTS,
-    "power_mean_w": _WATTS,
-    "power_max_w": _WATTS,
-    "temp_max_c": _CELSIUS,
+    "util_mean_pct": {"pp": 1.0},
+    "util_max_pct": {"pp": 1.0},
+    "power_mean_w": {"W": 1.0, "kW": 1e3},
+    "power_max_w": {"W": 1.0, "kW": 1e3},
+    "temp_max_c": {"C": 1.0, "°C": 1.0},
 }
 EXAMPLE = '"energy_j>+5%"'
 
@@ -60,7 +55,7 @@ class Bound:
 
     def broken(self, base: float, new: float) -> bool:
         """Whether the new figure breaks the bound (a missing figure always does)."""
-        limit = self.limit(base) if self.kind != "value" else self.amount
+        limit = self.limit(base)
         if not (math.isfinite(new) and math.isfinite(limit)):
             return True
         return {">": new > limit, ">=": new >= limit, "<": new < limit, "<=": new <= limit}[self.op]
@@ -72,8 +67,6 @@ def _fail(text: str, why: str) -> BadArgumentError:
 
 def parse_bound(text: str) -> Bound:
     """Parse one ``--fail-if`` bound; raises ``BadArgumentError`` saying what is wrong."""
-    if not isinstance(text, str):
-        raise _fail(str(text), "a bound is text")
     m = _PATTERN.fullmatch(text.strip())
     if m is None:
         raise _fail(text, "expected METRIC, one of > >= < <=, then a bound such as +5%, "
@@ -81,21 +74,14 @@ def parse_bound(text: str) -> Bound:
     metric, op, sign, unit = m["metric"], m["op"], m["sign"] or "", m["unit"]
     if metric not in METRIC_UNITS:
         raise _fail(text, f"unknown metric {metric!r}; use one of {', '.join(METRIC_UNITS)}")
-    number = float(m["num"])
-    if not math.isfinite(number):
-        raise _fail(text, "the bound is not a finite number")
     units = METRIC_UNITS[metric]
-    if unit == "%":
-        if not sign:
-            raise _fail(text, "a relative bound needs a sign (+5% or -5%)")
-        return Bound(text, metric, op, "relative", number if sign == "+" else -number)
+    if unit == "%" and not sign:
+        raise _fail(text, "a relative bound needs a sign (+5% or -5%)")
     if unit is None:
         raise _fail(text, f"the bound needs a unit: % or one of {', '.join(units)}")
-    if unit not in units:
+    if unit not in units and unit != "%":
         raise _fail(text, f"{metric} takes % or one of {', '.join(units)}, not {unit!r}")
-    amount = number * units[unit]
+    amount = float(m["num"]) * (1.0 if unit == "%" else units[unit]) * (-1.0 if sign == "-" else 1.0)
     if not math.isfinite(amount):
-        raise _fail(text, "the bound is too large to be a finite number")
-    if sign:
-        return Bound(text, metric, op, "delta", amount if sign == "+" else -amount)
-    return Bound(text, metric, op, "value", amount)
+        raise _fail(text, "the bound is not a finite number")
+    return Bound(text, metric, op, "relative" if unit == "%" else "delta" if sign else "value", amount)

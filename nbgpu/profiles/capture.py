@@ -6,21 +6,21 @@ import contextlib
 import math
 import time
 import traceback
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..diagnostics import stacks
 from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
-from ..peaks import match_torch
+from ..peaks import match_torch, torch_cuda, torch_uuid
 from ..sampler import Sampler, check_sampler
 from ..sampler_thread import running_samplers, wait_for_edge
 from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
 from .summary import Summary, as_count, rows_frame, selected, summarize
-from .torch_stats import TorchStats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,10 +40,7 @@ def pick_sampler() -> Sampler | None:
     shared = session.shared_sampler()
     if shared is not None and shared.running:
         return shared
-    running = running_samplers()
-    if not running:
-        return None
-    return max(running, key=lambda s: s.started_at or 0.0)
+    return max(running_samplers(), key=lambda s: s.started_at or 0.0, default=None)
 
 
 def active_captures() -> list[Capture]:
@@ -62,18 +59,47 @@ def status_of(exc_type: type[BaseException] | None) -> str:
     return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
 
 
-class Capture:
-    """The GPU profile of one block: timeline, per-GPU summary, marks, alerts, report.
+class TorchStats:
+    """PyTorch allocator figures of a block, read only if the user's code imported torch."""
 
-    Args:
-        sampler: the sampler to read; None reuses the running shared sampler (or any
-            running one) and otherwise starts one for the block, stopped at its end.
-        source, interval: for a sampler of the block's own (default "auto", 0.2 s); giving
-            either while another sampler runs raises ``BadArgumentError`` (pass that
-            sampler, or stop it first) rather than silently reading the other one.
-        gpus: GPU indices to summarise; None means all.
-        label: a name shown in the report and history.
-    """
+    def __init__(self) -> None:
+        self.floor: dict[int, dict[str, float]] = {}  # peaks of the block before a nested one reset them
+        self.reserved_start: dict[int, float] = {}
+        self.result: dict[int, dict[str, float]] = {}
+
+    def start(self, outer: list[Capture]) -> None:
+        if (cuda := torch_cuda()) is None:
+            return
+        for i in range(cuda.device_count()):
+            peaks = {"allocated": float(cuda.max_memory_allocated(i)),
+                     "reserved": float(cuda.max_memory_reserved(i))}
+            for cap in outer:  # resetting the counters must not lose an outer block's peaks
+                floor = cap._torch.floor.setdefault(i, {})
+                for k, v in peaks.items():
+                    floor[k] = max(floor.get(k, 0.0), v)
+            self.reserved_start[i] = float(cuda.memory_reserved(i))
+            cuda.reset_peak_memory_stats(i)
+
+    def finish(self) -> None:
+        if (cuda := torch_cuda()) is None:
+            return
+        for i in range(cuda.device_count()):
+            floor = self.floor.get(i, {})
+            self.result[i] = {
+                "torch_peak_allocated_bytes": max(float(cuda.max_memory_allocated(i)),
+                                                  floor.get("allocated", 0.0)),
+                "torch_peak_reserved_bytes": max(float(cuda.max_memory_reserved(i)),
+                                                 floor.get("reserved", 0.0)),
+                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
+                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
+                "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
+                "torch_uuid": torch_uuid(cuda, i),
+            }
+
+
+class Capture:
+    """The GPU profile of one block: timeline, per-GPU summary, marks, alerts, report. Without
+    ``sampler`` it reads the running one, else starts its own (``source``, ``interval``)."""
 
     def __init__(self, sampler: Sampler | None = None, *, source: object = None,
                  interval: float | None = None, gpus: list | None = None, label: str = "") -> None:
@@ -83,23 +109,16 @@ class Capture:
         self._asked_gpus = gpus
         self.gpus = self._checked_gpus() if sampler is not None else None
         self.label = label
-        self.start_time = math.nan
-        self.end_time = math.nan
+        self.start_time = self.end_time = math.nan
         self.status = "running"
         self.error: str | None = None
         self.owns_sampler = False
         self.trackers: list = []
         self._torch = TorchStats()
         self._fast = contextlib.ExitStack()
-        self._summary: pd.DataFrame | None = None
-        self._alerts: list | None = None
-        self._line: str | None = None
-        self._result: Summary | None = None
+        self._kept: dict[str, object] = {}  # results of the finished block
         self._series: dict[tuple[object, str], tuple[np.ndarray, np.ndarray]] = {}
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
-        self._split: stacks.Split | None = None
-        self._split_final = False  # the split was taken at the block's end
-        self._samples: list = []  # its stack samples, copied at the end
         self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
         self.too_short: list[str] = []  # window rules the finished block was too short to judge
 
@@ -136,7 +155,9 @@ class Capture:
             self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
         self._stacks = stacks.hold(self.sampler, self.line_offset)
-        if self._counter_stale(self.start_time):  # else the fast memory lane covers the start
+        last, lost = self.sampler.store.last, self.sampler.lost
+        if any(not self.start_time - last(d.key, "energy_j")[0] <= COUNTER_FRESH_S
+               for d in self.sampler.devices if d.key not in lost):  # no recent counter reading
             self.sampler.request("energy")
         _active.append(self)
         return self
@@ -155,16 +176,13 @@ class Capture:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if self in _active:
             _active.remove(self)
-        if self.sampler is not None:
-            stacks.release(self.sampler, self._stacks)
-            got = stacks.samples_of(self.sampler)
-            self._samples = got.records(self.start_time, self.end_time) if got is not None else []
-            self._split, self._split_final = self.split(), True
         with contextlib.suppress(Exception):
             self._torch.finish()
-        sampler = self.sampler
-        if sampler is None:
+        if (sampler := self.sampler) is None:
             return
+        stacks.release(sampler, self._stacks)
+        self.stack_samples()  # kept now: the sampler does not keep its stack samples long
+        self.split()
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
         engine = getattr(sampler, "diagnostics", None)
@@ -181,13 +199,6 @@ class Capture:
     def _clock(self) -> float:
         """Now on the sampler's clock, the one its readings are stamped with."""
         return self.sampler.now() if self.sampler is not None else time.time()
-
-    def _counter_stale(self, t: float) -> bool:
-        """Whether some GPU's newest energy-counter reading is older than COUNTER_FRESH_S at ``t``."""
-        last = self.sampler.store.last
-        lost = self.sampler.lost
-        return any(not t - last(d.key, "energy_j")[0] <= COUNTER_FRESH_S
-                   for d in self.sampler.devices if d.key not in lost)
 
     # -- results ----------------------------------------------------------------------------
     @property
@@ -234,12 +245,24 @@ class Capture:
         """(epoch seconds, label) of the marks inside the block."""
         return self.window.marks()
 
+    def _once(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, kept under ``name`` once the block has finished (its figures are final)."""
+        if name in self._kept:
+            return self._kept[name]
+        value = compute()
+        if not math.isnan(self.end_time):
+            self._kept[name] = value
+        return value
+
     def summarized(self) -> Summary:
-        """The block's ``Summary`` (per-GPU rows and the combined row), cached once finished."""
-        if self._result is not None:
-            return self._result
+        """The block's ``Summary`` (per-GPU rows and the combined row)."""
+        return self._once("summary", self._summarize)
+
+    def _summarize(self) -> Summary:
         t0, t1 = self._range()
-        torch_rows = self._torch_rows()
+        figures = self._torch.result  # PyTorch's, matched to GPUs by UUID (or by order where safe)
+        torch_rows = match_torch(self.devices(), [figures[i] for i in sorted(figures)],
+                                 "torch_uuid") if figures else {}
         allocator = {g: {"peak_reserved_bytes": f["torch_peak_reserved_bytes"],
                          "reserved_start_bytes": f["torch_reserved_start_bytes"]}
                      for g, f in torch_rows.items()}
@@ -255,8 +278,6 @@ class Capture:
                                       if a.gpu is None or a.gpu == row["gpu"])
         if result.combined:
             result.combined["label"] = self.label
-        if not math.isnan(self.end_time):
-            self._result = result  # final: cache it
         return result
 
     @property
@@ -273,19 +294,7 @@ class Capture:
             import warnings
 
             warnings.warn(NO_GPU_LINE, UserWarning, stacklevel=2)
-        if self._summary is not None:
-            return self._summary.copy()
-        df = rows_frame(self.summary_rows)
-        if self._result is not None:
-            self._summary = df
-        return df.copy()
-
-    def _torch_rows(self) -> dict[object, dict[str, float]]:
-        """PyTorch's figures per GPU key, matched by UUID (or by order when that is safe)."""
-        figures = self._torch.result
-        if not figures:
-            return {}
-        return match_torch(self.devices(), [figures[i] for i in sorted(figures)], "torch_uuid")
+        return self._once("frame", lambda: rows_frame(self.summary_rows)).copy()
 
     @property
     def totals(self) -> dict[str, object]:
@@ -295,41 +304,32 @@ class Capture:
     @property
     def alerts(self) -> list:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
-        if self._alerts is not None:
-            return self._alerts
         if not callable(getattr(self.sampler, "alert_list", None)):
             return []
-        t0, t1 = self._range()
-        finished = not math.isnan(self.end_time)
         try:
-            found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), finished)
+            return self._once("alerts", self._find_alerts)
         except Exception:
             return []
+
+    def _find_alerts(self) -> list:
+        t0, t1 = self._range()
+        found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), not math.isnan(self.end_time))
         parents = {d.key: d.parent for d in self.sampler.devices}
-        found = [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
-        if finished:
-            self._alerts = found
-        return found
+        return [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
 
     def split(self) -> stacks.Split | None:
         """Where the main thread's time went in the block (None: no stack samples)."""
-        if self._split_final or self.sampler is None:
-            return self._split
-        got = stacks.samples_of(self.sampler)
-        t0, t1 = self._range()
-        return got.split(t0, t1) if got is not None else None
+        got = stacks.samples_of(self.sampler) if self.sampler is not None else None
+        return self._once("split", lambda: got.split(*self._range()) if got is not None else None)
 
     def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
         """The main thread's stack samples in the block: (epoch s, category, line, its text)."""
-        if self._split_final:
-            return list(self._samples)
         got = stacks.samples_of(self.sampler) if self.sampler is not None else None
-        return got.records(*self._range()) if got is not None else []
+        return list(self._once("samples", lambda: got.records(*self._range()) if got is not None else []))
 
     def where(self) -> pd.DataFrame:
-        """Where the main thread was: one row per category (``category``, ``seconds``,
-        ``share``); ``attrs["top_line"]`` is the cell line most time went to, e.g.
-        ``{"line": 7, "text": "for x, y in dl", "share": 0.81}`` (None without samples)."""
+        """Where the main thread was: a row per category (``category``, ``seconds``, ``share``);
+        ``attrs["top_line"]``: the cell line most time went to (``line``, ``text``, ``share``)."""
         return stacks.where_frame(self.split())
 
     @property
@@ -343,17 +343,13 @@ class Capture:
 
     def one_line(self) -> str:
         """The short summary line, e.g. ``GPU0 1m12s · util 87 % · peak 41.2 GiB (+3.1 GiB) · …``."""
-        if self._line is not None:
-            return self._line
         from .report import one_line
 
-        result = self.summarized()
-        line = one_line(result.rows, self.status, result.combined)
-        if self.sampler is not None and self.sampler.simulated:
-            line += " · SIMULATED"
-        if not math.isnan(self.end_time):
-            self._line = line
-        return line
+        def line() -> str:
+            result = self.summarized()
+            sim = " · SIMULATED" if self.sampler is not None and self.sampler.simulated else ""
+            return one_line(result.rows, self.status, result.combined) + sim
+        return self._once("line", line)
 
     def report(self) -> None:
         """Display the cell report (interactive chart + static fallbacks), once (None: no second copy)."""

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from html import escape
 
+from IPython.display import display
+
 from ..diagnostics.stacks import CATEGORIES, LABELS
 from ..sampler import Sampler
 from ..units import fmt_duration, fmt_energy
@@ -31,32 +33,17 @@ _mode: _CellMode | None = None
 def _cell_id(shell, info=None) -> str | None:
     """The front end's id of the running cell (``info.cell_id`` or the request's metadata)."""
     cid = getattr(info, "cell_id", None)
-    if cid:
-        return str(cid)
-    kernel = getattr(shell, "kernel", None)
-    try:
-        parent = kernel.get_parent() if kernel is not None else None
-    except Exception:
-        parent = None
-    if isinstance(parent, dict):
-        cid = (parent.get("metadata") or {}).get("cellId")
+    if not cid:
+        with contextlib.suppress(Exception):  # no kernel, or a request without metadata
+            cid = shell.kernel.get_parent()["metadata"].get("cellId")
     return str(cid) if cid else None
 
 
 def current_count(shell) -> int | None:
     """The In [] number of the running cell, as the front end shows it."""
     result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
-    count = getattr(result, "execution_count", None)
-    if isinstance(count, int):
-        return count
-    count = getattr(shell, "execution_count", None)
-    return count if isinstance(count, int) else None
-
-
-def _display(obj) -> None:
-    from IPython.display import display
-
-    display(obj)
+    counts = (getattr(result, "execution_count", None), getattr(shell, "execution_count", None))
+    return next((c for c in counts if isinstance(c, int)), None)
 
 
 def against_last(rec: CellRecord) -> str:
@@ -67,9 +54,9 @@ def against_last(rec: CellRecord) -> str:
         return ""
     prev = runs[-1]
     try:
-        repeats = [r.figures().total for r in runs]
-        found = changes(prev.figures().total, rec.figures().total, repeats=repeats)
-        said = ", ".join(_phrase(c) for c in found)
+        found = changes(prev.figures().total, rec.figures().total, repeats=[r.figures().total for r in runs])
+        said = ", ".join(f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"  # from what to what
+                         if c.metric == "util_mean_pct" and c.beyond_noise else c.phrase for c in found)
         parts, findings = _what_changed(prev, rec)
     except Exception as exc:  # an old run whose readings are gone: say so, briefly
         return f"vs its last run: cannot compare ({exc})"
@@ -77,13 +64,6 @@ def against_last(rec: CellRecord) -> str:
     ago = rec.start_time - prev.start_time
     return "\n".join([f"vs its last run ({where}{fmt_duration(ago)} ago): " + "; ".join([said, *parts]),
                       *findings])
-
-
-def _phrase(c) -> str:
-    """A change's phrase; utilisation that moved says from what to what (``7 % → 70 %``)."""
-    if c.metric != "util_mean_pct" or not c.beyond_noise:
-        return c.phrase
-    return f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"
 
 
 def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
@@ -100,35 +80,15 @@ def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
         parts.append("main thread: " + ", ".join(f"{LABELS[c]} {100 * x:.0f} % → {100 * y:.0f} %"
                                                  for c, x, y in moved) if moved else "main thread the same")
     before = {r for r in str(a.get("alert_rules") or "").split(", ") if r}
-    now: dict[str, str] = {}
-    for alert in rec.capture.alerts:
-        now.setdefault(alert.rule, alert.message)
+    now = {alert.rule: alert.message for alert in reversed(rec.capture.alerts)}  # each rule's first
     findings = [f"{r}: gone" for r in sorted(before - set(now))]
     findings += [f"{r}: {'still there' if r in before else 'new'}, {msg}" for r, msg in sorted(now.items())]
     return parts, findings
 
 
-def cost_line(cap: Capture) -> str:
-    """``energy 44.1 kJ = 0.0123 kWh · 0.0037 EUR · 4.9 g CO₂`` of the cell's GPUs."""
-    energy = cap.totals.get("energy_j", math.nan)
-    return f"energy {fmt_energy(energy)} = {cost_of(energy).text()}"
-
-
-class _Shown:
-    """Display data: plain text and its HTML."""
-
-    def __init__(self, text: str, html: str) -> None:
-        self.text, self.html = text, html
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/plain": self.text, "text/html": self.html}
-
-
-def _notes(lines: list[str]) -> _Shown:
-    """Display data under a report: how the cell compares with its last run, and its cost."""
-    lines = [part for line in lines if line for part in line.split("\n")]
-    return _Shown("\n".join(lines), "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">'
-                                            f"{escape(line)}</p>" for line in lines))
+def _show(text: str, html: str) -> None:
+    """Display plain text and its HTML."""
+    display({"text/plain": text, "text/html": html}, raw=True)
 
 
 def _show_one_line(cap: Capture, note: str = "") -> None:
@@ -138,14 +98,14 @@ def _show_one_line(cap: Capture, note: str = "") -> None:
     html = compact_html(cap)
     if note:
         html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(note)}</p>'
-    _display(_Shown(cap.one_line() + (f" · {note}" if note else ""), html))
+    _show(cap.one_line() + (f" · {note}" if note else ""), html)
 
 
 def _show_post_mortem(cap: Capture, story) -> None:
     from ..hooks import view
 
     try:
-        _display(view("oom_report", PostMortem(cap, story)))
+        display(view("oom_report", PostMortem(cap, story)))
     except Exception as exc:  # never hide the user's own error behind ours
         log.warning("nbgpu: the out-of-memory report could not be shown: %s", exc)
 
@@ -162,19 +122,16 @@ class _CellMode:
         self.failed_once = False
 
     def pre_run_cell(self, info) -> None:
-        if getattr(info, "silent", False) or not getattr(info, "store_history", True):
-            self.pending.append((None, info))
-            return
-        try:
-            sampler = self.get_sampler()
-        except Exception as exc:
-            if not self.failed_once:
-                self.failed_once = True
-                log.warning("nbgpu: cell profiles are off for now: %s", exc)
-            self.pending.append((None, info))
-            return
-        cap = Capture(sampler, label="")
-        cap.start()
+        cap = None
+        if not getattr(info, "silent", False) and getattr(info, "store_history", True):
+            try:
+                sampler = self.get_sampler()
+            except Exception as exc:
+                if not self.failed_once:
+                    self.failed_once = True
+                    log.warning("nbgpu: cell profiles are off for now: %s", exc)
+            else:
+                cap = Capture(sampler).start()
         self.pending.append((cap, info))
 
     def post_run_cell(self, result) -> None:
@@ -236,15 +193,11 @@ def _run_body(shell, cell: str):
     """Run the cell body in the user's namespace like a cell: the last expression is displayed."""
     source = shell.transform_cell(cell)
     filename = shell.compile.cache(source, current_count(shell) or 0, raw_code=cell)
-    tree = shell.compile.ast_parse(source, filename=filename)
-    tree = shell.transform_ast(tree)
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Interactive(body=[tree.body.pop()])
-    ns = shell.user_ns
-    exec(compile(tree, filename, "exec"), ns)
-    if last is not None:
-        exec(compile(last, filename, "single"), ns)  # "single" displays the value
+    tree = shell.transform_ast(shell.compile.ast_parse(source, filename=filename))
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, filename, "exec"), shell.user_ns)
+    if last is not None:  # "single" displays the value
+        exec(compile(ast.Interactive(body=[last]), filename, "single"), shell.user_ns)
 
 
 def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = None) -> Capture:
@@ -280,7 +233,11 @@ def _record_and_show(shell, cell: str, cap: Capture, story=None) -> None:
     try:
         from ..hooks import view
 
-        _display(view("cell_report", cap))
-        _display(_notes([against_last(rec), cost_line(cap)]))
+        display(view("cell_report", cap))
+        joules = cap.totals.get("energy_j", math.nan)
+        cost = f"energy {fmt_energy(joules)} = {cost_of(joules).text()}"
+        notes = [part for line in (against_last(rec), cost) if line for part in line.split("\n")]
+        _show("\n".join(notes), "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">'
+                                        f"{escape(line)}</p>" for line in notes))
     except Exception as exc:  # the report must never hide the cell's own outcome
         log.warning("nbgpu: the cell report could not be shown: %s", exc)

@@ -1,7 +1,5 @@
-"""Compare two runs (two cells, two recordings): each figure's change and whether it is real.
-
-Each figure's noise is defined in docs/compare.md.
-"""
+"""Compare two runs (two cells, two recordings): each figure's change and whether it is beyond
+its noise (defined in docs/compare.md)."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ _WORDS = {
     "mem_peak_bytes": ("peak memory {p} higher", "peak memory {p} lower", "peak memory the same"),
     "util_mean_pct": ("utilisation {p} higher", "utilisation {p} lower", "utilisation the same"),
 }
-_NAMES = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
-          "util_mean_pct": "utilisation"}
+_NAMES = {m: words[2].removesuffix(" the same") for m, words in _WORDS.items()}
 
 Series = Mapping[str, tuple[np.ndarray, np.ndarray]]
 
@@ -68,12 +65,8 @@ class RunFigures:
     @classmethod
     def from_json(cls, data: dict) -> RunFigures:
         def unpack(d: dict) -> dict[str, Figure]:
-            return {k: Figure(_nan(v[0]), _nan(v[1])) for k, v in d.items()}
+            return {k: Figure(as_float(v[0]), as_float(v[1])) for k, v in d.items()}
         return cls(unpack(data.get("total", {})), {g: unpack(f) for g, f in data.get("per_gpu", [])})
-
-
-def _nan(v: object) -> float:
-    return math.nan if v is None else float(v)
 
 
 def _spacing(t: np.ndarray) -> float:
@@ -88,22 +81,14 @@ def jitter(v: np.ndarray) -> float:
     return 1.4826 * float(np.median(np.abs(np.diff(v)))) / math.sqrt(2.0)
 
 
-def _ramp(v: np.ndarray, inside: np.ndarray) -> int:
-    """How many leading readings of ``v`` are a ramp: each outside the steady range (``inside``
-    False) and each step on the way in the same direction (a flat block, a pause, is no ramp)."""
-    steps = np.sign(np.diff(v))
-    n = 0
-    while n < len(v) - 1 and not inside[n] and steps[n] != 0 and steps[n] == steps[0]:
-        n += 1
-    return n
-
-
 def _steady(v: np.ndarray) -> np.ndarray:
-    """``v`` without its start-up ramp: the leading readings outside the range of its second
-    half, each moving the same way. The end is kept: a cycling load's pause caught there
-    looks like a wind-down, and it is noise."""
+    """``v`` without its start-up ramp: the leading readings outside the range of its second half,
+    each step the same way (a flat block, a pause, is no ramp). The end is kept: a cycling load's
+    pause caught there looks like a wind-down, and it is noise."""
     tail = v[len(v) // 2:]
-    first = _ramp(v, (v >= tail.min()) & (v <= tail.max()))
+    inside, steps, first = (v >= tail.min()) & (v <= tail.max()), np.sign(np.diff(v)), 0
+    while first < len(v) - 1 and not inside[first] and steps[first] != 0 and steps[first] == steps[0]:
+        first += 1
     return v[first:] if len(v) - first >= MIN_READINGS else v
 
 
@@ -123,8 +108,6 @@ def _sem2(v: np.ndarray) -> float:
 
 def _peak_step(v: np.ndarray) -> float:
     """The larger step between the peak reading and its neighbours (0 for one reading)."""
-    if not len(v):
-        return math.nan
     i = int(np.argmax(v))
     steps = [abs(float(v[j] - v[i])) for j in (i - 1, i + 1) if 0 <= j < len(v)]
     return max(steps, default=0.0)
@@ -147,7 +130,7 @@ def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True)
                       else STAMP_S if stamped else (max(ticks) if ticks else math.nan))
     return {
         "energy_j": Figure(energy, energy_noise),
-        "duration_s": Figure(as_float(row.get("duration_s")), duration_noise),
+        "duration_s": Figure(duration, duration_noise),
         "mem_peak_bytes": Figure(as_float(row.get("mem_peak_bytes")), mem_noise),
         "util_mean_pct": Figure(as_float(row.get("util_mean_pct")), util_noise),
     }
@@ -172,9 +155,8 @@ def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
 
 def capture_figures(cap: Capture) -> RunFigures:
     """The compared figures of a finished capture (its summary and its own readings)."""
-    rows = cap.summary_rows
     read = cap.series(NOISE_METRICS)
-    per_gpu = {row["gpu"]: gpu_figures(row, read.get(row["gpu"], {})) for row in rows}
+    per_gpu = {row["gpu"]: gpu_figures(row, read.get(row["gpu"], {})) for row in cap.summary_rows}
     return RunFigures(total_figures(per_gpu, cap.totals), per_gpu)
 
 
@@ -240,26 +222,17 @@ class Change:
         pct = self.pct
         if not math.isfinite(pct):  # from zero: no percentage to give
             return words.replace("{p} ", "").replace(" {p}", "") + " (from 0)"
-        if abs(pct) < 0.05:  # a percentage that would read "0 %": the change itself
-            return words.format(p=_fmt_delta(self.metric, abs(self.delta)))
+        if abs(pct) < 0.05:  # a percentage that would read "0 %": the change itself, in its unit
+            fmt = {"mem_peak_bytes": fmt_bytes, "duration_s": fmt_duration, "energy_j": fmt_energy}
+            return words.format(p=fmt.get(self.metric, lambda d: f"{d:.1f} pp")(abs(self.delta)))
         return words.format(p=fmt_change_pct(abs(pct)))
-
-
-def _fmt_delta(metric: str, delta: float) -> str:
-    """A change too small for a percentage, in its own unit: ``8.0 MiB``, ``3ms``."""
-    fmt = {"mem_peak_bytes": fmt_bytes, "duration_s": fmt_duration, "energy_j": fmt_energy}
-    return fmt[metric](delta) if metric in fmt else f"{delta:.1f} pp"
 
 
 def fmt_change_pct(p: float) -> str:
     """``12 %``, ``3 %``, ``0.4 %`` (a sign only where given)."""
     if not math.isfinite(p):
         return "–"
-    digits = 0 if abs(p) >= 9.5 else 1
-    text = f"{p:.{digits}f}"
-    if digits and text.endswith(".0"):
-        text = text[:-2]
-    return f"{text} %"
+    return (f"{p:.0f}" if abs(p) >= 9.5 else f"{p:.1f}".removesuffix(".0")) + " %"
 
 
 def changes(a: Mapping[str, Figure], b: Mapping[str, Figure],

@@ -36,13 +36,8 @@ def _rate(name: str, value: object) -> float:
 
 def configure(price_per_kwh: float | None = None, currency: str | None = None,
               carbon_g_per_kwh: float | None = None) -> CostSettings:
-    """Set the electricity price and carbon intensity used for cost and CO₂; returns the settings.
-
-    Args:
-        price_per_kwh: price of one kWh in ``currency``; None keeps the current setting.
-        currency: the currency's code or symbol, e.g. "EUR"; None keeps it.
-        carbon_g_per_kwh: grams of CO₂ per kWh of your grid; None keeps it.
-    """
+    """Set the price of a kWh (in ``currency``, e.g. "EUR") and grams of CO₂ per kWh of your grid;
+    None keeps a setting. Returns the settings."""
     cfg = config.settings()
     if price_per_kwh is not None:
         cfg.price_per_kwh = _rate("price_per_kwh", price_per_kwh)
@@ -72,11 +67,6 @@ def settings() -> CostSettings:
     return CostSettings(price, str(currency), carbon)
 
 
-def energy_kwh(energy_j: float) -> float:
-    """Joules as kWh (NaN stays NaN)."""
-    return float(energy_j) / J_PER_KWH
-
-
 @dataclass(frozen=True)
 class Cost:
     """What some energy comes to: kWh always; money and CO₂ grams where configured (else NaN)."""
@@ -90,12 +80,10 @@ class Cost:
         """``0.0123 kWh · 0.0037 EUR · 4.9 g CO₂`` (only the known parts)."""
         if not math.isfinite(self.energy_kwh):
             return "energy not measured"
-        parts = [f"{_sig(self.energy_kwh)} kWh"]
-        if math.isfinite(self.cost):
-            parts.append(f"{_sig(self.cost)} {self.currency}".rstrip())
-        if math.isfinite(self.co2_g):
-            parts.append(f"{_sig(self.co2_g)} g CO₂")
-        return " · ".join(parts)
+        def sig(v: float) -> str:  # three significant digits, no exponent for everyday sizes
+            return "0" if v == 0 else f"{v:.{max(0, 2 - math.floor(math.log10(abs(v))))}f}"
+        parts = ((self.energy_kwh, " kWh"), (self.cost, f" {self.currency}"), (self.co2_g, " g CO₂"))
+        return " · ".join(f"{sig(v)}{unit}".rstrip() for v, unit in parts if math.isfinite(v))
 
     def columns(self) -> dict[str, object]:
         """History columns: ``energy_kwh`` always, ``cost``/``currency``/``co2_g`` when configured."""
@@ -107,19 +95,10 @@ class Cost:
         return out
 
 
-def _sig(v: float) -> str:
-    """Three significant digits, no exponent for everyday sizes."""
-    if v == 0:
-        return "0"
-    digits = max(0, 2 - math.floor(math.log10(abs(v))))
-    return f"{v:.{digits}f}"
-
-
 def cost_of(energy_j: float, config: CostSettings | None = None) -> Cost:
     """The kWh, cost and CO₂ of ``energy_j`` joules under ``config`` (default: ``settings()``)."""
     config = config or settings()
-    kwh = energy_kwh(energy_j) if energy_j is not None else math.nan
-    price = config.price_per_kwh
-    carbon = config.carbon_g_per_kwh
+    kwh = float(energy_j) / J_PER_KWH if energy_j is not None else math.nan
+    price, carbon = config.price_per_kwh, config.carbon_g_per_kwh
     return Cost(kwh, kwh * price if price is not None else math.nan, config.currency,
                 kwh * carbon if carbon is not None else math.nan)

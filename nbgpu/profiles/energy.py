@@ -1,16 +1,105 @@
-"""Energy of a block of time, and the straight-line arithmetic every summary figure uses."""
+"""A device's readings around a block, merged and NaN-free; the energy of a block of time, and the
+straight-line arithmetic every summary figure uses."""
 
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .readings import Readings
+from ..metrics import BY_NAME
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..store import Store
     from ..timeline import Timeline
+
+# The metrics a summary reads (``summary._gpu_row``); other metrics are never merged.
+SUMMARY_METRICS = ("mem_used_bytes", "util_pct", "power_w", "sm_active_pct", "temp_c", "energy_j",
+                   "clock_event_reasons")
+MAX_SUFFIXES = ("_max_w", "_max_pct", "_max_bytes")  # a folded frame's per-tick maxima
+# How far before the block a stream's reading may lie to show that the block is not bucketed.
+WITNESS_S = 15.0
+
+EMPTY = (np.empty(0), np.empty(0))
+
+
+class Readings:
+    """One device's readings near a block [t0, t1]: NaN-free, time-sorted series per metric,
+    and whether the block holds 10 s buckets of the store's coarse history."""
+
+    def __init__(self, merged: dict[str, tuple[np.ndarray, np.ndarray]], bucketed: bool) -> None:
+        self._merged = merged
+        self.bucketed = bucketed
+        self.has_maxima = any(c.endswith(MAX_SUFFIXES) for c in merged)
+
+    @classmethod
+    def of_frame(cls, df: pd.DataFrame, times: np.ndarray, t0: float, t1: float) -> Readings:
+        order = np.argsort(times, kind="stable")
+        t, merged = times[order], {}
+        for c in df.columns:
+            if c in BY_NAME or c.endswith(MAX_SUFFIXES):
+                v = df[c].to_numpy(dtype=np.float64, na_value=np.nan)[order]
+                merged[c] = (t[v == v], v[v == v])
+        dec = (df["decimated"].fillna(False).to_numpy(dtype=bool)[order] if "decimated" in df.columns
+               else np.zeros(len(df), dtype=bool))
+        return cls(merged, bool(dec[(t >= t0) & (t <= t1)].any()))
+
+    def merged(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of ``metric`` over all it was read for."""
+        return self._merged.get(metric, EMPTY)
+
+    def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of ``metric`` in [a, b]."""
+        t, v = self.merged(metric)
+        i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
+        return t[i:j], v[i:j]
+
+
+# Per store and device: (its streams, (stream, a metric kept in it alone or None) per stream).
+_witness_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _witnesses(store: Store, gpu: object) -> list[tuple[str, str | None]]:
+    """For each stream of ``gpu``, a metric kept in that stream alone (None: no such metric)."""
+    streams = tuple(store.streams_of(gpu))
+    per_store = _witness_cache.setdefault(store, {})
+    hit = per_store.get(gpu)
+    if hit is not None and hit[0] == streams:
+        return hit[1]
+    columns = {s: list(store.read_stream(gpu, s, math.inf, math.inf)[1]) for s in streams}
+    found = []
+    for s in streams:
+        others = {c for o in streams if o != s for c in columns[o]}
+        alone = [c for c in columns[s] if c not in others]
+        found.append((s, next((c for c in alone if c in SUMMARY_METRICS), alone[0] if alone else None)))
+    per_store[gpu] = (streams, found)
+    return found
+
+
+def timeline_readings(full: Timeline, gpus: list, a: float, b: float, t0: float, t1: float
+                      ) -> list[Readings]:
+    """The ``Readings`` of each of ``gpus`` over [a, b] for the block [t0, t1], read in one pass."""
+    store = full.store
+    plans = [(g, _witnesses(store, g)) for g in gpus]
+    pairs = [(g, m) for g in gpus for m in SUMMARY_METRICS]
+    lengths, times, values, _ = store.series_packed(pairs, a, b)
+    seen = [(g, w) for g, wit in plans for _, w in wit if w is not None]
+    wl, _, _, _ = store.series_packed(seen, t0 - WITNESS_S, t0, coarse=False)
+    witnessed = {pair for pair, n in zip(seen, wl.tolist(), strict=True) if n}
+    ends = np.cumsum(lengths)[:-1]
+    per_pair = list(zip(np.split(times, ends), np.split(values, ends), strict=True))
+    out, n = [], len(SUMMARY_METRICS)
+    for i, (g, wit) in enumerate(plans):
+        merged = dict(zip(SUMMARY_METRICS, per_pair[i * n:(i + 1) * n], strict=True))
+        bucketed = any((g, w) not in witnessed and store.read_stream(g, s, t0, t1)[2].any()
+                       for s, w in wit)
+        out.append(Readings(merged, bucketed))
+    return out
+
 
 # How far outside the range a reading may lie and still stand for the value at the edge.
 EDGE_SLACK_S = 5.0
@@ -31,13 +120,8 @@ def line_knots(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[np.n
     v0, v1 = np.interp((t0, t1), t, v).tolist()
     if t1 <= t0:
         return np.array([t0]), np.array([v0])
-    i, j = int(t.searchsorted(t0, "right")), int(t.searchsorted(t1, "left"))
-    n = max(j - i, 0) + 2
-    tt, vv = np.empty(n), np.empty(n)
-    tt[0], tt[-1], vv[0], vv[-1] = t0, t1, v0, v1
-    if n > 2:
-        tt[1:-1], vv[1:-1] = t[i:j], v[i:j]
-    return tt, vv
+    inner = slice(int(t.searchsorted(t0, "right")), int(t.searchsorted(t1, "left")))
+    return np.concatenate(([t0], t[inner], [t1])), np.concatenate(([v0], v[inner], [v1]))
 
 
 def _trapz(tt: np.ndarray, vv: np.ndarray) -> float:
@@ -61,26 +145,9 @@ def line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
     """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
     i = int(t.searchsorted(at))
-    around = [k for k in (i - 1, i) if 0 <= k < len(t)]
-    if not around:
-        return None
-    j = min(around, key=lambda k: abs(float(t[k]) - at))  # the earlier one on a tie
-    return j if abs(float(t[j]) - at) <= slack else None
-
-
-def energy_j(full: Timeline, t0: float, t1: float, gpu: object,
-             readings: Readings | None = None) -> tuple[float, str]:
-    """(joules over [t0, t1], "counter" | "power" | "none") for one GPU."""
-    r = readings or Readings.of_timeline(full, gpu, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
-    return block_energy_j(r, t0, t1)
-
-
-def counter_readings(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The readings of a cumulative counter where it moved: a repeated value is a copy."""
-    if len(v) < 2:
-        return t, v
-    moved = np.r_[True, v[1:] != v[:-1]]
-    return t[moved], v[moved]
+    j = min((k for k in (i - 1, i) if 0 <= k < len(t)), key=lambda k: abs(float(t[k]) - at),
+            default=None)  # the earlier one on a tie
+    return j if j is not None and abs(float(t[j]) - at) <= slack else None
 
 
 def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
@@ -88,9 +155,9 @@ def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
     if t1 - t0 < COUNTER_MIN_S and len(pt):
         # The counter moves in steps of its period: over a short block the power readings say more.
         return integrate_power_j(pt, pv, t0, t1), "power"
-    et, ev = counter_readings(*r.series("energy_j"))  # the whole series: a copy's origin may lie far back
-    near = (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
-    et, ev = et[near], ev[near]
+    et, ev = r.series("energy_j")  # the whole series: a copy's origin may lie far back
+    keep = (np.diff(ev, prepend=np.nan) != 0) & (et >= t0 - EDGE_SLACK_S) & (et <= t1 + EDGE_SLACK_S)
+    et, ev = et[keep], ev[keep]  # where the counter moved: a repeated value is a copy
     a, b = _nearest(et, t0, EDGE_SLACK_S), _nearest(et, t1, EDGE_SLACK_S)
     if a is not None and b is not None and b > a and ev[b] >= ev[a]:
         joules = float(ev[b] - ev[a])
@@ -108,8 +175,4 @@ def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:
 
 def _signed_power_j(t: np.ndarray, p: np.ndarray, a: float, b: float) -> float:
     """Integrated power from a to b; negative when b < a."""
-    if a == b:
-        return 0.0
-    if a < b:
-        return integrate_power_j(t, p, a, b)
-    return -integrate_power_j(t, p, b, a)
+    return 0.0 if a == b else math.copysign(integrate_power_j(t, p, min(a, b), max(a, b)), b - a)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import bisect
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -31,17 +31,9 @@ MAX_RECORDS = 10_000
 MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
 ENV_HISTORY_FILE = "NBGPU_HISTORY_FILE"
+_HEAD = ("execution_count", "cell_id", "first_line", "start", "duration_s", "status")
 _ROW_SKIP = ("start", "end", "alerts", "label")
 _TAIL = ("alerts", "alert_rules", "error", *(f"share_{c}" for c in CATEGORIES), "top_line", "steps_per_s")
-
-
-def _first_line(source: str) -> str:
-    """The cell's first meaningful line: not blank, a comment, a magic or an import (the first
-    non-blank line when every line is one of those)."""
-    lines = [line.strip() for line in source.splitlines() if line.strip()]
-    skip = ("#", "%", "!", "import ", "from ")
-    text = next((line for line in lines if not line.startswith(skip)), lines[0] if lines else "")
-    return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
 
 
 def source_hash(source: str) -> str:
@@ -61,7 +53,11 @@ class CellRecord:
 
     @property
     def first_line(self) -> str:
-        return _first_line(self.source)
+        """The first line that is not blank, a comment, a magic or an import (else the first)."""
+        lines = [line.strip() for line in self.source.splitlines() if line.strip()]
+        skip = ("#", "%", "!", "import ", "from ")
+        text = next((line for line in lines if not line.startswith(skip)), lines[0] if lines else "")
+        return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
 
     @cached_property
     def source_hash(self) -> str:
@@ -89,13 +85,15 @@ class CellRecord:
         split_of = getattr(self.capture, "split", None)  # a stand-in capture may have none
         split = split_of() if callable(split_of) else None
         top = split.top_line if split is not None else None
+        spans = [t1 - t0 for t in getattr(self.capture, "trackers", ()) for _, _, t0, t1, _ in t.spans
+                 if math.isfinite(t1) and t1 > t0]  # the nbgpu.track loops run in the block
         return {"alerts": len(alerts),
                 "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
                 "error": self.capture.error or "",
                 **{f"share_{c}": None if split is None else round(split.shares[c], 4) for c in CATEGORIES},
                 "top_line": "" if top is None else f"line {top['line']} `{top['text']}`: "
                                                    f"{100 * top['share']:.0f} %",
-                "steps_per_s": _steps_per_s(self.capture)}
+                "steps_per_s": round(len(spans) / sum(spans), 4) if spans else None}
 
     def gpu_rows(self) -> list[dict]:
         return self.capture.summary_rows
@@ -119,13 +117,6 @@ class CellRecord:
                 "figures": self.figures().to_json()}
 
 
-def _steps_per_s(cap: Capture) -> float | None:
-    """Iterations a second of the ``nbgpu.track`` loops run in the block (None: none ran)."""
-    spans = [t1 - t0 for t in getattr(cap, "trackers", ()) for _, _, t0, t1, _ in t.spans
-             if math.isfinite(t1) and t1 > t0]
-    return round(len(spans) / sum(spans), 4) if spans else None
-
-
 @dataclass
 class SavedRecord:
     """A profiled cell read back from the persistent history file (an earlier kernel, maybe)."""
@@ -142,8 +133,7 @@ class SavedRecord:
         return RunFigures.from_json(self.data.get("figures") or {})
 
     def head(self) -> dict:
-        return {k: self.data.get(k) for k in ("execution_count", "cell_id", "first_line", "start",
-                                              "duration_s", "status")}
+        return {k: self.data.get(k) for k in _HEAD}
 
     def tail(self) -> dict:
         return {k: self.data.get(k) for k in _TAIL}
@@ -159,52 +149,28 @@ class SavedRecord:
 
 
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
-# Where each record sits in the order added (a record's key is its id()), and the records of
-# each cell id and each text digest in that order, so a cell's last run is found without a scan.
-_added = 0
-_position: dict[int, int] = {}
+# The records of each cell id and each text digest as (order added, record), oldest first,
+# so a cell's last run is found without a scan of the history.
 _by_key: dict[tuple, list[tuple[int, CellRecord | SavedRecord]]] = {}
+_order = itertools.count()
 
 
 def _keys(record: CellRecord | SavedRecord) -> list[tuple]:
-    keys = [("text", record.source_hash)]
-    if record.cell_id:
-        keys.append(("cell", record.cell_id))
-    return keys
+    return [("text", record.source_hash)] + ([("cell", record.cell_id)] if record.cell_id else [])
 
 
-def _index(record: CellRecord | SavedRecord) -> None:
-    """Note ``record`` as the newest; forget the index entries of records the deque dropped."""
-    global _added
-    _added += 1
-    _position[id(record)] = _added
+def _push(record: CellRecord | SavedRecord) -> None:
+    """Append ``record`` to the history and its index; the oldest leaves both when full."""
+    if len(_records) == _records.maxlen:
+        for key in _keys(_records[0]):  # the oldest record is the first of each of its keys
+            runs = _by_key[key]
+            del runs[0]
+            if not runs:
+                del _by_key[key]
+    _records.append(record)
+    n = next(_order)
     for key in _keys(record):
-        _by_key.setdefault(key, []).append((_added, record))
-    oldest = _added - len(_records) + 1  # positions below this left the deque
-    if len(_position) > 2 * len(_records) + 16:
-        _prune(oldest)
-
-
-def _prune(oldest: int) -> None:
-    for key in list(_by_key):
-        kept = [item for item in _by_key[key] if item[0] >= oldest]
-        if kept:
-            _by_key[key] = kept
-        else:
-            del _by_key[key]
-    live = {id(rec) for _, items in _by_key.items() for _, rec in items}
-    for rid in [rid for rid in _position if rid not in live]:
-        del _position[rid]
-
-
-def _reindex() -> None:
-    """Rebuild the index from the deque (after it was cleared or reordered)."""
-    global _added
-    _added = 0
-    _position.clear()
-    _by_key.clear()
-    for rec in _records:
-        _index(rec)
+        _by_key.setdefault(key, []).append((n, record))
 
 
 def _key(data: dict) -> tuple:
@@ -243,23 +209,9 @@ def default_history_path() -> str:
     return os.path.join(base, "nbgpu", "history.jsonl")
 
 
-def _read_saved(path: str) -> list[SavedRecord]:
-    saved, bad = history_file.read(path)
-    if bad:
-        warn_user(f"nbgpu: skipped {bad} unreadable line(s) in the history file {path} "
-              "(they stay in the file)")
-    return [SavedRecord(d) for d in saved[-MAX_SAVED:]]
-
-
 def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
-    """Keep ``nbgpu.history()`` in a file across kernel restarts; returns the file's path.
-
-    Args:
-        path: the JSON-lines file; None uses ``default_history_path()``; False stops
-            writing (the file stays). Cells the file already holds join ``history()``
-            and serve as the last run of cells run again. Keeping the file already kept
-            does nothing; several kernels may keep one file (each appends its cells).
-    """
+    """Keep ``nbgpu.history()`` in a JSON-lines file across kernel restarts (None: the default
+    path, False: stop writing); returns the path. Cells already in the file join ``history()``."""
     if path is False:
         _store.path = None
         return None
@@ -272,18 +224,20 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
         os.makedirs(os.path.dirname(text), exist_ok=True)
     except OSError as exc:
         raise file_error("keep history in", text, exc) from exc
-    saved = _read_saved(text)
+    data, bad = history_file.read(text)
+    if bad:
+        warn_user(f"nbgpu: skipped {bad} unreadable line(s) in the history file {text} "
+                  "(they stay in the file)")
+    saved = [SavedRecord(d) for d in data[-MAX_SAVED:]]
     live = [r for r in _records if isinstance(r, CellRecord)]
-    in_file = {_key(r.data) for r in saved}
-    live_keys = {id(r): _key({"source_hash": r.source_hash, "start": json_value(r.start_time),
-                              "execution_count": r.execution_count}) for r in live}
-    kept_here = set(live_keys.values())
-    _records.clear()
-    _records.extend(r for r in saved if _key(r.data) not in kept_here)
-    _records.extend(live)
-    _reindex()
+    live_keys = [_key({"source_hash": r.source_hash, "start": json_value(r.start_time),
+                       "execution_count": r.execution_count}) for r in live]
+    in_file, here = {_key(r.data) for r in saved}, set(live_keys)
+    clear()
+    for rec in [*(r for r in saved if _key(r.data) not in here), *live]:
+        _push(rec)
     _store.path, _store.env_checked, _store.warned = text, True, False
-    _store.save([r for r in live if live_keys[id(r)] not in in_file])
+    _store.save([r for r, k in zip(live, live_keys, strict=True) if k not in in_file])
     return text
 
 
@@ -296,8 +250,7 @@ def add(record: CellRecord) -> None:
                 keep_history(None)
             except Exception as exc:
                 warn_user(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
-    _records.append(record)
-    _index(record)
+    _push(record)
     if _store.path is not None:
         _store.save([record])
 
@@ -306,36 +259,18 @@ def records() -> list[CellRecord | SavedRecord]:
     return list(_records)
 
 
-def previous(record: CellRecord) -> CellRecord | SavedRecord | None:
-    """The newest earlier record of the same cell: same cell id, or same source text."""
-    runs = earlier(record, 1)
-    return runs[-1] if runs else None
-
-
 def earlier(record: CellRecord, limit: int = 10) -> list[CellRecord | SavedRecord]:
     """Up to ``limit`` earlier records of the same cell (same cell id or source text), newest last."""
-    oldest = _added - len(_records) + 1
-    at = _position.get(id(record), 0)
-    before = at if oldest <= at and _by_key_holds(record, at) else _added + 1
-    found: dict[int, CellRecord | SavedRecord] = {}
-    for key in _keys(record):
-        for pos, rec in _by_key.get(key, []):
-            if oldest <= pos < before:
-                found[pos] = rec
-    return [found[pos] for pos in sorted(found)][-limit:]
-
-
-def _by_key_holds(record: CellRecord | SavedRecord, at: int) -> bool:
-    """Whether position ``at`` is ``record`` itself (an id() may be reused after a record left)."""
-    items = _by_key.get(_keys(record)[0], [])
-    i = bisect.bisect_left(items, at, key=lambda item: item[0])
-    return i < len(items) and items[i][0] == at and items[i][1] is record
+    keys = _keys(record)
+    at = next((n for n, rec in reversed(_by_key.get(keys[0], ())) if rec is record), math.inf)
+    found = {n: rec for key in keys for n, rec in _by_key.get(key, ()) if n < at}
+    return [found[n] for n in sorted(found)][-limit:]
 
 
 def clear() -> None:
     """Forget every recorded cell (the history file, if kept, stays as it is)."""
     _records.clear()
-    _reindex()
+    _by_key.clear()
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:
@@ -354,16 +289,15 @@ def history(per_gpu: bool = False) -> pd.DataFrame:
             parts = rec.gpu_rows() if per_gpu else [rec.totals()]
         except Exception as exc:  # a sampler closed under us: keep the row, say why
             parts, head["resolution_note"] = [{}], f"no summary: {exc}"
-        for part in parts or ([] if per_gpu else [{}]):
+        for part in parts:
             row = dict(head)
             row.update({k: v for k, v in part.items() if k not in head and k not in _ROW_SKIP})
             if "energy_j" in part:
                 row.update(cost_of(as_float(part["energy_j"])).columns())
             row.update(rec.tail())
             rows.append(row)
-    base = ["execution_count", "cell_id", "first_line", "start", "duration_s", "status"]
     if not rows:
-        extra = [c for c in SUMMARY_COLUMNS if c not in base and c not in ("start", "end")]
-        return HistoryFrame(columns=[*base, *extra, "energy_kwh", *_TAIL])
+        extra = [c for c in SUMMARY_COLUMNS if c not in _HEAD and c != "end"]
+        return HistoryFrame(columns=[*_HEAD, *extra, "energy_kwh", *_TAIL])
     df = pd.DataFrame(rows)
-    return HistoryFrame(df[base + [c for c in df.columns if c not in base]])
+    return HistoryFrame(df[[*_HEAD, *(c for c in df.columns if c not in _HEAD)]])

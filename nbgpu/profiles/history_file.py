@@ -16,7 +16,7 @@ from ..units import as_float
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_NUMBER_OR_NONE = ("duration_s", "alerts")
+_TEXTS = ("cell_id", "first_line", "source_hash", "status", "error", "alert_rules")
 
 
 def check_path(path: str) -> None:
@@ -38,7 +38,6 @@ def check_path(path: str) -> None:
 
 def _open(path: str, flags: int) -> int:
     """An fd on the regular file ``path`` (never blocking on a FIFO, never through a symlink)."""
-    check_path(path)
     try:
         fd = os.open(path, flags | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC, 0o666)
     except OSError as exc:
@@ -72,26 +71,19 @@ def locked(path: str, shared: bool = False) -> Iterator[None]:
             os.close(fd)
 
 
-def _number(v: object) -> bool:
-    return math.isfinite(as_float(v))
-
-
 def valid_record(data: dict) -> bool:
     """Whether a version-1 record has the types ``history()`` relies on."""
-    if not _number(data.get("start")):
-        return False
-    if any(data.get(k) is not None and not _number(data[k]) for k in _NUMBER_OR_NONE):
-        return False
-    ec = data.get("execution_count")
-    if ec is not None and (not isinstance(ec, int) or isinstance(ec, bool)):
-        return False
-    if any(data.get(k) is not None and not isinstance(data[k], str)
-           for k in ("cell_id", "first_line", "source_hash", "status", "error", "alert_rules")):
-        return False
-    gpus = data.get("gpus")
-    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus)):
-        return False
-    return all(data.get(k) is None or isinstance(data[k], dict) for k in ("totals", "figures"))
+    def ok(key: str, test) -> bool:
+        return data.get(key) is None or test(data[key])
+
+    def number(v: object) -> bool:
+        return math.isfinite(as_float(v))
+
+    return (number(data.get("start")) and all(ok(k, number) for k in ("duration_s", "alerts"))
+            and ok("execution_count", lambda v: isinstance(v, int) and not isinstance(v, bool))
+            and all(ok(k, lambda v: isinstance(v, str)) for k in _TEXTS)
+            and ok("gpus", lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v))
+            and all(ok(k, lambda v: isinstance(v, dict)) for k in ("totals", "figures")))
 
 
 def parse(raw: bytes) -> tuple[str, dict | None]:
@@ -126,14 +118,8 @@ def read(path: str) -> tuple[list[dict], int]:
     """The valid records of ``path`` in file order and how many bad lines were skipped."""
     with locked(path, shared=True):
         lines = _read_bytes(path)
-    out, bad = [], 0
-    for raw in lines:
-        kind, data = parse(raw)
-        if kind == "record":
-            out.append(data)
-        elif kind == "bad":
-            bad += 1
-    return out, bad
+    parsed = [parse(raw) for raw in lines]
+    return [data for kind, data in parsed if kind == "record"], sum(kind == "bad" for kind, _ in parsed)
 
 
 def append(path: str, lines: list[str], keep: int) -> None:
@@ -153,14 +139,9 @@ def append(path: str, lines: list[str], keep: int) -> None:
 
 def _compact(path: str, keep: int) -> None:
     lines = _read_bytes(path)
-    kinds = [parse(raw)[0] for raw in lines]
-    records = kinds.count("record")
-    if records <= keep + keep // 2:
+    records = [i for i, raw in enumerate(lines) if parse(raw)[0] == "record"]
+    if len(records) <= keep + keep // 2:
         return
-    drop = records - keep
+    gone = set(records[:len(records) - keep])  # the oldest records, never another line
     with atomic_file(path, "wb") as fh:
-        for raw, kind in zip(lines, kinds, strict=True):
-            if kind == "record" and drop > 0:
-                drop -= 1
-                continue
-            fh.write(raw + b"\n")
+        fh.writelines(raw + b"\n" for i, raw in enumerate(lines) if i not in gone)

@@ -89,13 +89,11 @@ class Tracker:
         end = max(t1 for *_, t1, _ in self.spans)
         if end > self._fetched_s and fetch_buffered(self.sampler, end):
             self._fetched_s = end
-        rows = []
-        for i, text, t0, t1, status in self.spans:
-            result = summarize(self.sampler.timeline, t0, t1,
-                               status="ok" if status == "done" else status)
-            for row in result.rows if per_gpu else [result.combined]:
-                rows.append({"iteration": i, "mark": text, **row})
-        return rows_frame(rows)
+        results = [(i, text, summarize(self.sampler.timeline, t0, t1,
+                                       status="ok" if status == "done" else status))
+                   for i, text, t0, t1, status in self.spans]
+        return rows_frame([{"iteration": i, "mark": text, **row} for i, text, result in results
+                           for row in (result.rows if per_gpu else [result.combined])])
 
 
 def track(iterable: Iterable, label: str = "epoch", start: int = 0) -> Tracker:

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 from .. import holders
 from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
 from ..files import atomic_file, check_target
-from ..peaks import torch_cuda, torch_uuid
-from ..sources.base import Device
-from ..units import GIB, KIB, MIB, TIB
+from ..peaks import match_torch, torch_cuda, torch_uuid
+from ..units import GIB, KIB, MIB, TIB, as_float
 
 if TYPE_CHECKING:
     from ..sampler import Sampler
@@ -41,9 +40,7 @@ def is_oom(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what caused it) is a GPU out-of-memory error of a framework."""
     seen = 0
     while exc is not None and seen < 8:
-        if any(cls.__name__ in OOM_CLASS_NAMES for cls in type(exc).__mro__):
-            return True
-        if _OOM_TEXT.search(str(exc)):
+        if any(cls.__name__ in OOM_CLASS_NAMES for cls in type(exc).__mro__) or _OOM_TEXT.search(str(exc)):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1
@@ -56,12 +53,6 @@ def requested_bytes(message: str) -> float:
     return float(m[1]) * _UNITS[m[2]] if m else math.nan
 
 
-def failed_device(message: str) -> int | None:
-    """The framework's device index named in an OOM message, if any."""
-    m = _TORCH_GPU.search(message) or _TF_GPU.search(message)
-    return int(m[1]) if m else None
-
-
 @dataclass(frozen=True)
 class Allocation:
     """A live allocation at the failure: its size and where in Python it was made (innermost first)."""
@@ -71,8 +62,9 @@ class Allocation:
     stack: tuple[str, ...]
 
 
-def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
-    """(framework, {device index: allocated/reserved/peak bytes}) from a framework the user imported."""
+def framework_memory() -> tuple[str | None, dict[int, dict[str, float]], str, list[Allocation]]:
+    """(framework, {device index: allocated/reserved/peak bytes}, allocator history state, largest
+    live allocations) from a framework the user imported."""
     cuda = torch_cuda()
     if cuda is not None:
         out = {}
@@ -82,7 +74,7 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
                           "reserved_bytes": float(cuda.memory_reserved(i)),
                           "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
                           "uuid": torch_uuid(cuda, i)}
-        return "pytorch", out
+        return "pytorch", out, *largest_allocations()
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         out = {}
@@ -91,34 +83,24 @@ def framework_memory() -> tuple[str | None, dict[int, dict[str, float]]]:
                 info = tf.config.experimental.get_memory_info(f"GPU:{i}")
                 out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
                           "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
-        return "tensorflow", out
-    return None, {}
+        return "tensorflow", out, "unavailable", []
+    return None, {}, "unavailable", []
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
     """The innermost Python frames outside PyTorch itself, as ``file:line in function``."""
-    out = []
-    for f in frames:
-        name = str(f.get("filename", ""))
-        python = name.endswith(".py") or (name.startswith("<") and not name.startswith("<frozen"))
-        if not python or "/torch/" in name or "/site-packages/" in name:
-            continue
-        out.append(f"{name.rsplit('/', 1)[-1]}:{f.get('line', '?')} in {f.get('name', '?')}")
-        if len(out) >= STACK_FRAMES:
-            break
-    return tuple(out)
+    named = [(str(f.get("filename", "")), f) for f in frames]
+    return tuple(f"{name.rsplit('/', 1)[-1]}:{f.get('line', '?')} in {f.get('name', '?')}"
+                 for name, f in named if "/torch/" not in name and "/site-packages/" not in name
+                 and (name.endswith(".py") or (name.startswith("<") and not name.startswith("<frozen")))
+                 )[:STACK_FRAMES]
 
 
 def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]]:
     """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator."""
-    cuda = torch_cuda()
-    memory = getattr(cuda, "memory", None)
-    snap_fn = getattr(memory, "_snapshot", None)
-    if snap_fn is None:
-        return "unavailable", []
     try:
-        snap = snap_fn()
-    except Exception:
+        snap = torch_cuda().memory._snapshot()
+    except Exception:  # no CUDA torch, or an allocator without snapshots
         return "unavailable", []
     blocks, stacks = [], False
     for seg in snap.get("segments", []):
@@ -169,6 +151,7 @@ class OomStory:
     freed_by: dict = field(default_factory=dict)  # what each %gpumon free option gives back
 
     def to_json(self) -> dict:
+        """Plain data, NaN as None."""
         def clean(v):
             if isinstance(v, float) and not math.isfinite(v):
                 return None
@@ -183,43 +166,25 @@ class OomStory:
         return out
 
 
-def _match(devices: list[Device], figures: dict[int, dict]) -> dict[object, dict]:
-    """Framework device figures by sampler GPU key: by UUID, else (no UUID matches) in order."""
-    cards = [d for d in devices if d.parent is None]
-    by_uuid = {f["uuid"]: f for f in figures.values() if f.get("uuid")}
-    matched = {d.key: by_uuid[d.uuid] for d in cards if d.uuid in by_uuid}
-    if matched:
-        return matched
-    return {d.key: figures[pos] for pos, d in enumerate(cards) if pos in figures}
-
-
 def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
     """Gather the post-mortem of ``exc`` in ``cap`` now, while the failing frame still lives."""
-    from .summary import selected
-
     failed_at = time.time() if failed_at is None else failed_at
     message = str(exc)
-    framework, figures = framework_memory()
-    history_state, allocations = largest_allocations() if framework == "pytorch" else ("unavailable", [])
-    sampler = cap.sampler
-    devices = [d for d in (sampler.devices if sampler is not None else [])
-               if selected(d.key, cap.gpus, d.parent)]
-    matched = _match(devices, figures)
-    index = failed_device(message)
+    framework, figures, history_state, allocations = framework_memory()
+    devices = cap.devices()
+    matched = match_torch([d for d in devices if d.parent is None], [figures[i] for i in sorted(figures)],
+                          "uuid")
+    m = _TORCH_GPU.search(message) or _TF_GPU.search(message)  # the framework's device index
+    index = int(m[1]) if m else None
     failed_gpu = devices[index].key if index is not None and 0 <= index < len(devices) else None
     gpus = []
     for dev in devices:
-        key = dev.key
-        t, v = sampler.timeline.series(key, "mem_used_bytes") if sampler is not None else ([], [])
+        t, v = cap.sampler.timeline.series(dev.key, "mem_used_bytes")
         inside = [float(x) for tt, x in zip(t, v, strict=False) if cap.start_time - 5 <= tt <= failed_at + 1]
-        total = dev.mem_total_bytes
-        g = GpuMemory(key, inside[-1] if inside else math.nan, max(inside) if inside else math.nan,
-                      float(total) if total is not None and total == total else math.nan)
-        fig = matched.get(key)
-        if fig:
-            g.allocated_bytes, g.reserved_bytes = fig["allocated_bytes"], fig["reserved_bytes"]
-            g.peak_allocated_bytes = fig["peak_allocated_bytes"]
-        gpus.append(g)
+        fig = matched.get(dev.key, {})
+        gpus.append(GpuMemory(dev.key, inside[-1] if inside else math.nan, max(inside, default=math.nan),
+                              as_float(dev.mem_total_bytes), *(fig.get(k, math.nan) for k in
+                              ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes"))))
     first = message.strip().splitlines()[0] if message.strip() else ""
     device = holders.cuda_device(index=index) or "cuda"
     rows, attrs = holders.top_holders(device, TOP_HOLDERS, error=exc)
@@ -227,29 +192,24 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
                     failed_gpu, gpus, history_state, allocations, rows, attrs.get("freed_by", {}))
 
 
-def _recent(sampler: Sampler, seconds: float) -> dict:
-    now = time.time()
-    window = sampler.timeline.between(now - seconds, now)
-    return {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t], "values": [float(x) for x in v]}
-                           for m in ("mem_used_bytes", "util_pct", "power_w")
-                           for t, v in (window.series(dev.key, m),)}
-            for dev in sampler.devices}
-
-
 def write_snapshot(path: str, sampler: Sampler, alert: object = None,
                    seconds: float = SNAPSHOT_SECONDS) -> str:
     """Write the last ``seconds`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
-    framework, figures = framework_memory()
-    history_state, allocations = largest_allocations() if framework == "pytorch" else ("unavailable", [])
+    framework, figures, history_state, allocations = framework_memory()
+    now = time.time()
+    window = sampler.timeline.between(now - seconds, now)
     data = {
-        "written_at": time.time(),
+        "written_at": now,
         "alert": None if alert is None else {k: getattr(alert, k, None) for k in
                                              ("rule", "severity", "gpu", "start", "message", "suggestion")},
         "framework": framework,
         "framework_memory": {str(k): v for k, v in figures.items()},
         "allocator_history": history_state,
         "largest_allocations": [asdict(a) for a in allocations],
-        "timeline": _recent(sampler, seconds),
+        "timeline": {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t],
+                                        "values": [float(x) for x in v]}
+                                    for m in ("mem_used_bytes", "util_pct", "power_w")
+                                    for t, v in (window.series(dev.key, m),)} for dev in sampler.devices},
     }
     with atomic_file(path) as fh:
         json.dump(data, fh, default=str)
@@ -258,16 +218,9 @@ def write_snapshot(path: str, sampler: Sampler, alert: object = None,
 
 def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple[str, ...] = ("oom_risk",),
                       severity: str = "critical", seconds: float = SNAPSHOT_SECONDS) -> Callable:
-    """Write a snapshot (recent timeline + allocator summary) to ``path`` when a matching alert fires.
-
-    Args:
-        path: the JSON file to write; each new alert replaces it (atomically).
-        sampler: whose alerts to watch; None uses the kernel's running sampler.
-        rules: alert rules that trigger it (default: the OOM-risk rule).
-        severity: the lowest severity that triggers it ("warning" or "critical").
-        seconds: how much recent timeline to keep in the snapshot.
-    Returns the callback registered with ``sampler.on_alert`` (it runs in the sampler thread).
-    """
+    """When an alert of ``rules`` at ``severity`` or above fires on ``sampler`` (None: the running
+    one), write the last ``seconds`` of its timeline and the allocator's figures to ``path`` (JSON,
+    replaced atomically); returns the callback registered with ``sampler.on_alert``."""
     from ..diagnostics.alerts import SEVERITIES
     from .capture import pick_sampler
 

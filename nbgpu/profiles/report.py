@@ -59,6 +59,29 @@ def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
     return " | ".join(parts) + tail
 
 
+def _texts(rows: list[dict], col: str) -> list[str]:
+    return sorted({r[col] for r in rows if isinstance(r.get(col), str) and r[col]})
+
+
+_COLUMNS = {  # heading: the cell of a row (already HTML)
+    "GPU": lambda r: escape(f"{r['gpu']} {r['name']}"),
+    "duration": lambda r: fmt_duration(r["duration_s"]),
+    "memory start → end": lambda r: f"{fmt_bytes(r['mem_start_bytes'])} → {fmt_bytes(r['mem_end_bytes'])}",
+    "peak": lambda r: fmt_bytes(r["mem_peak_bytes"]) + (  # and its source where PyTorch's allocator took part
+        f" ({r['mem_peak_source']})" if r.get("mem_peak_source") in ("allocator", "both") else ""),
+    "Δ memory": lambda r: fmt_bytes(r["mem_delta_bytes"], signed=True),
+    "util mean / max": lambda r: f"{fmt_pct(r['util_mean_pct'])} / {fmt_pct(r['util_max_pct'])}",
+    "SM active": lambda r: fmt_pct(r["sm_active_mean_pct"]),
+    "power mean / max": lambda r: f"{fmt_watts(r['power_mean_w'])} / {fmt_watts(r['power_max_w'])}",
+    "energy": lambda r: f"{fmt_energy(r['energy_j'])} ({r['energy_source']})",
+    "temp max": lambda r: "–" if not _isnum(r["temp_max_c"]) else f"{r['temp_max_c']:.0f} °C",
+    "throttling": lambda r: escape(r["throttle_reasons"]) if r.get("throttle_reasons") else "none",
+    "torch peak alloc / reserved": lambda r: f"{fmt_bytes(r.get('torch_peak_allocated_bytes'))} / "
+                                             f"{fmt_bytes(r.get('torch_peak_reserved_bytes'))}",
+    "status": lambda r: escape(str(r["status"])),
+}
+
+
 def summary_html(summary, combined: dict | None = None) -> str:
     """The per-GPU summary (DataFrame or rows) as a small HTML table, with a row for all GPUs
     (``combined``) when there are several; cells never wrap. No kernel or JavaScript needed."""
@@ -67,51 +90,20 @@ def summary_html(summary, combined: dict | None = None) -> str:
         return "<p>No GPU readings in this block.</p>"
     has_sm = any(_isnum(r.get("sm_active_mean_pct")) for r in rows)
     has_torch = any("torch_peak_allocated_bytes" in r for r in rows)
-    head = ["GPU", "duration", "memory start → end", "peak", "Δ memory", "util mean / max"]
-    head += ["SM active"] if has_sm else []
-    head += ["power mean / max", "energy", "temp max", "throttling"]
-    head += ["torch peak alloc / reserved"] if has_torch else []
-    head += ["status"]
+    heads = [h for h in _COLUMNS if (has_sm or h != "SM active") and (has_torch or not h.startswith("torch"))]
     th = '<th style="text-align:left;padding:2px 8px;white-space:nowrap">'
     out = ['<div style="overflow-x:auto">'
            '<table class="nbgpu-summary" style="border-collapse:collapse;font-size:12px">',
-           "<thead><tr>" + "".join(f"{th}{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
-    total = [dict(combined, gpu="all", alerts="")] if combined and len(rows) > 1 else []
+           "<thead><tr>" + "".join(f"{th}{escape(h)}</th>" for h in heads) + "</tr></thead><tbody>"]
+    total = [dict(combined, gpu="all", name="GPUs", alerts="")] if combined and len(rows) > 1 else []
     for r in rows + total:
-        gpu = "all GPUs" if r in total else f"{r['gpu']} {r['name']}"
-        cells = [escape(gpu), fmt_duration(r["duration_s"]),
-                 f"{fmt_bytes(r['mem_start_bytes'])} → {fmt_bytes(r['mem_end_bytes'])}",
-                 _peak_cell(r), fmt_bytes(r["mem_delta_bytes"], signed=True),
-                 f"{fmt_pct(r['util_mean_pct'])} / {fmt_pct(r['util_max_pct'])}"]
-        if has_sm:
-            cells.append(fmt_pct(r["sm_active_mean_pct"]))
-        cells += [f"{fmt_watts(r['power_mean_w'])} / {fmt_watts(r['power_max_w'])}",
-                  f"{fmt_energy(r['energy_j'])} ({r['energy_source']})",
-                  "–" if not _isnum(r["temp_max_c"]) else f"{r['temp_max_c']:.0f} °C",
-                  escape(r["throttle_reasons"]) if r.get("throttle_reasons") else "none"]
-        if has_torch:
-            cells.append(f"{fmt_bytes(r.get('torch_peak_allocated_bytes'))} / "
-                         f"{fmt_bytes(r.get('torch_peak_reserved_bytes'))}")
-        cells.append(escape(str(r["status"])))
-        weight = "font-weight:bold;border-top:1px solid #ccc;" if r in total else ""
-        out.append("<tr>" + "".join(f'<td style="{weight}padding:2px 8px;white-space:nowrap">{c}</td>'
-                                    for c in cells) + "</tr>")
+        bold = "font-weight:bold;border-top:1px solid #ccc;" if r in total else ""
+        td = f'<td style="{bold}padding:2px 8px;white-space:nowrap">'
+        out.append("<tr>" + "".join(f"{td}{_COLUMNS[h](r)}</td>" for h in heads) + "</tr>")
     out.append("</tbody></table></div>")
-    notes = sorted({r["resolution_note"] for r in rows if isinstance(r.get("resolution_note"), str)
-                    and r["resolution_note"]})
-    alerts = sorted({r["alerts"] for r in rows if isinstance(r.get("alerts"), str) and r["alerts"]})
-    for a in alerts:
-        out.append(f'<p style="margin:2px 0;color:#a33">⚠ {escape(a)}</p>')
-    for n in notes:
-        out.append(f'<p style="margin:2px 0;color:#666">{escape(n)}</p>')
+    out += [f'<p style="margin:2px 0;color:#a33">⚠ {escape(a)}</p>' for a in _texts(rows, "alerts")]
+    out += [f'<p style="margin:2px 0;color:#666">{escape(n)}</p>' for n in _texts(rows, "resolution_note")]
     return "".join(out)
-
-
-def _peak_cell(r: dict) -> str:
-    """The one peak, and where it came from when PyTorch's allocator took part."""
-    source = r.get("mem_peak_source")
-    text = fmt_bytes(r["mem_peak_bytes"])
-    return f"{text} ({escape(source)})" if source in ("allocator", "both") else text
 
 
 def _title(cap: Capture) -> str:
@@ -178,23 +170,22 @@ def where_html(cap: Capture) -> str:
             f'vertical-align:middle">{bar}</span> {escape(text)}</p>{out}')
 
 
+def _body(cap: Capture, svg: str | None) -> str:
+    """The picture (``svg`` if given), where the main thread was, and the summary table."""
+    svg = static_svg(cap) if svg is None else svg
+    return f"<div>{svg}</div>{where_html(cap)}{summary_html(cap.summary_rows, cap.totals)}"
+
+
 def static_html(cap: Capture, svg: str | None = None) -> str:
     """Title, SVG picture and summary table of a capture, as one self-contained HTML block."""
     error = f'<p style="margin:2px 0;color:#a33">{escape(cap.error)}</p>' if cap.error else ""
-    if no_gpu(cap):  # one line, no empty chart
-        return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-                f"<p>{escape(NO_GPU_LINE)}</p></div>")
-    svg = static_svg(cap) if svg is None else svg
-    return (f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}'
-            f"<div>{svg}</div>{where_html(cap)}{summary_html(cap.summary_rows, cap.totals)}</div>")
+    body = f"<p>{escape(NO_GPU_LINE)}</p>" if no_gpu(cap) else _body(cap, svg)  # no GPU: no empty chart
+    return f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}{body}</div>'
 
 
 def compact_html(cap: Capture, svg: str | None = None) -> str:
     """The one-line summary; a click opens the picture and table (no kernel needed)."""
     if no_gpu(cap):
         return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
-    svg = static_svg(cap) if svg is None else svg
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary><div>{svg}</div>{where_html(cap)}"
-            f"{summary_html(cap.summary_rows, cap.totals)}</details>")
-
+            f"{escape(cap.one_line())}</summary>{_body(cap, svg)}</details>")

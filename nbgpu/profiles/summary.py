@@ -1,8 +1,5 @@
-"""The one summary code path: what a block of time did to each GPU, and to all of them together.
-
-Captures, reports, history, track, record and exports all call ``summarize``; its figures are
-defined in docs/profiles.md ("How combined figures are defined"). Nothing here calls NVML.
-"""
+"""The one summary code path (``summarize``): what a block of time did to each GPU and to all of them
+together, as defined in docs/profiles.md ("How combined figures are defined")."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import BadArgumentError
 from ..metrics import CLOCK_EVENT_REASONS, THROTTLE_BITS, max_column
 from ..peaks import fold_peak
 from ..sources.base import Device
@@ -19,14 +17,16 @@ from ..timeline import epoch_seconds, to_epoch
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
+    EMPTY,
     PERIODS_MEASURED,
     RESOLUTION_PERIODS_S,
     TARGET_ERROR,
+    Readings,
     block_energy_j,
     line_knots,
     line_stats,
+    timeline_readings,
 )
-from .readings import Readings, timeline_readings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,7 +79,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
     """What this block's figures cannot tell, in words; empty when nothing is in doubt."""
     notes = []
     duration = t1 - t0
-    if r.decimated(t0, t1):
+    if r.bucketed:
         notes.append("part of this range is only kept as 10 s buckets "
                      "(older than the full-resolution window)")
     for metric in ("util_pct", "power_w"):
@@ -94,14 +94,13 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
         spacing = float(np.median(t[1:] - t[:-1]))
         if spacing > COARSE_SPACING_S:
             notes.append(f"{label} sampled every {spacing:.1f}s; shorter peaks are not seen")
-    key = "energy_period_s" if energy_source == "counter" else "power_period_s"
-    period = RESOLUTION_PERIODS_S[key]
-    what = "energy counter" if energy_source == "counter" else "power readings"
+    counter = energy_source == "counter"
+    period = RESOLUTION_PERIODS_S["energy_period_s" if counter else "power_period_s"]
     if energy_source != "none" and duration < period / TARGET_ERROR:
-        how = "measured" if PERIODS_MEASURED else "assumed"
-        notes.append(f"energy: the block ({fmt_duration(duration)}) is shorter than "
-                     f"{1 / TARGET_ERROR:.0f} updates of the {what} (every {period * 1000:.0f} ms, "
-                     f"{how}), so it may be off by more than {TARGET_ERROR:.0%}")
+        notes.append(f"energy: the block ({fmt_duration(duration)}) is shorter than {1 / TARGET_ERROR:.0f} "
+                     f"updates of the {'energy counter' if counter else 'power readings'} (every "
+                     f"{period * 1000:.0f} ms, {'measured' if PERIODS_MEASURED else 'assumed'}), so it may "
+                     f"be off by more than {TARGET_ERROR:.0%}")
     return "; ".join(notes)
 
 
@@ -137,56 +136,41 @@ def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | No
         start = end
     if math.isnan(start):
         return math.nan, math.nan, None
-    inner = max(from_t1 - upto_t0, 0)  # readings strictly inside (t0, t1)
-    tt, vv = np.empty(inner + 2), np.empty(inner + 2)
-    tt[0], tt[-1], vv[0], vv[-1] = t0, t1, start, end
-    if inner:
-        tt[1:-1], vv[1:-1] = t[upto_t0:from_t1], v[upto_t0:from_t1]
-    return start, end, (tt, vv)
-
-
-def _fold_allocator(row: dict, alloc: dict | None) -> None:
-    """Raise the peak to the allocator's where it saw more, and say where the peak came from."""
-    peak = fold_peak(row["mem_peak_bytes"], row["mem_start_bytes"], alloc)
-    row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
+    inner = slice(upto_t0, from_t1)  # readings strictly inside (t0, t1)
+    return start, end, (np.concatenate(([t0], t[inner], [t1])), np.concatenate(([start], v[inner], [end])))
 
 
 def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
+    def frame_max(metric: str, value: float) -> float:
+        """``value``, raised to a folded frame's per-tick maximum of ``metric`` in the block."""
+        _, mv = r.series(_MAX_COLUMNS[metric], t0, t1) if r.has_maxima else EMPTY
+        return max(value, float(mv.max())) if len(mv) else value
+
     row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
     if held is not None:
-        peak = float(held[1].max())
-        if r.has_maxima:  # per-tick maxima of a frame
-            _pt, pv = r.series(_MAX_COLUMNS["mem_used_bytes"], t0, t1)
-            peak = max(peak, float(pv.max()) if len(pv) else -math.inf)
+        peak = frame_max("mem_used_bytes", float(held[1].max()))
         row.update(mem_start_bytes=start, mem_end_bytes=end, mem_peak_bytes=peak,
                    mem_delta_bytes=end - start)
         lines.mem, lines.mem_nvml_peak = held, peak
-    _fold_allocator(row, alloc)
+    peak = fold_peak(row["mem_peak_bytes"], row["mem_start_bytes"], alloc)  # the allocator's, if more
+    row["mem_peak_bytes"], row["mem_peak_source"] = peak.bytes, peak.source
     samples = 0
     for metric in _LINEAR:
         t, v = r.series(metric, t0 - EDGE_SLACK_S, t1 + EDGE_SLACK_S)
         if not len(t):
             continue
-        inside = int(t.searchsorted(t1, "right")) - int(t.searchsorted(t0, "left"))
-        samples = max(samples, inside)
-        knots = line_knots(t, v, t0, t1)
-        lines.linear[metric] = knots
+        samples = max(samples, int(t.searchsorted(t1, "right")) - int(t.searchsorted(t0, "left")))
+        knots = lines.linear[metric] = line_knots(t, v, t0, t1)
         mean, lo, hi = line_stats(*knots)
-        if r.has_maxima:  # per-tick maxima of a folded frame
-            _mt, mv = r.series(_MAX_COLUMNS[metric], t0, t1)
-            if len(mv):
-                hi = max(hi, float(mv.max()))
-        row.update((col, value) for col, value in zip(_LINEAR[metric], (mean, lo, hi), strict=True) if col)
+        row.update((col, value) for col, value in zip(_LINEAR[metric], (mean, lo, frame_max(metric, hi)),
+                                                      strict=True) if col)
     row["samples"] = samples
     row["energy_j"], row["energy_source"] = block_energy_j(r, t0, t1)
     bt, bv = r.series("clock_event_reasons", t0 - EDGE_SLACK_S, t1)
-    if len(bt):
-        first = max(int(bt.searchsorted(t0, "right")) - 1, 0)
-        row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
-    else:
-        row["throttle_reasons"] = ""
+    first = max(int(bt.searchsorted(t0, "right")) - 1, 0)  # the reading in force at t0, then the block's
+    row["throttle_reasons"], row["throttle_s"] = _throttle(bt[first:], bv[first:], t0, t1)
     row["resolution_note"] = _resolution_note(r, t0, t1, str(row["energy_source"]))
     return row, lines
 
@@ -194,14 +178,8 @@ def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dic
 def _aligned(pieces: list[tuple[np.ndarray, np.ndarray]], how: str, step: bool) -> np.ndarray:
     """The GPUs' lines on the union of their times, summed or averaged across GPUs."""
     grid = np.unique(np.concatenate([t for t, _ in pieces]))
-    values = []
-    for t, v in pieces:
-        if step:
-            idx = np.clip(np.searchsorted(t, grid, "right") - 1, 0, len(t) - 1)
-            values.append(v[idx])
-        else:
-            values.append(np.interp(grid, t, v))
-    stack = np.vstack(values)
+    stack = np.vstack([v[np.clip(np.searchsorted(t, grid, "right") - 1, 0, len(t) - 1)] if step
+                       else np.interp(grid, t, v) for t, v in pieces])
     return stack.sum(axis=0) if how == "sum" else stack.mean(axis=0)
 
 
@@ -216,21 +194,16 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
     def agg(col: str, how: str) -> float:
         """The sum, mean or max of a column's known values across GPUs (NaN: none known)."""
         v = [float(r[col]) for r in rows if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])]
-        if not v:
-            return math.nan
-        return max(v) if how == "max" else float(sum(v)) / (len(v) if how == "mean" else 1)
+        return math.nan if not v else max(v) if how == "max" else sum(v) / (len(v) if how == "mean" else 1)
 
     out: dict[str, object] = {c: math.nan for c in SUMMARY_COLUMNS}
     out.update(gpu="all", name=f"{len(rows)} GPUs", gpus=len(rows), status=rows[0]["status"],
                start=t0, end=t1, duration_s=t1 - t0, samples=max([int(r["samples"]) for r in rows]))
-    mem = [ln for ln in lines if ln.mem is not None]
+    mem = [(r, ln) for r, ln in zip(rows, lines, strict=True) if ln.mem is not None]
     if mem:
-        aligned_peak = float(_aligned([ln.mem for ln in mem], "sum", step=True).max())
-        mem_rows = [r for r, ln in zip(rows, lines, strict=True) if ln.mem is not None]
-        missed = max(float(r["mem_peak_bytes"]) - ln.mem_nvml_peak for r, ln in
-                     zip(mem_rows, mem, strict=True))
-        start = sum(float(r["mem_start_bytes"]) for r in mem_rows)
-        end = sum(float(r["mem_end_bytes"]) for r in mem_rows)
+        aligned_peak = float(_aligned([ln.mem for _, ln in mem], "sum", step=True).max())
+        missed = max(float(r["mem_peak_bytes"]) - ln.mem_nvml_peak for r, ln in mem)  # the allocator saw more
+        start, end = (sum(float(r[col]) for r, _ in mem) for col in ("mem_start_bytes", "mem_end_bytes"))
         out.update(mem_start_bytes=start, mem_end_bytes=end, mem_delta_bytes=end - start,
                    mem_peak_bytes=aligned_peak + max(missed, 0.0))
     sources = {r["mem_peak_source"] for r in rows}
@@ -245,17 +218,15 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
         out[min_col], out[max_col] = float(line.min()), float(line.max())
         if how == "sum":  # a folded frame's per-tick maxima of one card count too
             out[max_col] = max(float(out[max_col]), agg(max_col, "max"))
-    out["sm_active_mean_pct"] = agg("sm_active_mean_pct", "mean")
-    out["energy_j"] = agg("energy_j", "sum")
-    out["energy_source"] = "+".join(sorted({str(r["energy_source"]) for r in rows}))
-    out["temp_max_c"] = agg("temp_max_c", "max")
-    reasons = sorted({part.split(" ")[0] for r in rows if isinstance(r.get("throttle_reasons"), str)
-                      and r["throttle_reasons"] for part in r["throttle_reasons"].split(", ")})
-    out["throttle_reasons"] = ", ".join(reasons)
-    out["throttle_s"] = agg("throttle_s", "max")
-    notes = sorted({r["resolution_note"] for r in rows
-                    if isinstance(r.get("resolution_note"), str) and r["resolution_note"]})
-    out["resolution_note"] = "; ".join(notes)
+    def texts(col: str) -> set[str]:
+        return {r[col] for r in rows if isinstance(r.get(col), str) and r[col]}
+
+    reasons = {part.split(" ")[0] for text in texts("throttle_reasons") for part in text.split(", ")}
+    out.update(sm_active_mean_pct=agg("sm_active_mean_pct", "mean"), energy_j=agg("energy_j", "sum"),
+               energy_source="+".join(sorted({str(r["energy_source"]) for r in rows})),
+               temp_max_c=agg("temp_max_c", "max"), throttle_s=agg("throttle_s", "max"),
+               throttle_reasons=", ".join(sorted(reasons)),
+               resolution_note="; ".join(sorted(texts("resolution_note"))))
     return out
 
 
@@ -274,19 +245,6 @@ class Summary:
         return len(self.rows)
 
 
-def _bounds(data: object, t0: object, t1: object, times: np.ndarray | None) -> tuple[float, float]:
-    lo = getattr(data, "t0", -math.inf) if times is None else (float(times.min()) if len(times) else math.nan)
-    hi = getattr(data, "t1", math.inf) if times is None else (float(times.max()) if len(times) else math.nan)
-    a = lo if t0 is None else to_epoch(t0)
-    b = hi if t1 is None else to_epoch(t1)
-    if not (math.isfinite(a) and math.isfinite(b)):
-        from ..errors import BadArgumentError
-
-        raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
-                               "pass epoch seconds or use timeline.between(t0, t1)")
-    return float(a), float(b)
-
-
 def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
               gpus: list | None = None, status: str = "ok", devices: list | None = None,
               allocator: dict | None = None) -> Summary:
@@ -294,21 +252,26 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     frame (``devices``: its device descriptions): a row per GPU of ``gpus`` (None: all) and one for all;
     ``allocator``: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` folded into the peak."""
     per_dev: list[tuple[Device, Readings]] = []
-    if hasattr(data, "store"):
-        a, b = _bounds(data, t0, t1, None)
+    frame = not hasattr(data, "store")
+    times = (epoch_seconds(data["time"]) if len(data) else np.empty(0)) if frame else None
+    ends = (((times.min(), times.max()) if len(times) else (math.nan, math.nan)) if frame
+            else (getattr(data, "t0", -math.inf), getattr(data, "t1", math.inf)))
+    a, b = (float(end if t is None else to_epoch(t)) for end, t in zip(ends, (t0, t1), strict=True))
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
+                               "pass epoch seconds or use timeline.between(t0, t1)")
+    if not frame:
         devs = [dev for dev in data.devices if selected(dev.key, gpus, dev.parent)]
         found = timeline_readings(data, [d.key for d in devs], a - EDGE_SLACK_S, b + EDGE_SLACK_S, a, b)
         per_dev.extend(zip(devs, found, strict=True))
     else:
-        times = epoch_seconds(data["time"]) if len(data) else np.empty(0)
-        a, b = _bounds(data, t0, t1, times)
         described = {d.key: d for d in map(Device.of, devices or [])}
         if "gpu" in data.columns:
             for key in dict.fromkeys(data["gpu"].tolist()):
                 dev = described.get(key) or Device(key, "")
                 if selected(key, gpus, dev.parent):
                     rows = (data["gpu"] == key).to_numpy()
-                    per_dev.append((dev, Readings.of_frame(data[rows], times[rows])))
+                    per_dev.append((dev, Readings.of_frame(data[rows], times[rows], a, b)))
     rows, lines = [], []
     for dev, r in per_dev:
         row, ln = _gpu_row(r, a, b, (allocator or {}).get(dev.key))
