@@ -28,10 +28,10 @@ from ..profiles.compare import (
 from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
 from ..runfile import Run
+from ..timeline import epoch_seconds
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite, shown
 from .report import PAGE, SIMULATED_NOTE, html_table, load_input
-from .status import epoch_seconds
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
 LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",

@@ -12,9 +12,9 @@ from ..errors import FileError
 from ..files import atomic_file
 from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
+from ..timeline import epoch_seconds
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite, shown
-from .status import epoch_seconds
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")
