@@ -10,7 +10,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from ..units import fmt_bytes
-from .options import HelpRequestedError, parse_free
+from .options import parse_free
 
 _LAST = ("last_traceback", "last_value", "last_type", "last_exc")
 NVML_WAIT_S = 2.0  # how long free waits for the sampler's fresh read of memory used
@@ -96,10 +96,7 @@ def _forget_formatted_traceback(shell: Any) -> None:
 
 def free(shell: Any, line: str) -> str:
     """Delete what the line names, collect, empty PyTorch's cache; before -> after as text."""
-    try:
-        opts = parse_free(line)
-    except HelpRequestedError as shown:
-        return str(shown)
+    opts = parse_free(line)
     user_ns = shell.user_ns
     unknown = [n for n in opts.names if n not in user_ns]
     if unknown:
