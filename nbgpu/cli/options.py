@@ -53,7 +53,6 @@ def argtype(check: Callable[[str], object]) -> Callable[[str], object]:
             return check(text)
         except BadArgumentError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    convert.__name__ = getattr(check, "__name__", "value")
     return convert
 
 
@@ -67,7 +66,6 @@ def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
         if not math.isfinite(value):
             raise BadArgumentError(f"expected a finite number of seconds, got {text!r}")
         return check(value)
-    convert.__name__ = getattr(check, "__name__", "seconds")
     return argtype(convert)
 
 
@@ -137,17 +135,12 @@ class OnceParser(argparse.ArgumentParser):
         return ns, rest
 
 
-def same_file(a: str, b: str) -> bool:
-    """Whether paths ``a`` and ``b`` name one file (the same inode, or the same real path)."""
-    with contextlib.suppress(OSError):
-        if os.path.samefile(a, b):
-            return True
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
 def refuse_overwrite(output: str, inputs: Sequence[str]) -> None:
-    """BadArgumentError when ``output`` would replace one of ``inputs`` (exit code 2)."""
+    """BadArgumentError when ``output`` would replace one of ``inputs`` (the same inode or real path)."""
     for path in inputs:
-        if same_file(output, path):
+        same = os.path.realpath(output) == os.path.realpath(path)
+        with contextlib.suppress(OSError):
+            same = same or os.path.samefile(output, path)
+        if same:
             raise BadArgumentError(f"the output {output} is the same file as the input {path}; "
                                    "give another output with -o")

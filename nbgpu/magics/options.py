@@ -65,12 +65,6 @@ class _Parser(OnceParser):
         raise UsageError(message or f"{self.prog}: see {self.prog}? for the options")
 
 
-def _cells(text: str) -> str:
-    if text not in ("on", "off"):
-        raise BadArgumentError(f"--cells takes on or off, got {text!r}")
-    return text
-
-
 def _min_s(value: float) -> float:
     if not 0 <= value <= 86400:
         raise BadArgumentError(f"--cells-min must be from 0 to 86400 seconds, got {value:g}")
@@ -110,7 +104,7 @@ def line_parser() -> argparse.ArgumentParser:
                    help=f"seconds between panel updates, 0.25 to 60 (default: as often as the "
                         f"lines move a pixel, {DEFAULT_REFRESH_S:g} s for a 1 min window, at most "
                         "5 s); per panel")
-    p.add_argument("--cells", type=argtype(_cells), nargs="?", const="on", default=None,
+    p.add_argument("--cells", choices=("on", "off"), nargs="?", const="on", default=None,
                    metavar="on|off", help="profile every cell from now on (off: stop)")
     p.add_argument("--cells-min", type=seconds(_min_s), default=None, metavar="S",
                    dest="cells_min_s", help="with --cells: show a summary only for cells that ran "
@@ -126,17 +120,18 @@ def cell_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split(line: str, prog: str) -> list[str]:
+def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
     try:
-        return shlex.split(line)
+        words = shlex.split(line)
     except ValueError as exc:
-        raise UsageError(f"{prog}: cannot read the options ({exc}); see {prog}?") from None
+        raise UsageError(f"{parser.prog}: cannot read the options ({exc}); see {parser.prog}?") from None
+    return parser.parse_args(words)
 
 
 def parse_line(line: str) -> Options:
     """Options of a ``%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
     parser = line_parser()
-    ns = parser.parse_args(_split(line, "%gpumon"))
+    ns = _parse(parser, line)
     if ns.action in ("stop", "status") and parser.given:
         given = ", ".join(sorted(parser.given.values()))
         raise UsageError(f"%gpumon {ns.action}: takes no options, got {given}; "
@@ -148,8 +143,7 @@ def parse_line(line: str) -> Options:
 
 def parse_cell_line(line: str) -> Options:
     """Options of a ``%%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
-    ns = cell_parser().parse_args(_split(line, "%%gpumon"))
-    return Options(**vars(ns))
+    return Options(**vars(_parse(cell_parser(), line)))
 
 
 def help_text() -> str:
@@ -174,7 +168,7 @@ def free_parser() -> argparse.ArgumentParser:
 
 def parse_free(line: str) -> argparse.Namespace:
     """Options of ``%gpumon free``; UsageError when nothing or something wrong is asked."""
-    ns = free_parser().parse_args(_split(line, "%gpumon free"))
+    ns = _parse(free_parser(), line)
     if ns.all_hidden:
         ns.outputs = ns.traceback = True
     if not (ns.names or ns.outputs or ns.traceback):
