@@ -29,7 +29,7 @@ from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
 from ..runfile import Run
 from ..timeline import epoch_seconds
-from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from ..units import as_float, fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite, shown
 from .report import PAGE, SIMULATED_NOTE, html_table, load_input
 
@@ -37,23 +37,19 @@ PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
 LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
           "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
           "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
-_SIGNED = {"_pct": fmt_pct, "_w": fmt_watts, "_c": fmt_celsius}
+_FMT = {"_bytes": fmt_bytes, "_s": fmt_duration, "_j": fmt_energy, "_pct": fmt_pct, "_w": fmt_watts,
+        "_c": fmt_celsius}
 
 
 def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
     """A figure of ``metric`` as a person reads it; ``points``: percentages differ in ``pp``."""
     if value is None or not math.isfinite(value):
         return "–"
-    sign = "+" if signed and value >= 0 else ""
+    sign = "-" if value < 0 else "+" if signed else ""
     if points and metric.endswith("_pct"):
-        return f"{sign}{value:.1f}".rstrip("0").rstrip(".") + " pp"
-    if metric.endswith("_bytes"):
-        return fmt_bytes(value, signed=signed)
-    if metric.endswith(("_s", "_j")):  # these formatters take no sign
-        unsigned = fmt_duration if metric.endswith("_s") else fmt_energy
-        return ("-" if value < 0 else sign) + unsigned(abs(value))
-    fmt = next((f for suffix, f in _SIGNED.items() if metric.endswith(suffix)), None)
-    return sign + fmt(value) if fmt is not None else f"{sign}{value:g}"
+        return f"{sign}{abs(value):.1f}".rstrip("0").rstrip(".") + " pp"
+    fmt = next((f for suffix, f in _FMT.items() if metric.endswith(suffix)), None)
+    return sign + (fmt(abs(value)) if fmt is not None else f"{abs(value):g}")
 
 
 @dataclass
@@ -87,34 +83,26 @@ def side_of(run: Run) -> Side:
     return Side(run, rows, totals, RunFigures(total_figures(per_gpu, totals), per_gpu))
 
 
+def _pct(c: Change) -> str:
+    return f" ({'+' if c.pct >= 0 else '-'}{fmt_change_pct(abs(c.pct))})" if math.isfinite(c.pct) else ""
+
+
 def _change_cells(c: Change) -> list[str]:
-    pct = c.pct
-    change = fmt_metric(c.metric, c.delta, signed=True, points=True)
-    if math.isfinite(pct):
-        change += f" ({'+' if pct >= 0 else '-'}{fmt_change_pct(abs(pct))})"
     same = {True: "changed", False: "within noise", None: "cannot tell"}[c.beyond_noise]
     why = f"± {fmt_metric(c.metric, c.noise, points=True)}" if math.isfinite(c.noise) else "too few readings"
-    noise = f"{same} ({why})"
-    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change, noise]
+    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value),
+            fmt_metric(c.metric, c.delta, signed=True, points=True) + _pct(c), f"{same} ({why})"]
 
 
 def table_rows(a: Side, b: Side) -> list[tuple[str, str, list[str]]]:
     """(scope, figure, [A, B, change, noise verdict]) rows: per GPU present in both, then all GPUs."""
-    out = []
-    gpus = [g for g in a.figures.per_gpu if g in b.figures.per_gpu]
-    for g in gpus:
-        for c in changes(a.figures.per_gpu[g], b.figures.per_gpu[g]):
-            out.append((f"GPU {g}", LABELS[c.metric], _change_cells(c)))
-    for c in changes(a.figures.total, b.figures.total):
-        out.append(("all GPUs", LABELS[c.metric], _change_cells(c)))
-    ca, cb = cost_of(_num(a.totals.get("energy_j"))), cost_of(_num(b.totals.get("energy_j")))
+    pairs = [(f"GPU {g}", figs, b.figures.per_gpu[g]) for g, figs in a.figures.per_gpu.items()
+             if g in b.figures.per_gpu] + [("all GPUs", a.figures.total, b.figures.total)]
+    out = [(scope, LABELS[c.metric], _change_cells(c)) for scope, fa, fb in pairs for c in changes(fa, fb)]
+    ca, cb = cost_of(as_float(a.totals.get("energy_j"))), cost_of(as_float(b.totals.get("energy_j")))
     priced = math.isfinite(ca.cost) or math.isfinite(ca.co2_g)
     out.append(("all GPUs", "cost" if priced else "energy in kWh", [ca.text(), cb.text(), "", ""]))
     return out
-
-
-def _num(v: object) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
 def text_table(a: Side, b: Side) -> str:
@@ -139,15 +127,14 @@ def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
     """One line per bound the new run breaks: the bound, both figures, the change, the limit."""
     out = []
     for bound in bounds:
-        base, new = _num(a.totals.get(bound.metric)), _num(b.totals.get(bound.metric))
+        base, new = as_float(a.totals.get(bound.metric)), as_float(b.totals.get(bound.metric))
         if not bound.broken(base, new):
             continue
         if not (math.isfinite(base) and math.isfinite(new)):
             missing = a.name if not math.isfinite(base) else b.name
             out.append(f"FAIL {bound.text}: {bound.metric} not measured in {missing}")
             continue
-        c = Change(bound.metric, Figure(base, math.nan), Figure(new, math.nan))
-        pct = f" ({'+' if c.pct >= 0 else '-'}{fmt_change_pct(abs(c.pct))})" if math.isfinite(c.pct) else ""
+        pct = _pct(Change(bound.metric, Figure(base, math.nan), Figure(new, math.nan)))
         out.append(f"FAIL {bound.text}: {fmt_metric(bound.metric, base)} → {fmt_metric(bound.metric, new)}"
                    f"{pct}, limit {fmt_metric(bound.metric, bound.limit(base))}")
     return out
