@@ -54,10 +54,9 @@ def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = F
 
 @dataclass
 class Side:
-    """One run of the comparison: its file, summary rows, totals and compared figures."""
+    """One run of the comparison: its file, totals and compared figures."""
 
     run: Run
-    rows: list[dict]
     totals: dict
     figures: RunFigures
 
@@ -77,10 +76,10 @@ def side_of(run: Run) -> Side:
     """A loaded run's rows, totals and figures with their noise, over the command's marks if any."""
     span = command_span(run)
     summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
-    rows, totals = summary.rows, summary.combined
     series = frame_series(run.frame)
-    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None) for r in rows}
-    return Side(run, rows, totals, RunFigures(total_figures(per_gpu, totals), per_gpu))
+    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None)
+               for r in summary.rows}
+    return Side(run, summary.combined, RunFigures(total_figures(per_gpu, summary.combined), per_gpu))
 
 
 def _pct(c: Change) -> str:
@@ -142,14 +141,9 @@ def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
 
 def _elapsed(side: Side, tag: str) -> tuple[dict, list[tuple[float, str]]]:
     """{metric: {"GPU (tag)": (elapsed s, values)}} and the marks, from the run's first reading."""
-    df = side.run.frame
-    if not len(df):
-        return {}, []
-    t = epoch_seconds(df["time"])
-    t0 = float(t.min())
-    series = frame_series(df)
+    t0 = float(epoch_seconds(side.run.frame["time"]).min())
     data: dict = {}
-    for g, per in series.items():
+    for g, per in frame_series(side.run.frame).items():
         for m in PLOT_METRICS:
             if m in per:
                 data.setdefault(m, {})[f"{g} ({tag})"] = (per[m][0] - t0, per[m][1])
@@ -193,11 +187,9 @@ def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequenc
     except FileError as exc:
         print(f"nbgpu compare: error: {exc}", file=sys.stderr)
         return 2
-    for run in runs:
-        if not len(run.frame):
-            print(f"nbgpu compare: error: {run.path} has no GPU readings; nothing to compare",
-                  file=sys.stderr)
-            return 2
+    if empty := [run.path for run in runs if not len(run.frame)]:
+        print(f"nbgpu compare: error: {empty[0]} has no GPU readings; nothing to compare", file=sys.stderr)
+        return 2
     a, b = side_of(runs[0]), side_of(runs[1])
     print(shown(text_table(a, b)))
     broken = broken_lines(bounds, a, b)
