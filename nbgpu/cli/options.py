@@ -127,6 +127,7 @@ class OnceParser(argparse.ArgumentParser):
         self.register("action", None, store)
         self.register("action", "store", store)
         self.register("action", "store_true", _once(argparse._StoreTrueAction))
+        self.register("action", "store_false", _once(argparse._StoreFalseAction))
         self.given: dict[str, str] = {}
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
