@@ -9,7 +9,6 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ..errors import BadArgumentError
 
@@ -76,30 +75,21 @@ def check_interval(value: float) -> float:
     return check(value)
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option's definition: its flags, how its value is checked, and what it means."""
-
-    flags: tuple[str, ...]
-    type: Callable[[str], object]
-    metavar: str
-    help: str
-
-
-SHARED: dict[str, Option] = {
-    "source": Option(("--source",), argtype(check_source), "SRC", f"where readings come from: {SOURCES}"),
-    "interval": Option(("--interval",), seconds(check_interval), "S",
-                       "seconds between sampler ticks, 0.01 to 3600"),
-    "gpus": Option(("--gpus",), argtype(check_gpu_list), "LIST", "GPU indices to show, like 0,2"),
+# name: the argparse type, metavar and help of ``--name``; each command gives its own default.
+SHARED: dict[str, dict] = {
+    "source": {"type": argtype(check_source), "metavar": "SRC",
+               "help": f"where readings come from: {SOURCES}"},
+    "interval": {"type": seconds(check_interval), "metavar": "S",
+                 "help": "seconds between sampler ticks, 0.01 to 3600"},
+    "gpus": {"type": argtype(check_gpu_list), "metavar": "LIST", "help": "GPU indices to show, like 0,2"},
 }
 
 
 def add_shared(parser: argparse.ArgumentParser, name: str, default: object, default_text: str,
                note: str = "") -> None:
-    """Add the shared option ``name`` to ``parser`` with its own default (and a note for its help)."""
-    opt = SHARED[name]
-    text = f"{opt.help} (default: {default_text})" + (f". {note}" if note else "")
-    parser.add_argument(*opt.flags, type=opt.type, default=default, metavar=opt.metavar, help=text)
+    """Add the shared option ``--name`` to ``parser`` with its own default (and a note for its help)."""
+    text = f"{SHARED[name]['help']} (default: {default_text})" + (f". {note}" if note else "")
+    parser.add_argument(f"--{name}", **{**SHARED[name], "help": text}, default=default)
 
 
 def _once(base: type[argparse.Action]) -> type[argparse.Action]:

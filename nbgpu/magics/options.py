@@ -43,15 +43,6 @@ class HelpRequestedError(Exception):
     """``-h``/``--help`` was given: the magic prints its help instead of running."""
 
 
-class _Help(argparse.Action):
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
-                         help="show this help and do nothing else")
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        raise HelpRequestedError(parser.format_help())
-
-
 class _Parser(OnceParser):
     """argparse that raises UsageError (one line) instead of printing and exiting."""
 
@@ -64,6 +55,9 @@ class _Parser(OnceParser):
     def exit(self, status: int = 0, message: str | None = None):
         raise UsageError(message or f"{self.prog}: see {self.prog}? for the options")
 
+    def print_help(self, file: object = None) -> None:
+        raise HelpRequestedError(self.format_help())  # -h: the magic prints it and does nothing else
+
 
 def _min_s(value: float) -> float:
     if not 0 <= value <= 86400:
@@ -72,7 +66,6 @@ def _min_s(value: float) -> float:
 
 
 def _add_sampler_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-h", "--help", action=_Help)
     add_shared(p, "source", None, "what runs, else auto", RESTART_NOTE)
     add_shared(p, "interval", None, "what runs, else 1", RESTART_NOTE)
     add_shared(p, "gpus", None, "all")
@@ -80,7 +73,7 @@ def _add_sampler_options(p: argparse.ArgumentParser) -> None:
 
 def line_parser() -> argparse.ArgumentParser:
     """The parser of ``%gpumon`` (line magic)."""
-    p = _Parser(prog="%gpumon", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = _Parser(prog="%gpumon", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Show a live panel of the GPUs (and host CPU/RAM), updating while "
                             "other cells run.\nAll panels share the kernel's one sampler thread.",
                 epilog="Actions: start (default) opens a panel; stop stops the sampler and every "
@@ -114,7 +107,7 @@ def line_parser() -> argparse.ArgumentParser:
 
 def cell_parser() -> argparse.ArgumentParser:
     """The parser of the ``%%gpumon`` line (cell magic)."""
-    p = _Parser(prog="%%gpumon", add_help=False,
+    p = _Parser(prog="%%gpumon",
                 description="Profile the cell below: timeline and summary of its GPU use.")
     _add_sampler_options(p)
     return p
@@ -153,10 +146,9 @@ def help_text() -> str:
 
 def free_parser() -> argparse.ArgumentParser:
     """The parser of ``%gpumon free NAME... [--outputs] [--traceback] [--all-hidden]``."""
-    p = _Parser(prog="%gpumon free", add_help=False,
+    p = _Parser(prog="%gpumon free",
                 description="Delete the named variables (and, if asked, the output cache and the "
                             "last traceback), then release PyTorch's cached memory.")
-    p.add_argument("-h", "--help", action=_Help)
     p.add_argument("names", nargs="*", metavar="NAME", help="variables of the notebook to delete")
     p.add_argument("--outputs", action="store_true", help="clear the output cache (Out, _, __, ___)")
     p.add_argument("--traceback", action="store_true",
