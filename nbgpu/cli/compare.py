@@ -14,7 +14,6 @@ from ..errors import FileError
 from ..files import atomic_file
 from ..profiles.bounds import Bound, parse_bound
 from ..profiles.compare import (
-    COMPARED,
     Change,
     Figure,
     RunFigures,
@@ -202,6 +201,3 @@ def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequenc
     if bounds and not broken:
         print(f"nbgpu compare: all {len(bounds)} bound(s) hold", file=sys.stderr)
     return 1 if broken else 0
-
-
-__all__ = ["COMPARED", "render_html", "run_compare", "side_of", "text_table"]

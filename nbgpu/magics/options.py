@@ -12,13 +12,7 @@ from IPython.core.error import UsageError
 from ..cli.options import OnceParser, add_shared, argtype, seconds
 from ..config import check_window
 from ..errors import BadArgumentError
-from ..widgets.columns import (
-    COLUMNS,
-    DEFAULT_REFRESH_S,
-    DEFAULT_WINDOW_S,
-    check_metrics,
-    check_refresh,
-)
+from ..widgets.columns import COLUMNS, DEFAULT_REFRESH_S, DEFAULT_WINDOW_S, check_metrics, check_refresh
 
 ACTIONS = ("start", "stop", "status")
 RESTART_NOTE = "Changing it restarts the kernel's one sampler; open panels follow"
