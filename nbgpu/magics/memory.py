@@ -16,9 +16,10 @@ _LAST = ("last_traceback", "last_value", "last_type", "last_exc")
 NVML_WAIT_S = 2.0  # how long free waits for the sampler's fresh read of memory used
 
 
-def _device() -> str:
+def _cuda():
+    """torch, when it is imported and sees a GPU; else None."""
     torch = sys.modules.get("torch")
-    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+    return torch if torch is not None and torch.cuda.is_available() else None
 
 
 def memory_text(user_ns: dict, device: str | None = None) -> str:
@@ -27,7 +28,7 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
         return "nbgpu: torch is not imported, so no name holds tensors."
     from ..holders import memory_by_name
 
-    device = device or _device()
+    device = device or ("cuda" if _cuda() else "cpu")
     frame = memory_by_name(device=device, namespace=user_ns)
     if frame.empty:
         return f"nbgpu: no name holds {device} tensors."
@@ -45,8 +46,7 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
 
 
 def _readings() -> dict[str, int]:
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
+    if (torch := _cuda()) is None:
         return {}
     return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
 
@@ -112,8 +112,7 @@ def free(shell: Any, line: str) -> str:
                 setattr(sys, attr, None)
         _forget_formatted_traceback(shell)
     gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
+    if torch := _cuda():
         torch.cuda.empty_cache()
     after, used_after = _readings(), _nvml_used()
     freed = [*opts.names, *(["the output cache"] if opts.outputs else []),
