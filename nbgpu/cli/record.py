@@ -68,7 +68,7 @@ def die_with_parent() -> Callable[[], None] | None:
 def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
     """Say in one line that the file failed; keep what it holds and let the command run on."""
     recorder.abandon()
-    kept = "the file" if recorder.journal == recorder.path else f"{recorder.journal}"
+    kept = "the file" if recorder.journal == recorder.path else recorder.journal
     then = "; waiting for the command to finish" if running else ""
     print(f"nbgpu record: {exc}; recording stopped, {kept} is valid up to its last complete line{then}",
           file=sys.stderr, flush=True)
@@ -91,18 +91,6 @@ def _discard(path: str | None) -> None:
     if path:
         with contextlib.suppress(OSError):
             os.unlink(path)
-
-
-def _take_place(recorder: Recorder, pending: str, output: str) -> None:
-    """Move the recording (still open, still growing) from ``pending`` to ``output``."""
-    try:
-        os.replace(pending, output)
-    except OSError as exc:
-        print(f"nbgpu record: cannot replace {output} ({exc.strerror or exc}); recording to {pending}",
-              file=sys.stderr, flush=True)
-        return
-    recorder.path = recorder.journal = output
-    recorder._file.path = output
 
 
 def run_record(cmd: list[str], source: str, interval: float, output: str, quiet: bool = False) -> int:
@@ -146,8 +134,13 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
             print(f"nbgpu record: cannot run {cmd[0]!r}: {exc.strerror or exc}; check the command "
                   f"and your PATH{kept}", file=sys.stderr)
             return 127
-        if pending:
-            _take_place(recorder, pending, output)
+        try:  # the recording, open and growing, takes the place of the file it replaces
+            if pending:
+                os.replace(pending, output)
+                recorder.path = recorder.journal = recorder._file.path = output
+        except OSError as exc:
+            print(f"nbgpu record: cannot replace {output} ({exc.strerror or exc}); recording to {pending}",
+                  file=sys.stderr, flush=True)
         while True:
             # Buffers drained during the wait, so the flush writes every tick up to about now.
             sampler.request("edge")

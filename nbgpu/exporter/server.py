@@ -24,9 +24,6 @@ log = logging.getLogger("nbgpu")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
 DEFAULT_TIMEOUT_S = 5  # an idle or slow-header connection is closed after this
-WORKERS = 2  # scrapes are answered from memory in about a millisecond
-BACKLOG = 1024
-MAX_CONNECTIONS = 64
 REQUEST_DEADLINE_S = 3.0  # a request must arrive whole within this, however it trickles
 
 _Start = Callable[[str, list], object]
@@ -75,8 +72,9 @@ class Exporter:
         self._map: dict = {}
         try:
             self._server = create_server(
-                metrics_app(registry), map=self._map, host=host, port=port, threads=WORKERS,
-                backlog=BACKLOG, connection_limit=MAX_CONNECTIONS, channel_timeout=int(timeout_s),
+                # Two workers: a scrape is answered from memory in about a millisecond.
+                metrics_app(registry), map=self._map, host=host, port=port, threads=2,
+                backlog=1024, connection_limit=64, channel_timeout=int(timeout_s),
                 cleanup_interval=1, ident="nbgpu", asyncore_use_poll=True, expose_tracebacks=False)
         except ValueError:  # waitress: "Invalid host/port specified."
             raise BadArgumentError(f"--host {host!r} / --port {port!r} is not an address to listen on; "
