@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from ..errors import BadArgumentError, NbgpuError
@@ -136,7 +138,7 @@ COMMANDS = {
     "compare": (".compare", "run_compare", ("base", "new", "output", "fail_if")),
     "postmortem": ("..postmortem", "run_cli", ("all", "json", "clear")),
     "demo": (".demo", "run_demo", ("port", "browser")),
-    "export": (".export", "run_export", ("source", "interval", "host", "port", "hostname")),
+    "export": (__name__, "run_export", ("source", "interval", "host", "port", "hostname")),
 }
 
 
@@ -170,3 +172,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NbgpuError as exc:
         print(f"nbgpu {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+def run_export(source: str, interval: float, host: str, port: int, hostname: str | None = None) -> int:
+    """``nbgpu export``: serve ``source`` at http://host:port/metrics until Ctrl-C or SIGTERM."""
+    from ..exporter import serve
+    from ..sampler import Sampler
+
+    stop = threading.Event()
+    sampler = Sampler(source, interval=interval, host=False).start()
+    try:
+        exporter = serve(sampler, host, port, hostname)
+    except Exception:
+        sampler.stop()
+        raise
+    label = " (SIMULATED)" if sampler.simulated else ""
+    print(f"nbgpu export: serving {len(sampler.devices)} GPU(s){label} at {exporter.url}", file=sys.stderr,
+          flush=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"nbgpu export: listening on {host}: other machines can read these metrics", file=sys.stderr,
+              flush=True)
+    in_main = threading.current_thread() is threading.main_thread()  # signals can be caught only there
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM) if in_main}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        exporter.close()
+        sampler.stop()
+    return 0
