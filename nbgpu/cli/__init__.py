@@ -15,13 +15,6 @@ from ..errors import BadArgumentError, NbgpuError
 from .options import OnceParser, add_shared
 
 
-class _Parser(OnceParser):
-    """argparse, but a usage error is one line (and exit code 2), not the whole usage text."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
 def _port(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0-65535)")
@@ -56,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``nbgpu`` and its sub-commands."""
     from ..version import __version__
 
-    p = _Parser(prog="nbgpu", description="Watch NVIDIA GPUs: record a command's GPU timeline, "
-                "turn it into an HTML report, export readings to Prometheus, or open the demo notebook.",
-                epilog="Run `nbgpu COMMAND --help` for the options of a command.")
+    p = OnceParser(prog="nbgpu", description="Watch NVIDIA GPUs: record a command's GPU timeline, "
+                   "turn it into an HTML report, export readings to Prometheus, or open the demo notebook.",
+                   epilog="Run `nbgpu COMMAND --help` for the options of a command.")
     p.add_argument("--version", action="version", version=f"nbgpu {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OnceParser)
 
     r = sub.add_parser("record", help="run a command and record the GPU timeline while it runs",
                        description="Run CMD, sample the GPUs while it runs and write the timeline to a "
