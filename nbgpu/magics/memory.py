@@ -83,23 +83,11 @@ def _clear_outputs(shell: Any, user_ns: dict) -> None:
             user_ns[name] = ""
 
 
-def _forget_formatted_traceback(shell: Any) -> None:
-    """IPython's traceback formatters keep the last traceback (``.tb``), and with it its frames."""
-    for name in ("InteractiveTB", "SyntaxTB"):
-        formatter = getattr(shell, name, None)
-        if formatter is None:
-            continue
-        for obj in (formatter, *vars(formatter).values()):
-            if "tb" in getattr(obj, "__dict__", {}):
-                obj.tb = None
-
-
 def free(shell: Any, line: str) -> str:
     """Delete what the line names, collect, empty PyTorch's cache; before -> after as text."""
     opts = parse_free(line)
     user_ns = shell.user_ns
-    unknown = [n for n in opts.names if n not in user_ns]
-    if unknown:
+    if unknown := [n for n in opts.names if n not in user_ns]:
         raise UsageError(f"%gpumon free: no variable named {', '.join(unknown)}; nothing was deleted")
     before, used_before = _readings(), _nvml_used()
     for name in opts.names:
@@ -110,7 +98,11 @@ def free(shell: Any, line: str) -> str:
         for attr in _LAST:
             if hasattr(sys, attr):
                 setattr(sys, attr, None)
-        _forget_formatted_traceback(shell)
+        # IPython's traceback formatters keep the last traceback (``.tb``), and with it its frames.
+        for formatter in filter(None, (getattr(shell, n, None) for n in ("InteractiveTB", "SyntaxTB"))):
+            for obj in (formatter, *vars(formatter).values()):
+                if "tb" in getattr(obj, "__dict__", {}):
+                    obj.tb = None
     gc.collect()
     if torch := _cuda():
         torch.cuda.empty_cache()
