@@ -64,16 +64,12 @@ class Side:
         return os.path.basename(self.run.path)
 
 
-def command_span(run: Run) -> tuple[float, float] | None:
-    """(start, exit) epoch seconds of the recorded command, from its marks; None without both."""
+def side_of(run: Run) -> Side:
+    """A loaded run's totals and figures with their noise, from the command's start to its exit marks
+    where it has both."""
     starts = [t for t, label in run.marks() if label == "command started"]
     ends = [t for t, label in run.marks() if label.startswith("command exited")]
-    return (starts[0], ends[-1]) if starts and ends and ends[-1] > starts[0] else None
-
-
-def side_of(run: Run) -> Side:
-    """A loaded run's rows, totals and figures with their noise, over the command's marks if any."""
-    span = command_span(run)
+    span = (starts[0], ends[-1]) if starts and ends and ends[-1] > starts[0] else None
     summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
     series = frame_series(run.frame)
     per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None)
