@@ -42,8 +42,7 @@ def device_labels(device: Device, hostname: str, model_label: str = "model_name"
 
 
 def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
-             model_label: str = "model_name", driver: str = "",
-             simulated: bool = False) -> list[Metric]:
+             model_label: str = "model_name", simulated: bool = False) -> list[Metric]:
     """Metric families for ``(device, {metric: value})`` pairs; NaN and None values are left out."""
     host = hostname or socket.gethostname()
     labelled = [(device_labels(d, host, model_label), values) for d, values in rows]
@@ -61,7 +60,7 @@ def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
             out.append(metric)
     if labelled:
         info = GaugeMetricFamily(INFO_SERIES, "Devices nbgpu exports (value is always 1).")
-        extra = {"driver_version": driver, "simulated": "true" if simulated else "false"}
+        extra = {"driver_version": "", "simulated": "true" if simulated else "false"}
         for labels, _values in labelled:
             info.add_sample(INFO_SERIES, {**labels, **extra}, 1.0)
         out.append(info)
@@ -72,12 +71,6 @@ def to_text(metrics: Iterable[Metric]) -> str:
     """Exposition text (format 0.0.4) of metric families, written by prometheus-client."""
     fixed = list(metrics)
     return generate_latest(SimpleNamespace(collect=lambda: fixed)).decode()
-
-
-def render(rows: list[tuple[Device, dict]], hostname: str | None = None,
-           model_label: str = "model_name", driver: str = "") -> str:
-    """Exposition text for ``(device, {metric: value})`` pairs; empty when there are none."""
-    return to_text(families(rows, hostname, model_label, driver))
 
 
 class GpuCollector:
