@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import FileError
+from ..errors import BadArgumentError
 from ..files import atomic_file
 from ..profiles.bounds import Bound, parse_bound
 from ..profiles.compare import (
@@ -177,14 +177,9 @@ def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequenc
     bounds = [parse_bound(text) for text in fail_if]  # a bad bound fails before any reading
     if output:
         refuse_overwrite(output, [base, new])
-    try:
-        runs = [load_input(path) for path in (base, new)]
-    except FileError as exc:
-        print(f"nbgpu compare: error: {exc}", file=sys.stderr)
-        return 2
+    runs = [load_input(path) for path in (base, new)]
     if empty := [run.path for run in runs if not len(run.frame)]:
-        print(f"nbgpu compare: error: {empty[0]} has no GPU readings; nothing to compare", file=sys.stderr)
-        return 2
+        raise BadArgumentError(f"{empty[0]} has no GPU readings; nothing to compare")
     a, b = side_of(runs[0]), side_of(runs[1])
     print(shown(text_table(a, b)))
     broken = broken_lines(bounds, a, b)

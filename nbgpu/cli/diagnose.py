@@ -8,11 +8,10 @@ import dataclasses
 import datetime as _dt
 import json
 import math
-import sys
 
 import numpy as np
 
-from ..errors import BadArgumentError, FileError
+from ..errors import BadArgumentError
 from ..metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from ..runfile import Run
 from ..sources.base import Device
@@ -165,13 +164,9 @@ def _record(a, cell: str | None) -> dict:
 
 
 def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: bool = False) -> int:
-    """Print the findings of ``path``; 0, or 2 with one line for a bad file or threshold."""
-    try:
-        thresholds = parse_thresholds(threshold_items)
-        run = load_input(path)
-    except (BadArgumentError, FileError) as exc:
-        print(f"nbgpu report: error: {exc}", file=sys.stderr)
-        return 2
+    """Print the findings of ``path``; BadArgumentError for a bad file or threshold."""
+    thresholds = parse_thresholds(threshold_items)
+    run = load_input(path)
     if cells_of(run):
         return _print_cells(path, run, thresholds, as_json)
     marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell

@@ -8,7 +8,7 @@ import html
 import os
 import sys
 
-from ..errors import FileError
+from ..errors import BadArgumentError, FileError
 from ..files import atomic_file
 from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
@@ -140,25 +140,22 @@ def summary_lines(summary: Summary) -> list[str]:
 
 
 def load_input(path: str) -> Run:
-    """``load_run`` for the command line: any file that is not a run is one FileError line."""
+    """``load_run`` for the command line: a file that is not a run is bad input (one line, exit 2)."""
     try:
         return load_run(path)
+    except FileError as exc:
+        raise BadArgumentError(str(exc)) from None
     except RecursionError:
-        raise FileError(f"cannot read {path}: it is nested too deeply to be a run", path=path) from None
+        raise BadArgumentError(f"cannot read {path}: it is nested too deeply to be a run") from None
 
 
 def run_report(path: str, output: str | None = None, title: str | None = None) -> int:
-    """Write the HTML report of ``path``; returns the exit code (2: the file is not a run)."""
+    """Write the HTML report of ``path``; BadArgumentError when it is not a run."""
     out = output or os.path.splitext(path)[0] + ".html"
     refuse_overwrite(out, [path])
-    try:
-        run = load_input(path)
-    except FileError as exc:
-        print(f"nbgpu report: error: {exc}", file=sys.stderr)
-        return 2
-    page = render_html(run, title)
+    run = load_input(path)
     with atomic_file(out) as fh:
-        fh.write(shown(page))
+        fh.write(shown(render_html(run, title)))
     n = run.frame["gpu"].nunique() if len(run.frame) else 0
     print(f"nbgpu report: {os.path.abspath(out)} ({n} GPU(s), {len(run.frame)} rows)", file=sys.stderr)
     return 0
