@@ -138,8 +138,9 @@ def help_text() -> str:
     return line_parser().format_help()
 
 
-def free_parser() -> argparse.ArgumentParser:
-    """The parser of ``%gpumon free NAME... [--outputs] [--traceback] [--all-hidden]``."""
+def parse_free(line: str) -> argparse.Namespace:
+    """Options of ``%gpumon free NAME... [--outputs] [--traceback] [--all-hidden]``; UsageError when
+    nothing or something wrong is asked."""
     p = _Parser(prog="%gpumon free",
                 description="Delete the named variables (and, if asked, the output cache and the "
                             "last traceback), then release PyTorch's cached memory.")
@@ -147,14 +148,8 @@ def free_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", action="store_true", help="clear the output cache (Out, _, __, ___)")
     p.add_argument("--traceback", action="store_true",
                    help="drop the last error (sys.last_traceback, sys.last_value)")
-    p.add_argument("--all-hidden", action="store_true", dest="all_hidden",
-                   help="both --outputs and --traceback")
-    return p
-
-
-def parse_free(line: str) -> argparse.Namespace:
-    """Options of ``%gpumon free``; UsageError when nothing or something wrong is asked."""
-    ns = _parse(free_parser(), line)
+    p.add_argument("--all-hidden", action="store_true", help="both --outputs and --traceback")
+    ns = _parse(p, line)
     if ns.all_hidden:
         ns.outputs = ns.traceback = True
     if not (ns.names or ns.outputs or ns.traceback):
