@@ -19,7 +19,7 @@ import pytest
 
 from conftest_cli import free_port, prometheus_binary
 from nbgpu import Sampler, SimulatedGPUs
-from nbgpu.exporter import CONTENT_TYPE, prometheus_text, render, serve
+from nbgpu.exporter import CONTENT_TYPE, families, prometheus_text, serve, to_text
 from nbgpu.sources.base import Device
 from nbgpu.sources.prometheus_names import FAMILIES
 
@@ -84,11 +84,11 @@ def test_every_family_has_a_unique_valid_name():
 
 def test_missing_values_are_left_out_and_mig_gets_instance_label():
     dev = Device("0/1", 'odd "name" 1g.18gb\\', "MIG-x", parent=0, mig=True)
-    text = render([(dev, {"util_pct": math.nan, "mem_used_bytes": 2**21, "temp_c": None})], "h")
+    text = to_text(families([(dev, {"util_pct": math.nan, "mem_used_bytes": 2**21, "temp_c": None})], "h"))
     assert "DCGM_FI_DEV_GPU_UTIL" not in text and "DCGM_FI_DEV_GPU_TEMP" not in text
     assert 'DCGM_FI_DEV_FB_USED{GPU_I_ID="1",GPU_I_PROFILE="1g.18gb",Hostname="h",UUID="MIG-x",' \
            'device="nvidia0",gpu="0",model_name="odd \\"name\\" 1g.18gb\\\\"} 2.0' in text
-    assert render([], "h") == ""
+    assert to_text(families([], "h")) == ""
 
 
 def test_lost_gpu_is_not_exported():

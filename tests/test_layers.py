@@ -190,7 +190,7 @@ from ..widgets.monitor import GPUMonitor
 import importlib, sys
 def later():
     from ..exporter import text
-    importlib.import_module("nbgpu.cli.status")
+    importlib.import_module("nbgpu.cli.record")
     sys.modules["nbgpu.profiles.capture"]
     sys.modules.get("nbgpu.svg")
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def test_the_walker_sees_lazy_and_dynamic_imports(tmp_path):
     path.write_text(SAMPLE, encoding="utf-8")
     seen = imports_of("nbgpu.sources.sample", path)
     assert {"nbgpu.store", "nbgpu.sources", "nbgpu.widgets.monitor", "nbgpu.exporter.text",
-            "nbgpu.cli.status", "nbgpu.profiles.capture", "nbgpu.svg"} <= seen
+            "nbgpu.cli.record", "nbgpu.profiles.capture", "nbgpu.svg"} <= seen
     assert "nbgpu.magics.gpumon" not in seen
 
 

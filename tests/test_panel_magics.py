@@ -231,8 +231,8 @@ def test_the_command_and_the_magic_share_one_option_table(capsys) -> None:
     for parser in (options.line_parser(), options.cell_parser(), sub["record"], sub["export"]):
         by_flag = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
         for name in ("source", "interval"):
-            opt = SHARED[name]
-            assert by_flag[opt.flags[0]].type is opt.type and by_flag[opt.flags[0]].help.startswith(opt.help)
+            opt = by_flag[f"--{name}"]
+            assert opt.type is SHARED[name]["type"] and opt.help.startswith(SHARED[name]["help"])
 
 
 @pytest.mark.parametrize("argv", [["record", "--interval", "1", "--interval", "2", "--", "true"],

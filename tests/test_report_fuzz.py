@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.cli import main
-from nbgpu.cli.report import run_report
 from nbgpu.recorder import Recorder
 
 # NBGPU_FUZZ_EXAMPLES raises the count per strategy for a longer run (default 120).
@@ -49,12 +48,12 @@ def valid(tmp_path_factory) -> dict[str, bytes]:
 
 
 def report_of(tmp_path, name: str, data: bytes) -> tuple[int, str]:
-    """Exit code and stderr of ``run_report`` on ``data`` written as ``name``."""
+    """Exit code and stderr of ``nbgpu report`` on ``data`` written as ``name``."""
     path = tmp_path / name
     path.write_bytes(data)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = run_report(str(path), str(tmp_path / "out.html"))
+        code = main(["report", str(path), "-o", str(tmp_path / "out.html")])
     return code, err.getvalue()
 
 

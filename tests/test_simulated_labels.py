@@ -10,7 +10,7 @@ import pytest
 import nbgpu
 from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
 from nbgpu.cli import main
-from nbgpu.cli.status import status_lines
+from nbgpu.cli.record import status_lines
 
 NBGPU = [sys.executable, "-m", "nbgpu.cli"]
 

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from ..errors import BadArgumentError, NbgpuError
 from .options import OnceParser, add_shared
-
-
-class _Parser(OnceParser):
-    """argparse, but a usage error is one line (and exit code 2), not the whole usage text."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _port(value: str) -> int:
@@ -53,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``nbgpu`` and its sub-commands."""
     from ..version import __version__
 
-    p = _Parser(prog="nbgpu", description="Watch NVIDIA GPUs: record a command's GPU timeline, "
-                "turn it into an HTML report, export readings to Prometheus, or open the demo notebook.",
-                epilog="Run `nbgpu COMMAND --help` for the options of a command.")
+    p = OnceParser(prog="nbgpu", description="Watch NVIDIA GPUs: record a command's GPU timeline, "
+                   "turn it into an HTML report, export readings to Prometheus, or open the demo notebook.",
+                   epilog="Run `nbgpu COMMAND --help` for the options of a command.")
     p.add_argument("--version", action="version", version=f"nbgpu {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OnceParser)
 
     r = sub.add_parser("record", help="run a command and record the GPU timeline while it runs",
                        description="Run CMD, sample the GPUs while it runs and write the timeline to a "
@@ -104,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="open the quickstart notebook in JupyterLab",
                        description="Start JupyterLab on notebooks/quickstart.ipynb, bound to 127.0.0.1, "
                        "and print its URL. Without a GPU the notebook uses simulated GPUs.")
-    d.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
+    d.add_argument("--no-browser", action="store_false", dest="browser",
+                   help="print the URL but do not open a browser")
     d.add_argument("--port", type=_port, default=0, help="port for JupyterLab (default: a free one)")
 
     e = sub.add_parser("export", help="serve current GPU readings to Prometheus",
@@ -126,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Each sub-command: the module and function that run it, and the arguments they take, in order.
+COMMANDS = {
+    "record": (".record", "run_record", ("cmd", "source", "interval", "output", "quiet")),
+    "report": (".report", "run_report", ("run", "output", "title")),
+    "diagnose": (".diagnose", "run_diagnose", ("run", "threshold", "json")),
+    "compare": (".compare", "run_compare", ("base", "new", "output", "fail_if")),
+    "postmortem": ("..postmortem", "run_cli", ("all", "json", "clear")),
+    "demo": (".demo", "run_demo", ("port", "browser")),
+    "export": (__name__, "run_export", ("source", "interval", "host", "port", "hostname")),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nbgpu`` console script; returns the exit code."""
     for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints, escaped
@@ -136,42 +145,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    name = args.command
+    if name == "record":
+        args.cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        if not args.cmd:
+            parser.exit(2, "nbgpu record: error: no command to run; put it after -- "
+                        "(see `nbgpu record --help`)\n")
+    elif name == "report" and (args.diagnose or args.threshold or args.json):
+        if not args.diagnose:
+            parser.exit(2, "nbgpu report: error: --threshold and --json need --diagnose\n")
+        name = "diagnose"
+    module, function, names = COMMANDS[name]
+    run = getattr(importlib.import_module(module, __name__), function)
     try:
-        if args.command == "record":
-            from .record import run_record
-
-            cmd = list(args.cmd)
-            if cmd and cmd[0] == "--":
-                cmd = cmd[1:]
-            if not cmd:
-                parser.exit(2, "nbgpu record: error: no command to run; put it after -- "
-                            "(see `nbgpu record --help`)\n")
-            return run_record(cmd, args.source, args.interval, args.output, args.quiet)
-        if args.command == "report":
-            if args.diagnose or args.threshold or args.json:
-                if not args.diagnose:
-                    parser.exit(2, "nbgpu report: error: --threshold and --json need --diagnose\n")
-                from .diagnose import run_diagnose
-
-                return run_diagnose(args.run, args.threshold, args.json)
-            from .report import run_report
-
-            return run_report(args.run, args.output, args.title)
-        if args.command == "compare":
-            from .compare import run_compare
-
-            return run_compare(args.base, args.new, args.output, args.fail_if)
-        if args.command == "postmortem":
-            from ..postmortem import run_cli
-
-            return run_cli(args.all, args.json, args.clear)
-        if args.command == "demo":
-            from .demo import run_demo
-
-            return run_demo(args.port, not args.no_browser)
-        from .export import run_export
-
-        return run_export(args.source, args.interval, args.host, args.port, args.hostname)
+        return run(*(getattr(args, n) for n in names))
     except BadArgumentError as exc:
         print(f"nbgpu {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -180,5 +167,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run_export(source: str, interval: float, host: str, port: int, hostname: str | None = None) -> int:
+    """``nbgpu export``: serve ``source`` at http://host:port/metrics until Ctrl-C or SIGTERM."""
+    from ..exporter import serve
+    from ..sampler import Sampler
+
+    stop = threading.Event()
+    sampler = Sampler(source, interval=interval, host=False).start()
+    try:
+        exporter = serve(sampler, host, port, hostname)
+    except Exception:
+        sampler.stop()
+        raise
+    label = " (SIMULATED)" if sampler.simulated else ""
+    print(f"nbgpu export: serving {len(sampler.devices)} GPU(s){label} at {exporter.url}", file=sys.stderr,
+          flush=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"nbgpu export: listening on {host}: other machines can read these metrics", file=sys.stderr,
+              flush=True)
+    in_main = threading.current_thread() is threading.main_thread()  # signals can be caught only there
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM) if in_main}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        exporter.close()
+        sampler.stop()
+    return 0

@@ -10,11 +10,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import FileError
+from ..errors import BadArgumentError
 from ..files import atomic_file
 from ..profiles.bounds import Bound, parse_bound
 from ..profiles.compare import (
-    COMPARED,
     Change,
     Figure,
     RunFigures,
@@ -28,40 +27,35 @@ from ..profiles.compare import (
 from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
 from ..runfile import Run
-from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from ..timeline import epoch_seconds
+from ..units import as_float, fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite, shown
 from .report import PAGE, SIMULATED_NOTE, html_table, load_input
-from .status import epoch_seconds
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
 LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
           "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
           "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
-_SIGNED = {"_pct": fmt_pct, "_w": fmt_watts, "_c": fmt_celsius}
+_FMT = {"_bytes": fmt_bytes, "_s": fmt_duration, "_j": fmt_energy, "_pct": fmt_pct, "_w": fmt_watts,
+        "_c": fmt_celsius}
 
 
 def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
     """A figure of ``metric`` as a person reads it; ``points``: percentages differ in ``pp``."""
     if value is None or not math.isfinite(value):
         return "–"
-    sign = "+" if signed and value >= 0 else ""
+    sign = "-" if value < 0 else "+" if signed else ""
     if points and metric.endswith("_pct"):
-        return f"{sign}{value:.1f}".rstrip("0").rstrip(".") + " pp"
-    if metric.endswith("_bytes"):
-        return fmt_bytes(value, signed=signed)
-    if metric.endswith(("_s", "_j")):  # these formatters take no sign
-        unsigned = fmt_duration if metric.endswith("_s") else fmt_energy
-        return ("-" if value < 0 else sign) + unsigned(abs(value))
-    fmt = next((f for suffix, f in _SIGNED.items() if metric.endswith(suffix)), None)
-    return sign + fmt(value) if fmt is not None else f"{sign}{value:g}"
+        return f"{sign}{abs(value):.1f}".rstrip("0").rstrip(".") + " pp"
+    fmt = next((f for suffix, f in _FMT.items() if metric.endswith(suffix)), None)
+    return sign + (fmt(abs(value)) if fmt is not None else f"{abs(value):g}")
 
 
 @dataclass
 class Side:
-    """One run of the comparison: its file, summary rows, totals and compared figures."""
+    """One run of the comparison: its file, totals and compared figures."""
 
     run: Run
-    rows: list[dict]
     totals: dict
     figures: RunFigures
 
@@ -70,51 +64,39 @@ class Side:
         return os.path.basename(self.run.path)
 
 
-def command_span(run: Run) -> tuple[float, float] | None:
-    """(start, exit) epoch seconds of the recorded command, from its marks; None without both."""
+def side_of(run: Run) -> Side:
+    """A loaded run's totals and figures with their noise, from the command's start to its exit marks
+    where it has both."""
     starts = [t for t, label in run.marks() if label == "command started"]
     ends = [t for t, label in run.marks() if label.startswith("command exited")]
-    return (starts[0], ends[-1]) if starts and ends and ends[-1] > starts[0] else None
-
-
-def side_of(run: Run) -> Side:
-    """A loaded run's rows, totals and figures with their noise, over the command's marks if any."""
-    span = command_span(run)
+    span = (starts[0], ends[-1]) if starts and ends and ends[-1] > starts[0] else None
     summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
-    rows, totals = summary.rows, summary.combined
     series = frame_series(run.frame)
-    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None) for r in rows}
-    return Side(run, rows, totals, RunFigures(total_figures(per_gpu, totals), per_gpu))
+    per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None)
+               for r in summary.rows}
+    return Side(run, summary.combined, RunFigures(total_figures(per_gpu, summary.combined), per_gpu))
+
+
+def _pct(c: Change) -> str:
+    return f" ({'+' if c.pct >= 0 else '-'}{fmt_change_pct(abs(c.pct))})" if math.isfinite(c.pct) else ""
 
 
 def _change_cells(c: Change) -> list[str]:
-    pct = c.pct
-    change = fmt_metric(c.metric, c.delta, signed=True, points=True)
-    if math.isfinite(pct):
-        change += f" ({'+' if pct >= 0 else '-'}{fmt_change_pct(abs(pct))})"
     same = {True: "changed", False: "within noise", None: "cannot tell"}[c.beyond_noise]
     why = f"± {fmt_metric(c.metric, c.noise, points=True)}" if math.isfinite(c.noise) else "too few readings"
-    noise = f"{same} ({why})"
-    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value), change, noise]
+    return [fmt_metric(c.metric, c.before.value), fmt_metric(c.metric, c.after.value),
+            fmt_metric(c.metric, c.delta, signed=True, points=True) + _pct(c), f"{same} ({why})"]
 
 
 def table_rows(a: Side, b: Side) -> list[tuple[str, str, list[str]]]:
     """(scope, figure, [A, B, change, noise verdict]) rows: per GPU present in both, then all GPUs."""
-    out = []
-    gpus = [g for g in a.figures.per_gpu if g in b.figures.per_gpu]
-    for g in gpus:
-        for c in changes(a.figures.per_gpu[g], b.figures.per_gpu[g]):
-            out.append((f"GPU {g}", LABELS[c.metric], _change_cells(c)))
-    for c in changes(a.figures.total, b.figures.total):
-        out.append(("all GPUs", LABELS[c.metric], _change_cells(c)))
-    ca, cb = cost_of(_num(a.totals.get("energy_j"))), cost_of(_num(b.totals.get("energy_j")))
+    pairs = [(f"GPU {g}", figs, b.figures.per_gpu[g]) for g, figs in a.figures.per_gpu.items()
+             if g in b.figures.per_gpu] + [("all GPUs", a.figures.total, b.figures.total)]
+    out = [(scope, LABELS[c.metric], _change_cells(c)) for scope, fa, fb in pairs for c in changes(fa, fb)]
+    ca, cb = cost_of(as_float(a.totals.get("energy_j"))), cost_of(as_float(b.totals.get("energy_j")))
     priced = math.isfinite(ca.cost) or math.isfinite(ca.co2_g)
     out.append(("all GPUs", "cost" if priced else "energy in kWh", [ca.text(), cb.text(), "", ""]))
     return out
-
-
-def _num(v: object) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
 def text_table(a: Side, b: Side) -> str:
@@ -139,15 +121,14 @@ def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
     """One line per bound the new run breaks: the bound, both figures, the change, the limit."""
     out = []
     for bound in bounds:
-        base, new = _num(a.totals.get(bound.metric)), _num(b.totals.get(bound.metric))
+        base, new = as_float(a.totals.get(bound.metric)), as_float(b.totals.get(bound.metric))
         if not bound.broken(base, new):
             continue
         if not (math.isfinite(base) and math.isfinite(new)):
             missing = a.name if not math.isfinite(base) else b.name
             out.append(f"FAIL {bound.text}: {bound.metric} not measured in {missing}")
             continue
-        c = Change(bound.metric, Figure(base, math.nan), Figure(new, math.nan))
-        pct = f" ({'+' if c.pct >= 0 else '-'}{fmt_change_pct(abs(c.pct))})" if math.isfinite(c.pct) else ""
+        pct = _pct(Change(bound.metric, Figure(base, math.nan), Figure(new, math.nan)))
         out.append(f"FAIL {bound.text}: {fmt_metric(bound.metric, base)} → {fmt_metric(bound.metric, new)}"
                    f"{pct}, limit {fmt_metric(bound.metric, bound.limit(base))}")
     return out
@@ -155,14 +136,9 @@ def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
 
 def _elapsed(side: Side, tag: str) -> tuple[dict, list[tuple[float, str]]]:
     """{metric: {"GPU (tag)": (elapsed s, values)}} and the marks, from the run's first reading."""
-    df = side.run.frame
-    if not len(df):
-        return {}, []
-    t = epoch_seconds(df["time"])
-    t0 = float(t.min())
-    series = frame_series(df)
+    t0 = float(epoch_seconds(side.run.frame["time"]).min())
     data: dict = {}
-    for g, per in series.items():
+    for g, per in frame_series(side.run.frame).items():
         for m in PLOT_METRICS:
             if m in per:
                 data.setdefault(m, {})[f"{g} ({tag})"] = (per[m][0] - t0, per[m][1])
@@ -201,16 +177,9 @@ def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequenc
     bounds = [parse_bound(text) for text in fail_if]  # a bad bound fails before any reading
     if output:
         refuse_overwrite(output, [base, new])
-    try:
-        runs = [load_input(path) for path in (base, new)]
-    except FileError as exc:
-        print(f"nbgpu compare: error: {exc}", file=sys.stderr)
-        return 2
-    for run in runs:
-        if not len(run.frame):
-            print(f"nbgpu compare: error: {run.path} has no GPU readings; nothing to compare",
-                  file=sys.stderr)
-            return 2
+    runs = [load_input(path) for path in (base, new)]
+    if empty := [run.path for run in runs if not len(run.frame)]:
+        raise BadArgumentError(f"{empty[0]} has no GPU readings; nothing to compare")
     a, b = side_of(runs[0]), side_of(runs[1])
     print(shown(text_table(a, b)))
     broken = broken_lines(bounds, a, b)
@@ -223,6 +192,3 @@ def run_compare(base: str, new: str, output: str | None = None, fail_if: Sequenc
     if bounds and not broken:
         print(f"nbgpu compare: all {len(bounds)} bound(s) hold", file=sys.stderr)
     return 1 if broken else 0
-
-
-__all__ = ["COMPARED", "render_html", "run_compare", "side_of", "text_table"]

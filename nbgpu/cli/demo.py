@@ -29,14 +29,10 @@ def shipped_notebook(name: str) -> Path | None:
 def find_notebook() -> Path:
     """The quickstart notebook: under the current folder, in nbgpu's source tree, else the
     copy shipped in the package (a wheel install has only that one)."""
-    here = Path.cwd() / NOTEBOOK
-    if here.exists():
-        return here
-    tree = Path(__file__).resolve().parents[2] / NOTEBOOK
-    if tree.exists():
-        return tree
-    shipped = shipped_notebook(NOTEBOOK.name)
-    if shipped is not None:
+    for path in (Path.cwd() / NOTEBOOK, Path(__file__).resolve().parents[2] / NOTEBOOK):
+        if path.exists():
+            return path
+    if shipped := shipped_notebook(NOTEBOOK.name):
         return shipped
     raise NbgpuError(f"{NOTEBOOK} was not found here or beside nbgpu's sources; run `nbgpu demo` "
                      "from the nbgpu repository folder")
@@ -48,29 +44,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def demo_command(notebook: Path, port: int, token: str, browser: bool) -> list[str]:
-    """The JupyterLab command line: 127.0.0.1 only, a fixed token, the notebook's folder as root."""
-    root = notebook.parent.parent
-    cmd = [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.open_browser={browser}",
-           f"--LabApp.default_url=/lab/tree/{notebook.relative_to(root).as_posix()}"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")
-    return cmd
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def run_demo(port: int = 0, browser: bool = True) -> int:
-    """Start JupyterLab on the quickstart notebook, print its URL and wait until it exits."""
+    """Start JupyterLab on the quickstart notebook (127.0.0.1 only, a fresh token, the notebook's
+    folder as root), print its URL and wait until it exits."""
     try:
         import jupyterlab  # noqa: F401
     except ImportError as exc:
         raise NbgpuError("JupyterLab is not installed; run `pip install 'nbgpu[demo]'`") from exc
     notebook = find_notebook()
-    port = port or _free_port()
-    token = secrets.token_hex(16)
-    cmd = demo_command(notebook, port, token, browser)
-    rel = notebook.relative_to(notebook.parent.parent).as_posix()
+    port, token, root = port or _free_port(), secrets.token_hex(16), notebook.parent.parent
+    rel = notebook.relative_to(root).as_posix()
+    cmd = [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+           "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
+           f"--ServerApp.open_browser={browser}", f"--LabApp.default_url=/lab/tree/{rel}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
     print(f"nbgpu demo: open http://127.0.0.1:{port}/lab/tree/{rel}?token={token}", flush=True)
     print("nbgpu demo: press Ctrl-C to stop JupyterLab", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd)
@@ -86,7 +78,3 @@ def run_demo(port: int = 0, browser: bool = True) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import json
 import math
-import sys
 
-from ..errors import BadArgumentError, FileError
+import numpy as np
+
+from ..errors import BadArgumentError
 from ..metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from ..runfile import Run
 from ..sources.base import Device
@@ -17,8 +19,6 @@ from ..store import Event, Store
 from .options import shown
 from .report import _when, load_input
 
-_GPU = [m.name for m in GPU_METRICS]
-_HOST = [m.name for m in HOST_METRICS]
 EXIT_MARK = "command exited with code"  # the mark `nbgpu record` ends a run with
 
 
@@ -30,10 +30,9 @@ def parse_thresholds(items: list[str] | None) -> dict:
     out: dict = {}
     for item in items or []:
         name, sep, text = item.partition("=")
-        name = name.strip()
+        name, f = name.strip(), fields.get(name.strip())
         if not sep:
             raise BadArgumentError(f"--threshold {item!r}: give NAME=NUMBER, e.g. input_util_below_pct=40")
-        f = fields.get(name)
         if f is None or name in ("disabled", "leak_windows_s") or isinstance(f.default, bool):
             raise BadArgumentError(f"--threshold {name!r}: not a numeric threshold; see "
                                    "nbgpu.Thresholds.table() for the names")
@@ -41,11 +40,9 @@ def parse_thresholds(items: list[str] | None) -> dict:
             value = float(text)
         except ValueError:
             raise BadArgumentError(f"--threshold {name}: {text!r} is not a number") from None
-        if isinstance(f.default, int):
-            if value != int(value):
-                raise BadArgumentError(f"--threshold {name}: {text!r} is not a whole number")
-            value = int(value)
-        out[name] = value
+        if isinstance(f.default, int) and value != int(value):
+            raise BadArgumentError(f"--threshold {name}: {text!r} is not a whole number")
+        out[name] = int(value) if isinstance(f.default, int) else value
     Thresholds.from_any(out)  # range checks (BadArgumentError)
     return out
 
@@ -53,48 +50,28 @@ def parse_thresholds(items: list[str] | None) -> dict:
 class _Replay:
     """What the engine reads of a sampler, over a store filled from a recording."""
 
-    def __init__(self, devices: list[Device], interval: float) -> None:
-        self.store = Store()
-        self.devices = devices
-        self.interval = interval
-        self.lost: dict = {}
-        self.diagnostics = None  # the engine replaying the recording (``_replayed``)
+    def __init__(self, devices: list[Device], interval: float, engine) -> None:
+        self.store, self.devices, self.interval, self.lost = Store(), devices, interval, {}
+        self.diagnostics, self.alert_list = engine, engine.alert_list
         self.stack_samples = None  # the recording's main-thread stack samples, if it has any
-
-    def watch(self) -> None:
-        pass
-
-    def alert_list(self, since_s: float | None = None) -> list:
-        return self.diagnostics.alert_list(since_s) if self.diagnostics is not None else []
-
-    def drained_until(self, device: object, metric: str | None = None) -> float:
-        return math.inf
-
-    def processes(self) -> dict:
-        return {}
+        self.watch, self.processes = lambda: None, dict  # no one looks; no process lists recorded
+        self.drained_until = lambda device, metric=None: math.inf  # every reading is in
 
 
 def _devices(run: Run, df) -> list[Device]:
     names = {str(d.get("index")): str(d.get("name", "")) for d in run.devices()}
     out = []
     for gpu, rows in df.groupby("gpu", sort=False):
-        def last(col: str, rows=rows) -> float | None:
-            if col not in rows:
-                return None
-            v = rows[col].dropna()
-            return float(v.iloc[-1]) if len(v) else None
-
-        mem = last("mem_total_bytes")
+        last = {c: v.iloc[-1] for c in ("mem_total_bytes", "power_limit_w")
+                if c in rows and len(v := rows[c].dropna())}
         out.append(Device(key=gpu, name=names.get(str(gpu), ""),
-                          mem_total_bytes=None if mem is None else int(mem),
-                          power_limit_w=last("power_limit_w")))
+                          mem_total_bytes=int(last["mem_total_bytes"]) if "mem_total_bytes" in last else None,
+                          power_limit_w=float(last["power_limit_w"]) if "power_limit_w" in last else None))
     return out
 
 
 def cells_of(run: Run) -> list[tuple[str, float, float]]:
     """(label, start, end) of the run's ``cell`` events, in time order; bad ones left out."""
-    import datetime as _dt
-
     out = []
     for e in run.events:
         if e.get("event") != "cell":
@@ -110,55 +87,47 @@ def cells_of(run: Run) -> list[tuple[str, float, float]]:
 
 def replay(run: Run, thresholds: dict | None = None) -> list:
     """The alerts the diagnostics engine raises on ``run``'s readings, oldest first."""
-    return _replayed(run, thresholds)[0].alert_list()
+    return _replayed(run, thresholds).alert_list()
 
 
-def _replayed(run: Run, thresholds: dict | None = None):
-    """(the engine, the replayed sampler) after ``run``'s readings went through them."""
-    import numpy as np
-
+def _replayed(run: Run, thresholds: dict | None = None) -> _Replay:
+    """The replayed sampler (its engine in ``.diagnostics``) after ``run``'s readings went through."""
     from ..diagnostics.engine import DiagnosticsEngine
 
     engine = DiagnosticsEngine(thresholds)
     df = run.frame
     if not len(df):
-        return engine, _Replay([], 1.0)
+        return _Replay([], 1.0, engine)
     df = df[df["gpu"].notna()].copy()
     df["_t"] = df["time"].astype("int64") / 1e9
     df = df.sort_values("_t", kind="stable")
     steps = np.diff(np.unique(df["_t"].to_numpy()))
-    interval = float(np.median(steps)) if len(steps) else 1.0
-    sim = _Replay(_devices(run, df), interval)
-    sim.diagnostics = engine
-    records = run.stack_samples()
-    if records:
+    sim = _Replay(_devices(run, df), float(np.median(steps)) if len(steps) else 1.0, engine)
+    if records := run.stack_samples():
         from ..diagnostics.stacks import StackSamples
 
         sim.stack_samples = StackSamples()
         for t, category, number, text in records:
             sim.stack_samples.add(t, category, None if number is None else ("", number), text)
-    gpu_cols = [c for c in _GPU if c in df.columns]
-    host_cols = [c for c in _HOST if c in df.columns]
+    gpu_cols = [m.name for m in GPU_METRICS if m.name in df.columns]
+    host_cols = [m.name for m in HOST_METRICS if m.name in df.columns]
     for d in sim.devices:
         sim.store.declare(d.key, "tick", {c: np.float64 for c in gpu_cols})
     if host_cols:
         sim.store.declare(HOST_KEY, "tick", {c: np.float64 for c in host_cols})
-    marks = sorted(run.marks())
-    for t, label in marks:
+    for t, label in sorted(run.marks()):
         sim.store.add_event(Event(t, "mark", label))
     edges = sorted([(t0, True) for _, t0, _ in cells_of(run)] + [(t1, False) for _, _, t1 in cells_of(run)],
                    key=lambda e: e[0])
     if not edges:
         engine.cell_running(True)  # the recorded command ran all along
-    times = df["_t"].to_numpy()
-    gpus = df["gpu"].to_numpy()
+    times, gpus = df["_t"].to_numpy(), df["gpu"].to_numpy()
     values = {c: df[c].to_numpy(dtype=np.float64) for c in gpu_cols + host_cols}
     if "mem_used_bytes" in values and "mem_used_max_bytes" in df:
         # Memory is judged on each tick's peak, as the live rules see every sample.
         peak = df["mem_used_max_bytes"].to_numpy(dtype=np.float64)
         values["mem_used_bytes"] = np.fmax(values["mem_used_bytes"], peak)
     bounds = np.flatnonzero(np.diff(times)) + 1
-    last_t = None
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(times)], strict=True):
         t = float(times[lo])
         while edges and edges[0][0] <= t:
@@ -171,57 +140,47 @@ def _replayed(run: Run, thresholds: dict | None = None):
         if host_cols:
             sim.store.append_row(HOST_KEY, "tick", t, {c: values[c][lo] for c in host_cols})
         engine(sim, t)
-        last_t = t
-    engine.close_all(last_t)
-    return engine, sim
+    engine.close_all(float(times[-1]) if len(times) else None)
+    return sim
 
 
 def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
     """Per ``cell`` event: label, span, the alerts its report lists and the rules it was too short for."""
     from ..diagnostics.engine import cell_alerts
 
-    _, sim = _replayed(run, thresholds)
+    sim = _replayed(run, thresholds)
+    stacks = sim.stack_samples
     out = []
     for label, t0, t1 in cells_of(run):
-        stacks = sim.stack_samples
         found, short = cell_alerts(sim, t0, t1, stacks.split(t0, t1) if stacks is not None else None)
         out.append({"cell": label, "start_s": t0, "end_s": t1, "alerts": found, "too_short": short})
     return out
 
 
-def _cell_of(start: float, marks: list[tuple[float, str]]) -> str:
-    label = "before the first mark"
-    for t, name in marks:
-        if t <= start:
-            label = name
-    return label
-
-
-def _record(a, marks) -> dict:
+def _record(a, cell: str | None) -> dict:
     return {"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": _when(a.start),
             "end": None if a.end is None else _when(a.end), "start_s": a.start,
-            "end_s": a.end, "message": a.message, "suggestion": a.suggestion,
-            "cell": _cell_of(a.start, marks) if marks else None}
+            "end_s": a.end, "message": a.message, "suggestion": a.suggestion, "cell": cell}
 
 
 def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: bool = False) -> int:
-    """Print the findings of ``path``; 0, or 2 with one line for a bad file or threshold."""
-    try:
-        thresholds = parse_thresholds(threshold_items)
-        run = load_input(path)
-    except (BadArgumentError, FileError) as exc:
-        print(f"nbgpu report: error: {exc}", file=sys.stderr)
-        return 2
+    """Print the findings of ``path``; BadArgumentError for a bad file or threshold."""
+    thresholds = parse_thresholds(threshold_items)
+    run = load_input(path)
     if cells_of(run):
         return _print_cells(path, run, thresholds, as_json)
     marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
-    found = [_record(a, marks) for a in replay(run, thresholds)]
+
+    def cell_of(start: float) -> str | None:  # the mark span a finding started in
+        spans = ["before the first mark"] + [name for t, name in marks if t <= start]
+        return spans[-1] if marks else None
+
+    found = [_record(a, cell_of(a.start)) for a in replay(run, thresholds)]
     if as_json:
         print(json.dumps({"run": path, "thresholds": thresholds, "findings": found}, default=str))
         return 0
     if not found:
         print(shown(f"{path}: no findings"))
-        return 0
     groups: dict = {}
     for f in found:
         groups.setdefault(f["cell"], []).append(f)
@@ -237,7 +196,7 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
 def _print_cells(path: str, run: Run, thresholds: dict, as_json: bool) -> int:
     cells = judge_cells(run, thresholds)
     for c in cells:
-        c["findings"] = [dict(_record(a, []), cell=c["cell"]) for a in c.pop("alerts")]
+        c["findings"] = [_record(a, c["cell"]) for a in c.pop("alerts")]
     if as_json:
         print(json.dumps({"run": path, "thresholds": thresholds, "cells": cells,
                           "findings": [f for c in cells for f in c["findings"]]}, default=str))
@@ -249,6 +208,3 @@ def _print_cells(path: str, run: Run, thresholds: dict, as_json: bool) -> int:
         if not c["findings"]:
             print("  no findings")
     return 0
-
-
-__all__ = ["cells_of", "judge_cells", "parse_thresholds", "replay", "run_diagnose"]

@@ -9,7 +9,6 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ..errors import BadArgumentError
 
@@ -53,7 +52,6 @@ def argtype(check: Callable[[str], object]) -> Callable[[str], object]:
             return check(text)
         except BadArgumentError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    convert.__name__ = getattr(check, "__name__", "value")
     return convert
 
 
@@ -67,7 +65,6 @@ def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
         if not math.isfinite(value):
             raise BadArgumentError(f"expected a finite number of seconds, got {text!r}")
         return check(value)
-    convert.__name__ = getattr(check, "__name__", "seconds")
     return argtype(convert)
 
 
@@ -78,30 +75,21 @@ def check_interval(value: float) -> float:
     return check(value)
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option's definition: its flags, how its value is checked, and what it means."""
-
-    flags: tuple[str, ...]
-    type: Callable[[str], object]
-    metavar: str
-    help: str
-
-
-SHARED: dict[str, Option] = {
-    "source": Option(("--source",), argtype(check_source), "SRC", f"where readings come from: {SOURCES}"),
-    "interval": Option(("--interval",), seconds(check_interval), "S",
-                       "seconds between sampler ticks, 0.01 to 3600"),
-    "gpus": Option(("--gpus",), argtype(check_gpu_list), "LIST", "GPU indices to show, like 0,2"),
+# name: the argparse type, metavar and help of ``--name``; each command gives its own default.
+SHARED: dict[str, dict] = {
+    "source": {"type": argtype(check_source), "metavar": "SRC",
+               "help": f"where readings come from: {SOURCES}"},
+    "interval": {"type": seconds(check_interval), "metavar": "S",
+                 "help": "seconds between sampler ticks, 0.01 to 3600"},
+    "gpus": {"type": argtype(check_gpu_list), "metavar": "LIST", "help": "GPU indices to show, like 0,2"},
 }
 
 
 def add_shared(parser: argparse.ArgumentParser, name: str, default: object, default_text: str,
                note: str = "") -> None:
-    """Add the shared option ``name`` to ``parser`` with its own default (and a note for its help)."""
-    opt = SHARED[name]
-    text = f"{opt.help} (default: {default_text})" + (f". {note}" if note else "")
-    parser.add_argument(*opt.flags, type=opt.type, default=default, metavar=opt.metavar, help=text)
+    """Add the shared option ``--name`` to ``parser`` with its own default (and a note for its help)."""
+    text = f"{SHARED[name]['help']} (default: {default_text})" + (f". {note}" if note else "")
+    parser.add_argument(f"--{name}", **{**SHARED[name], "help": text}, default=default)
 
 
 def _once(base: type[argparse.Action]) -> type[argparse.Action]:
@@ -121,7 +109,8 @@ def _once(base: type[argparse.Action]) -> type[argparse.Action]:
 
 
 class OnceParser(argparse.ArgumentParser):
-    """argparse whose options may each be given once; ``given`` lists the options of the last parse."""
+    """argparse whose options may each be given once (``given``: those of the last parse) and whose
+    usage error is one line and exit code 2, not the whole usage text."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -129,7 +118,11 @@ class OnceParser(argparse.ArgumentParser):
         self.register("action", None, store)
         self.register("action", "store", store)
         self.register("action", "store_true", _once(argparse._StoreTrueAction))
+        self.register("action", "store_false", _once(argparse._StoreFalseAction))
         self.given: dict[str, str] = {}
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
         ns, rest = super().parse_known_args(args, namespace)
@@ -137,17 +130,12 @@ class OnceParser(argparse.ArgumentParser):
         return ns, rest
 
 
-def same_file(a: str, b: str) -> bool:
-    """Whether paths ``a`` and ``b`` name one file (the same inode, or the same real path)."""
-    with contextlib.suppress(OSError):
-        if os.path.samefile(a, b):
-            return True
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
 def refuse_overwrite(output: str, inputs: Sequence[str]) -> None:
-    """BadArgumentError when ``output`` would replace one of ``inputs`` (exit code 2)."""
+    """BadArgumentError when ``output`` would replace one of ``inputs`` (the same inode or real path)."""
     for path in inputs:
-        if same_file(output, path):
+        same = os.path.realpath(output) == os.path.realpath(path)
+        with contextlib.suppress(OSError):
+            same = same or os.path.samefile(output, path)
+        if same:
             raise BadArgumentError(f"the output {output} is the same file as the input {path}; "
                                    "give another output with -o")

@@ -19,39 +19,32 @@ from ..errors import FileError
 from ..recorder import Recorder
 from ..runfile import load_run
 from ..sampler import Sampler
+from ..units import fmt_celsius, fmt_pct, fmt_used_of, fmt_watts
 from .options import shown
 from .report import summarize_run, summary_lines
-from .status import status_lines
 
 FLUSH_EVERY_S = 1.0
-
-
-class _LiveStatus:
-    """Redraws one line per GPU in place on a terminal (stderr), at most once a second."""
-
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self.shown = 0
-
-    def draw(self, lines: list[str]) -> None:
-        up = f"\x1b[{self.shown}F" if self.shown else ""
-        self.stream.write(up + "".join(f"\x1b[2K{shown(line)}\n" for line in lines))
-        self.stream.flush()
-        self.shown = len(lines)
-
-    def clear(self) -> None:
-        if self.shown:
-            self.stream.write(f"\x1b[{self.shown}F\x1b[J")
-            self.stream.flush()
-            self.shown = 0
-
-
-def exit_code(returncode: int) -> int:
-    """A child's exit status as a shell reports it (128 + N when killed by signal N)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 PR_SET_PDEATHSIG = 1
+
+
+def status_lines(sampler: Sampler) -> list[str]:
+    """One line per GPU with its newest util, memory (GiB), power and temperature."""
+    lines = []
+    for row in sampler.latest():
+        mem = f"{fmt_used_of(row.get('mem_used_bytes'), row.get('mem_total_bytes'))} GiB"
+        power = f"{fmt_watts(row.get('power_w'))}/{fmt_watts(row.get('power_limit_w'))}"
+        state = ("  LOST" if row["state"] == "lost" else "") + ("  SIMULATED" if sampler.simulated else "")
+        lines.append(f"GPU {row['gpu']:<4} util {fmt_pct(row.get('util_pct')):>4}  mem {mem:<16}"
+                     f" power {power:<12} {fmt_celsius(row.get('temp_c'))}{state}")
+    return lines
+
+
+def _redraw(drawn: int, lines: list[str]) -> int:
+    """Draw ``lines`` on stderr over the ``drawn`` lines drawn before; how many are drawn now."""
+    up = f"\x1b[{drawn}F\x1b[J" if drawn else ""
+    sys.stderr.write(up + "".join(f"\x1b[2K{shown(line)}\n" for line in lines))
+    sys.stderr.flush()
+    return len(lines)
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -75,7 +68,7 @@ def die_with_parent() -> Callable[[], None] | None:
 def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
     """Say in one line that the file failed; keep what it holds and let the command run on."""
     recorder.abandon()
-    kept = "the file" if recorder.journal == recorder.path else f"{recorder.journal}"
+    kept = "the file" if recorder.journal == recorder.path else recorder.journal
     then = "; waiting for the command to finish" if running else ""
     print(f"nbgpu record: {exc}; recording stopped, {kept} is valid up to its last complete line{then}",
           file=sys.stderr, flush=True)
@@ -100,18 +93,6 @@ def _discard(path: str | None) -> None:
             os.unlink(path)
 
 
-def _take_place(recorder: Recorder, pending: str, output: str) -> None:
-    """Move the recording (still open, still growing) from ``pending`` to ``output``."""
-    try:
-        os.replace(pending, output)
-    except OSError as exc:
-        print(f"nbgpu record: cannot replace {output} ({exc.strerror or exc}); recording to {pending}",
-              file=sys.stderr, flush=True)
-        return
-    recorder.path = recorder.journal = output
-    recorder._file.path = output
-
-
 def run_record(cmd: list[str], source: str, interval: float, output: str, quiet: bool = False) -> int:
     """Run ``cmd`` while recording; its exit code (127, ``output`` untouched, if it is not found)."""
     if shutil.which(cmd[0]) is None:
@@ -119,31 +100,27 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
               f"command and your PATH ({output} left as it was)", file=sys.stderr)
         return 127
     sampler = Sampler(source, interval=interval)
+    # An existing file is replaced only once the command has started (exec can still fail).
+    pending = _temporary_beside(output)
     try:
-        # An existing file is replaced only once the command has started (exec can still fail).
-        pending = _temporary_beside(output)
-        try:
-            recorder = Recorder(sampler, pending or output, header={"command": cmd})
-        except BaseException:
-            _discard(pending)
-            raise
+        recorder = Recorder(sampler, pending or output, header={"command": cmd})
     except BaseException:
+        _discard(pending)
         sampler.stop()
         raise
     failed: list[FileError] = []
     sampler.start()
     started, cpu_start = time.monotonic(), time.process_time()  # the recorder's own CPU
     sampler.mark("command started")
-    interrupted = []
+    proc = None
 
-    def on_signal(signum: int, _frame) -> None:
-        interrupted.append(signum)
+    def on_signal(signum: int, _frame) -> None:  # Ctrl-C reaches the command; SIGTERM is passed on
         if signum == signal.SIGTERM and proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
 
-    proc = None
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    live = _LiveStatus(sys.stderr) if sys.stderr.isatty() and not quiet else None
+    live = sys.stderr.isatty() and not quiet
+    drawn = 0
     try:
         try:
             proc = subprocess.Popen(cmd, preexec_fn=die_with_parent())
@@ -157,16 +134,19 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
             print(f"nbgpu record: cannot run {cmd[0]!r}: {exc.strerror or exc}; check the command "
                   f"and your PATH{kept}", file=sys.stderr)
             return 127
-        if pending:
-            _take_place(recorder, pending, output)
+        try:  # the recording, open and growing, takes the place of the file it replaces
+            if pending:
+                os.replace(pending, output)
+                recorder.path = recorder.journal = recorder._file.path = output
+        except OSError as exc:
+            print(f"nbgpu record: cannot replace {output} ({exc.strerror or exc}); recording to {pending}",
+                  file=sys.stderr, flush=True)
         while True:
             # Buffers drained during the wait, so the flush writes every tick up to about now.
             sampler.request("edge")
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=FLUSH_EVERY_S)
                 break
-            except subprocess.TimeoutExpired:
-                pass
             if failed:
                 continue
             try:
@@ -175,17 +155,17 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
                 failed.append(exc)
                 _stop_recording(recorder, exc, running=True)
                 continue
-            if live is not None:  # a terminal showing the newest values: someone looks
+            if live:  # a terminal showing the newest values: someone looks
                 sampler.watch()
-                live.draw(status_lines(sampler))
-        code = exit_code(proc.returncode)
+                drawn = _redraw(drawn, status_lines(sampler))
+        code = 128 - proc.returncode if proc.returncode < 0 else proc.returncode  # as a shell says it
         sampler.mark(f"command exited with code {code}")
         return code
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        if live is not None:
-            live.clear()
+        if drawn:
+            _redraw(drawn, [])
         time.sleep(min(0.05, interval))
         sampler.stop()
         if not failed:
@@ -202,11 +182,10 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
 
 def _print_summary(sampler: Sampler, recorder: Recorder, wall_s: float, cpu_pct: float) -> None:
     """The figures ``nbgpu report`` gives for the file just written (read back: one code path)."""
-    lines = summary_lines(summarize_run(load_run(recorder.path)))
     label = " (SIMULATED)" if sampler.simulated else ""
     print(f"nbgpu record: {recorder.rows_written} rows from {len(sampler.devices)} GPU(s){label} written to "
           f"{os.path.abspath(recorder.path)}", file=sys.stderr)
-    for line in lines:
+    for line in summary_lines(summarize_run(load_run(recorder.path))):
         print(("  SIMULATED " if sampler.simulated else "  ") + shown(line), file=sys.stderr)
     print(f"  recorder CPU: {cpu_pct:.2f}% of one core while the command ran ({wall_s:.1f} s)",
           file=sys.stderr)

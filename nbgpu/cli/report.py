@@ -8,13 +8,13 @@ import html
 import os
 import sys
 
-from ..errors import FileError
+from ..errors import BadArgumentError, FileError
 from ..files import atomic_file
 from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
+from ..timeline import epoch_seconds
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite, shown
-from .status import epoch_seconds
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")
@@ -36,67 +36,61 @@ def html_table(head: list[str], rows: list[list[str]], empty: str = "") -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(run: Run, title: str | None = None) -> str:
-    """The report of ``run`` as one HTML document (no scripts, no external resources)."""
-    from ..svg import svg_timeline
+_SUMMARY = (("duration", "duration_s", fmt_duration), ("util mean", "util_mean_pct", fmt_pct),
+            ("util max", "util_max_pct", fmt_pct), ("memory peak", "mem_peak_bytes", fmt_bytes),
+            ("power mean", "power_mean_w", fmt_watts), ("power max", "power_max_w", fmt_watts),
+            ("energy", "energy_j", fmt_energy), ("temp max", "temp_max_c", fmt_celsius))
 
-    df, head = run.frame, run.header
-    names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
-    esc = html.escape
-    title = title or f"nbgpu run: {os.path.basename(run.path)}"
-    parts = [f"<h1>{esc(title)}</h1>"]
-    info = []
-    if head.get("command"):
-        cmd = head["command"]
-        info.append(("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)))
-    if head.get("source"):
-        info.append(("source", head["source"]))
+
+def _info(run: Run) -> list[tuple[str, object]]:
+    """The facts of the run's header: command, source, span, result and notes."""
+    head, df = run.header, run.frame
+    cmd = head.get("command")
+    info = [("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd),
+            ("source", head.get("source"))]
     if len(df):
         t = epoch_seconds(df["time"])
-        info.append(("from", _when(float(t.min()))))
-        info.append(("duration", fmt_duration(float(t.max() - t.min()))))
+        info += [("from", _when(float(t.min()))), ("duration", fmt_duration(float(t.max() - t.min())))]
     exits = [e["label"] for e in run.events if e.get("event") == "mark" and "exited" in str(e.get("label"))]
-    if exits:
-        info.append(("result", exits[-1]))
+    info.append(("result", exits[-1] if exits else None))
     if run.skipped_lines:
         info.append(("note", f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"))
     if not head and run.path.lower().endswith(".csv"):
         info.append(("note", "CSV keeps no command or source; record to .jsonl to keep them"))
-    if run.simulated:
-        info.append(("note", SIMULATED_NOTE))
-    parts.append("<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in info) + "</dl>")
+    return [*info, ("note", SIMULATED_NOTE if run.simulated else None)]
 
-    parts.append("<h2>Summary per GPU</h2>")
-    rows = []
-    for s in summarize_run(run).rows:
-        rows.append([esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))),
-                     fmt_duration(s["duration_s"]), fmt_pct(s["util_mean_pct"]),
-                     fmt_pct(s["util_max_pct"]), fmt_bytes(s["mem_peak_bytes"]),
-                     fmt_watts(s["power_mean_w"]), fmt_watts(s["power_max_w"]),
-                     fmt_energy(s["energy_j"]), fmt_celsius(s["temp_max_c"]),
-                     esc(s["throttle_reasons"] or "no")])
-    parts.append(html_table(["GPU", "name", "duration", "util mean", "util max", "memory peak", "power mean",
-                             "power max", "energy", "temp max", "throttled"], rows,
-                            "No GPU samples were recorded."))
 
-    parts.append("<h2>Timeline</h2>")
-    plot_df = df.copy()
+def render_html(run: Run, title: str | None = None) -> str:
+    """The report of ``run`` as one HTML document (no scripts, no external resources)."""
+    from ..svg import svg_timeline
+
+    esc = html.escape
+    names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
+    title = title or f"nbgpu run: {os.path.basename(run.path)}"
+    rows = [[esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))), *(f(s[k]) for _, k, f in _SUMMARY),
+             esc(s["throttle_reasons"] or "no")] for s in summarize_run(run).rows]
+    plot_df = run.frame.copy()
     if "gpu" in plot_df:
         plot_df["gpu"] = plot_df["gpu"].astype(str)
-    metrics = [m for m in PLOT_METRICS if m in df.columns]
-    parts.append(f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>')
-
-    parts.append("<h2>Alerts</h2>")
-    parts.append(html_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
-        [esc(str(a.get("severity", ""))), esc(str(a.get("gpu_id", ""))), esc(str(a.get("start", ""))),
-         esc(str(a.get("end") or "still active at the end")), esc(str(a.get("message", ""))),
-         esc(str(a.get("suggestion", "")))] for a in run.alerts()], "No alerts were recorded."))
-
-    parts.append("<h2>Marks and events</h2>")
-    parts.append(html_table(["time", "kind", "GPU", "label"], [
-        [esc(str(e["timestamp"])), esc(str(e.get("event"))),
-         esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
-        for e in run.events if e.get("event") not in ("run", "alert")], "No marks or events."))
+    metrics = [m for m in PLOT_METRICS if m in plot_df.columns]
+    parts = [f"<h1>{esc(title)}</h1>",
+             "<dl>" + "".join(f"<dt>{k}</dt><dd>{esc(str(v))}</dd>" for k, v in _info(run) if v) + "</dl>",
+             "<h2>Summary per GPU</h2>",
+             html_table(["GPU", "name", *(h for h, _, _ in _SUMMARY), "throttled"], rows,
+                        "No GPU samples were recorded."),
+             "<h2>Timeline</h2>",
+             f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>',
+             "<h2>Alerts</h2>",
+             html_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
+                 [*(esc(str(a.get(k, ""))) for k in ("severity", "gpu_id", "start")),
+                  esc(str(a.get("end") or "still active at the end")),
+                  *(esc(str(a.get(k, ""))) for k in ("message", "suggestion"))]
+                 for a in run.alerts()], "No alerts were recorded."),
+             "<h2>Marks and events</h2>",
+             html_table(["time", "kind", "GPU", "label"], [
+                 [esc(str(e["timestamp"])), esc(str(e.get("event"))),
+                  esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
+                 for e in run.events if e.get("event") not in ("run", "alert")], "No marks or events.")]
     return PAGE.format(title=esc(title), body="\n".join(parts))
 
 
@@ -146,29 +140,22 @@ def summary_lines(summary: Summary) -> list[str]:
 
 
 def load_input(path: str) -> Run:
-    """``load_run`` for the command line: any file that is not a run is one FileError line."""
+    """``load_run`` for the command line: a file that is not a run is bad input (one line, exit 2)."""
     try:
         return load_run(path)
+    except FileError as exc:
+        raise BadArgumentError(str(exc)) from None
     except RecursionError:
-        raise FileError(f"cannot read {path}: it is nested too deeply to be a run", path=path) from None
+        raise BadArgumentError(f"cannot read {path}: it is nested too deeply to be a run") from None
 
 
 def run_report(path: str, output: str | None = None, title: str | None = None) -> int:
-    """Write the HTML report of ``path``; returns the exit code (2: the file is not a run)."""
+    """Write the HTML report of ``path``; BadArgumentError when it is not a run."""
     out = output or os.path.splitext(path)[0] + ".html"
     refuse_overwrite(out, [path])
-    try:
-        run = load_input(path)
-    except FileError as exc:
-        print(f"nbgpu report: error: {exc}", file=sys.stderr)
-        return 2
-    page = render_html(run, title)
+    run = load_input(path)
     with atomic_file(out) as fh:
-        fh.write(shown(page))
+        fh.write(shown(render_html(run, title)))
     n = run.frame["gpu"].nunique() if len(run.frame) else 0
     print(f"nbgpu report: {os.path.abspath(out)} ({n} GPU(s), {len(run.frame)} rows)", file=sys.stderr)
     return 0
-
-
-__all__ = ["PAGE", "Run", "html_table", "load_run", "render_html", "run_report", "summarize_run",
-           "summary_lines"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,9 +24,6 @@ log = logging.getLogger("nbgpu")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
 DEFAULT_TIMEOUT_S = 5  # an idle or slow-header connection is closed after this
-WORKERS = 2  # scrapes are answered from memory in about a millisecond
-BACKLOG = 1024
-MAX_CONNECTIONS = 64
 REQUEST_DEADLINE_S = 3.0  # a request must arrive whole within this, however it trickles
 
 _Start = Callable[[str, list], object]
@@ -74,8 +72,9 @@ class Exporter:
         self._map: dict = {}
         try:
             self._server = create_server(
-                metrics_app(registry), map=self._map, host=host, port=port, threads=WORKERS,
-                backlog=BACKLOG, connection_limit=MAX_CONNECTIONS, channel_timeout=int(timeout_s),
+                # Two workers: a scrape is answered from memory in about a millisecond.
+                metrics_app(registry), map=self._map, host=host, port=port, threads=2,
+                backlog=1024, connection_limit=64, channel_timeout=int(timeout_s),
                 cleanup_interval=1, ident="nbgpu", asyncore_use_poll=True, expose_tracebacks=False)
         except ValueError:  # waitress: "Invalid host/port specified."
             raise BadArgumentError(f"--host {host!r} / --port {port!r} is not an address to listen on; "
@@ -85,8 +84,7 @@ class Exporter:
                              "choose another --port or stop what uses it") from exc
         install_queue_filter()
         _drop_slow_requests(self._server, float(request_deadline_s))
-        self.host = host
-        self.port = int(self._server.effective_port)
+        self.host, self.port = host, int(self._server.effective_port)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="nbgpu-exporter", daemon=True)
         self._thread.start()
@@ -121,35 +119,28 @@ class Exporter:
         self.close()
 
 
-QUEUE_QUIET_S = 60.0  # a "Task queue depth" episode ends after this long without one
-
-
 class QueueDepthOnce(logging.Filter):
     """Lets waitress's "Task queue depth" warning through once per episode (``quiet_s`` without one)."""
 
-    def __init__(self, quiet_s: float = QUEUE_QUIET_S) -> None:
+    def __init__(self, quiet_s: float = 60.0) -> None:
         super().__init__()
-        self.quiet_s = quiet_s
-        self._last = -float("inf")
-        self._lock = threading.Lock()
+        self.quiet_s, self._last, self._lock = quiet_s, -math.inf, threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not str(record.msg).startswith("Task queue depth"):
             return True
-        now = time.monotonic()
         with self._lock:
-            new_episode = now - self._last > self.quiet_s
+            now, last = time.monotonic(), self._last
             self._last = now
-        return new_episode
+        return now - last > self.quiet_s
 
 
-def install_queue_filter(quiet_s: float = QUEUE_QUIET_S) -> QueueDepthOnce:
+def install_queue_filter(quiet_s: float = 60.0) -> QueueDepthOnce:
     """Put one ``QueueDepthOnce`` on the ``waitress.queue`` logger (replacing an earlier one)."""
     logger = logging.getLogger("waitress.queue")
     for old in [f for f in logger.filters if isinstance(f, QueueDepthOnce)]:
         logger.removeFilter(old)
-    flt = QueueDepthOnce(quiet_s)
-    logger.addFilter(flt)
+    logger.addFilter(flt := QueueDepthOnce(quiet_s))
     return flt
 
 
@@ -160,19 +151,16 @@ def _drop_slow_requests(server, deadline_s: float) -> None:
 
     def maintenance(now: float) -> None:
         idle_check(now)
-        seen = set()
-        for fd, channel in list(server.active_channels.items()):
-            partial = getattr(channel, "request", None)
-            if partial is None or channel.requests:
-                continue
-            seen.add(fd)
+        waiting = {fd: channel for fd, channel in list(server.active_channels.items())
+                   if getattr(channel, "request", None) is not None and not channel.requests}
+        for fd in set(started) - set(waiting):
+            del started[fd]
+        for fd, channel in waiting.items():
             first = started.get(fd)
-            if first is None or first[0] is not partial:
-                started[fd] = (partial, now)
+            if first is None or first[0] is not channel.request:
+                started[fd] = (channel.request, now)
             elif now - first[1] > deadline_s:
                 channel.will_close = True
-        for fd in set(started) - seen:
-            del started[fd]
 
     server.maintenance = maintenance
 

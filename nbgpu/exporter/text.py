@@ -22,32 +22,27 @@ if TYPE_CHECKING:
     from ..sampler import Sampler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-INFO_NAME = INFO_SERIES
 # dcgm-exporter's int64 fields: whole numbers in its units (framebuffer MiB truncated, the rest rounded).
 WHOLE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_GPU_TEMP",
                    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_ENC_UTIL",
                    "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
                    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_FB_USED"})
-_TRUNCATED = frozenset({"DCGM_FI_DEV_FB_USED"})
 _PROFILE = re.compile(r"\b\d+g\.\d+gb\b")  # a MIG profile in a slice's name, e.g. 2g.35gb
 
 
 def device_labels(device: Device, hostname: str, model_label: str = "model_name") -> dict[str, str]:
     """dcgm-exporter's labels for one device (MIG slices add ``GPU_I_ID``, ``GPU_I_PROFILE``)."""
-    gpu = device.card
-    labels = {"gpu": str(gpu), "UUID": device.uuid, "device": f"nvidia{gpu}",
+    labels = {"gpu": str(device.card), "UUID": device.uuid, "device": f"nvidia{device.card}",
               model_label: device.name, "Hostname": hostname}
     if device.parent is not None:
         labels["GPU_I_ID"] = str(device.key).rsplit("/", 1)[-1]
-        profile = _PROFILE.search(labels[model_label])
-        if profile:
+        if profile := _PROFILE.search(device.name):
             labels["GPU_I_PROFILE"] = profile.group(0)
     return labels
 
 
 def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
-             model_label: str = "model_name", driver: str = "",
-             simulated: bool = False) -> list[Metric]:
+             model_label: str = "model_name", simulated: bool = False) -> list[Metric]:
     """Metric families for ``(device, {metric: value})`` pairs; NaN and None values are left out."""
     host = hostname or socket.gethostname()
     labelled = [(device_labels(d, host, model_label), values) for d, values in rows]
@@ -55,28 +50,21 @@ def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
     for fam in FAMILIES:
         metric = GaugeMetricFamily(fam.name, fam.help)
         for labels, values in labelled:
-            v = values.get(fam.metric)
-            if v is None or v != v:
+            if (v := values.get(fam.metric)) is None or v != v:
                 continue
-            metric.add_sample(fam.name, labels, _value(fam.name, float(v) * fam.scale))
+            v = float(v) * fam.scale
+            if fam.name in WHOLE:
+                v = float(math.floor(v) if fam.name == "DCGM_FI_DEV_FB_USED" else round(v))
+            metric.add_sample(fam.name, labels, v)
         if metric.samples:
             out.append(metric)
     if labelled:
-        info = GaugeMetricFamily(INFO_NAME, "Devices nbgpu exports (value is always 1).")
-        extra = {"driver_version": driver, "simulated": "true" if simulated else "false"}
+        info = GaugeMetricFamily(INFO_SERIES, "Devices nbgpu exports (value is always 1).")
+        extra = {"driver_version": "", "simulated": "true" if simulated else "false"}
         for labels, _values in labelled:
-            info.add_sample(INFO_NAME, {**labels, **extra}, 1.0)
+            info.add_sample(INFO_SERIES, {**labels, **extra}, 1.0)
         out.append(info)
     return out
-
-
-def _value(name: str, v: float) -> float:
-    """``v`` in the series' own type: whole numbers for dcgm-exporter's integer fields."""
-    if name in _TRUNCATED:
-        return float(math.floor(v))
-    if name in WHOLE:
-        return float(round(v))
-    return v
 
 
 def to_text(metrics: Iterable[Metric]) -> str:
@@ -85,25 +73,13 @@ def to_text(metrics: Iterable[Metric]) -> str:
     return generate_latest(SimpleNamespace(collect=lambda: fixed)).decode()
 
 
-def render(rows: list[tuple[Device, dict]], hostname: str | None = None,
-           model_label: str = "model_name", driver: str = "") -> str:
-    """Exposition text for ``(device, {metric: value})`` pairs; empty when there are none."""
-    return to_text(families(rows, hostname, model_label, driver))
-
-
 class GpuCollector:
     """prometheus-client collector of a sampler's newest readings, one snapshot per scrape
     (``hostname``: None is this machine's name; ``model_label``: or dcgm's "modelName")."""
 
     def __init__(self, sampler: Sampler, hostname: str | None = None,
                  model_label: str = "model_name") -> None:
-        self.sampler = sampler
-        self.hostname = hostname
-        self.model_label = model_label
-
-    def describe(self) -> list[Metric]:
-        """Nothing up front: families depend on what the GPUs report."""
-        return []
+        self.sampler, self.hostname, self.model_label = sampler, hostname, model_label
 
     def collect(self) -> Iterator[Metric]:
         """The newest reading of every GPU read and not lost, then the sampler's tick and error counters."""
@@ -113,16 +89,13 @@ class GpuCollector:
         rows = [(by_key[row["gpu"]], row) for row in s.latest()
                 if row.get("state") != "lost" and row["gpu"] in by_key
                 and row.get("time_s", 0.0) == row.get("time_s", 0.0)]  # NaN: never read
-        status = s.status() if callable(getattr(s, "status", None)) else None
-        driver = str(getattr(status, "driver_version", "") or "")
-        simulated = bool(getattr(status, "simulated", getattr(s, "simulated", False)))
-        yield from families(rows, self.hostname, self.model_label, driver, simulated)
-        ticks = CounterMetricFamily("nbgpu_sampler_ticks", "Sampler ticks since it started.")
-        ticks.add_metric([], float(getattr(status, "ticks", s.ticks)))
-        errors = CounterMetricFamily("nbgpu_sampler_errors", "Sampler reads that failed since it started.")
-        errors.add_metric([], float(getattr(status, "errors", s.errors)))
-        yield ticks
-        yield errors
+        status = s.status()
+        yield from families(rows, self.hostname, self.model_label, simulated=status.simulated)
+        for name, what, value in (("ticks", "Sampler ticks since it started.", status.ticks),
+                                  ("errors", "Sampler reads that failed since it started.", status.errors)):
+            counter = CounterMetricFamily(f"nbgpu_sampler_{name}", what)
+            counter.add_metric([], float(value))
+            yield counter
 
 
 def registry_for(sampler: Sampler, hostname: str | None = None,

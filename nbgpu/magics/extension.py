@@ -30,37 +30,31 @@ def load_message() -> str:
 
 def load(ipython) -> None:
     """Register ``%gpumon``/``%%gpumon`` and ``%config NbGpu``; print the one-line GPU summary."""
-    from .. import config
+    from .. import config, flight
     from .gpumon import GPUMonMagics
 
     config.register(ipython)  # %config NbGpu.* now reaches nbgpu's defaults
-
     ipython.register_magics(GPUMonMagics)
     print(load_message())
-    from .. import flight
-
     flight.on_load(ipython)
 
 
 def unload(ipython) -> None:
     """Stop panels, cell profiling and the sampler; remove the magics."""
+    from .. import flight
+    from ..profiles.cells import disable_cell_mode
     from ..widgets import registry
+    from ..widgets.schedule import SCHEDULE
 
     for panel in registry.panels() + registry.stopped():
         panel.stop()
         registry.discard(panel)
-    from ..profiles.cells import disable_cell_mode
-
     try:
         disable_cell_mode(ipython)
     except Exception as exc:
         log.warning("nbgpu: could not turn off cell profiling: %s", exc)
-    from .. import flight
-
     flight.on_unload(ipython)
     session.reset()
-    from ..widgets.schedule import SCHEDULE
-
     SCHEDULE.wait_idle()  # no panel timer thread outlives the extension
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):

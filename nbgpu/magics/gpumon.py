@@ -20,31 +20,29 @@ from .options import HelpRequestedError, Options, help_text, parse_cell_line, pa
 STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports
 
 
-def _available_gpus(opts: Options, prog: str) -> list[object]:
-    """GPU indices of the source the options name, found without starting anything."""
+def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
+    """``--gpus`` checked against the GPUs of the source the options name, starting nothing."""
+    if opts.gpus is None:
+        return None
     shared = session.shared_sampler()
-    if shared is not None and shared.running and opts.source is None:
-        return [d.key for d in shared.devices if d.parent is None]
     spec = (opts.source or "auto").strip()
-    from ..sources import open_source
-
     try:
-        if spec in ("auto", "nvml"):  # listed, not probed, and kept for the sampler started next
-            return [d.key for d in session.listed_source(spec).devices() if d.parent is None]
-        src = open_source(opts.source)
+        if shared is not None and shared.running and opts.source is None:
+            devices = shared.devices
+        elif spec in ("auto", "nvml"):  # listed, not probed, and kept for the sampler started next
+            devices = session.listed_source(spec).devices()
+        else:
+            from ..sources import open_source
+
+            src = open_source(opts.source)
+            try:
+                devices = src.devices()
+            finally:
+                src.close()
     except NbgpuError as exc:
         raise UsageError(f"{prog}: --gpus given but {exc}") from None
     try:
-        return [d.key for d in src.devices() if d.parent is None]
-    finally:
-        src.close()
-
-
-def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
-    if opts.gpus is None:
-        return None
-    try:
-        return check_gpus(opts.gpus, _available_gpus(opts, prog))
+        return check_gpus(opts.gpus, [d.key for d in devices if d.parent is None])
     except NbgpuError as exc:
         raise UsageError(f"{prog}: {exc}") from None
 
@@ -83,14 +81,9 @@ def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     return result
 
 
-def _processes_line(gpu: object, procs: list) -> str:
-    """One GPU's processes in a line: how many, and the memory they hold."""
-    held = sum(p.used_bytes for p in procs if p.used_bytes is not None)
-    return f"GPU {gpu} processes: {len(procs)}, holding {fmt_bytes(held)}"
-
-
 def status_text() -> str:
     """What runs: the sampler, its errors per GPU, processes, the panels and per-cell profiling."""
+    from ..profiles.cells import cell_mode_enabled
     from ..widgets import registry
 
     s = session.shared_sampler()
@@ -108,15 +101,32 @@ def status_text() -> str:
                          + (f", last: {last}" if last else ""))
         if st.lost:
             lines.append(f"lost GPUs: {', '.join(str(k) for k in st.lost)}")
-        lines.extend(_processes_line(gpu, procs) for gpu, procs in sorted(s.processes().items(), key=str))
+        for gpu, procs in sorted(s.processes().items(), key=str):
+            held = sum(p.used_bytes for p in procs if p.used_bytes is not None)
+            lines.append(f"GPU {gpu} processes: {len(procs)}, holding {fmt_bytes(held)}")
     panels = registry.panels()
     updating = sum(1 for p in panels if p.running)  # the rest: hidden (output cleared) or stopped
-    lines.append(f"panels: {updating} updating, {len(panels) - updating + len(registry.stopped())} "
-                 "stopped")
-    from ..profiles.cells import cell_mode_enabled
-
+    lines.append(f"panels: {updating} updating, {len(panels) - updating + len(registry.stopped())} stopped")
     lines.append(f"per-cell profiles: {'on' if cell_mode_enabled() else 'off'}")
     return "\n".join("nbgpu " + line for line in lines)
+
+
+def _stop(shell) -> str:
+    """Stop every panel, per-cell profiling and the sampler; the line that says so."""
+    from .. import flight
+    from ..profiles.cells import cell_mode_enabled, disable_cell_mode
+    from ..widgets import registry
+    from ..widgets.schedule import SCHEDULE
+
+    n = registry.stop_all()
+    cells = cell_mode_enabled()
+    if cells:  # otherwise the next profiled cell would start the sampler again
+        disable_cell_mode(shell)
+    session.stop_shared()
+    flight.stop(shell)  # a clean stop: the ring is marked closed
+    SCHEDULE.wait_idle()  # the panels' timer thread has ended when this returns
+    also = " and per-cell profiles" if cells else ""
+    return f"nbgpu: stopped the sampler and {n} panel(s){also}; %gpumon starts again."
 
 
 @magics_class
@@ -124,49 +134,34 @@ class GPUMonMagics(Magics):
     """The ``gpumon`` line and cell magics."""
 
     @line_cell_magic
-    def gpumon(self, line: str = "", cell: str | None = None):
-        if cell is not None:
-            return self._profile_cell(line, cell)
+    def gpumon(self, line: str = "", cell: str | None = None) -> None:
+        try:
+            if cell is not None:
+                return self._profile_cell(line, cell)
+            if text := self._line(line):
+                print(text)
+        except HelpRequestedError as shown:
+            print(shown)
+        return None
+
+    gpumon.__doc__ = help_text()
+
+    def _line(self, line: str) -> str:
         word, _, rest = line.strip().partition(" ")
         if word in ("memory", "free"):
             from .memory import free, memory_text
 
             if word == "free":
-                print(free(self.shell, rest))
-            elif rest.strip():
+                return free(self.shell, rest)
+            if rest.strip():
                 raise UsageError(f"%gpumon memory: takes no options, got {rest.strip()}")
-            else:
-                print(memory_text(self.shell.user_ns))
-            return None
-        try:
-            opts = parse_line(line)
-        except HelpRequestedError as shown:
-            print(shown)
-            return None
-        if opts.action == "stop":
-            from ..profiles.cells import cell_mode_enabled, disable_cell_mode
-            from ..widgets import registry
-
-            n = registry.stop_all()
-            cells = cell_mode_enabled()
-            if cells:  # otherwise the next profiled cell would start the sampler again
-                disable_cell_mode(self.shell)
-            session.stop_shared()
-            from .. import flight
-            from ..widgets.schedule import SCHEDULE
-
-            flight.stop(self.shell)  # a clean stop: the ring is marked closed
-            SCHEDULE.wait_idle()  # the panels' timer thread has ended when this returns
-            print(f"nbgpu: stopped the sampler and {n} panel(s)"
-                  + (" and per-cell profiles" if cells else "") + "; %gpumon starts again.")
-            return None
-        if opts.action == "status":
-            print(status_text())
-            return None
+            return memory_text(self.shell.user_ns)
+        opts = parse_line(line)
+        if opts.action != "start":
+            return _stop(self.shell) if opts.action == "stop" else status_text()
         gpus = _gpus(opts, "%gpumon")
         if opts.cells is not None:
-            self._cells(opts)
-            return None
+            return self._cells(opts)
         starting = _start_beside_imports(opts, "%gpumon")
         from ..widgets.monitor import GPUMonitor
 
@@ -178,31 +173,22 @@ class GPUMonMagics(Magics):
             raise UsageError(f"%gpumon: {exc}") from None
         display(mon)
         mon.start()  # after the display: a sampler that has read is drawn at once
-        return None
+        return ""
 
-    gpumon.__doc__ = help_text()
-
-    def _cells(self, opts: Options) -> None:
+    def _cells(self, opts: Options) -> str:
         from ..profiles.cells import disable_cell_mode, enable_cell_mode
 
         if opts.cells == "off":
             disable_cell_mode(self.shell)
-            print("nbgpu: per-cell profiles off (nbgpu.history() keeps the ones made).")
-            return
+            return "nbgpu: per-cell profiles off (nbgpu.history() keeps the ones made)."
         _sampler(opts, "%gpumon")
         kwargs = {} if opts.cells_min_s is None else {"min_duration_s": opts.cells_min_s}
         enable_cell_mode(self.shell, lambda: shared_or_host_only(None, None), **kwargs)
-        print("nbgpu: profiling every cell; %gpumon --cells off stops, nbgpu.history() lists them.")
+        return "nbgpu: profiling every cell; %gpumon --cells off stops, nbgpu.history() lists them."
 
-    def _profile_cell(self, line: str, cell: str):
-        try:
-            opts = parse_cell_line(line)
-        except HelpRequestedError as shown:
-            print(shown)
-            return None
+    def _profile_cell(self, line: str, cell: str) -> None:
+        opts = parse_cell_line(line)
         gpus = _gpus(opts, "%%gpumon")
         from ..profiles.cells import run_profiled_cell
 
-        sampler = _sampler(opts, "%%gpumon")
-        run_profiled_cell(self.shell, cell, sampler, gpus=list(gpus) if gpus else None)
-        return None
+        run_profiled_cell(self.shell, cell, _sampler(opts, "%%gpumon"), gpus=list(gpus) if gpus else None)

@@ -10,15 +10,16 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from ..units import fmt_bytes
-from .options import HelpRequestedError, parse_free
+from .options import parse_free
 
 _LAST = ("last_traceback", "last_value", "last_type", "last_exc")
 NVML_WAIT_S = 2.0  # how long free waits for the sampler's fresh read of memory used
 
 
-def _device() -> str:
+def _cuda():
+    """torch, when it is imported and sees a GPU; else None."""
     torch = sys.modules.get("torch")
-    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+    return torch if torch is not None and torch.cuda.is_available() else None
 
 
 def memory_text(user_ns: dict, device: str | None = None) -> str:
@@ -27,7 +28,7 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
         return "nbgpu: torch is not imported, so no name holds tensors."
     from ..holders import memory_by_name
 
-    device = device or _device()
+    device = device or ("cuda" if _cuda() else "cpu")
     frame = memory_by_name(device=device, namespace=user_ns)
     if frame.empty:
         return f"nbgpu: no name holds {device} tensors."
@@ -45,8 +46,7 @@ def memory_text(user_ns: dict, device: str | None = None) -> str:
 
 
 def _readings() -> dict[str, int]:
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
+    if (torch := _cuda()) is None:
         return {}
     return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
 
@@ -83,26 +83,11 @@ def _clear_outputs(shell: Any, user_ns: dict) -> None:
             user_ns[name] = ""
 
 
-def _forget_formatted_traceback(shell: Any) -> None:
-    """IPython's traceback formatters keep the last traceback (``.tb``), and with it its frames."""
-    for name in ("InteractiveTB", "SyntaxTB"):
-        formatter = getattr(shell, name, None)
-        if formatter is None:
-            continue
-        for obj in (formatter, *vars(formatter).values()):
-            if "tb" in getattr(obj, "__dict__", {}):
-                obj.tb = None
-
-
 def free(shell: Any, line: str) -> str:
     """Delete what the line names, collect, empty PyTorch's cache; before -> after as text."""
-    try:
-        opts = parse_free(line)
-    except HelpRequestedError as shown:
-        return str(shown)
+    opts = parse_free(line)
     user_ns = shell.user_ns
-    unknown = [n for n in opts.names if n not in user_ns]
-    if unknown:
+    if unknown := [n for n in opts.names if n not in user_ns]:
         raise UsageError(f"%gpumon free: no variable named {', '.join(unknown)}; nothing was deleted")
     before, used_before = _readings(), _nvml_used()
     for name in opts.names:
@@ -113,10 +98,13 @@ def free(shell: Any, line: str) -> str:
         for attr in _LAST:
             if hasattr(sys, attr):
                 setattr(sys, attr, None)
-        _forget_formatted_traceback(shell)
+        # IPython's traceback formatters keep the last traceback (``.tb``), and with it its frames.
+        for formatter in filter(None, (getattr(shell, n, None) for n in ("InteractiveTB", "SyntaxTB"))):
+            for obj in (formatter, *vars(formatter).values()):
+                if "tb" in getattr(obj, "__dict__", {}):
+                    obj.tb = None
     gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
+    if torch := _cuda():
         torch.cuda.empty_cache()
     after, used_after = _readings(), _nvml_used()
     freed = [*opts.names, *(["the output cache"] if opts.outputs else []),

@@ -12,13 +12,7 @@ from IPython.core.error import UsageError
 from ..cli.options import OnceParser, add_shared, argtype, seconds
 from ..config import check_window
 from ..errors import BadArgumentError
-from ..widgets.columns import (
-    COLUMNS,
-    DEFAULT_REFRESH_S,
-    DEFAULT_WINDOW_S,
-    check_metrics,
-    check_refresh,
-)
+from ..widgets.columns import COLUMNS, DEFAULT_REFRESH_S, DEFAULT_WINDOW_S, check_metrics, check_refresh
 
 ACTIONS = ("start", "stop", "status")
 RESTART_NOTE = "Changing it restarts the kernel's one sampler; open panels follow"
@@ -43,15 +37,6 @@ class HelpRequestedError(Exception):
     """``-h``/``--help`` was given: the magic prints its help instead of running."""
 
 
-class _Help(argparse.Action):
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
-                         help="show this help and do nothing else")
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        raise HelpRequestedError(parser.format_help())
-
-
 class _Parser(OnceParser):
     """argparse that raises UsageError (one line) instead of printing and exiting."""
 
@@ -64,11 +49,8 @@ class _Parser(OnceParser):
     def exit(self, status: int = 0, message: str | None = None):
         raise UsageError(message or f"{self.prog}: see {self.prog}? for the options")
 
-
-def _cells(text: str) -> str:
-    if text not in ("on", "off"):
-        raise BadArgumentError(f"--cells takes on or off, got {text!r}")
-    return text
+    def print_help(self, file: object = None) -> None:
+        raise HelpRequestedError(self.format_help())  # -h: the magic prints it and does nothing else
 
 
 def _min_s(value: float) -> float:
@@ -78,7 +60,6 @@ def _min_s(value: float) -> float:
 
 
 def _add_sampler_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-h", "--help", action=_Help)
     add_shared(p, "source", None, "what runs, else auto", RESTART_NOTE)
     add_shared(p, "interval", None, "what runs, else 1", RESTART_NOTE)
     add_shared(p, "gpus", None, "all")
@@ -86,7 +67,7 @@ def _add_sampler_options(p: argparse.ArgumentParser) -> None:
 
 def line_parser() -> argparse.ArgumentParser:
     """The parser of ``%gpumon`` (line magic)."""
-    p = _Parser(prog="%gpumon", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = _Parser(prog="%gpumon", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Show a live panel of the GPUs (and host CPU/RAM), updating while "
                             "other cells run.\nAll panels share the kernel's one sampler thread.",
                 epilog="Actions: start (default) opens a panel; stop stops the sampler and every "
@@ -110,7 +91,7 @@ def line_parser() -> argparse.ArgumentParser:
                    help=f"seconds between panel updates, 0.25 to 60 (default: as often as the "
                         f"lines move a pixel, {DEFAULT_REFRESH_S:g} s for a 1 min window, at most "
                         "5 s); per panel")
-    p.add_argument("--cells", type=argtype(_cells), nargs="?", const="on", default=None,
+    p.add_argument("--cells", choices=("on", "off"), nargs="?", const="on", default=None,
                    metavar="on|off", help="profile every cell from now on (off: stop)")
     p.add_argument("--cells-min", type=seconds(_min_s), default=None, metavar="S",
                    dest="cells_min_s", help="with --cells: show a summary only for cells that ran "
@@ -120,23 +101,24 @@ def line_parser() -> argparse.ArgumentParser:
 
 def cell_parser() -> argparse.ArgumentParser:
     """The parser of the ``%%gpumon`` line (cell magic)."""
-    p = _Parser(prog="%%gpumon", add_help=False,
+    p = _Parser(prog="%%gpumon",
                 description="Profile the cell below: timeline and summary of its GPU use.")
     _add_sampler_options(p)
     return p
 
 
-def _split(line: str, prog: str) -> list[str]:
+def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
     try:
-        return shlex.split(line)
+        words = shlex.split(line)
     except ValueError as exc:
-        raise UsageError(f"{prog}: cannot read the options ({exc}); see {prog}?") from None
+        raise UsageError(f"{parser.prog}: cannot read the options ({exc}); see {parser.prog}?") from None
+    return parser.parse_args(words)
 
 
 def parse_line(line: str) -> Options:
     """Options of a ``%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
     parser = line_parser()
-    ns = parser.parse_args(_split(line, "%gpumon"))
+    ns = _parse(parser, line)
     if ns.action in ("stop", "status") and parser.given:
         given = ", ".join(sorted(parser.given.values()))
         raise UsageError(f"%gpumon {ns.action}: takes no options, got {given}; "
@@ -148,8 +130,7 @@ def parse_line(line: str) -> Options:
 
 def parse_cell_line(line: str) -> Options:
     """Options of a ``%%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
-    ns = cell_parser().parse_args(_split(line, "%%gpumon"))
-    return Options(**vars(ns))
+    return Options(**vars(_parse(cell_parser(), line)))
 
 
 def help_text() -> str:
@@ -157,24 +138,18 @@ def help_text() -> str:
     return line_parser().format_help()
 
 
-def free_parser() -> argparse.ArgumentParser:
-    """The parser of ``%gpumon free NAME... [--outputs] [--traceback] [--all-hidden]``."""
-    p = _Parser(prog="%gpumon free", add_help=False,
+def parse_free(line: str) -> argparse.Namespace:
+    """Options of ``%gpumon free NAME... [--outputs] [--traceback] [--all-hidden]``; UsageError when
+    nothing or something wrong is asked."""
+    p = _Parser(prog="%gpumon free",
                 description="Delete the named variables (and, if asked, the output cache and the "
                             "last traceback), then release PyTorch's cached memory.")
-    p.add_argument("-h", "--help", action=_Help)
     p.add_argument("names", nargs="*", metavar="NAME", help="variables of the notebook to delete")
     p.add_argument("--outputs", action="store_true", help="clear the output cache (Out, _, __, ___)")
     p.add_argument("--traceback", action="store_true",
                    help="drop the last error (sys.last_traceback, sys.last_value)")
-    p.add_argument("--all-hidden", action="store_true", dest="all_hidden",
-                   help="both --outputs and --traceback")
-    return p
-
-
-def parse_free(line: str) -> argparse.Namespace:
-    """Options of ``%gpumon free``; UsageError when nothing or something wrong is asked."""
-    ns = free_parser().parse_args(_split(line, "%gpumon free"))
+    p.add_argument("--all-hidden", action="store_true", help="both --outputs and --traceback")
+    ns = _parse(p, line)
     if ns.all_hidden:
         ns.outputs = ns.traceback = True
     if not (ns.names or ns.outputs or ns.traceback):
