@@ -1,11 +1,10 @@
 """The panel's rows as two widgets: one bqplot figure of every column's sparklines and one
 HTML widget of the rows' labels and every column's title and values, laid over the figure.
 
-A refresh then sends two messages (the lines, the texts) whatever the number of columns;
-one figure and one HTML per column sent two per column. The figure's x is pixels: column
-``c`` draws its lines in ``[c * COLUMN_PX, c * COLUMN_PX + SPARK_PX]`` and its values sit
-in the gap right of them, in the HTML layer (which keeps the values' tooltips); the figure
-starts right of the labels.
+A refresh then sends two messages (the lines, the texts) whatever the number of columns.
+The figure's x is pixels: column ``c`` draws its lines in ``[c * COLUMN_PX, c * COLUMN_PX +
+SPARK_PX]``, its values sit in the gap right of them (in the HTML layer, which keeps their
+tooltips). Row ``r`` of ``n`` is the band ``[n - 1 - r, n - r]`` of y, each on a fixed scale.
 """
 
 from __future__ import annotations
@@ -14,17 +13,15 @@ import ipywidgets as widgets
 import numpy as np
 from bqplot import Figure, Label, LinearScale, Lines
 
+from ..decimate import positions
 from ..store import MarkFollower
 from . import text
-from .bands import INSET
 from .columns import Column
-from .readout import fixed_scale
 from .spark import SparkSet
+from .text import COLUMN_PX, SPARK_PX, fixed_scale
 
-SPARK_PX = text.SPARK_PX
-COLUMN_PX = text.COLUMN_PX
+INSET = 0.12  # fraction of a band left empty above and below the line
 RULE_COLOR = "#8a8a8a"
-BASE_COLOR = "#8a8a8a"
 NO_TRACE_COLOR = "#888"
 LOST_COLOR = "#9ca3af"
 
@@ -46,14 +43,70 @@ def to_px(x_s: np.ndarray, span_s: float, left_px: object) -> np.ndarray:
             ).astype(np.float32, copy=False)
 
 
-class PanelGrid:
-    """Every row of the panel: the figure (baselines, lines, mark rules, mark labels over the
-    first column) and the HTML layer of labels, titles and values, stacked in one grid cell.
+def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, band: np.ndarray, scale: object,
+             bands: int, span_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """2-D float32 (x, y) of one ``Lines`` mark, a row per trace: trace ``i`` is ``lengths[i]``
+    points of ``x``/``v`` after those before it, placed at ``band[i] + INSET + (1 - 2 * INSET)
+    * clip(v / scale[i], 0, 1)`` (a scale that is no positive number reads as 1), padded by
+    repeating its last point; an empty row is all NaN (it draws nothing)."""
+    n = np.asarray(lengths, np.int64)
+    width = max(2, int(n.max()) if len(n) else 0)
+    if not n.any():
+        x2 = np.full((max(1, len(n)), width), -span_s, dtype=np.float32)
+        return x2, np.full_like(x2, np.nan)
+    scale = np.asarray(scale, np.float64)
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+    base = (bands - 1 - np.asarray(band, np.float64)) + INSET
+    # Cell (r, c) is point min(c, n[r] - 1) of row r (an empty row's is replaced below).
+    at = (np.cumsum(n) - n)[:, None] + np.minimum(positions(width)[None, :], (n - 1)[:, None])
+    x2 = np.asarray(x)[at].astype(np.float32)
+    y2 = (base[:, None] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64)[at] / scale[:, None], 0.0, 1.0)
+          ).astype(np.float32)
+    empty = n == 0
+    x2[empty], y2[empty] = -span_s, np.nan
+    return x2, y2
 
-    It also keeps what only drawing needs between refreshes (the traces' tables, the buckets,
-    the store's cursor, the texts last drawn): a stopped panel drops the grid, and all of it
-    with the widgets.
-    """
+
+def _newest_apart(px: list[float], min_gap_px: float, edge_px: float = -np.inf) -> list[int]:
+    """Indices of the time-ordered ``px`` kept newest first, each ``min_gap_px`` or more left of
+    the one kept before and right of ``edge_px``; in time order."""
+    keep: list[int] = []
+    last_px = np.inf
+    for i in range(len(px) - 1, -1, -1):
+        if last_px - px[i] >= min_gap_px and px[i] >= edge_px:
+            keep.append(i)
+            last_px = px[i]
+    return keep[::-1]
+
+
+def rules(marks: list[tuple[float, str]], top: float, now: float, window_s: float,
+          width_px: float = 76.0, min_gap_px: float = 3.0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Vertical rules (0 to ``top``) of the marks inside the window: (x, y, labels); of marks
+    closer than ``min_gap_px`` the newest is kept (else frequent marks draw a grey bar)."""
+    near = sorted(((t - now, label) for t, label in marks if now - window_s <= t <= now), key=lambda m: m[0])
+    inside = [near[i] for i in _newest_apart([(dx + window_s) / window_s * width_px for dx, _ in near],
+                                             min_gap_px)]
+    if not inside:
+        return np.zeros((1, 2), np.float32) - window_s, np.full((1, 2), np.nan, np.float32), []
+    x = np.array([[dx, dx] for dx, _ in inside], dtype=np.float32)
+    y = np.tile(np.array([0.0, top], dtype=np.float32), (len(inside), 1))
+    return x, y, [label for _, label in inside]
+
+
+def spaced_labels(xs: np.ndarray, labels: list[str], window_s: float, width_px: int,
+                  min_gap_px: float) -> tuple[np.ndarray, list[str]]:
+    """The labels (of time-ordered ``xs``) that fit without overlapping, newest first kept;
+    labels end at their rule, so one closer than ``min_gap_px`` to the left edge goes too."""
+    if not labels:
+        return np.empty(0, np.float32), []
+    keep = _newest_apart(((xs + window_s) / window_s * width_px).tolist(), min_gap_px, min_gap_px)
+    return xs[keep], [labels[i] for i in keep]
+
+
+class PanelGrid:
+    """The panel's rows: the figure (baselines, lines, mark rules, mark labels over the first
+    column) and the HTML layer over it, with what only drawing keeps between refreshes (the
+    traces' tables, the buckets, the store's cursor, the texts last drawn)."""
 
     def __init__(self, columns: list[Column], traces: list[list[Trace]], bands: int) -> None:
         self.traces = [t for per_column in traces for t in per_column]  # column after column
@@ -64,23 +117,26 @@ class PanelGrid:
         self.trace_bands = np.array([band for band, _, _ in self.trace_keys], np.int64)
         self.fixed_scales = [fixed_scale(metric) for _, _, metric in self.trace_keys]
         self.looked_up = [i for i, scale in enumerate(self.fixed_scales) if scale is None]
-        self.scaled: tuple[list, int, np.ndarray, np.ndarray] | None = None  # the panel's _placing
         self.sparks: SparkSet | None = None
         self.cursor: dict | None = None  # the store's cursor after the sparks' last read
         self.colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
         self.label_key: tuple | None = None  # what the label column was drawn from
-        self.labels_html = ""  # the label column's HTML, made again when what it shows changes
+        self.labels_html = ""
         self.last_values: list[list[tuple[str, str, bool]]] = []  # each column's texts drawn last
         self.marks = MarkFollower()  # the marks in the window
         self.marks_window_s: float | None = None  # the window they were kept for
+        self.had_rules = False
+        self.sent_px: tuple[np.ndarray, np.ndarray] | None = None  # the lines last sent, in pixels
         width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))
         sy = LinearScale(min=0.0, max=top_of(bands))
         self.scales = [sx, sy]
         scales = {"x": sx, "y": sy}
-        bx, by = baselines(len(columns), bands)
-        self.base = Lines(x=bx, y=by, scales=scales, colors=[BASE_COLOR], opacities=[0.35],
-                          stroke_width=0.6)
+        # Faint lines under each band of each column (the 0 of its scale).
+        lefts = np.repeat(np.arange(max(1, len(columns)), dtype=np.float32) * COLUMN_PX, max(1, bands))
+        base_y = np.tile(np.arange(max(1, bands), dtype=np.float32) + np.float32(INSET), max(1, len(columns)))
+        self.base = Lines(x=np.stack([lefts, lefts + SPARK_PX], axis=1), y=np.stack([base_y, base_y], axis=1),
+                          scales=scales, colors=[RULE_COLOR], opacities=[0.35], stroke_width=0.6)
         x0 = np.zeros((max(1, len(self.traces)), 2), np.float32)
         self.lines = Lines(x=x0, y=np.full_like(x0, np.nan), scales=scales,
                            colors=self.colors(()), stroke_width=1.4)
@@ -106,8 +162,6 @@ class PanelGrid:
         self.box = widgets.GridBox([self.figure, self.values], layout=widgets.Layout(
             grid_template_areas='"cell"', grid_template_columns=f"{text.LABEL_PX + width_px}px", margin="0",
             flex="0 0 auto"))
-        self.had_rules = False
-        self.sent_px: tuple[np.ndarray, np.ndarray] | None = None  # the lines last sent, in pixels
 
     def colors(self, lost: object) -> list[str]:
         """Each trace's colour, grey for a lost GPU's (one colour where there is no trace)."""
@@ -125,11 +179,3 @@ def moved(xy: tuple[np.ndarray, np.ndarray], sent: tuple | None) -> tuple | None
     if sent is not None and all(np.array_equal(a, b, equal_nan=True) for a, b in zip(px, sent, strict=True)):
         return None
     return px
-
-
-def baselines(columns: int, bands: int) -> tuple[np.ndarray, np.ndarray]:
-    """Faint lines under each band of each column (the 0 of its scale), as 2-D arrays."""
-    lefts = np.repeat(np.arange(max(1, columns), dtype=np.float32) * COLUMN_PX, max(1, bands))
-    x = np.stack([lefts, lefts + SPARK_PX], axis=1)
-    y = np.tile(np.arange(max(1, bands), dtype=np.float32) + np.float32(INSET), max(1, columns))
-    return x, np.stack([y, y], axis=1)

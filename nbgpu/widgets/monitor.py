@@ -1,14 +1,9 @@
 """``GPUMonitor``: the live panel behind ``%gpumon`` (ipywidgets + bqplot only).
 
-The panel reads the sampler's store from the kernel's one panel timer
-(``schedule.SCHEDULE``); the sampler never calls it, so an error in the panel cannot stop
-sampling. Each refresh sends at most one message per widget (a line's x and y together),
-skips entirely when the store has not changed, and sends the same amount whatever the
-sample rate: one ``Lines`` mark holds every column's sparklines and one HTML widget every
-column's values (``grid_view``), so a refresh sends two messages whatever the number of
-columns, and min/max buckets of about 2 pixels are kept between refreshes (``spark.Spark``),
-so a refresh reads only new rows. A stopped panel closes every widget but its header,
-which keeps a static line of the last values; a closed panel closes them all.
+The kernel's one panel timer (``schedule.SCHEDULE``) refreshes it, never the sampler, so a
+panel error cannot stop sampling. A refresh skips when the store has not changed, else sends
+at most one message per widget. A stopped panel keeps only its header (with a static line of
+the last values); a closed panel closes every widget.
 """
 
 from __future__ import annotations
@@ -103,7 +98,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._grid: PanelGrid | None = None
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
-        self._header_said: tuple | None = None  # what the header was drawn from, and its text
         self._parts: list = []
         self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
@@ -134,14 +128,13 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         return s.timeline
 
     def _released(self):
-        """The sampler a stopped shared panel let go of, while something else still holds it."""
+        """The sampler a stopped shared panel let go of, while something else holds it."""
         ref = getattr(self, "_sampler_ref", None)
         return ref() if ref is not None else None
 
     @property
     def refresh_s(self) -> float:
-        """Seconds between updates: as given, else the rate the eye needs for the window (a
-        15 min window moves a pixel every 12 s; its values still update every 5 s)."""
+        """Seconds between updates: as given, else as often as a pixel of the window moves (1 s to 5 s)."""
         if self._refresh_given is not None:
             return self._refresh_given
         return min(max(DEFAULT_REFRESH_S, self.window_s / SPARK_PX), MAX_AUTO_REFRESH_S)
@@ -153,8 +146,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     @property
     def on_screen(self) -> bool:
-        """Whether a view of the panel is on screen now (its front end says so); a panel no
-        front end shows, or shows out of view or in a hidden tab, does no refresh work."""
+        """Whether a view of the panel is on screen now (its front end says so): else it does no work."""
         return self.views is not None and self.views.views_visible > 0
 
     def start(self) -> GPUMonitor:
@@ -182,17 +174,13 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         return self
 
     def _schedule(self) -> None:
-        """On the timer, if started and on screen. A sampler that has read already is drawn
-        at once; one yet to read is looked at every FIRST_DRAW_S until it has (tick())."""
+        """On the timer if started and on screen: drawn at once, or once the sampler has read (tick())."""
         if self.running and self.on_screen and not SCHEDULE.has(self):
             first_s = 0.0 if getattr(self.sampler, "ticks", 0) else FIRST_DRAW_S
             SCHEDULE.add(self, first_s)  # its first tick draws the header too
 
     def stop(self) -> None:
-        """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on.
-
-        ``%gpumon stop`` stops the sampler and every panel.
-        """
+        """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on."""
         self._halt(keep_header=True)
         registry.park(self)
 
@@ -214,8 +202,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                     self._columns, self._rows, self._grid.last_values)
             except Exception:
                 log.debug("stopped panel header failed", exc_info=True)
-            # Keep only the header (its last words stay on screen) on layouts and a style all
-            # stopped panels share, so a stopped panel is two widgets; close everything else.
+            # Keep only the header, on layouts and a style all stopped panels share (two widgets).
             doomed = tree.descendants(self)
             panel_layout, header_layout, header_style = _stopped_parts()
             self._header.layout, self._header.style = header_layout, header_style
@@ -259,11 +246,9 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._window_box.value = window_s
 
     def refresh(self, force: bool = False, now: float | None = None) -> bool:
-        """Redraw from the store now; returns False when skipped (nothing new, paused, stopped).
+        """Redraw from the store now; False when skipped (nothing new, paused, stopped).
 
-        The panel timer calls this; tests and benchmarks may call it directly, ``now``
-        (epoch seconds; None: the sampler's clock) standing in for a fake clock. ``traffic`` counts
-        what was sent.
+        ``now``: epoch seconds (None: the sampler's clock), for a fake clock in tests.
         """
         with self._lock:
             if self._closed or self._torn_down:
@@ -280,9 +265,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                 self.stats["skipped"] += 1
                 self._draw_header(status)
                 return False
-            now = s.now() if now is None else float(now)  # the clock readings are stamped with
-            # A pixel of a long window is many seconds: redraw its lines only when the
-            # picture can have moved; the current values still update every refresh.
+            now = s.now() if now is None else float(now)
+            # A long window's pixel is many seconds: its lines are redrawn only when they can move.
             lines = (force or key[1:] != (self._last_key or (None,))[1:]
                      or now - self._lines_at >= self.window_s / (2 * SPARK_PX))
             self._last_key = key
@@ -358,19 +342,15 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""
         with self._lock:
             sset = None if self._grid is None else self._grid.sparks
-            return {"traces": 0 if sset is None else sset.traces,
-                    "buckets": 0 if sset is None else sset.held(), "widgets": len(self._parts)}
+            traces, buckets = (0, 0) if sset is None else (sset.traces, sset.held())
+            return {"traces": traces, "buckets": buckets, "widgets": len(self._parts)}
 
     def _active_alerts(self) -> list:
-        fn = getattr(self.sampler, "alert_list", None)
-        if fn is None:
-            return []
         try:
-            return [a for a in fn(since_s=math.inf) if getattr(a, "end", None) is None]
+            return [a for a in self.sampler.alert_list(since_s=math.inf) if a.end is None]
         except Exception as exc:
             log.debug("alert_list failed: %s", exc)
             return []
-
 
     # -- events and the timer thread ---------------------------------------------------------
     def _on_pause(self, change) -> None:
@@ -388,8 +368,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.refresh(force=True)
 
     def _on_screen(self, visible: bool) -> None:
-        """A view came on screen (the first) or left it (the last): on or off the timer.
-        Back in view, one refresh at once draws all that came meanwhile."""
+        """The first view came on screen (on the timer, drawn at once) or the last left it (off)."""
         with self._lock:
             if visible:
                 self._schedule()
@@ -397,11 +376,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                 SCHEDULE.remove(self)
 
     def tick(self) -> bool | float:
-        """One scheduled refresh; False takes the panel off the timer (closed, or no front end).
-
-        Before the first draw, while the sampler has read nothing yet, returns the seconds
-        until the timer should look again (sooner than a whole refresh period).
-        """
+        """One scheduled refresh; False takes the panel off the timer (closed, or no front end),
+        seconds look again sooner (the sampler has read nothing yet)."""
         if self._closed or self._torn_down or self.comm is None or not self.on_screen:
             return False
         s = self.sampler
