@@ -17,7 +17,7 @@ from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.widgets import registry
 from nbgpu.widgets.grid_view import COLUMN_PX, SPARK_PX
 from nbgpu.widgets.monitor import GPUMonitor
-from nbgpu.widgets.tree import descendants
+from nbgpu.widgets.registry import descendants
 
 T0 = 1.7e9
 

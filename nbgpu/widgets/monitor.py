@@ -22,7 +22,7 @@ from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sampler import check_sampler
 from ..sources.base import Device, check_gpus
-from . import registry, text, tree
+from . import registry, text
 from .columns import (
     DEFAULT_REFRESH_S,
     WINDOW_CHOICES_S,
@@ -203,13 +203,13 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             except Exception:
                 log.debug("stopped panel header failed", exc_info=True)
             # Keep only the header, on layouts and a style all stopped panels share (two widgets).
-            doomed = tree.descendants(self)
+            doomed = registry.descendants(self)
             panel_layout, header_layout, header_style = _stopped_parts()
             self._header.layout, self._header.style = header_layout, header_style
             if not self._own_layout:
                 self.layout = panel_layout
             self.children = [self._header]
-            tree.close_all(doomed, keep=[self, self._header, self.layout])
+            registry.close_widgets(doomed, keep=[self, self._header, self.layout])
             self._parts, self._grid = [self._header], None  # and what only drawing needs
             self.views = None  # closed with the rest: a restart makes a new one
             self._torn_down = True
@@ -226,7 +226,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         with self._lock:
             self._closed = True
             registry.discard(self)
-            tree.close_all(tree.descendants(self), keep=[self])
+            registry.close_widgets(registry.descendants(self), keep=[self])
             self._parts, self._grid = [], None
             self.views = None
             if getattr(self, "sampler", None) is not None:  # None: construction failed first
@@ -336,7 +336,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                  *self._grid.widgets()]
         self._parts = parts
         self.children = [controls, self._grid.box]
-        tree.close_all([w for o in old for w in tree.descendants(o)], keep=[self.views])
+        registry.close_widgets([w for o in old for w in registry.descendants(o)], keep=[self.views])
 
     def held(self) -> dict[str, int]:
         """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""
@@ -400,8 +400,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 def _stopped_parts() -> list:
     """The panel layout, header layout and header style that every stopped panel shows."""
     if not _stopped or any(w.comm is None for w in _stopped):
-        _stopped[:] = [tree.share(widgets.Layout(**PANEL_LAYOUT)),
-                       tree.share(widgets.Layout(**HEADER_LAYOUT)), tree.share(HTMLStyle())]
+        _stopped[:] = [registry.share(widgets.Layout(**PANEL_LAYOUT)),
+                       registry.share(widgets.Layout(**HEADER_LAYOUT)), registry.share(HTMLStyle())]
     return _stopped
 
 
