@@ -11,7 +11,7 @@ import pytest
 import nbgpu
 from nbgpu.sources.simulated import SimulatedGPUs
 from nbgpu.widgets import monitor, registry
-from nbgpu.widgets.grid_view import SPARK_PX, rules
+from nbgpu.widgets.panel_draw import SPARK_PX, rules
 
 
 @pytest.fixture

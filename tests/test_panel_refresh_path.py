@@ -11,7 +11,7 @@ import pytest
 
 from conftest_panel import parts
 from nbgpu.sources.base import Device
-from nbgpu.widgets.grid_view import INSET, pad_rows
+from nbgpu.widgets.panel_draw import INSET, pad_rows
 from nbgpu.widgets.spark import SparkSet
 from nbgpu.widgets.text import band_scale
 from spark_oracle import points_of_all, points_packed, update

@@ -15,11 +15,10 @@ from conftest_panel import parts, row_titles, show
 from nbgpu import Sampler, session
 from nbgpu.errors import BadArgumentError
 from nbgpu.widgets import registry
-from nbgpu.widgets.grid_view import COLUMN_PX, INSET, SPARK_PX, pad_rows, spaced_labels
-from nbgpu.widgets.grid_view import rules as mark_rules
 from nbgpu.widgets.hostonly import HostOnlySource
 from nbgpu.widgets.monitor import GPUMonitor
-from nbgpu.widgets.panel_draw import BUCKETS
+from nbgpu.widgets.panel_draw import BUCKETS, COLUMN_PX, INSET, SPARK_PX, pad_rows, spaced_labels
+from nbgpu.widgets.panel_draw import rules as mark_rules
 from nbgpu.widgets.spark import SparkSet
 from spark_oracle import points_of_all, update
 
@@ -202,7 +201,7 @@ def test_each_columns_lines_and_mark_rules_lie_in_its_own_pixels(make) -> None:
     """One figure holds every column: column c's lines stay inside its sparkline's pixels
     (``c * COLUMN_PX`` to ``+ SPARK_PX``), right edge now, and a mark's rule stands at the
     same place in every column."""
-    from nbgpu.widgets.grid_view import COLUMN_PX
+    from nbgpu.widgets.panel_draw import COLUMN_PX
 
     s, clock = make(2, 0.1, ticks=30)
     mon = GPUMonitor(sampler=s, start=False, metrics="util,mem,power", processes=False)

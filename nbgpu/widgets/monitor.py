@@ -30,9 +30,8 @@ from .columns import (
     check_refresh,
     resolve_columns,
 )
-from .grid_view import SPARK_PX, PanelGrid
 from .hostonly import HostOnlySource, shared_or_host_only
-from .panel_draw import PanelDrawing, window_label
+from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, window_label
 from .processes import ProcessesLine
 from .schedule import SCHEDULE
 from .visibility import ViewWatch
@@ -257,7 +256,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             status = s.status()
             alerts = self._active_alerts()
             key = (s.store.generation, status.state, tuple(status.lost), status.errors,
-                   self._paused, self.window_s, _last_event(s),
+                   self._paused, self.window_s, s.store.events[-1].seq if s.store.events else None,
                    tuple((a.rule, a.gpu, a.start) for a in alerts))
             if not self._paused:  # someone looks at the newest values: keep them fresh
                 s.watch()
@@ -299,10 +298,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             has_host = HOST_KEY in sampler.store.devices()
             self._rows: list[Device] = list(shown) + ([Device(HOST_KEY, "host")] if has_host else [])
             self._row_keys = {r.key for r in self._rows}
-            reported: set[str] = set()
-            for d in shown:
-                reported |= set(d.metrics)
-            self._columns = resolve_columns(self._chosen, reported if shown else {"none"})
+            reported = set().union(*(d.metrics for d in shown)) if shown else {"none"}
+            self._columns = resolve_columns(self._chosen, reported)
             status = sampler.status()
             self._describe = ("no GPU visible" if status.source_kind == HostOnlySource.kind
                               else status.source_description.replace(" (simulated)", ""))
@@ -332,9 +329,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         controls = widgets.HBox([style, self.views, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
         self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
-        parts = [style, self._header, self._pause_button, self._window_box, controls,
-                 *self._grid.widgets()]
-        self._parts = parts
+        self._parts = [style, self._header, self._pause_button, self._window_box, controls,
+                       *self._grid.widgets()]
         self.children = [controls, self._grid.box]
         registry.close_widgets([w for o in old for w in registry.descendants(o)], keep=[self.views])
 
@@ -416,11 +412,3 @@ def _repointer(panel: GPUMonitor):
 
     return repoint
 
-
-def _last_event(sampler) -> object:
-    """Identity of the newest event (mark, lost GPU, start/stop): a new one redraws the lines."""
-    try:
-        e = sampler.store.events[-1]
-    except IndexError:
-        return None
-    return (e.time, e.kind, e.label)

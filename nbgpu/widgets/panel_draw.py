@@ -1,30 +1,195 @@
-"""How a ``GPUMonitor`` refresh draws: sparklines, current values, marks' rules, the header.
+"""How a ``GPUMonitor`` draws: its rows as two widgets, and what one refresh computes and sends.
 
-Each refresh sends at most one message per widget (``grid_view``) and reads only the rows
-the store gained since the one before (``spark.SparkSet``).
+One bqplot figure holds every column's sparklines and one HTML widget, laid over it, the rows'
+labels and every column's title and values, so a refresh sends two messages whatever the
+number of columns, and reads only the rows the store gained since the one before
+(``spark.SparkSet``). The figure's x is pixels: column ``c`` draws in ``[c * COLUMN_PX,
+c * COLUMN_PX + SPARK_PX]``, its values in the gap right of that; row ``r`` of ``n`` is the
+band ``[n - 1 - r, n - r]`` of y, each on a fixed scale.
 """
 
 from __future__ import annotations
 
 import math
 
+import ipywidgets as widgets
 import numpy as np
+from bqplot import Figure, Label, LinearScale, Lines
 
+from ..decimate import positions
 from ..metrics import HOST_KEY
 from ..store import MarkFollower
 from . import text
 from .columns import Column
-from .grid_view import COLUMN_PX, SPARK_PX, moved, pad_rows, rules, spaced_labels, to_px, top_of
 from .hostonly import HostOnlySource, plain_reason
 from .spark import SparkSet
-from .text import band_scale, label_rows, value_texts
+from .text import COLUMN_PX, SPARK_PX, band_scale, fixed_scale, label_rows, value_texts
 
+INSET = 0.12  # fraction of a band left empty above and below the line
+RULE_COLOR = "#8a8a8a"
+NO_TRACE_COLOR = "#888"
+LOST_COLOR = "#9ca3af"
 MARK_LABEL_PX = 40  # closer mark labels are dropped (the older one), the rules stay
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
 _NO_ROW: dict = {}  # a GPU with no readings yet
 HOST_COLOR = "#0d9488"
 MIN_SPAN_S = 10.0  # a fresh sampler's panel shows at least this many seconds
 SPAN_GROWTH = 1.5  # and then spans this much longer each time its history outgrows one
+
+Trace = tuple[int, object, str, str]  # (band, device key, metric, colour)
+
+
+def top_of(bands: int) -> float:
+    """Top of the y scale: the rows plus the strip for mark labels, in row units."""
+    return bands + text.STRIP_PX / text.ROW_PX
+
+
+def to_px(x_s: np.ndarray, span_s: float, left_px: object) -> np.ndarray:
+    """Seconds before now (``-span_s`` … 0) as the figure's x pixels of a column starting at
+    ``left_px`` (one per row of ``x_s``, or one for all)."""
+    left = np.asarray(left_px, np.float32)
+    if left.ndim:
+        left = left[:, None]
+    return (np.asarray(x_s, np.float32) * np.float32(SPARK_PX / span_s) + (left + SPARK_PX)
+            ).astype(np.float32, copy=False)
+
+
+def pad_rows(lengths: np.ndarray, x: np.ndarray, v: np.ndarray, band: np.ndarray, scale: object,
+             bands: int, span_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """2-D float32 (x, y) of one ``Lines`` mark, a row per trace: trace ``i`` is ``lengths[i]``
+    points of ``x``/``v`` after those before it, placed at ``band[i] + INSET + (1 - 2 * INSET)
+    * clip(v / scale[i], 0, 1)`` (a scale that is no positive number reads as 1), padded by
+    repeating its last point; an empty row is all NaN (it draws nothing)."""
+    n = np.asarray(lengths, np.int64)
+    width = max(2, int(n.max()) if len(n) else 0)
+    if not n.any():
+        x2 = np.full((max(1, len(n)), width), -span_s, dtype=np.float32)
+        return x2, np.full_like(x2, np.nan)
+    scale = np.asarray(scale, np.float64)
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+    base = (bands - 1 - np.asarray(band, np.float64)) + INSET
+    # Cell (r, c) is point min(c, n[r] - 1) of row r (an empty row's is replaced below).
+    at = (np.cumsum(n) - n)[:, None] + np.minimum(positions(width)[None, :], (n - 1)[:, None])
+    x2 = np.asarray(x)[at].astype(np.float32)
+    y2 = (base[:, None] + (1 - 2 * INSET) * np.clip(np.asarray(v, np.float64)[at] / scale[:, None], 0.0, 1.0)
+          ).astype(np.float32)
+    empty = n == 0
+    x2[empty], y2[empty] = -span_s, np.nan
+    return x2, y2
+
+
+def _newest_apart(px: list[float], min_gap_px: float, edge_px: float = -np.inf) -> list[int]:
+    """Indices of the time-ordered ``px`` kept newest first, each ``min_gap_px`` or more left of
+    the one kept before and right of ``edge_px``; in time order."""
+    keep: list[int] = []
+    last_px = np.inf
+    for i in range(len(px) - 1, -1, -1):
+        if last_px - px[i] >= min_gap_px and px[i] >= edge_px:
+            keep.append(i)
+            last_px = px[i]
+    return keep[::-1]
+
+
+def rules(marks: list[tuple[float, str]], top: float, now: float, window_s: float,
+          width_px: float = 76.0, min_gap_px: float = 3.0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Vertical rules (0 to ``top``) of the marks inside the window: (x, y, labels); of marks
+    closer than ``min_gap_px`` the newest is kept (else frequent marks draw a grey bar)."""
+    near = sorted(((t - now, label) for t, label in marks if now - window_s <= t <= now), key=lambda m: m[0])
+    inside = [near[i] for i in _newest_apart([(dx + window_s) / window_s * width_px for dx, _ in near],
+                                             min_gap_px)]
+    if not inside:
+        return np.zeros((1, 2), np.float32) - window_s, np.full((1, 2), np.nan, np.float32), []
+    x = np.array([[dx, dx] for dx, _ in inside], dtype=np.float32)
+    y = np.tile(np.array([0.0, top], dtype=np.float32), (len(inside), 1))
+    return x, y, [label for _, label in inside]
+
+
+def spaced_labels(xs: np.ndarray, labels: list[str], window_s: float, width_px: int,
+                  min_gap_px: float) -> tuple[np.ndarray, list[str]]:
+    """The labels (of time-ordered ``xs``) that fit without overlapping, newest first kept;
+    labels end at their rule, so one closer than ``min_gap_px`` to the left edge goes too."""
+    if not labels:
+        return np.empty(0, np.float32), []
+    keep = _newest_apart(((xs + window_s) / window_s * width_px).tolist(), min_gap_px, min_gap_px)
+    return xs[keep], [labels[i] for i in keep]
+
+
+class PanelGrid:
+    """The panel's rows: the figure (baselines, lines, mark rules, mark labels over the first
+    column) and the HTML layer over it, with what only drawing keeps between refreshes (the
+    traces' tables, the buckets, the store's cursor, the texts last drawn)."""
+
+    def __init__(self, columns: list[Column], traces: list[list[Trace]], bands: int) -> None:
+        self.traces = [t for per_column in traces for t in per_column]  # column after column
+        column = np.array([c for c, per_column in enumerate(traces) for _ in per_column], np.int64)
+        self.trace_left_px = (column * COLUMN_PX).astype(np.float32)  # each trace's column's left
+        self.trace_keys = [(band, key, metric) for band, key, metric, _ in self.traces]
+        self.order = [(key, metric) for _, key, metric in self.trace_keys]  # the store's pairs
+        self.trace_bands = np.array([band for band, _, _ in self.trace_keys], np.int64)
+        self.fixed_scales = [fixed_scale(metric) for _, _, metric in self.trace_keys]
+        self.looked_up = [i for i, scale in enumerate(self.fixed_scales) if scale is None]
+        self.sparks: SparkSet | None = None
+        self.cursor: dict | None = None  # the store's cursor after the sparks' last read
+        self.colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
+        self.label_key: tuple | None = None  # what the label column was drawn from
+        self.labels_html = ""
+        self.last_values: list[list[tuple[str, str, bool]]] = []  # each column's texts drawn last
+        self.marks = MarkFollower()  # the marks in the window
+        self.marks_window_s: float | None = None  # the window they were kept for
+        self.had_rules = False
+        self.sent_px: tuple[np.ndarray, np.ndarray] | None = None  # the lines last sent, in pixels
+        width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
+        sx = LinearScale(min=0.0, max=float(width_px))
+        sy = LinearScale(min=0.0, max=top_of(bands))
+        self.scales = [sx, sy]
+        scales = {"x": sx, "y": sy}
+        # Faint lines under each band of each column (the 0 of its scale).
+        lefts = np.repeat(np.arange(max(1, len(columns)), dtype=np.float32) * COLUMN_PX, max(1, bands))
+        base_y = np.tile(np.arange(max(1, bands), dtype=np.float32) + np.float32(INSET), max(1, len(columns)))
+        self.base = Lines(x=np.stack([lefts, lefts + SPARK_PX], axis=1), y=np.stack([base_y, base_y], axis=1),
+                          scales=scales, colors=[RULE_COLOR], opacities=[0.35], stroke_width=0.6)
+        x0 = np.zeros((max(1, len(self.traces)), 2), np.float32)
+        self.lines = Lines(x=x0, y=np.full_like(x0, np.nan), scales=scales,
+                           colors=self.colors(()), stroke_width=1.4)
+        self.rules = Lines(x=x0[:1], y=np.full_like(x0[:1], np.nan), scales=scales,
+                           colors=[RULE_COLOR], opacities=[0.6], stroke_width=0.6)
+        self.labels = Label(x=[0.0], y=[top_of(bands)], text=[""], scales=scales,
+                            colors=[RULE_COLOR], default_size=9, font_unit="px", align="end",
+                            x_offset=-2, y_offset=9, visible=False, apply_clip=False)
+        height = f"{bands * text.ROW_PX + text.STRIP_PX}px"
+        self.figure = Figure(
+            marks=[self.base, self.lines, self.rules, self.labels], scale_x=sx, scale_y=sy,
+            padding_x=0.0, padding_y=0.0, fig_margin={"top": 0, "bottom": 0, "left": 0, "right": 0},
+            min_aspect_ratio=1e-4, max_aspect_ratio=1e4, animation_duration=0,
+            background_style={"fill": "none"}, display_toolbar=False,
+            layout=widgets.Layout(width=f"{width_px}px", height=height, min_width=f"{width_px}px",
+                                  min_height=height, margin=f"{text.TITLE_PX}px 0 0 {text.LABEL_PX}px",
+                                  padding="0", overflow="hidden", grid_area="cell"))
+        self.figure.add_class("nbgpu-spark")
+        self.titles = [text.title_html(col.title, col.help) for col in columns]
+        self.tips = [col.help for col in columns]  # what a live value's row says on hover
+        self.values = widgets.HTML(text.grid_html("", self.titles, [[] for _ in columns]),
+                                   layout=widgets.Layout(margin="0", grid_area="cell"))
+        self.box = widgets.GridBox([self.figure, self.values], layout=widgets.Layout(
+            grid_template_areas='"cell"', grid_template_columns=f"{text.LABEL_PX + width_px}px", margin="0",
+            flex="0 0 auto"))
+
+    def colors(self, lost: object) -> list[str]:
+        """Each trace's colour, grey for a lost GPU's (one colour where there is no trace)."""
+        return [LOST_COLOR if key in lost else color for _, key, _, color in self.traces] \
+            or [NO_TRACE_COLOR]
+
+    def widgets(self) -> list:
+        return [*self.scales, self.base, self.lines, self.rules, self.labels, self.figure,
+                self.values, self.box]
+
+
+def moved(xy: tuple[np.ndarray, np.ndarray], sent: tuple | None) -> tuple | None:
+    """``xy`` (the lines' x pixels, y rows) in whole pixels; None where ``sent`` drew the same."""
+    px = (np.round(xy[0]), np.round(xy[1] * np.float32(text.ROW_PX)))
+    if sent is not None and all(np.array_equal(a, b, equal_nan=True) for a, b in zip(px, sent, strict=True)):
+        return None
+    return px
 
 
 class PanelDrawing:
