@@ -47,9 +47,7 @@ def top_of(bands: int) -> float:
 def to_px(x_s: np.ndarray, span_s: float, left_px: object) -> np.ndarray:
     """Seconds before now (``-span_s`` … 0) as the figure's x pixels of a column starting at
     ``left_px`` (one per row of ``x_s``, or one for all)."""
-    left = np.asarray(left_px, np.float32)
-    if left.ndim:
-        left = left[:, None]
+    left = np.asarray(left_px, np.float32).reshape(-1, 1) if np.ndim(left_px) else np.float32(left_px)
     return (np.asarray(x_s, np.float32) * np.float32(SPARK_PX / span_s) + (left + SPARK_PX)
             ).astype(np.float32, copy=False)
 
@@ -123,10 +121,9 @@ class PanelGrid:
         self.traces = [t for per_column in traces for t in per_column]  # column after column
         column = np.array([c for c, per_column in enumerate(traces) for _ in per_column], np.int64)
         self.trace_left_px = (column * COLUMN_PX).astype(np.float32)  # each trace's column's left
-        self.trace_keys = [(band, key, metric) for band, key, metric, _ in self.traces]
-        self.order = [(key, metric) for _, key, metric in self.trace_keys]  # the store's pairs
-        self.trace_bands = np.array([band for band, _, _ in self.trace_keys], np.int64)
-        self.fixed_scales = [fixed_scale(metric) for _, _, metric in self.trace_keys]
+        self.order = [(key, metric) for _, key, metric, _ in self.traces]  # the store's pairs
+        self.trace_bands = np.array([band for band, *_ in self.traces], np.int64)
+        self.fixed_scales = [fixed_scale(metric) for _, metric in self.order]
         self.looked_up = [i for i, scale in enumerate(self.fixed_scales) if scale is None]
         self.sparks: SparkSet | None = None
         self.cursor: dict | None = None  # the store's cursor after the sparks' last read
@@ -187,9 +184,8 @@ class PanelGrid:
 def moved(xy: tuple[np.ndarray, np.ndarray], sent: tuple | None) -> tuple | None:
     """``xy`` (the lines' x pixels, y rows) in whole pixels; None where ``sent`` drew the same."""
     px = (np.round(xy[0]), np.round(xy[1] * np.float32(text.ROW_PX)))
-    if sent is not None and all(np.array_equal(a, b, equal_nan=True) for a, b in zip(px, sent, strict=True)):
-        return None
-    return px
+    same = sent is not None and all(np.array_equal(px[i], sent[i], equal_nan=True) for i in (0, 1))
+    return None if same else px
 
 
 class PanelDrawing:
@@ -306,7 +302,7 @@ class PanelDrawing:
         scales = list(grid.fixed_scales)
         ends = np.cumsum(n)
         for i in grid.looked_up:  # the card's limits, or (last) the window's peak
-            band, key, metric = grid.trace_keys[i]
+            band, key, metric, _ = grid.traces[i]
             scales[i] = band_scale(metric, self._rows[band], latest.get(key, _NO_ROW), host,
                                    v[ends[i] - n[i]:ends[i]])
         x2, y2 = pad_rows(n, x, v, grid.trace_bands, scales, bands, span)
