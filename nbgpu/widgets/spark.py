@@ -35,7 +35,6 @@ class SparkSet:
         self._flat = self._grid.reshape(-1, len(KEPT_FIELDS))  # the grid as one cell a row (a view)
         self._bucket = np.zeros(0, np.int64)  # bucket number each ring column holds
         self._held = 0
-        self._prepared: tuple[int, int, int] | None = None  # (first, last, ring) made ready
 
     def start(self, now: float, span_s: float) -> float:
         """Epoch seconds where the window starts: the first update's rows begin there."""
@@ -65,23 +64,14 @@ class SparkSet:
         return points_of_cells(trace, cells, self.traces, now, span_s, gap_s)
 
     def _prepare(self, first: int, last: int) -> None:
-        """Empty the ring columns that held a bucket older than ``first`` to ``last + 1``
-        (only the buckets gained, for a window that moved on)."""
+        """Empty the ring columns for buckets ``first`` to ``last + 1`` that held an older one."""
         self._fit(first, last - first + 2)  # the window's buckets and the one after
-        ring = self._bucket.size
-        done = self._prepared
-        if done == (first, last, ring):
-            return
-        lowest = first
-        if done is not None and done[2] == ring and first >= done[0] and last >= done[1]:
-            lowest = max(done[1] + 2, first)
-        wanted = np.arange(lowest, last + 2)
-        cols = wanted % ring
+        wanted = np.arange(first, last + 2)
+        cols = wanted % self._bucket.size
         moved = self._bucket[cols] != wanted
         if moved.any():
             self._grid[:, cols[moved]] = _EMPTY
             self._bucket[cols[moved]] = wanted[moved]
-        self._prepared = (first, last, ring)
 
     def _merge(self, at: np.ndarray, new: np.ndarray) -> None:
         """Fold fresh cells into the grid's cells ``at`` (an empty cell holds ``_EMPTY``)."""
