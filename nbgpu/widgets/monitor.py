@@ -51,12 +51,10 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     Args:
         source: where readings come from ("auto", "nvml", "sim", "prometheus=URL", a
-            ``SimulatedGPUs``). None keeps the kernel's running sampler (or "auto").
-            Without a usable NVML, "auto" falls back to a panel of the host alone that
-            says why no GPU is visible.
-        interval: seconds between the sampler's ticks; None keeps the running one.
-            Changing ``source`` or ``interval`` restarts the kernel's shared sampler and
-            every panel follows it.
+            ``SimulatedGPUs``); None keeps the kernel's running sampler (or "auto"). Without
+            NVML, "auto" shows the host alone and says why no GPU is visible.
+        interval: seconds between the sampler's ticks; None keeps the running one. Changing
+            either restarts the kernel's shared sampler; every panel follows it.
         gpus: GPU indices to show (e.g. ``[0, 2]`` or ``"0,2"``); None shows all.
         window_s: seconds of history shown (5 s to 24 h); None: ``NbGpu.window_s`` (60 s).
         metrics: columns to show (e.g. ``"util,mem,power,temp,sm"``); None shows util,
@@ -100,6 +98,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._parts: list = []
         self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
+        self._sampler_ref = None  # a released sampler, held weakly
         try:
             if sampler is None:
                 sampler = shared_or_host_only(source, interval)
@@ -120,16 +119,14 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
     @property
     def timeline(self):
         """The sampler's ``Timeline``: ``mon.timeline.to_pandas()`` gives the data."""
-        s = self.sampler if self.sampler is not None else self._released()
-        if s is None:
+        if (s := self.sampler or self._released()) is None:
             raise BadArgumentError("this stopped panel's sampler was replaced and released; "
                                    "read nbgpu.session.shared_sampler().timeline instead")
         return s.timeline
 
     def _released(self):
         """The sampler a stopped shared panel let go of, while something else holds it."""
-        ref = getattr(self, "_sampler_ref", None)
-        return ref() if ref is not None else None
+        return self._sampler_ref() if self._sampler_ref is not None else None
 
     @property
     def refresh_s(self) -> float:
@@ -228,7 +225,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             registry.close_widgets(registry.descendants(self), keep=[self])
             self._parts, self._grid = [], None
             self.views = None
-            if getattr(self, "sampler", None) is not None:  # None: construction failed first
+            if getattr(self, "sampler", None) is not None:  # absent: construction failed first
                 self._sampler_ref = weakref.ref(self.sampler)
             self.sampler = None
         super().close()
