@@ -205,13 +205,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             if not self._own_layout:
                 self.layout = panel_layout
             self.children = [self._header]
-            registry.close_widgets(doomed, keep=[self, self._header, self.layout])
-            self._parts, self._grid = [self._header], None  # and what only drawing needs
-            self.views = None  # closed with the rest: a restart makes a new one
             self._torn_down = True
-            if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
-                self._sampler_ref = weakref.ref(self.sampler)
-                self.sampler = None
+            self._drop(doomed, [self._header, self.layout], release=self._shared)
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
@@ -222,13 +217,18 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         with self._lock:
             self._closed = True
             registry.discard(self)
-            registry.close_widgets(registry.descendants(self), keep=[self])
-            self._parts, self._grid = [], None
-            self.views = None
+            self._drop(registry.descendants(self), [], release=True)
+        super().close()
+
+    def _drop(self, doomed: list, keep: list, release: bool) -> None:
+        """Close ``doomed`` but ``keep`` (and drawing's state, the views' watch with them); with
+        ``release``, hold the sampler (and its store) weakly from now on."""
+        registry.close_widgets(doomed, keep=[self, *keep])
+        self._parts, self._grid, self.views = keep[:1], None, None  # the header, if kept
+        if release:
             if getattr(self, "sampler", None) is not None:  # absent: construction failed first
                 self._sampler_ref = weakref.ref(self.sampler)
             self.sampler = None
-        super().close()
 
     def pause(self, paused: bool = True) -> None:
         """Freeze (or unfreeze) the drawing; the sampler keeps recording."""

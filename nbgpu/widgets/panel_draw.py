@@ -128,8 +128,6 @@ class PanelGrid:
         self.sparks: SparkSet | None = None
         self.cursor: dict | None = None  # the store's cursor after the sparks' last read
         self.colored_for: tuple | None = None  # the lost GPUs the lines' colours were set for
-        self.label_key: tuple | None = None  # what the label column was drawn from
-        self.labels_html = ""
         self.last_values: list[list[tuple[str, str, bool]]] = []  # each column's texts drawn last
         self.marks = MarkFollower()  # the marks in the window
         self.marks_window_s: float | None = None  # the window they were kept for
@@ -229,16 +227,14 @@ class PanelDrawing:
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         grid.last_values = [value_texts(col, self._rows, latest, host, live, lost) for col in self._columns]
-        said = label_rows(self._rows, latest, host, alerts, lost)
-        if (said, self.drawn_span_s, self.window_s) != grid.label_key:  # clock, PCIe, badges, lost, span
-            grid.label_key = (said, self.drawn_span_s, self.window_s)
-            grid.labels_html = text.label_html(said, *span_words(self.drawn_span_s, self.window_s))
+        labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost),
+                                      *span_words(self.drawn_span_s, self.window_s))
         xy = self._packed(now, span, max(3.0 * s.interval, 3.0), latest, host, bands) if lines else None
         px = None if xy is None else moved(xy, grid.sent_px)  # None: not a pixel moved
         # Every message goes out back to back, after the computing: a kernel's session sends
         # a message more cheaply right after another than after other work.
         below = "" if self._processes is None else self._processes.refresh(s, now, self._row_keys)
-        grid.values.value = text.grid_html(grid.labels_html, grid.titles, grid.last_values, below, grid.tips)
+        grid.values.value = text.grid_html(labels_html, grid.titles, grid.last_values, below, grid.tips)
         if px is not None:
             grid.sent_px = px
             with grid.lines.hold_sync():
