@@ -1,9 +1,5 @@
-"""The cell report widget: a capture's interactive chart, with static SVG and HTML fallbacks.
-
-The display data carries the static SVG picture and HTML table beside the widget view, so a
-notebook saved without widget state still shows the profile on GitHub, nbviewer and in
-``jupyter nbconvert --to html``.
-"""
+"""The cell report widget: a capture's interactive chart, with static SVG and HTML beside it so
+a notebook saved without widget state still shows it (GitHub, nbviewer, nbconvert)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``GPUMonitor``: the live panel behind ``%gpumon`` (ipywidgets + bqplot only).
-
-The kernel's one panel timer (``schedule.SCHEDULE``) refreshes it, never the sampler, so a
-panel error cannot stop sampling. A refresh skips when the store has not changed, else sends
-at most one message per widget. A stopped panel keeps only its header (with a static line of
-the last values); a closed panel closes every widget.
-"""
+"""``GPUMonitor``: the live panel behind ``%gpumon``, refreshed by the kernel's one panel timer
+(never the sampler, so a panel error cannot stop sampling)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The OOM post-mortem as display data: the memory story, then the cell's memory timeline.
-
-Static HTML and SVG only (no widget state), so a saved notebook shows it on GitHub,
-nbviewer and in ``jupyter nbconvert``; the moment of failure is a labelled rule.
-"""
+"""The OOM post-mortem as display data: the memory story, then the cell's memory timeline with
+the failure marked; static HTML and SVG only, so a saved notebook shows it anywhere."""
 
 from __future__ import annotations
 

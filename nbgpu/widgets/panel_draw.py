@@ -1,11 +1,8 @@
-"""How a ``GPUMonitor`` draws: its rows as two widgets, and what one refresh computes and sends.
+"""How a ``GPUMonitor`` draws: one bqplot figure of every sparkline and one HTML widget over it
+(labels, titles, values), so a refresh sends two messages whatever the number of columns.
 
-One bqplot figure holds every column's sparklines and one HTML widget, laid over it, the rows'
-labels and every column's title and values, so a refresh sends two messages whatever the
-number of columns, and reads only the rows the store gained since the one before
-(``spark.SparkSet``). The figure's x is pixels: column ``c`` draws in ``[c * COLUMN_PX,
-c * COLUMN_PX + SPARK_PX]``, its values in the gap right of that; row ``r`` of ``n`` is the
-band ``[n - 1 - r, n - r]`` of y, each on a fixed scale.
+The figure's x is pixels: column ``c`` draws in ``[c * COLUMN_PX, c * COLUMN_PX + SPARK_PX]``,
+its values right of that; row ``r`` of ``n`` is the band ``[n - 1 - r, n - r]`` of y.
 """
 
 from __future__ import annotations

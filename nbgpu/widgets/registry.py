@@ -1,11 +1,5 @@
-"""The panels of this kernel, so ``%gpumon stop`` and ``%unload_ext`` can reach them, and every
-widget a panel holds, so closing it leaks none.
-
-Running panels are held here; a stopped one (on screen, drawing nothing) only weakly, so
-panels started and stopped over a long session do not pile up. ipywidgets keeps each widget
-(with its comm) until closed, and a panel's ``Layout``, ``Style``, marks and scales are made
-behind its back, so a panel closes what its synced traits reach (``descendants``).
-"""
+"""The panels of this kernel (for ``%gpumon stop``, ``%unload_ext``; stopped ones held weakly),
+and every widget a panel holds (layouts, styles, marks, scales), so closing it leaks none."""
 
 from __future__ import annotations
 

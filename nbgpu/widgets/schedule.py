@@ -1,9 +1,5 @@
-"""One refresh timer for every panel of the kernel, whatever the number of panels.
-
-The single timer thread wakes when the earliest scheduled panel is due, ticks the due ones
-and sleeps again; a panel that is not updating is not scheduled and costs nothing, and with
-no panel scheduled the thread ends.
-"""
+"""One refresh timer for every panel of the kernel: one thread ticks the due panels; a panel not
+updating is not scheduled and costs nothing, and with none scheduled the thread ends."""
 
 from __future__ import annotations
 
@@ -16,12 +12,8 @@ log = logging.getLogger("nbgpu")
 
 
 class RefreshSchedule:
-    """Calls each scheduled panel's ``tick()`` every ``panel.refresh_s`` from one thread.
-
-    ``tick()`` returns False to leave the schedule (closed, or its front end went away), or a
-    number of seconds to be ticked again sooner than ``refresh_s``. ``thread=False``: no timer
-    thread; the owner calls ``step(now)`` (a fake clock).
-    """
+    """Calls each scheduled panel's ``tick()`` every ``panel.refresh_s`` (False leaves the
+    schedule, seconds ticks sooner); ``thread=False``: the owner calls ``step(now)`` instead."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, thread: bool = True) -> None:
         self._clock = clock

@@ -1,8 +1,5 @@
-"""Min/max buckets of many sparklines, kept between panel refreshes on a fixed grid of time.
-
-Each refresh merges only the rows the store gained since the last (late drained rows too),
-so its cost follows the new rows, not the window's length or the sample rate.
-"""
+"""Min/max buckets of many sparklines, kept between refreshes on a fixed grid of time: a refresh
+merges only the rows the store gained (late ones too), so its cost follows the new rows."""
 
 from __future__ import annotations
 
@@ -20,12 +17,8 @@ _EMPTY = np.array([0.0, np.inf, -np.inf, np.inf, np.inf, np.inf, -np.inf])
 
 
 class SparkSet:
-    """The buckets (``width_s`` seconds each) of ``traces`` sparklines, as one ring array
-    (trace × bucket × field) reduced with a fixed number of numpy calls per refresh.
-
-    ``ahead`` turns True when rows more than a bucket newer than ``now`` came (a clock behind
-    the data): they were not kept, so the caller starts a new set.
-    """
+    """The buckets (``width_s`` seconds each) of ``traces`` sparklines as one ring array (trace ×
+    bucket × field); ``ahead``: rows over a bucket newer than ``now`` came and were not kept."""
 
     def __init__(self, traces: int, width_s: float) -> None:
         self.traces = traces

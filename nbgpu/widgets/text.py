@@ -1,8 +1,5 @@
-"""What each panel row says: its sparklines' scales, its value texts and labels, and their HTML.
-
-Pure functions of the sampler's latest readings; nothing here touches a widget. Colours come
-from JupyterLab's CSS variables (with fallbacks), so the panel reads in light and dark themes.
-"""
+"""What each panel row says (its scales, values, labels) and their HTML; pure functions of the
+sampler's latest readings, coloured with JupyterLab's CSS variables (light and dark themes)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Whether anyone sees a panel: a zero-size widget whose views tell the kernel when they are on
-screen, so a panel nobody looks at does no work.
-
-Each view (an output shown twice is two) watches the panel's box (``IntersectionObserver``)
-and ``document.visibilityState`` and sends ``{"view": id, "visible": bool}`` when that changes,
-``visible: false`` as it goes away. The ES module runs in anywidget's front end (no extension
-build): JupyterLab 4, Notebook 7, Voilà, VS Code.
-"""
+"""Whether anyone sees a panel: a zero-size anywidget whose views (one per output shown) say
+``{"view": id, "visible": bool}`` as they come on or leave the screen, so an unseen panel does
+no work. The ES module needs no extension build (JupyterLab 4, Notebook 7, Voilà, VS Code)."""
 
 from __future__ import annotations
 
