@@ -90,7 +90,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._grid: PanelGrid | None = None
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
-        self._parts: list = []
         self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
         self._sampler_ref = None  # a released sampler, held weakly
@@ -219,7 +218,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         """Close ``doomed`` but ``keep`` (and drawing's state, the views' watch with them); with
         ``release``, hold the sampler (and its store) weakly from now on."""
         registry.close_widgets(doomed, keep=[self, *keep])
-        self._parts, self._grid, self.views = keep[:1], None, None  # the header, if kept
+        self._grid, self.views = None, None
         if release:
             if getattr(self, "sampler", None) is not None:  # absent: construction failed first
                 self._sampler_ref = weakref.ref(self.sampler)
@@ -300,7 +299,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self._last_key = None
 
     def _build(self) -> None:
-        old = self._parts
+        old = list(self.children)
         bands = max(1, len(self._rows))
         self._header = widgets.HTML(layout=widgets.Layout(**HEADER_LAYOUT))
         self._pause_button = widgets.ToggleButton(
@@ -321,8 +320,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         controls = widgets.HBox([style, self.views, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
         self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
-        self._parts = [style, self._header, self._pause_button, self._window_box, controls,
-                       *self._grid.widgets()]
         self.children = [controls, self._grid.box]
         registry.close_widgets([w for o in old for w in registry.descendants(o)], keep=[self.views])
 
@@ -331,7 +328,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         with self._lock:
             sset = None if self._grid is None else self._grid.sparks
             traces, buckets = (0, 0) if sset is None else (sset.traces, sset.held())
-            return {"traces": traces, "buckets": buckets, "widgets": len(self._parts)}
+            return {"traces": traces, "buckets": buckets, "widgets": len(registry.descendants(self))}
 
     def _active_alerts(self) -> list:
         try:

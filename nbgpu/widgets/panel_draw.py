@@ -133,7 +133,6 @@ class PanelGrid:
         width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))
         sy = LinearScale(min=0.0, max=top_of(bands))
-        self.scales = [sx, sy]
         scales = {"x": sx, "y": sy}
         # Faint lines under each band of each column (the 0 of its scale).
         lefts = np.repeat(np.arange(max(1, len(columns)), dtype=np.float32) * COLUMN_PX, max(1, bands))
@@ -170,10 +169,6 @@ class PanelGrid:
         """Each trace's colour, grey for a lost GPU's (one colour where there is no trace)."""
         return [LOST_COLOR if key in lost else color for _, key, _, color in self.traces] \
             or [NO_TRACE_COLOR]
-
-    def widgets(self) -> list:
-        return [*self.scales, self.base, self.lines, self.rules, self.labels, self.figure,
-                self.values, self.box]
 
 
 def moved(xy: tuple[np.ndarray, np.ndarray], sent: tuple | None) -> tuple | None:

@@ -7,16 +7,9 @@ from __future__ import annotations
 import getpass
 import html
 
-from ..diagnostics.owners import GpuUsers, tree_pids, users_line, who_uses
+from ..diagnostics.owners import tree_pids, users_line, who_uses
 
 EVERY_S = 2.0
-
-
-def users_html(usage: dict[object, GpuUsers]) -> str:
-    """One muted line per GPU: "GPU 0 · this kernel 4.0 GiB · others 12.0 GiB (3 processes)"."""
-    rows = "".join(f"<div><b>GPU {html.escape(str(gpu))}</b> · {html.escape(users_line(u))}</div>"
-                   for gpu, u in usage.items())
-    return f'<div class="nbgpu-m nbgpu-procs" title="GPU memory by process owner">{rows}</div>'
 
 
 class ProcessesLine:
@@ -40,7 +33,10 @@ class ProcessesLine:
         listed = frozenset(p.pid for procs in sampler.processes().values() for p in procs)
         if not listed <= self._walked:
             self._mine, self._walked = tree_pids(), listed
-        usage = {g: u for g, u in who_uses(sampler, mine=self._mine, user=self._user).items()
-                 if gpus is None or g in gpus}
-        self.html = users_html(usage) if usage else ""
+        # One muted line per GPU: "GPU 0 · this kernel 4.0 GiB · others 12.0 GiB (3 processes)".
+        rows = "".join(f"<div><b>GPU {html.escape(str(gpu))}</b> · {html.escape(users_line(u))}</div>"
+                       for gpu, u in who_uses(sampler, mine=self._mine, user=self._user).items()
+                       if gpus is None or gpu in gpus)
+        self.html = f'<div class="nbgpu-m nbgpu-procs" title="GPU memory by process owner">{rows}</div>' \
+            if rows else ""
         return self.html
