@@ -375,10 +375,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.stats["errors"] += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.debug("panel refresh failed", exc_info=True)
-            try:
-                self._draw_header()
-            except Exception:
-                log.debug("panel header failed", exc_info=True)
+            self._draw_header()  # (if this fails too, the timer logs it and keeps the panel)
         return True
 
 
