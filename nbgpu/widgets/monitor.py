@@ -237,9 +237,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     def refresh(self, force: bool = False, now: float | None = None) -> bool:
         """Redraw from the store now; False when skipped (nothing new, paused, stopped).
-
-        ``now``: epoch seconds (None: the sampler's clock), for a fake clock in tests.
-        """
+        ``now``: epoch seconds (None: the sampler's clock), for a fake clock in tests."""
         with self._lock:
             if self._closed or self._torn_down:
                 return False

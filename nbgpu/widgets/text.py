@@ -134,12 +134,8 @@ def host_value(col: Column, host: dict) -> str:
 
 def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, running: bool,
                 lost: dict) -> list[tuple[str, str, bool]]:
-    """(text, tooltip, muted) of ``col`` for each panel row; muted when stale or lost.
-
-    A value that is not live never shows as a number: "stale" or "failed" (the last good
-    value in the tooltip), "n/a" where unsupported ("n/a (MIG)" for a MIG slice and a card
-    in MIG mode, whose whole-card reads NVML refuses too).
-    """
+    """(text, tooltip, muted) of ``col`` for each panel row. A value not live shows "stale" or
+    "failed" (the last good one in the tooltip), or "n/a" ("n/a (MIG)" for MIG slices and cards)."""
     out = []
     stale = not running
     mig_cards = {d.parent for d in rows if d.mig}
