@@ -331,9 +331,10 @@ class PanelDrawing:
         self._header.value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
 
 
-def window_label(s: float) -> str:
-    """Seconds as the window menu says them: "30 s", "15 min", "1 h"."""
-    return f"{s / 3600:g} h" if s >= 3600 else (f"{s / 60:g} min" if s >= 60 else f"{s:g} s")
+def window_label(s: float, digits: int | None = None) -> str:
+    """Seconds as the window menu says them: "30 s", "15 min", "1 h" (with ``digits``: "4.2 min")."""
+    unit, name = (3600, "h") if s >= 3600 else (60, "min") if s >= 60 else (1, "s")
+    return f"{s / unit:g} {name}" if digits is None else f"{s / unit:.{digits}f} {name}".replace(".0 ", " ")
 
 
 def span_words(span_s: float | None, window_s: float) -> tuple[str, str]:
@@ -341,8 +342,6 @@ def span_words(span_s: float | None, window_s: float) -> tuple[str, str]:
     has not yet filled the window, else "last 1 h"."""
     if span_s is None or span_s >= window_s:
         return f"last {window_label(window_s)}", "the sparklines' width: now is at their right end"
-    shown = f"{span_s / 3600:.1f} h" if span_s >= 3600 else \
-        f"{span_s / 60:.1f} min" if span_s >= 60 else f"{span_s:.0f} s"
-    return (f"last {shown.replace('.0 ', ' ')} of {window_label(window_s)}",
+    return (f"last {window_label(span_s, 1 if span_s >= 60 else 0)} of {window_label(window_s)}",
             "the sparklines' width, until the sampler has recorded the whole window; "
             "now is at their right end")
