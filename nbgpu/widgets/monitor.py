@@ -298,7 +298,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     def _build(self) -> None:
         old = list(self.children)
-        bands = max(1, len(self._rows))
         self._header = widgets.HTML(layout=widgets.Layout(**HEADER_LAYOUT))
         self._pause_button = widgets.ToggleButton(
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
@@ -317,7 +316,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.views = ViewWatch(self._on_screen)
         controls = widgets.HBox([style, self.views, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
-        self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
+        self._grid = PanelGrid(self._columns, self._rows)
         self.children = [controls, self._grid.box]
         registry.close_widgets([w for o in old for w in registry.descendants(o)], keep=[self.views])
 

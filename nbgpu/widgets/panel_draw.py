@@ -15,6 +15,7 @@ from bqplot import Figure, Label, LinearScale, Lines
 
 from ..decimate import positions
 from ..metrics import HOST_KEY
+from ..sources.base import Device
 from ..store import MarkFollower
 from . import text
 from .columns import Column
@@ -114,10 +115,22 @@ class PanelGrid:
     column) and the HTML layer over it, with what only drawing keeps between refreshes (the
     traces' tables, the buckets, the store's cursor, the texts last drawn)."""
 
-    def __init__(self, columns: list[Column], traces: list[list[Trace]], bands: int) -> None:
-        self.traces = [t for per_column in traces for t in per_column]  # column after column
-        column = np.array([c for c, per_column in enumerate(traces) for _ in per_column], np.int64)
-        self.trace_left_px = (column * COLUMN_PX).astype(np.float32)  # each trace's column's left
+    def __init__(self, columns: list[Column], rows: list[Device]) -> None:
+        bands = max(1, len(rows))
+        # (band, device key, metric, colour) of every line, column after column; the host row
+        # draws its column's host metric, a GPU the column's metrics it reports.
+        self.traces: list[Trace] = []
+        left: list[int] = []  # each trace's column's left
+        for c, col in enumerate(columns):
+            for band, dev in enumerate(rows):
+                if dev.key == HOST_KEY:
+                    drawn = [(col.host, HOST_COLOR)] if col.host else []
+                else:
+                    drawn = [(m, color) for m, color in zip(col.metrics, col.colors, strict=True)
+                             if dev.metrics is None or m in dev.metrics]
+                self.traces += [(band, dev.key, m, color) for m, color in drawn]
+                left += [c * COLUMN_PX] * len(drawn)
+        self.trace_left_px = np.array(left, np.float32)
         self.order = [(key, metric) for _, key, metric, _ in self.traces]  # the store's pairs
         self.trace_bands = np.array([band for band, *_ in self.traces], np.int64)
         self.fixed_scales = [fixed_scale(metric) for _, metric in self.order]
@@ -180,17 +193,6 @@ def moved(xy: tuple[np.ndarray, np.ndarray], sent: tuple | None) -> tuple | None
 
 class PanelDrawing:
     """The drawing half of ``GPUMonitor``: what one refresh computes and sends."""
-
-    def _traces(self, col: Column) -> list[tuple[int, object, str, str]]:
-        out = []
-        for band, dev in enumerate(self._rows):
-            if dev.key == HOST_KEY:
-                if col.host is not None:
-                    out.append((band, dev.key, col.host, HOST_COLOR))
-                continue
-            out += [(band, dev.key, m, color) for m, color in zip(col.metrics, col.colors, strict=True)
-                    if dev.metrics is None or m in dev.metrics]
-        return out
 
     def _span(self, now: float) -> float:
         """Seconds shown: the window, or less while the sampler has not yet filled it (a fresh
