@@ -21,7 +21,7 @@ from . import text
 from .columns import Column
 from .hostonly import HostOnlySource, plain_reason
 from .spark import SparkSet
-from .text import COLUMN_PX, SPARK_PX, band_scale, fixed_scale, label_rows, value_texts
+from .text import COLUMN_PX, SPARK_PX, band_scale, fixed_scale, value_texts
 
 INSET = 0.12  # fraction of a band left empty above and below the line
 RULE_COLOR = "#8a8a8a"
@@ -221,7 +221,7 @@ class PanelDrawing:
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         grid.last_values = [value_texts(col, self._rows, latest, host, live, lost) for col in self._columns]
-        labels_html = text.label_html(label_rows(self._rows, latest, host, alerts, lost),
+        labels_html = text.label_html(self._rows, latest, host, alerts, lost,
                                       *span_words(self.drawn_span_s, self.window_s))
         xy = self._packed(now, span, max(3.0 * s.interval, 3.0), latest, host, bands) if lines else None
         px = None if xy is None else moved(xy, grid.sent_px)  # None: not a pixel moved

@@ -168,32 +168,6 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
     return out
 
 
-def label_rows(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict) -> list[dict]:
-    """Title, name, detail line (SM clock, or MIG, or lost time) with all of it and PCIe in
-    its tooltip, LOST flag and alert badges (severity, rule, message and suggestion)."""
-    out = []
-    for dev in rows:
-        key = dev.key
-        badges = [(a.severity, a.rule, f"{a.message} {a.suggestion}".strip()) for a in alerts
-                  if a.gpu == (None if key == HOST_KEY else key)]
-        if key == HOST_KEY:
-            detail = f"{CPUS or '?'} CPUs · {gib(host.get('host_ram_total_bytes'))} GiB RAM"
-            out.append({"title": "host", "name": socket.gethostname(), "detail": detail, "alerts": badges})
-            continue
-        row = latest.get(key, _NO_ROW)
-        bits = [f"MIG slice of GPU {dev.parent}"] if dev.mig else []
-        if _ok(clock := row.get("sm_clock_mhz")):
-            bits.append(f"SM {clock:.0f} MHz")
-        rx, tx = row.get("pcie_rx_bytes_per_s"), row.get("pcie_tx_bytes_per_s")
-        tip = bits + ([f"PCIe ↓{fmt_rate(rx)} ↑{fmt_rate(tx)}"] if _ok(rx) or _ok(tx) else [])
-        if key in lost:
-            bits = tip = [time.strftime("lost at %H:%M:%S", time.localtime(lost[key]))]
-        out.append({"title": f"GPU {key}", "name": dev.name.replace(" (simulated)", ""),
-                    "detail": bits[0] if bits else "", "tip": " · ".join(tip).replace("SM ", "SM clock ", 1),
-                    "lost": key in lost, "alerts": badges})
-    return out
-
-
 def values_html(texts: list[tuple[str, str, bool]], tip: str = "") -> str:
     """One column of values, a row each (text, tooltip, muted); a row whose tooltip is the
     column's ``tip`` carries none of its own (the browser shows the column's)."""
@@ -228,21 +202,36 @@ def badge(text: str, background: str, tip: str = "") -> str:
             f'{_escape(text)}</span>')
 
 
-def label_html(rows: list[dict], span: str = "", span_tip: str = "") -> str:
-    """The left column: ``span`` (what the lines' width covers) on the columns' title line,
-    then per row a title line (index, name, badges) and a muted detail line."""
+def label_html(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict, span: str = "",
+               span_tip: str = "") -> str:
+    """The left column: ``span`` (what the lines' width covers) on the columns' title line, then
+    per row its title, name, LOST and alert badges, and a muted detail line (SM clock, MIG or
+    lost time) whose tooltip adds PCIe."""
     out = []
-    for r in rows:
+    for dev in rows:
+        key = dev.key
         badges = badge("LOST", SEVERITY_COLORS["critical"], "this GPU stopped answering (fell off "
-                       "the bus or was reset)") if r.get("lost") else ""
-        for severity, rule, tip in r["alerts"]:
-            badges += badge("⚠ " + rule, SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"]), tip)
-        name = _escape(r["name"])
-        detail = _escape(r["detail"]) or "&nbsp;"
-        tip = f' title="{_escape(r["tip"])}"' if r.get("tip") else ""
-        out.append(f'<div class="nbgpu-r"><div><b>{_escape(r["title"])}</b> '
-                   f'<span title="{name}">{name}</span>{badges}</div>'
-                   f'<div class="nbgpu-m nbgpu-n nbgpu-d"{tip}>{detail}</div></div>')
+                       "the bus or was reset)") if key in lost else ""
+        for a in alerts:
+            if a.gpu == (None if key == HOST_KEY else key):
+                badges += badge("⚠ " + a.rule, SEVERITY_COLORS.get(a.severity, SEVERITY_COLORS["info"]),
+                                f"{a.message} {a.suggestion}".strip())
+        row = latest.get(key, _NO_ROW)
+        bits = [f"MIG slice of GPU {dev.parent}"] if dev.mig else []
+        if _ok(clock := row.get("sm_clock_mhz")):
+            bits.append(f"SM {clock:.0f} MHz")
+        rx, tx = row.get("pcie_rx_bytes_per_s"), row.get("pcie_tx_bytes_per_s")
+        tip = bits + ([f"PCIe ↓{fmt_rate(rx)} ↑{fmt_rate(tx)}"] if _ok(rx) or _ok(tx) else [])
+        if key in lost:
+            bits = tip = [time.strftime("lost at %H:%M:%S", time.localtime(lost[key]))]
+        title, name = f"GPU {key}", _escape(dev.name.replace(" (simulated)", ""))
+        if key == HOST_KEY:
+            title, name, tip = "host", _escape(socket.gethostname()), []
+            bits = [f"{CPUS or '?'} CPUs · {gib(host.get('host_ram_total_bytes'))} GiB RAM"]
+        said = f' title="{_escape(" · ".join(tip).replace("SM ", "SM clock ", 1))}"' if tip else ""
+        out.append(f'<div class="nbgpu-r"><div><b>{_escape(title)}</b> <span title="{name}">{name}</span>'
+                   f'{badges}</div><div class="nbgpu-m nbgpu-n nbgpu-d"{said}>'
+                   f'{_escape(bits[0]) if bits else "&nbsp;"}</div></div>')
     said = f' title="{_escape(span_tip)}"' if span_tip else ""
     return (f'<div class="nbgpu-p nbgpu-l" style="padding:0 8px 0 0">'
             f'<div class="nbgpu-m nbgpu-t nbgpu-span"{said}>{_escape(span) or "&nbsp;"}</div>'
