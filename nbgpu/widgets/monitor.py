@@ -80,12 +80,10 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._lock = threading.RLock()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
-        self._paused = False
+        self._paused = self._closed = self._torn_down = False
         self._wanted = False  # started and not stopped: refreshes while a view is on screen
         self.views: ViewWatch | None = None  # says whether a view of the panel is on screen
         self.drawn_span_s: float | None = None  # seconds across the lines last drawn
-        self._closed = False
-        self._torn_down = False
         self._unsubscribe = None
         self._grid: PanelGrid | None = None
         self._last_key: tuple | None = None

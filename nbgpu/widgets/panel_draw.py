@@ -263,9 +263,7 @@ class PanelDrawing:
         if grid.marks_window_s != self.window_s:
             grid.marks, grid.marks_window_s = MarkFollower(), self.window_s
         marks = grid.marks.update(self.sampler.store)
-        start = now - self.window_s
-        if any(t < start for t, _, _ in marks):
-            marks[:] = [m for m in marks if m[0] >= start]
+        marks[:] = [m for m in marks if m[0] >= now - self.window_s]
         return [(t, label) for t, label, _ in marks]
 
     def _draw_rules(self, rx: np.ndarray, ry: np.ndarray, lx: np.ndarray, shown: list[str],
