@@ -142,6 +142,8 @@ class PanelGrid:
         self.marks = MarkFollower()  # the marks in the window
         self.marks_window_s: float | None = None  # the window they were kept for
         self.had_rules = False
+        self.label_key: tuple | None = None  # what the label column was drawn from, and its HTML
+        self.labels_html = ""
         self.sent_px: tuple[np.ndarray, np.ndarray] | None = None  # the lines last sent, in pixels
         width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))
@@ -221,14 +223,21 @@ class PanelDrawing:
             lx, shown = spaced_labels(rx[:, 0], labels, span, SPARK_PX, MARK_LABEL_PX)
         live = status.state == "running"
         grid.last_values = [value_texts(col, self._rows, latest, host, live, lost) for col in self._columns]
-        labels_html = text.label_html(self._rows, latest, host, alerts, lost,
-                                      *span_words(self.drawn_span_s, self.window_s))
+        # The label column again only when what it shows changed (clocks, PCIe, badges, span).
+        said = ([(r.get("sm_clock_mhz"), r.get("pcie_rx_bytes_per_s"), r.get("pcie_tx_bytes_per_s"))
+                 for r in (latest.get(d.key, _NO_ROW) for d in self._rows)], host.get("host_ram_total_bytes"),
+                [(a.gpu, a.severity, a.rule, a.message, a.suggestion) for a in alerts], dict(lost),
+                self.drawn_span_s, self.window_s)
+        if said != grid.label_key:
+            grid.label_key = said
+            grid.labels_html = text.label_html(self._rows, latest, host, alerts, lost,
+                                               *span_words(self.drawn_span_s, self.window_s))
         xy = self._packed(now, span, max(3.0 * s.interval, 3.0), latest, host, bands) if lines else None
         px = None if xy is None else moved(xy, grid.sent_px)  # None: not a pixel moved
         # Every message goes out back to back, after the computing: a kernel's session sends
         # a message more cheaply right after another than after other work.
         below = "" if self._processes is None else self._processes.refresh(s, now, self._row_keys)
-        grid.values.value = text.grid_html(labels_html, grid.titles, grid.last_values, below, grid.tips)
+        grid.values.value = text.grid_html(grid.labels_html, grid.titles, grid.last_values, below, grid.tips)
         if px is not None:
             grid.sent_px = px
             with grid.lines.hold_sync():

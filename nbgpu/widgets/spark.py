@@ -126,4 +126,6 @@ def points_of_cells(trace: np.ndarray, cells: np.ndarray, traces: int, now: floa
         v = np.insert(v, at, np.nan)
         tr = np.insert(tr, at, trace[jumps])
     keep = (t >= now - span_s) & (t <= now)  # rows stamped after ``now`` show next time
+    if keep.all():  # (most refreshes: no copies)
+        return np.bincount(tr, minlength=traces), t - now, v
     return np.bincount(tr[keep], minlength=traces), t[keep] - now, v[keep]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
-from ..units import MISSING, as_float, fmt_bytes, fmt_celsius, fmt_pct, fmt_rate, fmt_watts, gib
+from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_pct, fmt_rate, fmt_watts, gib
 from ..units import fmt_used_of as used_of
 from .columns import Column
 
@@ -66,7 +66,7 @@ _escape = lru_cache(maxsize=MAX_ESCAPED)(html.escape)
 
 
 def _ok(v: object) -> bool:
-    return math.isfinite(as_float(v))
+    return isinstance(v, (int, float)) and math.isfinite(v)  # (not units' ABC test: hot here)
 
 
 def _first(*values: object) -> float:
@@ -146,10 +146,13 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
             continue
         row = latest.get(key, _NO_ROW)
         states = row.get("states") or _NO_ROW
-        # Live if any of the column's metrics is; else failed or stale if one is.
-        mine = {states[m] for m in col.metrics if m in states and (reported is None or m in reported)}
-        if mine:
-            state = next((s for s in ("live", "failed", "stale") if s in mine), "unsupported")
+        # Live if any of the column's metrics is (the common case, tested first); else failed or
+        # stale if one is.
+        mine = [states.get(m) for m in col.metrics if reported is None or m in reported]
+        if "live" in mine:
+            state = "live"
+        elif any(mine):
+            state = next((s for s in ("failed", "stale") if s in mine), "unsupported")
         else:
             state = "live" if reported is None or not set(col.metrics).isdisjoint(reported) else "unsupported"
         if state == "live":
