@@ -11,8 +11,7 @@ import pytest
 import nbgpu
 from nbgpu.sources.simulated import SimulatedGPUs
 from nbgpu.widgets import monitor, registry
-from nbgpu.widgets.bands import rules
-from nbgpu.widgets.grid_view import SPARK_PX
+from nbgpu.widgets.panel_draw import SPARK_PX, rules
 
 
 @pytest.fixture

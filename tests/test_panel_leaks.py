@@ -54,7 +54,7 @@ def _texts(mon: GPUMonitor) -> str:
 
 
 def _html_widgets(mon: GPUMonitor) -> list:
-    from nbgpu.widgets.tree import descendants
+    from nbgpu.widgets.registry import descendants
 
     return [w for w in descendants(mon) if isinstance(w, ipywidgets.HTML)]
 

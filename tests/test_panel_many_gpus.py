@@ -15,9 +15,9 @@ import pytest
 
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.widgets import registry
-from nbgpu.widgets.grid_view import COLUMN_PX, SPARK_PX
 from nbgpu.widgets.monitor import GPUMonitor
-from nbgpu.widgets.tree import descendants
+from nbgpu.widgets.panel_draw import COLUMN_PX, SPARK_PX
+from nbgpu.widgets.registry import descendants
 
 T0 = 1.7e9
 

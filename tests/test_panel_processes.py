@@ -11,7 +11,7 @@ from conftest_diagnostics import drive, sim_sampler
 from nbgpu import SimulatedGPUs
 from nbgpu.diagnostics.owners import users_line, who_uses
 from nbgpu.widgets.monitor import GPUMonitor
-from nbgpu.widgets.tree import descendants
+from nbgpu.widgets.registry import descendants
 
 GIB = 2**30
 OTHER_PID = 4_194_001  # above the usual pid_max: a made-up process of someone else

@@ -11,9 +11,9 @@ import pytest
 
 from conftest_panel import parts
 from nbgpu.sources.base import Device
-from nbgpu.widgets.bands import pack_packed, pack_points
-from nbgpu.widgets.readout import band_scale
+from nbgpu.widgets.panel_draw import INSET, pad_rows
 from nbgpu.widgets.spark import SparkSet
+from nbgpu.widgets.text import band_scale
 from spark_oracle import points_of_all, points_packed, update
 
 
@@ -58,32 +58,23 @@ def test_packed_points_and_packing_equal_the_per_trace_forms(gap_s: float) -> No
     assert list(lengths) == [len(px) for px, _ in per_trace]
     np.testing.assert_array_equal(x, np.concatenate([px for px, _ in per_trace]))
     np.testing.assert_array_equal(v, np.concatenate([pv for _, pv in per_trace]))
-    bands = [0, 1, 1, 2, 3]
-    scales = [100.0, 0.0, np.nan, 50.0, 200.0]
-    plain = pack_points([(bands[i], px, pv, scales[i]) for i, (px, pv) in enumerate(per_trace)], 4, span)
-    packed = pack_packed(lengths, x, v, np.array(bands), np.array(scales), 4, span)
-    for a, c in zip(plain, packed, strict=True):
-        assert a.dtype == c.dtype == np.float32
-        np.testing.assert_array_equal(a, c)
 
 
 def test_packing_nothing_gives_one_empty_row() -> None:
-    x2, y2 = pack_packed(np.zeros(0, np.int64), np.empty(0), np.empty(0), np.zeros(0, np.int64),
-                         np.empty(0), 3, 60.0)
-    px, py = pack_points([], 3, 60.0)
-    np.testing.assert_array_equal(x2, px)
-    np.testing.assert_array_equal(y2, py)
+    x2, y2 = pad_rows(np.zeros(0, np.int64), np.empty(0), np.empty(0), np.zeros(0, np.int64),
+                      np.empty(0), 3, 60.0)
+    np.testing.assert_array_equal(x2, np.full((1, 2), -60.0, np.float32))
+    assert y2.shape == (1, 2) and np.isnan(y2).all()
 
 
 def test_packed_rows_are_each_row_placed_in_its_band_then_padded() -> None:
-    from nbgpu.widgets.bands import INSET
-
     rng = np.random.default_rng(4)
     lengths = np.array([3, 0, 7, 1, 5])
     x = -rng.random(lengths.sum()) * 60.0
     v = np.where(rng.random(lengths.sum()) < 0.2, np.nan, rng.normal(40.0, 30.0, lengths.sum()))
     bands, scales, bands_n = np.array([0, 0, 1, 2, 3]), [100.0, 50.0, np.inf, -1.0, 80.0], 4
-    x2, y2 = pack_packed(lengths, x, v, bands, np.array(scales), bands_n, 60.0)
+    x2, y2 = pad_rows(lengths, x, v, bands, np.array(scales), bands_n, 60.0)
+    assert x2.dtype == y2.dtype == np.float32
     width, lo = 7, 0
     for r, n in enumerate(lengths):
         if n == 0:

@@ -11,7 +11,7 @@ def test_texts_are_escaped_and_the_memory_of_them_stays_bounded() -> None:
     assert text.values_html([("<b>&", 'say "hi"', False), ("42 %", "ok", True)]) == html
     for i in range(text.MAX_ESCAPED * 2):
         text.badge(f"t{i}<", "red")
-    assert len(text._escaped) <= text.MAX_ESCAPED
+    assert text._escape.cache_info().currsize <= text.MAX_ESCAPED
     assert text.badge("x<y", "red").count("x&lt;y") == 1
 
 

@@ -15,12 +15,10 @@ from conftest_panel import parts, row_titles, show
 from nbgpu import Sampler, session
 from nbgpu.errors import BadArgumentError
 from nbgpu.widgets import registry
-from nbgpu.widgets.bands import INSET, pack_points, spaced_labels
-from nbgpu.widgets.bands import rules as mark_rules
-from nbgpu.widgets.grid_view import COLUMN_PX, SPARK_PX
 from nbgpu.widgets.hostonly import HostOnlySource
 from nbgpu.widgets.monitor import GPUMonitor
-from nbgpu.widgets.panel_draw import BUCKETS
+from nbgpu.widgets.panel_draw import BUCKETS, COLUMN_PX, INSET, SPARK_PX, pad_rows, spaced_labels
+from nbgpu.widgets.panel_draw import rules as mark_rules
 from nbgpu.widgets.spark import SparkSet
 from spark_oracle import points_of_all, update
 
@@ -82,7 +80,9 @@ def test_pack_decimates_and_keeps_fixed_scales() -> None:
     x1, v1 = _line(np.linspace(now - 5, now, 10), np.full(10, 50.0), now, 60, 1.5)
     traces = [(0, x0, v0, 100.0), (1, x1, v1, 100.0), (2, np.empty(0), np.empty(0), 100.0),
               (1, np.array([-3.0, -2, -1]), np.array([250.0, -5, 1]), 100.0)]
-    x, y = pack_points(traces, bands=3, span_s=60)
+    band, tx, tv, scale = zip(*traces, strict=True)
+    x, y = pad_rows(np.array([len(a) for a in tx]), np.concatenate(tx), np.concatenate(tv), np.array(band),
+                    scale, bands=3, span_s=60)
     assert x.dtype == np.float32 and x.shape == y.shape and x.shape[0] == 4
     assert x.shape[1] <= 2 * 41 + 2
     assert np.nanmax(x) <= 0 and np.nanmin(x) >= -60
@@ -201,7 +201,7 @@ def test_each_columns_lines_and_mark_rules_lie_in_its_own_pixels(make) -> None:
     """One figure holds every column: column c's lines stay inside its sparkline's pixels
     (``c * COLUMN_PX`` to ``+ SPARK_PX``), right edge now, and a mark's rule stands at the
     same place in every column."""
-    from nbgpu.widgets.grid_view import COLUMN_PX
+    from nbgpu.widgets.panel_draw import COLUMN_PX
 
     s, clock = make(2, 0.1, ticks=30)
     mon = GPUMonitor(sampler=s, start=False, metrics="util,mem,power", processes=False)

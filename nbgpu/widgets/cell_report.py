@@ -1,9 +1,5 @@
-"""The cell report widget: a capture's interactive chart, with static SVG and HTML fallbacks.
-
-The display data carries the static SVG picture and HTML table beside the widget view, so a
-notebook saved without widget state still shows the profile on GitHub, nbviewer and in
-``jupyter nbconvert --to html``.
-"""
+"""The cell report widget: a capture's interactive chart, with static SVG and HTML beside it so
+a notebook saved without widget state still shows it (GitHub, nbviewer, nbconvert)."""
 
 from __future__ import annotations
 
@@ -11,7 +7,10 @@ import datetime as _dt
 from html import escape
 from typing import TYPE_CHECKING
 
-from ..metrics import GPU_METRICS
+import numpy as np
+
+from ..decimate import decimate_minmax
+from ..metrics import BY_NAME, GPU_METRICS
 from ..profiles.report import (
     NO_GPU_LINE,
     REPORT_METRICS,
@@ -31,18 +30,18 @@ from ..units import GIB
 if TYPE_CHECKING:
     from ..profiles.capture import Capture
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
 
 class CellReport:
     """A capture's report: interactive chart in a live kernel, static SVG + table everywhere."""
 
-    def __init__(self, cap: Capture, interactive: bool = True) -> None:
+    def __init__(self, cap: Capture) -> None:
         self.cap = cap
-        self.interactive = interactive
         self.widget = None
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         if no_gpu(self.cap):  # one line saying so and how to simulate GPUs, no empty chart
-            self.widget = None
             return {"text/plain": f"{_title(self.cap)}\n{NO_GPU_LINE}", "text/html": static_html(self.cap)}
         svg = static_svg(self.cap)
         bundle = {
@@ -51,56 +50,34 @@ class CellReport:
             "text/html": static_html(self.cap, svg),
             "image/svg+xml": svg,
         }
-        if self.interactive:
-            try:
-                self.widget = build_widget(self.cap)
-                view = self.widget._repr_mimebundle_()
-            except Exception:  # no widget front end (plain IPython, scripts)
-                view = None
-            if view and "application/vnd.jupyter.widget-view+json" in view:
-                bundle["application/vnd.jupyter.widget-view+json"] = \
-                    view["application/vnd.jupyter.widget-view+json"]
+        try:
+            self.widget = build_widget(self.cap)
+            bundle[WIDGET_VIEW] = self.widget._repr_mimebundle_()[WIDGET_VIEW]
+        except Exception:  # no widget front end (plain IPython, scripts)
+            pass
         return bundle
 
 
-def _metric_label(metric: str) -> str:
-    """``util (%)``, ``memory (GiB)``: the metric table's label and the unit the axis shows."""
-    from ..metrics import BY_NAME
-
+def _axis(metric: str) -> tuple[str, float]:
+    """The axis label of ``metric`` (``memory (GiB)``: memory and rates in GiB, as nvidia-smi)
+    and the factor from its stored unit."""
     m = BY_NAME.get(metric)
     if m is None:
-        return metric
-    return f"{m.label} ({_AXIS_UNITS.get(m.unit, (m.unit, 1.0))[0]})"
-
-
-# Units a person reads on the axis: memory in GiB (as nvidia-smi), rates in GiB/s.
-_AXIS_UNITS = {"B": ("GiB", 1 / GIB), "B/s": ("GiB/s", 1 / GIB)}
-
-
-def axis_values(cap: Capture, metric: str, t, v):
-    """(seconds since the block started, values in the axis unit) of one series."""
-    from ..metrics import BY_NAME
-
-    m = BY_NAME.get(metric)
-    scale = _AXIS_UNITS.get(m.unit, ("", 1.0))[1] if m else 1.0
-    return t - cap.start_time, v * scale
+        return metric, 1.0
+    unit, scale = ("GiB" + m.unit[1:], 1 / GIB) if m.unit in ("B", "B/s") else (m.unit, 1.0)
+    return f"{m.label} ({unit})", scale
 
 
 LINES_TOP = 0.8  # lines stay below this fraction of the chart's height; mark labels sit above
 
 
 def y_range(metric: str, values) -> tuple[float, float]:
-    """The y scale of ``metric``: from 0 (or the lowest value, if negative) to the top value
-    (100 for percentages) over LINES_TOP, so noise never looks like swings and the mark
-    labels above the lines cover none of them."""
-    import numpy as np
-
-    from ..metrics import BY_NAME
-
-    m = BY_NAME.get(metric)
+    """From 0 (or the lowest value, if negative) to the top value (100 for percentages) over
+    LINES_TOP: noise never looks like swings and the mark labels above cover no line."""
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     lo = min(0.0, float(v.min())) if len(v) else 0.0
+    m = BY_NAME.get(metric)
     top = 100.0 if m is not None and m.percent else (float(v.max()) if len(v) else 1.0)
     top = top if top > lo else lo + 1.0
     return lo, lo + (top - lo) / LINES_TOP
@@ -118,9 +95,6 @@ def build_widget(cap: Capture):
     """The interactive report: a metric picker and a bqplot chart, one line per GPU, marks."""
     import bqplot as bq
     import ipywidgets as w
-    import numpy as np
-
-    from ..decimate import decimate_minmax
 
     if no_gpu(cap):
         return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), w.HTML(escape(NO_GPU_LINE))])
@@ -157,15 +131,15 @@ def build_widget(cap: Capture):
     fig = bq.Figure(marks=lines + rules, axes=[ax_x, ax_y],
                     layout=w.Layout(width="100%", height="280px"),
                     fig_margin={"top": 20, "bottom": 40, "left": 60, "right": 20})
-    picker = w.Dropdown(options=[(_metric_label(m), m) for m in metrics],
+    picker = w.Dropdown(options=[(_axis(m)[0], m) for m in metrics],
                         value=metrics[0] if metrics else None, description="metric")
 
     def show(metric: str | None) -> None:
         if metric is None:
             return
-        ax_y.label = _metric_label(metric)
-        drawn = [axis_values(cap, metric, *decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2))
-                 for g in gpus]
+        ax_y.label, scale = _axis(metric)
+        series = (decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2) for g in gpus)
+        drawn = [(t - cap.start_time, v * scale) for t, v in series]
         with fig.hold_sync():
             y_sc.min, y_sc.max = y_range(metric, np.concatenate([v for _, v in drawn]) if drawn else [])
             for line, (x, y) in zip(lines, drawn, strict=True):

@@ -1,8 +1,5 @@
-"""What the live panel can show, and the checks on its settings (shared by the magics).
-
-A *column* is one sparkline per GPU row plus its current value as text. Each column
-names the metrics it draws and how a value maps onto its fixed vertical scale.
-"""
+"""What the live panel can show (a *column*: a sparkline and a value per row), and the checks
+on its settings (shared by the magics)."""
 
 from __future__ import annotations
 
@@ -15,12 +12,8 @@ from ..errors import BadArgumentError
 
 @dataclass(frozen=True)
 class Column:
-    """One metric column of the panel.
-
-    ``metrics`` are GPU metric names drawn as lines in each GPU's band (two lines share a
-    band, e.g. SM and tensor activity); ``host`` is the host metric drawn in the host row
-    under this column, if any. ``percent`` columns use a fixed 0–100 scale.
-    """
+    """One column: its GPU ``metrics`` (two may share a band), the ``host`` metric of the host
+    row under it, if any; ``percent`` columns use a fixed 0–100 scale."""
 
     key: str
     title: str
@@ -74,18 +67,13 @@ def check_metrics(metrics: object) -> tuple[str, ...] | None:
     items = metrics.split(",") if isinstance(metrics, str) else metrics
     if not isinstance(items, Iterable):
         raise BadArgumentError(f"metrics must be a comma-separated list, got {metrics!r}")
-    out: list[str] = []
-    for item in items:
-        key = str(item).strip().lower()
-        key = ALIASES.get(key, key)
-        if key not in COLUMNS:
-            raise BadArgumentError(f"unknown metric {str(item).strip()!r}; choose from "
-                                   f"{', '.join(COLUMNS)}")
-        if key not in out:
-            out.append(key)
-    if not out:
+    names = [str(item).strip() for item in items]
+    keys = [ALIASES.get(name.lower(), name.lower()) for name in names]
+    if bad := [name for name, key in zip(names, keys, strict=True) if key not in COLUMNS]:
+        raise BadArgumentError(f"unknown metric {bad[0]!r}; choose from {', '.join(COLUMNS)}")
+    if not keys:
         raise BadArgumentError(f"metrics is empty; choose from {', '.join(COLUMNS)}")
-    return tuple(out)
+    return tuple(dict.fromkeys(keys))
 
 
 def check_refresh(refresh_s: object) -> float:
@@ -97,6 +85,5 @@ def resolve_columns(chosen: tuple[str, ...] | None, reported: set[str]) -> list[
     """Columns to draw: the chosen ones, or the defaults plus those the cards report."""
     if chosen is not None:
         return [COLUMNS[k] for k in chosen]
-    keys = list(DEFAULT_COLUMNS)
-    keys += [k for k in OPTIONAL_DEFAULTS if reported & set(COLUMNS[k].metrics)]
-    return [COLUMNS[k] for k in keys]
+    return [COLUMNS[k] for k in DEFAULT_COLUMNS + tuple(k for k in OPTIONAL_DEFAULTS
+                                                        if reported & set(COLUMNS[k].metrics))]

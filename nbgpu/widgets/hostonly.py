@@ -19,10 +19,10 @@ class HostOnlySource:
         self.reason = reason
 
     def open(self) -> None:
-        """Nothing to open."""
+        pass
 
     def close(self) -> None:
-        """Nothing to release."""
+        pass
 
     def devices(self) -> list[dict]:
         return []
@@ -34,15 +34,12 @@ class HostOnlySource:
         return Reading()
 
     def describe(self) -> str:
-        """Why no GPU is visible (the NVML error), so views read it from the sampler's status."""
+        """Why no GPU is visible: views read it from the sampler's status."""
         return self.reason
 
 
 def shared_or_host_only(source: object, interval: float | None):
-    """The kernel's shared sampler; "auto" without NVML becomes a host-only sampler.
-
-    Other sources that fail raise as usual (``NVMLUnavailableError`` for "nvml").
-    """
+    """The kernel's shared sampler; "auto" without NVML becomes a host-only sampler."""
     try:
         return session.ensure_sampler(source, interval)
     except NVMLUnavailableError as exc:

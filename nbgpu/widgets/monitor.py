@@ -1,15 +1,5 @@
-"""``GPUMonitor``: the live panel behind ``%gpumon`` (ipywidgets + bqplot only).
-
-The panel reads the sampler's store from the kernel's one panel timer
-(``schedule.SCHEDULE``); the sampler never calls it, so an error in the panel cannot stop
-sampling. Each refresh sends at most one message per widget (a line's x and y together),
-skips entirely when the store has not changed, and sends the same amount whatever the
-sample rate: one ``Lines`` mark holds every column's sparklines and one HTML widget every
-column's values (``grid_view``), so a refresh sends two messages whatever the number of
-columns, and min/max buckets of about 2 pixels are kept between refreshes (``spark.Spark``),
-so a refresh reads only new rows. A stopped panel closes every widget but its header,
-which keeps a static line of the last values; a closed panel closes them all.
-"""
+"""``GPUMonitor``: the live panel behind ``%gpumon``, refreshed by the kernel's one panel timer
+(never the sampler, so a panel error cannot stop sampling)."""
 
 from __future__ import annotations
 
@@ -27,7 +17,7 @@ from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sampler import check_sampler
 from ..sources.base import Device, check_gpus
-from . import registry, text, tree
+from . import registry, text
 from .columns import (
     DEFAULT_REFRESH_S,
     WINDOW_CHOICES_S,
@@ -35,9 +25,8 @@ from .columns import (
     check_refresh,
     resolve_columns,
 )
-from .grid_view import SPARK_PX, PanelGrid
 from .hostonly import HostOnlySource, shared_or_host_only
-from .panel_draw import PanelDrawing, window_label
+from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, window_label
 from .processes import ProcessesLine
 from .schedule import SCHEDULE
 from .visibility import ViewWatch
@@ -57,12 +46,10 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     Args:
         source: where readings come from ("auto", "nvml", "sim", "prometheus=URL", a
-            ``SimulatedGPUs``). None keeps the kernel's running sampler (or "auto").
-            Without a usable NVML, "auto" falls back to a panel of the host alone that
-            says why no GPU is visible.
-        interval: seconds between the sampler's ticks; None keeps the running one.
-            Changing ``source`` or ``interval`` restarts the kernel's shared sampler and
-            every panel follows it.
+            ``SimulatedGPUs``); None keeps the kernel's running sampler (or "auto"). Without
+            NVML, "auto" shows the host alone and says why no GPU is visible.
+        interval: seconds between the sampler's ticks; None keeps the running one. Changing
+            either restarts the kernel's shared sampler; every panel follows it.
         gpus: GPU indices to show (e.g. ``[0, 2]`` or ``"0,2"``); None shows all.
         window_s: seconds of history shown (5 s to 24 h); None: ``NbGpu.window_s`` (60 s).
         metrics: columns to show (e.g. ``"util,mem,power,temp,sm"``); None shows util,
@@ -93,20 +80,17 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._lock = threading.RLock()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
         self.last_error: str | None = None
-        self._paused = False
+        self._paused = self._closed = self._torn_down = False
         self._wanted = False  # started and not stopped: refreshes while a view is on screen
         self.views: ViewWatch | None = None  # says whether a view of the panel is on screen
         self.drawn_span_s: float | None = None  # seconds across the lines last drawn
-        self._closed = False
-        self._torn_down = False
         self._unsubscribe = None
         self._grid: PanelGrid | None = None
         self._last_key: tuple | None = None
         self._lines_at = -float("inf")
-        self._header_said: tuple | None = None  # what the header was drawn from, and its text
-        self._parts: list = []
         self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
+        self._sampler_ref = None  # a released sampler, held weakly
         try:
             if sampler is None:
                 sampler = shared_or_host_only(source, interval)
@@ -127,21 +111,18 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
     @property
     def timeline(self):
         """The sampler's ``Timeline``: ``mon.timeline.to_pandas()`` gives the data."""
-        s = self.sampler if self.sampler is not None else self._released()
-        if s is None:
+        if (s := self.sampler or self._released()) is None:
             raise BadArgumentError("this stopped panel's sampler was replaced and released; "
                                    "read nbgpu.session.shared_sampler().timeline instead")
         return s.timeline
 
     def _released(self):
-        """The sampler a stopped shared panel let go of, while something else still holds it."""
-        ref = getattr(self, "_sampler_ref", None)
-        return ref() if ref is not None else None
+        """The sampler a stopped shared panel let go of, while something else holds it."""
+        return self._sampler_ref() if self._sampler_ref is not None else None
 
     @property
     def refresh_s(self) -> float:
-        """Seconds between updates: as given, else the rate the eye needs for the window (a
-        15 min window moves a pixel every 12 s; its values still update every 5 s)."""
+        """Seconds between updates: as given, else as often as a pixel of the window moves (1 s to 5 s)."""
         if self._refresh_given is not None:
             return self._refresh_given
         return min(max(DEFAULT_REFRESH_S, self.window_s / SPARK_PX), MAX_AUTO_REFRESH_S)
@@ -153,8 +134,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     @property
     def on_screen(self) -> bool:
-        """Whether a view of the panel is on screen now (its front end says so); a panel no
-        front end shows, or shows out of view or in a hidden tab, does no refresh work."""
+        """Whether a view of the panel is on screen now (its front end says so): else it does no work."""
         return self.views is not None and self.views.views_visible > 0
 
     def start(self) -> GPUMonitor:
@@ -182,17 +162,13 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         return self
 
     def _schedule(self) -> None:
-        """On the timer, if started and on screen. A sampler that has read already is drawn
-        at once; one yet to read is looked at every FIRST_DRAW_S until it has (tick())."""
+        """On the timer if started and on screen: drawn at once, or once the sampler has read (tick())."""
         if self.running and self.on_screen and not SCHEDULE.has(self):
             first_s = 0.0 if getattr(self.sampler, "ticks", 0) else FIRST_DRAW_S
             SCHEDULE.add(self, first_s)  # its first tick draws the header too
 
     def stop(self) -> None:
-        """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on.
-
-        ``%gpumon stop`` stops the sampler and every panel.
-        """
+        """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on."""
         self._halt(keep_header=True)
         registry.park(self)
 
@@ -214,21 +190,15 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                     self._columns, self._rows, self._grid.last_values)
             except Exception:
                 log.debug("stopped panel header failed", exc_info=True)
-            # Keep only the header (its last words stay on screen) on layouts and a style all
-            # stopped panels share, so a stopped panel is two widgets; close everything else.
-            doomed = tree.descendants(self)
+            # Keep only the header, on layouts and a style all stopped panels share (two widgets).
+            doomed = registry.descendants(self)
             panel_layout, header_layout, header_style = _stopped_parts()
             self._header.layout, self._header.style = header_layout, header_style
             if not self._own_layout:
                 self.layout = panel_layout
             self.children = [self._header]
-            tree.close_all(doomed, keep=[self, self._header, self.layout])
-            self._parts, self._grid = [self._header], None  # and what only drawing needs
-            self.views = None  # closed with the rest: a restart makes a new one
             self._torn_down = True
-            if self._shared:  # hold the kernel's old sampler (and its store) weakly from now on
-                self._sampler_ref = weakref.ref(self.sampler)
-                self.sampler = None
+            self._drop(doomed, [self._header, self.layout], release=self._shared)
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
@@ -239,13 +209,18 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         with self._lock:
             self._closed = True
             registry.discard(self)
-            tree.close_all(tree.descendants(self), keep=[self])
-            self._parts, self._grid = [], None
-            self.views = None
-            if getattr(self, "sampler", None) is not None:  # None: construction failed first
+            self._drop(registry.descendants(self), [], release=True)
+        super().close()
+
+    def _drop(self, doomed: list, keep: list, release: bool) -> None:
+        """Close ``doomed`` but ``keep`` (and drawing's state, the views' watch with them); with
+        ``release``, hold the sampler (and its store) weakly from now on."""
+        registry.close_widgets(doomed, keep=[self, *keep])
+        self._grid, self.views = None, None
+        if release:
+            if getattr(self, "sampler", None) is not None:  # absent: construction failed first
                 self._sampler_ref = weakref.ref(self.sampler)
             self.sampler = None
-        super().close()
 
     def pause(self, paused: bool = True) -> None:
         """Freeze (or unfreeze) the drawing; the sampler keeps recording."""
@@ -259,12 +234,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._window_box.value = window_s
 
     def refresh(self, force: bool = False, now: float | None = None) -> bool:
-        """Redraw from the store now; returns False when skipped (nothing new, paused, stopped).
-
-        The panel timer calls this; tests and benchmarks may call it directly, ``now``
-        (epoch seconds; None: the sampler's clock) standing in for a fake clock. ``traffic`` counts
-        what was sent.
-        """
+        """Redraw from the store now; False when skipped (nothing new, paused, stopped).
+        ``now``: epoch seconds (None: the sampler's clock), for a fake clock in tests."""
         with self._lock:
             if self._closed or self._torn_down:
                 return False
@@ -272,7 +243,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             status = s.status()
             alerts = self._active_alerts()
             key = (s.store.generation, status.state, tuple(status.lost), status.errors,
-                   self._paused, self.window_s, _last_event(s),
+                   self._paused, self.window_s, s.store.events[-1].seq if s.store.events else None,
                    tuple((a.rule, a.gpu, a.start) for a in alerts))
             if not self._paused:  # someone looks at the newest values: keep them fresh
                 s.watch()
@@ -280,9 +251,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                 self.stats["skipped"] += 1
                 self._draw_header(status)
                 return False
-            now = s.now() if now is None else float(now)  # the clock readings are stamped with
-            # A pixel of a long window is many seconds: redraw its lines only when the
-            # picture can have moved; the current values still update every refresh.
+            now = s.now() if now is None else float(now)
+            # A long window's pixel is many seconds: its lines are redrawn only when they can move.
             lines = (force or key[1:] != (self._last_key or (None,))[1:]
                      or now - self._lines_at >= self.window_s / (2 * SPARK_PX))
             self._last_key = key
@@ -315,10 +285,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             has_host = HOST_KEY in sampler.store.devices()
             self._rows: list[Device] = list(shown) + ([Device(HOST_KEY, "host")] if has_host else [])
             self._row_keys = {r.key for r in self._rows}
-            reported: set[str] = set()
-            for d in shown:
-                reported |= set(d.metrics)
-            self._columns = resolve_columns(self._chosen, reported if shown else {"none"})
+            reported = set().union(*(d.metrics for d in shown)) if shown else {"none"}
+            self._columns = resolve_columns(self._chosen, reported)
             status = sampler.status()
             self._describe = ("no GPU visible" if status.source_kind == HostOnlySource.kind
                               else status.source_description.replace(" (simulated)", ""))
@@ -327,8 +295,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self._last_key = None
 
     def _build(self) -> None:
-        old = self._parts
-        bands = max(1, len(self._rows))
+        old = list(self.children)
         self._header = widgets.HTML(layout=widgets.Layout(**HEADER_LAYOUT))
         self._pause_button = widgets.ToggleButton(
             value=self._paused, description="pause", icon="pause", tooltip="freeze the drawing; "
@@ -347,30 +314,23 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.views = ViewWatch(self._on_screen)
         controls = widgets.HBox([style, self.views, self._header, self._pause_button, self._window_box],
                                 layout=widgets.Layout(align_items="center", margin="0 0 4px 0"))
-        self._grid = PanelGrid(self._columns, [self._traces(col) for col in self._columns], bands)
-        parts = [style, self._header, self._pause_button, self._window_box, controls,
-                 *self._grid.widgets()]
-        self._parts = parts
+        self._grid = PanelGrid(self._columns, self._rows)
         self.children = [controls, self._grid.box]
-        tree.close_all([w for o in old for w in tree.descendants(o)], keep=[self.views])
+        registry.close_widgets([w for o in old for w in registry.descendants(o)], keep=[self.views])
 
     def held(self) -> dict[str, int]:
         """What the panel keeps between refreshes: traces and buckets (bounded by the window)."""
         with self._lock:
             sset = None if self._grid is None else self._grid.sparks
-            return {"traces": 0 if sset is None else sset.traces,
-                    "buckets": 0 if sset is None else sset.held(), "widgets": len(self._parts)}
+            traces, buckets = (0, 0) if sset is None else (sset.traces, sset.held())
+            return {"traces": traces, "buckets": buckets, "widgets": len(registry.descendants(self))}
 
     def _active_alerts(self) -> list:
-        fn = getattr(self.sampler, "alert_list", None)
-        if fn is None:
-            return []
         try:
-            return [a for a in fn(since_s=math.inf) if getattr(a, "end", None) is None]
+            return [a for a in self.sampler.alert_list(since_s=math.inf) if a.end is None]
         except Exception as exc:
             log.debug("alert_list failed: %s", exc)
             return []
-
 
     # -- events and the timer thread ---------------------------------------------------------
     def _on_pause(self, change) -> None:
@@ -388,8 +348,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.refresh(force=True)
 
     def _on_screen(self, visible: bool) -> None:
-        """A view came on screen (the first) or left it (the last): on or off the timer.
-        Back in view, one refresh at once draws all that came meanwhile."""
+        """The first view came on screen (on the timer, drawn at once) or the last left it (off)."""
         with self._lock:
             if visible:
                 self._schedule()
@@ -397,11 +356,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                 SCHEDULE.remove(self)
 
     def tick(self) -> bool | float:
-        """One scheduled refresh; False takes the panel off the timer (closed, or no front end).
-
-        Before the first draw, while the sampler has read nothing yet, returns the seconds
-        until the timer should look again (sooner than a whole refresh period).
-        """
+        """One scheduled refresh; False takes the panel off the timer (closed, or no front end),
+        seconds look again sooner (the sampler has read nothing yet)."""
         if self._closed or self._torn_down or self.comm is None or not self.on_screen:
             return False
         s = self.sampler
@@ -414,18 +370,15 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             self.stats["errors"] += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.debug("panel refresh failed", exc_info=True)
-            try:
-                self._draw_header()
-            except Exception:
-                log.debug("panel header failed", exc_info=True)
+            self._draw_header()  # (if this fails too, the timer logs it and keeps the panel)
         return True
 
 
 def _stopped_parts() -> list:
     """The panel layout, header layout and header style that every stopped panel shows."""
     if not _stopped or any(w.comm is None for w in _stopped):
-        _stopped[:] = [tree.share(widgets.Layout(**PANEL_LAYOUT)),
-                       tree.share(widgets.Layout(**HEADER_LAYOUT)), tree.share(HTMLStyle())]
+        _stopped[:] = [registry.share(widgets.Layout(**PANEL_LAYOUT)),
+                       registry.share(widgets.Layout(**HEADER_LAYOUT)), registry.share(HTMLStyle())]
     return _stopped
 
 
@@ -440,11 +393,3 @@ def _repointer(panel: GPUMonitor):
 
     return repoint
 
-
-def _last_event(sampler) -> object:
-    """Identity of the newest event (mark, lost GPU, start/stop): a new one redraws the lines."""
-    try:
-        e = sampler.store.events[-1]
-    except IndexError:
-        return None
-    return (e.time, e.kind, e.label)

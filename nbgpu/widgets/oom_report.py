@@ -1,8 +1,5 @@
-"""The OOM post-mortem as display data: the memory story, then the cell's memory timeline.
-
-Static HTML and SVG only (no widget state), so a saved notebook shows it on GitHub,
-nbviewer and in ``jupyter nbconvert``; the moment of failure is a labelled rule.
-"""
+"""The OOM post-mortem as display data: the memory story, then the cell's memory timeline with
+the failure marked; static HTML and SVG only, so a saved notebook shows it anywhere."""
 
 from __future__ import annotations
 
@@ -34,20 +31,16 @@ class OomReport:
     def html(self) -> str:
         story = self.post_mortem.story
         head = ["GPU", "NVML used at failure", "NVML peak in cell", "total"]
-        has_fw = story.framework is not None and any(math.isfinite(g.allocated_bytes) for g in story.gpus)
-        if has_fw:
+        sizes = ["nvml_used_bytes", "nvml_peak_bytes", "mem_total_bytes"]
+        if story.framework is not None and any(math.isfinite(g.allocated_bytes) for g in story.gpus):
             head += [f"{story.framework} allocated", f"{story.framework} reserved", "outside the framework"]
-        rows = []
-        for g in story.gpus:
-            cells = [f"{escape(str(g.gpu))}{' ✗' if g.gpu == story.failed_gpu else ''}",
-                     fmt_bytes(g.nvml_used_bytes), fmt_bytes(g.nvml_peak_bytes), fmt_bytes(g.mem_total_bytes)]
-            if has_fw:
-                cells += [fmt_bytes(g.allocated_bytes), fmt_bytes(g.reserved_bytes),
-                          fmt_bytes(g.outside_framework_bytes)]
-            rows.append("<tr>" + "".join(f'<td style="padding:2px 8px">{c}</td>' for c in cells) + "</tr>")
+            sizes += ["allocated_bytes", "reserved_bytes", "outside_framework_bytes"]
+        rows = "".join("<tr>" + "".join(f'<td style="padding:2px 8px">{c}</td>' for c in [
+            f"{escape(str(g.gpu))}{' ✗' if g.gpu == story.failed_gpu else ''}",
+            *(fmt_bytes(getattr(g, name)) for name in sizes)]) + "</tr>" for g in story.gpus)
         table = ('<table class="nbgpu-oom" style="border-collapse:collapse;font-size:12px"><thead><tr>'
                  + "".join(f'<th style="text-align:left;padding:2px 8px">{escape(h)}</th>' for h in head)
-                 + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+                 + f"</tr></thead><tbody>{rows}</tbody></table>")
         parts = [f'<div class="nbgpu-oom-report"><b style="color:#a33">GPU out of memory</b> '
                  f"<code>{escape(story.error)}</code>"]
         if math.isfinite(story.requested_bytes):
@@ -56,8 +49,7 @@ class OomReport:
         if story.holders:
             items = "".join(f"<li><code>{escape(holder_line(r))}</code></li>" for r in story.holders)
             parts.append(f"<p>Held by (<code>%gpumon memory</code> lists every name):</p><ul>{items}</ul>")
-        release = release_line(story.holders, story.freed_by)
-        if release:
+        if release := release_line(story.holders, story.freed_by):
             parts.append(f"<p>{escape(release)}.</p>")
         if story.allocations:
             items = "".join(f"<li>{fmt_bytes(a.size_bytes)} on cuda:{a.device}: "

@@ -1,10 +1,5 @@
-"""The panel's "who is using the GPU" line: this kernel, this user elsewhere, others (aggregated).
-
-Data from ``Sampler.processes()`` through ``nbgpu.diagnostics.owners.who_uses``; other
-users are only a total and a count, never names or command lines. Hidden where the source
-reports no process lists (Prometheus). Recomputed at most every ``every_s`` seconds; this
-kernel's process tree is walked again only when NVML lists a PID not seen at the last walk
-(a listed process's ancestry does not change), since the walk costs more than the rest.
+"""The panel's "who is using the GPU" line: this kernel, this user elsewhere, others (only a
+total and a count, never names). Hidden where the source lists no processes (Prometheus).
 """
 
 from __future__ import annotations
@@ -12,21 +7,14 @@ from __future__ import annotations
 import getpass
 import html
 
-from ..diagnostics.owners import GpuUsers, tree_pids, users_line, who_uses
+from ..diagnostics.owners import tree_pids, users_line, who_uses
 
 EVERY_S = 2.0
 
 
-def users_html(usage: dict[object, GpuUsers]) -> str:
-    """One muted line per GPU: "GPU 0 · this kernel 4.0 GiB · others 12.0 GiB (3 processes)"."""
-    rows = "".join(f"<div><b>GPU {html.escape(str(gpu))}</b> · {html.escape(users_line(u))}</div>"
-                   for gpu, u in usage.items())
-    return f'<div class="nbgpu-m nbgpu-procs" title="GPU memory by process owner">{rows}</div>'
-
-
 class ProcessesLine:
-    """The HTML the panel shows under its rows (``html``; "" with no process to show),
-    recomputed from the sampler's process lists; the panel sends it with its values."""
+    """The HTML the panel shows under its rows ("" with no process to show), recomputed at
+    most every ``every_s`` from the sampler's process lists."""
 
     def __init__(self, every_s: float = EVERY_S) -> None:
         self.html = ""
@@ -37,19 +25,18 @@ class ProcessesLine:
         self._user = getpass.getuser()  # who_uses asks otherwise, every time (tens of us)
 
     def refresh(self, sampler, now: float, gpus: set | None = None) -> str:
-        """``html``, recomputed (at most every ``every_s``) for the GPUs shown (None: all)."""
+        """``html`` for the GPUs shown (None: all)."""
         if now - self._at < self.every_s:
             return self.html
         self._at = now
-        usage = {g: u for g, u in who_uses(sampler, mine=self._kernel_pids(sampler), user=self._user).items()
-                 if gpus is None or g in gpus}
-        self.html = users_html(usage) if usage else ""
-        return self.html
-
-    def _kernel_pids(self, sampler) -> set[int]:
-        """This kernel's PIDs, walked again only when NVML lists a PID the last walk did not see."""
+        # The kernel's process tree (a costly walk) again only when NVML lists a PID not seen.
         listed = frozenset(p.pid for procs in sampler.processes().values() for p in procs)
         if not listed <= self._walked:
-            self._mine = tree_pids()
-            self._walked = listed
-        return self._mine
+            self._mine, self._walked = tree_pids(), listed
+        # One muted line per GPU: "GPU 0 · this kernel 4.0 GiB · others 12.0 GiB (3 processes)".
+        rows = "".join(f"<div><b>GPU {html.escape(str(gpu))}</b> · {html.escape(users_line(u))}</div>"
+                       for gpu, u in who_uses(sampler, mine=self._mine, user=self._user).items()
+                       if gpus is None or gpu in gpus)
+        self.html = f'<div class="nbgpu-m nbgpu-procs" title="GPU memory by process owner">{rows}</div>' \
+            if rows else ""
+        return self.html

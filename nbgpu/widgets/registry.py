@@ -1,18 +1,18 @@
-"""The panels of this kernel, so ``%gpumon stop`` and ``%unload_ext`` can reach them.
-
-Running panels are held here; a stopped panel (on screen, drawing nothing) is only looked up
-weakly, so panels started and stopped over a long session do not pile up here, and a cell
-run again can still close the one it showed.
-"""
+"""The panels of this kernel (for ``%gpumon stop``, ``%unload_ext``; stopped ones held weakly),
+and every widget a panel holds (layouts, styles, marks, scales), so closing it leaks none."""
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterable
+
+from ipywidgets import Widget
 
 _lock = threading.Lock()
 _panels: list = []
 _stopped: weakref.WeakSet = weakref.WeakSet()
+_shared: set[int] = set()  # ids of widgets many panels use at once (kept alive by their owner)
 
 
 def add(panel) -> None:
@@ -25,10 +25,17 @@ def add(panel) -> None:
 
 def park(panel) -> None:
     """A panel stopped but still on screen: no longer held, still reachable while it lives."""
+    discard(panel)
+    with _lock:
+        _stopped.add(panel)
+
+
+def discard(panel) -> None:
+    """Forget a closed panel."""
     with _lock:
         if panel in _panels:
             _panels.remove(panel)
-        _stopped.add(panel)
+        _stopped.discard(panel)
 
 
 def current_cell() -> str | None:
@@ -45,20 +52,11 @@ def current_cell() -> str | None:
 
 def close_from_cell(cell: str | None, keep=None) -> int:
     """Close the panels an earlier run of ``cell`` opened (its output is gone); returns how many."""
-    if cell is None:
-        return 0
-    old = [p for p in panels() + stopped() if p is not keep and getattr(p, "origin", None) == cell]
+    old = [p for p in panels() + stopped() if p is not keep and getattr(p, "origin", None) == cell] \
+        if cell is not None else []
     for p in old:
         p.close()
     return len(old)
-
-
-def discard(panel) -> None:
-    """Forget a closed panel."""
-    with _lock:
-        if panel in _panels:
-            _panels.remove(panel)
-        _stopped.discard(panel)
 
 
 def panels() -> list:
@@ -87,3 +85,39 @@ def close_all() -> int:
     for p in items:
         p.close()
     return len(items)
+
+
+def share(widget: Widget) -> Widget:
+    """Mark ``widget`` as used by many panels: ``close_widgets`` never closes it. Returns it."""
+    _shared.add(id(widget))
+    return widget
+
+
+def _widgets_in(value: object) -> Iterable[Widget]:
+    if isinstance(value, Widget):
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _widgets_in(item)
+
+
+def descendants(root: Widget) -> list[Widget]:
+    """``root`` and every widget reachable from its synced traits (children, layout, marks...)."""
+    seen: dict[int, Widget] = {}
+    stack = [root]
+    while stack:
+        w = stack.pop()
+        if id(w) not in seen:
+            seen[id(w)] = w
+            for name in w.keys:
+                stack.extend(_widgets_in(getattr(w, name, None)))
+    return list(seen.values())
+
+
+def close_widgets(widgets: Iterable[Widget], keep: Iterable[Widget] = ()) -> int:
+    """Close each widget not in ``keep`` nor shared; returns how many were closed."""
+    kept = {id(w) for w in keep} | _shared
+    doomed = [w for w in widgets if id(w) not in kept and w.comm is not None]
+    for w in doomed:
+        w.close()
+    return len(doomed)

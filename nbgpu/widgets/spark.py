@@ -1,11 +1,5 @@
-"""Incremental min/max buckets of many sparklines, kept between panel refreshes.
-
-Buckets sit on a fixed grid of absolute time (``width_s`` each, about 2 pixels). Each
-refresh hands over only the rows the store gained since the last one (its cursor), late
-rows of a drained NVML sample buffer included, and they are merged into their buckets
-with vectorised numpy. The cost of a refresh follows the new rows, not the window's
-length or the sample rate, and no row is missed however late it arrives.
-"""
+"""Min/max buckets of many sparklines, kept between refreshes on a fixed grid of time: a refresh
+merges only the rows the store gained (late ones too), so its cost follows the new rows."""
 
 from __future__ import annotations
 
@@ -23,20 +17,8 @@ _EMPTY = np.array([0.0, np.inf, -np.inf, np.inf, np.inf, np.inf, -np.inf])
 
 
 class SparkSet:
-    """The buckets of many sparklines at once: one vectorised reduction per refresh.
-
-    Args:
-        traces: how many sparklines.
-        width_s: seconds per bucket (the span over the number of buckets).
-
-    The traces share one bucket grid, kept as one array (trace × bucket × field, a ring
-    over the window's buckets): a refresh reduces the new rows of every trace together,
-    merges them into their cells and reads the window out in order, with a fixed number
-    of numpy calls whatever the number of traces or buckets. Rows are given once each:
-    those of the window at the first update, then only new ones. ``ahead`` turns True
-    when rows more than a bucket newer than ``now`` came (a clock behind the data): they
-    were not kept, so the caller starts a new set.
-    """
+    """The buckets (``width_s`` seconds each) of ``traces`` sparklines as one ring array (trace ×
+    bucket × field); ``ahead``: rows over a bucket newer than ``now`` came and were not kept."""
 
     def __init__(self, traces: int, width_s: float) -> None:
         self.traces = traces
@@ -46,8 +28,6 @@ class SparkSet:
         self._flat = self._grid.reshape(-1, len(KEPT_FIELDS))  # the grid as one cell a row (a view)
         self._bucket = np.zeros(0, np.int64)  # bucket number each ring column holds
         self._held = 0
-        self._prepared: tuple[int, int, int] | None = None  # (first, last, ring) made ready
-        self._cols_of: tuple[int, int, int, np.ndarray] | None = None  # the window's columns
 
     def start(self, now: float, span_s: float) -> float:
         """Epoch seconds where the window starts: the first update's rows begin there."""
@@ -55,10 +35,8 @@ class SparkSet:
 
     def add_rows(self, trace: np.ndarray, t: np.ndarray, v: np.ndarray, now: float, span_s: float
                  ) -> tuple[int, int]:
-        """Merge new rows into their cells, each row with its trace (non-decreasing, as
-        ``Store.series_rows`` gives them; time-sorted within a trace, no NaN); rows before
-        the window are dropped. Returns the window's first and last bucket numbers, which
-        ``points`` and ``window`` read."""
+        """Merge new rows (by trace, time-sorted within one, no NaN) into their cells; rows
+        before the window are dropped. Returns the window's first and last bucket numbers."""
         w = self.width_s
         first, last = math.floor((now - span_s) / w), math.floor(now / w)
         self._prepare(first, last)
@@ -69,35 +47,24 @@ class SparkSet:
             keep = (bucket >= first) & (bucket <= last + 1)
             t, v, trace, bucket = t[keep], v[keep], trace[keep], bucket[keep]
         if len(t):
-            # Each row's cell in the grid (trace × ring): one run per bucket of a trace.
             self._merge(*bucket_cells(t, np.asarray(v, np.float64), trace * ring + bucket % ring))
         return first, last
 
     def points(self, first: int, last: int, now: float, span_s: float, gap_s: float
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``points_of_cells`` of the window's cells (buckets ``first`` to ``last``)."""
-        trace, _, cells = self._cells(first, last)
+        trace, _, cells = self.window(first, last)
         return points_of_cells(trace, cells, self.traces, now, span_s, gap_s)
 
     def _prepare(self, first: int, last: int) -> None:
-        """Ring columns for buckets ``first`` to ``last + 1``: one that held an older bucket is
-        emptied. Nothing to do for the window made ready last time (the same ring), and only
-        the buckets gained for a window that moved on (no column was given out since)."""
+        """Empty the ring columns for buckets ``first`` to ``last + 1`` that held an older one."""
         self._fit(first, last - first + 2)  # the window's buckets and the one after
-        ring = self._bucket.size
-        done = self._prepared
-        if done == (first, last, ring):
-            return
-        lowest = first
-        if done is not None and done[2] == ring and first >= done[0] and last >= done[1]:
-            lowest = max(done[1] + 2, first)
-        wanted = np.arange(lowest, last + 2)
-        cols = wanted % ring
-        moved = self._bucket[cols] != wanted  # a column that held an older bucket: now empty
+        wanted = np.arange(first, last + 2)
+        cols = wanted % self._bucket.size
+        moved = self._bucket[cols] != wanted
         if moved.any():
             self._grid[:, cols[moved]] = _EMPTY
             self._bucket[cols[moved]] = wanted[moved]
-        self._prepared = (first, last, ring)
 
     def _merge(self, at: np.ndarray, new: np.ndarray) -> None:
         """Fold fresh cells into the grid's cells ``at`` (an empty cell holds ``_EMPTY``)."""
@@ -107,14 +74,8 @@ class SparkSet:
         np.minimum(old[:, FIRST], new[:, FIRST], out=new[:, FIRST])
         np.maximum(old[:, LAST], new[:, LAST], out=new[:, LAST])
         # The first minimum (maximum) in time: the older cell's on a tie of values.
-        lo = old[:, VMIN] < new[:, VMIN]
-        tie = old[:, VMIN] == new[:, VMIN]
-        if tie.any():
-            lo |= tie & (old[:, TMIN] <= new[:, TMIN])
-        hi = old[:, VMAX] > new[:, VMAX]
-        tie = old[:, VMAX] == new[:, VMAX]
-        if tie.any():
-            hi |= tie & (old[:, TMAX] <= new[:, TMAX])
+        lo = (old[:, VMIN] < new[:, VMIN]) | ((old[:, VMIN] == new[:, VMIN]) & (old[:, TMIN] <= new[:, TMIN]))
+        hi = (old[:, VMAX] > new[:, VMAX]) | ((old[:, VMAX] == new[:, VMAX]) & (old[:, TMAX] <= new[:, TMAX]))
         np.copyto(new[:, TMIN:VMIN + 1], old[:, TMIN:VMIN + 1], where=lo[:, None])
         np.copyto(new[:, TMAX:VMAX + 1], old[:, TMAX:VMAX + 1], where=hi[:, None])
         flat[at] = new
@@ -135,25 +96,11 @@ class SparkSet:
     def window(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The non-empty cells of buckets ``first`` to ``last``, by trace then time:
         (trace, bucket number, cells), a cell a row of ``KEPT_FIELDS``."""
-        trace, k, cells = self._cells(first, last)
-        return trace, k + first, cells
-
-    def _cells(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The window's non-empty cells, by trace then time: (trace, place in the window, cells)."""
         ring = self._bucket.size
-        cols = self._columns(first, last)  # each holds its bucket (_prepare)
+        cols = np.arange(first, last + 1) % ring  # each holds its bucket (_prepare)
         trace, k = np.divmod(np.flatnonzero(self._grid[:, cols, COUNT] > 0), len(cols))
-        cells = self._flat.take(trace * ring + cols[k], axis=0)
         self._held = len(trace)
-        return trace, k, cells
-
-    def _columns(self, first: int, last: int) -> np.ndarray:
-        """Ring columns of buckets ``first`` to ``last`` (kept while the window stays)."""
-        ring = self._bucket.size
-        got = self._cols_of
-        if got is None or got[:3] != (first, last, ring):
-            got = self._cols_of = (first, last, ring, np.arange(first, last + 1) % ring)
-        return got[3]
+        return trace, k + first, self._flat.take(trace * ring + cols[k], axis=0)
 
     def held(self) -> int:
         """Buckets kept between refreshes (bounded by traces × buckets in the window)."""
@@ -162,28 +109,23 @@ class SparkSet:
 
 def points_of_cells(trace: np.ndarray, cells: np.ndarray, traces: int, now: float, span_s: float,
                     gap_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Line points of every trace from cells (a row of ``KEPT_FIELDS`` each, by trace then time):
-    (points per trace, x, values) as one flat run, trace after trace, x in seconds before
-    ``now``. Per bucket its min and max in time order; a NaN where samples are more than
-    ``gap_s`` apart, so missing data shows as a gap."""
+    """(points per trace, x, values) of cells (by trace then time), x in seconds before ``now``:
+    each cell's min and max in time order, a NaN where samples are more than ``gap_s`` apart."""
     if len(cells) == 0:
         return np.zeros(traces, np.int64), np.empty(0), np.empty(0)
     tmin, vmin, tmax, vmax = cells[:, TMIN], cells[:, VMIN], cells[:, TMAX], cells[:, VMAX]
-    lo_first = tmin <= tmax  # per cell its min and max point, the earlier first
-    t, v = np.empty((len(cells), 2)), np.empty((len(cells), 2))
-    t[:, 0], t[:, 1] = np.where(lo_first, tmin, tmax), np.where(lo_first, tmax, tmin)
-    v[:, 0], v[:, 1] = np.where(lo_first, vmin, vmax), np.where(lo_first, vmax, vmin)
-    t, v = t.ravel(), v.ravel()
+    lo_first = tmin <= tmax
+    t = np.column_stack([np.where(lo_first, tmin, tmax), np.where(lo_first, tmax, tmin)]).ravel()
+    v = np.column_stack([np.where(lo_first, vmin, vmax), np.where(lo_first, vmax, vmin)]).ravel()
     tr = np.repeat(trace, 2)
     jumps = np.flatnonzero(cells[1:, FIRST] - cells[:-1, LAST] > gap_s)
-    if len(jumps):  # a gap within a trace (not the step from one trace to the next)
-        jumps = jumps[trace[jumps + 1] == trace[jumps]]
+    jumps = jumps[trace[jumps + 1] == trace[jumps]]  # a gap within a trace, not between two
     if len(jumps):
         at = 2 * (jumps + 1)
         t = np.insert(t, at, cells[jumps, LAST] + gap_s / 2)
         v = np.insert(v, at, np.nan)
         tr = np.insert(tr, at, trace[jumps])
     keep = (t >= now - span_s) & (t <= now)  # rows stamped after ``now`` show next time
-    if keep.all():
+    if keep.all():  # (most refreshes: no copies)
         return np.bincount(tr, minlength=traces), t - now, v
     return np.bincount(tr[keep], minlength=traces), t[keep] - now, v[keep]

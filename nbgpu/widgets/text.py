@@ -1,17 +1,20 @@
-"""Text of the panel: current values and the HTML of labels, values and the header.
-
-Colours come from JupyterLab's CSS variables (with fallbacks for other front ends), so
-the panel reads in light and dark themes alike. Nothing here touches a widget.
-"""
+"""What each panel row says (its scales, values, labels) and their HTML; pure functions of the
+sampler's latest readings, coloured with JupyterLab's CSS variables (light and dark themes)."""
 
 from __future__ import annotations
 
 import html
 import math
+import os
+import socket
+import time
+from functools import lru_cache
+
+import numpy as np
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
-from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_rate
+from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_pct, fmt_rate, fmt_watts, gib
 from ..units import fmt_used_of as used_of
 from .columns import Column
 
@@ -23,9 +26,18 @@ VALUE_PX = 72  # a column's values, right of its sparklines
 GAP_PX = 4  # between columns
 LABEL_PX = 150  # the rows' labels, left of the columns
 COLUMN_PX = SPARK_PX + VALUE_PX + GAP_PX
+CPUS = os.cpu_count()  # read once: the host row asks every refresh (None: not known)
+CPU_SCALE_PCT = 100.0 * (CPUS or 1)  # the top of this kernel's CPU band: every core busy
+MAX_ESCAPED = 4096
+_NO_ROW: dict = {}  # a GPU with no readings (yet)
 SEVERITY_COLORS = {"critical": "var(--jp-error-color1,#d32f2f)",
                    "warning": "var(--jp-warn-color1,#e08600)",
                    "info": "var(--jp-info-color1,#0288d1)"}
+# The host row's values sit in the GPU columns: each says its own small label and tooltip.
+HOST_LABELS = {"host_cpu_pct": ("host CPU", "CPU of the whole machine"),
+               "host_ram_used_bytes": ("RAM", "RAM in use on the machine"),
+               "proc_cpu_pct": ("kernel CPU", "CPU of this kernel and its child processes (% of one core)"),
+               "proc_rss_bytes": ("kernel RSS", "RAM of this kernel and its child processes")}
 # Sent once per panel; the HTML sent on every refresh only names these classes.
 STYLE = f"""<style>
 .nbgpu-p{{font-family:var(--jp-ui-font-family,system-ui,sans-serif);
@@ -49,101 +61,119 @@ overflow:hidden;text-overflow:ellipsis}}
 .nbgpu-procs{{margin-top:4px;white-space:normal;font-size:11px;line-height:1.4}}
 </style>"""
 
-
-_escaped: dict[str, str] = {}  # the same texts (tooltips, "stale", titles) come every refresh
-MAX_ESCAPED = 4096
-
-
-def _escape(text: str) -> str:
-    """``html.escape`` of ``text``, remembered: a refresh escapes about a hundred texts."""
-    out = _escaped.get(text)
-    if out is None:
-        if len(_escaped) >= MAX_ESCAPED:
-            _escaped.clear()
-        out = _escaped[text] = html.escape(text)
-    return out
+# A refresh escapes about a hundred texts, mostly the same ones (tooltips, "stale", titles).
+_escape = lru_cache(maxsize=MAX_ESCAPED)(html.escape)
 
 
 def _ok(v: object) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+    return isinstance(v, (int, float)) and math.isfinite(v)  # (not units' ABC test: hot here)
 
 
-def pct(v: object) -> str:
-    return f"{v:.0f} %" if _ok(v) else MISSING
+def _first(*values: object) -> float:
+    """The first positive finite number of ``values``; NaN where there is none."""
+    return next((float(v) for v in values if _ok(v) and v > 0), np.nan)
 
 
-def rate(v: object) -> str:
-    """Bytes a second in binary units: "1.2 GiB/s", "340.0 MiB/s"."""
-    return fmt_rate(v) if _ok(v) else MISSING
+def fixed_scale(metric: str) -> float | None:
+    """The top of a band that depends on the metric alone (percentages, temperature); else None."""
+    if metric.endswith("_pct"):
+        return CPU_SCALE_PCT if metric == "proc_cpu_pct" else 100.0
+    return 100.0 if metric == "temp_c" else None
+
+
+def band_scale(metric: str, info: Device, row: dict, host: dict, v: np.ndarray) -> float:
+    """The value at the top of a band: fixed, else the card's limits (``info``, its latest
+    ``row``, the ``host``'s), else the peak of the window's values ``v``."""
+    fixed = fixed_scale(metric)
+    if fixed is not None:
+        return fixed
+    if metric == "mem_used_bytes":
+        return _first(row.get("mem_total_bytes"), info.mem_total_bytes)
+    if metric in ("host_ram_used_bytes", "proc_rss_bytes"):
+        return _first(host.get("host_ram_total_bytes"))
+    if metric == "power_w" and (limit := _first(row.get("power_limit_w"), info.power_limit_w)) == limit:
+        return limit
+    if not len(v):
+        return np.nan if metric == "power_w" else 1.0
+    return float(np.fmax.reduce(v))  # fmax skips NaN; all NaN gives NaN, with no warning
 
 
 def gpu_value(col: Column, row: dict, info: Device) -> str:
     """Current value of ``col`` for a GPU from its latest readings (``Sampler.latest()`` row)."""
-    metrics = col.metrics
-    v0 = row.get(metrics[0], math.nan)
-    if len(metrics) == 1:
-        if not _ok(v0):
-            return "–"
-        vals = (v0,)
-    else:
-        vals = [v0] + [row.get(m, math.nan) for m in metrics[1:]]
-        if not any(_ok(v) for v in vals):
-            return "–"
-    k = col.key
+    vals = [row.get(m, math.nan) for m in col.metrics]
+    if not any(_ok(v) for v in vals):
+        return MISSING
+    v0, k = vals[0], col.key
     if k == "mem":
         return used_of(v0, row.get("mem_total_bytes", info.mem_total_bytes))
     if k == "power":
         limit = row.get("power_limit_w", info.power_limit_w)
-        return f"{v0:.0f}/{limit:.0f} W" if _ok(limit) and _ok(v0) else \
-            (f"{v0:.0f} W" if _ok(v0) else "–")
+        return f"{v0:.0f}/{limit:.0f} W" if _ok(limit) and _ok(v0) else fmt_watts(v0)
     if k == "temp":
         return fmt_celsius(v0)
     if k == "clocks":
         return f"{v0:.0f} MHz"
     if k == "pcie":
-        return f"↓{rate(v0)} ↑{rate(vals[1])}"
+        return f"↓{fmt_rate(v0)} ↑{fmt_rate(vals[1])}"
     if col.percent and len(vals) == 2:
-        return " · ".join(f"{v:.0f}" if _ok(v) else "–" for v in vals) + " %"
-    return pct(v0)
+        return " · ".join(f"{v:.0f}" if _ok(v) else MISSING for v in vals) + " %"
+    return fmt_pct(v0)
 
 
 def host_value(col: Column, host: dict) -> str:
-    """Current value of the host row under ``col`` ("" where the column has no host metric)."""
+    """The host row's value under ``col``, its label on a line before ("" with no host metric)."""
     if col.host is None:
         return ""
     v = host.get(col.host, math.nan)
     if col.host == "host_ram_used_bytes":
         value = used_of(v, host.get("host_ram_total_bytes"))
-    elif col.host == "proc_rss_bytes":
-        value = fmt_bytes(v)
     else:
-        value = pct(v)
-    return f"{HOST_LABELS.get(col.host, '')}\n{value}"
+        value = fmt_bytes(v) if col.host == "proc_rss_bytes" else fmt_pct(v)
+    return f"{HOST_LABELS[col.host][0]}\n{value}"
 
 
-# The host row's values sit in the GPU columns, so each carries its own small label
-# (``_value_row`` draws the line before a newline as one).
-HOST_LABELS = {"host_cpu_pct": "host CPU", "host_ram_used_bytes": "RAM",
-               "proc_cpu_pct": "kernel CPU", "proc_rss_bytes": "kernel RSS"}
-
-
-HOST_TOOLTIPS = {"host_cpu_pct": "CPU of the whole machine",
-                 "host_ram_used_bytes": "RAM in use on the machine",
-                 "proc_cpu_pct": "CPU of this kernel and its child processes (% of one core)",
-                 "proc_rss_bytes": "RAM of this kernel and its child processes"}
-
-
-def host_tooltip(col: Column) -> str:
-    """What the host row under ``col`` shows, in words ("" where the column has no host metric)."""
-    return HOST_TOOLTIPS.get(col.host or "", "")
+def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, running: bool,
+                lost: dict) -> list[tuple[str, str, bool]]:
+    """(text, tooltip, muted) of ``col`` for each panel row. A value not live shows "stale" or
+    "failed" (the last good one in the tooltip), or "n/a" ("n/a (MIG)" for MIG slices and cards)."""
+    out = []
+    stale = not running
+    mig_cards = {d.parent for d in rows if d.mig}
+    for dev in rows:
+        key, reported = dev.key, dev.metrics
+        if key == HOST_KEY:
+            out.append((host_value(col, host), HOST_LABELS.get(col.host or "", ("", ""))[1], stale))
+            continue
+        row = latest.get(key, _NO_ROW)
+        states = row.get("states") or _NO_ROW
+        # Live if any of the column's metrics is (the common case, tested first); else failed or
+        # stale if one is.
+        mine = [states.get(m) for m in col.metrics if reported is None or m in reported]
+        if "live" in mine:
+            state = "live"
+        elif any(mine):
+            state = next((s for s in ("failed", "stale") if s in mine), "unsupported")
+        else:
+            state = "live" if reported is None or not set(col.metrics).isdisjoint(reported) else "unsupported"
+        if state == "live":
+            out.append((gpu_value(col, row, dev), col.help, stale or key in lost))
+        elif state != "unsupported":
+            last = gpu_value(col, {**row, **(row.get("last_good") or {})}, dev)
+            why = "its read failed" if state == "failed" else "not refreshed for several periods"
+            out.append((state, f"{why}; last good value {last}", True))
+        elif dev.mig:
+            out.append(("n/a (MIG)", "not reported for MIG slices (NVML gives it for the whole card only)",
+                        True))
+        elif key in mig_cards:
+            out.append(("n/a (MIG)", f"not reported while GPU {key} is in MIG mode", True))
+        else:
+            out.append(("n/a", f"GPU {key} does not report this", True))
+    return out
 
 
 def values_html(texts: list[tuple[str, str, bool]], tip: str = "") -> str:
-    """One column of values, a row each: (text, tooltip, muted), right of its sparklines.
-
-    ``tip`` is the column's tooltip, said once on the column: a row whose tooltip is the
-    same carries none of its own and shows the column's (as the browser shows an ancestor's).
-    """
+    """One column of values, a row each (text, tooltip, muted); a row whose tooltip is the
+    column's ``tip`` carries none of its own (the browser shows the column's)."""
     rows = "".join([_value_row(item) if item[1] != tip else _value_row((item[0], "", item[2]))
                     for item in texts])
     said = f' title="{_escape(tip)}"' if tip else ""
@@ -152,32 +182,22 @@ def values_html(texts: list[tuple[str, str, bool]], tip: str = "") -> str:
 
 def grid_html(labels: str, titles: list[str], values: list[list[tuple[str, str, bool]]],
               below: str = "", tips: list[str] | None = None) -> str:
-    """The rows' labels (``label_html``), then every column's title (``title_html``) over its
-    values: the layer over the panel's one figure of sparklines, each column's values in the
-    gap right of its lines; ``below`` (the processes line) under the rows; ``tips``: each
-    column's tooltip (``values_html``'s)."""
+    """The layer over the panel's figure: the rows' labels, then every column's title over its
+    values (in the gap right of its lines); ``below`` (the processes line) under the rows."""
     tips = tips if tips is not None else [""] * len(titles)
     cols = "".join([f'<div class="nbgpu-c">{title}{values_html(texts, tip)}</div>'
                     for title, texts, tip in zip(titles, values, tips, strict=True)])
     return f'<div class="nbgpu-g">{labels}{cols}</div>{below}'
 
 
-_value_rows: dict[tuple[str, str, bool], str] = {}  # a row's HTML: most rows come again
-
-
+@lru_cache(maxsize=MAX_ESCAPED)
 def _value_row(item: tuple[str, str, bool]) -> str:
-    """The HTML of one value row (text, tooltip, muted), remembered like ``_escape``'s texts."""
-    out = _value_rows.get(item)
-    if out is None:
-        text, tip, muted = item
-        if len(_value_rows) >= MAX_ESCAPED:
-            _value_rows.clear()
-        said = f' title="{_escape(tip)}"' if tip else ""
-        label, _, value = text.rpartition("\n")
-        shown = (f'<span class="nbgpu-h">{_escape(label)}</span>' if label else "") + _escape(value)
-        out = _value_rows[item] = (f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}"'
-                                   f'{said}>{shown}</div>')
-    return out
+    """The HTML of one value row (text, tooltip, muted); a line before a newline is its label."""
+    text, tip, muted = item
+    said = f' title="{_escape(tip)}"' if tip else ""
+    label, _, value = text.rpartition("\n")
+    shown = (f'<span class="nbgpu-h">{_escape(label)}</span>' if label else "") + _escape(value)
+    return f'<div class="nbgpu-r nbgpu-n nbgpu-v{" nbgpu-m" if muted else ""}"{said}>{shown}</div>'
 
 
 def badge(text: str, background: str, tip: str = "") -> str:
@@ -185,24 +205,36 @@ def badge(text: str, background: str, tip: str = "") -> str:
             f'{_escape(text)}</span>')
 
 
-def label_html(rows: list[dict], span: str = "", span_tip: str = "") -> str:
-    """The left column: ``span`` (what the lines' width covers) on the columns' title line,
-    then per row a title line (index, name, badges) and a muted detail line (its tooltip the
-    row's ``tip``)."""
+def label_html(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict, span: str = "",
+               span_tip: str = "") -> str:
+    """The left column: ``span`` (what the lines' width covers) on the columns' title line, then
+    per row its title, name, LOST and alert badges, and a muted detail line (SM clock, MIG or
+    lost time) whose tooltip adds PCIe."""
     out = []
-    for r in rows:
-        badges = ""
-        if r.get("lost"):
-            badges += badge("LOST", "var(--jp-error-color1,#d32f2f)",
-                            "this GPU stopped answering (fell off the bus or was reset)")
-        for severity, rule, tip in r.get("alerts", ()):
-            badges += badge("⚠ " + rule, SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"]), tip)
-        name = _escape(r.get("name", ""))
-        detail = _escape(r.get("detail", "")) or "&nbsp;"
-        tip = f' title="{_escape(r["tip"])}"' if r.get("tip") else ""
-        out.append(f'<div class="nbgpu-r"><div><b>{_escape(str(r["title"]))}</b> '
-                   f'<span title="{name}">{name}</span>{badges}</div>'
-                   f'<div class="nbgpu-m nbgpu-n nbgpu-d"{tip}>{detail}</div></div>')
+    for dev in rows:
+        key = dev.key
+        badges = badge("LOST", SEVERITY_COLORS["critical"], "this GPU stopped answering (fell off "
+                       "the bus or was reset)") if key in lost else ""
+        for a in alerts:
+            if a.gpu == (None if key == HOST_KEY else key):
+                badges += badge("⚠ " + a.rule, SEVERITY_COLORS.get(a.severity, SEVERITY_COLORS["info"]),
+                                f"{a.message} {a.suggestion}".strip())
+        row = latest.get(key, _NO_ROW)
+        bits = [f"MIG slice of GPU {dev.parent}"] if dev.mig else []
+        if _ok(clock := row.get("sm_clock_mhz")):
+            bits.append(f"SM {clock:.0f} MHz")
+        rx, tx = row.get("pcie_rx_bytes_per_s"), row.get("pcie_tx_bytes_per_s")
+        tip = bits + ([f"PCIe ↓{fmt_rate(rx)} ↑{fmt_rate(tx)}"] if _ok(rx) or _ok(tx) else [])
+        if key in lost:
+            bits = tip = [time.strftime("lost at %H:%M:%S", time.localtime(lost[key]))]
+        title, name = f"GPU {key}", _escape(dev.name.replace(" (simulated)", ""))
+        if key == HOST_KEY:
+            title, name, tip = "host", _escape(socket.gethostname()), []
+            bits = [f"{CPUS or '?'} CPUs · {gib(host.get('host_ram_total_bytes'))} GiB RAM"]
+        said = f' title="{_escape(" · ".join(tip).replace("SM ", "SM clock ", 1))}"' if tip else ""
+        out.append(f'<div class="nbgpu-r"><div><b>{_escape(title)}</b> <span title="{name}">{name}</span>'
+                   f'{badges}</div><div class="nbgpu-m nbgpu-n nbgpu-d"{said}>'
+                   f'{_escape(bits[0]) if bits else "&nbsp;"}</div></div>')
     said = f' title="{_escape(span_tip)}"' if span_tip else ""
     return (f'<div class="nbgpu-p nbgpu-l" style="padding:0 8px 0 0">'
             f'<div class="nbgpu-m nbgpu-t nbgpu-span"{said}>{_escape(span) or "&nbsp;"}</div>'
@@ -212,15 +244,14 @@ def label_html(rows: list[dict], span: str = "", span_tip: str = "") -> str:
 def header_html(describe: str, simulated: bool, state: str, state_color: str, note: str = "") -> str:
     """The top line: what is monitored, a SIMULATED badge, the state, and any warning."""
     sim = badge("SIMULATED", "var(--jp-warn-color0,#c45500)",
-                "these GPUs are simulated: the numbers are made up, for demos and tests") \
+                "these GPUs are simulated: the numbers are made up, for demos and tests") + " " \
         if simulated else ""
-    state_html = (f'<span style="color:{state_color};font-weight:600;margin-left:8px">'
-                  f'{_escape(state)}</span>')
     note_html = (f'<div class="nbgpu-m" style="font-size:11px;white-space:normal">{_escape(note)}</div>'
                  if note else "")
     return (f'<div class="nbgpu-p" style="line-height:1.4"><b>nbgpu</b> '
-            f'<span class="nbgpu-m">{_escape(describe)}</span> {sim}{" " if sim else ""}'
-            f'{state_html}{note_html}</div>')
+            f'<span class="nbgpu-m">{_escape(describe)}</span> {sim}'
+            f'<span style="color:{state_color};font-weight:600;margin-left:8px">{_escape(state)}</span>'
+            f'{note_html}</div>')
 
 
 def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tuple[str, str, bool]]]
@@ -229,19 +260,13 @@ def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tupl
     if not values or not rows:
         return ""
     head = "".join(f"<th>{_escape(c.title)}</th>" for c in cols)
-    body = []
-    for i, dev in enumerate(rows):
-        key = dev.key
-        title = "host" if key == HOST_KEY else f"GPU {key}"
-        cells = "".join(f"<td>{_escape(col[i][0])}</td>" for col in values if i < len(col))
-        body.append(f"<tr><td><b>{_escape(title)}</b></td>{cells}</tr>")
+    body = "".join(f"<tr><td><b>{'host' if dev.key == HOST_KEY else f'GPU {_escape(str(dev.key))}'}</b></td>"
+                   + "".join(f"<td>{_escape(col[i][0])}</td>" for col in values if i < len(col)) + "</tr>"
+                   for i, dev in enumerate(rows))
     return (f'<div class="nbgpu-p nbgpu-m" style="font-size:11px"><table class="nbgpu-n" '
-            f'style="border-collapse:collapse">'
-            f'<tr><th>last values</th>{head}</tr>{"".join(body)}</table></div>')
+            f'style="border-collapse:collapse"><tr><th>last values</th>{head}</tr>{body}</table></div>')
 
 
 def title_html(text: str, tip: str) -> str:
     """A column title (static)."""
-    body = _escape(text) or "&nbsp;"
-    return f'<div class="nbgpu-p nbgpu-m nbgpu-t" title="{_escape(tip)}">{body}</div>'
-
+    return f'<div class="nbgpu-p nbgpu-m nbgpu-t" title="{_escape(tip)}">{_escape(text) or "&nbsp;"}</div>'

@@ -1,14 +1,6 @@
-"""Whether anyone sees a panel: a zero-size widget whose views tell the kernel when they are on
-screen, so a panel nobody looks at does no work.
-
-Each view (an output shown twice is two views) watches the panel's box with an
-``IntersectionObserver`` and the page's ``document.visibilityState``, and sends
-``{"view": id, "visible": bool}`` when that changes; a view that goes away (output cleared,
-page closed or hidden) says ``visible: false`` first. The kernel counts the views that said
-``visible: true`` last. The view is a few lines of ES module code run by anywidget's
-front end, so it needs no extension build and runs wherever anywidget does (JupyterLab 4,
-Notebook 7, Voilà, VS Code).
-"""
+"""Whether anyone sees a panel: a zero-size anywidget whose views (one per output shown) say
+``{"view": id, "visible": bool}`` as they come on or leave the screen, so an unseen panel does
+no work. The ES module needs no extension build (JupyterLab 4, Notebook 7, Voilà, VS Code)."""
 
 from __future__ import annotations
 
@@ -57,9 +49,8 @@ export default {
 
 
 class ViewWatch(anywidget.AnyWidget):
-    """Counts the views of a panel on screen now (``views_visible``, kept in the kernel: no
-    message goes back); calls ``on_change(True)`` when the first comes into view,
-    ``on_change(False)`` when the last leaves it."""
+    """Counts the views on screen now (``views_visible``, kernel side only); calls
+    ``on_change(True)`` when the first comes into view, ``on_change(False)`` when the last leaves."""
 
     _esm = ESM
     views_visible = traitlets.Int(0)
@@ -75,29 +66,19 @@ class ViewWatch(anywidget.AnyWidget):
     def _on_view(self, _widget, content: object, _buffers) -> None:
         if not isinstance(content, dict) or "view" not in content:
             return
-        view = str(content["view"])
         was = bool(self._visible)
-        if content.get("visible"):
-            self._visible.add(view)
-        else:
-            self._visible.discard(view)
+        (self._visible.add if content.get("visible") else self._visible.discard)(str(content["view"]))
         self.views_visible = len(self._visible)
         if bool(self._visible) != was:
             self._on_change(not was)
-        # A message this comm sends names the route of the next one (ipykernel keeps the
-        # sender's subshell); say the views' thread again, whatever was sent meanwhile.
+        # ipykernel routes the next message as the last one sent: name the views' thread again.
         _off_the_main_thread(self.comm)
 
 
 def _off_the_main_thread(comm: object) -> None:
-    """Have ipykernel hand this comm's messages to a thread of their own (a subshell), so a
-    view coming on screen is heard while a cell runs; else they wait for the cell's end.
-
-    ipykernel 7 routes a front end's message to the subshell its comm's
-    ``_reply_subshell_id`` names (how it returns widget replies to the subshell that asked);
-    nbgpu makes one subshell, as a ``create_subshell_request`` would, and names it there.
-    Any other kernel, or one whose internals differ, keeps the plain route.
-    """
+    """Have ipykernel 7 hand this comm's messages to a subshell of their own (named in the comm's
+    ``_reply_subshell_id``), so a view coming on screen is heard while a cell runs; any other
+    kernel keeps the plain route (they wait for the cell's end)."""
     try:
         from ipykernel.kernelbase import Kernel
 
