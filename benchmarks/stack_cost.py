@@ -28,6 +28,8 @@ import statistics
 import threading
 import time
 
+from nbgpu.config import NbGpu
+
 from .registry import Context
 from .report import Outcome, Target
 from .threadcpu import SectionTimers, ThreadCpuProbe
@@ -35,7 +37,7 @@ from .threadcpu import SectionTimers, ThreadCpuProbe
 TARGET_MS_PER_S = 0.3
 CONTROL_MS_PER_S = 0.3
 CONTROL_TOLERANCE = 0.3  # the control must be seen within this fraction of its size
-HZ = 10.0  # NbGpu.stack_samples_hz's default
+HZ = float(NbGpu.class_traits()["stack_samples_hz"].default_value)  # the default rate
 
 
 class _Burn:

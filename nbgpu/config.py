@@ -75,7 +75,7 @@ class NbGpu(Configurable):
     exporter_port = Int(9464, help="Port of 'nbgpu export' (Prometheus metrics).").tag(config=True)
     flight_recorder = Bool(True, help="Keep a crash-safe record of the last minutes "
                            "under ~/.cache/nbgpu/ to explain a kernel that died.").tag(config=True)
-    stack_samples_hz = CInt(6, help="While a profiled cell runs, how often a second the main "
+    stack_samples_hz = CInt(8, help="While a profiled cell runs, how often a second the main "
                             "thread's stack is sampled (0: never).").tag(config=True)
 
     @validate("interval", "window_s")

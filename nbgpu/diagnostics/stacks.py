@@ -22,7 +22,7 @@ LABELS = {"gpu_wait": "waiting for the GPU", "data_loader": "data loader",
 COLORS = {"gpu_wait": "#d62728", "data_loader": "#ff7f0e", "h2d_copy": "#9467bd",
           "gpu_issue": "#1f77b4", "cpu": "#2ca02c", "idle": "#bbbbbb"}
 KEEP_S = 120.0  # samples kept for the rules after the last capture closed
-MIN_SAMPLES = 5  # fewer samples than this in a span: no split (None): under a second at 6 a second
+MIN_SAMPLES = 5  # fewer samples than this in a span: no split (None): under a second at 8 a second
 
 
 # -- the samples ---------------------------------------------------------------------------
