@@ -131,7 +131,7 @@ class Readings:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._cpu = (time.monotonic(), sum(os.times()[:2]))
         self._count = 0
-        self._slow: dict = {}  # swap_used, cg_max, cg_oom as last read
+        self._slow: dict = {}  # swap_used, cg_max, cg_cur, cg_oom as last read
 
     def _read(self, path: str | None) -> bytes | None:
         if not path:
