@@ -13,6 +13,7 @@ from .metrics import HOST_KEY
 from .sources.host import ProcFile
 
 GPU_VALUES = ("mem_used_bytes", "util_pct", "power_w", "temp_c", "clock_event_reasons")
+_HOST_RAM = ("host_ram_total_bytes", "host_ram_used_bytes")
 _NONE = (None, None)
 XIDS_KEPT = 4  # the newest GPU faults, in every record (older ones are in older records)
 
@@ -98,7 +99,7 @@ def _from_sampler(cursor: list, s=None) -> tuple[list[list[float | None]], list[
         return [], xids
     out: list[list[float | None]] = []
     for dev in s.devices:  # the store's newest values: a read that changes nothing in the sampler
-        newest = store.last_many(dev.key)
+        newest = store.last_many(dev.key, GPU_VALUES)
         vals = [newest.get(k, _NONE)[1] for k in GPU_VALUES]
         vals.insert(1, dev.mem_total_bytes)
         out.append([None if v is None or v != v else round(float(v), 1) for v in vals])
@@ -112,7 +113,7 @@ def _host_ram(s, now: float | None) -> tuple[float, float] | None:
     """(total, used) bytes of host RAM from sampler ``s``'s host row of tick ``now``, else None."""
     if s is None or now is None:
         return None
-    row = s.store.last_many(HOST_KEY)
+    row = s.store.last_many(HOST_KEY, _HOST_RAM)
     t, total = row.get("host_ram_total_bytes", _NONE)
     used = row.get("host_ram_used_bytes", _NONE)[1]
     return (total, used) if t == now and total == total and used == used else None

@@ -154,18 +154,21 @@ class Store:
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""
-        return self.last_many(device).get(metric, _NO_VALUE)
+        return self.last_many(device, (metric,)).get(metric, _NO_VALUE)
 
-    def last_many(self, device: object) -> dict[str, tuple[float, float]]:
-        """Newest non-NaN (time, value) of every metric of ``device``, in one locked pass."""
+    def last_many(self, device: object, names: tuple[str, ...] | None = None) -> dict[str, tuple[float, float]]:
+        """Newest non-NaN (time, value) of every metric of ``device`` (or of ``names`` only), in one locked pass."""
         with self.lock:
             metrics = self._by_device.get(device)
             if not metrics:
                 return {}
-            out = dict.fromkeys(metrics, _NO_VALUE)
+            out = dict.fromkeys(metrics if names is None else names, _NO_VALUE)
             for stream in self._device_streams[device]:
+                goods = stream._good if names is None else {n: stream._good[n] for n in names if n in stream._good}
+                if not goods:
+                    continue
                 kept_from = stream._oldest(stream.chunks)  # an older record was folded away
-                for name, good in stream._good.items():
+                for name, good in goods.items():
                     if good[0] >= kept_from and not out[name][0] >= good[0]:  # none yet or older
                         out[name] = good
         return out
