@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import time
 import traceback
 from pathlib import Path
@@ -92,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets,
         "benchmarks": results,
     }
-    suffix = "-quick" if args.quick else ""
-    path = args.out / f"{device_slug(gpus)}-{started.date().isoformat()}{suffix}.json"
+    stem = f"{device_slug(gpus)}-{started.date().isoformat()}{'-quick' if args.quick else ''}"
+    path = next(p for n in itertools.count(1)  # a run never overwrites an earlier run's file
+                if not (p := args.out / f"{stem}{'' if n == 1 else f'-{n}'}.json").exists())
     write(path, document)
     print()
     print(table(results))

@@ -79,3 +79,22 @@ def test_unknown_benchmark_name_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "unknown benchmark(s): nope" in done.stdout
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_second_run_the_same_day_keeps_the_first_runs_file(tmp_path: Path) -> None:
+    """Two runs into one folder on one day: two files, the first run's figures intact."""
+    _quick(tmp_path, ["import_time"])
+    first = next(tmp_path.glob("*.json"))
+    before = first.read_bytes()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO),
+                                                                   os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "store_24h",
+                           "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == 2, files
+    assert first.read_bytes() == before
+    second = next(f for f in files if f != first)
+    assert "store_24h" in json.loads(second.read_text())["benchmarks"]
+    assert f"wrote {second}" in done.stdout or second.name in done.stdout
