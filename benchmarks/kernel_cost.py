@@ -51,7 +51,11 @@ def run_facts(prog: str, argv: list[str]) -> dict:
     """When, where and how a run was made: the command, the UTC time, the CPUs and the load."""
     import platform
 
-    return {"command": " ".join(["python -m", prog, *argv]),
+    from .env import probe_gpus
+
+    gpus = probe_gpus()
+    device = {"gpus": gpus.names, "driver": gpus.driver, "reason": gpus.reason}
+    return {"command": " ".join(["python -m", prog, *argv]), "device": device,
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": {"cpus": os.cpu_count(), "load_average_1_5_15": os.getloadavg(),
                         "python": platform.python_version(), "node": platform.node()}}
