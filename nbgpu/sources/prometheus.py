@@ -61,19 +61,15 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
     if not isinstance(payload, dict) or payload.get("status") != "success":
         err = payload.get("error") if isinstance(payload, dict) else None
         raise ValueError(f"Prometheus answered an error: {err}" if err else "not a Prometheus API answer")
-    data = payload.get("data")
-    if not isinstance(data, dict) or data.get("resultType") not in ("matrix", "vector"):
-        raise ValueError("Prometheus answer has no matrix or vector result")
-    result = data.get("result")
-    if not isinstance(result, list):
-        raise ValueError("Prometheus answer has no result list")
+    data = payload["data"] if isinstance(payload.get("data"), dict) else {}
+    result = data.get("result") if data.get("resultType") in ("matrix", "vector") else None
+    if not isinstance(result, list) or not all(isinstance(i, dict) and isinstance(i.get("metric"), dict)
+                                               for i in result):
+        raise ValueError("Prometheus answer has no matrix or vector result of labelled series")
     out: dict[str, _Series] = {}
     free: dict[str, dict[float, float]] = {}
     for item in result:
-        labels = item.get("metric") if isinstance(item, dict) else None
-        if not isinstance(labels, dict):
-            raise ValueError("Prometheus result item without labels")
-        labels = {k: v for k, v in labels.items() if isinstance(v, str)}  # the API's labels are text
+        labels = {k: v for k, v in item["metric"].items() if isinstance(v, str)}  # the API's labels are text
         name = labels.get("__name__", "")
         found = device_key(labels)
         if found is None:
@@ -85,9 +81,7 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
         if name == INFO_SERIES:
             series.simulated = labels.get("simulated") == "true"
             continue
-        points = item.get("values")
-        if points is None and "value" in item:
-            points = [item["value"]]
+        points = item["values"] if "values" in item else [item["value"]] if "value" in item else None
         if not isinstance(points, list):
             raise ValueError("Prometheus result item without values")
         if name in FB_FREE:
