@@ -110,13 +110,8 @@ class NVMLGateway:
     def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps in µs, values) of one sample buffer newer than ``since_us`` (or NothingNewError)."""
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
-        packed = _packed_samples(listed, vtype)
-        if packed is not None:
-            return packed
-        ts = np.fromiter((s.timeStamp for s in listed), dtype=np.float64, count=len(listed))
-        vals = np.fromiter((_sample_value(s.sampleValue, vtype) for s in listed), dtype=np.float64,
-                           count=len(listed))
-        return ts, vals
+        rows = np.frombuffer(_raw(listed), dtype=_LAYOUTS[min(vtype, len(_LAYOUTS) - 1)])
+        return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
 
     def attr(self, name: str, default=None):
         """A constant or struct type of the binding (no call, nothing to classify)."""
@@ -151,26 +146,12 @@ _LAYOUTS = tuple(np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, value
                            "offsets": [0, 8], "itemsize": SAMPLE_BYTES}) for value_type in _VALUE_TYPES)
 
 
-def _packed_samples(listed, vtype: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(timestamps, values) read at once from the ctypes array pynvml's ``array[0:n]`` views
-    (3 µs for 120 samples, not 90 µs); None where the samples are not such a view."""
-    if not listed or not 0 <= vtype < len(_VALUE_TYPES):
-        return None
-    first, last = listed[0], listed[-1]
-    base = getattr(first, "_b_base_", None)
-    try:
-        if (base is None or getattr(last, "_b_base_", None) is not base
-                or ctypes.sizeof(first) != SAMPLE_BYTES
-                or ctypes.addressof(last) - ctypes.addressof(first) != (len(listed) - 1) * SAMPLE_BYTES):
-            return None
-        buffer = (ctypes.c_char * (len(listed) * SAMPLE_BYTES)).from_address(ctypes.addressof(first))
-    except TypeError:  # not ctypes objects
-        return None
-    rows = np.frombuffer(buffer, dtype=_LAYOUTS[vtype])
-    return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
-
-
-def _sample_value(value, vtype: int) -> float:
-    member = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal")
-    return float(getattr(value, member[vtype] if 0 <= vtype < len(member) else "usVal"))
-
+def _raw(listed) -> bytes | ctypes.Array:
+    """The samples' bytes: pynvml's ``array[0:n]`` view read in place (3 µs for 120 samples, not
+    90 µs one by one), else each sample's copied."""
+    n = len(listed)
+    if (n and (base := getattr(listed[0], "_b_base_", None)) is not None
+            and getattr(listed[-1], "_b_base_", None) is base
+            and ctypes.addressof(listed[-1]) - ctypes.addressof(listed[0]) == (n - 1) * SAMPLE_BYTES):
+        return (ctypes.c_char * (n * SAMPLE_BYTES)).from_address(ctypes.addressof(listed[0]))
+    return b"".join(map(bytes, listed))
