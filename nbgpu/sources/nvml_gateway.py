@@ -15,19 +15,11 @@ from ..errors import NVMLUnavailableError
 log = logging.getLogger("nbgpu")
 
 # NVML return codes (stable values of the C API).
-ERR_UNINITIALIZED = 1
-ERR_NOT_SUPPORTED = 3
-ERR_NO_PERMISSION = 4
-ERR_NOT_FOUND = 6
-ERR_DRIVER_NOT_LOADED = 9
-ERR_LIBRARY_NOT_FOUND = 12
+ERR_NOT_SUPPORTED, ERR_NOT_FOUND, ERR_DRIVER_NOT_LOADED, ERR_LIBRARY_NOT_FOUND = 3, 6, 9, 12
 ERR_FUNCTION_NOT_FOUND = 13
-ERR_GPU_IS_LOST = 15
-ERR_GPU_NOT_FOUND = 28
-UNSUPPORTED_CODES = frozenset({ERR_NOT_SUPPORTED, ERR_NO_PERMISSION, ERR_FUNCTION_NOT_FOUND})
-FATAL_CODES = frozenset({ERR_UNINITIALIZED, ERR_DRIVER_NOT_LOADED, ERR_LIBRARY_NOT_FOUND,
-                         ERR_GPU_IS_LOST, ERR_GPU_NOT_FOUND})
-
+UNSUPPORTED_CODES = frozenset({ERR_NOT_SUPPORTED, 4, ERR_FUNCTION_NOT_FOUND})  # 4: no permission
+# 1: uninitialised, 15: GPU is lost, 28: GPU not found.
+FATAL_CODES = frozenset({1, ERR_DRIVER_NOT_LOADED, ERR_LIBRARY_NOT_FOUND, 15, 28})
 
 HINTS = {
     ERR_DRIVER_NOT_LOADED: "the NVIDIA driver is not loaded; check `nvidia-smi` on the host",
@@ -62,11 +54,6 @@ class TransientError(NVMLCallError):
     """Any other failure: counted, and the call is tried again next time."""
 
 
-def _code(exc: BaseException) -> int | None:
-    code = getattr(exc, "value", None)
-    return code if isinstance(code, int) else None
-
-
 def _text(exc: BaseException) -> str:
     try:
         return str(exc) or type(exc).__name__
@@ -76,7 +63,8 @@ def _text(exc: BaseException) -> str:
 
 def classify(function: str, exc: BaseException) -> NVMLCallError:
     """The kind of failure an exception from an NVML call is."""
-    code = _code(exc)
+    code = getattr(exc, "value", None)
+    code = code if isinstance(code, int) else None
     kind = (NotSupportedError if code in UNSUPPORTED_CODES else NothingNewError if code == ERR_NOT_FOUND
             else FatalError if code in FATAL_CODES else TransientError)
     return kind(function, code, _text(exc))
@@ -112,10 +100,6 @@ class NVMLGateway:
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
         rows = np.frombuffer(_raw(listed), dtype=_LAYOUTS[min(vtype, len(_LAYOUTS) - 1)])
         return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
-
-    def attr(self, name: str, default=None):
-        """A constant or struct type of the binding (no call, nothing to classify)."""
-        return getattr(self.nvml, name, default)
 
     def log_once(self, level: int, key: tuple, message: str) -> bool:
         """Log ``message`` the first time ``key`` is seen; True if it was logged now."""

@@ -83,7 +83,7 @@ def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
 
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     newer = "nvmlDeviceGetCurrentClocksEventReasons"  # older bindings: only "...ThrottleReasons"
-    name = newer if g.attr(newer) is not None else "nvmlDeviceGetCurrentClocksThrottleReasons"
+    name = newer if hasattr(g.nvml, newer) else "nvmlDeviceGetCurrentClocksThrottleReasons"
     return {"clock_event_reasons": float(g.call(name, dev.handle))}
 
 
@@ -131,8 +131,8 @@ def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         return {}
     prev, nxt = dev.gpm
     g.call("nvmlGpmSampleGet", dev.handle, nxt)
-    get = g.attr("c_nvmlGpmMetricsGet_t")()
-    get.version = g.attr("NVML_GPM_METRICS_GET_VERSION", 1)
+    get = g.nvml.c_nvmlGpmMetricsGet_t()
+    get.version = getattr(g.nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
     get.numMetrics = len(GPM_METRIC_IDS)
     get.sample1, get.sample2 = prev, nxt
     for i, metric_id in enumerate(GPM_METRIC_IDS):
