@@ -3,6 +3,7 @@ processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import Counter
@@ -42,18 +43,16 @@ UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}
 class NVMLSource:
     """GPUs read through NVML (real or simulated)."""
 
-    kind = "nvml"
-
     def __init__(self, nvml=None) -> None:
         self._nvml = nvml
         self.simulated = bool(getattr(nvml, "SIMULATED", False))
-        if self.simulated:
-            self.kind = "sim"
+        self.kind = "sim" if self.simulated else "nvml"
         self._gw: NVMLGateway | None = None
         self._devices: list[_Device] = []
         self._opened = False
         self.driver_version = ""
-        self._processes: dict[object, list[ProcessInfo]] = {}
+        # The latest process lists per device: a snapshot, replaced whole, never mutated.
+        self.processes: dict[object, list[ProcessInfo]] = {}
         self._pid_names: dict[int, tuple[str | None, str | None]] = {}
         self._pcie_turn = 0
         self._selected: set | None = None  # device keys to read; None reads all
@@ -90,7 +89,7 @@ class NVMLSource:
                     hint=_NO_MODULE_HINT) from exc
             self._nvml = pynvml
         g = self._gw = NVMLGateway(self._nvml)
-        self._devices, self._processes = [], {}
+        self._devices, self.processes = [], {}
         try:
             g.call("nvmlInit")
         except NVMLCallError as exc:
@@ -124,10 +123,8 @@ class NVMLSource:
             _gpm_free(self._gw, dev)
         if self._xid is not None:
             self._xid.free()
-        try:
+        with contextlib.suppress(NVMLCallError):  # already shut down by someone else: nothing to undo
             self._gw.call("nvmlShutdown")
-        except NVMLCallError as exc:  # already shut down by someone else: nothing to undo
-            log.debug("nvmlShutdown: %s", exc)
 
     def describe(self) -> str:
         cards = [d for d in self._devices if d.parent is None]
@@ -144,11 +141,6 @@ class NVMLSource:
         """Host readings a simulated scenario implies at ``t`` s after start; None for real GPUs."""
         fn = getattr(self._nvml, "simulated_host", None) if self.simulated else None
         return fn(t) if fn is not None else None
-
-    @property
-    def processes(self) -> dict[object, list[ProcessInfo]]:
-        """The latest process lists per device: a snapshot, replaced whole, never mutated."""
-        return self._processes
 
     def period_s(self, metric: str) -> float | None:
         """Drain period of a buffered ``metric`` while watched; None for one read every tick."""
@@ -196,8 +188,8 @@ class NVMLSource:
                 _gpm_free(self._gw, dev)
                 reading.events.append(DeviceEvent(dev.key, "lost", f"GPU {dev.key} was lost: {exc.text}"))
         if procs:  # one new snapshot, swapped in whole: readers never see it change
-            self._processes = {**self._processes, **procs}
-            listed = {p.pid for ps in self._processes.values() for p in ps}
+            self.processes = {**self.processes, **procs}
+            listed = {p.pid for ps in self.processes.values() for p in ps}
             self._pid_names = {pid: v for pid, v in self._pid_names.items() if pid in listed}
         if "pcie" in due:
             self._pcie_turn += 1
@@ -330,7 +322,7 @@ class NVMLSource:
                 continue
             except (TransientError, NothingNewError) as exc:
                 self._transient(dev, "procs", exc, reading)
-                return list(self._processes.get(dev.key, ()))
+                return list(self.processes.get(dev.key, ()))
             for p in procs:
                 used = getattr(p, "usedGpuMemory", None)
                 found[int(p.pid)] = int(used) if isinstance(used, int) else None
