@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from ..errors import BadArgumentError
-from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading, Source
+from .base import Source
 from .nvml import NVMLSource
 from .simulated import WARM_S, SimulatedGPUs
 
 SOURCE_CHOICES = ("'auto', 'nvml', 'sim', 'sim:N', 'prometheus=URL', a SimulatedGPUs "
                   "or a source object")
 SIM_MAX = 64
-
-__all__ = ["SOURCE_CHOICES", "Batch", "Device", "DeviceEvent", "NVMLSource", "ProcessInfo", "ReadError",
-           "Reading", "SimulatedGPUs", "Source", "open_source", "resolve_source", "sim_count"]
 
 
 def sim_count(spec: str) -> int | None:

@@ -51,7 +51,6 @@ class XidWatch:
     def __init__(self, gw: NVMLGateway, cards: list) -> None:
         self._gw = gw
         self._by_uuid: dict[str, object] = {}
-        self._only: object = None
         self.events_set = None
         try:
             self.events_set = gw.call("nvmlEventSetCreate")
@@ -65,8 +64,6 @@ class XidWatch:
                 gw.log_once(logging.INFO, ("xid", dev.key), f"no XID events from GPU {dev.key}: {exc.text}")
                 continue
             self._by_uuid[dev.info.get("uuid", "")] = dev.key
-        if len(self._by_uuid) == 1:
-            self._only = next(iter(self._by_uuid.values()))
         if not self._by_uuid:
             self.free()
 
@@ -92,8 +89,8 @@ class XidWatch:
         return out
 
     def _key(self, data: object) -> object:
-        if self._only is not None:
-            return self._only
+        if len(self._by_uuid) == 1:  # no UUID call, which fails on a GPU fallen off the bus
+            return next(iter(self._by_uuid.values()))
         try:
             uuid = self._gw.call("nvmlDeviceGetUUID", data.device)
         except NVMLCallError:
