@@ -61,24 +61,20 @@ class Read:
 
 # -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
 def _calls(**metrics: tuple) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
-    """A reader of ``metric=(function, per, *args)`` rows: ``function(handle, *args) / per``."""
+    """A reader of ``metric=(function, per, *args)`` rows: ``function(handle, *args) / per``, or of
+    its first item where it answers a list (``[value, sampling period]``)."""
     def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-        return {m: float(g.call(fn, dev.handle, *args)) / per for m, (fn, per, *args) in metrics.items()}
+        got = {m: (g.call(fn, dev.handle, *args), per) for m, (fn, per, *args) in metrics.items()}
+        return {m: float(v[0] if isinstance(v, (list, tuple)) else v) / per for m, (v, per) in got.items()}
     return read
 
 
-def _r_memory(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    mem = g.call("nvmlDeviceGetMemoryInfo", dev.handle)
-    return {"mem_used_bytes": float(mem.used), "mem_total_bytes": float(mem.total)}
-
-
-def _r_memory_used(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"mem_used_bytes": float(g.call("nvmlDeviceGetMemoryInfo", dev.handle).used)}
-
-
-def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    u = g.call("nvmlDeviceGetUtilizationRates", dev.handle)
-    return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
+def _fields(function: str, **metrics: str) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
+    """A reader of one call's struct: ``metric=field``."""
+    def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+        got = g.call(function, dev.handle)
+        return {m: float(getattr(got, name)) for m, name in metrics.items()}
+    return read
 
 
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
@@ -87,11 +83,11 @@ def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     return {"clock_event_reasons": float(g.call(name, dev.handle))}
 
 
-def _r_codec(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"enc_util_pct": float(g.call("nvmlDeviceGetEncoderUtilization", dev.handle)[0]),
-            "dec_util_pct": float(g.call("nvmlDeviceGetDecoderUtilization", dev.handle)[0])}
-
-
+_r_memory = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used", mem_total_bytes="total")
+_r_memory_used = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used")
+_r_util = _fields("nvmlDeviceGetUtilizationRates", util_pct="gpu", mem_util_pct="memory")
+_r_codec = _calls(enc_util_pct=("nvmlDeviceGetEncoderUtilization", 1.0),
+                  dec_util_pct=("nvmlDeviceGetDecoderUtilization", 1.0))
 _r_temp = _calls(temp_c=("nvmlDeviceGetTemperature", 1.0, TEMPERATURE_GPU))
 _r_power = _calls(power_w=("nvmlDeviceGetPowerUsage", 1000.0))
 _r_power_limit = _calls(power_limit_w=("nvmlDeviceGetEnforcedPowerLimit", 1000.0))
