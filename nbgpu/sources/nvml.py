@@ -65,15 +65,10 @@ class NVMLSource:
         self.open_listing()
         if all(d.probed for d in self._devices):
             return
-        try:
-            probed: list[_Device] = []
-            for dev in self._devices:
-                if dev.parent is None:
-                    probed += [probe(self._gw, dev), *mig_devices(self._gw, dev)]
-            self._devices = probed
-            self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
-        except (NVMLUnavailableError, NVMLCallError) as exc:
-            raise self._failed(exc, "probing GPUs failed") from exc.__cause__
+        # Probing asks only calls whose failure means "not known" or "try again": it cannot fail.
+        cards = [d for d in self._devices if d.parent is None]
+        self._devices = [d for card in cards for d in (probe(self._gw, card), *mig_devices(self._gw, card))]
+        self._xid = XidWatch(self._gw, cards)
 
     def open_listing(self) -> None:
         """Initialise NVML and list the GPUs (names, driver) without probing; ``open`` probes later."""
@@ -103,14 +98,12 @@ class NVMLSource:
                 handle = g.call("nvmlDeviceGetHandleByIndex", index)
                 self._devices.append(listed(g, index, handle, None, self.simulated))
         except (NVMLUnavailableError, NVMLCallError) as exc:
-            raise self._failed(exc, "listing GPUs failed") from exc.__cause__
+            self._release()  # free what was taken, drop NVML's reference
+            self._devices = []
+            if isinstance(exc, NVMLUnavailableError):
+                raise
+            raise unavailable(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
-
-    def _failed(self, exc: Exception, what: str) -> NVMLUnavailableError:
-        """Undo a failed open (free what was taken, drop NVML's reference); the error to raise."""
-        self._release()
-        self._devices, self._opened = [], False
-        return exc if isinstance(exc, NVMLUnavailableError) else unavailable(exc, what)
 
     def close(self) -> None:
         """Free GPM samples and release our NVML reference; ``devices()`` still describes them."""

@@ -169,10 +169,8 @@ def _str(value) -> str:
 def listed(g: NVMLGateway, index: int, handle, parent, simulated: bool) -> _Device:
     """A device as listed: key, handle and name; ``probe`` adds the rest."""
     key = index if parent is None else f"{parent}/{index}"
-    info = {"key": key, "parent": parent, "mig": parent is not None,
-            "name": _str(g.maybe("nvmlDeviceGetName", handle) or "unknown GPU"),
-            "uuid": "", "mem_total_bytes": None, "power_limit_w": None,
-            "slowdown_temp_c": None, "simulated": simulated}
+    info = {"key": key, "parent": parent, "mig": parent is not None, "simulated": simulated,
+            "name": _str(g.maybe("nvmlDeviceGetName", handle) or "unknown GPU")}
     return _Device(key=key, handle=handle, parent=parent, info=info)
 
 
