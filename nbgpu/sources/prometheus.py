@@ -46,15 +46,6 @@ class _Series:
     simulated: bool = False
 
 
-def device_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
-    """(key, node, gpu) for a series' labels, or None when it names no GPU."""
-    if not (gpu := labels.get("gpu")):
-        return None
-    host = (labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or "?").strip()
-    local = gpu if not labels.get("GPU_I_ID") else f"{gpu}/{labels['GPU_I_ID']}"
-    return f"{host}/{local}", host, local
-
-
 def parse_matrix(payload: object) -> dict[str, _Series]:
     """Rows per device key from a Prometheus query answer of type "matrix" (or "vector");
     ValueError when the answer is not what the Prometheus API documents."""
@@ -71,11 +62,11 @@ def parse_matrix(payload: object) -> dict[str, _Series]:
     for item in result:
         labels = {k: v for k, v in item["metric"].items() if isinstance(v, str)}  # the API's labels are text
         name = labels.get("__name__", "")
-        found = device_key(labels)
-        if found is None:
-            continue
-        key, host, gpu = found
-        series = out.setdefault(key, _Series(host, gpu))
+        if not (gpu := labels.get("gpu")):
+            continue  # names no GPU
+        host = (labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or "?").strip()
+        gpu = f"{gpu}/{labels['GPU_I_ID']}" if labels.get("GPU_I_ID") else gpu
+        series = out.setdefault(key := f"{host}/{gpu}", _Series(host, gpu))
         if not series.labels or name == INFO_SERIES:
             series.labels = {k: v for k, v in labels.items() if k != "__name__"}
         if name == INFO_SERIES:
@@ -122,12 +113,6 @@ def _points(points: list, metric: str, factor: float = 1.0) -> list[tuple[float,
         if math.isfinite(t) and not is_blank(v) and plausible(metric, np.float64(v * factor)):
             out.append((t, v))
     return out
-
-
-def resolution_of(series: dict[str, _Series]) -> float:
-    """Typical seconds between scrapes (median spacing of sample times), NaN if unknown."""
-    gaps = [gap for s in series.values() for gap in np.diff(sorted(s.rows))]
-    return float(np.median(gaps)) if gaps else math.nan
 
 
 class PrometheusSource:
@@ -228,7 +213,8 @@ class PrometheusSource:
             raise SourceError(f"Prometheus at {self.url} has no recent GPU series (looked for "
                               "dcgm-exporter's DCGM_FI_* and nbgpu_gpu_*); check that it scrapes "
                               "dcgm-exporter or `nbgpu export`")
-        self.resolution_s = resolution_of(recent)
+        gaps = [gap for s in recent.values() for gap in np.diff(sorted(s.rows))]  # between scrapes
+        self.resolution_s = float(np.median(gaps)) if gaps else math.nan
         for key in sorted(recent, key=_natural):
             s = recent[key]
             self._metrics[key] = {m for row in s.rows.values() for m in row} & set(BY_NAME)
