@@ -305,9 +305,8 @@ class PrometheusSource:
 
     def _fail(self, now: float, exc: BaseException, reading: Reading) -> None:
         self.failures += 1
-        message = str(exc)
-        if not isinstance(exc, SourceError):
-            message = f"bad answer from Prometheus at {self.url}: {exc}"
+        bad = not isinstance(exc, SourceError)
+        message = f"bad answer from Prometheus at {self.url}: {exc}" if bad else str(exc)
         reading.errors.append(ReadError(None, "query", message))  # counted in status().errors
         if self.state != "unreachable":
             log.warning("source unreachable: %s", message)
@@ -318,7 +317,7 @@ class PrometheusSource:
 
 def _shut(conn: http.client.HTTPConnection) -> None:
     """Shut a connection's socket from another thread: a read blocked on it returns at once."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: closed meanwhile (no sock)
         conn.sock.shutdown(socket.SHUT_RDWR)
 
 
