@@ -23,27 +23,24 @@ def descendant_pids(pid: int) -> set[int]:
 
 def _proc_descendants(pid: int) -> set[int] | None:
     """``descendant_pids`` from every thread's children list; None where ``pid`` has none."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        return None
     found: set[int] = set()
     todo = [pid]
     while todo:
-        parent = todo.pop()
-        tasks = f"/proc/{parent}/task"
+        tasks = f"/proc/{todo.pop()}/task"
         try:
             threads = os.listdir(tasks)
         except OSError:  # the process just ended
             threads = []
-        if parent == pid and not os.path.exists(f"{tasks}/{pid}/children"):
-            return None
         for thread in threads:
             try:
                 with open(f"{tasks}/{thread}/children", "rb") as f:
-                    kids = [int(k) for k in f.read().split()]
+                    kids = {int(k) for k in f.read().split()} - found
             except (OSError, ValueError):  # the thread or process just ended
                 continue
-            for kid in kids:
-                if kid not in found:
-                    found.add(kid)
-                    todo.append(kid)
+            found |= kids
+            todo += kids
     return found
 
 
