@@ -105,18 +105,9 @@ def _stat_cpu_s(head: bytes | None) -> tuple[float, float] | None:
     return (total - ticks[3] - ticks[4]) / _CLOCK_TICKS, total / _CLOCK_TICKS
 
 
-def _psutil_cpu_s(psutil) -> tuple[float, float]:
-    """``_stat_cpu_s`` from psutil's ``cpu_times`` (where there is no /proc/stat)."""
-    t = psutil.cpu_times()
-    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-    return total - t.idle - getattr(t, "iowait", 0.0), total
-
-
 def _pid_stat_cpu_s(data: bytes | None) -> float | None:
     """User + system CPU seconds of a process from its /proc/<pid>/stat."""
-    if not data:
-        return None
-    fields = data.rsplit(b")", 1)[-1].split()  # the name, in brackets, may hold spaces
+    fields = (data or b"").rsplit(b")", 1)[-1].split()  # the name, in brackets, may hold spaces
     try:
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
     except (IndexError, ValueError):
@@ -184,12 +175,15 @@ class HostSource:
         self._cpu_last = self._machine_cpu_s()
 
     def _machine_cpu_s(self) -> tuple[float, float]:
+        """(busy, total) CPU seconds of the machine: /proc/stat, else psutil's, counted alike."""
         if self._stat is not None and (got := _stat_cpu_s(self._stat.read())) is not None:
             return got
         if self._stat is not None:  # no /proc/stat here: psutil from now on
             self._stat.close()
             self._stat = None
-        return _psutil_cpu_s(self._psutil)
+        t = self._psutil.cpu_times()
+        total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        return total - t.idle - getattr(t, "iowait", 0.0), total
 
     def _machine_cpu_pct(self) -> float:
         """Busy share of every CPU of the machine since the last reading (NaN if no time passed)."""
