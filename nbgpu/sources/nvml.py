@@ -204,14 +204,11 @@ class NVMLSource:
         return row.tier in due
 
     def _read_device(self, dev: _Device, now: float, due: frozenset[str], reading: Reading) -> None:
-        tick: dict[str, float] = {}
-        memory: dict[str, float] = {}
+        rows: dict[str, dict[str, float]] = {"tick": {}, "memory": {}}
         for row in POLLED:
             if self._wanted(dev, row, due):
-                (memory if row.tier == "memory" else tick).update(self._run(dev, row, reading))
-        for stream, values in (("tick", tick), ("memory", memory)):
-            if values:
-                reading.batches.append(Batch(dev.key, stream, now, values))
+                rows["memory" if row.tier == "memory" else "tick"].update(self._run(dev, row, reading))
+        reading.batches += [Batch(dev.key, stream, now, values) for stream, values in rows.items() if values]
         unwatched = {} if "live" in due else UNWATCHED_DRAIN_EVERY_S
         for stream in list(dev.buffers):
             every_s = unwatched.get(stream) or DRAIN_EVERY_S[stream]
@@ -235,13 +232,11 @@ class NVMLSource:
             dev.caps.difference_update(row.metrics)
             if row.name == "gpm":
                 _gpm_free(self._gw, dev)
-            if row.name in dev.unconfirmed:  # its probe, made late: never supported here
-                dev.unconfirmed.discard(row.name)
-                message = f"GPU {dev.key}: {row.name} is not supported ({exc.text})"
-                log.debug(message)
-            else:
-                message = f"GPU {dev.key}: {row.name} is no longer supported ({exc.text})"
-                self._gw.log_once(logging.WARNING, (dev.key, row.name, "unsupported"), message)
+            late = row.name in dev.unconfirmed  # its probe, made late: never supported here
+            dev.unconfirmed.discard(row.name)
+            message = f"GPU {dev.key}: {row.name} is {'not' if late else 'no longer'} supported ({exc.text})"
+            self._gw.log_once(logging.DEBUG if late else logging.WARNING, (dev.key, row.name, "unsupported"),
+                              message)
             reading.events.append(DeviceEvent(dev.key, "unsupported", message, gone))
         except (TransientError, NothingNewError) as exc:
             self._transient(dev, row.name, exc, reading, row.metrics)
@@ -327,15 +322,11 @@ class NVMLSource:
         if hook is not None and (known := hook(pid)) is not None:
             return known
         if pid not in self._pid_names:
-            self._pid_names[pid] = _who_psutil(pid)
+            try:
+                import psutil
+
+                proc = psutil.Process(pid)
+                self._pid_names[pid] = (proc.name(), proc.username())
+            except Exception:  # not in this PID namespace, gone, or not ours to look at
+                self._pid_names[pid] = (None, None)
         return self._pid_names[pid]
-
-
-def _who_psutil(pid: int) -> tuple[str | None, str | None]:
-    try:
-        import psutil
-
-        proc = psutil.Process(pid)
-        return proc.name(), proc.username()
-    except Exception:  # not in this PID namespace, gone, or not ours to look at
-        return None, None
