@@ -118,15 +118,10 @@ class FaultInjection:
             self._hangs.clear()
             self._release.set()
 
-    @property
-    def hanging(self) -> int:
-        """How many calls are blocked in an injected hang right now."""
-        return self._hanging
-
     def wait_hanging(self, timeout: float = 5.0) -> bool:
         """Block until a call is inside an injected hang; False if none started in ``timeout`` s."""
         with self._hang_entered:
-            return self._hang_entered.wait_for(lambda: self._hanging > 0, timeout)
+            return self._hang_entered.wait_for(lambda: self.hanging > 0, timeout)
 
     def add_process(self, gpu: int, pid: int, used_bytes: int, *, name: str | None = None,
                     user: str | None = None) -> None:
@@ -137,11 +132,8 @@ class FaultInjection:
 
     def simulated_process(self, pid: int) -> tuple[str | None, str | None] | None:
         """(name, user) given to ``add_process`` for a made-up PID; None: look it up."""
-        for procs in list(self._procs.values()):
-            for p_pid, _used, name, user in procs:
-                if self._listed_pid(p_pid) == pid and (name is not None or user is not None):
-                    return name, user
-        return None
+        return next(((name, user) for procs in list(self._procs.values()) for p_pid, _b, name, user in procs
+                     if self._listed_pid(p_pid) == pid and (name is not None or user is not None)), None)
 
     def add_memory_spike(self, gpu: int, at: float, seconds: float, extra_bytes: int) -> None:
         """Add ``extra_bytes`` of used memory on ``gpu`` from clock time ``at`` for ``seconds``."""
@@ -204,13 +196,13 @@ class FaultInjection:
             key = (function, gpu) if (function, gpu) in self._hangs else (function, None)
             if (seconds := self._take(self._hangs, key)) is None:
                 return
-            self._hanging += 1
+            self.hanging += 1
             self._hang_entered.notify_all()
         try:
             self._release.wait(seconds)
         finally:
             with self._lock:
-                self._hanging -= 1
+                self.hanging -= 1
 
     def _enter(self, function: str, handle: _Handle | None = None) -> None:
         """What every NVML call passes first: counted, then any injected hang, loss or error."""

@@ -91,7 +91,8 @@ class SimulatedGPUs(FaultInjection):
         self._hangs: dict[tuple[str, int | None], list] = {}
         self._lost: set[int] = set()
         self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (integrated up to t, joules)
-        self._release, self._hanging = threading.Event(), 0  # hangs end when set; calls inside one
+        self._release = threading.Event()  # injected hangs end when it is set
+        self.hanging = 0  # calls blocked in an injected hang right now
         self._hang_entered = threading.Condition(self._lock)
         self._procs: dict[int, list[tuple[int, int, str | None, str | None]]] = {}
         self._spikes: list[tuple[int, float, float, int]] = []
