@@ -3,6 +3,7 @@ each becomes a "xid" ``DeviceEvent``. Where registering is refused there are non
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from .base import DeviceEvent
@@ -26,8 +27,6 @@ MEANINGS = {
     95: "uncontained ECC error (the GPU needs a reset)", 119: "GSP RPC timeout", 120: "GSP error",
     121: "C2C link error", 140: "unrecovered ECC error",
 }
-
-log = logging.getLogger("nbgpu")
 
 
 def meaning(code: int) -> str:
@@ -99,10 +98,7 @@ class XidWatch:
 
     def free(self) -> None:
         """Free the event set (before NVML's shutdown); nothing more is polled."""
-        if self.events_set is None:
-            return
-        try:
-            self._gw.call("nvmlEventSetFree", self.events_set)
-        except NVMLCallError as exc:
-            log.debug("nvmlEventSetFree: %s", exc)
+        if self.events_set is not None:
+            with contextlib.suppress(NVMLCallError):
+                self._gw.call("nvmlEventSetFree", self.events_set)
         self.events_set = None

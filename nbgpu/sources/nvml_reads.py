@@ -114,11 +114,8 @@ def _gpm_setup(g: NVMLGateway, dev: _Device) -> None:
 def _gpm_free(g: NVMLGateway, dev: _Device) -> None:
     """Free every GPM sample this device holds (they live in host memory, even on a lost GPU)."""
     while dev.gpm:
-        sample = dev.gpm.pop()
-        try:
-            g.call("nvmlGpmSampleFree", sample)
-        except NVMLCallError as exc:
-            log.debug("nvmlGpmSampleFree: %s", exc)
+        with contextlib.suppress(NVMLCallError):
+            g.call("nvmlGpmSampleFree", dev.gpm.pop())
 
 
 def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
