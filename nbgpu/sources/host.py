@@ -61,16 +61,12 @@ class ProcFile:
         self._pid = 0
 
     def read(self) -> bytes | None:
-        if self._fd is None or self._pid != os.getpid():
-            self.close()
-            try:
-                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
-                return None
-            self._pid = os.getpid()
         try:
+            if self._fd is None or self._pid != os.getpid():
+                self.close()
+                self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
             return os.pread(self._fd, self.size, 0)
-        except OSError:  # the process behind it ended
+        except OSError:  # absent, or the process behind it ended
             self.close()
             return None
 
