@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 from collections import namedtuple
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -80,13 +79,6 @@ class _EventSet:
     types: dict[int, int] = field(default_factory=dict)  # gpu -> event types registered
     pending: list[_EventData] = field(default_factory=list)
     freed: bool = False
-
-
-class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds
-    def __init__(self) -> None:
-        self.version, self.numMetrics = 1, 0
-        self.sample1 = self.sample2 = None
-        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
 
 
 class FaultInjection:

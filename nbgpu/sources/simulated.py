@@ -26,7 +26,6 @@ from .sim_faults import (
     _Process,
     _sample_array,
     _Util,
-    c_nvmlGpmMetricsGet_t,
 )
 
 WARM_S = 30.0  # past every ramp of the load model (memory reaches its level at 6 s)
@@ -61,7 +60,6 @@ class SimulatedGPUs(FaultInjection):
     """
 
     SIMULATED = True
-    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t  # noqa: N815 - pynvml's name
     NVML_GPM_METRICS_GET_VERSION = 1
 
     def __init__(self, count: int = 2, seed: int = 0, scenario: str = "steady",
@@ -337,7 +335,12 @@ class SimulatedGPUs(FaultInjection):
         sample.gpu, sample.t = h.gpu, self._t()
         return sample
 
-    def nvmlGpmMetricsGet(self, get: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:  # noqa: N802
+    @staticmethod
+    def c_nvmlGpmMetricsGet_t() -> SimpleNamespace:  # noqa: N802 - the struct pynvml names so
+        metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
+        return SimpleNamespace(version=1, numMetrics=0, sample1=None, sample2=None, metrics=metrics)
+
+    def nvmlGpmMetricsGet(self, get: SimpleNamespace) -> SimpleNamespace:  # noqa: N802
         a, b = get.sample1, get.sample2
         if a is None or b is None or a.gpu != b.gpu or not b.t > a.t:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
