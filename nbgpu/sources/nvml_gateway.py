@@ -101,14 +101,13 @@ class NVMLGateway:
         rows = np.frombuffer(_raw(listed), dtype=_LAYOUTS[min(vtype, len(_LAYOUTS) - 1)])
         return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
 
-    def log_once(self, level: int, key: tuple, message: str) -> bool:
-        """Log ``message`` the first time ``key`` is seen; True if it was logged now."""
+    def log_once(self, level: int, key: tuple, message: str) -> None:
+        """Log ``message`` the first time ``key`` is seen."""
         with self._lock:
-            if key in self._logged:
-                return False
+            first = key not in self._logged
             self._logged.add(key)
-        log.log(level, message)
-        return True
+        if first:
+            log.log(level, message)
 
 
 def unavailable(exc: NVMLCallError | None, what: str) -> NVMLUnavailableError:
