@@ -146,11 +146,9 @@ class PrometheusSource:
         self._last_query = math.nan
 
     # -- HTTP -------------------------------------------------------------------------------
-    def query(self, promql: str, at: float | None = None) -> dict:
-        """POST an instant query; the decoded answer, or SourceError within ``timeout_s``."""
-        form = {"query": promql, "timeout": f"{max(0.1, self.timeout_s - 0.2):.1f}"}
-        if at is not None:
-            form["time"] = f"{at:.3f}"
+    def query(self, promql: str, at: float) -> dict:
+        """POST an instant query at ``at``; the decoded answer, or SourceError within ``timeout_s``."""
+        form = {"query": promql, "timeout": f"{max(0.1, self.timeout_s - 0.2):.1f}", "time": f"{at:.3f}"}
         parts = urllib.parse.urlsplit(self.url)
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = kind(parts.netloc, timeout=self.timeout_s)
