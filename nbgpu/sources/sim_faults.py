@@ -198,7 +198,7 @@ class FaultInjection:
         gpu = None if handle is None else handle.gpu
         if self._hangs:
             self._hang(function, gpu)
-        if self._refcount <= 0 and function not in ("nvmlInit", "nvmlShutdown"):
+        if self._refcount <= 0:  # nvmlInit and nvmlShutdown do not pass here
             raise _error(NVML_ERROR_UNINITIALIZED)
         if gpu is not None and gpu in self._lost:
             raise _error(NVML_ERROR_GPU_IS_LOST)
