@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import BadArgumentError
-from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading, Source
+from .base import Source
 from .nvml import NVMLSource
 from .simulated import WARM_S, SimulatedGPUs
 
@@ -11,22 +11,15 @@ SOURCE_CHOICES = ("'auto', 'nvml', 'sim', 'sim:N', 'prometheus=URL', a Simulated
                   "or a source object")
 SIM_MAX = 64
 
-__all__ = ["SOURCE_CHOICES", "Batch", "Device", "DeviceEvent", "NVMLSource", "ProcessInfo", "ReadError",
-           "Reading", "SimulatedGPUs", "Source", "open_source", "resolve_source", "sim_count"]
-
 
 def sim_count(spec: str) -> int | None:
     """The number of GPUs ``spec`` simulates ("sim": 2, "sim:8": 8, 1 to 64); None if not simulated."""
-    spec = spec.strip()
-    if spec in ("sim", "simulated"):
-        return 2
-    head, sep, count = spec.partition(":")
-    if not sep or head not in ("sim", "simulated"):
+    head, sep, count = spec.strip().partition(":")
+    if head not in ("sim", "simulated"):
         return None
-    if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= SIM_MAX:
-        raise BadArgumentError(f"sim:N takes a whole number of GPUs from 1 to {SIM_MAX}, "
-                               f"got {spec!r}")
-    return int(count)
+    if sep and not (count.isascii() and count.isdigit() and 1 <= int(count) <= SIM_MAX):
+        raise BadArgumentError(f"sim:N takes a whole number of GPUs from 1 to {SIM_MAX}, got {spec!r}")
+    return int(count) if sep else 2
 
 
 def resolve_source(source: object) -> Source:

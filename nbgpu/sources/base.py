@@ -20,21 +20,17 @@ def check_gpus(gpus: object, cards: list[DeviceKey]) -> tuple[DeviceKey, ...] | 
     numbered = list(cards) == list(range(len(cards)))
     allowed = ("none (no GPUs)" if not cards else f"0 to {len(cards) - 1}" if numbered
                else ", ".join(map(str, cards)))
-    if isinstance(gpus, (str, int, list, tuple, set, frozenset, range)) and not isinstance(gpus, bool):
-        items = gpus.split(",") if isinstance(gpus, str) else [gpus] if isinstance(gpus, int) else list(gpus)
-    else:
+    if isinstance(gpus, bool) or not isinstance(gpus, (str, int, list, tuple, set, frozenset, range)):
         raise BadArgumentError(f"gpus must be a GPU index, \"0,2\" or a list of them, got {gpus!r}")
-    out: list[DeviceKey] = []
+    items = gpus.split(",") if isinstance(gpus, str) else [gpus] if isinstance(gpus, int) else list(gpus)
+    by_name = {str(c): c for c in cards}
     for item in items:
-        match = [] if isinstance(item, bool) else [c for c in cards if str(c) == str(item).strip()]
-        if not match:
+        if isinstance(item, bool) or str(item).strip() not in by_name:
             raise BadArgumentError(f"GPU index {str(item).strip()} is out of range; this machine has "
                                    f"{len(cards)} GPU(s): {allowed}")
-        if match[0] not in out:
-            out.append(match[0])
-    if not out:
+    if not items:
         raise BadArgumentError(f"gpus is empty; choose from {allowed}")
-    return tuple(out)
+    return tuple(dict.fromkeys(by_name[str(item).strip()] for item in items))
 
 
 @dataclass(frozen=True)

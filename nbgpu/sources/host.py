@@ -23,27 +23,24 @@ def descendant_pids(pid: int) -> set[int]:
 
 def _proc_descendants(pid: int) -> set[int] | None:
     """``descendant_pids`` from every thread's children list; None where ``pid`` has none."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        return None
     found: set[int] = set()
     todo = [pid]
     while todo:
-        parent = todo.pop()
-        tasks = f"/proc/{parent}/task"
+        tasks = f"/proc/{todo.pop()}/task"
         try:
             threads = os.listdir(tasks)
         except OSError:  # the process just ended
             threads = []
-        if parent == pid and not os.path.exists(f"{tasks}/{pid}/children"):
-            return None
         for thread in threads:
             try:
                 with open(f"{tasks}/{thread}/children", "rb") as f:
-                    kids = [int(k) for k in f.read().split()]
+                    kids = {int(k) for k in f.read().split()} - found
             except (OSError, ValueError):  # the thread or process just ended
                 continue
-            for kid in kids:
-                if kid not in found:
-                    found.add(kid)
-                    todo.append(kid)
+            found |= kids
+            todo += kids
     return found
 
 
@@ -64,16 +61,12 @@ class ProcFile:
         self._pid = 0
 
     def read(self) -> bytes | None:
-        if self._fd is None or self._pid != os.getpid():
-            self.close()
-            try:
-                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
-                return None
-            self._pid = os.getpid()
         try:
+            if self._fd is None or self._pid != os.getpid():
+                self.close()
+                self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
             return os.pread(self._fd, self.size, 0)
-        except OSError:  # the process behind it ended
+        except OSError:  # absent, or the process behind it ended
             self.close()
             return None
 
@@ -108,18 +101,9 @@ def _stat_cpu_s(head: bytes | None) -> tuple[float, float] | None:
     return (total - ticks[3] - ticks[4]) / _CLOCK_TICKS, total / _CLOCK_TICKS
 
 
-def _psutil_cpu_s(psutil) -> tuple[float, float]:
-    """``_stat_cpu_s`` from psutil's ``cpu_times`` (where there is no /proc/stat)."""
-    t = psutil.cpu_times()
-    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-    return total - t.idle - getattr(t, "iowait", 0.0), total
-
-
 def _pid_stat_cpu_s(data: bytes | None) -> float | None:
     """User + system CPU seconds of a process from its /proc/<pid>/stat."""
-    if not data:
-        return None
-    fields = data.rsplit(b")", 1)[-1].split()  # the name, in brackets, may hold spaces
+    fields = (data or b"").rsplit(b")", 1)[-1].split()  # the name, in brackets, may hold spaces
     try:
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
     except (IndexError, ValueError):
@@ -187,12 +171,15 @@ class HostSource:
         self._cpu_last = self._machine_cpu_s()
 
     def _machine_cpu_s(self) -> tuple[float, float]:
+        """(busy, total) CPU seconds of the machine: /proc/stat, else psutil's, counted alike."""
         if self._stat is not None and (got := _stat_cpu_s(self._stat.read())) is not None:
             return got
         if self._stat is not None:  # no /proc/stat here: psutil from now on
             self._stat.close()
             self._stat = None
-        return _psutil_cpu_s(self._psutil)
+        t = self._psutil.cpu_times()
+        total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        return total - t.idle - getattr(t, "iowait", 0.0), total
 
     def _machine_cpu_pct(self) -> float:
         """Busy share of every CPU of the machine since the last reading (NaN if no time passed)."""

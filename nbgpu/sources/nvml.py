@@ -3,6 +3,7 @@ processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import Counter
@@ -42,18 +43,16 @@ UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}
 class NVMLSource:
     """GPUs read through NVML (real or simulated)."""
 
-    kind = "nvml"
-
     def __init__(self, nvml=None) -> None:
         self._nvml = nvml
         self.simulated = bool(getattr(nvml, "SIMULATED", False))
-        if self.simulated:
-            self.kind = "sim"
+        self.kind = "sim" if self.simulated else "nvml"
         self._gw: NVMLGateway | None = None
         self._devices: list[_Device] = []
         self._opened = False
         self.driver_version = ""
-        self._processes: dict[object, list[ProcessInfo]] = {}
+        # The latest process lists per device: a snapshot, replaced whole, never mutated.
+        self.processes: dict[object, list[ProcessInfo]] = {}
         self._pid_names: dict[int, tuple[str | None, str | None]] = {}
         self._pcie_turn = 0
         self._selected: set | None = None  # device keys to read; None reads all
@@ -66,15 +65,10 @@ class NVMLSource:
         self.open_listing()
         if all(d.probed for d in self._devices):
             return
-        try:
-            probed: list[_Device] = []
-            for dev in self._devices:
-                if dev.parent is None:
-                    probed += [probe(self._gw, dev), *mig_devices(self._gw, dev)]
-            self._devices = probed
-            self._xid = XidWatch(self._gw, [d for d in probed if d.parent is None])
-        except (NVMLUnavailableError, NVMLCallError) as exc:
-            raise self._failed(exc, "probing GPUs failed") from exc.__cause__
+        # Probing asks only calls whose failure means "not known" or "try again": it cannot fail.
+        cards = [d for d in self._devices if d.parent is None]
+        self._devices = [d for card in cards for d in (probe(self._gw, card), *mig_devices(self._gw, card))]
+        self._xid = XidWatch(self._gw, cards)
 
     def open_listing(self) -> None:
         """Initialise NVML and list the GPUs (names, driver) without probing; ``open`` probes later."""
@@ -90,7 +84,7 @@ class NVMLSource:
                     hint=_NO_MODULE_HINT) from exc
             self._nvml = pynvml
         g = self._gw = NVMLGateway(self._nvml)
-        self._devices, self._processes = [], {}
+        self._devices, self.processes = [], {}
         try:
             g.call("nvmlInit")
         except NVMLCallError as exc:
@@ -104,14 +98,12 @@ class NVMLSource:
                 handle = g.call("nvmlDeviceGetHandleByIndex", index)
                 self._devices.append(listed(g, index, handle, None, self.simulated))
         except (NVMLUnavailableError, NVMLCallError) as exc:
-            raise self._failed(exc, "listing GPUs failed") from exc.__cause__
+            self._release()  # free what was taken, drop NVML's reference
+            self._devices = []
+            if isinstance(exc, NVMLUnavailableError):
+                raise
+            raise unavailable(exc, "listing GPUs failed") from exc.__cause__
         self._opened = True
-
-    def _failed(self, exc: Exception, what: str) -> NVMLUnavailableError:
-        """Undo a failed open (free what was taken, drop NVML's reference); the error to raise."""
-        self._release()
-        self._devices, self._opened = [], False
-        return exc if isinstance(exc, NVMLUnavailableError) else unavailable(exc, what)
 
     def close(self) -> None:
         """Free GPM samples and release our NVML reference; ``devices()`` still describes them."""
@@ -124,10 +116,8 @@ class NVMLSource:
             _gpm_free(self._gw, dev)
         if self._xid is not None:
             self._xid.free()
-        try:
+        with contextlib.suppress(NVMLCallError):  # already shut down by someone else: nothing to undo
             self._gw.call("nvmlShutdown")
-        except NVMLCallError as exc:  # already shut down by someone else: nothing to undo
-            log.debug("nvmlShutdown: %s", exc)
 
     def describe(self) -> str:
         cards = [d for d in self._devices if d.parent is None]
@@ -144,11 +134,6 @@ class NVMLSource:
         """Host readings a simulated scenario implies at ``t`` s after start; None for real GPUs."""
         fn = getattr(self._nvml, "simulated_host", None) if self.simulated else None
         return fn(t) if fn is not None else None
-
-    @property
-    def processes(self) -> dict[object, list[ProcessInfo]]:
-        """The latest process lists per device: a snapshot, replaced whole, never mutated."""
-        return self._processes
 
     def period_s(self, metric: str) -> float | None:
         """Drain period of a buffered ``metric`` while watched; None for one read every tick."""
@@ -196,8 +181,8 @@ class NVMLSource:
                 _gpm_free(self._gw, dev)
                 reading.events.append(DeviceEvent(dev.key, "lost", f"GPU {dev.key} was lost: {exc.text}"))
         if procs:  # one new snapshot, swapped in whole: readers never see it change
-            self._processes = {**self._processes, **procs}
-            listed = {p.pid for ps in self._processes.values() for p in ps}
+            self.processes = {**self.processes, **procs}
+            listed = {p.pid for ps in self.processes.values() for p in ps}
             self._pid_names = {pid: v for pid, v in self._pid_names.items() if pid in listed}
         if "pcie" in due:
             self._pcie_turn += 1
@@ -219,14 +204,11 @@ class NVMLSource:
         return row.tier in due
 
     def _read_device(self, dev: _Device, now: float, due: frozenset[str], reading: Reading) -> None:
-        tick: dict[str, float] = {}
-        memory: dict[str, float] = {}
+        rows: dict[str, dict[str, float]] = {"tick": {}, "memory": {}}
         for row in POLLED:
             if self._wanted(dev, row, due):
-                (memory if row.tier == "memory" else tick).update(self._run(dev, row, reading))
-        for stream, values in (("tick", tick), ("memory", memory)):
-            if values:
-                reading.batches.append(Batch(dev.key, stream, now, values))
+                rows["memory" if row.tier == "memory" else "tick"].update(self._run(dev, row, reading))
+        reading.batches += [Batch(dev.key, stream, now, values) for stream, values in rows.items() if values]
         unwatched = {} if "live" in due else UNWATCHED_DRAIN_EVERY_S
         for stream in list(dev.buffers):
             every_s = unwatched.get(stream) or DRAIN_EVERY_S[stream]
@@ -250,13 +232,11 @@ class NVMLSource:
             dev.caps.difference_update(row.metrics)
             if row.name == "gpm":
                 _gpm_free(self._gw, dev)
-            if row.name in dev.unconfirmed:  # its probe, made late: never supported here
-                dev.unconfirmed.discard(row.name)
-                message = f"GPU {dev.key}: {row.name} is not supported ({exc.text})"
-                log.debug(message)
-            else:
-                message = f"GPU {dev.key}: {row.name} is no longer supported ({exc.text})"
-                self._gw.log_once(logging.WARNING, (dev.key, row.name, "unsupported"), message)
+            late = row.name in dev.unconfirmed  # its probe, made late: never supported here
+            dev.unconfirmed.discard(row.name)
+            message = f"GPU {dev.key}: {row.name} is {'not' if late else 'no longer'} supported ({exc.text})"
+            self._gw.log_once(logging.DEBUG if late else logging.WARNING, (dev.key, row.name, "unsupported"),
+                              message)
             reading.events.append(DeviceEvent(dev.key, "unsupported", message, gone))
         except (TransientError, NothingNewError) as exc:
             self._transient(dev, row.name, exc, reading, row.metrics)
@@ -330,7 +310,7 @@ class NVMLSource:
                 continue
             except (TransientError, NothingNewError) as exc:
                 self._transient(dev, "procs", exc, reading)
-                return list(self._processes.get(dev.key, ()))
+                return list(self.processes.get(dev.key, ()))
             for p in procs:
                 used = getattr(p, "usedGpuMemory", None)
                 found[int(p.pid)] = int(used) if isinstance(used, int) else None
@@ -342,15 +322,11 @@ class NVMLSource:
         if hook is not None and (known := hook(pid)) is not None:
             return known
         if pid not in self._pid_names:
-            self._pid_names[pid] = _who_psutil(pid)
+            try:
+                import psutil
+
+                proc = psutil.Process(pid)
+                self._pid_names[pid] = (proc.name(), proc.username())
+            except Exception:  # not in this PID namespace, gone, or not ours to look at
+                self._pid_names[pid] = (None, None)
         return self._pid_names[pid]
-
-
-def _who_psutil(pid: int) -> tuple[str | None, str | None]:
-    try:
-        import psutil
-
-        proc = psutil.Process(pid)
-        return proc.name(), proc.username()
-    except Exception:  # not in this PID namespace, gone, or not ours to look at
-        return None, None

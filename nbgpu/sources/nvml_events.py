@@ -3,6 +3,7 @@ each becomes a "xid" ``DeviceEvent``. Where registering is refused there are non
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from .base import DeviceEvent
@@ -27,8 +28,6 @@ MEANINGS = {
     121: "C2C link error", 140: "unrecovered ECC error",
 }
 
-log = logging.getLogger("nbgpu")
-
 
 def meaning(code: int) -> str:
     """What XID ``code`` means, in a few words."""
@@ -51,7 +50,6 @@ class XidWatch:
     def __init__(self, gw: NVMLGateway, cards: list) -> None:
         self._gw = gw
         self._by_uuid: dict[str, object] = {}
-        self._only: object = None
         self.events_set = None
         try:
             self.events_set = gw.call("nvmlEventSetCreate")
@@ -65,8 +63,6 @@ class XidWatch:
                 gw.log_once(logging.INFO, ("xid", dev.key), f"no XID events from GPU {dev.key}: {exc.text}")
                 continue
             self._by_uuid[dev.info.get("uuid", "")] = dev.key
-        if len(self._by_uuid) == 1:
-            self._only = next(iter(self._by_uuid.values()))
         if not self._by_uuid:
             self.free()
 
@@ -92,8 +88,8 @@ class XidWatch:
         return out
 
     def _key(self, data: object) -> object:
-        if self._only is not None:
-            return self._only
+        if len(self._by_uuid) == 1:  # no UUID call, which fails on a GPU fallen off the bus
+            return next(iter(self._by_uuid.values()))
         try:
             uuid = self._gw.call("nvmlDeviceGetUUID", data.device)
         except NVMLCallError:
@@ -102,10 +98,7 @@ class XidWatch:
 
     def free(self) -> None:
         """Free the event set (before NVML's shutdown); nothing more is polled."""
-        if self.events_set is None:
-            return
-        try:
-            self._gw.call("nvmlEventSetFree", self.events_set)
-        except NVMLCallError as exc:
-            log.debug("nvmlEventSetFree: %s", exc)
+        if self.events_set is not None:
+            with contextlib.suppress(NVMLCallError):
+                self._gw.call("nvmlEventSetFree", self.events_set)
         self.events_set = None

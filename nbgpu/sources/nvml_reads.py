@@ -61,37 +61,33 @@ class Read:
 
 # -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
 def _calls(**metrics: tuple) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
-    """A reader of ``metric=(function, per, *args)`` rows: ``function(handle, *args) / per``."""
+    """A reader of ``metric=(function, per, *args)`` rows: ``function(handle, *args) / per``, or of
+    its first item where it answers a list (``[value, sampling period]``)."""
     def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-        return {m: float(g.call(fn, dev.handle, *args)) / per for m, (fn, per, *args) in metrics.items()}
+        got = {m: (g.call(fn, dev.handle, *args), per) for m, (fn, per, *args) in metrics.items()}
+        return {m: float(v[0] if isinstance(v, (list, tuple)) else v) / per for m, (v, per) in got.items()}
     return read
 
 
-def _r_memory(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    mem = g.call("nvmlDeviceGetMemoryInfo", dev.handle)
-    return {"mem_used_bytes": float(mem.used), "mem_total_bytes": float(mem.total)}
-
-
-def _r_memory_used(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"mem_used_bytes": float(g.call("nvmlDeviceGetMemoryInfo", dev.handle).used)}
-
-
-def _r_util(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    u = g.call("nvmlDeviceGetUtilizationRates", dev.handle)
-    return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
+def _fields(function: str, **metrics: str) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
+    """A reader of one call's struct: ``metric=field``."""
+    def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
+        got = g.call(function, dev.handle)
+        return {m: float(getattr(got, name)) for m, name in metrics.items()}
+    return read
 
 
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     newer = "nvmlDeviceGetCurrentClocksEventReasons"  # older bindings: only "...ThrottleReasons"
-    name = newer if g.attr(newer) is not None else "nvmlDeviceGetCurrentClocksThrottleReasons"
+    name = newer if hasattr(g.nvml, newer) else "nvmlDeviceGetCurrentClocksThrottleReasons"
     return {"clock_event_reasons": float(g.call(name, dev.handle))}
 
 
-def _r_codec(g: NVMLGateway, dev: _Device) -> dict[str, float]:
-    return {"enc_util_pct": float(g.call("nvmlDeviceGetEncoderUtilization", dev.handle)[0]),
-            "dec_util_pct": float(g.call("nvmlDeviceGetDecoderUtilization", dev.handle)[0])}
-
-
+_r_memory = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used", mem_total_bytes="total")
+_r_memory_used = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used")
+_r_util = _fields("nvmlDeviceGetUtilizationRates", util_pct="gpu", mem_util_pct="memory")
+_r_codec = _calls(enc_util_pct=("nvmlDeviceGetEncoderUtilization", 1.0),
+                  dec_util_pct=("nvmlDeviceGetDecoderUtilization", 1.0))
 _r_temp = _calls(temp_c=("nvmlDeviceGetTemperature", 1.0, TEMPERATURE_GPU))
 _r_power = _calls(power_w=("nvmlDeviceGetPowerUsage", 1000.0))
 _r_power_limit = _calls(power_limit_w=("nvmlDeviceGetEnforcedPowerLimit", 1000.0))
@@ -118,11 +114,8 @@ def _gpm_setup(g: NVMLGateway, dev: _Device) -> None:
 def _gpm_free(g: NVMLGateway, dev: _Device) -> None:
     """Free every GPM sample this device holds (they live in host memory, even on a lost GPU)."""
     while dev.gpm:
-        sample = dev.gpm.pop()
-        try:
-            g.call("nvmlGpmSampleFree", sample)
-        except NVMLCallError as exc:
-            log.debug("nvmlGpmSampleFree: %s", exc)
+        with contextlib.suppress(NVMLCallError):
+            g.call("nvmlGpmSampleFree", dev.gpm.pop())
 
 
 def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
@@ -131,8 +124,8 @@ def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         return {}
     prev, nxt = dev.gpm
     g.call("nvmlGpmSampleGet", dev.handle, nxt)
-    get = g.attr("c_nvmlGpmMetricsGet_t")()
-    get.version = g.attr("NVML_GPM_METRICS_GET_VERSION", 1)
+    get = g.nvml.c_nvmlGpmMetricsGet_t()
+    get.version = getattr(g.nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
     get.numMetrics = len(GPM_METRIC_IDS)
     get.sample1, get.sample2 = prev, nxt
     for i, metric_id in enumerate(GPM_METRIC_IDS):
@@ -173,10 +166,8 @@ def _str(value) -> str:
 def listed(g: NVMLGateway, index: int, handle, parent, simulated: bool) -> _Device:
     """A device as listed: key, handle and name; ``probe`` adds the rest."""
     key = index if parent is None else f"{parent}/{index}"
-    info = {"key": key, "parent": parent, "mig": parent is not None,
-            "name": _str(g.maybe("nvmlDeviceGetName", handle) or "unknown GPU"),
-            "uuid": "", "mem_total_bytes": None, "power_limit_w": None,
-            "slowdown_temp_c": None, "simulated": simulated}
+    info = {"key": key, "parent": parent, "mig": parent is not None, "simulated": simulated,
+            "name": _str(g.maybe("nvmlDeviceGetName", handle) or "unknown GPU")}
     return _Device(key=key, handle=handle, parent=parent, info=info)
 
 

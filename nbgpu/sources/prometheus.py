@@ -12,9 +12,7 @@ import math
 import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +31,7 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 DISCOVER_WINDOW_S = 300.0
 MAX_WINDOW_S = 600.0
+HEADERS = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
 
 
 @dataclass
@@ -47,48 +46,33 @@ class _Series:
     simulated: bool = False
 
 
-def device_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
-    """(key, node, gpu) for a series' labels, or None when it names no GPU."""
-    if not (gpu := labels.get("gpu")):
-        return None
-    host = (labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or "?").strip()
-    local = gpu if not labels.get("GPU_I_ID") else f"{gpu}/{labels['GPU_I_ID']}"
-    return f"{host}/{local}", host, local
-
-
 def parse_matrix(payload: object) -> dict[str, _Series]:
     """Rows per device key from a Prometheus query answer of type "matrix" (or "vector");
     ValueError when the answer is not what the Prometheus API documents."""
     if not isinstance(payload, dict) or payload.get("status") != "success":
         err = payload.get("error") if isinstance(payload, dict) else None
         raise ValueError(f"Prometheus answered an error: {err}" if err else "not a Prometheus API answer")
-    data = payload.get("data")
-    if not isinstance(data, dict) or data.get("resultType") not in ("matrix", "vector"):
-        raise ValueError("Prometheus answer has no matrix or vector result")
-    result = data.get("result")
-    if not isinstance(result, list):
-        raise ValueError("Prometheus answer has no result list")
+    data = payload["data"] if isinstance(payload.get("data"), dict) else {}
+    result = data.get("result") if data.get("resultType") in ("matrix", "vector") else None
+    if not isinstance(result, list) or not all(isinstance(i, dict) and isinstance(i.get("metric"), dict)
+                                               for i in result):
+        raise ValueError("Prometheus answer has no matrix or vector result of labelled series")
     out: dict[str, _Series] = {}
     free: dict[str, dict[float, float]] = {}
     for item in result:
-        labels = item.get("metric") if isinstance(item, dict) else None
-        if not isinstance(labels, dict):
-            raise ValueError("Prometheus result item without labels")
-        labels = {k: v for k, v in labels.items() if isinstance(v, str)}  # the API's labels are text
+        labels = {k: v for k, v in item["metric"].items() if isinstance(v, str)}  # the API's labels are text
         name = labels.get("__name__", "")
-        found = device_key(labels)
-        if found is None:
-            continue
-        key, host, gpu = found
-        series = out.setdefault(key, _Series(host, gpu))
+        if not (gpu := labels.get("gpu")):
+            continue  # names no GPU
+        host = (labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or "?").strip()
+        gpu = f"{gpu}/{labels['GPU_I_ID']}" if labels.get("GPU_I_ID") else gpu
+        series = out.setdefault(key := f"{host}/{gpu}", _Series(host, gpu))
         if not series.labels or name == INFO_SERIES:
             series.labels = {k: v for k, v in labels.items() if k != "__name__"}
         if name == INFO_SERIES:
             series.simulated = labels.get("simulated") == "true"
             continue
-        points = item.get("values")
-        if points is None and "value" in item:
-            points = [item["value"]]
+        points = item["values"] if "values" in item else [item["value"]] if "value" in item else None
         if not isinstance(points, list):
             raise ValueError("Prometheus result item without values")
         if name in FB_FREE:
@@ -131,12 +115,6 @@ def _points(points: list, metric: str, factor: float = 1.0) -> list[tuple[float,
     return out
 
 
-def resolution_of(series: dict[str, _Series]) -> float:
-    """Typical seconds between scrapes (median spacing of sample times), NaN if unknown."""
-    gaps = [gap for s in series.values() for gap in np.diff(sorted(s.rows))]
-    return float(np.median(gaps)) if gaps else math.nan
-
-
 class PrometheusSource:
     """GPUs of every node a Prometheus server (``url``, e.g. "http://prometheus:9090") scrapes;
     ``timeout_s`` bounds one request (connect plus answer), ``max_bytes`` one answer (a bigger one
@@ -159,7 +137,6 @@ class PrometheusSource:
         self.timeout_s, self.max_bytes, self.poll_s = float(timeout_s), int(max_bytes), poll_s
         self.state = "closed"
         self.last_error: str | None = None
-        self.last_success: float | None = None
         self.failures = 0
         self.resolution_s = math.nan
         self._devices: dict[str, Device] = {}
@@ -169,42 +146,35 @@ class PrometheusSource:
         self._last_query = math.nan
 
     # -- HTTP -------------------------------------------------------------------------------
-    def query(self, promql: str, at: float | None = None) -> dict:
-        """POST an instant query; the decoded answer, or SourceError within ``timeout_s``."""
-        form = {"query": promql, "timeout": f"{max(0.1, self.timeout_s - 0.2):.1f}"}
-        if at is not None:
-            form["time"] = f"{at:.3f}"
-        body = urllib.parse.urlencode(form).encode()
-        req = urllib.request.Request(self.url + "/api/v1/query", data=body, method="POST",
-                                     headers={"Content-Type": "application/x-www-form-urlencoded",
-                                              "Accept": "application/json"})
+    def query(self, promql: str, at: float) -> dict:
+        """POST an instant query at ``at``; the decoded answer, or SourceError within ``timeout_s``."""
+        form = {"query": promql, "timeout": f"{max(0.1, self.timeout_s - 0.2):.1f}", "time": f"{at:.3f}"}
+        parts = urllib.parse.urlsplit(self.url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = kind(parts.netloc, timeout=self.timeout_s)
         deadline = time.monotonic() + self.timeout_s
-        # The socket timeout bounds each read only: a watchdog shuts the connection at the deadline.
-        watchdog = _Watchdog(deadline)
-        opener, http_code = urllib.request.build_opener(*watchdog.handlers()), None
         try:
+            conn.connect()
+            # The socket timeout bounds each read only: a timer shuts the connection at the deadline.
+            timer = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (conn,))
+            timer.daemon = True
+            timer.start()
             try:
-                with opener.open(req, timeout=self.timeout_s) as resp:
-                    raw = self._read_bounded(resp, deadline)
-            except urllib.error.HTTPError as exc:  # Prometheus explains 4xx/5xx in JSON
-                http_code = exc.code
-                raw = self._read_bounded(exc, deadline)
-        except SourceError:
-            raise
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            if watchdog.fired:
+                conn.request("POST", parts.path + "/api/v1/query", urllib.parse.urlencode(form), HEADERS)
+                resp = conn.getresponse()
+                raw = self._read_bounded(resp, deadline)
+            finally:
+                timer.cancel()
+        except (OSError, http.client.HTTPException) as exc:
+            if time.monotonic() >= deadline:
                 raise self._slow() from exc
-            reason = getattr(exc, "reason", exc)
-            why = f"answered HTTP {http_code}" if http_code else f"is unreachable ({reason})"
-            raise SourceError(f"Prometheus at {self.url} {why}") from exc
+            raise SourceError(f"Prometheus at {self.url} is unreachable ({exc})") from exc
         finally:
-            watchdog.cancel()
-        if watchdog.fired:
-            raise self._slow()
+            conn.close()
         try:
-            return json.loads(raw)
+            return json.loads(raw)  # Prometheus explains 4xx/5xx in JSON too
         except ValueError as exc:
-            what = f"HTTP {http_code}" if http_code else "something that is not JSON"
+            what = f"HTTP {resp.status}" if resp.status >= 400 else "something that is not JSON"
             raise SourceError(f"Prometheus at {self.url} answered {what}") from exc
 
     def _slow(self) -> SourceError:
@@ -212,16 +182,15 @@ class PrometheusSource:
 
     def _read_bounded(self, resp, deadline: float) -> bytes:
         chunks, size = [], 0
-        while True:
-            if time.monotonic() > deadline:
-                raise self._slow()
-            if not (chunk := resp.read(65536)):
-                return b"".join(chunks)
+        while chunk := resp.read(65536):
             size += len(chunk)
             if size > self.max_bytes:
                 raise SourceError(f"Prometheus at {self.url} answered more than "
                                   f"{self.max_bytes // 2**20} MiB; narrow what it scrapes")
             chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise self._slow()
+        return b"".join(chunks)
 
     def _fetch(self, window_s: float, at: float) -> dict[str, _Series]:
         ms = max(1000, int(window_s * 1000))
@@ -242,7 +211,8 @@ class PrometheusSource:
             raise SourceError(f"Prometheus at {self.url} has no recent GPU series (looked for "
                               "dcgm-exporter's DCGM_FI_* and nbgpu_gpu_*); check that it scrapes "
                               "dcgm-exporter or `nbgpu export`")
-        self.resolution_s = resolution_of(recent)
+        gaps = [gap for s in recent.values() for gap in np.diff(sorted(s.rows))]  # between scrapes
+        self.resolution_s = float(np.median(gaps)) if gaps else math.nan
         for key in sorted(recent, key=_natural):
             s = recent[key]
             self._metrics[key] = {m for row in s.rows.values() for m in row} & set(BY_NAME)
@@ -250,7 +220,7 @@ class PrometheusSource:
             # Start just before the newest scrape so the panel has a value at once.
             self._last_t[key] = sorted(s.rows)[-2] if len(s.rows) > 1 else min(s.rows) - 1e-3
         self.simulated = all(d.simulated for d in self._devices.values())
-        self.state, self.last_success, self._last_query = "ok", now, now
+        self.state, self._last_query = "ok", now
 
     def _describe_device(self, key: str, s: _Series) -> Device:
         last = s.rows[max(s.rows)]
@@ -306,7 +276,7 @@ class PrometheusSource:
             return reading
         if self.state != "ok":
             reading.events.append(DeviceEvent(None, "recovered", f"Prometheus at {self.url} answers again"))
-        self.state, self.last_error, self.failures, self.last_success = "ok", None, 0, now
+        self.state, self.last_error, self.failures = "ok", None, 0
         self._last_query = now
         self._next_poll = now + self._poll_every()
         for key, s in found.items():
@@ -333,9 +303,8 @@ class PrometheusSource:
 
     def _fail(self, now: float, exc: BaseException, reading: Reading) -> None:
         self.failures += 1
-        message = str(exc)
-        if not isinstance(exc, SourceError):
-            message = f"bad answer from Prometheus at {self.url}: {exc}"
+        bad = not isinstance(exc, SourceError)
+        message = f"bad answer from Prometheus at {self.url}: {exc}" if bad else str(exc)
         reading.errors.append(ReadError(None, "query", message))  # counted in status().errors
         if self.state != "unreachable":
             log.warning("source unreachable: %s", message)
@@ -344,55 +313,10 @@ class PrometheusSource:
         self._next_poll = now + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self.failures - 1))
 
 
-class _Watchdog:
-    """Shuts down the connections it made once ``deadline`` (monotonic) passed; ``fired`` says so."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline, self.fired = deadline, False
-        self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._socks:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def _watch(self, sock: socket.socket | None) -> None:
-        with self._lock:
-            self._socks += [sock] if sock is not None else []
-        if self.fired:
-            self._fire()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def handlers(self) -> list[urllib.request.BaseHandler]:
-        """urllib handlers (HTTP and HTTPS) whose connections this watchdog watches."""
-        watch = self._watch
-
-        def watched(base: type) -> type:
-            class Connection(base):  # type: ignore[misc, valid-type]
-                def connect(self) -> None:
-                    super().connect()
-                    watch(self.sock)
-            return Connection
-
-        plain, tls = watched(http.client.HTTPConnection), watched(http.client.HTTPSConnection)
-
-        class HTTP(urllib.request.HTTPHandler):
-            def http_open(self, req):
-                return self.do_open(plain, req)
-
-        class HTTPS(urllib.request.HTTPSHandler):
-            def https_open(self, req):
-                return self.do_open(tls, req, context=self._context)
-
-        return [HTTP(), HTTPS()]
+def _shut(conn: http.client.HTTPConnection) -> None:
+    """Shut a connection's socket from another thread: a read blocked on it returns at once."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: closed meanwhile (no sock)
+        conn.sock.shutdown(socket.SHUT_RDWR)
 
 
 def _natural(key: str) -> tuple:

@@ -6,16 +6,11 @@ from __future__ import annotations
 import ctypes
 from collections import namedtuple
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_TIMEOUT = 10
-NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNINITIALIZED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED = 1, 2, 3
+NVML_ERROR_NOT_FOUND, NVML_ERROR_TIMEOUT, NVML_ERROR_GPU_IS_LOST = 6, 10, 15
 _ERROR_NAMES = {
     1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
     6: "Not Found", 10: "Timeout", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
@@ -82,13 +77,6 @@ class _EventSet:
     freed: bool = False
 
 
-class c_nvmlGpmMetricsGet_t:  # noqa: N801 - the struct name NVMLSource builds
-    def __init__(self) -> None:
-        self.version, self.numMetrics = 1, 0
-        self.sample1 = self.sample2 = None
-        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
-
-
 class FaultInjection:
     """SimulatedGPUs' faults, processes and event sets (its ``__init__`` sets up their state)."""
 
@@ -118,15 +106,10 @@ class FaultInjection:
             self._hangs.clear()
             self._release.set()
 
-    @property
-    def hanging(self) -> int:
-        """How many calls are blocked in an injected hang right now."""
-        return self._hanging
-
     def wait_hanging(self, timeout: float = 5.0) -> bool:
         """Block until a call is inside an injected hang; False if none started in ``timeout`` s."""
         with self._hang_entered:
-            return self._hang_entered.wait_for(lambda: self._hanging > 0, timeout)
+            return self._hang_entered.wait_for(lambda: self.hanging > 0, timeout)
 
     def add_process(self, gpu: int, pid: int, used_bytes: int, *, name: str | None = None,
                     user: str | None = None) -> None:
@@ -137,11 +120,8 @@ class FaultInjection:
 
     def simulated_process(self, pid: int) -> tuple[str | None, str | None] | None:
         """(name, user) given to ``add_process`` for a made-up PID; None: look it up."""
-        for procs in list(self._procs.values()):
-            for p_pid, _used, name, user in procs:
-                if self._listed_pid(p_pid) == pid and (name is not None or user is not None):
-                    return name, user
-        return None
+        return next(((name, user) for procs in list(self._procs.values()) for p_pid, _b, name, user in procs
+                     if self._listed_pid(p_pid) == pid and (name is not None or user is not None)), None)
 
     def add_memory_spike(self, gpu: int, at: float, seconds: float, extra_bytes: int) -> None:
         """Add ``extra_bytes`` of used memory on ``gpu`` from clock time ``at`` for ``seconds``."""
@@ -204,13 +184,13 @@ class FaultInjection:
             key = (function, gpu) if (function, gpu) in self._hangs else (function, None)
             if (seconds := self._take(self._hangs, key)) is None:
                 return
-            self._hanging += 1
+            self.hanging += 1
             self._hang_entered.notify_all()
         try:
             self._release.wait(seconds)
         finally:
             with self._lock:
-                self._hanging -= 1
+                self.hanging -= 1
 
     def _enter(self, function: str, handle: _Handle | None = None) -> None:
         """What every NVML call passes first: counted, then any injected hang, loss or error."""
@@ -218,7 +198,7 @@ class FaultInjection:
         gpu = None if handle is None else handle.gpu
         if self._hangs:
             self._hang(function, gpu)
-        if self._refcount <= 0 and function not in ("nvmlInit", "nvmlShutdown"):
+        if self._refcount <= 0:  # nvmlInit and nvmlShutdown do not pass here
             raise _error(NVML_ERROR_UNINITIALIZED)
         if gpu is not None and gpu in self._lost:
             raise _error(NVML_ERROR_GPU_IS_LOST)

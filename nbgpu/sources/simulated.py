@@ -26,7 +26,6 @@ from .sim_faults import (
     _Process,
     _sample_array,
     _Util,
-    c_nvmlGpmMetricsGet_t,
 )
 
 WARM_S = 30.0  # past every ramp of the load model (memory reaches its level at 6 s)
@@ -61,13 +60,12 @@ class SimulatedGPUs(FaultInjection):
     """
 
     SIMULATED = True
-    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t  # noqa: N815 - pynvml's name
     NVML_GPM_METRICS_GET_VERSION = 1
 
     def __init__(self, count: int = 2, seed: int = 0, scenario: str = "steady",
                  name: str = "NVIDIA H200", *, clock: Callable[[], float] = time.time,
                  mig: dict[int, int] | None = None, gpm: bool = True, sample_buffers: bool = True,
-                 unsupported: Iterable[str] = ("nvmlDeviceGetFanSpeed",),
+                 unsupported: Iterable[str] = (),
                  init_error: str | None = None, mem_total_bytes: int = 143771 * 2**20,
                  power_limit_w: float = 700.0, hide_host_pids: bool = False, warm_s: float = 0.0,
                  model_process: bool = True) -> None:
@@ -91,7 +89,8 @@ class SimulatedGPUs(FaultInjection):
         self._hangs: dict[tuple[str, int | None], list] = {}
         self._lost: set[int] = set()
         self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (integrated up to t, joules)
-        self._release, self._hanging = threading.Event(), 0  # hangs end when set; calls inside one
+        self._release = threading.Event()  # injected hangs end when it is set
+        self.hanging = 0  # calls blocked in an injected hang right now
         self._hang_entered = threading.Condition(self._lock)
         self._procs: dict[int, list[tuple[int, int, str | None, str | None]]] = {}
         self._spikes: list[tuple[int, float, float, int]] = []
@@ -251,9 +250,6 @@ class SimulatedGPUs(FaultInjection):
 
     nvmlDeviceGetDecoderUtilization = nvmlDeviceGetEncoderUtilization  # noqa: N815
 
-    def nvmlDeviceGetFanSpeed(self, h: _Handle) -> int:  # noqa: N802
-        return 0
-
     def nvmlDeviceGetTotalEnergyConsumption(self, h: _Handle) -> int:  # noqa: N802
         """Millijoules since "driver load": power integrated on a 20 ms grid."""
         if h.mig is not None:
@@ -292,24 +288,19 @@ class SimulatedGPUs(FaultInjection):
                 or (sampling_type != 0 and h.gpu in self.mig)):
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         period, kept = self._BUFFERS[sampling_type]
-        newest = math.floor((self.clock() - self.start_time) / period)
-        stamps: list[int] = []
-        values: list[int] = []
-        for k in range(max(newest - kept + 1, 0), newest + 1):
-            t_rel = k * period
-            ts = round((self.start_time + t_rel) * 1e6)
-            if ts <= last_seen_us:
-                continue
-            if sampling_type == 0:
-                v = self.power_at(h.gpu, t_rel) * 1000.0
-            else:
-                u = self.util_window(h.gpu, t_rel, period)
-                v = u if sampling_type == 1 else u * 0.45
-            stamps.append(ts)
-            values.append(max(round(v), 0))
-        if not stamps:
+        newest = math.floor(self._t() / period)
+        fresh = [(k * period, ts) for k in range(max(newest - kept + 1, 0), newest + 1)
+                 if (ts := round((self.start_time + k * period) * 1e6)) > last_seen_us]
+        if not fresh:
             raise _error(NVML_ERROR_NOT_FOUND)
-        return 1, _sample_array(stamps, values)
+        return 1, _sample_array([ts for _t, ts in fresh],
+                                [self._buffered(h.gpu, sampling_type, t, period) for t, _ts in fresh])
+
+    def _buffered(self, gpu: int, sampling_type: int, t: float, period: float) -> int:
+        """One buffered sample at ``t`` s after start: power in mW, or a utilisation in percent."""
+        if sampling_type == 0:
+            return max(round(self.power_at(gpu, t) * 1000.0), 0)
+        return max(round(self.util_window(gpu, t, period) * (1.0 if sampling_type == 1 else 0.45)), 0)
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:  # noqa: N802
         if h.mig is not None:
@@ -344,7 +335,12 @@ class SimulatedGPUs(FaultInjection):
         sample.gpu, sample.t = h.gpu, self._t()
         return sample
 
-    def nvmlGpmMetricsGet(self, get: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:  # noqa: N802
+    @staticmethod
+    def c_nvmlGpmMetricsGet_t() -> SimpleNamespace:  # noqa: N802 - the struct pynvml names so
+        metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
+        return SimpleNamespace(version=1, numMetrics=0, sample1=None, sample2=None, metrics=metrics)
+
+    def nvmlGpmMetricsGet(self, get: SimpleNamespace) -> SimpleNamespace:  # noqa: N802
         a, b = get.sample1, get.sample2
         if a is None or b is None or a.gpu != b.gpu or not b.t > a.t:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
