@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -31,10 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nbgpu")
 
-# each rule by its name (``thresholds.RULES``), which is its function's
-RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {rule.__name__: rule for rule in (
-    oom_risk, memory_leak, rules.input_bound, rules.launch_bound, rules.sync_bound, rules.idle,
-    rules.imbalance, rules.throttling, rules.busy_thin)}
+# each rule by its name (``thresholds.RULES``)
+RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
+    **{rule.__name__: rule for rule in (oom_risk, memory_leak, rules.idle, rules.imbalance, rules.throttling,
+                                        rules.busy_thin)},
+    **{name: functools.partial(rules.bound, rule=name) for name in rules.BOUND}}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
 # the window rules, each with the threshold naming its window
