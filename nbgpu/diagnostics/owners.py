@@ -1,23 +1,21 @@
-"""Whose memory it is: this kernel and its children, other processes, PID-namespace trouble.
-
-NVML lists processes by host PID, which inside a container's PID namespace may not be ours: the
-attribution is checked first. Other people's command lines and user names only when asked for.
-"""
+"""Whose memory it is: this kernel and its children, other processes, PID-namespace trouble (NVML lists
+host PIDs: attribution is checked first); other people's command lines and user names only when asked."""
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..sources.base import ProcessInfo
+from ..peaks import torch_cuda, torch_uuid
+from ..sources.base import Device, ProcessInfo
 from ..sources.host import descendant_pids
 from ..units import fmt_bytes
-from .frameworks import nvml_index_of, tensorflow_memory, torch_memory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,6 +43,58 @@ def tree_pids() -> set[int]:
 def used_bytes(p: ProcessInfo) -> float:
     """Memory a process holds, in bytes; NaN where NVML does not say."""
     return math.nan if p.used_bytes is None else float(p.used_bytes)
+
+
+# -- what PyTorch and TensorFlow say, asked only once the kernel started CUDA through them (nbgpu
+# never imports either and never starts CUDA)
+def torch_memory() -> list[dict]:
+    """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
+    if (cuda := torch_cuda()) is None:
+        return []
+    try:
+        return [{"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": torch_uuid(cuda, i),
+                 "allocated_bytes": float(cuda.memory_allocated(i)),
+                 "reserved_bytes": float(cuda.memory_reserved(i))} for i in range(cuda.device_count())]
+    except Exception:
+        return []
+
+
+def tensorflow_memory() -> list[dict]:
+    """Per GPU of TensorFlow's running context: ``get_memory_info`` current and peak bytes."""
+    tf = sys.modules.get("tensorflow")
+    eager = sys.modules.get("tensorflow.python.eager.context")
+    if tf is None or eager is None:
+        return []
+    try:
+        if not getattr(eager.context(), "_initialized", False):  # asking would start it
+            return []
+        count = len(tf.config.list_physical_devices("GPU"))
+    except Exception:
+        return []
+    out = []
+    for i in range(count):
+        try:
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+        except Exception:
+            continue
+        out.append({"framework": "tensorflow", "device": f"GPU:{i}", "index": i, "uuid": "",
+                    "allocated_bytes": float(info.get("current", 0)),
+                    "peak_bytes": float(info.get("peak", 0))})
+    return out
+
+
+def nvml_index_of(entry: dict, devices: list[Device]) -> object:
+    """The NVML GPU key a framework device is, by UUID, else by CUDA_VISIBLE_DEVICES, else index."""
+    uuid = entry.get("uuid", "").lower().removeprefix("gpu-")
+    same = [d.key for d in devices if uuid and d.uuid.lower().removeprefix("gpu-") == uuid]
+    if same:
+        return same[0]
+    if visible := os.environ.get("CUDA_VISIBLE_DEVICES"):
+        parts = [p.strip() for p in visible.split(",") if p.strip()]
+        if entry["index"] < len(parts) and parts[entry["index"]].isdigit():
+            return int(parts[entry["index"]])
+        return None
+    return entry["index"]
 
 
 def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0.0,
@@ -175,8 +225,7 @@ class MemoryOwners:
         """One row per (GPU, owner): ``who``, ``pid``, ``processes``, ``used_bytes``, ..."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows, columns=["gpu", "who", "pid", "processes", "used_bytes",
-                                                "command", "user", "matched"])
+        return pd.DataFrame(self.rows, columns=COLUMNS)
 
     def __str__(self) -> str:
         lines = []
@@ -202,10 +251,12 @@ class MemoryOwners:
                 f"{notes}")
 
 
-def _row(gpu, who: str, pid, processes: int, used: float, command: str = "", user: str = "",
-         matched: str = "") -> dict:
-    return {"gpu": gpu, "who": who, "pid": pid, "processes": processes, "used_bytes": used,
-            "command": command, "user": user, "matched": matched}
+COLUMNS = ("gpu", "who", "pid", "processes", "used_bytes", "command", "user", "matched")
+
+
+def _row(*values) -> dict:
+    """A row of ``COLUMNS`` (command, user and matched "" where not given)."""
+    return dict(zip(COLUMNS, values + ("",) * (len(COLUMNS) - len(values)), strict=True))
 
 
 def _size(used: float) -> str:
