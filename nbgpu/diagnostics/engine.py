@@ -1,7 +1,5 @@
-"""The diagnostics engine: runs the rules in the sampler thread every ``eval_every_s`` (2 s), on
-the store only (never NVML), and turns findings into alerts; ``attach`` is the factory
-``Sampler(diagnostics=True)`` calls, ``register_activity`` how layers above say work runs.
-"""
+"""The diagnostics engine: runs the rules on the store (never NVML) in the sampler thread every
+``eval_every_s`` and turns findings into alerts; ``attach`` is ``Sampler(diagnostics=True)``'s factory."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ host PIDs: attribution is checked first); other people's command lines and user 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -61,25 +62,16 @@ def torch_memory() -> list[dict]:
 
 def tensorflow_memory() -> list[dict]:
     """Per GPU of TensorFlow's running context: ``get_memory_info`` current and peak bytes."""
-    tf = sys.modules.get("tensorflow")
-    eager = sys.modules.get("tensorflow.python.eager.context")
-    if tf is None or eager is None:
-        return []
-    try:
-        if not getattr(eager.context(), "_initialized", False):  # asking would start it
-            return []
-        count = len(tf.config.list_physical_devices("GPU"))
-    except Exception:
-        return []
-    out = []
-    for i in range(count):
-        try:
+    tf, eager = sys.modules.get("tensorflow"), sys.modules.get("tensorflow.python.eager.context")
+    out: list[dict] = []
+    with contextlib.suppress(Exception):  # a GPU that cannot say ends the list
+        if tf is None or eager is None or not getattr(eager.context(), "_initialized", False):
+            return out  # asking would start it
+        for i in range(len(tf.config.list_physical_devices("GPU"))):
             info = tf.config.experimental.get_memory_info(f"GPU:{i}")
-        except Exception:
-            continue
-        out.append({"framework": "tensorflow", "device": f"GPU:{i}", "index": i, "uuid": "",
-                    "allocated_bytes": float(info.get("current", 0)),
-                    "peak_bytes": float(info.get("peak", 0))})
+            out.append({"framework": "tensorflow", "device": f"GPU:{i}", "index": i, "uuid": "",
+                        "allocated_bytes": float(info.get("current", 0)),
+                        "peak_bytes": float(info.get("peak", 0))})
     return out
 
 
