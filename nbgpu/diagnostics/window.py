@@ -57,10 +57,7 @@ class Window:
         if read is None or read[0] < reach:
             widest = max(reach, self.spans.get(pair, reach))
             self.spans[pair] = widest
-            try:
-                t, v = self.store.series(device, metric, self.now - widest, self.now)
-            except KeyError:
-                t, v = np.empty(0), np.empty(0)
+            t, v = self.store.series(device, metric, self.now - widest, self.now)
             read = self._read[pair] = (widest, t, v)
         widest, t, v = read
         if widest > reach:
