@@ -219,28 +219,27 @@ class MemoryOwners:
 
         return pd.DataFrame(self.rows, columns=COLUMNS)
 
+    def _shown(self) -> list[tuple[dict, str, str, str, str]]:
+        """(row, GPU, who, pid, memory) as both renderings show them: "this kernel (matched by memory,
+        2.5 GiB)" where the PID was hidden, "other processes ×3" for several."""
+        return [(r, str(r["gpu"]), (f"{r['who']} ({r['matched']})" if r["matched"] else r["who"])
+                 + (f" ×{r['processes']}" if r["processes"] > 1 else ""),
+                 "" if r["pid"] is None else str(r["pid"]), _size(r["used_bytes"])) for r in self.rows]
+
     def __str__(self) -> str:
-        lines = []
-        for r in self.rows:
-            pid = f" (pid {r['pid']})" if r.get("pid") is not None else ""
-            n = f" ×{r['processes']}" if (r.get("processes") or 1) > 1 else ""
-            user = f" user {r['user']}" if r.get("user") else ""
-            lines.append(f"GPU {r['gpu']}: {_who(r)}{pid}{n}: {_size(r['used_bytes'])}{user}")
+        lines = [f"GPU {gpu}: {who}" + (f" (pid {pid})" if pid else "") + f": {size}"
+                 + (f" user {r['user']}" if r["user"] else "") for r, gpu, who, pid, size in self._shown()]
         return "\n".join(lines + self.notes) or "no GPU memory in use"
 
     def _repr_html_(self) -> str:
         import html
 
-        def cells(r: dict) -> str:  # this kernel's rows in bold
-            who = html.escape(_who(r)) if r["who"] == "other processes" else f"<b>{html.escape(_who(r))}</b>"
-            pid = "" if r.get("pid") is None else r["pid"]
-            values = (html.escape(str(r["gpu"])), who, pid, _size(r["used_bytes"]))
-            return "".join(f"<td>{v}</td>" for v in values)
-
-        body = "".join(f"<tr>{cells(r)}</tr>" for r in self.rows)
+        body = ""
+        for r, gpu, who, pid, size in self._shown():  # this kernel's rows in bold
+            who = html.escape(who) if r["who"] == "other processes" else f"<b>{html.escape(who)}</b>"
+            body += "<tr>" + "".join(f"<td>{v}</td>" for v in (html.escape(gpu), who, pid, size)) + "</tr>"
         notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
-        return (f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>"
-                f"{notes}")
+        return f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>{notes}"
 
 
 COLUMNS = ("gpu", "who", "pid", "processes", "used_bytes", "command", "user", "matched")
@@ -253,11 +252,6 @@ def _row(*values) -> dict:
 
 def _size(used: float) -> str:
     return "unknown" if used != used else fmt_bytes(used)
-
-
-def _who(row: dict) -> str:
-    """"this kernel", or "this kernel (matched by memory, 2.5 GiB)" where the PID was hidden."""
-    return f"{row['who']} ({row['matched']})" if row.get("matched") else row["who"]
 
 
 def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> list[str]:
