@@ -183,9 +183,7 @@ def imbalance(ctx: Context) -> list[Finding]:
         lagging &= {g for g, u in part.items() if u < top - th.imbalance_gap_pct}
     top = max(means.values())
     lagging = sorted((g for g in lagging if means[g] < top - th.imbalance_gap_pct), key=str)
-    busy = [g for g in means if g not in lagging]
-    if not lagging:
-        return []
+    busy = [g for g in means if g not in lagging]  # never empty: the busiest GPU lags no one
     busy_mean = sum(means[g] for g in busy) / len(busy)
     plural = "are" if len(busy) > 1 else "is"
     out = []
