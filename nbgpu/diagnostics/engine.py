@@ -38,10 +38,8 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
 # the window rules, each with the threshold naming its window
-_WINDOWS = {"input_bound": "input_window_s", "launch_bound": "input_window_s",
-            "sync_bound": "input_window_s", "idle": "idle_window_s",
-            "imbalance": "imbalance_window_s", "throttling": "throttle_window_s",
-            "busy_thin": "thin_window_s"}
+_WINDOWS = {**dict.fromkeys(rules.BOUND, "input_window_s"), "idle": "idle_window_s", "imbalance":
+            "imbalance_window_s", "throttling": "throttle_window_s", "busy_thin": "thin_window_s"}
 # Rules judging utilisation over the window ending where it is complete (``Window.end``): while
 # their inputs stay the same they would find the same, so findings are kept, not recomputed
 # (nobody watching, utilisation is drained every 10 s and the rules run every 2 s).
@@ -217,12 +215,10 @@ class DiagnosticsEngine:
         return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._memo,
                        samples_of(sampler))
 
-    def judge_span(self, sampler: Sampler, t0: float, t1: float,
-                   rules: set[str] | None = None) -> tuple[list[Alert], list[str]]:
-        """Judge a cell [t0, t1] alone: each window rule (of ``rules``; None: all) once at its end,
-        its window clipped to the cell. Returns the alerts and the rules it was too short to judge."""
-        wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled
-                        and (rules is None or r in rules))
+    def judge_span(self, sampler: Sampler, t0: float, t1: float) -> tuple[list[Alert], list[str]]:
+        """Judge a cell [t0, t1] alone: each window rule once at its end, its window clipped to the
+        cell. Returns the alerts and the rules it was too short to judge."""
+        wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled)
         seconds = t1 - t0
         if not wanted or seconds < JUDGE_MIN_S:
             return [], wanted
