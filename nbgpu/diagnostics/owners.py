@@ -4,6 +4,7 @@ host PIDs: attribution is checked first); other people's command lines and user 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import math
 import os
 import sys
@@ -356,10 +357,7 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
     if not (processes := sampler.processes()):
         return {}
     mine = tree_pids() if mine is None else mine
-    if user is None:
-        import getpass
-
-        user = getpass.getuser()
+    user = getpass.getuser() if user is None else user
     status, why = attribute(processes, mine, 0.0, pid_exists)
     listed = {p.pid for procs in processes.values() for p in procs}
     hidden = status != OK or not listed & mine  # on a host /proc, NSpid may still find ours
