@@ -258,11 +258,9 @@ def _size(used: float) -> str:
 def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> list[str]:
     notes = []
     for e in entries:
-        gpu = nvml_index_of(e, devices)
-        where = f"GPU {gpu} ({e['framework']} {e['device']})" if gpu is not None else \
-            f"{e['framework']} {e['device']}"
-        nvml = ours.get(gpu)
-        nvml_text = f", NVML {fmt_bytes(nvml)} for this kernel" if nvml else ""
+        gpu, where = nvml_index_of(e, devices), f"{e['framework']} {e['device']}"
+        where = where if gpu is None else f"GPU {gpu} ({where})"
+        nvml_text = f", NVML {fmt_bytes(ours[gpu])} for this kernel" if ours.get(gpu) else ""
         if "reserved_bytes" in e:
             spare = e["reserved_bytes"] - e["allocated_bytes"]
             text = (f"{where}: {fmt_bytes(e['allocated_bytes'])} allocated, "
@@ -296,11 +294,9 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
     notes = [why] if why else []
     matched = match_hidden(processes or {}, mine, sampler.devices, frameworks) if status == MISMATCH else {}
     rows, ours = [], {}
-    for dev in sampler.devices:
-        gpu = dev.key
-        procs = (processes or {}).get(gpu, [])
+    for gpu in [d.key for d in sampler.devices]:
         others = []
-        for p in sorted(procs, key=lambda p: -(p.used_bytes or 0)):
+        for p in sorted((processes or {}).get(gpu, []), key=lambda p: -(p.used_bytes or 0)):
             if status == OK and p.pid in mine:
                 who, how = ("this kernel" if p.pid == self_pid() else "child process"), ""
             elif p.pid in matched:
