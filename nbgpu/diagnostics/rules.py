@@ -67,17 +67,6 @@ def one_bottleneck(alerts: list, split) -> list:
     return out + [a for a in alerts if a in kept.values()]
 
 
-def _held_gpus(ctx: Context, rule: str, without_split: bool = False):
-    """(GPU, window end, split, mean utilisation) of each used GPU whose window ``rule`` holds
-    (``without_split``: or where no stack samples cover it)."""
-    span = ctx.thresholds.input_window_s
-    for dev in ctx.used_gpus():
-        end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
-        split = ctx.split(end - span, end)
-        if (split is None and without_split) or (split is not None and holder(split, ctx.thresholds) == rule):
-            yield dev, end, split, ctx.window.mean(dev.key, "util_pct", span, end)
-
-
 # Input-bound: utilisation 5-50 % while getting data in holds the main thread's time (without stack
 # samples: while this kernel's processes keep the CPU busy: maybe starved); launch-bound: issuing GPU
 # work holds it while the GPU is underused or busy-but-thin; sync-bound: waiting for the GPU holds it
@@ -97,7 +86,12 @@ def bound(ctx: Context, rule: str) -> list[Finding]:
     main thread's time."""
     th, out = ctx.thresholds, []
     span = th.input_window_s
-    for dev, end, split, util in _held_gpus(ctx, rule, without_split=rule == "input_bound"):
+    for dev in ctx.used_gpus():
+        end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
+        split = ctx.split(end - span, end)  # where it says ``rule`` holds the thread (input: or none)
+        if (split is None and rule != "input_bound") or (split is not None and holder(split, th) != rule):
+            continue
+        util = ctx.window.mean(dev.key, "util_pct", span, end)
         figures, words = {"util_pct": round(util, 1)}, {"state": f"busy only {util:.0f} % of the time"}
         underused = th.input_min_util_pct <= util < th.input_util_below_pct
         if rule == "input_bound":
