@@ -141,10 +141,8 @@ def idle(ctx: Context) -> list[Finding]:
         if th.idle_only_in_cell and ctx.in_cell_s - (ctx.now - end) < span:
             continue
         cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
-        if not cpu < th.idle_cpu_below_pct:
-            continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)
-        if not util < th.idle_util_below_pct:
+        if not (cpu < th.idle_cpu_below_pct and util < th.idle_util_below_pct):
             continue
         during = "while a cell runs, " if ctx.in_cell_s else ""
         message = (f"GPU {dev.key} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
@@ -252,9 +250,7 @@ def busy_thin(ctx: Context) -> list[Finding]:
         end = ctx.window.end(gpu, "util_pct", "sm_active_pct")  # both over the same seconds
         active = ctx.window.mean(gpu, "sm_active_pct", span, end)
         occupancy = ctx.window.mean(gpu, "sm_occupancy_pct", span, end)
-        if math.isnan(active) and math.isnan(occupancy):
-            continue
-        util = ctx.window.mean(gpu, "util_pct", span, end)
+        util = ctx.window.mean(gpu, "util_pct", span, end)  # without GPM both are NaN: never thin
         if not (util >= th.thin_util_above_pct
                 and (active < th.thin_sm_active_below_pct or occupancy < th.thin_occupancy_below_pct)):
             continue
