@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from .alerts import SEVERITIES, Alert, alerts_frame
-from .engine import RULE_FUNCTIONS, DiagnosticsEngine, attach, register_activity
-from .owners import MemoryOwners, memory_owners
+from .alerts import Alert
+from .engine import register_activity
+from .owners import memory_owners
 from .thresholds import RULES, Thresholds
 
-__all__ = ["RULES", "RULE_FUNCTIONS", "SEVERITIES", "Alert", "DiagnosticsEngine", "MemoryOwners",
-           "Thresholds", "alerts_frame", "attach", "memory_owners", "register_activity"]
+__all__ = ["RULES", "Alert", "Thresholds", "memory_owners", "register_activity"]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 SEVERITIES = ("info", "warning", "critical")
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 MAX_HELD = 2000  # findings kept per alert (over an hour at one evaluation every 2 s)
+MAX_ALERTS = 1000  # alerts kept (the newest; every open one)
 BEFORE_CELL = " (since before this cell)"
 
 
@@ -52,11 +53,10 @@ class Finding:
 
 
 class Episodes:
-    """Open, refresh and close alerts from findings; keeps the newest ``max_alerts``."""
+    """Open, refresh and close alerts from findings; keeps the newest ``MAX_ALERTS``."""
 
-    def __init__(self, clear_after_s: float, max_alerts: int = 1000) -> None:
+    def __init__(self, clear_after_s: float) -> None:
         self.clear_after_s = clear_after_s
-        self.max_alerts = max_alerts
         self.alerts: list[Alert] = []
         self._open: dict[tuple[str, object], Alert] = {}
         self._seen: dict[tuple[str, object], float] = {}
@@ -86,9 +86,9 @@ class Episodes:
             if key[0] in rules and now - self._seen[key] >= self.clear_after_s:
                 alert.end = self._seen[key]
                 del self._open[key]
-        if len(self.alerts) > self.max_alerts:
+        if len(self.alerts) > MAX_ALERTS:
             self.alerts = [a for a in self.alerts if a.end is None] + \
-                [a for a in self.alerts if a.end is not None][-self.max_alerts // 2:]
+                [a for a in self.alerts if a.end is not None][-MAX_ALERTS // 2:]
         return changed
 
     def close_all(self, now: float) -> None:

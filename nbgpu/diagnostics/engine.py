@@ -1,12 +1,11 @@
-"""The diagnostics engine: runs the rules in the sampler thread every ``eval_every_s`` (2 s), on
-the store only (never NVML), and turns findings into alerts; ``attach`` is the factory
-``Sampler(diagnostics=True)`` calls, ``register_activity`` how layers above say work runs.
-"""
+"""The diagnostics engine: runs the rules on the store (never NVML) in the sampler thread every
+``eval_every_s`` and turns findings into alerts; ``attach`` is ``Sampler(diagnostics=True)``'s factory."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -31,17 +30,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nbgpu")
 
-# each rule by its name (``thresholds.RULES``), which is its function's
-RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {rule.__name__: rule for rule in (
-    oom_risk, memory_leak, rules.input_bound, rules.launch_bound, rules.sync_bound, rules.idle,
-    rules.imbalance, rules.throttling, rules.busy_thin)}
+# each rule by its name (``thresholds.RULES``)
+RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
+    **{rule.__name__: rule for rule in (oom_risk, memory_leak, rules.idle, rules.imbalance, rules.throttling,
+                                        rules.busy_thin)},
+    **{name: functools.partial(rules.bound, rule=name) for name in rules.BOUND}}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
 # the window rules, each with the threshold naming its window
-_WINDOWS = {"input_bound": "input_window_s", "launch_bound": "input_window_s",
-            "sync_bound": "input_window_s", "idle": "idle_window_s",
-            "imbalance": "imbalance_window_s", "throttling": "throttle_window_s",
-            "busy_thin": "thin_window_s"}
+_WINDOWS = {**dict.fromkeys(rules.BOUND, "input_window_s"), "idle": "idle_window_s", "imbalance":
+            "imbalance_window_s", "throttling": "throttle_window_s", "busy_thin": "thin_window_s"}
 # Rules judging utilisation over the window ending where it is complete (``Window.end``): while
 # their inputs stay the same they would find the same, so findings are kept, not recomputed
 # (nobody watching, utilisation is drained every 10 s and the rules run every 2 s).
@@ -217,12 +215,10 @@ class DiagnosticsEngine:
         return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._memo,
                        samples_of(sampler))
 
-    def judge_span(self, sampler: Sampler, t0: float, t1: float,
-                   rules: set[str] | None = None) -> tuple[list[Alert], list[str]]:
-        """Judge a cell [t0, t1] alone: each window rule (of ``rules``; None: all) once at its end,
-        its window clipped to the cell. Returns the alerts and the rules it was too short to judge."""
-        wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled
-                        and (rules is None or r in rules))
+    def judge_span(self, sampler: Sampler, t0: float, t1: float) -> tuple[list[Alert], list[str]]:
+        """Judge a cell [t0, t1] alone: each window rule once at its end, its window clipped to the
+        cell. Returns the alerts and the rules it was too short to judge."""
+        wanted = sorted(r for r in _WINDOWS if r not in self.thresholds.disabled)
         seconds = t1 - t0
         if not wanted or seconds < JUDGE_MIN_S:
             return [], wanted

@@ -97,11 +97,7 @@ def _bound_to(code: str, frame) -> set[str]:
     """Top-level packages of the objects the names of ``code`` are bound to in ``frame``."""
     if frame is None:
         return set()
-    out = set()
-    try:
-        spaces = (frame.f_locals, frame.f_globals)
-    except Exception:
-        return out
+    out, spaces = set(), (frame.f_locals, frame.f_globals)
     for name in set(_NAMES.findall(code)):
         for space in spaces:
             if name in space:

@@ -1,23 +1,23 @@
-"""Whose memory it is: this kernel and its children, other processes, PID-namespace trouble.
-
-NVML lists processes by host PID, which inside a container's PID namespace may not be ours: the
-attribution is checked first. Other people's command lines and user names only when asked for.
-"""
+"""Whose memory it is: this kernel and its children, other processes, PID-namespace trouble (NVML lists
+host PIDs: attribution is checked first); other people's command lines and user names only when asked."""
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..sources.base import ProcessInfo
+from ..peaks import torch_cuda, torch_uuid
+from ..sources.base import Device, ProcessInfo
 from ..sources.host import descendant_pids
 from ..units import fmt_bytes
-from .frameworks import nvml_index_of, tensorflow_memory, torch_memory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,6 +45,49 @@ def tree_pids() -> set[int]:
 def used_bytes(p: ProcessInfo) -> float:
     """Memory a process holds, in bytes; NaN where NVML does not say."""
     return math.nan if p.used_bytes is None else float(p.used_bytes)
+
+
+# -- what PyTorch and TensorFlow say, asked only once the kernel started CUDA through them (nbgpu
+# never imports either and never starts CUDA)
+def torch_memory() -> list[dict]:
+    """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
+    if (cuda := torch_cuda()) is None:
+        return []
+    try:
+        return [{"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": torch_uuid(cuda, i),
+                 "allocated_bytes": float(cuda.memory_allocated(i)),
+                 "reserved_bytes": float(cuda.memory_reserved(i))} for i in range(cuda.device_count())]
+    except Exception:
+        return []
+
+
+def tensorflow_memory() -> list[dict]:
+    """Per GPU of TensorFlow's running context: ``get_memory_info`` current and peak bytes."""
+    tf, eager = sys.modules.get("tensorflow"), sys.modules.get("tensorflow.python.eager.context")
+    out: list[dict] = []
+    with contextlib.suppress(Exception):  # a GPU that cannot say ends the list
+        if tf is None or eager is None or not getattr(eager.context(), "_initialized", False):
+            return out  # asking would start it
+        for i in range(len(tf.config.list_physical_devices("GPU"))):
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+            out.append({"framework": "tensorflow", "device": f"GPU:{i}", "index": i, "uuid": "",
+                        "allocated_bytes": float(info.get("current", 0)),
+                        "peak_bytes": float(info.get("peak", 0))})
+    return out
+
+
+def nvml_index_of(entry: dict, devices: list[Device]) -> object:
+    """The NVML GPU key a framework device is, by UUID, else by CUDA_VISIBLE_DEVICES, else index."""
+    uuid = entry.get("uuid", "").lower().removeprefix("gpu-")
+    same = [d.key for d in devices if uuid and d.uuid.lower().removeprefix("gpu-") == uuid]
+    if same:
+        return same[0]
+    if visible := os.environ.get("CUDA_VISIBLE_DEVICES"):
+        parts = [p.strip() for p in visible.split(",") if p.strip()]
+        if entry["index"] < len(parts) and parts[entry["index"]].isdigit():
+            return int(parts[entry["index"]])
+        return None
+    return entry["index"]
 
 
 def attribute(processes: dict | None, mine: set[int], framework_bytes: float = 0.0,
@@ -175,56 +218,49 @@ class MemoryOwners:
         """One row per (GPU, owner): ``who``, ``pid``, ``processes``, ``used_bytes``, ..."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows, columns=["gpu", "who", "pid", "processes", "used_bytes",
-                                                "command", "user", "matched"])
+        return pd.DataFrame(self.rows, columns=COLUMNS)
+
+    def _shown(self) -> list[tuple[dict, str, str, str, str]]:
+        """(row, GPU, who, pid, memory) as both renderings show them: "this kernel (matched by memory,
+        2.5 GiB)" where the PID was hidden, "other processes ×3" for several."""
+        return [(r, str(r["gpu"]), (f"{r['who']} ({r['matched']})" if r["matched"] else r["who"])
+                 + (f" ×{r['processes']}" if r["processes"] > 1 else ""),
+                 "" if r["pid"] is None else str(r["pid"]), _size(r["used_bytes"])) for r in self.rows]
 
     def __str__(self) -> str:
-        lines = []
-        for r in self.rows:
-            pid = f" (pid {r['pid']})" if r.get("pid") is not None else ""
-            n = f" ×{r['processes']}" if (r.get("processes") or 1) > 1 else ""
-            user = f" user {r['user']}" if r.get("user") else ""
-            lines.append(f"GPU {r['gpu']}: {_who(r)}{pid}{n}: {_size(r['used_bytes'])}{user}")
+        lines = [f"GPU {gpu}: {who}" + (f" (pid {pid})" if pid else "") + f": {size}"
+                 + (f" user {r['user']}" if r["user"] else "") for r, gpu, who, pid, size in self._shown()]
         return "\n".join(lines + self.notes) or "no GPU memory in use"
 
     def _repr_html_(self) -> str:
         import html
 
-        def cells(r: dict) -> str:  # this kernel's rows in bold
-            who = html.escape(_who(r)) if r["who"] == "other processes" else f"<b>{html.escape(_who(r))}</b>"
-            pid = "" if r.get("pid") is None else r["pid"]
-            values = (html.escape(str(r["gpu"])), who, pid, _size(r["used_bytes"]))
-            return "".join(f"<td>{v}</td>" for v in values)
-
-        body = "".join(f"<tr>{cells(r)}</tr>" for r in self.rows)
+        body = ""
+        for r, gpu, who, pid, size in self._shown():  # this kernel's rows in bold
+            who = html.escape(who) if r["who"] == "other processes" else f"<b>{html.escape(who)}</b>"
+            body += "<tr>" + "".join(f"<td>{v}</td>" for v in (html.escape(gpu), who, pid, size)) + "</tr>"
         notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
-        return (f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>"
-                f"{notes}")
+        return f"<table><tr><th>GPU</th><th>who</th><th>pid</th><th>memory</th></tr>{body}</table>{notes}"
 
 
-def _row(gpu, who: str, pid, processes: int, used: float, command: str = "", user: str = "",
-         matched: str = "") -> dict:
-    return {"gpu": gpu, "who": who, "pid": pid, "processes": processes, "used_bytes": used,
-            "command": command, "user": user, "matched": matched}
+COLUMNS = ("gpu", "who", "pid", "processes", "used_bytes", "command", "user", "matched")
+
+
+def _row(*values) -> dict:
+    """A row of ``COLUMNS`` (command, user and matched "" where not given)."""
+    return dict(zip(COLUMNS, values + ("",) * (len(COLUMNS) - len(values)), strict=True))
 
 
 def _size(used: float) -> str:
     return "unknown" if used != used else fmt_bytes(used)
 
 
-def _who(row: dict) -> str:
-    """"this kernel", or "this kernel (matched by memory, 2.5 GiB)" where the PID was hidden."""
-    return f"{row['who']} ({row['matched']})" if row.get("matched") else row["who"]
-
-
 def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> list[str]:
     notes = []
     for e in entries:
-        gpu = nvml_index_of(e, devices)
-        where = f"GPU {gpu} ({e['framework']} {e['device']})" if gpu is not None else \
-            f"{e['framework']} {e['device']}"
-        nvml = ours.get(gpu)
-        nvml_text = f", NVML {fmt_bytes(nvml)} for this kernel" if nvml else ""
+        gpu, where = nvml_index_of(e, devices), f"{e['framework']} {e['device']}"
+        where = where if gpu is None else f"GPU {gpu} ({where})"
+        nvml_text = f", NVML {fmt_bytes(ours[gpu])} for this kernel" if ours.get(gpu) else ""
         if "reserved_bytes" in e:
             spare = e["reserved_bytes"] - e["allocated_bytes"]
             text = (f"{where}: {fmt_bytes(e['allocated_bytes'])} allocated, "
@@ -258,11 +294,9 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
     notes = [why] if why else []
     matched = match_hidden(processes or {}, mine, sampler.devices, frameworks) if status == MISMATCH else {}
     rows, ours = [], {}
-    for dev in sampler.devices:
-        gpu = dev.key
-        procs = (processes or {}).get(gpu, [])
+    for gpu in [d.key for d in sampler.devices]:
         others = []
-        for p in sorted(procs, key=lambda p: -(p.used_bytes or 0)):
+        for p in sorted((processes or {}).get(gpu, []), key=lambda p: -(p.used_bytes or 0)):
             if status == OK and p.pid in mine:
                 who, how = ("this kernel" if p.pid == self_pid() else "child process"), ""
             elif p.pid in matched:
@@ -319,10 +353,7 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
     if not (processes := sampler.processes()):
         return {}
     mine = tree_pids() if mine is None else mine
-    if user is None:
-        import getpass
-
-        user = getpass.getuser()
+    user = getpass.getuser() if user is None else user
     status, why = attribute(processes, mine, 0.0, pid_exists)
     listed = {p.pid for procs in processes.values() for p in procs}
     hidden = status != OK or not listed & mine  # on a host /proc, NSpid may still find ours

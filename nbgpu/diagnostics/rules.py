@@ -52,20 +52,6 @@ def held_share(split, rule: str) -> float:
     return sum(split.shares[c] for c in HELD_BY[rule])
 
 
-def _held(split, rule: str, **figures) -> tuple[float, str, dict]:
-    """(share, " at line 8 `out = model(x)` in the loop at line 6 `for x in xs:`", evidence) of
-    the rule's categories in the split; the line holds most of its largest category."""
-    line = split.line_of(max(HELD_BY[rule], key=lambda c: split.shares[c]))
-    where = "" if line is None else f" at line {line['line']} `{line['text']}`"
-    loop = line and line["loop"]
-    if loop and loop[0] != line["line"]:
-        where += f" in the loop at line {loop[0]} `{loop[1]}`"
-    evidence = {**figures, "shares": {c: round(s, 3) for c, s in split.shares.items()},
-                "line": None if line is None else line["line"],
-                "line_text": None if line is None else line["text"]}
-    return held_share(split, rule), where, evidence
-
-
 def one_bottleneck(alerts: list, split) -> list:
     """A cell's alerts with at most one of input-, launch- and sync-bound per GPU: the one holding
     most of the cell's time (``split``; without one, the one judged last)."""
@@ -81,76 +67,68 @@ def one_bottleneck(alerts: list, split) -> list:
     return out + [a for a in alerts if a in kept.values()]
 
 
-def _held_gpus(ctx: Context, rule: str, without_split: bool = False):
-    """(GPU, window end, split, mean utilisation) of each used GPU whose window ``rule`` holds
-    (``without_split``: or where no stack samples cover it)."""
-    span = ctx.thresholds.input_window_s
+# Input-bound: utilisation 5-50 % while getting data in holds the main thread's time (without stack
+# samples: while this kernel's processes keep the CPU busy: maybe starved); launch-bound: issuing GPU
+# work holds it while the GPU is underused or busy-but-thin; sync-bound: waiting for the GPU holds it
+# while the GPU is not kept busy. Each rule's message ({share} %, {where}: its line) and suggestion.
+BOUND = {
+    "input_bound": ("GPU {gpu} busy only {util:.0f} % of the time while the main thread spent {share:.0f} "
+                    "% of it getting data in ({parts}){where} (over {span:.0f} s): the GPU is waiting for "
+                    "input", INPUT_HINT),
+    "launch_bound": ("GPU {gpu} {state} while the main thread spent {share:.0f} % of the time issuing GPU "
+                     "work from Python{where} (over {span:.0f} s): the loop is launch-bound", LAUNCH_HINT),
+    "sync_bound": ("the main thread spent {share:.0f} % of the time waiting for GPU {gpu}{where} while it "
+                   "was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound", SYNC_HINT)}
+
+
+def bound(ctx: Context, rule: str) -> list[Finding]:
+    """The findings of ``rule``, one of ``BOUND``'s: the GPU underused while its categories hold the
+    main thread's time."""
+    th, out = ctx.thresholds, []
+    span = th.input_window_s
     for dev in ctx.used_gpus():
         end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
-        split = ctx.split(end - span, end)
-        if (split is None and without_split) or (split is not None and holder(split, ctx.thresholds) == rule):
-            yield dev, end, split, ctx.window.mean(dev.key, "util_pct", span, end)
-
-
-def input_bound(ctx: Context) -> list[Finding]:
-    """Utilisation below 50 % while the data loader holds the main thread's time (where stack
-    samples cover the window), else while this kernel's processes keep the CPU busy: maybe starved."""
-    th, out = ctx.thresholds, []
-    span = th.input_window_s
-    for dev, end, split, util in _held_gpus(ctx, "input_bound", without_split=True):
-        cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
-        if (split is None and not cpu >= th.input_cpu_busy_pct) or not (
-                th.input_min_util_pct <= util < th.input_util_below_pct):
+        split = ctx.split(end - span, end)  # where it says ``rule`` holds the thread (input: or none)
+        if (split is None and rule != "input_bound") or (split is not None and holder(split, th) != rule):
             continue
-        if split is None:
-            message = (f"GPU {dev.key} busy only {util:.0f} % of the time while this kernel's "
-                       f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU may be waiting "
-                       "for input, or for Python launching small kernels")
-            out.append(Finding("input_bound", dev.key, "warning", message, MAYBE_HINT, {
-                "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span}))
-            continue
-        share, where, evidence = _held(split, "input_bound", util_pct=round(util, 1),
-                                       proc_cpu_pct=round(cpu, 1), window_s=span)
-        parts = [f"{LABELS[c]} {100 * split.shares[c]:.0f} %" for c in HELD_BY["input_bound"]
-                 if split.shares[c] >= 0.05]
-        message = (f"GPU {dev.key} busy only {util:.0f} % of the time while the main thread spent "
-                   f"{100 * share:.0f} % of it getting data in ({', '.join(parts)}){where} (over "
-                   f"{span:.0f} s): the GPU is waiting for input")
-        out.append(Finding("input_bound", dev.key, "warning", message, INPUT_HINT, evidence))
-    return out
-
-
-def launch_bound(ctx: Context) -> list[Finding]:
-    """Python issuing GPU work holds the main thread while the GPU is underused or busy-but-thin."""
-    th, out = ctx.thresholds, []
-    span = th.input_window_s
-    for dev, end, split, util in _held_gpus(ctx, "launch_bound"):
-        active = ctx.window.mean(dev.key, "sm_active_pct", span, end)
-        if th.input_min_util_pct <= util < th.input_util_below_pct:
-            state = f"busy only {util:.0f} % of the time"
-        elif util >= th.thin_util_above_pct and active < th.thin_sm_active_below_pct:
-            state = f"looks busy ({util:.0f} %) but its SMs are mostly unused (SM activity {active:.0f} %)"
-        else:
-            continue
-        share, where, evidence = _held(split, "launch_bound", util_pct=round(util, 1), window_s=span,
-                                       sm_active_pct=None if math.isnan(active) else round(active, 1))
-        message = (f"GPU {dev.key} {state} while the main thread spent {100 * share:.0f} % of the "
-                   f"time issuing GPU work from Python{where} (over {span:.0f} s): the loop is launch-bound")
-        out.append(Finding("launch_bound", dev.key, "warning", message, LAUNCH_HINT, evidence))
-    return out
-
-
-def sync_bound(ctx: Context) -> list[Finding]:
-    """The main thread waits for the GPU most of the time while the GPU is not kept busy."""
-    th, out = ctx.thresholds, []
-    span = th.input_window_s
-    for dev, _, split, util in _held_gpus(ctx, "sync_bound"):
-        share, where, evidence = _held(split, "sync_bound", util_pct=round(util, 1), window_s=span)
-        if not (util < th.sync_util_below_pct and share < th.sync_wait_below_share):
+        util = ctx.window.mean(dev.key, "util_pct", span, end)
+        figures, words = {"util_pct": round(util, 1)}, {"state": f"busy only {util:.0f} % of the time"}
+        underused = th.input_min_util_pct <= util < th.input_util_below_pct
+        if rule == "input_bound":
+            cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
+            figures["proc_cpu_pct"] = round(cpu, 1)
+            if not underused or (split is None and not cpu >= th.input_cpu_busy_pct):
+                continue
+            if split is None:
+                message = (f"GPU {dev.key} busy only {util:.0f} % of the time while this kernel's "
+                           f"processes use {cpu:.0f} % CPU (mean of {span:.0f} s): the GPU may be waiting "
+                           "for input, or for Python launching small kernels")
+                figures["window_s"] = span
+                out.append(Finding(rule, dev.key, "warning", message, MAYBE_HINT, figures))
+                continue
+            words["parts"] = ", ".join(f"{LABELS[c]} {100 * split.shares[c]:.0f} %" for c in HELD_BY[rule]
+                                       if split.shares[c] >= 0.05)
+        elif rule == "launch_bound":
+            active = ctx.window.mean(dev.key, "sm_active_pct", span, end)
+            figures["sm_active_pct"] = None if math.isnan(active) else round(active, 1)
+            if not underused:
+                if not (util >= th.thin_util_above_pct and active < th.thin_sm_active_below_pct):
+                    continue
+                words["state"] = (f"looks busy ({util:.0f} %) but its SMs are mostly unused "
+                                  f"(SM activity {active:.0f} %)")
+        elif not (util < th.sync_util_below_pct and held_share(split, rule) < th.sync_wait_below_share):
             continue  # a thread that only waits has nothing to overlap: the GPU is the bottleneck
-        message = (f"the main thread spent {100 * share:.0f} % of the time waiting for GPU {dev.key}"
-                   f"{where} while it was busy only {util:.0f} % (over {span:.0f} s): the loop is sync-bound")
-        out.append(Finding("sync_bound", dev.key, "warning", message, SYNC_HINT, evidence))
+        # the line holding most of the rule's largest category, and the loop around it
+        line = split.line_of(max(HELD_BY[rule], key=lambda c: split.shares[c])) or {}
+        where = f" at line {line['line']} `{line['text']}`" if line else ""
+        if (loop := line.get("loop")) and loop[0] != line["line"]:
+            where += f" in the loop at line {loop[0]} `{loop[1]}`"
+        evidence = {**figures, "window_s": span, "shares": {c: round(s, 3) for c, s in split.shares.items()},
+                    "line": line.get("line"), "line_text": line.get("text")}
+        text, hint = BOUND[rule]
+        message = text.format(gpu=dev.key, util=util, share=100 * held_share(split, rule), where=where,
+                              span=span, **words)
+        out.append(Finding(rule, dev.key, "warning", message, hint, evidence))
     return out
 
 
@@ -163,10 +141,8 @@ def idle(ctx: Context) -> list[Finding]:
         if th.idle_only_in_cell and ctx.in_cell_s - (ctx.now - end) < span:
             continue
         cpu = ctx.window.mean(HOST_KEY, "proc_cpu_pct", span, end)
-        if not cpu < th.idle_cpu_below_pct:
-            continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)
-        if not util < th.idle_util_below_pct:
+        if not (cpu < th.idle_cpu_below_pct and util < th.idle_util_below_pct):
             continue
         during = "while a cell runs, " if ctx.in_cell_s else ""
         message = (f"GPU {dev.key} idle ({util:.0f} % busy) and this kernel's CPU at {cpu:.0f} % "
@@ -199,9 +175,7 @@ def imbalance(ctx: Context) -> list[Finding]:
         lagging &= {g for g, u in part.items() if u < top - th.imbalance_gap_pct}
     top = max(means.values())
     lagging = sorted((g for g in lagging if means[g] < top - th.imbalance_gap_pct), key=str)
-    busy = [g for g in means if g not in lagging]
-    if not lagging:
-        return []
+    busy = [g for g in means if g not in lagging]  # never empty: the busiest GPU lags no one
     busy_mean = sum(means[g] for g in busy) / len(busy)
     plural = "are" if len(busy) > 1 else "is"
     out = []
@@ -276,9 +250,7 @@ def busy_thin(ctx: Context) -> list[Finding]:
         end = ctx.window.end(gpu, "util_pct", "sm_active_pct")  # both over the same seconds
         active = ctx.window.mean(gpu, "sm_active_pct", span, end)
         occupancy = ctx.window.mean(gpu, "sm_occupancy_pct", span, end)
-        if math.isnan(active) and math.isnan(occupancy):
-            continue
-        util = ctx.window.mean(gpu, "util_pct", span, end)
+        util = ctx.window.mean(gpu, "util_pct", span, end)  # without GPM both are NaN: never thin
         if not (util >= th.thin_util_above_pct
                 and (active < th.thin_sm_active_below_pct or occupancy < th.thin_occupancy_below_pct)):
             continue

@@ -64,30 +64,27 @@ def oom_risk(ctx: Context) -> list[Finding]:
         frac = used / total
         crit_s = held_for(t, frac > th.oom_critical_fraction, ctx.now)
         warn_s = held_for(t, frac > th.oom_warning_fraction, ctx.now)
-        if crit_s >= th.oom_critical_after_s:
-            severity, level, held = "critical", th.oom_critical_fraction, crit_s
-        elif warn_s >= th.oom_warning_after_s or (ctx.cell_end and frac[-1] > th.oom_warning_fraction):
-            # (a cell that ends with the card full is no spike freed again, however short it was)
-            severity, level, held = "warning", th.oom_warning_fraction, warn_s
-        else:  # NVML's samples can miss an allocation freed between two reads; the allocator does not
-            peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(gpu))
-            if peak.source != "allocator" or not peak.bytes / total > th.oom_warning_fraction:
-                continue
-            severity, level, held = "warning", th.oom_warning_fraction, None
-        if held is None:
-            shown, peak_bytes, source = peak.bytes / total, peak.bytes, "allocator"
-            message = (f"GPU {gpu} memory peaked at {100 * shown:.0f} % ({fmt_bytes(peak.bytes)} of "
-                       f"{fmt_bytes(total)}) by PyTorch's allocator, above {100 * level:.0f} %, between "
-                       "NVML's samples: the same step may fail with CUDA out of memory next time")
-        else:
+        critical = crit_s >= th.oom_critical_after_s
+        severity, level, held = (("critical", th.oom_critical_fraction, crit_s) if critical
+                                 else ("warning", th.oom_warning_fraction, warn_s))
+        # a cell that ends with the card full is no spike freed again, however short it was
+        if critical or warn_s >= th.oom_warning_after_s or (ctx.cell_end and frac[-1] > level):
             shown, peak_bytes, source = float(frac[-1]), float(used.max()), "nvml"
             message = (f"GPU {gpu} memory at {100 * shown:.0f} % ({fmt_bytes(used[-1])} of "
                        f"{fmt_bytes(total)}), above {100 * level:.0f} % for {held:.0f} s: "
                        "the next allocation may fail with CUDA out of memory")
+        else:  # NVML's samples can miss an allocation freed between two reads; the allocator does not
+            peak = fold_peak(float(used.max()), float(used[-1]), allocator.get(gpu))
+            if peak.source != "allocator" or not peak.bytes / total > level:
+                continue
+            shown, peak_bytes, source, held = peak.bytes / total, peak.bytes, "allocator", 0.0
+            message = (f"GPU {gpu} memory peaked at {100 * shown:.0f} % ({fmt_bytes(peak.bytes)} of "
+                       f"{fmt_bytes(total)}) by PyTorch's allocator, above {100 * level:.0f} %, between "
+                       "NVML's samples: the same step may fail with CUDA out of memory next time")
         out.append(Finding("oom_risk", gpu, severity, message, OOM_HINT, {
             "mem_used_bytes": float(used[-1]), "mem_peak_bytes": peak_bytes, "mem_peak_source": source,
             "mem_total_bytes": float(total), "used_fraction": round(shown, 4), "above_fraction": level,
-            "held_s": round(held or 0.0, 1)}))
+            "held_s": round(held, 1)}))
     return out
 
 

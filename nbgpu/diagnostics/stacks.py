@@ -157,7 +157,7 @@ class Split:
     def of(cls, t: np.ndarray, codes: np.ndarray, lines: np.ndarray, table: list, t0: float,
            t1: float) -> Split:
         """The split of samples (each counts until the next one, at most 4 periods)."""
-        dt = np.diff(np.append(t, t1)) if len(t) else np.empty(0)
+        dt = np.diff(t, append=t1)
         step = float(np.median(dt)) if len(dt) else 0.0
         weight = np.minimum(dt, 4 * step) if step > 0 else np.ones(len(t))
         total = float(weight.sum()) or 1.0

@@ -57,19 +57,11 @@ class Window:
         if read is None or read[0] < reach:
             widest = max(reach, self.spans.get(pair, reach))
             self.spans[pair] = widest
-            try:
-                t, v = self.store.series(device, metric, self.now - widest, self.now)
-            except KeyError:
-                t, v = np.empty(0), np.empty(0)
+            t, v = self.store.series(device, metric, self.now - widest, self.now)
             read = self._read[pair] = (widest, t, v)
-        widest, t, v = read
-        if widest > reach:
-            first = int(np.searchsorted(t, end - span_s, "left"))
-            t, v = t[first:], v[first:]
-        if end < self.now and len(t) and t[-1] > end:
-            last = int(np.searchsorted(t, end, "right"))
-            t, v = t[:last], v[:last]
-        return t, v
+        _, t, v = read
+        first, last = int(np.searchsorted(t, end - span_s, "left")), int(np.searchsorted(t, end, "right"))
+        return t[first:last], v[first:last]
 
     def recent(self, device: object, metric: str, span_s: float, end: float | None = None):
         """(times, values) of the ``span_s`` seconds up to ``end`` if they span the whole window and

@@ -75,7 +75,7 @@ def main() -> int:
 
     import nbgpu
     from nbgpu.diagnostics import memory_owners
-    from nbgpu.diagnostics.frameworks import nvml_index_of, torch_memory
+    from nbgpu.diagnostics.owners import nvml_index_of, torch_memory
 
     if not torch.cuda.is_available():
         print("torch.cuda is not available: this check needs a GPU", file=sys.stderr)
