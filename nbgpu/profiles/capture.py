@@ -71,12 +71,8 @@ class TorchStats:
         if (cuda := torch_cuda()) is None:
             return
         for i in range(cuda.device_count()):
-            peaks = {"allocated": float(cuda.max_memory_allocated(i)),
-                     "reserved": float(cuda.max_memory_reserved(i))}
             for cap in outer:  # resetting the counters must not lose an outer block's peaks
-                floor = cap._torch.floor.setdefault(i, {})
-                for k, v in peaks.items():
-                    floor[k] = max(floor.get(k, 0.0), v)
+                cap._torch.floor[i] = _torch_peaks(cuda, i, cap._torch.floor.get(i))
             self.reserved_start[i] = float(cuda.memory_reserved(i))
             cuda.reset_peak_memory_stats(i)
 
@@ -84,17 +80,21 @@ class TorchStats:
         if (cuda := torch_cuda()) is None:
             return
         for i in range(cuda.device_count()):
-            floor = self.floor.get(i, {})
+            allocated, reserved = _torch_peaks(cuda, i, self.floor.get(i)).values()
             self.result[i] = {
-                "torch_peak_allocated_bytes": max(float(cuda.max_memory_allocated(i)),
-                                                  floor.get("allocated", 0.0)),
-                "torch_peak_reserved_bytes": max(float(cuda.max_memory_reserved(i)),
-                                                 floor.get("reserved", 0.0)),
+                "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
                 "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
                 "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
                 "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
                 "torch_uuid": torch_uuid(cuda, i),
             }
+
+
+def _torch_peaks(cuda: Any, i: int, floor: dict[str, float] | None) -> dict[str, float]:
+    """PyTorch's peak allocated and reserved bytes of device ``i``, at least ``floor``'s."""
+    floor = floor or {}
+    return {k: max(float(read(i)), floor.get(k, 0.0)) for k, read in
+            (("allocated", cuda.max_memory_allocated), ("reserved", cuda.max_memory_reserved))}
 
 
 class Capture:
@@ -210,12 +210,6 @@ class Capture:
         return self.start_time, (self._clock() if math.isnan(self.end_time) else self.end_time)
 
     @property
-    def window(self) -> Timeline:
-        """The sampler's timeline narrowed to this block (all GPUs)."""
-        t0, t1 = self._range()
-        return self.sampler.timeline.between(t0, t1)
-
-    @property
     def timeline(self) -> Timeline:
         """The block's ``Timeline`` (its GPUs only), like ``Sampler.timeline``: ``.to_pandas()``."""
         return Timeline(self.sampler.store, self.devices(), *self._range())
@@ -243,7 +237,7 @@ class Capture:
     @property
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of the marks inside the block."""
-        return self.window.marks()
+        return self.sampler.timeline.between(*self._range()).marks()
 
     def _once(self, name: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, kept under ``name`` once the block has finished (its figures are final)."""
