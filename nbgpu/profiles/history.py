@@ -81,11 +81,9 @@ class CellRecord:
                 "duration_s": cap.end_time - cap.start_time, "status": cap.status}
 
     def tail(self) -> dict:
-        alerts = self.capture.alerts
-        split_of = getattr(self.capture, "split", None)  # a stand-in capture may have none
-        split = split_of() if callable(split_of) else None
+        alerts, split = self.capture.alerts, self.capture.split()
         top = split.top_line if split is not None else None
-        spans = [t1 - t0 for t in getattr(self.capture, "trackers", ()) for _, _, t0, t1, _ in t.spans
+        spans = [t1 - t0 for t in self.capture.trackers for _, _, t0, t1, _ in t.spans
                  if math.isfinite(t1) and t1 > t0]  # the nbgpu.track loops run in the block
         return {"alerts": len(alerts),
                 "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
@@ -109,11 +107,11 @@ class CellRecord:
 
     def to_json(self) -> dict:
         """The record as plain data for the persistent history file."""
-        return {"v": 1, **{k: json_value(v) for k, v in self.head().items()},
-                "source_hash": self.source_hash, **{k: json_value(v) for k, v in self.tail().items()},
-                "totals": {k: json_value(v) for k, v in self.totals().items()},
-                "gpus": [{k: json_value(v) for k, v in r.items() if k not in _ROW_SKIP}
-                         for r in self.gpu_rows()],
+        def plain(row: dict, skip: tuple[str, ...] = ()) -> dict:
+            return {k: json_value(v) for k, v in row.items() if k not in skip}
+
+        return {"v": 1, **plain(self.head()), "source_hash": self.source_hash, **plain(self.tail()),
+                "totals": plain(self.totals()), "gpus": [plain(r, _ROW_SKIP) for r in self.gpu_rows()],
                 "figures": self.figures().to_json()}
 
 
