@@ -210,6 +210,11 @@ class Capture:
         return self.start_time, (self._clock() if math.isnan(self.end_time) else self.end_time)
 
     @property
+    def window(self) -> Timeline:
+        """The sampler's timeline narrowed to this block (all GPUs)."""
+        return self.sampler.timeline.between(*self._range())
+
+    @property
     def timeline(self) -> Timeline:
         """The block's ``Timeline`` (its GPUs only), like ``Sampler.timeline``: ``.to_pandas()``."""
         return Timeline(self.sampler.store, self.devices(), *self._range())
@@ -237,7 +242,7 @@ class Capture:
     @property
     def marks(self) -> list[tuple[float, str]]:
         """(epoch seconds, label) of the marks inside the block."""
-        return self.sampler.timeline.between(*self._range()).marks()
+        return self.window.marks()
 
     def _once(self, name: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, kept under ``name`` once the block has finished (its figures are final)."""

@@ -122,13 +122,9 @@ def no_gpu(cap: Capture) -> bool:
     return cap.sampler is not None and not list(cap.sampler.devices)
 
 
-def _gpus(cap: Capture) -> list:
-    return cap.gpu_keys()
-
-
 def static_svg(cap: Capture, width: int = 720) -> str:
     """The capture's timeline as SVG, read straight from the store (no DataFrame)."""
-    gpus, read = _gpus(cap), cap.series(DEFAULT_METRICS)
+    gpus, read = cap.gpu_keys(), cap.series(DEFAULT_METRICS)
     data = {m: {g: read[g][m] for g in gpus} for m in DEFAULT_METRICS}
     return svg_series(data, cap.marks, width, gpus)
 
