@@ -57,6 +57,11 @@ def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
     return gpus is None or gpu in gpus or (parent is not None and parent in gpus)
 
 
+def texts(rows: list[dict], col: str) -> list[str]:
+    """The distinct non-empty texts of column ``col``, sorted."""
+    return sorted({r[col] for r in rows if isinstance(r.get(col), str) and r[col]})
+
+
 def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[str, float]:
     """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1]."""
     if not len(t):
@@ -218,15 +223,12 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
         out[min_col], out[max_col] = float(line.min()), float(line.max())
         if how == "sum":  # a folded frame's per-tick maxima of one card count too
             out[max_col] = max(float(out[max_col]), agg(max_col, "max"))
-    def texts(col: str) -> set[str]:
-        return {r[col] for r in rows if isinstance(r.get(col), str) and r[col]}
-
-    reasons = {part.split(" ")[0] for text in texts("throttle_reasons") for part in text.split(", ")}
+    reasons = {part.split(" ")[0] for text in texts(rows, "throttle_reasons") for part in text.split(", ")}
     out.update(sm_active_mean_pct=agg("sm_active_mean_pct", "mean"), energy_j=agg("energy_j", "sum"),
                energy_source="+".join(sorted({str(r["energy_source"]) for r in rows})),
                temp_max_c=agg("temp_max_c", "max"), throttle_s=agg("throttle_s", "max"),
                throttle_reasons=", ".join(sorted(reasons)),
-               resolution_note="; ".join(sorted(texts("resolution_note"))))
+               resolution_note="; ".join(texts(rows, "resolution_note")))
     return out
 
 
