@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
@@ -50,6 +48,10 @@ class CellRecord:
     source: str
     capture: Capture
     _figures: RunFigures | None = field(default=None, repr=False, compare=False)
+    source_hash: str = field(init=False, repr=False)  # hashed once: lookups of its last run read it
+
+    def __post_init__(self) -> None:
+        self.source_hash = source_hash(self.source)
 
     @property
     def first_line(self) -> str:
@@ -58,11 +60,6 @@ class CellRecord:
         skip = ("#", "%", "!", "import ", "from ")
         text = next((line for line in lines if not line.startswith(skip)), lines[0] if lines else "")
         return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
-
-    @cached_property
-    def source_hash(self) -> str:
-        """The digest of the cell's text (computed once: lookups of its last run read it)."""
-        return source_hash(self.source)
 
     @property
     def start_time(self) -> float:
@@ -147,28 +144,6 @@ class SavedRecord:
 
 
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
-# The records of each cell id and each text digest as (order added, record), oldest first,
-# so a cell's last run is found without a scan of the history.
-_by_key: dict[tuple, list[tuple[int, CellRecord | SavedRecord]]] = {}
-_order = itertools.count()
-
-
-def _keys(record: CellRecord | SavedRecord) -> list[tuple]:
-    return [("text", record.source_hash)] + ([("cell", record.cell_id)] if record.cell_id else [])
-
-
-def _push(record: CellRecord | SavedRecord) -> None:
-    """Append ``record`` to the history and its index; the oldest leaves both when full."""
-    if len(_records) == _records.maxlen:
-        for key in _keys(_records[0]):  # the oldest record is the first of each of its keys
-            runs = _by_key[key]
-            del runs[0]
-            if not runs:
-                del _by_key[key]
-    _records.append(record)
-    n = next(_order)
-    for key in _keys(record):
-        _by_key.setdefault(key, []).append((n, record))
 
 
 def _key(data: dict) -> tuple:
@@ -232,8 +207,7 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
                        "execution_count": r.execution_count}) for r in live]
     in_file, here = {_key(r.data) for r in saved}, set(live_keys)
     clear()
-    for rec in [*(r for r in saved if _key(r.data) not in here), *live]:
-        _push(rec)
+    _records.extend([*(r for r in saved if _key(r.data) not in here), *live])
     _store.path, _store.env_checked, _store.warned = text, True, False
     _store.save([r for r, k in zip(live, live_keys, strict=True) if k not in in_file])
     return text
@@ -248,7 +222,7 @@ def add(record: CellRecord) -> None:
                 keep_history(None)
             except Exception as exc:
                 warn_user(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
-    _push(record)
+    _records.append(record)
     if _store.path is not None:
         _store.save([record])
 
@@ -259,16 +233,15 @@ def records() -> list[CellRecord | SavedRecord]:
 
 def earlier(record: CellRecord, limit: int = 10) -> list[CellRecord | SavedRecord]:
     """Up to ``limit`` earlier records of the same cell (same cell id or source text), newest last."""
-    keys = _keys(record)
-    at = next((n for n, rec in reversed(_by_key.get(keys[0], ())) if rec is record), math.inf)
-    found = {n: rec for key in keys for n, rec in _by_key.get(key, ()) if n < at}
-    return [found[n] for n in sorted(found)][-limit:]
+    runs = list(_records)
+    end = next((i for i in range(len(runs) - 1, -1, -1) if runs[i] is record), len(runs))
+    text, cell = record.source_hash, record.cell_id
+    return [r for r in runs[:end] if r.source_hash == text or (cell and r.cell_id == cell)][-limit:]
 
 
 def clear() -> None:
     """Forget every recorded cell (the history file, if kept, stays as it is)."""
     _records.clear()
-    _by_key.clear()
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:
