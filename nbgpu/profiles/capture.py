@@ -117,7 +117,6 @@ class Capture:
         self._torch = TorchStats()
         self._fast = contextlib.ExitStack()
         self._kept: dict[str, object] = {}  # results of the finished block
-        self._series: dict[tuple[object, str], tuple[np.ndarray, np.ndarray]] = {}
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
         self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
         self.too_short: list[str] = []  # window rules the finished block was too short to judge
@@ -230,14 +229,11 @@ class Capture:
 
     def series(self, metrics: tuple[str, ...]) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
         """(epoch seconds, values) in the block of each metric of each of its GPUs."""
-        keys = self.gpu_keys()
-        finished = not math.isnan(self.end_time)
-        cache = self._series if finished else {}
-        todo = [(g, m) for g in keys for m in metrics if (g, m) not in cache]
-        if todo:
-            t0, t1 = self._range()
-            cache.update(zip(todo, self.sampler.store.series_many(todo, t0, t1), strict=True))
-        return {g: {m: cache[(g, m)] for m in metrics} for g in keys}
+        def read() -> dict:
+            keys, pairs = self.gpu_keys(), [(g, m) for g in self.gpu_keys() for m in metrics]
+            got = iter(self.sampler.store.series_many(pairs, *self._range()) if pairs else ())
+            return {g: {m: next(got) for m in metrics} for g in keys}
+        return self._once(f"series {metrics}", read)
 
     @property
     def marks(self) -> list[tuple[float, str]]:
