@@ -255,9 +255,8 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     ``allocator``: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` folded into the peak."""
     per_dev: list[tuple[Device, Readings]] = []
     frame = not hasattr(data, "store")
-    times = (epoch_seconds(data["time"]) if len(data) else np.empty(0)) if frame else None
-    ends = (((times.min(), times.max()) if len(times) else (math.nan, math.nan)) if frame
-            else (getattr(data, "t0", -math.inf), getattr(data, "t1", math.inf)))
+    times = epoch_seconds(data["time"]) if frame and len(data) else np.empty(0)
+    ends = (data.t0, data.t1) if not frame else (times.min(), times.max()) if len(times) else (math.nan,) * 2
     a, b = (float(end if t is None else to_epoch(t)) for end, t in zip(ends, (t0, t1), strict=True))
     if not (math.isfinite(a) and math.isfinite(b)):
         raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
