@@ -11,15 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..files import json_value
-from ..svg import series_of_frame
-from ..units import as_float, fmt_bytes, fmt_duration, fmt_energy
+from ..units import MIB, as_float, fmt_bytes, fmt_duration, fmt_energy
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from .capture import Capture
 
-MIB = 1024**2
 MIN_READINGS = 4  # fewer readings of a metric than this: its noise is unknown
 MIN_REPEATS = 3  # earlier runs needed before their spread is a noise
 STAMP_S = 0.001  # resolution of a start or end taken from the clock
@@ -158,11 +154,6 @@ def capture_figures(cap: Capture) -> RunFigures:
     read = cap.series(NOISE_METRICS)
     per_gpu = {row["gpu"]: gpu_figures(row, read.get(row["gpu"], {})) for row in cap.summary_rows}
     return RunFigures(total_figures(per_gpu, cap.totals), per_gpu)
-
-
-def frame_series(df: pd.DataFrame) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Per-GPU (epoch seconds, values) of the compared metrics of a run's DataFrame, NaN dropped."""
-    return series_of_frame(df, NOISE_METRICS)
 
 
 @dataclass(frozen=True)

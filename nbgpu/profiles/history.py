@@ -174,22 +174,16 @@ class _Store:
 _store = _Store()
 
 
-def default_history_path() -> str:
-    """``$NBGPU_HISTORY_FILE``, else ``$XDG_DATA_HOME/nbgpu/history.jsonl`` (~/.local/share)."""
-    if os.environ.get(ENV_HISTORY_FILE):
-        return os.path.expanduser(os.environ[ENV_HISTORY_FILE])
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "nbgpu", "history.jsonl")
-
-
 def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     """Keep ``nbgpu.history()`` in a JSON-lines file across kernel restarts (None: the default
     path, False: stop writing); returns the path. Cells already in the file join ``history()``."""
     if path is False:
         _store.path = None
         return None
-    text = default_history_path() if path is None or path is True else as_path(path)
-    text = os.path.abspath(os.path.expanduser(text))
+    if path is None or path is True:  # $NBGPU_HISTORY_FILE, else $XDG_DATA_HOME (~/.local/share)/nbgpu
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        path = os.environ.get(ENV_HISTORY_FILE) or os.path.join(base, "nbgpu", "history.jsonl")
+    text = os.path.abspath(os.path.expanduser(as_path(path)))
     if text == _store.path:
         return text
     history_file.check_path(text)
