@@ -145,13 +145,16 @@ def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | No
     return start, end, (np.concatenate(([t0], t[inner], [t1])), np.concatenate(([start], v[inner], [end])))
 
 
-def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
+def _gpu_row(dev: Device, r: Readings, t0: float, t1: float, status: str, alloc: dict | None
+             ) -> tuple[dict, _Lines]:
     def frame_max(metric: str, value: float) -> float:
         """``value``, raised to a folded frame's per-tick maximum of ``metric`` in the block."""
         _, mv = r.series(_MAX_COLUMNS[metric], t0, t1) if r.has_maxima else EMPTY
         return max(value, float(mv.max())) if len(mv) else value
 
     row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
+    row.update(gpu=dev.key, name=dev.name, parent=dev.parent, status=status, start=t0, end=t1,
+               duration_s=t1 - t0)
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
     if held is not None:
@@ -273,18 +276,11 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
                 if selected(key, gpus, dev.parent):
                     rows = (data["gpu"] == key).to_numpy()
                     per_dev.append((dev, Readings.of_frame(data[rows], times[rows], a, b)))
-    rows, lines = [], []
-    for dev, r in per_dev:
-        row, ln = _gpu_row(r, a, b, (allocator or {}).get(dev.key))
-        row.update(gpu=dev.key, name=dev.name, parent=dev.parent, status=status, start=a, end=b,
-                   duration_s=b - a)
-        rows.append(row)
-        lines.append(ln)
+    done = [_gpu_row(dev, r, a, b, status, (allocator or {}).get(dev.key)) for dev, r in per_dev]
+    rows, lines = [row for row, _ in done], [ln for _, ln in done]
     combined = _combine(rows, lines, a, b)
     for row in [*rows, combined]:
-        for col in BYTE_COLUMNS:
-            if col in row:
-                row[col] = as_count(row[col])
+        row.update({col: as_count(row[col]) for col in BYTE_COLUMNS if col in row})
     return Summary(rows, combined)
 
 
