@@ -146,8 +146,9 @@ class SavedRecord:
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
 
 
-def _key(data: dict) -> tuple:
-    return (data.get("source_hash"), data.get("start"), data.get("execution_count"))
+def _key(rec: CellRecord | SavedRecord) -> tuple:
+    """What makes a record the same cell run, in this kernel or in the file."""
+    return (rec.source_hash, json_value(rec.start_time), rec.execution_count)
 
 
 class _Store:
@@ -197,13 +198,11 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
                   "(they stay in the file)")
     saved = [SavedRecord(d) for d in data[-MAX_SAVED:]]
     live = [r for r in _records if isinstance(r, CellRecord)]
-    live_keys = [_key({"source_hash": r.source_hash, "start": json_value(r.start_time),
-                       "execution_count": r.execution_count}) for r in live]
-    in_file, here = {_key(r.data) for r in saved}, set(live_keys)
+    in_file, here = {_key(r) for r in saved}, {_key(r) for r in live}
     clear()
-    _records.extend([*(r for r in saved if _key(r.data) not in here), *live])
+    _records.extend([*(r for r in saved if _key(r) not in here), *live])
     _store.path, _store.env_checked, _store.warned = text, True, False
-    _store.save([r for r, k in zip(live, live_keys, strict=True) if k not in in_file])
+    _store.save([r for r in live if _key(r) not in in_file])
     return text
 
 
