@@ -12,15 +12,16 @@ from dataclasses import dataclass
 
 from ..errors import BadArgumentError
 from ..files import atomic_file
-from ..profiles.bounds import Bound, parse_bound
 from ..profiles.compare import (
     NOISE_METRICS,
+    Bound,
     Change,
     Figure,
     RunFigures,
     changes,
     fmt_change_pct,
     gpu_figures,
+    parse_bound,
     total_figures,
     verdict,
 )
