@@ -149,9 +149,7 @@ class Capture:
             self.owns_sampler = True
         self.gpus = self._checked_gpus()
         self._torch.start(list(_active))
-        fast = getattr(self.sampler, "fast_memory", None)
-        if callable(fast):
-            self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
+        self._fast.enter_context(self.sampler.fast_memory(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
         self._stacks = stacks.hold(self.sampler, self.line_offset)
         last, lost = self.sampler.store.last, self.sampler.lost
@@ -184,8 +182,7 @@ class Capture:
         self.split()
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
-        engine = getattr(sampler, "diagnostics", None)
-        if engine is not None:
+        if (engine := sampler.diagnostics) is not None:
             engine.judge_cell_end()  # the rules judge the block at its end edge, however short
         sampler.request("edge")  # the buffers drained up to the end, whatever its length
         if wait or self.owns_sampler:
@@ -299,8 +296,6 @@ class Capture:
     @property
     def alerts(self) -> list:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
-        if not callable(getattr(self.sampler, "alert_list", None)):
-            return []
         try:
             return self._once("alerts", self._find_alerts)
         except Exception:
