@@ -13,8 +13,8 @@ import pytest
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.cli import main
 from nbgpu.errors import BadArgumentError
-from nbgpu.profiles.bounds import parse_bound
 from nbgpu.profiles.capture import Capture
+from nbgpu.profiles.compare import parse_bound
 from nbgpu.profiles.report import static_html, summary_html
 
 EVIL = "<img src=x onerror=alert(1)>"

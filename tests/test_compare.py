@@ -12,14 +12,15 @@ from hypothesis import strategies as st
 
 from nbgpu.errors import BadArgumentError
 from nbgpu.profiles import cost
-from nbgpu.profiles.bounds import METRIC_UNITS, parse_bound
 from nbgpu.profiles.compare import (
+    METRIC_UNITS,
     MIB,
     Change,
     Figure,
     RunFigures,
     changes,
     gpu_figures,
+    parse_bound,
     total_figures,
     verdict,
 )

@@ -12,21 +12,23 @@ from dataclasses import dataclass
 
 from ..errors import BadArgumentError
 from ..files import atomic_file
-from ..profiles.bounds import Bound, parse_bound
 from ..profiles.compare import (
+    NOISE_METRICS,
+    Bound,
     Change,
     Figure,
     RunFigures,
     changes,
     fmt_change_pct,
-    frame_series,
     gpu_figures,
+    parse_bound,
     total_figures,
     verdict,
 )
 from ..profiles.cost import cost_of
 from ..profiles.summary import summarize
 from ..runfile import Run
+from ..svg import series_of_frame
 from ..timeline import epoch_seconds
 from ..units import as_float, fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .options import refuse_overwrite, shown
@@ -71,7 +73,7 @@ def side_of(run: Run) -> Side:
     ends = [t for t, label in run.marks() if label.startswith("command exited")]
     span = (starts[0], ends[-1]) if starts and ends and ends[-1] > starts[0] else None
     summary = summarize(run.frame, *(span or (None, None)), devices=run.devices())
-    series = frame_series(run.frame)
+    series = series_of_frame(run.frame, NOISE_METRICS)
     per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None)
                for r in summary.rows}
     return Side(run, summary.combined, RunFigures(total_figures(per_gpu, summary.combined), per_gpu))
@@ -138,7 +140,7 @@ def _elapsed(side: Side, tag: str) -> tuple[dict, list[tuple[float, str]]]:
     """{metric: {"GPU (tag)": (elapsed s, values)}} and the marks, from the run's first reading."""
     t0 = float(epoch_seconds(side.run.frame["time"]).min())
     data: dict = {}
-    for g, per in frame_series(side.run.frame).items():
+    for g, per in series_of_frame(side.run.frame, NOISE_METRICS).items():
         for m in PLOT_METRICS:
             if m in per:
                 data.setdefault(m, {})[f"{g} ({tag})"] = (per[m][0] - t0, per[m][1])

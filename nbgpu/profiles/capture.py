@@ -71,12 +71,8 @@ class TorchStats:
         if (cuda := torch_cuda()) is None:
             return
         for i in range(cuda.device_count()):
-            peaks = {"allocated": float(cuda.max_memory_allocated(i)),
-                     "reserved": float(cuda.max_memory_reserved(i))}
             for cap in outer:  # resetting the counters must not lose an outer block's peaks
-                floor = cap._torch.floor.setdefault(i, {})
-                for k, v in peaks.items():
-                    floor[k] = max(floor.get(k, 0.0), v)
+                cap._torch.floor[i] = _torch_peaks(cuda, i, cap._torch.floor.get(i))
             self.reserved_start[i] = float(cuda.memory_reserved(i))
             cuda.reset_peak_memory_stats(i)
 
@@ -84,17 +80,21 @@ class TorchStats:
         if (cuda := torch_cuda()) is None:
             return
         for i in range(cuda.device_count()):
-            floor = self.floor.get(i, {})
+            allocated, reserved = _torch_peaks(cuda, i, self.floor.get(i)).values()
             self.result[i] = {
-                "torch_peak_allocated_bytes": max(float(cuda.max_memory_allocated(i)),
-                                                  floor.get("allocated", 0.0)),
-                "torch_peak_reserved_bytes": max(float(cuda.max_memory_reserved(i)),
-                                                 floor.get("reserved", 0.0)),
+                "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
                 "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
                 "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
                 "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
                 "torch_uuid": torch_uuid(cuda, i),
             }
+
+
+def _torch_peaks(cuda: Any, i: int, floor: dict[str, float] | None) -> dict[str, float]:
+    """PyTorch's peak allocated and reserved bytes of device ``i``, at least ``floor``'s."""
+    floor = floor or {}
+    return {k: max(float(read(i)), floor.get(k, 0.0)) for k, read in
+            (("allocated", cuda.max_memory_allocated), ("reserved", cuda.max_memory_reserved))}
 
 
 class Capture:
@@ -117,7 +117,6 @@ class Capture:
         self._torch = TorchStats()
         self._fast = contextlib.ExitStack()
         self._kept: dict[str, object] = {}  # results of the finished block
-        self._series: dict[tuple[object, str], tuple[np.ndarray, np.ndarray]] = {}
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
         self.line_offset = 0  # added to the block's line numbers (1 under a %%gpumon line)
         self.too_short: list[str] = []  # window rules the finished block was too short to judge
@@ -150,9 +149,7 @@ class Capture:
             self.owns_sampler = True
         self.gpus = self._checked_gpus()
         self._torch.start(list(_active))
-        fast = getattr(self.sampler, "fast_memory", None)
-        if callable(fast):
-            self._fast.enter_context(fast(FAST_MEMORY_EVERY_S))
+        self._fast.enter_context(self.sampler.fast_memory(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
         self._stacks = stacks.hold(self.sampler, self.line_offset)
         last, lost = self.sampler.store.last, self.sampler.lost
@@ -185,8 +182,7 @@ class Capture:
         self.split()
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
-        engine = getattr(sampler, "diagnostics", None)
-        if engine is not None:
+        if (engine := sampler.diagnostics) is not None:
             engine.judge_cell_end()  # the rules judge the block at its end edge, however short
         sampler.request("edge")  # the buffers drained up to the end, whatever its length
         if wait or self.owns_sampler:
@@ -212,8 +208,7 @@ class Capture:
     @property
     def window(self) -> Timeline:
         """The sampler's timeline narrowed to this block (all GPUs)."""
-        t0, t1 = self._range()
-        return self.sampler.timeline.between(t0, t1)
+        return self.sampler.timeline.between(*self._range())
 
     @property
     def timeline(self) -> Timeline:
@@ -231,14 +226,11 @@ class Capture:
 
     def series(self, metrics: tuple[str, ...]) -> dict[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
         """(epoch seconds, values) in the block of each metric of each of its GPUs."""
-        keys = self.gpu_keys()
-        finished = not math.isnan(self.end_time)
-        cache = self._series if finished else {}
-        todo = [(g, m) for g in keys for m in metrics if (g, m) not in cache]
-        if todo:
-            t0, t1 = self._range()
-            cache.update(zip(todo, self.sampler.store.series_many(todo, t0, t1), strict=True))
-        return {g: {m: cache[(g, m)] for m in metrics} for g in keys}
+        def read() -> dict:
+            keys, pairs = self.gpu_keys(), [(g, m) for g in self.gpu_keys() for m in metrics]
+            got = iter(self.sampler.store.series_many(pairs, *self._range()) if pairs else ())
+            return {g: {m: next(got) for m in metrics} for g in keys}
+        return self._once(f"series {metrics}", read)
 
     @property
     def marks(self) -> list[tuple[float, str]]:
@@ -304,8 +296,6 @@ class Capture:
     @property
     def alerts(self) -> list:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
-        if not callable(getattr(self.sampler, "alert_list", None)):
-            return []
         try:
             return self._once("alerts", self._find_alerts)
         except Exception:

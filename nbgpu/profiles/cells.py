@@ -20,7 +20,7 @@ from .compare import changes
 from .cost import cost_of
 from .history import CellRecord, earlier
 from .history import add as add_record
-from .oom import PostMortem, build_story, is_oom
+from .oom import OomStory, PostMortem, build_story, is_oom
 
 log = logging.getLogger("nbgpu")
 
@@ -101,6 +101,17 @@ def _show_one_line(cap: Capture, note: str = "") -> None:
     _show(cap.one_line() + (f" · {note}" if note else ""), html)
 
 
+def _oom_story(cap: Capture, exc: BaseException | None) -> OomStory | None:
+    """The memory story of an out-of-memory ``exc``, gathered now while its frame still holds memory."""
+    if exc is None or not is_oom(exc):
+        return None
+    try:
+        return build_story(cap, exc)
+    except Exception as err:
+        log.warning("nbgpu: the out-of-memory story could not be gathered: %s", err)
+        return None
+
+
 def _show_post_mortem(cap: Capture, story) -> None:
     from ..hooks import view
 
@@ -142,9 +153,8 @@ class _CellMode:
             return
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         skip, self.skip_current = self.skip_current, False
-        oom = not skip and error is not None and is_oom(error)
-        story = build_story(cap, error) if oom else None
-        long_enough = oom or time.time() - cap.start_time >= self.min_duration_s
+        story = None if skip else _oom_story(cap, error)
+        long_enough = story is not None or time.time() - cap.start_time >= self.min_duration_s
         cap.finish(status_of(type(error) if error is not None else None), error,
                    wait=long_enough and not skip)
         if skip:  # %%gpumon profiled this cell itself
@@ -210,12 +220,7 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
     try:
         _run_body(shell, cell)
     except BaseException as exc:
-        story = None
-        if is_oom(exc):  # gather it now, while the failing frame still holds its memory
-            try:
-                story = build_story(cap, exc)
-            except Exception as err:
-                log.warning("nbgpu: the out-of-memory story could not be gathered: %s", err)
+        story = _oom_story(cap, exc)
         cap.finish(status_of(type(exc)), exc)
         _record_and_show(shell, cell, cap, story)
         raise  # the user's exception, unchanged: same object, same traceback

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
@@ -50,6 +48,10 @@ class CellRecord:
     source: str
     capture: Capture
     _figures: RunFigures | None = field(default=None, repr=False, compare=False)
+    source_hash: str = field(init=False, repr=False)  # hashed once: lookups of its last run read it
+
+    def __post_init__(self) -> None:
+        self.source_hash = source_hash(self.source)
 
     @property
     def first_line(self) -> str:
@@ -58,11 +60,6 @@ class CellRecord:
         skip = ("#", "%", "!", "import ", "from ")
         text = next((line for line in lines if not line.startswith(skip)), lines[0] if lines else "")
         return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
-
-    @cached_property
-    def source_hash(self) -> str:
-        """The digest of the cell's text (computed once: lookups of its last run read it)."""
-        return source_hash(self.source)
 
     @property
     def start_time(self) -> float:
@@ -81,11 +78,9 @@ class CellRecord:
                 "duration_s": cap.end_time - cap.start_time, "status": cap.status}
 
     def tail(self) -> dict:
-        alerts = self.capture.alerts
-        split_of = getattr(self.capture, "split", None)  # a stand-in capture may have none
-        split = split_of() if callable(split_of) else None
+        alerts, split = self.capture.alerts, self.capture.split()
         top = split.top_line if split is not None else None
-        spans = [t1 - t0 for t in getattr(self.capture, "trackers", ()) for _, _, t0, t1, _ in t.spans
+        spans = [t1 - t0 for t in self.capture.trackers for _, _, t0, t1, _ in t.spans
                  if math.isfinite(t1) and t1 > t0]  # the nbgpu.track loops run in the block
         return {"alerts": len(alerts),
                 "alert_rules": ", ".join(sorted({str(getattr(a, "rule", "")) for a in alerts})),
@@ -109,11 +104,11 @@ class CellRecord:
 
     def to_json(self) -> dict:
         """The record as plain data for the persistent history file."""
-        return {"v": 1, **{k: json_value(v) for k, v in self.head().items()},
-                "source_hash": self.source_hash, **{k: json_value(v) for k, v in self.tail().items()},
-                "totals": {k: json_value(v) for k, v in self.totals().items()},
-                "gpus": [{k: json_value(v) for k, v in r.items() if k not in _ROW_SKIP}
-                         for r in self.gpu_rows()],
+        def plain(row: dict, skip: tuple[str, ...] = ()) -> dict:
+            return {k: json_value(v) for k, v in row.items() if k not in skip}
+
+        return {"v": 1, **plain(self.head()), "source_hash": self.source_hash, **plain(self.tail()),
+                "totals": plain(self.totals()), "gpus": [plain(r, _ROW_SKIP) for r in self.gpu_rows()],
                 "figures": self.figures().to_json()}
 
 
@@ -149,32 +144,11 @@ class SavedRecord:
 
 
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
-# The records of each cell id and each text digest as (order added, record), oldest first,
-# so a cell's last run is found without a scan of the history.
-_by_key: dict[tuple, list[tuple[int, CellRecord | SavedRecord]]] = {}
-_order = itertools.count()
 
 
-def _keys(record: CellRecord | SavedRecord) -> list[tuple]:
-    return [("text", record.source_hash)] + ([("cell", record.cell_id)] if record.cell_id else [])
-
-
-def _push(record: CellRecord | SavedRecord) -> None:
-    """Append ``record`` to the history and its index; the oldest leaves both when full."""
-    if len(_records) == _records.maxlen:
-        for key in _keys(_records[0]):  # the oldest record is the first of each of its keys
-            runs = _by_key[key]
-            del runs[0]
-            if not runs:
-                del _by_key[key]
-    _records.append(record)
-    n = next(_order)
-    for key in _keys(record):
-        _by_key.setdefault(key, []).append((n, record))
-
-
-def _key(data: dict) -> tuple:
-    return (data.get("source_hash"), data.get("start"), data.get("execution_count"))
+def _key(rec: CellRecord | SavedRecord) -> tuple:
+    """What makes a record the same cell run, in this kernel or in the file."""
+    return (rec.source_hash, json_value(rec.start_time), rec.execution_count)
 
 
 class _Store:
@@ -201,22 +175,16 @@ class _Store:
 _store = _Store()
 
 
-def default_history_path() -> str:
-    """``$NBGPU_HISTORY_FILE``, else ``$XDG_DATA_HOME/nbgpu/history.jsonl`` (~/.local/share)."""
-    if os.environ.get(ENV_HISTORY_FILE):
-        return os.path.expanduser(os.environ[ENV_HISTORY_FILE])
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "nbgpu", "history.jsonl")
-
-
 def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     """Keep ``nbgpu.history()`` in a JSON-lines file across kernel restarts (None: the default
     path, False: stop writing); returns the path. Cells already in the file join ``history()``."""
     if path is False:
         _store.path = None
         return None
-    text = default_history_path() if path is None or path is True else as_path(path)
-    text = os.path.abspath(os.path.expanduser(text))
+    if path is None or path is True:  # $NBGPU_HISTORY_FILE, else $XDG_DATA_HOME (~/.local/share)/nbgpu
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        path = os.environ.get(ENV_HISTORY_FILE) or os.path.join(base, "nbgpu", "history.jsonl")
+    text = os.path.abspath(os.path.expanduser(as_path(path)))
     if text == _store.path:
         return text
     history_file.check_path(text)
@@ -230,14 +198,11 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
                   "(they stay in the file)")
     saved = [SavedRecord(d) for d in data[-MAX_SAVED:]]
     live = [r for r in _records if isinstance(r, CellRecord)]
-    live_keys = [_key({"source_hash": r.source_hash, "start": json_value(r.start_time),
-                       "execution_count": r.execution_count}) for r in live]
-    in_file, here = {_key(r.data) for r in saved}, set(live_keys)
+    in_file, here = {_key(r) for r in saved}, {_key(r) for r in live}
     clear()
-    for rec in [*(r for r in saved if _key(r.data) not in here), *live]:
-        _push(rec)
+    _records.extend([*(r for r in saved if _key(r) not in here), *live])
     _store.path, _store.env_checked, _store.warned = text, True, False
-    _store.save([r for r, k in zip(live, live_keys, strict=True) if k not in in_file])
+    _store.save([r for r in live if _key(r) not in in_file])
     return text
 
 
@@ -250,7 +215,7 @@ def add(record: CellRecord) -> None:
                 keep_history(None)
             except Exception as exc:
                 warn_user(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
-    _push(record)
+    _records.append(record)
     if _store.path is not None:
         _store.save([record])
 
@@ -261,16 +226,15 @@ def records() -> list[CellRecord | SavedRecord]:
 
 def earlier(record: CellRecord, limit: int = 10) -> list[CellRecord | SavedRecord]:
     """Up to ``limit`` earlier records of the same cell (same cell id or source text), newest last."""
-    keys = _keys(record)
-    at = next((n for n, rec in reversed(_by_key.get(keys[0], ())) if rec is record), math.inf)
-    found = {n: rec for key in keys for n, rec in _by_key.get(key, ()) if n < at}
-    return [found[n] for n in sorted(found)][-limit:]
+    runs = list(_records)
+    end = next((i for i in range(len(runs) - 1, -1, -1) if runs[i] is record), len(runs))
+    text, cell = record.source_hash, record.cell_id
+    return [r for r in runs[:end] if r.source_hash == text or (cell and r.cell_id == cell)][-limit:]
 
 
 def clear() -> None:
     """Forget every recorded cell (the history file, if kept, stays as it is)."""
     _records.clear()
-    _by_key.clear()
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:

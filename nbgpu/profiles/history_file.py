@@ -16,7 +16,9 @@ from ..units import as_float
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_TEXTS = ("cell_id", "first_line", "source_hash", "status", "error", "alert_rules")
+_NUMBERS = ("duration_s", "alerts")
+_TYPES = {"execution_count": int, "gpus": list, "totals": dict, "figures": dict,
+          **dict.fromkeys(("cell_id", "first_line", "source_hash", "status", "error", "alert_rules"), str)}
 
 
 def check_path(path: str) -> None:
@@ -73,17 +75,13 @@ def locked(path: str, shared: bool = False) -> Iterator[None]:
 
 def valid_record(data: dict) -> bool:
     """Whether a version-1 record has the types ``history()`` relies on."""
-    def ok(key: str, test) -> bool:
-        return data.get(key) is None or test(data[key])
-
     def number(v: object) -> bool:
         return math.isfinite(as_float(v))
 
-    return (number(data.get("start")) and all(ok(k, number) for k in ("duration_s", "alerts"))
-            and ok("execution_count", lambda v: isinstance(v, int) and not isinstance(v, bool))
-            and all(ok(k, lambda v: isinstance(v, str)) for k in _TEXTS)
-            and ok("gpus", lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v))
-            and all(ok(k, lambda v: isinstance(v, dict)) for k in ("totals", "figures")))
+    return (number(data.get("start")) and all(data.get(k) is None or number(data[k]) for k in _NUMBERS)
+            and all(data.get(k) is None or isinstance(data[k], kind) for k, kind in _TYPES.items())
+            and not isinstance(data.get("execution_count"), bool)
+            and all(isinstance(g, dict) for g in data.get("gpus") or ()))
 
 
 def parse(raw: bytes) -> tuple[str, dict | None]:

@@ -287,8 +287,3 @@ class PostMortem:
             lines.append("  allocator history is off: torch.cuda.memory._record_memory_history() before "
                          "the cell shows the largest allocations and their stacks (it slows allocation)")
         return "\n".join(lines)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        from html import escape
-
-        return {"text/plain": self.text(), "text/html": f"<pre>{escape(self.text())}</pre>"}

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
 from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from .summary import texts
 
 if TYPE_CHECKING:
 
@@ -59,10 +60,6 @@ def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
     return " | ".join(parts) + tail
 
 
-def _texts(rows: list[dict], col: str) -> list[str]:
-    return sorted({r[col] for r in rows if isinstance(r.get(col), str) and r[col]})
-
-
 _COLUMNS = {  # heading: the cell of a row (already HTML)
     "GPU": lambda r: escape(f"{r['gpu']} {r['name']}"),
     "duration": lambda r: fmt_duration(r["duration_s"]),
@@ -101,8 +98,8 @@ def summary_html(summary, combined: dict | None = None) -> str:
         td = f'<td style="{bold}padding:2px 8px;white-space:nowrap">'
         out.append("<tr>" + "".join(f"{td}{_COLUMNS[h](r)}</td>" for h in heads) + "</tr>")
     out.append("</tbody></table></div>")
-    out += [f'<p style="margin:2px 0;color:#a33">⚠ {escape(a)}</p>' for a in _texts(rows, "alerts")]
-    out += [f'<p style="margin:2px 0;color:#666">{escape(n)}</p>' for n in _texts(rows, "resolution_note")]
+    out += [f'<p style="margin:2px 0;color:#a33">⚠ {escape(a)}</p>' for a in texts(rows, "alerts")]
+    out += [f'<p style="margin:2px 0;color:#666">{escape(n)}</p>' for n in texts(rows, "resolution_note")]
     return "".join(out)
 
 
@@ -122,13 +119,9 @@ def no_gpu(cap: Capture) -> bool:
     return cap.sampler is not None and not list(cap.sampler.devices)
 
 
-def _gpus(cap: Capture) -> list:
-    return cap.gpu_keys()
-
-
 def static_svg(cap: Capture, width: int = 720) -> str:
     """The capture's timeline as SVG, read straight from the store (no DataFrame)."""
-    gpus, read = _gpus(cap), cap.series(DEFAULT_METRICS)
+    gpus, read = cap.gpu_keys(), cap.series(DEFAULT_METRICS)
     data = {m: {g: read[g][m] for g in gpus} for m in DEFAULT_METRICS}
     return svg_series(data, cap.marks, width, gpus)
 

@@ -57,6 +57,11 @@ def selected(gpu: object, gpus: list | None, parent: object = None) -> bool:
     return gpus is None or gpu in gpus or (parent is not None and parent in gpus)
 
 
+def texts(rows: list[dict], col: str) -> list[str]:
+    """The distinct non-empty texts of column ``col``, sorted."""
+    return sorted({r[col] for r in rows if isinstance(r.get(col), str) and r[col]})
+
+
 def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[str, float]:
     """("reason 1.2s, reason 0.4s", seconds with any throttling bit) over [t0, t1]."""
     if not len(t):
@@ -140,13 +145,16 @@ def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | No
     return start, end, (np.concatenate(([t0], t[inner], [t1])), np.concatenate(([start], v[inner], [end])))
 
 
-def _gpu_row(r: Readings, t0: float, t1: float, alloc: dict | None) -> tuple[dict, _Lines]:
+def _gpu_row(dev: Device, r: Readings, t0: float, t1: float, status: str, alloc: dict | None
+             ) -> tuple[dict, _Lines]:
     def frame_max(metric: str, value: float) -> float:
         """``value``, raised to a folded frame's per-tick maximum of ``metric`` in the block."""
         _, mv = r.series(_MAX_COLUMNS[metric], t0, t1) if r.has_maxima else EMPTY
         return max(value, float(mv.max())) if len(mv) else value
 
     row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
+    row.update(gpu=dev.key, name=dev.name, parent=dev.parent, status=status, start=t0, end=t1,
+               duration_s=t1 - t0)
     lines = _Lines()
     start, end, held = _memory(r, t0, t1)
     if held is not None:
@@ -218,15 +226,12 @@ def _combine(rows: list[dict], lines: list[_Lines], t0: float, t1: float) -> dic
         out[min_col], out[max_col] = float(line.min()), float(line.max())
         if how == "sum":  # a folded frame's per-tick maxima of one card count too
             out[max_col] = max(float(out[max_col]), agg(max_col, "max"))
-    def texts(col: str) -> set[str]:
-        return {r[col] for r in rows if isinstance(r.get(col), str) and r[col]}
-
-    reasons = {part.split(" ")[0] for text in texts("throttle_reasons") for part in text.split(", ")}
+    reasons = {part.split(" ")[0] for text in texts(rows, "throttle_reasons") for part in text.split(", ")}
     out.update(sm_active_mean_pct=agg("sm_active_mean_pct", "mean"), energy_j=agg("energy_j", "sum"),
                energy_source="+".join(sorted({str(r["energy_source"]) for r in rows})),
                temp_max_c=agg("temp_max_c", "max"), throttle_s=agg("throttle_s", "max"),
                throttle_reasons=", ".join(sorted(reasons)),
-               resolution_note="; ".join(sorted(texts("resolution_note"))))
+               resolution_note="; ".join(texts(rows, "resolution_note")))
     return out
 
 
@@ -253,9 +258,8 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
     ``allocator``: ``{gpu: {"peak_reserved_bytes", "reserved_start_bytes"}}`` folded into the peak."""
     per_dev: list[tuple[Device, Readings]] = []
     frame = not hasattr(data, "store")
-    times = (epoch_seconds(data["time"]) if len(data) else np.empty(0)) if frame else None
-    ends = (((times.min(), times.max()) if len(times) else (math.nan, math.nan)) if frame
-            else (getattr(data, "t0", -math.inf), getattr(data, "t1", math.inf)))
+    times = epoch_seconds(data["time"]) if frame and len(data) else np.empty(0)
+    ends = (data.t0, data.t1) if not frame else (times.min(), times.max()) if len(times) else (math.nan,) * 2
     a, b = (float(end if t is None else to_epoch(t)) for end, t in zip(ends, (t0, t1), strict=True))
     if not (math.isfinite(a) and math.isfinite(b)):
         raise BadArgumentError("summarize() needs t0 and t1 for an open-ended timeline; "
@@ -272,18 +276,11 @@ def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = Non
                 if selected(key, gpus, dev.parent):
                     rows = (data["gpu"] == key).to_numpy()
                     per_dev.append((dev, Readings.of_frame(data[rows], times[rows], a, b)))
-    rows, lines = [], []
-    for dev, r in per_dev:
-        row, ln = _gpu_row(r, a, b, (allocator or {}).get(dev.key))
-        row.update(gpu=dev.key, name=dev.name, parent=dev.parent, status=status, start=a, end=b,
-                   duration_s=b - a)
-        rows.append(row)
-        lines.append(ln)
+    done = [_gpu_row(dev, r, a, b, status, (allocator or {}).get(dev.key)) for dev, r in per_dev]
+    rows, lines = [row for row, _ in done], [ln for _, ln in done]
     combined = _combine(rows, lines, a, b)
     for row in [*rows, combined]:
-        for col in BYTE_COLUMNS:
-            if col in row:
-                row[col] = as_count(row[col])
+        row.update({col: as_count(row[col]) for col in BYTE_COLUMNS if col in row})
     return Summary(rows, combined)
 
 

@@ -15,7 +15,6 @@ from ..profiles.report import (
     NO_GPU_LINE,
     REPORT_METRICS,
     WIDGET_MAX_POINTS,
-    _gpus,
     _title,
     judged_line,
     no_gpu,
@@ -98,7 +97,7 @@ def build_widget(cap: Capture):
 
     if no_gpu(cap):
         return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), w.HTML(escape(NO_GPU_LINE))])
-    window, gpus = cap.window, _gpus(cap)
+    window, gpus = cap.window, cap.gpu_keys()
     candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
     metrics = [m for m in candidates if m not in ("mem_total_bytes", "energy_j")
                and any(len(window.series(g, m)[0]) for g in gpus)]
