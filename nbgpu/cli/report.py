@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import math
 import os
 import sys
 
@@ -36,10 +37,23 @@ def html_table(head: list[str], rows: list[list[str]], empty: str = "") -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-_SUMMARY = (("duration", "duration_s", fmt_duration), ("util mean", "util_mean_pct", fmt_pct),
-            ("util max", "util_max_pct", fmt_pct), ("memory peak", "mem_peak_bytes", fmt_bytes),
-            ("power mean", "power_mean_w", fmt_watts), ("power max", "power_max_w", fmt_watts),
-            ("energy", "energy_j", fmt_energy), ("temp max", "temp_max_c", fmt_celsius))
+_FMT = {"_bytes": fmt_bytes, "_s": fmt_duration, "_j": fmt_energy, "_pct": fmt_pct, "_w": fmt_watts,
+        "_c": fmt_celsius}
+# The columns of the report's summary table: heading and figure.
+_SUMMARY = {"duration": "duration_s", "util mean": "util_mean_pct", "util max": "util_max_pct",
+            "memory peak": "mem_peak_bytes", "power mean": "power_mean_w", "power max": "power_max_w",
+            "energy": "energy_j", "temp max": "temp_max_c"}
+
+
+def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
+    """A figure of ``metric`` as a person reads it; ``points``: percentages differ in ``pp``."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    sign = "-" if value < 0 else "+" if signed else ""
+    if points and metric.endswith("_pct"):
+        return f"{sign}{abs(value):.1f}".rstrip("0").rstrip(".") + " pp"
+    fmt = next((f for suffix, f in _FMT.items() if metric.endswith(suffix)), None)
+    return sign + (fmt(abs(value)) if fmt is not None else f"{abs(value):g}")
 
 
 def _info(run: Run) -> list[tuple[str, object]]:
@@ -67,8 +81,9 @@ def render_html(run: Run, title: str | None = None) -> str:
     esc = html.escape
     names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
     title = title or f"nbgpu run: {os.path.basename(run.path)}"
-    rows = [[esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))), *(f(s[k]) for _, k, f in _SUMMARY),
-             esc(s["throttle_reasons"] or "no")] for s in summarize_run(run).rows]
+    rows = [[esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))),
+             *(fmt_metric(k, s[k]) for k in _SUMMARY.values()), esc(s["throttle_reasons"] or "no")]
+            for s in summarize_run(run).rows]
     plot_df = run.frame.copy()
     if "gpu" in plot_df:
         plot_df["gpu"] = plot_df["gpu"].astype(str)
@@ -76,7 +91,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     parts = [f"<h1>{esc(title)}</h1>",
              "<dl>" + "".join(f"<dt>{k}</dt><dd>{esc(str(v))}</dd>" for k, v in _info(run) if v) + "</dl>",
              "<h2>Summary per GPU</h2>",
-             html_table(["GPU", "name", *(h for h, _, _ in _SUMMARY), "throttled"], rows,
+             html_table(["GPU", "name", *_SUMMARY, "throttled"], rows,
                         "No GPU samples were recorded."),
              "<h2>Timeline</h2>",
              f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>',
