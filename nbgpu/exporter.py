@@ -211,14 +211,13 @@ class QueueDepthOnce(logging.Filter):
 
     def __init__(self, quiet_s: float = 60.0) -> None:
         super().__init__()
-        self.quiet_s, self._last, self._lock = quiet_s, -math.inf, threading.Lock()
+        self.quiet_s, self._last = quiet_s, -math.inf
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not str(record.msg).startswith("Task queue depth"):
             return True
-        with self._lock:
-            now, last = time.monotonic(), self._last
-            self._last = now
+        now, last = time.monotonic(), self._last
+        self._last = now
         return now - last > self.quiet_s
 
 

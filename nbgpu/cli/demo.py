@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import signal
@@ -47,10 +48,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def run_demo(port: int = 0, browser: bool = True) -> int:
     """Start JupyterLab on the quickstart notebook (127.0.0.1 only, a fresh token, the notebook's
     folder as root), print its URL and wait until it exits."""
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError as exc:
-        raise NbgpuError("JupyterLab is not installed; run `pip install 'nbgpu[demo]'`") from exc
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise NbgpuError("JupyterLab is not installed; run `pip install 'nbgpu[demo]'`")
     root, rel = find_notebook().parents[1], NOTEBOOK.as_posix()
     port, token = port or _free_port(), secrets.token_hex(16)
     cmd = [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",

@@ -51,10 +51,7 @@ def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` asking Linux to send the child SIGTERM when this process dies; else None."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
     def preexec() -> None:
