@@ -120,28 +120,24 @@ def prometheus_text(sampler: Sampler, hostname: str | None = None,
 
 
 def _app(registry: CollectorRegistry) -> Callable:
-    """A WSGI app: ``/metrics`` (GET or HEAD) from ``registry``, a link at ``/``, 404 elsewhere."""
+    """A WSGI app: ``/metrics`` (GET or HEAD) from ``registry``, 404 elsewhere."""
     prometheus = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        def plain(status: str, text: str, *headers: tuple, ctype: str = "text/plain") -> list[bytes]:
+        def plain(status: str, text: str, *headers: tuple) -> list[bytes]:
             body = text.encode()
-            start_response(status, [("Content-Type", f"{ctype}; charset=utf-8"),
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
                                     ("Content-Length", str(len(body))), *headers])
             return [body]
 
-        path = environ.get("PATH_INFO", "/")
         if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
             return plain("405 Method Not Allowed", "only GET and HEAD are served\n", ("Allow", "GET, HEAD"))
-        if path == "/metrics":
+        if environ.get("PATH_INFO") == "/metrics":
             try:  # prometheus-client answers GET only; waitress drops the body of a HEAD
                 return prometheus({**environ, "REQUEST_METHOD": "GET"}, start_response)
             except Exception as exc:  # a broken reading must not take the server down
                 log.debug("exporter scrape failed", exc_info=True)
                 return plain("500 Internal Server Error", f"nbgpu exporter failed: {exc}\n")
-        if path == "/":
-            return plain("200 OK", '<html><body><a href="/metrics">nbgpu metrics</a></body></html>\n',
-                         ctype="text/html")
         return plain("404 Not Found", "not found; the metrics are at /metrics\n")
 
     return app
