@@ -57,21 +57,19 @@ def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = F
 
 
 def _info(run: Run) -> list[tuple[str, object]]:
-    """The facts of the run's header: command, source, span, result and notes."""
-    head, df = run.header, run.frame
-    cmd = head.get("command")
-    info = [("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd),
-            ("source", head.get("source"))]
-    if len(df):
-        t = epoch_seconds(df["time"])
-        info += [("from", _when(float(t.min()))), ("duration", fmt_duration(float(t.max() - t.min())))]
+    """The facts of the run's header: command, source, span, result and notes (falsy: left out)."""
+    cmd, t = run.header.get("command"), epoch_seconds(run.frame["time"]) if len(run.frame) else None
     exits = [e["label"] for e in run.events if e.get("event") == "mark" and "exited" in str(e.get("label"))]
-    info.append(("result", exits[-1] if exits else None))
-    if run.skipped_lines:
-        info.append(("note", f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"))
-    if not head and run.path.lower().endswith(".csv"):
-        info.append(("note", "CSV keeps no command or source; record to .jsonl to keep them"))
-    return [*info, ("note", SIMULATED_NOTE if run.simulated else None)]
+    csv = not run.header and run.path.lower().endswith(".csv")
+    return [("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd),
+            ("source", run.header.get("source")),
+            ("from", t is not None and _when(float(t.min()))),
+            ("duration", t is not None and fmt_duration(float(t.max() - t.min()))),
+            ("result", exits and exits[-1]),
+            ("note", run.skipped_lines
+             and f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"),
+            ("note", csv and "CSV keeps no command or source; record to .jsonl to keep them"),
+            ("note", run.simulated and SIMULATED_NOTE)]
 
 
 def render_html(run: Run, title: str | None = None) -> str:
@@ -84,9 +82,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     rows = [[esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))),
              *(fmt_metric(k, s[k]) for k in _SUMMARY.values()), esc(s["throttle_reasons"] or "no")]
             for s in summarize_run(run).rows]
-    plot_df = run.frame.copy()
-    if "gpu" in plot_df:
-        plot_df["gpu"] = plot_df["gpu"].astype(str)
+    plot_df = run.frame.astype({"gpu": str}) if "gpu" in run.frame else run.frame
     metrics = [m for m in PLOT_METRICS if m in plot_df.columns]
     parts = [f"<h1>{esc(title)}</h1>",
              "<dl>" + "".join(f"<dt>{k}</dt><dd>{esc(str(v))}</dd>" for k, v in _info(run) if v) + "</dl>",
