@@ -148,7 +148,7 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
         parts.append("<h2>Gate</h2>" + "".join(f'<p style="color:#a33">{esc(x)}</p>' for x in broken))
     parts.append("<h2>Side by side</h2>")
     parts.append(html_table(["", "figure", f"A {a.name}", f"B {b.name}", "change", "noise"],
-                        [[esc(s), esc(f), *map(esc, cells)] for s, f, cells in table_rows(a, b)]))
+                        [[s, f, *cells] for s, f, cells in table_rows(a, b)]))
     da, ma = _elapsed(a, "A")
     db, mb = _elapsed(b, "B")
     data = {m: {**da.get(m, {}), **db.get(m, {})} for m in PLOT_METRICS if m in da or m in db}

@@ -28,12 +28,12 @@ def _when(t: float) -> str:
 SIMULATED_NOTE = "SIMULATED GPUs: these numbers are made up for demos and tests"
 
 
-def html_table(head: list[str], rows: list[list[str]], empty: str = "") -> str:
-    """An HTML table of already-escaped cells under escaped headers; ``empty`` said without rows."""
+def html_table(head: list[str], rows: list[list[object]], empty: str = "") -> str:
+    """An HTML table of ``rows`` (escaped here) under ``head``; ``empty`` said without rows."""
     if empty and not rows:
         return f"<p>{empty}</p>"
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -79,29 +79,26 @@ def render_html(run: Run, title: str | None = None) -> str:
     esc = html.escape
     names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
     title = title or f"nbgpu run: {os.path.basename(run.path)}"
-    rows = [[esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))),
-             *(fmt_metric(k, s[k]) for k in _SUMMARY.values()), esc(s["throttle_reasons"] or "no")]
-            for s in summarize_run(run).rows]
+    rows = [[s["gpu"], names.get(str(s["gpu"]), ""), *(fmt_metric(k, s[k]) for k in _SUMMARY.values()),
+             s["throttle_reasons"] or "no"] for s in summarize_run(run).rows]
+    alerts = [[a.get("severity", ""), a.get("gpu_id", ""), a.get("start", ""),
+               a.get("end") or "still active at the end", a.get("message", ""), a.get("suggestion", "")]
+              for a in run.alerts()]
+    events = [[e["timestamp"], e.get("event"), "" if e.get("gpu_id") is None else e["gpu_id"],
+               e.get("label", "")] for e in run.events if e.get("event") not in ("run", "alert")]
     plot_df = run.frame.astype({"gpu": str}) if "gpu" in run.frame else run.frame
     metrics = [m for m in PLOT_METRICS if m in plot_df.columns]
     parts = [f"<h1>{esc(title)}</h1>",
              "<dl>" + "".join(f"<dt>{k}</dt><dd>{esc(str(v))}</dd>" for k, v in _info(run) if v) + "</dl>",
              "<h2>Summary per GPU</h2>",
-             html_table(["GPU", "name", *_SUMMARY, "throttled"], rows,
-                        "No GPU samples were recorded."),
+             html_table(["GPU", "name", *_SUMMARY, "throttled"], rows, "No GPU samples were recorded."),
              "<h2>Timeline</h2>",
              f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>',
              "<h2>Alerts</h2>",
-             html_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
-                 [*(esc(str(a.get(k, ""))) for k in ("severity", "gpu_id", "start")),
-                  esc(str(a.get("end") or "still active at the end")),
-                  *(esc(str(a.get(k, ""))) for k in ("message", "suggestion"))]
-                 for a in run.alerts()], "No alerts were recorded."),
+             html_table(["severity", "GPU", "from", "to", "what", "suggestion"], alerts,
+                        "No alerts were recorded."),
              "<h2>Marks and events</h2>",
-             html_table(["time", "kind", "GPU", "label"], [
-                 [esc(str(e["timestamp"])), esc(str(e.get("event"))),
-                  esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
-                 for e in run.events if e.get("event") not in ("run", "alert")], "No marks or events.")]
+             html_table(["time", "kind", "GPU", "label"], events, "No marks or events.")]
     return PAGE.format(title=esc(title), body="\n".join(parts))
 
 
