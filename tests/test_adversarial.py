@@ -137,8 +137,7 @@ def test_exporter_answers_while_many_clients_trickle():
     import threading
     import urllib.request
 
-    from nbgpu.exporter.server import Exporter
-    from nbgpu.exporter.text import registry_for
+    from nbgpu.exporter import Exporter, registry_for
 
     sampler = Sampler(SimulatedGPUs(count=1, seed=1), interval=0.1, host=False).start()
     exporter = Exporter(registry_for(sampler), port=0, timeout_s=5, request_deadline_s=1.0)
@@ -264,7 +263,7 @@ def test_export_bad_host_is_one_line_exit_2(host, capsys):
 def test_exporter_logs_the_queue_depth_warning_once_per_episode():
     import logging
 
-    from nbgpu.exporter.server import QueueDepthOnce
+    from nbgpu.exporter import QueueDepthOnce
 
     records = []
     handler = logging.Handler()
@@ -272,7 +271,7 @@ def test_exporter_logs_the_queue_depth_warning_once_per_episode():
     logger = logging.getLogger("waitress.queue")
     logger.addHandler(handler)
     try:
-        from nbgpu.exporter.server import install_queue_filter
+        from nbgpu.exporter import install_queue_filter
 
         install_queue_filter(quiet_s=0.3)
         for depth in range(1, 500):

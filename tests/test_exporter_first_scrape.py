@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from nbgpu.exporter.text import WHOLE, prometheus_text
+from nbgpu.exporter import WHOLE, prometheus_text
 from nbgpu.sampler import Sampler
 
 

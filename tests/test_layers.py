@@ -189,7 +189,7 @@ from . import session
 from ..widgets.monitor import GPUMonitor
 import importlib, sys
 def later():
-    from ..exporter import text
+    from ..diagnostics import engine
     importlib.import_module("nbgpu.cli.record")
     sys.modules["nbgpu.profiles.capture"]
     sys.modules.get("nbgpu.svg")
@@ -202,7 +202,7 @@ def test_the_walker_sees_lazy_and_dynamic_imports(tmp_path):
     path = tmp_path / "sample.py"
     path.write_text(SAMPLE, encoding="utf-8")
     seen = imports_of("nbgpu.sources.sample", path)
-    assert {"nbgpu.store", "nbgpu.sources", "nbgpu.widgets.monitor", "nbgpu.exporter.text",
+    assert {"nbgpu.store", "nbgpu.sources", "nbgpu.widgets.monitor", "nbgpu.diagnostics.engine",
             "nbgpu.cli.record", "nbgpu.profiles.capture", "nbgpu.svg"} <= seen
     assert "nbgpu.magics.gpumon" not in seen
 

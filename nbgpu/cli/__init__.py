@@ -173,26 +173,20 @@ def run_export(source: str, interval: float, host: str, port: int, hostname: str
     from ..sampler import Sampler
 
     stop = threading.Event()
-    sampler = Sampler(source, interval=interval, host=False).start()
-    try:
-        exporter = serve(sampler, host, port, hostname)
-    except Exception:
-        sampler.stop()
-        raise
-    label = " (SIMULATED)" if sampler.simulated else ""
-    print(f"nbgpu export: serving {len(sampler.devices)} GPU(s){label} at {exporter.url}", file=sys.stderr,
-          flush=True)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"nbgpu export: listening on {host}: other machines can read these metrics", file=sys.stderr,
-              flush=True)
-    in_main = threading.current_thread() is threading.main_thread()  # signals can be caught only there
-    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM) if in_main}
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        exporter.close()
-        sampler.stop()
+    with (Sampler(source, interval=interval, host=False) as sampler,
+          serve(sampler, host, port, hostname) as exporter):
+        label = " (SIMULATED)" if sampler.simulated else ""
+        print(f"nbgpu export: serving {len(sampler.devices)} GPU(s){label} at {exporter.url}",
+              file=sys.stderr, flush=True)
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"nbgpu export: listening on {host}: other machines can read these metrics",
+                  file=sys.stderr, flush=True)
+        in_main = threading.current_thread() is threading.main_thread()  # signals can be caught only there
+        old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM) if in_main}
+        try:
+            while not stop.wait(0.5):
+                pass
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
     return 0

@@ -30,27 +30,14 @@ from ..profiles.summary import summarize
 from ..runfile import Run
 from ..svg import series_of_frame
 from ..timeline import epoch_seconds
-from ..units import as_float, fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from ..units import as_float
 from .options import refuse_overwrite, shown
-from .report import PAGE, SIMULATED_NOTE, html_table, load_input
+from .report import PAGE, SIMULATED_NOTE, fmt_metric, html_table, load_input
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
 LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
           "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
           "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
-_FMT = {"_bytes": fmt_bytes, "_s": fmt_duration, "_j": fmt_energy, "_pct": fmt_pct, "_w": fmt_watts,
-        "_c": fmt_celsius}
-
-
-def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
-    """A figure of ``metric`` as a person reads it; ``points``: percentages differ in ``pp``."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    sign = "-" if value < 0 else "+" if signed else ""
-    if points and metric.endswith("_pct"):
-        return f"{sign}{abs(value):.1f}".rstrip("0").rstrip(".") + " pp"
-    fmt = next((f for suffix, f in _FMT.items() if metric.endswith(suffix)), None)
-    return sign + (fmt(abs(value)) if fmt is not None else f"{abs(value):g}")
 
 
 @dataclass
@@ -163,7 +150,7 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
         parts.append("<h2>Gate</h2>" + "".join(f'<p style="color:#a33">{esc(x)}</p>' for x in broken))
     parts.append("<h2>Side by side</h2>")
     parts.append(html_table(["", "figure", f"A {a.name}", f"B {b.name}", "change", "noise"],
-                        [[esc(s), esc(f), *map(esc, cells)] for s, f, cells in table_rows(a, b)]))
+                        [[s, f, *cells] for s, f, cells in table_rows(a, b)]))
     da, ma = _elapsed(a, "A")
     db, mb = _elapsed(b, "B")
     data = {m: {**da.get(m, {}), **db.get(m, {})} for m in PLOT_METRICS if m in da or m in db}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import signal
@@ -18,12 +19,8 @@ NOTEBOOK = Path("notebooks") / "quickstart.ipynb"
 
 def shipped_notebook(name: str) -> Path | None:
     """A notebook shipped inside the package (``nbgpu/notebooks/<name>``), or None."""
-    try:
-        found = resources.files("nbgpu") / "notebooks" / name
-    except (ModuleNotFoundError, TypeError):
-        return None
-    path = Path(str(found))
-    return path if found.is_file() and path.is_file() else None
+    path = Path(str(resources.files("nbgpu") / "notebooks" / name))
+    return path if path.is_file() else None
 
 
 def find_notebook() -> Path:
@@ -32,8 +29,8 @@ def find_notebook() -> Path:
     for path in (Path.cwd() / NOTEBOOK, Path(__file__).resolve().parents[2] / NOTEBOOK):
         if path.exists():
             return path
-    if shipped := shipped_notebook(NOTEBOOK.name):
-        return shipped
+    if found := shipped_notebook(NOTEBOOK.name):
+        return found
     raise NbgpuError(f"{NOTEBOOK} was not found here or beside nbgpu's sources; run `nbgpu demo` "
                      "from the nbgpu repository folder")
 
@@ -51,13 +48,10 @@ def _interrupt(signum: int, frame: object) -> None:
 def run_demo(port: int = 0, browser: bool = True) -> int:
     """Start JupyterLab on the quickstart notebook (127.0.0.1 only, a fresh token, the notebook's
     folder as root), print its URL and wait until it exits."""
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError as exc:
-        raise NbgpuError("JupyterLab is not installed; run `pip install 'nbgpu[demo]'`") from exc
-    notebook = find_notebook()
-    port, token, root = port or _free_port(), secrets.token_hex(16), notebook.parent.parent
-    rel = notebook.relative_to(root).as_posix()
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise NbgpuError("JupyterLab is not installed; run `pip install 'nbgpu[demo]'`")
+    root, rel = find_notebook().parents[1], NOTEBOOK.as_posix()
+    port, token = port or _free_port(), secrets.token_hex(16)
     cmd = [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
            "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
            f"--ServerApp.open_browser={browser}", f"--LabApp.default_url=/lab/tree/{rel}"]

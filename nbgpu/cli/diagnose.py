@@ -26,23 +26,19 @@ def parse_thresholds(items: list[str] | None) -> dict:
     """``NAME=NUMBER`` items as a dict for ``Thresholds``; BadArgumentError naming a bad one."""
     from ..diagnostics.thresholds import Thresholds
 
-    fields = {f.name: f for f in dataclasses.fields(Thresholds)}
+    kinds = {f.name: type(f.default) for f in dataclasses.fields(Thresholds)}
     out: dict = {}
     for item in items or []:
         name, sep, text = item.partition("=")
-        name, f = name.strip(), fields.get(name.strip())
-        if not sep:
-            raise BadArgumentError(f"--threshold {item!r}: give NAME=NUMBER, e.g. input_util_below_pct=40")
-        if f is None or name in ("disabled", "leak_windows_s") or isinstance(f.default, bool):
-            raise BadArgumentError(f"--threshold {name!r}: not a numeric threshold; see "
-                                   "nbgpu.Thresholds.table() for the names")
+        kind = kinds.get(name.strip())
         try:
-            value = float(text)
+            value = float(text) if sep and kind in (int, float) else math.nan
         except ValueError:
-            raise BadArgumentError(f"--threshold {name}: {text!r} is not a number") from None
-        if isinstance(f.default, int) and value != int(value):
-            raise BadArgumentError(f"--threshold {name}: {text!r} is not a whole number")
-        out[name] = int(value) if isinstance(f.default, int) else value
+            value = math.nan
+        if math.isnan(value) or (kind is int and not value.is_integer()):
+            raise BadArgumentError(f"--threshold {item!r}: give NAME=NUMBER (whole for counts), e.g. "
+                                   "input_util_below_pct=40; names: nbgpu.Thresholds.table()")
+        out[name.strip()] = int(value) if kind is int else value
     Thresholds.from_any(out)  # range checks (BadArgumentError)
     return out
 
@@ -62,11 +58,11 @@ def _devices(run: Run, df) -> list[Device]:
     names = {str(d.get("index")): str(d.get("name", "")) for d in run.devices()}
     out = []
     for gpu, rows in df.groupby("gpu", sort=False):
-        last = {c: v.iloc[-1] for c in ("mem_total_bytes", "power_limit_w")
-                if c in rows and len(v := rows[c].dropna())}
+        newest = rows.reindex(columns=["mem_total_bytes", "power_limit_w"]).astype(float).ffill()
+        mem, limit = newest.iloc[-1]
         out.append(Device(key=gpu, name=names.get(str(gpu), ""),
-                          mem_total_bytes=int(last["mem_total_bytes"]) if "mem_total_bytes" in last else None,
-                          power_limit_w=float(last["power_limit_w"]) if "power_limit_w" in last else None))
+                          mem_total_bytes=None if mem != mem else int(mem),
+                          power_limit_w=None if limit != limit else float(limit)))
     return out
 
 
@@ -83,11 +79,6 @@ def cells_of(run: Run) -> list[tuple[str, float, float]]:
         if end >= e["time_s"]:
             out.append((str(e.get("label", "")), e["time_s"], end))
     return sorted(out, key=lambda c: c[1])
-
-
-def replay(run: Run, thresholds: dict | None = None) -> list:
-    """The alerts the diagnostics engine raises on ``run``'s readings, oldest first."""
-    return _replayed(run, thresholds).alert_list()
 
 
 def _replayed(run: Run, thresholds: dict | None = None) -> _Replay:
@@ -117,7 +108,7 @@ def _replayed(run: Run, thresholds: dict | None = None) -> _Replay:
         sim.store.declare(HOST_KEY, "tick", {c: np.float64 for c in host_cols})
     for t, label in sorted(run.marks()):
         sim.store.add_event(Event(t, "mark", label))
-    edges = sorted([(t0, True) for _, t0, _ in cells_of(run)] + [(t1, False) for _, _, t1 in cells_of(run)],
+    edges = sorted([(t, start) for _, t0, t1 in cells_of(run) for t, start in ((t0, True), (t1, False))],
                    key=lambda e: e[0])
     if not edges:
         engine.cell_running(True)  # the recorded command ran all along
@@ -164,47 +155,35 @@ def _record(a, cell: str | None) -> dict:
 
 
 def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: bool = False) -> int:
-    """Print the findings of ``path``; BadArgumentError for a bad file or threshold."""
+    """Print the findings of ``path`` per cell, else per mark span; BadArgumentError for bad input."""
     thresholds = parse_thresholds(threshold_items)
     run = load_input(path)
+    doc: dict = {"run": path, "thresholds": thresholds}
     if cells_of(run):
-        return _print_cells(path, run, thresholds, as_json)
-    marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
-
-    def cell_of(start: float) -> str | None:  # the mark span a finding started in
-        spans = ["before the first mark"] + [name for t, name in marks if t <= start]
-        return spans[-1] if marks else None
-
-    found = [_record(a, cell_of(a.start)) for a in replay(run, thresholds)]
+        doc["cells"] = cells = judge_cells(run, thresholds)
+        for c in cells:
+            c["findings"] = [_record(a, c["cell"]) for a in c.pop("alerts")]
+        found = [f for c in cells for f in c["findings"]]
+    else:
+        marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
+        spans = [(-math.inf, "before the first mark"), *marks] if marks else [(-math.inf, None)]
+        found = [_record(a, [name for t, name in spans if t <= a.start][-1])
+                 for a in _replayed(run, thresholds).alert_list()]
     if as_json:
-        print(json.dumps({"run": path, "thresholds": thresholds, "findings": found}, default=str))
-        return 0
-    if not found:
-        print(shown(f"{path}: no findings"))
-    groups: dict = {}
-    for f in found:
-        groups.setdefault(f["cell"], []).append(f)
-    for cell, items in groups.items():
-        print(shown(f"{path}:" if cell is None else f"cell {cell}:"))
-        for f in items:
-            until = f["end"] or "the end"
-            print(shown(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']} {f['start']} to {until}: "
-                        f"{f['message']}"))
-    return 0
-
-
-def _print_cells(path: str, run: Run, thresholds: dict, as_json: bool) -> int:
-    cells = judge_cells(run, thresholds)
-    for c in cells:
-        c["findings"] = [_record(a, c["cell"]) for a in c.pop("alerts")]
-    if as_json:
-        print(json.dumps({"run": path, "thresholds": thresholds, "cells": cells,
-                          "findings": [f for c in cells for f in c["findings"]]}, default=str))
-        return 0
-    for c in cells:
-        print(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):")
-        for f in c["findings"]:
-            print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']}")
-        if not c["findings"]:
-            print("  no findings")
+        print(json.dumps({**doc, "findings": found}, default=str))
+    elif "cells" in doc:
+        for c in doc["cells"]:
+            print(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):")
+            for f in c["findings"]:
+                print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']}")
+            if not c["findings"]:
+                print("  no findings")
+    else:
+        if not found:
+            print(shown(f"{path}: no findings"))
+        for cell in dict.fromkeys(f["cell"] for f in found):
+            print(shown(f"{path}:" if cell is None else f"cell {cell}:"))
+            for f in (f for f in found if f["cell"] == cell):
+                print(shown(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']} {f['start']} to "
+                            f"{f['end'] or 'the end'}: {f['message']}"))
     return 0

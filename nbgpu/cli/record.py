@@ -51,10 +51,7 @@ def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` asking Linux to send the child SIGTERM when this process dies; else None."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
     def preexec() -> None:
@@ -65,13 +62,23 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def _stop_recording(recorder: Recorder, exc: FileError, running: bool) -> None:
-    """Say in one line that the file failed; keep what it holds and let the command run on."""
-    recorder.abandon()
-    kept = "the file" if recorder.journal == recorder.path else recorder.journal
-    then = "; waiting for the command to finish" if running else ""
-    print(f"nbgpu record: {exc}; recording stopped, {kept} is valid up to its last complete line{then}",
-          file=sys.stderr, flush=True)
+def _write(step: Callable[[], object], recorder: Recorder, failed: list, running: bool) -> None:
+    """Run a write ``step`` of ``recorder``; if it fails, say so in one line and stop recording
+    (the file keeps what it holds) but let the command run on."""
+    try:
+        step()
+    except FileError as exc:
+        failed.append(exc)
+        recorder.abandon()
+        kept = "the file" if recorder.journal == recorder.path else recorder.journal
+        then = "; waiting for the command to finish" if running else ""
+        print(f"nbgpu record: {exc}; recording stopped, {kept} is valid up to its last complete line{then}",
+              file=sys.stderr, flush=True)
+
+
+def _cannot_run(name: str, why: str, kept: str) -> int:
+    print(f"nbgpu record: cannot run {name!r}: {why}; check the command and your PATH{kept}", file=sys.stderr)
+    return 127
 
 
 def _temporary_beside(output: str) -> str | None:
@@ -96,9 +103,7 @@ def _discard(path: str | None) -> None:
 def run_record(cmd: list[str], source: str, interval: float, output: str, quiet: bool = False) -> int:
     """Run ``cmd`` while recording; its exit code (127, ``output`` untouched, if it is not found)."""
     if shutil.which(cmd[0]) is None:
-        print(f"nbgpu record: cannot run {cmd[0]!r}: no such command or not executable; check the "
-              f"command and your PATH ({output} left as it was)", file=sys.stderr)
-        return 127
+        return _cannot_run(cmd[0], "no such command or not executable", f" ({output} left as it was)")
     sampler = Sampler(source, interval=interval)
     # An existing file is replaced only once the command has started (exec can still fail).
     pending = _temporary_beside(output)
@@ -131,9 +136,7 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
                 quiet = True  # no recording to summarize
                 _discard(pending)
             kept = f" ({output} left as it was)" if pending else ""
-            print(f"nbgpu record: cannot run {cmd[0]!r}: {exc.strerror or exc}; check the command "
-                  f"and your PATH{kept}", file=sys.stderr)
-            return 127
+            return _cannot_run(cmd[0], exc.strerror or str(exc), kept)
         try:  # the recording, open and growing, takes the place of the file it replaces
             if pending:
                 os.replace(pending, output)
@@ -147,15 +150,9 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=FLUSH_EVERY_S)
                 break
-            if failed:
-                continue
-            try:
-                recorder.flush()
-            except FileError as exc:
-                failed.append(exc)
-                _stop_recording(recorder, exc, running=True)
-                continue
-            if live:  # a terminal showing the newest values: someone looks
+            if not failed:
+                _write(recorder.flush, recorder, failed, running=True)
+            if live and not failed:  # a terminal showing the newest values: someone looks
                 sampler.watch()
                 drawn = _redraw(drawn, status_lines(sampler))
         code = 128 - proc.returncode if proc.returncode < 0 else proc.returncode  # as a shell says it
@@ -169,11 +166,7 @@ def run_record(cmd: list[str], source: str, interval: float, output: str, quiet:
         time.sleep(min(0.05, interval))
         sampler.stop()
         if not failed:
-            try:
-                recorder.close()
-            except FileError as exc:
-                failed.append(exc)
-                _stop_recording(recorder, exc, running=False)
+            _write(recorder.close, recorder, failed, running=False)
         if not quiet and not failed:
             wall_s = time.monotonic() - started
             cpu_pct = 100.0 * (time.process_time() - cpu_start) / max(wall_s, 1e-9)

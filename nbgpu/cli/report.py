@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import math
 import os
 import sys
 
@@ -27,37 +28,48 @@ def _when(t: float) -> str:
 SIMULATED_NOTE = "SIMULATED GPUs: these numbers are made up for demos and tests"
 
 
-def html_table(head: list[str], rows: list[list[str]], empty: str = "") -> str:
-    """An HTML table of already-escaped cells under escaped headers; ``empty`` said without rows."""
+def html_table(head: list[str], rows: list[list[object]], empty: str = "") -> str:
+    """An HTML table of ``rows`` (escaped here) under ``head``; ``empty`` said without rows."""
     if empty and not rows:
         return f"<p>{empty}</p>"
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-_SUMMARY = (("duration", "duration_s", fmt_duration), ("util mean", "util_mean_pct", fmt_pct),
-            ("util max", "util_max_pct", fmt_pct), ("memory peak", "mem_peak_bytes", fmt_bytes),
-            ("power mean", "power_mean_w", fmt_watts), ("power max", "power_max_w", fmt_watts),
-            ("energy", "energy_j", fmt_energy), ("temp max", "temp_max_c", fmt_celsius))
+_FMT = {"_bytes": fmt_bytes, "_s": fmt_duration, "_j": fmt_energy, "_pct": fmt_pct, "_w": fmt_watts,
+        "_c": fmt_celsius}
+# The columns of the report's summary table: heading and figure.
+_SUMMARY = {"duration": "duration_s", "util mean": "util_mean_pct", "util max": "util_max_pct",
+            "memory peak": "mem_peak_bytes", "power mean": "power_mean_w", "power max": "power_max_w",
+            "energy": "energy_j", "temp max": "temp_max_c"}
+
+
+def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
+    """A figure of ``metric`` as a person reads it; ``points``: percentages differ in ``pp``."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    sign = "-" if value < 0 else "+" if signed else ""
+    if points and metric.endswith("_pct"):
+        return f"{sign}{abs(value):.1f}".rstrip("0").rstrip(".") + " pp"
+    fmt = next((f for suffix, f in _FMT.items() if metric.endswith(suffix)), None)
+    return sign + (fmt(abs(value)) if fmt is not None else f"{abs(value):g}")
 
 
 def _info(run: Run) -> list[tuple[str, object]]:
-    """The facts of the run's header: command, source, span, result and notes."""
-    head, df = run.header, run.frame
-    cmd = head.get("command")
-    info = [("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd),
-            ("source", head.get("source"))]
-    if len(df):
-        t = epoch_seconds(df["time"])
-        info += [("from", _when(float(t.min()))), ("duration", fmt_duration(float(t.max() - t.min())))]
+    """The facts of the run's header: command, source, span, result and notes (falsy: left out)."""
+    cmd, t = run.header.get("command"), epoch_seconds(run.frame["time"]) if len(run.frame) else None
     exits = [e["label"] for e in run.events if e.get("event") == "mark" and "exited" in str(e.get("label"))]
-    info.append(("result", exits[-1] if exits else None))
-    if run.skipped_lines:
-        info.append(("note", f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"))
-    if not head and run.path.lower().endswith(".csv"):
-        info.append(("note", "CSV keeps no command or source; record to .jsonl to keep them"))
-    return [*info, ("note", SIMULATED_NOTE if run.simulated else None)]
+    csv = not run.header and run.path.lower().endswith(".csv")
+    return [("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd),
+            ("source", run.header.get("source")),
+            ("from", t is not None and _when(float(t.min()))),
+            ("duration", t is not None and fmt_duration(float(t.max() - t.min()))),
+            ("result", exits and exits[-1]),
+            ("note", run.skipped_lines
+             and f"{run.skipped_lines} unreadable line(s) skipped (run cut short?)"),
+            ("note", csv and "CSV keeps no command or source; record to .jsonl to keep them"),
+            ("note", run.simulated and SIMULATED_NOTE)]
 
 
 def render_html(run: Run, title: str | None = None) -> str:
@@ -67,30 +79,26 @@ def render_html(run: Run, title: str | None = None) -> str:
     esc = html.escape
     names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
     title = title or f"nbgpu run: {os.path.basename(run.path)}"
-    rows = [[esc(str(s["gpu"])), esc(str(names.get(str(s["gpu"]), ""))), *(f(s[k]) for _, k, f in _SUMMARY),
-             esc(s["throttle_reasons"] or "no")] for s in summarize_run(run).rows]
-    plot_df = run.frame.copy()
-    if "gpu" in plot_df:
-        plot_df["gpu"] = plot_df["gpu"].astype(str)
+    rows = [[s["gpu"], names.get(str(s["gpu"]), ""), *(fmt_metric(k, s[k]) for k in _SUMMARY.values()),
+             s["throttle_reasons"] or "no"] for s in summarize_run(run).rows]
+    alerts = [[a.get("severity", ""), a.get("gpu_id", ""), a.get("start", ""),
+               a.get("end") or "still active at the end", a.get("message", ""), a.get("suggestion", "")]
+              for a in run.alerts()]
+    events = [[e["timestamp"], e.get("event"), "" if e.get("gpu_id") is None else e["gpu_id"],
+               e.get("label", "")] for e in run.events if e.get("event") not in ("run", "alert")]
+    plot_df = run.frame.astype({"gpu": str}) if "gpu" in run.frame else run.frame
     metrics = [m for m in PLOT_METRICS if m in plot_df.columns]
     parts = [f"<h1>{esc(title)}</h1>",
              "<dl>" + "".join(f"<dt>{k}</dt><dd>{esc(str(v))}</dd>" for k, v in _info(run) if v) + "</dl>",
              "<h2>Summary per GPU</h2>",
-             html_table(["GPU", "name", *(h for h, _, _ in _SUMMARY), "throttled"], rows,
-                        "No GPU samples were recorded."),
+             html_table(["GPU", "name", *_SUMMARY, "throttled"], rows, "No GPU samples were recorded."),
              "<h2>Timeline</h2>",
              f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>',
              "<h2>Alerts</h2>",
-             html_table(["severity", "GPU", "from", "to", "what", "suggestion"], [
-                 [*(esc(str(a.get(k, ""))) for k in ("severity", "gpu_id", "start")),
-                  esc(str(a.get("end") or "still active at the end")),
-                  *(esc(str(a.get(k, ""))) for k in ("message", "suggestion"))]
-                 for a in run.alerts()], "No alerts were recorded."),
+             html_table(["severity", "GPU", "from", "to", "what", "suggestion"], alerts,
+                        "No alerts were recorded."),
              "<h2>Marks and events</h2>",
-             html_table(["time", "kind", "GPU", "label"], [
-                 [esc(str(e["timestamp"])), esc(str(e.get("event"))),
-                  esc("" if e.get("gpu_id") is None else str(e["gpu_id"])), esc(str(e.get("label", "")))]
-                 for e in run.events if e.get("event") not in ("run", "alert")], "No marks or events.")]
+             html_table(["time", "kind", "GPU", "label"], events, "No marks or events.")]
     return PAGE.format(title=esc(title), body="\n".join(parts))
 
 
