@@ -252,14 +252,3 @@ def _sort_within(group: np.ndarray, t: np.ndarray) -> np.ndarray:
         # One float key, exact: t - lo is (Sterbenz) and every key fits lo's mantissa.
         return np.argsort(group * width + (t - lo), kind="stable")
     return np.lexsort((t, group))
-
-
-def merge_series(parts_t: list[np.ndarray], parts_v: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """One time-sorted (times, values) from parts of a metric kept in several streams."""
-    if not parts_t:
-        return np.empty(0), np.empty(0)
-    if len(parts_t) == 1:
-        return parts_t[0], parts_v[0]
-    t, v = np.concatenate(parts_t), np.concatenate(parts_v)
-    order = np.argsort(t, kind="stable")
-    return t[order], v[order]
