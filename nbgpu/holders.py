@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
 import sys
@@ -71,10 +72,8 @@ def _slot_descriptors(kind: type) -> tuple:
 def _read_slots(descs: tuple, obj: object) -> list[object]:
     out = []
     for desc in descs:
-        try:
+        with contextlib.suppress(Exception):  # an unset slot
             out.append(desc.__get__(obj, type(obj)))
-        except Exception:  # an unset slot
-            continue
     return out
 
 

@@ -237,15 +237,10 @@ class Recorder:
 
 def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
     """Rows of several streams of one device on the union of their times (NaN elsewhere)."""
-    parts = [p for p in parts if len(p[0])]
-    if not parts:
+    import pandas as pd
+
+    frames = [pd.DataFrame(cols, index=t) for t, cols in parts if len(t)]
+    if not frames:
         return np.empty(0), {}
-    times = np.unique(np.concatenate([p[0] for p in parts]))
-    cols: dict[str, np.ndarray] = {}
-    for t, c in parts:
-        idx = np.searchsorted(times, t)
-        for name, values in c.items():
-            target = cols.setdefault(name, np.full(len(times), np.nan))
-            ok = ~np.isnan(values.astype(np.float64))
-            target[idx[ok]] = values[ok]
-    return times, cols
+    df = pd.concat(frames).groupby(level=0).last()  # per time, each column's reading (NaN: none)
+    return df.index.to_numpy(np.float64), {c: df[c].to_numpy(np.float64) for c in df.columns}
