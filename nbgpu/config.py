@@ -91,27 +91,23 @@ class NbGpu(Configurable):
 _instance: NbGpu | None = None
 
 
-def _from_env(cfg: NbGpu) -> None:
-    for var, trait in ENV.items():
-        if not (raw := os.environ.get(var)):
-            continue
-        on = raw.strip().lower() not in ("0", "false", "no", "off")
-        value: object = on if trait == "flight_recorder" else raw
-        try:
-            setattr(cfg, trait, value)
-        except (TraitError, ValueError) as e:
-            raise BadArgumentError(f"${var}={raw!r} is not a valid setting ({e}); unset it "
-                                   f"or give a valid value") from None
-
-
 def settings() -> NbGpu:
-    """The process's one ``NbGpu``: IPython's configured instance in a kernel, else its own."""
+    """The process's one ``NbGpu``: IPython's configured instance in a kernel, else its own;
+    ``NBGPU_*`` variables (``ENV``) are applied when it is made."""
     global _instance
     if _instance is None:
         from IPython import get_ipython  # a dependency
 
         cfg = NbGpu(parent=get_ipython())
-        _from_env(cfg)
+        for var, trait in ENV.items():
+            if not (raw := os.environ.get(var)):
+                continue
+            on = raw.strip().lower() not in ("0", "false", "no", "off")
+            try:
+                setattr(cfg, trait, on if trait == "flight_recorder" else raw)
+            except (TraitError, ValueError) as e:
+                raise BadArgumentError(f"${var}={raw!r} is not a valid setting ({e}); unset it "
+                                       f"or give a valid value") from None
         _instance = cfg
     return _instance
 

@@ -181,8 +181,6 @@ def _read_csv(path: str) -> Run:
 
 
 def _read_parquet(path: str) -> Run:
-    import pandas as pd
-
     try:
         import pyarrow.parquet as pq
 
@@ -198,8 +196,6 @@ def _read_parquet(path: str) -> Run:
         raise _bad(path, "it is not a valid Parquet file") from exc
     except Exception as exc:  # pyarrow raises many kinds for a corrupt file
         raise _bad(path, "it is not a valid Parquet file") from exc
-    if not isinstance(df, pd.DataFrame):
-        raise _bad(path, "it is not a table")
     events = []
     raw = (table.schema.metadata or {}).get(PARQUET_EVENTS_KEY)
     if raw is not None:

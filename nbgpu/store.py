@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import BadArgumentError
-from .store_stream import Stream
+from .store_stream import Stream, oldest_time
 
 # Defaults: one hour at full resolution, then 10 s buckets for 24 hours.
 DEFAULT_FULL_RES_S = 3600.0
@@ -164,7 +164,7 @@ class Store:
                 return {}
             out = dict.fromkeys(metrics, _NO_VALUE)
             for stream in self._device_streams[device]:
-                kept_from = stream._oldest(stream.chunks)  # an older record was folded away
+                kept_from = oldest_time(stream.chunks)  # an older record was folded away
                 for name, good in stream._good.items():
                     if good[0] >= kept_from and not out[name][0] >= good[0]:  # none yet or older
                         out[name] = good

@@ -77,11 +77,11 @@ def to_epoch(t: object) -> float:
 
     try:
         stamp = pd.Timestamp(t)
-        if stamp is not pd.NaT:
-            return (stamp if stamp.tzinfo else stamp.tz_localize("UTC")).value / 1e9
-    except (TypeError, ValueError) as exc:
-        raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}") from exc
-    raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
+    except (TypeError, ValueError):
+        stamp = pd.NaT
+    if stamp is pd.NaT:
+        raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
+    return (stamp if stamp.tzinfo else stamp.tz_localize("UTC")).value / 1e9
 
 
 def epoch_seconds(col: pd.Series) -> np.ndarray:
