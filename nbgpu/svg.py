@@ -42,11 +42,7 @@ def _fmt(v: float) -> str:
 
 def _tick_seconds(s: float) -> str:
     """An elapsed-time tick label: ``0.5s``, ``90s``, ``2.5m``, ``1.5h``."""
-    if s >= 3600:
-        return f"{s / 3600:.1f}h"
-    if s >= 120:
-        return f"{s / 60:.1f}m"
-    return f"{s:.3g}s"
+    return f"{s / 3600:.1f}h" if s >= 3600 else f"{s / 60:.1f}m" if s >= 120 else f"{s:.3g}s"
 
 
 def _path(xs: np.ndarray, ys: np.ndarray) -> str:

@@ -214,8 +214,8 @@ class Timeline:
             parts.append(df)
         order = ["time", "gpu"] + [m.name for m in GPU_METRICS]
         if not parts:
-            return pd.DataFrame({c: pd.Series(dtype="float64") for c in order[:2]}).assign(
-                time=pd.Series(dtype="datetime64[ns, UTC]"))
+            return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"),
+                                 "gpu": pd.Series(dtype="float64")})
         df = pd.concat(parts, ignore_index=True, sort=False)
         if host and HOST_KEY in self.store.devices():
             h = self._device_frame(HOST_KEY)
