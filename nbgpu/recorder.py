@@ -168,11 +168,7 @@ class Recorder:
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
             self._event_seq = ev.seq
         self._write_stacks()
-        try:
-            alerts = self.sampler.alert_list()
-        except Exception:
-            return
-        for a in alerts:
+        for a in self.sampler.alert_list():
             key = (a.rule, a.gpu, a.start)
             if key in self._alerts_written or (a.end is None and not final):
                 continue

@@ -98,12 +98,10 @@ class Timeline:
     """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed)."""
 
     def __init__(self, store: Store, devices: list[Device], t0: float = -math.inf,
-                 t1: float = math.inf, resolution: str | None = None,
-                 drained: Callable[[object, str], float] | None = None) -> None:
+                 t1: float = math.inf, drained: Callable[[object, str], float] | None = None) -> None:
         self.store = store
         self.devices = list(devices)
         self.t0, self.t1 = t0, t1
-        self.resolution = resolution
         # (device, metric) -> the time up to which that metric's sample buffer reached the
         # store (``Sampler.drained_until``); ticks after it have no reading of it yet.
         self.drained = drained
@@ -121,7 +119,7 @@ class Timeline:
         b = self.t1 if t1 is None else min(self.t1, to_epoch(t1))
         if a > b:
             raise BadArgumentError("between(t0, t1) needs t0 <= t1")
-        return Timeline(self.store, self.devices, a, b, self.resolution, self.drained)
+        return Timeline(self.store, self.devices, a, b, self.drained)
 
     # -- raw access for views and summaries ----------------------------------------------
     def series(self, gpu: object, metric: str) -> tuple[np.ndarray, np.ndarray]:
