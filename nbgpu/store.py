@@ -15,10 +15,6 @@ import numpy as np
 from .errors import BadArgumentError
 from .store_stream import Stream, oldest_time
 
-# Defaults: one hour at full resolution, then 10 s buckets for 24 hours.
-DEFAULT_FULL_RES_S = 3600.0
-DEFAULT_BUCKET_S = 10.0
-DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
 _NO_VALUE = (math.nan, math.nan)  # (time, value) of a metric with no good row kept
 
@@ -67,10 +63,11 @@ def _check_seconds(value: object, name: str, zero_ok: bool = False) -> float:
 
 
 class Store:
-    """All readings of one sampler, keyed by (device key, stream name)."""
+    """All readings of one sampler, keyed by (device key, stream name); by default an hour at full
+    resolution, then 10 s buckets of mean/min/max for 24 hours."""
 
-    def __init__(self, full_res_s: float = DEFAULT_FULL_RES_S, bucket_s: float = DEFAULT_BUCKET_S,
-                 history_s: float = DEFAULT_HISTORY_S, max_events: int = 10_000) -> None:
+    def __init__(self, full_res_s: float = 3600.0, bucket_s: float = 10.0, history_s: float = 86400.0,
+                 max_events: int = 10_000) -> None:
         self.full_res_s = _check_seconds(full_res_s, "full_res_s", zero_ok=True)
         self.bucket_s = _check_seconds(bucket_s, "bucket_s")
         self.history_s = _check_seconds(history_s, "history_s", zero_ok=True)
