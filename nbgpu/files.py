@@ -176,7 +176,6 @@ class LineFile:
             os.close(fd)
 
 
-# -- JSON lines ------------------------------------------------------------------------------
 def json_value(v: object) -> object:
     """``v`` as a JSON scalar: numpy scalars unwrapped, NaN and infinities None, anything else text."""
     if hasattr(v, "item") and not isinstance(v, (str, bytes)):

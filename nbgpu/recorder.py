@@ -70,7 +70,6 @@ class Recorder:
             cols += [m.name for m in HOST_METRICS]
         return cols
 
-    # -- rows -------------------------------------------------------------------------------
     def _read_new(self, device: object, stream: str, t1: float) -> tuple[np.ndarray, dict]:
         """Rows of one stream after the newest one written, up to ``t1``; advances the mark."""
         done = self._marks.get((device, stream), -np.inf)
@@ -157,7 +156,6 @@ class Recorder:
             self._file.write([line])
             self.rows_written += 1
 
-    # -- events -----------------------------------------------------------------------------
     def _event(self, fields: dict, t: float) -> None:
         self._file.write([json_line({"timestamp": iso(t), **fields})])
 
@@ -196,7 +194,6 @@ class Recorder:
                                  for t, c, n, text in new]}, t0)
         self._stacks_done = new[-1][0]
 
-    # -- public -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> int:
         """Write what arrived since the last flush and hand it to the OS; returns rows written."""
         if self.closed:

@@ -135,7 +135,6 @@ class Sampler(SamplerThread, SamplerReads):
                 self.source.close()
                 raise
 
-    # -- what other parts of nbgpu ask of it ------------------------------------------------
     def now(self) -> float:
         """The sampler's clock (epoch seconds; the fake clock it was given, in tests)."""
         return self._clock()
@@ -190,8 +189,6 @@ class Sampler(SamplerThread, SamplerReads):
         with self._lock:
             if fn in self._listeners:
                 self._listeners.remove(fn)
-
-    # -- one step: what the thread does at each wake-up --------------------------------------
 
     def next_wake(self) -> float:
         """When the thread wakes next (clock seconds), as the last step planned; -inf before any."""

@@ -145,7 +145,6 @@ def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
            f'viewBox="0 0 {width} {height}">',
            "<title>nbgpu timeline</title>",
            f'<rect width="{width}" height="{height}" fill="white"/>']
-    # Legend: one colour per GPU.
     x = LEFT
     for i, gpu in enumerate(gpus):
         color = COLORS[i % len(COLORS)]

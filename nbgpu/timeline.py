@@ -95,15 +95,14 @@ def epoch_seconds(col: pd.Series) -> np.ndarray:
 
 
 class Timeline:
-    """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed)."""
+    """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed); ``drained(device,
+    metric)``: the time up to which that metric's sample buffer reached the store, none after it yet."""
 
     def __init__(self, store: Store, devices: list[Device], t0: float = -math.inf,
                  t1: float = math.inf, drained: Callable[[object, str], float] | None = None) -> None:
         self.store = store
         self.devices = list(devices)
         self.t0, self.t1 = t0, t1
-        # (device, metric) -> the time up to which that metric's sample buffer reached the
-        # store (``Sampler.drained_until``); ticks after it have no reading of it yet.
         self.drained = drained
 
     def __repr__(self) -> str:
@@ -121,7 +120,6 @@ class Timeline:
             raise BadArgumentError("between(t0, t1) needs t0 <= t1")
         return Timeline(self.store, self.devices, a, b, self.drained)
 
-    # -- raw access for views and summaries ----------------------------------------------
     def series(self, gpu: object, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(epoch seconds, values) of one metric of one GPU in range; missing points dropped."""
         return self.store.series(gpu, metric, self.t0, self.t1)
@@ -136,7 +134,6 @@ class Timeline:
             events = list(self.store.events)
         return [e for e in events if self.t0 <= e.time <= self.t1]
 
-    # -- DataFrames -----------------------------------------------------------------------
     def _tick_frame(self, device: object, late: dict[str, float]):
         """One row per tick of ``device``: buffered readings folded into the tick they precede."""
         import pandas as pd
@@ -240,7 +237,6 @@ class Timeline:
         h["time"] = pd.to_datetime(h["time"], unit="s", utc=True)
         return _as_counts(h.reset_index(drop=True))
 
-    # -- files --------------------------------------------------------------------------------
     def to_csv(self, path: str) -> str:
         """Write ``to_pandas()`` as CSV (ISO UTC times), atomically; returns the path."""
         return write_csv(self.to_pandas(), path)
