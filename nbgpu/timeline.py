@@ -212,10 +212,9 @@ class Timeline:
             return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"),
                                  "gpu": pd.Series(dtype="float64")})
         df = pd.concat(parts, ignore_index=True, sort=False)
-        if host and HOST_KEY in self.store.devices():
-            h = self._device_frame(HOST_KEY)
-            if h is not None:
-                df = df.merge(h.drop(columns=["decimated"], errors="ignore"), on="time", how="left")
+        h = self._device_frame(HOST_KEY) if host else None  # None: no host rows
+        if h is not None:
+            df = df.merge(h.drop(columns=["decimated"]), on="time", how="left")
         df = df.sort_values(["time", "gpu"] if df["gpu"].map(type).nunique() == 1 else ["time"],
                             kind="stable").reset_index(drop=True)
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
@@ -231,7 +230,7 @@ class Timeline:
         """Host CPU/RAM rows alone: machine and this process tree (with child processes)."""
         import pandas as pd
 
-        h = self._device_frame(HOST_KEY) if HOST_KEY in self.store.devices() else None
+        h = self._device_frame(HOST_KEY)
         if h is None:
             return pd.DataFrame(columns=["time"] + [m.name for m in HOST_METRICS])
         h["time"] = pd.to_datetime(h["time"], unit="s", utc=True)
