@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import errno
 import json
 import math
@@ -174,6 +175,11 @@ class LineFile:
             raise file_error("write", self.path, exc) from exc
         finally:
             os.close(fd)
+
+
+def iso(t: float, timespec: str = "auto") -> str:
+    """Epoch seconds as ISO 8601 UTC text."""
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec=timespec)
 
 
 def json_value(v: object) -> object:

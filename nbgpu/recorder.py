@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import datetime as _dt
 import io
 import os
 import time
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError, FileError
-from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
+from .files import LineFile, check_target, iso, json_line, jsonl_record, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .runfile import load_run
 from .timeline import fold_samples
@@ -22,11 +21,6 @@ if TYPE_CHECKING:
     from .sampler import Sampler
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
-
-
-def iso(t: float) -> str:
-    """Epoch seconds as ISO 8601 UTC text."""
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
 
 
 class Recorder:

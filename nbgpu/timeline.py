@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
-from .files import write_csv, write_jsonl, write_parquet
+from .files import iso, write_csv, write_jsonl, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .sources.base import Device
 
@@ -106,11 +105,8 @@ class Timeline:
         self.drained = drained
 
     def __repr__(self) -> str:
-        def fmt(t: float) -> str:
-            if not math.isfinite(t):
-                return "…"
-            return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="milliseconds")
-        return f"<nbgpu.Timeline {len(self.devices)} device(s) {fmt(self.t0)} → {fmt(self.t1)}>"
+        a, b = (iso(t, "milliseconds") if math.isfinite(t) else "…" for t in (self.t0, self.t1))
+        return f"<nbgpu.Timeline {len(self.devices)} device(s) {a} → {b}>"
 
     def between(self, t0: object = None, t1: object = None) -> Timeline:
         """The part of this timeline from ``t0`` to ``t1`` (None: unbounded on that side)."""
