@@ -17,26 +17,22 @@ MAX_INTERVAL_S = 3600.0
 MIN_WINDOW_S, MAX_WINDOW_S = 5.0, 86400.0  # what the live panel may show
 
 
-def check_seconds(value: object, name: str, lo: float, hi: float) -> float:
+def check_seconds(value: object, name: str, lo: float, hi: float, why: str = "") -> float:
     """``value`` as seconds from ``lo`` to ``hi``, or BadArgumentError saying what is allowed."""
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
             or not lo <= float(value) <= hi):
         raise BadArgumentError(f"{name} must be a number of seconds from {lo:g} to {hi:g}, "
-                               f"got {value!r}")
+                               f"got {value!r}{why}")
     return float(value)
 
 
 def check_interval(interval: object, name: str = "interval") -> float:
     """Seconds between sampler ticks (10 ms to 3600 s), or BadArgumentError saying why not."""
-    try:
-        return check_seconds(interval, name, MIN_INTERVAL_S, MAX_INTERVAL_S)
-    except BadArgumentError as exc:
-        real = not isinstance(interval, bool) and isinstance(interval, numbers.Real)
-        if real and 0 < interval < MIN_INTERVAL_S:
-            raise BadArgumentError(f"{exc}: below {MIN_INTERVAL_S * 1000:g} ms the sampler would use "
-                                   "a whole CPU core; power and utilisation keep NVML's native "
-                                   "resolution at any interval") from None
-        raise
+    small = (isinstance(interval, numbers.Real) and not isinstance(interval, bool)
+             and 0 < interval < MIN_INTERVAL_S)
+    why = (f": below {MIN_INTERVAL_S * 1000:g} ms the sampler would use a whole CPU core; power and "
+           "utilisation keep NVML's native resolution at any interval") if small else ""
+    return check_seconds(interval, name, MIN_INTERVAL_S, MAX_INTERVAL_S, why)
 
 
 def check_window(window_s: object, name: str = "window") -> float:
@@ -91,27 +87,23 @@ class NbGpu(Configurable):
 _instance: NbGpu | None = None
 
 
-def _from_env(cfg: NbGpu) -> None:
-    for var, trait in ENV.items():
-        if not (raw := os.environ.get(var)):
-            continue
-        on = raw.strip().lower() not in ("0", "false", "no", "off")
-        value: object = on if trait == "flight_recorder" else raw
-        try:
-            setattr(cfg, trait, value)
-        except (TraitError, ValueError) as e:
-            raise BadArgumentError(f"${var}={raw!r} is not a valid setting ({e}); unset it "
-                                   f"or give a valid value") from None
-
-
 def settings() -> NbGpu:
-    """The process's one ``NbGpu``: IPython's configured instance in a kernel, else its own."""
+    """The process's one ``NbGpu``: IPython's configured instance in a kernel, else its own;
+    ``NBGPU_*`` variables (``ENV``) are applied when it is made."""
     global _instance
     if _instance is None:
         from IPython import get_ipython  # a dependency
 
         cfg = NbGpu(parent=get_ipython())
-        _from_env(cfg)
+        for var, trait in ENV.items():
+            if not (raw := os.environ.get(var)):
+                continue
+            on = raw.strip().lower() not in ("0", "false", "no", "off")
+            try:
+                setattr(cfg, trait, on if trait == "flight_recorder" else raw)
+            except (TraitError, ValueError) as e:
+                raise BadArgumentError(f"${var}={raw!r} is not a valid setting ({e}); unset it "
+                                       f"or give a valid value") from None
         _instance = cfg
     return _instance
 

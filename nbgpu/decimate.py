@@ -32,22 +32,15 @@ def bucket_cells(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.n
     return bucket[starts], cells
 
 
-def _counted(n: int) -> np.ndarray:
-    """``np.arange(n)`` that cannot be written to (views of it are handed out)."""
-    out = np.arange(n)
-    out.flags.writeable = False
-    return out
-
-
-_kept_positions = _counted(4096)
+_kept_positions = np.arange(0)
 
 
 def positions(n: int) -> np.ndarray:
-    """``np.arange(n)``, as a read-only view of one kept array while that is long enough:
-    the panel asks for the same few hundred positions at every refresh."""
+    """``np.arange(n)`` as a read-only view of one kept array: a refresh asks for the same few."""
     global _kept_positions
     if n > len(_kept_positions):
-        _kept_positions = _counted(2 * n)
+        _kept_positions = np.arange(max(2 * n, 4096))
+        _kept_positions.flags.writeable = False
     return _kept_positions[:n]
 
 

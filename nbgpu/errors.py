@@ -1,17 +1,5 @@
-"""nbgpu's exception tree: everything nbgpu raises on purpose, one line each, saying what to do.
-
-    NbgpuError                      root of everything nbgpu raises on purpose
-    ├── BadArgumentError            an argument out of range or of the wrong kind (also a ValueError)
-    ├── SamplerStateError           the call does not fit the sampler's state (e.g. starting a closed one)
-    ├── NVMLUnavailableError        NVML could not be started: no driver, no library, no GPU;
-    │                               ``code`` (the NVML return code or None) and ``hint`` as fields
-    ├── SourceError                 a source failed in a way the caller must hear about
-    └── FileError                   an export, record or report file cannot be written or read;
-                                    ``path`` is the user's path, never a temporary file
-
-``except ValueError`` still catches bad arguments. Lower-level errors are translated with
-``raise ... from exc``: the original stays in ``__cause__``, ``str(exc)`` one actionable line.
-"""
+"""nbgpu's exception tree: everything raised on purpose derives from ``NbgpuError``, one line
+saying what to do; lower-level errors are chained with ``raise ... from exc``."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import errno
 import json
 import math
@@ -176,7 +177,11 @@ class LineFile:
             os.close(fd)
 
 
-# -- JSON lines ------------------------------------------------------------------------------
+def iso(t: float, timespec: str = "auto") -> str:
+    """Epoch seconds as ISO 8601 UTC text."""
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec=timespec)
+
+
 def json_value(v: object) -> object:
     """``v`` as a JSON scalar: numpy scalars unwrapped, NaN and infinities None, anything else text."""
     if hasattr(v, "item") and not isinstance(v, (str, bytes)):

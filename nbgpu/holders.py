@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
 import sys
 import types
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -24,14 +26,14 @@ _SKIP_NAMES = {"In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "q
 _ALIAS = re.compile(r"_i{0,3}\d+$")
 
 
+@dataclass(slots=True)
 class _Found:
     """What one holder reaches: storage key -> (bytes, part)."""
 
-    __slots__ = ("capped", "storages", "tensors", "visited")
-
-    def __init__(self) -> None:
-        self.storages: dict[tuple, tuple[int, str]] = {}
-        self.tensors, self.capped, self.visited = 0, False, 0
+    storages: dict[tuple, tuple[int, str]] = field(default_factory=dict)
+    tensors: int = 0
+    capped: bool = False
+    visited: int = 0
 
     def over_budget(self, more: int) -> bool:
         """Count ``more`` objects looked at; True (and capped) once past ``BUDGET``."""
@@ -71,10 +73,8 @@ def _slot_descriptors(kind: type) -> tuple:
 def _read_slots(descs: tuple, obj: object) -> list[object]:
     out = []
     for desc in descs:
-        try:
+        with contextlib.suppress(Exception):  # an unset slot
             out.append(desc.__get__(obj, type(obj)))
-        except Exception:  # an unset slot
-            continue
     return out
 
 

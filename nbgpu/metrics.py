@@ -91,17 +91,9 @@ def plausible(metric: str, values: np.ndarray) -> np.ndarray:
 
 
 # Bits of nvmlClocksEventReason* (values of the NVML API, stable across versions).
-CLOCK_EVENT_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clock",
-}
+CLOCK_EVENT_REASONS: dict[int, str] = {1 << i: name for i, name in enumerate((
+    "gpu_idle", "applications_clocks", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal",
+    "hw_thermal", "hw_power_brake", "display_clock"))}
 # Reasons that mean the card is being held back, not merely idle or pinned by a setting.
 THROTTLE_BITS: int = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 

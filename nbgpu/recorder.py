@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import datetime as _dt
 import io
 import os
 import time
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError, FileError
-from .files import LineFile, check_target, json_line, jsonl_record, write_parquet
+from .files import LineFile, check_target, iso, json_line, jsonl_record, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .runfile import load_run
 from .timeline import fold_samples
@@ -22,11 +21,6 @@ if TYPE_CHECKING:
     from .sampler import Sampler
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
-
-
-def iso(t: float) -> str:
-    """Epoch seconds as ISO 8601 UTC text."""
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
 
 
 class Recorder:
@@ -70,7 +64,6 @@ class Recorder:
             cols += [m.name for m in HOST_METRICS]
         return cols
 
-    # -- rows -------------------------------------------------------------------------------
     def _read_new(self, device: object, stream: str, t1: float) -> tuple[np.ndarray, dict]:
         """Rows of one stream after the newest one written, up to ``t1``; advances the mark."""
         done = self._marks.get((device, stream), -np.inf)
@@ -157,7 +150,6 @@ class Recorder:
             self._file.write([line])
             self.rows_written += 1
 
-    # -- events -----------------------------------------------------------------------------
     def _event(self, fields: dict, t: float) -> None:
         self._file.write([json_line({"timestamp": iso(t), **fields})])
 
@@ -168,11 +160,7 @@ class Recorder:
             self._event({"event": ev.kind, "label": ev.label, "gpu_id": ev.device}, ev.time)
             self._event_seq = ev.seq
         self._write_stacks()
-        try:
-            alerts = self.sampler.alert_list()
-        except Exception:
-            return
-        for a in alerts:
+        for a in self.sampler.alert_list():
             key = (a.rule, a.gpu, a.start)
             if key in self._alerts_written or (a.end is None and not final):
                 continue
@@ -200,7 +188,6 @@ class Recorder:
                                  for t, c, n, text in new]}, t0)
         self._stacks_done = new[-1][0]
 
-    # -- public -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> int:
         """Write what arrived since the last flush and hand it to the OS; returns rows written."""
         if self.closed:
@@ -237,15 +224,10 @@ class Recorder:
 
 def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
     """Rows of several streams of one device on the union of their times (NaN elsewhere)."""
-    parts = [p for p in parts if len(p[0])]
-    if not parts:
+    import pandas as pd
+
+    frames = [pd.DataFrame(cols, index=t) for t, cols in parts if len(t)]
+    if not frames:
         return np.empty(0), {}
-    times = np.unique(np.concatenate([p[0] for p in parts]))
-    cols: dict[str, np.ndarray] = {}
-    for t, c in parts:
-        idx = np.searchsorted(times, t)
-        for name, values in c.items():
-            target = cols.setdefault(name, np.full(len(times), np.nan))
-            ok = ~np.isnan(values.astype(np.float64))
-            target[idx[ok]] = values[ok]
-    return times, cols
+    df = pd.concat(frames).groupby(level=0).last()  # per time, each column's reading (NaN: none)
+    return df.index.to_numpy(np.float64), {c: df[c].to_numpy(np.float64) for c in df.columns}

@@ -149,21 +149,22 @@ def _open_regular(path: str) -> int:
         raise FileError(f"no such file: {path}; give the file `nbgpu record -o` wrote", path=path) from None
     except OSError as exc:
         raise file_error("read", path, exc) from exc
-    if stat.S_ISDIR(st.st_mode):
-        raise _bad(path, "it is a folder")
     if not stat.S_ISREG(st.st_mode):
-        raise _bad(path, f"it is {kind_of(st.st_mode) or 'not a regular file'}")
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else kind_of(st.st_mode) or "not a regular file"
+        raise _bad(path, f"it is {what}")
     if st.st_size == 0:
         raise _bad(path, "the file is empty")
     return st.st_size
 
 
-def _check_frame(path: str, df: pd.DataFrame) -> pd.DataFrame:
+def _check_frame(path: str, df: pd.DataFrame, lines: object = None) -> pd.DataFrame:
+    """Rows with a ``time`` (ISO text, as UTC) and ``gpu``; ``lines`` name rows in errors (else 1, 2, ...)."""
     for column in ("time", "gpu"):
         if column not in df.columns:
             raise _bad(path, f"it has no `{column}` column")
     df = _numeric(df.reset_index(drop=True))
-    df["time"] = _times(path, df["time"].set_axis(range(1, len(df) + 1)), "row").to_numpy()
+    where = range(1, len(df) + 1) if lines is None else lines
+    df["time"] = _times(path, df["time"].set_axis(where), "row" if lines is None else "line").to_numpy()
     return df
 
 
@@ -181,8 +182,6 @@ def _read_csv(path: str) -> Run:
 
 
 def _read_parquet(path: str) -> Run:
-    import pandas as pd
-
     try:
         import pyarrow.parquet as pq
 
@@ -198,8 +197,6 @@ def _read_parquet(path: str) -> Run:
         raise _bad(path, "it is not a valid Parquet file") from exc
     except Exception as exc:  # pyarrow raises many kinds for a corrupt file
         raise _bad(path, "it is not a valid Parquet file") from exc
-    if not isinstance(df, pd.DataFrame):
-        raise _bad(path, "it is not a table")
     events = []
     raw = (table.schema.metadata or {}).get(PARQUET_EVENTS_KEY)
     if raw is not None:
@@ -258,16 +255,13 @@ def _read_jsonl(path: str) -> Run:
     if not rows:
         df = pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"), "gpu": pd.Series(dtype=object)})
         return Run(df, events, skipped, path)
-    df = pd.DataFrame(rows)
-    lines = df.pop("_line")
-    df = df.drop(columns=["gpu"], errors="ignore").rename(columns={"gpu_id": "gpu"})
+    df = pd.DataFrame(rows).drop(columns=["gpu"], errors="ignore").rename(
+        columns={"gpu_id": "gpu", "timestamp": "time"})
     if "gpu" not in df:
         df["gpu"] = None
-    stamps = df.pop("timestamp")
-    stamps.index = lines
-    df = _numeric(df)
-    df.insert(0, "time", _times(path, stamps, "line").to_numpy())
-    return Run(df, events, skipped, path)
+    lines = df.pop("_line")
+    return Run(_check_frame(path, df[["time", *(c for c in df.columns if c != "time")]], lines), events,
+               skipped, path)
 
 
 def load_run(path: str | os.PathLike) -> Run:

@@ -45,19 +45,11 @@ def check_sampler(sampler: object, source: object = None, interval: object = Non
 
 
 class Sampler(SamplerThread, SamplerReads):
-    """Samples every GPU of a source (and the host) from one background thread.
-
-    Args:
-        source: "auto"/"nvml", "sim" (2 simulated GPUs), "sim:N", "prometheus=URL", or a source object.
-        interval: seconds between ticks of cheap reads (10 ms to 3600 s); None: ``NbGpu.interval``.
-            Power and utilisation keep NVML's buffered resolution whatever the interval.
-        gpus: keys of the cards to keep (with their MIG slices); None keeps all.
-        host: also sample host CPU/RAM of the machine and of this process tree.
-        energy_every_s, pcie_every_s, procs_every_s: how often the costly reads run.
-        full_res_s, bucket_s, history_s: store bounds (see ``nbgpu.store``); None: defaults.
-        clock: epoch seconds; a fake clock plus ``step(now)`` drives it in tests.
-        diagnostics: run the rules (``alert_list()``, ``alerts``, ``on_alert``); ``thresholds``: theirs.
-    """
+    """Samples every GPU of a source (and the host) from one background thread. ``source``: "auto",
+    "nvml", "sim", "sim:N", "prometheus=URL" or a source object; ``interval``: tick seconds (None:
+    ``NbGpu.interval``); ``gpus``: card keys kept; ``*_every_s``: the costly reads; ``full_res_s``,
+    ``bucket_s``, ``history_s``: store bounds; ``clock`` with ``step(now)`` drives it in tests;
+    ``diagnostics``: run the rules (``alert_list()``, ``on_alert``) with ``thresholds``."""
 
     def __init__(self, source: object = "auto", interval: float | None = None,
                  gpus: Iterable[DeviceKey] | None = None, *, host: bool = True,
@@ -143,7 +135,6 @@ class Sampler(SamplerThread, SamplerReads):
                 self.source.close()
                 raise
 
-    # -- what other parts of nbgpu ask of it ------------------------------------------------
     def now(self) -> float:
         """The sampler's clock (epoch seconds; the fake clock it was given, in tests)."""
         return self._clock()
@@ -198,8 +189,6 @@ class Sampler(SamplerThread, SamplerReads):
         with self._lock:
             if fn in self._listeners:
                 self._listeners.remove(fn)
-
-    # -- one step: what the thread does at each wake-up --------------------------------------
 
     def next_wake(self) -> float:
         """When the thread wakes next (clock seconds), as the last step planned; -inf before any."""

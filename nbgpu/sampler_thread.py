@@ -151,33 +151,23 @@ class SamplerThread:
             self._thread_ended()
 
 
-def wait_for_edge(sampler: Sampler, t: float, timeout_s: float | None = None,
-                  also: Callable[[], bool] | None = None) -> bool:
-    """Wait until every live GPU has a tick reading at or after ``t`` and ``also()`` (if given)
-    is False, woken by each step; at most ``timeout_s`` (``EDGE_WAIT_S``). False on timeout or
-    if the sampler is not running."""
-    if not sampler.running:
-        return False
-    timeout_s = EDGE_WAIT_S if timeout_s is None else timeout_s
-    lost = sampler.lost
-    keys = [d.key for d in sampler.devices if d.key not in lost]
-    last = sampler.store.last
-
-    def pending() -> bool:  # some GPU has no memory or energy reading at or after t yet
-        return (any(not last(k, "mem_used_bytes")[0] >= t and not last(k, "energy_j")[0] >= t for k in keys)
-                or (also is not None and also()))
-
-    if not pending():
-        return True
+def _wait(sampler: Sampler, ready: Callable[[list[float]], bool], timeout_s: float,
+          edge: bool = False) -> bool:
+    """Wait, woken by each step, until ``ready(times of the steps so far)``; ``edge`` requests one
+    first. False on timeout or once the sampler stops running."""
+    steps: list[float] = []
     stepped = threading.Event()
 
-    def on_step(_sampler: Sampler, _now: float) -> None:
+    def on_step(_sampler: Sampler, now: float) -> None:
+        steps.append(now)
         stepped.set()
 
     deadline = time.monotonic() + timeout_s
     sampler.add_listener(on_step)
     try:
-        while pending():
+        if edge:
+            sampler.request("edge")
+        while not ready(steps):
             left = deadline - time.monotonic()
             if left <= 0 or not sampler.running:
                 return False
@@ -188,23 +178,25 @@ def wait_for_edge(sampler: Sampler, t: float, timeout_s: float | None = None,
         sampler.remove_listener(on_step)
 
 
+def wait_for_edge(sampler: Sampler, t: float, timeout_s: float | None = None,
+                  also: Callable[[], bool] | None = None) -> bool:
+    """Wait until every live GPU has a tick reading at or after ``t`` and ``also()`` (if given)
+    is False; at most ``timeout_s`` (``EDGE_WAIT_S``). False on timeout or if not running."""
+    if not sampler.running:
+        return False
+    lost = sampler.lost
+    keys = [d.key for d in sampler.devices if d.key not in lost]
+    last = sampler.store.last
+
+    def done(_steps: list[float]) -> bool:  # every GPU has a memory or energy reading at or after t
+        return (all(last(k, "mem_used_bytes")[0] >= t or last(k, "energy_j")[0] >= t for k in keys)
+                and not (also is not None and also()))
+
+    return done([]) or _wait(sampler, done, EDGE_WAIT_S if timeout_s is None else timeout_s)
+
+
 def fetch_buffered(sampler: Sampler, t: float, timeout_s: float | None = None) -> bool:
     """Have the sampler drain NVML's buffers up to ``t`` (a block's end) now and wait for it: two
     steps at or after ``t``. False if the sampler is stopped or does not answer."""
-    if not sampler.running:
-        return False
-    steps: list[float] = []
-    done = threading.Event()
-
-    def on_step(_sampler: Sampler, now: float) -> None:
-        if now >= t:
-            steps.append(now)
-            if len(steps) >= 2:
-                done.set()
-
-    sampler.add_listener(on_step)
-    try:
-        sampler.request("edge")
-        return done.wait(EDGE_WAIT_S if timeout_s is None else timeout_s)
-    finally:
-        sampler.remove_listener(on_step)
+    return sampler.running and _wait(sampler, lambda steps: sum(now >= t for now in steps) >= 2,
+                                     EDGE_WAIT_S if timeout_s is None else timeout_s, edge=True)

@@ -1,17 +1,8 @@
-"""What the sampler reads at a time: a pure function of the settings, the last reads and now.
-
-The sampler thread and ``Sampler.step(now)`` both ask ``plan`` what is due, so a test that
-drives a sampler with a fake clock runs exactly the schedule the thread runs. Reads:
-
-    "tick"     the cheap per-device reads, every ``interval_s``
-    "energy", "pcie", "procs"   the costly reads, every ``every_s[read]`` or on request
-    "edge"     on request only: memory used and whatever the sample buffers hold by now
-               (a short capture's edge, where the energy counter cannot resolve anything)
-    "memory"   memory used only, every ``memory_every_s`` while a fast-memory lane is held
-
-A wake-up with no read still lets the source drain its sample buffers (at least every
-``drain_s``), so power and utilisation keep their native resolution at any interval.
-"""
+"""What the sampler reads at a time: a pure function of settings, last reads and now, so
+``Sampler.step(now)`` with a fake clock runs the thread's schedule. Reads: "tick" (cheap reads,
+every ``interval_s``), "energy"/"pcie"/"procs" (costly, every ``every_s[read]`` or on request),
+"edge" (on request: memory and the sample buffers), "memory" (while a fast-memory lane is held).
+A wake-up with no read still drains the buffers at least every ``drain_s``."""
 
 from __future__ import annotations
 
@@ -48,11 +39,6 @@ class Plan:
     reads: frozenset[str]
     state: State
     wake_at: float
-
-    @property
-    def full_tick(self) -> bool:
-        """Whether this wake-up is a tick (cheap reads, host reads, ``ticks`` counted)."""
-        return "tick" in self.reads
 
 
 def plan(now: float, settings: Settings, state: State,

@@ -25,19 +25,11 @@ def listed_source(source: str = "auto") -> object:
     with _lock:
         if _listed is not None and _listed[0] == source:
             return _listed[1]
-        _drop_listed()
+        _take_listed(None)
         src = resolve_source(source)
         src.open_listing()
         _listed = (source, src)
         return src
-
-
-def _drop_listed() -> None:
-    """Release a listed source no sampler took (another source was started, or unload)."""
-    global _listed
-    if _listed is not None:
-        _listed, (_, src) = None, _listed
-        src.close()
 
 
 def shared_sampler() -> Sampler | None:
@@ -69,12 +61,14 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
 
 
 def _take_listed(source: object) -> object:
-    """The listed source for ``source`` if there is one (the sampler probes it), else ``source``."""
+    """The listed source for ``source`` if there is one (the sampler probes it), else ``source``;
+    a listed source of another spec is closed (``_take_listed(None)`` closes any)."""
     global _listed
-    if _listed is not None and isinstance(source, str) and _listed[0] == source:
-        _listed, (_, src) = None, _listed
-        return src
-    _drop_listed()
+    listed, _listed = _listed, None
+    if listed is not None and isinstance(source, str) and listed[0] == source:
+        return listed[1]
+    if listed is not None:
+        listed[1].close()
     return source
 
 
@@ -102,6 +96,6 @@ def reset() -> None:
     global _shared, _settings
     with _lock:
         stop_shared()
-        _drop_listed()
+        _take_listed(None)
         _shared, _settings = None, None
         _on_replace.clear()

@@ -13,12 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import BadArgumentError
-from .store_stream import Stream
+from .store_stream import Stream, oldest_time
 
-# Defaults: one hour at full resolution, then 10 s buckets for 24 hours.
-DEFAULT_FULL_RES_S = 3600.0
-DEFAULT_BUCKET_S = 10.0
-DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
 _NO_VALUE = (math.nan, math.nan)  # (time, value) of a metric with no good row kept
 
@@ -67,10 +63,11 @@ def _check_seconds(value: object, name: str, zero_ok: bool = False) -> float:
 
 
 class Store:
-    """All readings of one sampler, keyed by (device key, stream name)."""
+    """All readings of one sampler, keyed by (device key, stream name); by default an hour at full
+    resolution, then 10 s buckets of mean/min/max for 24 hours."""
 
-    def __init__(self, full_res_s: float = DEFAULT_FULL_RES_S, bucket_s: float = DEFAULT_BUCKET_S,
-                 history_s: float = DEFAULT_HISTORY_S, max_events: int = 10_000) -> None:
+    def __init__(self, full_res_s: float = 3600.0, bucket_s: float = 10.0, history_s: float = 86400.0,
+                 max_events: int = 10_000) -> None:
         self.full_res_s = _check_seconds(full_res_s, "full_res_s", zero_ok=True)
         self.bucket_s = _check_seconds(bucket_s, "bucket_s")
         self.history_s = _check_seconds(history_s, "history_s", zero_ok=True)
@@ -156,18 +153,20 @@ class Store:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""
         return self.last_many(device, (metric,)).get(metric, _NO_VALUE)
 
-    def last_many(self, device: object, names: tuple[str, ...] | None = None) -> dict[str, tuple[float, float]]:
-        """Newest non-NaN (time, value) of every metric of ``device`` (or of ``names`` only), in one locked pass."""
+    def last_many(self, device: object,
+                  names: tuple[str, ...] | None = None) -> dict[str, tuple[float, float]]:
+        """Newest non-NaN (time, value) of every metric of ``device`` (or of ``names``) in one locked pass."""
         with self.lock:
             metrics = self._by_device.get(device)
             if not metrics:
                 return {}
             out = dict.fromkeys(metrics if names is None else names, _NO_VALUE)
             for stream in self._device_streams[device]:
-                goods = stream._good if names is None else {n: stream._good[n] for n in names if n in stream._good}
+                good_of = stream._good
+                goods = good_of if names is None else {n: good_of[n] for n in names if n in good_of}
                 if not goods:
                     continue
-                kept_from = stream._oldest(stream.chunks)  # an older record was folded away
+                kept_from = oldest_time(stream.chunks)  # an older record was folded away
                 for name, good in goods.items():
                     if good[0] >= kept_from and not out[name][0] >= good[0]:  # none yet or older
                         out[name] = good
@@ -255,14 +254,3 @@ def _sort_within(group: np.ndarray, t: np.ndarray) -> np.ndarray:
         # One float key, exact: t - lo is (Sterbenz) and every key fits lo's mantissa.
         return np.argsort(group * width + (t - lo), kind="stable")
     return np.lexsort((t, group))
-
-
-def merge_series(parts_t: list[np.ndarray], parts_v: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """One time-sorted (times, values) from parts of a metric kept in several streams."""
-    if not parts_t:
-        return np.empty(0), np.empty(0)
-    if len(parts_t) == 1:
-        return parts_t[0], parts_v[0]
-    t, v = np.concatenate(parts_t), np.concatenate(parts_v)
-    order = np.argsort(t, kind="stable")
-    return t[order], v[order]

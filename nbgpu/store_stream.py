@@ -106,6 +106,16 @@ def _cut_before(chunks: deque[_Chunk], t_cut: float | None, max_rows: int | None
     return np.concatenate(out_t), {c: np.concatenate(v) for c, v in out_c.items()}
 
 
+def oldest_time(chunks: deque[_Chunk]) -> float:
+    """Time of the oldest live row of ``chunks`` (inf: none)."""
+    return next((float(ch.times[ch.start]) for ch in chunks if ch.n > ch.start), np.inf)
+
+
+def newest_time(chunks: deque[_Chunk]) -> float:
+    """Time of the newest live row of ``chunks`` (-inf: none)."""
+    return next((float(ch.times[ch.n - 1]) for ch in reversed(chunks) if ch.n > ch.start), -np.inf)
+
+
 class Stream:
     """Rows of one (device, stream): full resolution, then buckets of mean/min/max."""
 
@@ -171,23 +181,17 @@ class Stream:
         self.last_time = float(times[-1])
         self._fold()
 
-    def _oldest(self, chunks: deque[_Chunk]) -> float:
-        for ch in chunks:
-            if ch.n > ch.start:
-                return float(ch.times[ch.start])
-        return np.inf
-
     def _fold(self) -> None:
         """Fold complete buckets past the full-resolution horizon; drop rows past history."""
         horizon = self.last_time - min(self.full_res_s, self.history_s)
         cut = np.floor(horizon / self.bucket_s) * self.bucket_s  # whole buckets only
-        if self._oldest(self.chunks) < cut or self.rows > MAX_FULL_RES_ROWS:
+        if oldest_time(self.chunks) < cut or self.rows > MAX_FULL_RES_ROWS:
             old = _cut_before(self.chunks, cut, MAX_FULL_RES_ROWS, list(self.columns))
             if old is not None:
                 self.rows -= len(old[0])
                 self._add_buckets(*old)
         oldest_kept = self.last_time - self.history_s
-        if self._oldest(self.coarse) < oldest_kept:
+        if oldest_time(self.coarse) < oldest_kept:
             _cut_before(self.coarse, oldest_kept)
 
     def _add_buckets(self, t: np.ndarray, cols: dict[str, np.ndarray]) -> None:
@@ -205,17 +209,11 @@ class Stream:
                 out[name] = mean
                 out[name + "_min"] = np.fmin.reduceat(v, starts)
                 out[name + "_max"] = np.fmax.reduceat(v, starts)
-        keep = out_t > self._newest_coarse()
+        keep = out_t > newest_time(self.coarse)
         if not keep.all():  # a bucket already folded (a MAX_FULL_RES_ROWS cut split it)
             out_t = out_t[keep]
             out = {k: v[keep] for k, v in out.items()}
         _append_rows(self.coarse, self.coarse_columns, out_t, out)
-
-    def _newest_coarse(self) -> float:
-        for ch in reversed(self.coarse):
-            if ch.n > ch.start:
-                return float(ch.times[ch.n - 1])
-        return -np.inf
 
     def read(self, t0: float, t1: float, coarse: bool = True):
         """Rows in [t0, t1]: (times, {col: values}, decimated_mask)."""
@@ -238,7 +236,7 @@ class Stream:
         full = _views(self.chunks, columns, oldest, t1)
         old: list[tuple[np.ndarray, list[np.ndarray]]] = []
         if coarse and self.coarse:
-            first_full = self._oldest(self.chunks)
+            first_full = oldest_time(self.chunks)
             if first_full > oldest:
                 old = _views(self.coarse, columns, oldest, t1, before=first_full)
         return full, old

@@ -42,11 +42,7 @@ def _fmt(v: float) -> str:
 
 def _tick_seconds(s: float) -> str:
     """An elapsed-time tick label: ``0.5s``, ``90s``, ``2.5m``, ``1.5h``."""
-    if s >= 3600:
-        return f"{s / 3600:.1f}h"
-    if s >= 120:
-        return f"{s / 60:.1f}m"
-    return f"{s:.3g}s"
+    return f"{s / 3600:.1f}h" if s >= 3600 else f"{s / 60:.1f}m" if s >= 120 else f"{s:.3g}s"
 
 
 def _path(xs: np.ndarray, ys: np.ndarray) -> str:
@@ -149,7 +145,6 @@ def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
            f'viewBox="0 0 {width} {height}">',
            "<title>nbgpu timeline</title>",
            f'<rect width="{width}" height="{height}" fill="white"/>']
-    # Legend: one colour per GPU.
     x = LEFT
     for i, gpu in enumerate(gpus):
         color = COLORS[i % len(COLORS)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import BadArgumentError
-from .files import write_csv, write_jsonl, write_parquet
+from .files import iso, write_csv, write_jsonl, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS, max_column
 from .sources.base import Device
 
@@ -77,11 +76,11 @@ def to_epoch(t: object) -> float:
 
     try:
         stamp = pd.Timestamp(t)
-        if stamp is not pd.NaT:
-            return (stamp if stamp.tzinfo else stamp.tz_localize("UTC")).value / 1e9
-    except (TypeError, ValueError) as exc:
-        raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}") from exc
-    raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
+    except (TypeError, ValueError):
+        stamp = pd.NaT
+    if stamp is pd.NaT:
+        raise BadArgumentError(f"expected a time (epoch seconds, datetime or ISO text), got {t!r}")
+    return (stamp if stamp.tzinfo else stamp.tz_localize("UTC")).value / 1e9
 
 
 def epoch_seconds(col: pd.Series) -> np.ndarray:
@@ -95,25 +94,19 @@ def epoch_seconds(col: pd.Series) -> np.ndarray:
 
 
 class Timeline:
-    """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed)."""
+    """Readings of a sampler between ``t0`` and ``t1`` (epoch seconds; open ends allowed); ``drained(device,
+    metric)``: the time up to which that metric's sample buffer reached the store, none after it yet."""
 
     def __init__(self, store: Store, devices: list[Device], t0: float = -math.inf,
-                 t1: float = math.inf, resolution: str | None = None,
-                 drained: Callable[[object, str], float] | None = None) -> None:
+                 t1: float = math.inf, drained: Callable[[object, str], float] | None = None) -> None:
         self.store = store
         self.devices = list(devices)
         self.t0, self.t1 = t0, t1
-        self.resolution = resolution
-        # (device, metric) -> the time up to which that metric's sample buffer reached the
-        # store (``Sampler.drained_until``); ticks after it have no reading of it yet.
         self.drained = drained
 
     def __repr__(self) -> str:
-        def fmt(t: float) -> str:
-            if not math.isfinite(t):
-                return "…"
-            return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="milliseconds")
-        return f"<nbgpu.Timeline {len(self.devices)} device(s) {fmt(self.t0)} → {fmt(self.t1)}>"
+        a, b = (iso(t, "milliseconds") if math.isfinite(t) else "…" for t in (self.t0, self.t1))
+        return f"<nbgpu.Timeline {len(self.devices)} device(s) {a} → {b}>"
 
     def between(self, t0: object = None, t1: object = None) -> Timeline:
         """The part of this timeline from ``t0`` to ``t1`` (None: unbounded on that side)."""
@@ -121,9 +114,8 @@ class Timeline:
         b = self.t1 if t1 is None else min(self.t1, to_epoch(t1))
         if a > b:
             raise BadArgumentError("between(t0, t1) needs t0 <= t1")
-        return Timeline(self.store, self.devices, a, b, self.resolution, self.drained)
+        return Timeline(self.store, self.devices, a, b, self.drained)
 
-    # -- raw access for views and summaries ----------------------------------------------
     def series(self, gpu: object, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(epoch seconds, values) of one metric of one GPU in range; missing points dropped."""
         return self.store.series(gpu, metric, self.t0, self.t1)
@@ -138,7 +130,6 @@ class Timeline:
             events = list(self.store.events)
         return [e for e in events if self.t0 <= e.time <= self.t1]
 
-    # -- DataFrames -----------------------------------------------------------------------
     def _tick_frame(self, device: object, late: dict[str, float]):
         """One row per tick of ``device``: buffered readings folded into the tick they precede."""
         import pandas as pd
@@ -214,13 +205,12 @@ class Timeline:
             parts.append(df)
         order = ["time", "gpu"] + [m.name for m in GPU_METRICS]
         if not parts:
-            return pd.DataFrame({c: pd.Series(dtype="float64") for c in order[:2]}).assign(
-                time=pd.Series(dtype="datetime64[ns, UTC]"))
+            return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"),
+                                 "gpu": pd.Series(dtype="float64")})
         df = pd.concat(parts, ignore_index=True, sort=False)
-        if host and HOST_KEY in self.store.devices():
-            h = self._device_frame(HOST_KEY)
-            if h is not None:
-                df = df.merge(h.drop(columns=["decimated"], errors="ignore"), on="time", how="left")
+        h = self._device_frame(HOST_KEY) if host else None  # None: no host rows
+        if h is not None:
+            df = df.merge(h.drop(columns=["decimated"]), on="time", how="left")
         df = df.sort_values(["time", "gpu"] if df["gpu"].map(type).nunique() == 1 else ["time"],
                             kind="stable").reset_index(drop=True)
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
@@ -236,13 +226,12 @@ class Timeline:
         """Host CPU/RAM rows alone: machine and this process tree (with child processes)."""
         import pandas as pd
 
-        h = self._device_frame(HOST_KEY) if HOST_KEY in self.store.devices() else None
+        h = self._device_frame(HOST_KEY)
         if h is None:
             return pd.DataFrame(columns=["time"] + [m.name for m in HOST_METRICS])
         h["time"] = pd.to_datetime(h["time"], unit="s", utc=True)
         return _as_counts(h.reset_index(drop=True))
 
-    # -- files --------------------------------------------------------------------------------
     def to_csv(self, path: str) -> str:
         """Write ``to_pandas()`` as CSV (ISO UTC times), atomically; returns the path."""
         return write_csv(self.to_pandas(), path)

@@ -8,10 +8,7 @@ import numbers
 from collections.abc import Callable
 
 MISSING = "–"
-KIB = 1024
-MIB = 1024**2
-GIB = 1024**3
-TIB = 1024**4
+KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 BINARY = ((TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB"))
 
 
@@ -46,10 +43,10 @@ def fmt_bytes(n: float | None, signed: bool = False, digits: int = 1) -> str:
     return f"{sign}{n / size:.{digits if size > 1 else 0}f} {unit}"
 
 
+@_number
 def fmt_rate(n: float | None) -> str:
     """Bytes a second in binary units, ``1.2 GiB/s``."""
-    text = fmt_bytes(n)
-    return text if text == MISSING else f"{text}/s"
+    return f"{fmt_bytes(n)}/s"
 
 
 @_number
