@@ -7,7 +7,7 @@ import math
 import numbers
 import os
 
-from traitlets import Bool, CFloat, CInt, Enum, Float, Int, TraitError, Unicode, validate
+from traitlets import Bool, CFloat, CInt, Enum, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .errors import BadArgumentError
@@ -63,12 +63,12 @@ class NbGpu(Configurable):
     history_path = Unicode("", help="Where the history of profiled cells is kept; empty: "
                            "$XDG_DATA_HOME/nbgpu/history.jsonl once keep_history() is "
                            "called.").tag(config=True)
-    price_per_kwh = Float(None, allow_none=True, help="Price of one kWh, in 'currency'; "
+    price_per_kwh = CFloat(None, allow_none=True, help="Price of one kWh, in 'currency'; "
                           "None: cost not shown.").tag(config=True)
     currency = Unicode("", help="Currency code or symbol for 'price_per_kwh'.").tag(config=True)
-    carbon_g_per_kwh = Float(None, allow_none=True, help="Grams of CO2 per kWh of your grid; "
+    carbon_g_per_kwh = CFloat(None, allow_none=True, help="Grams of CO2 per kWh of your grid; "
                              "None: CO2 not shown.").tag(config=True)
-    exporter_port = Int(9464, help="Port of 'nbgpu export' (Prometheus metrics).").tag(config=True)
+    exporter_port = CInt(9464, help="Port of 'nbgpu export' (Prometheus metrics).").tag(config=True)
     flight_recorder = Bool(True, help="Keep a crash-safe record of the last minutes "
                            "under ~/.cache/nbgpu/ to explain a kernel that died.").tag(config=True)
     stack_samples_hz = CInt(8, help="While a profiled cell runs, how often a second the main "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import signal
@@ -277,3 +278,25 @@ def test_client_disconnects_mid_response_print_no_traceback(tmp_path):
         _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_export_listens_on_the_configured_port_without_port_flag():
+    """``NBGPU_EXPORTER_PORT`` (``NbGpu.exporter_port``) is the port when ``--port`` is not given."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "nbgpu.cli", "export", "--source", "sim", "--interval", "0.2"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, NBGPU_EXPORTER_PORT=str(port)))
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                    assert b"DCGM_FI_DEV_GPU_UTIL" in resp.read()
+                break
+            except OSError:
+                assert time.time() < deadline and proc.poll() is None, "exporter did not listen there"
+                time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err

@@ -15,3 +15,28 @@ def test_config_interval_reaches_a_new_monitor(kernel):
     assert reply["status"] == "ok", outputs
     assert kernel.value("m.sampler.interval") == 0.7
     assert kernel.value("nbgpu.Sampler('sim').interval") == 0.7
+
+
+VALID = {"NBGPU_INTERVAL": ("0.5", 0.5), "NBGPU_WINDOW_S": ("120", 120.0),
+         "NBGPU_HISTORY_FILE": ("/tmp/h.jsonl", "/tmp/h.jsonl"), "NBGPU_PRICE_PER_KWH": ("0.3", 0.3),
+         "NBGPU_CURRENCY": ("CHF", "CHF"), "NBGPU_CARBON_G_PER_KWH": ("400", 400.0),
+         "NBGPU_FLIGHT_RECORDER": ("0", False), "NBGPU_EXPORTER_PORT": ("9555", 9555),
+         "NBGPU_STACK_SAMPLES_HZ": ("4", 4)}
+
+
+@pytest.mark.kernel  # a fresh interpreter each: the settings are read once a process
+@pytest.mark.parametrize("var", sorted(VALID))
+def test_every_environment_variable_sets_its_setting_from_its_text(var):
+    import os
+    import subprocess
+    import sys
+
+    from nbgpu.config import ENV
+
+    assert set(VALID) == set(ENV)  # a new variable gets a row here
+    raw, want = VALID[var]
+    code = f"from nbgpu.config import settings; print(repr(settings().{ENV[var]}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, **{var: raw}))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == repr(want)

@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_shared(e, "interval", 1.0, "1")
     e.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1; 0.0.0.0 exposes it to the network)")
-    e.add_argument("--port", type=_port, default=9464, help="port to listen on (default: 9464)")
+    e.add_argument("--port", type=_port, default=None,
+                   help="port to listen on (default: NbGpu.exporter_port, $NBGPU_EXPORTER_PORT, else 9464)")
     e.add_argument("--hostname", default=None, help="the Hostname label (default: this machine's name)")
     pm = sub.add_parser("postmortem", help="say why the last kernel died (its flight record)",
                         description="Read the flight records of kernels that died without closing them.")
@@ -167,9 +168,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def run_export(source: str, interval: float, host: str, port: int, hostname: str | None = None) -> int:
-    """``nbgpu export``: serve ``source`` at http://host:port/metrics until Ctrl-C or SIGTERM."""
+def run_export(source: str, interval: float, host: str, port: int | None,
+               hostname: str | None = None) -> int:
+    """``nbgpu export``: serve ``source`` at http://host:port/metrics until Ctrl-C or SIGTERM
+    (``port`` None: ``NbGpu.exporter_port``)."""
+    from ..config import settings
     from ..exporter import serve
+
+    port = settings().exporter_port if port is None else port
     from ..sampler import Sampler
 
     stop = threading.Event()
