@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -34,11 +35,8 @@ def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
         else:
             from ..sources import open_source
 
-            src = open_source(opts.source)
-            try:
+            with closing(open_source(opts.source)) as src:
                 devices = src.devices()
-            finally:
-                src.close()
     except NbgpuError as exc:
         raise UsageError(f"{prog}: --gpus given but {exc}") from None
     try:

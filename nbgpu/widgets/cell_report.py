@@ -25,6 +25,7 @@ from ..profiles.report import (
     where_html,
     where_line,
 )
+from ..svg import COLORS, label_rows
 from ..units import GIB
 
 if TYPE_CHECKING:
@@ -104,15 +105,12 @@ def build_widget(cap: Capture):
                and any(len(window.series(g, m)[0]) for g in gpus)]
     x_sc, y_sc = bq.LinearScale(min=0.0, max=max(float(cap.duration_s), 1e-3)), bq.LinearScale()
     mark_sc = bq.LinearScale(min=0.0, max=1.0)
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     lines = [bq.Lines(x=np.array([]), y=np.array([]), scales={"x": x_sc, "y": y_sc},
-                      colors=[colors[i % len(colors)]], labels=[f"GPU {g}"])
+                      colors=[COLORS[i % len(COLORS)]], labels=[f"GPU {g}"])
              for i, g in enumerate(gpus)]
     marks = sorted(cap.marks)
     rules = []
     if marks:
-        from ..svg import label_rows
-
         mx = np.array([[t - cap.start_time] * 2 for t, _ in marks])
         rules.append(bq.Lines(x=mx, y=np.array([[0.0, 1.0]] * len(marks)), scales={"x": x_sc, "y": mark_sc},
                               colors=["#555"], line_style="dashed"))
@@ -147,5 +145,5 @@ def build_widget(cap: Capture):
 
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
-    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, w.HTML(legend_html(gpus, colors)), fig,
+    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, w.HTML(legend_html(gpus, COLORS)), fig,
                    w.HTML(where_html(cap) + summary_html(cap.summary_rows, cap.totals))])

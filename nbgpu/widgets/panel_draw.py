@@ -110,27 +110,25 @@ def spaced_labels(xs: np.ndarray, labels: list[str], window_s: float, width_px: 
     return xs[keep], [labels[i] for i in keep]
 
 
+def row_lines(col: Column, dev: Device) -> list[tuple[str, str]]:
+    """(metric, colour) of each line ``dev``'s row draws under ``col``: the host row its host metric."""
+    if dev.key == HOST_KEY:
+        return [(col.host, HOST_COLOR)] if col.host else []
+    return [(m, color) for m, color in zip(col.metrics, col.colors, strict=True)
+            if dev.metrics is None or m in dev.metrics]
+
+
 class PanelGrid:
     """The panel's rows: the figure (baselines, lines, mark rules, mark labels over the first
     column) and the HTML layer over it, with what only drawing keeps between refreshes (the
     traces' tables, the buckets, the store's cursor, the texts last drawn)."""
 
     def __init__(self, columns: list[Column], rows: list[Device]) -> None:
-        bands = max(1, len(rows))
-        # (band, device key, metric, colour) of every line, column after column; the host row
-        # draws its column's host metric, a GPU the column's metrics it reports.
-        self.traces: list[Trace] = []
-        left: list[int] = []  # each trace's column's left
-        for c, col in enumerate(columns):
-            for band, dev in enumerate(rows):
-                if dev.key == HOST_KEY:
-                    drawn = [(col.host, HOST_COLOR)] if col.host else []
-                else:
-                    drawn = [(m, color) for m, color in zip(col.metrics, col.colors, strict=True)
-                             if dev.metrics is None or m in dev.metrics]
-                self.traces += [(band, dev.key, m, color) for m, color in drawn]
-                left += [c * COLUMN_PX] * len(drawn)
-        self.trace_left_px = np.array(left, np.float32)
+        bands, ncols = max(1, len(rows)), max(1, len(columns))
+        drawn = [(c, band, dev.key, m, color) for c, col in enumerate(columns)  # column after column
+                 for band, dev in enumerate(rows) for m, color in row_lines(col, dev)]
+        self.traces: list[Trace] = [t[1:] for t in drawn]
+        self.trace_left_px = np.array([t[0] * COLUMN_PX for t in drawn], np.float32)
         self.order = [(key, metric) for _, key, metric, _ in self.traces]  # the store's pairs
         self.trace_bands = np.array([band for band, *_ in self.traces], np.int64)
         self.fixed_scales = [fixed_scale(metric) for _, metric in self.order]
@@ -145,13 +143,13 @@ class PanelGrid:
         self.label_key: tuple | None = None  # what the label column was drawn from, and its HTML
         self.labels_html = ""
         self.sent_px: tuple[np.ndarray, np.ndarray] | None = None  # the lines last sent, in pixels
-        width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
+        width_px = ncols * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))
         sy = LinearScale(min=0.0, max=top_of(bands))
         scales = {"x": sx, "y": sy}
         # Faint lines under each band of each column (the 0 of its scale).
-        lefts = np.repeat(np.arange(max(1, len(columns)), dtype=np.float32) * COLUMN_PX, max(1, bands))
-        base_y = np.tile(np.arange(max(1, bands), dtype=np.float32) + np.float32(INSET), max(1, len(columns)))
+        lefts = np.repeat(np.arange(ncols, dtype=np.float32) * COLUMN_PX, bands)
+        base_y = np.tile(np.arange(bands, dtype=np.float32) + np.float32(INSET), ncols)
         self.base = Lines(x=np.stack([lefts, lefts + SPARK_PX], axis=1), y=np.stack([base_y, base_y], axis=1),
                           scales=scales, colors=[RULE_COLOR], opacities=[0.35], stroke_width=0.6)
         x0 = np.zeros((max(1, len(self.traces)), 2), np.float32)
