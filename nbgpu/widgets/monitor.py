@@ -26,8 +26,7 @@ from .columns import (
     resolve_columns,
 )
 from .hostonly import HostOnlySource, shared_or_host_only
-from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, window_label
-from .processes import ProcessesLine
+from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, ProcessesLine, window_label
 from .schedule import SCHEDULE
 from .visibility import ViewWatch
 

@@ -7,6 +7,7 @@ its values right of that; row ``r`` of ``n`` is the band ``[n - 1 - r, n - r]`` 
 
 from __future__ import annotations
 
+import getpass
 import math
 
 import ipywidgets as widgets
@@ -14,6 +15,7 @@ import numpy as np
 from bqplot import Figure, Label, LinearScale, Lines
 
 from ..decimate import positions
+from ..diagnostics.owners import tree_pids, users_line, who_uses
 from ..metrics import HOST_KEY
 from ..sources.base import Device
 from ..store import MarkFollower
@@ -21,7 +23,7 @@ from . import text
 from .columns import Column
 from .hostonly import HostOnlySource, plain_reason
 from .spark import SparkSet
-from .text import COLUMN_PX, SPARK_PX, band_scale, fixed_scale, value_texts
+from .text import COLUMN_PX, SPARK_PX, _escape, band_scale, fixed_scale, value_texts
 
 INSET = 0.12  # fraction of a band left empty above and below the line
 RULE_COLOR = "#8a8a8a"
@@ -336,6 +338,39 @@ class PanelDrawing:
             describe += f" · {status.resolution_note}"
         # An equal text sends nothing.
         self._header.value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
+
+
+EVERY_S = 2.0
+
+
+class ProcessesLine:
+    """The "who is using the GPU" line under the rows: this kernel, this user elsewhere, others
+    (a total and a count, never names); recomputed at most every ``every_s``, "" with none."""
+
+    def __init__(self, every_s: float = EVERY_S) -> None:
+        self.html = ""
+        self.every_s = float(every_s)
+        self._at = -float("inf")
+        self._walked: frozenset[int] = frozenset()  # the PIDs listed at the last walk
+        self._mine: set[int] = set()
+        self._user = getpass.getuser()  # who_uses asks otherwise, every time (tens of us)
+
+    def refresh(self, sampler, now: float, gpus: set | None = None) -> str:
+        """``html`` for the GPUs shown (None: all)."""
+        if now - self._at < self.every_s:
+            return self.html
+        self._at = now
+        # The kernel's process tree (a costly walk) again only when NVML lists a PID not seen.
+        listed = frozenset(p.pid for procs in sampler.processes().values() for p in procs)
+        if not listed <= self._walked:
+            self._mine, self._walked = tree_pids(), listed
+        # One muted line per GPU: "GPU 0 · this kernel 4.0 GiB · others 12.0 GiB (3 processes)".
+        rows = "".join(f"<div><b>GPU {_escape(str(gpu))}</b> · {_escape(users_line(u))}</div>"
+                       for gpu, u in who_uses(sampler, mine=self._mine, user=self._user).items()
+                       if gpus is None or gpu in gpus)
+        self.html = f'<div class="nbgpu-m nbgpu-procs" title="GPU memory by process owner">{rows}</div>' \
+            if rows else ""
+        return self.html
 
 
 def window_label(s: float, digits: int | None = None) -> str:
