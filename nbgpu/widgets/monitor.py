@@ -183,13 +183,11 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
         self._halt(keep_header=False)
-        if not hasattr(self, "_lock"):
-            super().close()
-            return
-        with self._lock:
-            self._closed = True
-            registry.discard(self)
-            self._drop(registry.descendants(self), [], release=True)
+        if hasattr(self, "_lock"):  # (absent: construction failed before the panel existed)
+            with self._lock:
+                self._closed = True
+                registry.discard(self)
+                self._drop(registry.descendants(self), [], release=True)
         super().close()
 
     def _drop(self, doomed: list, keep: list, release: bool) -> None:
