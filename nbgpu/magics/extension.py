@@ -15,7 +15,7 @@ log = logging.getLogger("nbgpu")
 def load_message() -> str:
     """One line: how many GPUs, their names and the driver, or why none are visible (listed once,
     not probed, and kept for the sampler ``%gpumon`` starts)."""
-    from ..widgets.hostonly import HostOnlySource, plain_reason
+    from ..widgets.columns import HostOnlySource, plain_reason
 
     shared = session.shared_sampler()
     try:

@@ -15,7 +15,7 @@ from ..errors import NbgpuError
 from ..sources import sim_count
 from ..sources.base import check_gpus
 from ..units import fmt_bytes
-from ..widgets.hostonly import shared_or_host_only
+from ..widgets.columns import shared_or_host_only
 from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
 
 STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports

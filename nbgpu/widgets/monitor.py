@@ -21,11 +21,12 @@ from . import registry, text
 from .columns import (
     DEFAULT_REFRESH_S,
     WINDOW_CHOICES_S,
+    HostOnlySource,
     check_metrics,
     check_refresh,
     resolve_columns,
+    shared_or_host_only,
 )
-from .hostonly import HostOnlySource, shared_or_host_only
 from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, ProcessesLine, window_label
 from .schedule import SCHEDULE
 from .visibility import ViewWatch

@@ -20,8 +20,7 @@ from ..metrics import HOST_KEY
 from ..sources.base import Device
 from ..store import MarkFollower
 from . import text
-from .columns import Column
-from .hostonly import HostOnlySource, plain_reason
+from .columns import Column, HostOnlySource, plain_reason
 from .spark import SparkSet
 from .text import COLUMN_PX, SPARK_PX, _escape, band_scale, fixed_scale, value_texts
 
