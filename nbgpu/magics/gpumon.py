@@ -58,8 +58,7 @@ def _sampler(opts: Options, prog: str):
 
 def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     """Start the shared sampler on a helper thread while the caller imports the panel's modules
-    (NVML and Prometheus wait outside the GIL); simulated GPUs, or a running sampler kept or
-    replaced, start on this thread when the returned function is called."""
+    (NVML waits outside the GIL); simulated or running samplers start when the result is called."""
     from .. import diagnostics  # noqa: F401
 
     shared = session.shared_sampler()

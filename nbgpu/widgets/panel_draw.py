@@ -1,9 +1,7 @@
 """How a ``GPUMonitor`` draws: one bqplot figure of every sparkline and one HTML widget over it
-(labels, titles, values), so a refresh sends two messages whatever the number of columns.
-
-The figure's x is pixels: column ``c`` draws in ``[c * COLUMN_PX, c * COLUMN_PX + SPARK_PX]``,
-its values right of that; row ``r`` of ``n`` is the band ``[n - 1 - r, n - r]`` of y.
-"""
+(labels, titles, values), so a refresh sends two messages whatever the number of columns. The
+figure's x is pixels (column ``c`` draws from ``c * COLUMN_PX``, ``SPARK_PX`` wide, its values
+right of that); row ``r`` of ``n`` is the band ``[n - 1 - r, n - r]`` of y."""
 
 from __future__ import annotations
 
@@ -120,9 +118,8 @@ def row_lines(col: Column, dev: Device) -> list[tuple[str, str]]:
 
 
 class PanelGrid:
-    """The panel's rows: the figure (baselines, lines, mark rules, mark labels over the first
-    column) and the HTML layer over it, with what only drawing keeps between refreshes (the
-    traces' tables, the buckets, the store's cursor, the texts last drawn)."""
+    """The panel's rows: the figure (baselines, lines, mark rules and labels) and the HTML layer
+    over it, with what only drawing keeps between refreshes (traces, buckets, cursor, texts)."""
 
     def __init__(self, columns: list[Column], rows: list[Device]) -> None:
         bands, ncols = max(1, len(rows)), max(1, len(columns))
@@ -196,9 +193,8 @@ class PanelDrawing:
     """The drawing half of ``GPUMonitor``: what one refresh computes and sends."""
 
     def _span(self, now: float) -> float:
-        """Seconds shown: the window, or less while the sampler has not yet filled it (a fresh
-        panel fills its width). It grows in steps of ``SPAN_GROWTH``, not every second: each
-        new span re-reads the whole window into new buckets."""
+        """Seconds shown: the window, or less while the sampler has not filled it, growing in steps
+        of ``SPAN_GROWTH`` (each new span re-reads the whole window into new buckets)."""
         started = self.sampler.started_at
         if started is None or now - started >= self.window_s:
             return self.window_s

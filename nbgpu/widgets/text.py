@@ -203,9 +203,8 @@ def badge(text: str, background: str, tip: str = "") -> str:
 
 def label_html(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict, span: str = "",
                span_tip: str = "") -> str:
-    """The left column: ``span`` (what the lines' width covers) on the columns' title line, then
-    per row its title, name, LOST and alert badges, and a muted detail line (SM clock, MIG or
-    lost time) whose tooltip adds PCIe."""
+    """The left column: ``span`` on the title line, then per row its title, name, LOST and alert
+    badges, and a muted detail line (SM clock, MIG or lost time) whose tooltip adds PCIe."""
     out = []
     for dev in rows:
         key = dev.key
