@@ -36,8 +36,8 @@ STEPS = (
     ("nbgpu.widgets.panel_draw", None, "value_texts", "value texts"),
     ("nbgpu.widgets.text", None, "grid_html", "the texts' HTML"),
     ("ipywidgets.widgets.widget", "Widget", "_send", "sending the messages"),
-    ("nbgpu.widgets.processes", "ProcessesLine", "refresh", "processes line"),
-    ("nbgpu.widgets.monitor", "GPUMonitor", "_active_alerts", "active alerts"),
+    ("nbgpu.widgets.panel_draw", "ProcessesLine", "refresh", "processes line"),
+    ("nbgpu.sampler", "Sampler", "alert_list", "active alerts"),
     ("nbgpu.sampler", "Sampler", "status", "sampler status"),
     ("nbgpu.widgets.monitor", "GPUMonitor", "_draw_header", "header"),
 )

@@ -20,7 +20,7 @@ def default_view(kind: str) -> Callable[[object], object] | None:
 
         return CellReport
     if kind == "oom_report":
-        from .widgets.oom_report import OomReport
+        from .widgets.cell_report import OomReport
 
         return OomReport
     return None

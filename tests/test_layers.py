@@ -139,8 +139,7 @@ def _is_sys_modules(func: ast.expr) -> bool:
 
 
 # The documented exceptions (docs/engine.md "Layers"): nbgpu's default views, imported on use.
-ALLOWED_UPWARD = {("nbgpu.hooks", "nbgpu.widgets.cell_report"),
-                  ("nbgpu.hooks", "nbgpu.widgets.oom_report")}
+ALLOWED_UPWARD = {("nbgpu.hooks", "nbgpu.widgets.cell_report")}
 
 
 def backward_edges() -> dict[tuple[str, str], tuple[int, int]]:

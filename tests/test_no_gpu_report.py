@@ -9,7 +9,7 @@ import pytest
 from nbgpu import Sampler, capture
 from nbgpu.profiles.report import NO_GPU_LINE, static_html
 from nbgpu.widgets.cell_report import CellReport, build_widget
-from nbgpu.widgets.hostonly import HostOnlySource
+from nbgpu.widgets.columns import HostOnlySource
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import os
 
 from conftest_diagnostics import drive, sim_sampler
 from nbgpu import SimulatedGPUs
-from nbgpu.widgets import processes
-from nbgpu.widgets.processes import ProcessesLine
+from nbgpu.widgets import panel_draw
+from nbgpu.widgets.panel_draw import ProcessesLine
 
 GIB = 2**30
 CHILD_PID = 4_194_101  # above the usual pid_max: a made-up worker of this kernel
@@ -21,7 +21,7 @@ def counting_walks(monkeypatch, extra: set[int]) -> list[int]:
         walks.append(1)
         return {os.getpid(), *extra}
 
-    monkeypatch.setattr(processes, "tree_pids", walk)
+    monkeypatch.setattr(panel_draw, "tree_pids", walk)
     return walks
 
 

@@ -15,13 +15,12 @@ log = logging.getLogger("nbgpu")
 def load_message() -> str:
     """One line: how many GPUs, their names and the driver, or why none are visible (listed once,
     not probed, and kept for the sampler ``%gpumon`` starts)."""
-    from ..widgets.hostonly import HostOnlySource, plain_reason
+    from ..widgets.columns import HostOnlySource, plain_reason
 
     shared = session.shared_sampler()
-    if shared is not None and shared.running and not isinstance(shared.source, HostOnlySource):
-        return f"nbgpu {__version__}: {shared.source.describe()}. %gpumon shows the live panel."
     try:
-        src = session.listed_source("auto")
+        src = shared.source if shared is not None and shared.running and \
+            not isinstance(shared.source, HostOnlySource) else session.listed_source("auto")
     except NbgpuError as exc:
         return (f"nbgpu {__version__}: no GPU visible: {plain_reason(str(exc))} "
                 "Try %gpumon --source sim for simulated GPUs.")

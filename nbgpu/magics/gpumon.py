@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -14,7 +15,7 @@ from ..errors import NbgpuError
 from ..sources import sim_count
 from ..sources.base import check_gpus
 from ..units import fmt_bytes
-from ..widgets.hostonly import shared_or_host_only
+from ..widgets.columns import shared_or_host_only
 from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
 
 STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports
@@ -34,11 +35,8 @@ def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
         else:
             from ..sources import open_source
 
-            src = open_source(opts.source)
-            try:
+            with closing(open_source(opts.source)) as src:
                 devices = src.devices()
-            finally:
-                src.close()
     except NbgpuError as exc:
         raise UsageError(f"{prog}: --gpus given but {exc}") from None
     try:
@@ -60,8 +58,7 @@ def _sampler(opts: Options, prog: str):
 
 def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     """Start the shared sampler on a helper thread while the caller imports the panel's modules
-    (NVML and Prometheus wait outside the GIL); simulated GPUs, or a running sampler kept or
-    replaced, start on this thread when the returned function is called."""
+    (NVML waits outside the GIL); simulated or running samplers start when the result is called."""
     from .. import diagnostics  # noqa: F401
 
     shared = session.shared_sampler()

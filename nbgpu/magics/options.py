@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from IPython.core.error import UsageError
 
 from ..cli.options import OnceParser, add_shared, argtype, seconds
-from ..config import check_window
-from ..errors import BadArgumentError
+from ..config import check_seconds, check_window
 from ..widgets.columns import COLUMNS, DEFAULT_REFRESH_S, DEFAULT_WINDOW_S, check_metrics, check_refresh
 
 ACTIONS = ("start", "stop", "status")
@@ -53,12 +52,6 @@ class _Parser(OnceParser):
         raise HelpRequestedError(self.format_help())  # -h: the magic prints it and does nothing else
 
 
-def _min_s(value: float) -> float:
-    if not 0 <= value <= 86400:
-        raise BadArgumentError(f"--cells-min must be from 0 to 86400 seconds, got {value:g}")
-    return value
-
-
 def _add_sampler_options(p: argparse.ArgumentParser) -> None:
     add_shared(p, "source", None, "what runs, else auto", RESTART_NOTE)
     add_shared(p, "interval", None, "what runs, else 1", RESTART_NOTE)
@@ -93,9 +86,9 @@ def line_parser() -> argparse.ArgumentParser:
                         "5 s); per panel")
     p.add_argument("--cells", choices=("on", "off"), nargs="?", const="on", default=None,
                    metavar="on|off", help="profile every cell from now on (off: stop)")
-    p.add_argument("--cells-min", type=seconds(_min_s), default=None, metavar="S",
-                   dest="cells_min_s", help="with --cells: show a summary only for cells that ran "
-                                            "at least S seconds")
+    p.add_argument("--cells-min", type=seconds(lambda v: check_seconds(v, "--cells-min", 0, 86400)),
+                   default=None, metavar="S", dest="cells_min_s",
+                   help="with --cells: show a summary only for cells that ran at least S seconds")
     return p
 
 

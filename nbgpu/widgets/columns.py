@@ -1,13 +1,18 @@
-"""What the live panel can show (a *column*: a sparkline and a value per row), and the checks
-on its settings (shared by the magics)."""
+"""What the live panel can show (a *column*: a sparkline and a value per row), the checks on its
+settings, and the sampler it draws: the shared one, or host CPU and RAM alone when NVML is
+missing (shared by the magics)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
+from .. import session
 from ..config import check_seconds
-from ..errors import BadArgumentError
+from ..errors import BadArgumentError, NVMLUnavailableError
+from ..sources.base import Reading
 
 
 @dataclass(frozen=True)
@@ -87,3 +92,47 @@ def resolve_columns(chosen: tuple[str, ...] | None, reported: set[str]) -> list[
         return [COLUMNS[k] for k in chosen]
     return [COLUMNS[k] for k in DEFAULT_COLUMNS + tuple(k for k in OPTIONAL_DEFAULTS
                                                         if reported & set(COLUMNS[k].metrics))]
+
+
+class HostOnlySource:
+    """No devices, no readings; ``reason`` says why there are no GPUs (the NVML error)."""
+
+    kind = "none"
+    simulated = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def devices(self) -> list[dict]:
+        return []
+
+    def streams(self) -> dict[object, dict[str, dict[str, np.dtype]]]:
+        return {}
+
+    def read(self, now: float, due: frozenset[str]) -> Reading:
+        return Reading()
+
+    def describe(self) -> str:
+        """Why no GPU is visible: views read it from the sampler's status."""
+        return self.reason
+
+
+def shared_or_host_only(source: object, interval: float | None):
+    """The kernel's shared sampler; "auto" without NVML becomes a host-only sampler."""
+    try:
+        return session.ensure_sampler(source, interval)
+    except NVMLUnavailableError as exc:
+        if source not in (None, "auto"):
+            raise
+        return session.ensure_sampler(HostOnlySource(str(exc)), interval)
+
+
+def plain_reason(reason: str) -> str:
+    """The NVML error without its Python-API hint (the magics give their own hint)."""
+    return reason.split("; or use source='sim'")[0].rstrip(".") + "."

@@ -21,13 +21,13 @@ from . import registry, text
 from .columns import (
     DEFAULT_REFRESH_S,
     WINDOW_CHOICES_S,
+    HostOnlySource,
     check_metrics,
     check_refresh,
     resolve_columns,
+    shared_or_host_only,
 )
-from .hostonly import HostOnlySource, shared_or_host_only
-from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, window_label
-from .processes import ProcessesLine
+from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, ProcessesLine, window_label
 from .schedule import SCHEDULE
 from .visibility import ViewWatch
 
@@ -42,24 +42,9 @@ FIRST_DRAW_S = 0.05  # a new panel's first draw once its sampler has data (it is
 
 
 class GPUMonitor(PanelDrawing, widgets.VBox):
-    """Live panel of every GPU (and the host): sparklines plus current values.
-
-    Args:
-        source: where readings come from ("auto", "nvml", "sim", "prometheus=URL", a
-            ``SimulatedGPUs``); None keeps the kernel's running sampler (or "auto"). Without
-            NVML, "auto" shows the host alone and says why no GPU is visible.
-        interval: seconds between the sampler's ticks; None keeps the running one. Changing
-            either restarts the kernel's shared sampler; every panel follows it.
-        gpus: GPU indices to show (e.g. ``[0, 2]`` or ``"0,2"``); None shows all.
-        window_s: seconds of history shown (5 s to 24 h); None: ``NbGpu.window_s`` (60 s).
-        metrics: columns to show (e.g. ``"util,mem,power,temp,sm"``); None shows util,
-            memory, power and temperature, plus SM/tensor activity where reported.
-        refresh_s: seconds between panel updates (0.25 s to 60 s); None: as often as the
-            window's pixels move (a pixel of the lines is ``window_s / 76`` s), from 1 s to 5 s.
-        sampler: draw this ``Sampler`` instead of the kernel's shared one.
-        start: begin updating at once.
-        processes: show per GPU who holds its memory (this kernel, you elsewhere, others).
-    """
+    """Live panel of every GPU (and the host): sparklines plus current values. Arguments as
+    ``%gpumon``'s options (docs/panel.md); ``sampler``: draw this ``Sampler`` instead of the
+    shared one; ``start=False`` waits for ``start()``; ``processes=False`` hides who holds memory."""
 
     def __init__(self, source: object = None, interval: float | None = None, *,
                  gpus: object = None, window_s: float | None = None, metrics: object = None,
@@ -90,7 +75,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._lines_at = -float("inf")
         self._processes = ProcessesLine() if processes else None
         self._shared = sampler is None
-        self._sampler_ref = None  # a released sampler, held weakly
+        self._released = lambda: None  # a released sampler, held weakly (while something else holds it)
         try:
             if sampler is None:
                 sampler = shared_or_host_only(source, interval)
@@ -115,10 +100,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             raise BadArgumentError("this stopped panel's sampler was replaced and released; "
                                    "read nbgpu.session.shared_sampler().timeline instead")
         return s.timeline
-
-    def _released(self):
-        """The sampler a stopped shared panel let go of, while something else holds it."""
-        return self._sampler_ref() if self._sampler_ref is not None else None
 
     @property
     def refresh_s(self) -> float:
@@ -203,13 +184,11 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
         self._halt(keep_header=False)
-        if not hasattr(self, "_lock"):
-            super().close()
-            return
-        with self._lock:
-            self._closed = True
-            registry.discard(self)
-            self._drop(registry.descendants(self), [], release=True)
+        if hasattr(self, "_lock"):  # (absent: construction failed before the panel existed)
+            with self._lock:
+                self._closed = True
+                registry.discard(self)
+                self._drop(registry.descendants(self), [], release=True)
         super().close()
 
     def _drop(self, doomed: list, keep: list, release: bool) -> None:
@@ -219,7 +198,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._grid, self.views = None, None
         if release:
             if getattr(self, "sampler", None) is not None:  # absent: construction failed first
-                self._sampler_ref = weakref.ref(self.sampler)
+                self._released = weakref.ref(self.sampler)
             self.sampler = None
 
     def pause(self, paused: bool = True) -> None:
@@ -241,7 +220,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                 return False
             s = self.sampler
             status = s.status()
-            alerts = self._active_alerts()
+            alerts = [a for a in s.alert_list(since_s=math.inf) if a.end is None]
             key = (s.store.generation, status.state, tuple(status.lost), status.errors,
                    self._paused, self.window_s, s.store.events[-1].seq if s.store.events else None,
                    tuple((a.rule, a.gpu, a.start) for a in alerts))
@@ -324,13 +303,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             sset = None if self._grid is None else self._grid.sparks
             traces, buckets = (0, 0) if sset is None else (sset.traces, sset.held())
             return {"traces": traces, "buckets": buckets, "widgets": len(registry.descendants(self))}
-
-    def _active_alerts(self) -> list:
-        try:
-            return [a for a in self.sampler.alert_list(since_s=math.inf) if a.end is None]
-        except Exception as exc:
-            log.debug("alert_list failed: %s", exc)
-            return []
 
     # -- events and the timer thread ---------------------------------------------------------
     def _on_pause(self, change) -> None:

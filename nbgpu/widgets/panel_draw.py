@@ -1,12 +1,11 @@
 """How a ``GPUMonitor`` draws: one bqplot figure of every sparkline and one HTML widget over it
-(labels, titles, values), so a refresh sends two messages whatever the number of columns.
-
-The figure's x is pixels: column ``c`` draws in ``[c * COLUMN_PX, c * COLUMN_PX + SPARK_PX]``,
-its values right of that; row ``r`` of ``n`` is the band ``[n - 1 - r, n - r]`` of y.
-"""
+(labels, titles, values), so a refresh sends two messages whatever the number of columns. The
+figure's x is pixels (column ``c`` draws from ``c * COLUMN_PX``, ``SPARK_PX`` wide, its values
+right of that); row ``r`` of ``n`` is the band ``[n - 1 - r, n - r]`` of y."""
 
 from __future__ import annotations
 
+import getpass
 import math
 
 import ipywidgets as widgets
@@ -14,14 +13,14 @@ import numpy as np
 from bqplot import Figure, Label, LinearScale, Lines
 
 from ..decimate import positions
+from ..diagnostics.owners import tree_pids, users_line, who_uses
 from ..metrics import HOST_KEY
 from ..sources.base import Device
 from ..store import MarkFollower
 from . import text
-from .columns import Column
-from .hostonly import HostOnlySource, plain_reason
+from .columns import Column, HostOnlySource, plain_reason
 from .spark import SparkSet
-from .text import COLUMN_PX, SPARK_PX, band_scale, fixed_scale, value_texts
+from .text import COLUMN_PX, SPARK_PX, _escape, band_scale, fixed_scale, value_texts
 
 INSET = 0.12  # fraction of a band left empty above and below the line
 RULE_COLOR = "#8a8a8a"
@@ -110,27 +109,24 @@ def spaced_labels(xs: np.ndarray, labels: list[str], window_s: float, width_px: 
     return xs[keep], [labels[i] for i in keep]
 
 
+def row_lines(col: Column, dev: Device) -> list[tuple[str, str]]:
+    """(metric, colour) of each line ``dev``'s row draws under ``col``: the host row its host metric."""
+    if dev.key == HOST_KEY:
+        return [(col.host, HOST_COLOR)] if col.host else []
+    return [(m, color) for m, color in zip(col.metrics, col.colors, strict=True)
+            if dev.metrics is None or m in dev.metrics]
+
+
 class PanelGrid:
-    """The panel's rows: the figure (baselines, lines, mark rules, mark labels over the first
-    column) and the HTML layer over it, with what only drawing keeps between refreshes (the
-    traces' tables, the buckets, the store's cursor, the texts last drawn)."""
+    """The panel's rows: the figure (baselines, lines, mark rules and labels) and the HTML layer
+    over it, with what only drawing keeps between refreshes (traces, buckets, cursor, texts)."""
 
     def __init__(self, columns: list[Column], rows: list[Device]) -> None:
-        bands = max(1, len(rows))
-        # (band, device key, metric, colour) of every line, column after column; the host row
-        # draws its column's host metric, a GPU the column's metrics it reports.
-        self.traces: list[Trace] = []
-        left: list[int] = []  # each trace's column's left
-        for c, col in enumerate(columns):
-            for band, dev in enumerate(rows):
-                if dev.key == HOST_KEY:
-                    drawn = [(col.host, HOST_COLOR)] if col.host else []
-                else:
-                    drawn = [(m, color) for m, color in zip(col.metrics, col.colors, strict=True)
-                             if dev.metrics is None or m in dev.metrics]
-                self.traces += [(band, dev.key, m, color) for m, color in drawn]
-                left += [c * COLUMN_PX] * len(drawn)
-        self.trace_left_px = np.array(left, np.float32)
+        bands, ncols = max(1, len(rows)), max(1, len(columns))
+        drawn = [(c, band, dev.key, m, color) for c, col in enumerate(columns)  # column after column
+                 for band, dev in enumerate(rows) for m, color in row_lines(col, dev)]
+        self.traces: list[Trace] = [t[1:] for t in drawn]
+        self.trace_left_px = np.array([t[0] * COLUMN_PX for t in drawn], np.float32)
         self.order = [(key, metric) for _, key, metric, _ in self.traces]  # the store's pairs
         self.trace_bands = np.array([band for band, *_ in self.traces], np.int64)
         self.fixed_scales = [fixed_scale(metric) for _, metric in self.order]
@@ -145,13 +141,13 @@ class PanelGrid:
         self.label_key: tuple | None = None  # what the label column was drawn from, and its HTML
         self.labels_html = ""
         self.sent_px: tuple[np.ndarray, np.ndarray] | None = None  # the lines last sent, in pixels
-        width_px = max(1, len(columns)) * COLUMN_PX - text.GAP_PX
+        width_px = ncols * COLUMN_PX - text.GAP_PX
         sx = LinearScale(min=0.0, max=float(width_px))
         sy = LinearScale(min=0.0, max=top_of(bands))
         scales = {"x": sx, "y": sy}
         # Faint lines under each band of each column (the 0 of its scale).
-        lefts = np.repeat(np.arange(max(1, len(columns)), dtype=np.float32) * COLUMN_PX, max(1, bands))
-        base_y = np.tile(np.arange(max(1, bands), dtype=np.float32) + np.float32(INSET), max(1, len(columns)))
+        lefts = np.repeat(np.arange(ncols, dtype=np.float32) * COLUMN_PX, bands)
+        base_y = np.tile(np.arange(bands, dtype=np.float32) + np.float32(INSET), ncols)
         self.base = Lines(x=np.stack([lefts, lefts + SPARK_PX], axis=1), y=np.stack([base_y, base_y], axis=1),
                           scales=scales, colors=[RULE_COLOR], opacities=[0.35], stroke_width=0.6)
         x0 = np.zeros((max(1, len(self.traces)), 2), np.float32)
@@ -197,9 +193,8 @@ class PanelDrawing:
     """The drawing half of ``GPUMonitor``: what one refresh computes and sends."""
 
     def _span(self, now: float) -> float:
-        """Seconds shown: the window, or less while the sampler has not yet filled it (a fresh
-        panel fills its width). It grows in steps of ``SPAN_GROWTH``, not every second: each
-        new span re-reads the whole window into new buckets."""
+        """Seconds shown: the window, or less while the sampler has not filled it, growing in steps
+        of ``SPAN_GROWTH`` (each new span re-reads the whole window into new buckets)."""
         started = self.sampler.started_at
         if started is None or now - started >= self.window_s:
             return self.window_s
@@ -338,6 +333,39 @@ class PanelDrawing:
             describe += f" · {status.resolution_note}"
         # An equal text sends nothing.
         self._header.value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
+
+
+EVERY_S = 2.0
+
+
+class ProcessesLine:
+    """The "who is using the GPU" line under the rows: this kernel, this user elsewhere, others
+    (a total and a count, never names); recomputed at most every ``every_s``, "" with none."""
+
+    def __init__(self, every_s: float = EVERY_S) -> None:
+        self.html = ""
+        self.every_s = float(every_s)
+        self._at = -float("inf")
+        self._walked: frozenset[int] = frozenset()  # the PIDs listed at the last walk
+        self._mine: set[int] = set()
+        self._user = getpass.getuser()  # who_uses asks otherwise, every time (tens of us)
+
+    def refresh(self, sampler, now: float, gpus: set | None = None) -> str:
+        """``html`` for the GPUs shown (None: all)."""
+        if now - self._at < self.every_s:
+            return self.html
+        self._at = now
+        # The kernel's process tree (a costly walk) again only when NVML lists a PID not seen.
+        listed = frozenset(p.pid for procs in sampler.processes().values() for p in procs)
+        if not listed <= self._walked:
+            self._mine, self._walked = tree_pids(), listed
+        # One muted line per GPU: "GPU 0 · this kernel 4.0 GiB · others 12.0 GiB (3 processes)".
+        rows = "".join(f"<div><b>GPU {_escape(str(gpu))}</b> · {_escape(users_line(u))}</div>"
+                       for gpu, u in who_uses(sampler, mine=self._mine, user=self._user).items()
+                       if gpus is None or gpu in gpus)
+        self.html = f'<div class="nbgpu-m nbgpu-procs" title="GPU memory by process owner">{rows}</div>' \
+            if rows else ""
+        return self.html
 
 
 def window_label(s: float, digits: int | None = None) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from ipywidgets import Widget
 
 _lock = threading.Lock()
-_panels: list = []
+_panels: dict = {}  # running panels, oldest first (an ordered set)
 _stopped: weakref.WeakSet = weakref.WeakSet()
 _shared: set[int] = set()  # ids of widgets many panels use at once (kept alive by their owner)
 
@@ -19,22 +19,20 @@ def add(panel) -> None:
     """Hold a panel that runs (or is about to)."""
     with _lock:
         _stopped.discard(panel)
-        if panel not in _panels:
-            _panels.append(panel)
+        _panels.setdefault(panel, None)
 
 
 def park(panel) -> None:
     """A panel stopped but still on screen: no longer held, still reachable while it lives."""
-    discard(panel)
     with _lock:
+        _panels.pop(panel, None)
         _stopped.add(panel)
 
 
 def discard(panel) -> None:
     """Forget a closed panel."""
     with _lock:
-        if panel in _panels:
-            _panels.remove(panel)
+        _panels.pop(panel, None)
         _stopped.discard(panel)
 
 

@@ -146,15 +146,11 @@ def value_texts(col: Column, rows: list[Device], latest: dict, host: dict, runni
             continue
         row = latest.get(key, _NO_ROW)
         states = row.get("states") or _NO_ROW
-        # Live if any of the column's metrics is (the common case, tested first); else failed or
-        # stale if one is.
+        # Live if any of the column's metrics is, else failed or stale if one is; live too while
+        # none has a state yet, unsupported where the card reports none of them.
         mine = [states.get(m) for m in col.metrics if reported is None or m in reported]
-        if "live" in mine:
-            state = "live"
-        elif any(mine):
-            state = next((s for s in ("failed", "stale") if s in mine), "unsupported")
-        else:
-            state = "live" if reported is None or not set(col.metrics).isdisjoint(reported) else "unsupported"
+        state = next((s for s in ("live", "failed", "stale") if s in mine),
+                     "live" if mine and not any(mine) else "unsupported")
         if state == "live":
             out.append((gpu_value(col, row, dev), col.help, stale or key in lost))
         elif state != "unsupported":
@@ -207,9 +203,8 @@ def badge(text: str, background: str, tip: str = "") -> str:
 
 def label_html(rows: list[Device], latest: dict, host: dict, alerts: list, lost: dict, span: str = "",
                span_tip: str = "") -> str:
-    """The left column: ``span`` (what the lines' width covers) on the columns' title line, then
-    per row its title, name, LOST and alert badges, and a muted detail line (SM clock, MIG or
-    lost time) whose tooltip adds PCIe."""
+    """The left column: ``span`` on the title line, then per row its title, name, LOST and alert
+    badges, and a muted detail line (SM clock, MIG or lost time) whose tooltip adds PCIe."""
     out = []
     for dev in rows:
         key = dev.key

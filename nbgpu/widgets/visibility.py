@@ -1,6 +1,5 @@
-"""Whether anyone sees a panel: a zero-size anywidget whose views (one per output shown) say
-``{"view": id, "visible": bool}`` as they come on or leave the screen, so an unseen panel does
-no work. The ES module needs no extension build (JupyterLab 4, Notebook 7, Voilà, VS Code)."""
+"""Whether anyone sees a panel: a zero-size anywidget whose views (one per output) say
+``{"view": id, "visible": bool}`` as they come on or leave the screen; needs no extension build."""
 
 from __future__ import annotations
 
@@ -76,9 +75,8 @@ class ViewWatch(anywidget.AnyWidget):
 
 
 def _off_the_main_thread(comm: object) -> None:
-    """Have ipykernel 7 hand this comm's messages to a subshell of their own (named in the comm's
-    ``_reply_subshell_id``), so a view coming on screen is heard while a cell runs; any other
-    kernel keeps the plain route (they wait for the cell's end)."""
+    """Have ipykernel 7 hand this comm's messages to a subshell of their own, so a view coming on
+    screen is heard while a cell runs; other kernels keep the plain route (after the cell)."""
     try:
         from ipykernel.kernelbase import Kernel
 
