@@ -80,3 +80,72 @@ def test_simulated_gpus_answer_as_pynvml_does_so_ci_decodes_them_the_packed_way(
     assert np.all(np.diff(ts) == 20_000) and np.all(vals > 0)
     np.testing.assert_array_equal(vals, [s.sampleValue.uiVal for s in listed])
     assert ctypes.sizeof(listed[0]) == nvml_mod.SAMPLE_BYTES
+
+
+SAMPLES_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_ulonglong,
+                              ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p)
+
+
+class CBinding:
+    """A binding that offers NVML's C entry point, as pynvml does: a ring of power samples in µs
+    (values in mW), answering size queries (NULL buffer) and reads as the C API does."""
+
+    NVMLError = pynvml.NVMLError
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.ring = [(1_000_000 + 20_000 * i, 300_000 + i) for i in range(capacity)]
+        self.calls: list[str] = []
+        self.c_fn = SAMPLES_FN(self._c)
+
+    def _c(self, handle, kind, since, vtype, count, buf) -> int:
+        newer = [s for s in self.ring if s[0] > since]
+        vtype[0] = 1  # unsigned int
+        if not buf:
+            self.calls.append("size")
+            count[0] = self.capacity
+            return 0
+        self.calls.append("read")
+        if not newer:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        if count[0] < len(newer):
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        arr = (pynvml.c_nvmlSample_t * len(newer)).from_address(buf)
+        for slot, (ts, v) in zip(arr, newer, strict=True):
+            slot.timeStamp, slot.sampleValue.uiVal = ts, v
+        count[0] = len(newer)
+        return 0
+
+    def _nvmlGetFunctionPointer(self, name: str):  # noqa: N802 - pynvml's name
+        assert name == "nvmlDeviceGetSamples"
+        return self.c_fn
+
+    def nvmlDeviceGetSamples(self, handle, kind, since):  # noqa: N802
+        raise AssertionError("the two-call pynvml path is not taken when the C entry point is there")
+
+
+def test_a_drain_is_one_c_call_into_a_kept_buffer_not_a_size_query_each_time():
+    """pynvml asks the buffer's size before every read (two driver calls); the gateway asks once."""
+    binding = CBinding(capacity=100)
+    gw = NVMLGateway(binding)
+    handle = ctypes.c_void_p(1234)
+    ts, vals = gw.samples(handle, 1, 0)
+    np.testing.assert_array_equal(ts, [s[0] for s in binding.ring])
+    np.testing.assert_array_equal(vals, [s[1] for s in binding.ring])
+    first = list(binding.calls)
+    ts, vals = gw.samples(handle, 1, binding.ring[89][0])  # the ten newest
+    np.testing.assert_array_equal(vals, [s[1] for s in binding.ring[90:]])
+    assert first == ["size", "read"] and binding.calls[len(first):] == ["read"]
+    with pytest.raises(nvml_mod.NothingNewError):
+        gw.samples(handle, 1, binding.ring[-1][0])
+
+
+def test_a_buffer_that_grew_is_asked_its_size_again():
+    binding = CBinding(capacity=10)
+    gw = NVMLGateway(binding)
+    handle = ctypes.c_void_p(99)
+    gw.samples(handle, 1, 0)
+    binding.capacity = 40
+    binding.ring = [(2_000_000 + 20_000 * i, 7 + i) for i in range(40)]
+    ts, vals = gw.samples(handle, 1, 0)
+    assert len(vals) == 40 and vals[-1] == 46
