@@ -45,25 +45,11 @@ def timed_nvml_calls():
                 row[1] += c1 - c0
                 row[2] += w1 - w0
 
-    original_c = NVMLGateway._samples_c  # sample buffers read through NVML's C entry point
-
-    def samples_c(self, *args):
-        c0, w0 = time.thread_time(), time.perf_counter()
-        try:
-            return original_c(self, *args)
-        finally:
-            c1, w1 = time.thread_time(), time.perf_counter()
-            with lock:
-                row = table["nvmlDeviceGetSamples (one C call)"]
-                row[0] += 1
-                row[1] += c1 - c0
-                row[2] += w1 - w0
-
-    NVMLGateway.call, NVMLGateway._samples_c = call, samples_c
+    NVMLGateway.call = call
     try:
         yield table
     finally:
-        NVMLGateway.call, NVMLGateway._samples_c = original, original_c
+        NVMLGateway.call = original
 
 
 def _run(ctx: Context, source: object, gpus: list[int] | None, label: str,

@@ -239,26 +239,3 @@ def test_idle_seconds_after_work_are_not_shown_busy(nvml):
     assert not (idle["util_pct"] > 50).any(), idle[["time", "util_pct", "power_w"]].to_string()
     if idle["util_pct"].isna().any():
         assert "util_pct" in df.attrs["not_drained"]
-
-
-def test_one_call_sample_reads_equal_pynvmls_two_call_reads(nvml):
-    """The gateway reads a sample buffer in one C call into a kept buffer; what it reads is what
-    pynvml's size-then-read gives for the same buffer and time (power and utilisation)."""
-    from nbgpu.sources.nvml_gateway import NothingNewError, NVMLGateway
-
-    gw = NVMLGateway(nvml)
-    h = nvml.nvmlDeviceGetHandleByIndex(0)
-    gpu_busy(1.5)
-    for kind in (nvml.NVML_TOTAL_POWER_SAMPLES, nvml.NVML_GPU_UTILIZATION_SAMPLES):
-        _, listed = nvml.nvmlDeviceGetSamples(h, kind, 0)
-        since = int(listed[len(listed) // 2].timeStamp)  # the newer half, then nothing newer
-        for _ in range(2):  # the second read goes into the kept buffer
-            _, want = nvml.nvmlDeviceGetSamples(h, kind, since)
-            ts, _vals = gw.samples(h, kind, since)
-            overlap = min(len(ts), len(want))  # a sample may land between the two reads
-            assert overlap >= 1
-            np.testing.assert_array_equal(ts[:overlap], [float(s.timeStamp) for s in want[:overlap]])
-        try:  # nothing newer than the far future
-            assert len(gw.samples(h, kind, 2**62)[0]) == 0
-        except NothingNewError:
-            pass

@@ -17,7 +17,6 @@ log = logging.getLogger("nbgpu")
 # NVML return codes (stable values of the C API).
 ERR_NOT_SUPPORTED, ERR_NOT_FOUND, ERR_DRIVER_NOT_LOADED, ERR_LIBRARY_NOT_FOUND = 3, 6, 9, 12
 ERR_FUNCTION_NOT_FOUND = 13
-ERR_INSUFFICIENT_SIZE = 7
 UNSUPPORTED_CODES = frozenset({ERR_NOT_SUPPORTED, 4, ERR_FUNCTION_NOT_FOUND})  # 4: no permission
 # 1: uninitialised, 15: GPU is lost, 28: GPU not found.
 FATAL_CODES = frozenset({1, ERR_DRIVER_NOT_LOADED, ERR_LIBRARY_NOT_FOUND, 15, 28})
@@ -78,9 +77,6 @@ class NVMLGateway:
         self.nvml = nvml
         self._logged: set[tuple] = set()
         self._lock = threading.Lock()
-        self._samples_lock = threading.Lock()
-        self._samples_fn = None  # NVML's C nvmlDeviceGetSamples, once looked up
-        self._buffers: dict[tuple[int, int], tuple[object, ctypes.Array]] = {}  # (handle, buffer)
 
     def call(self, function: str, *args):
         """``nvml.<function>(*args)``, or an ``NVMLCallError`` of the right kind raised from it."""
@@ -101,45 +97,9 @@ class NVMLGateway:
 
     def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps in µs, values) of one sample buffer newer than ``since_us`` (or NothingNewError)."""
-        got = self._samples_c(handle, sampling_type, since_us)
-        if got is None:
-            vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
-            got = vtype, _raw(listed)
-        rows = np.frombuffer(got[1], dtype=_LAYOUTS[min(got[0], len(_LAYOUTS) - 1)])
+        vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
+        rows = np.frombuffer(_raw(listed), dtype=_LAYOUTS[min(vtype, len(_LAYOUTS) - 1)])
         return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)
-
-    def _samples_c(self, handle, sampling_type: int, since_us: int) -> tuple[int, memoryview] | None:
-        """One C call into a buffer kept per (device, buffer), where the binding offers the C entry
-        point: pynvml asks the buffer's size before every read, and each call costs the driver
-        about as much as the read. None where the binding has no C entry point (the simulated GPUs)."""
-        get_fn = getattr(self.nvml, "_nvmlGetFunctionPointer", None)
-        if get_fn is None:
-            return None
-        with self._samples_lock:
-            try:
-                fn = self._samples_fn or get_fn("nvmlDeviceGetSamples")
-            except Exception as exc:
-                raise classify("nvmlDeviceGetSamples", exc) from exc
-            self._samples_fn = fn
-            key = (id(handle), sampling_type)
-            vtype, count, since = ctypes.c_int(), ctypes.c_uint(), ctypes.c_ulonglong(since_us)
-            for _ in range(3):  # a buffer that grew is asked its size again
-                held = self._buffers.get(key)
-                if held is None or held[0] is not handle:
-                    count.value = 0
-                    ret = fn(handle, sampling_type, since, ctypes.byref(vtype), ctypes.byref(count), None)
-                    if ret:
-                        break
-                    size = max(count.value, 1) * SAMPLE_BYTES
-                    held = self._buffers[key] = (handle, (ctypes.c_char * size)())
-                count.value = len(held[1]) // SAMPLE_BYTES
-                ret = fn(handle, sampling_type, since, ctypes.byref(vtype), ctypes.byref(count), held[1])
-                if ret != ERR_INSUFFICIENT_SIZE:
-                    break
-                self._buffers.pop(key)
-            if ret:
-                raise classify("nvmlDeviceGetSamples", self.nvml.NVMLError(ret))
-            return vtype.value, memoryview(held[1])[: count.value * SAMPLE_BYTES]
 
     def log_once(self, level: int, key: tuple, message: str) -> None:
         """Log ``message`` the first time ``key`` is seen."""
