@@ -91,18 +91,18 @@ def _from_sampler(cursor: list, s=None) -> tuple[list[list[float | None]], list[
     store = s.store
     if cursor[0] is None or cursor[0]() is not store:
         cursor[:] = [weakref.ref(store), 0]
-    new = store.events_since(cursor[1])
-    if new:
-        cursor[1] = new[-1].seq
-    xids = [[round(e.time, 3), e.device, e.extra.get("code")] for e in new if e.kind == "xid"]
+    xids = []
+    if store.events and store.events[-1].seq > cursor[1]:  # most seconds: no new event
+        new = store.events_since(cursor[1])
+        cursor[1] = new[-1].seq if new else cursor[1]
+        xids = [[round(e.time, 3), e.device, e.extra.get("code")] for e in new if e.kind == "xid"]
     if not getattr(s, "running", False):
         return [], xids
     out: list[list[float | None]] = []
     for dev in s.devices:  # the store's newest values: a read that changes nothing in the sampler
-        newest = store.last_many(dev.key, GPU_VALUES)
-        vals = [newest.get(k, _NONE)[1] for k in GPU_VALUES]
-        vals.insert(1, dev.mem_total_bytes)
-        out.append([None if v is None or v != v else round(float(v), 1) for v in vals])
+        newest = store.last_many(dev.key, GPU_VALUES)  # NaN and None are both "not known" in a record
+        used, util, power, temp, reasons = (newest.get(k, _NONE)[1] for k in GPU_VALUES)
+        out.append([used, dev.mem_total_bytes, util, power, temp, reasons])
     return out, xids
 
 

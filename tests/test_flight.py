@@ -48,6 +48,28 @@ def test_a_real_reading_fits_a_slot(cache):
     rec.close()
 
 
+def test_a_record_reads_back_as_it_was_written_and_a_new_cell_or_fault_is_in_the_next(cache):
+    rec = flight.Recorder()
+    r = dict(rec.reading(), gpus=[[80.5 * GIB, 141.0 * GIB, 97.0, 612.3, 71.0, 4.0], [None] * 6],
+             cell=[7, "train(model)", 1.7e9, "cell-id-1"], cg_max=None, cg_cur=12 * GIB, cg_oom=0)
+    rec.write(r)
+    rec.write(dict(r, cell=[8, "evaluate()", 1.7e9 + 5, None], xid=[[1.7e9 + 6, 0, 79]]))
+    first, second = flight.read_ring(rec.path)[1]
+    assert {k: first[k] for k in r} == r and first["seq"] == 0 and "xid" not in first
+    assert second["cell"] == [8, "evaluate()", 1.7e9 + 5, None] and second["xid"] == [[1.7e9 + 6, 0, 79]]
+    rec.close()
+
+
+def test_a_ring_written_with_json_records_still_reads(cache):
+    """Rings of kernels that died under the release before the binary records are still read."""
+    rec = flight.Recorder(slots=4)
+    old = {"t": 1.7e9, "ram_total": 64 * GIB, "ram_avail": GIB, "ram_used": 63 * GIB, "rss": 40 * GIB,
+           "cpu": 99.0, "gpus": [], "cell": [3, "x = make()", 1.7e9 - 9, None], "seq": 0}
+    os.pwrite(rec.fd, flight._pack(old, flight.SLOT), flight.HEADER)  # the old layout: JSON
+    assert flight.read_ring(rec.path)[1] == [old]
+    rec.close()
+
+
 def test_read_only_cache_dir_warns_once_and_does_not_raise(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")  # the cache folder cannot be made under a file, even as root
