@@ -61,7 +61,7 @@ def test_dcgm_names_units_and_labels(sampler):
             break
     values = parse(text)
     for gpu in (0, 1):
-        assert values[("DCGM_FI_DEV_FB_USED", str(gpu))] == pytest.approx(before[gpu] / 2**20, abs=1)  # whole MiB
+        assert values[("DCGM_FI_DEV_FB_USED", str(gpu))] == pytest.approx(before[gpu] / 2**20, abs=1)
         assert ("DCGM_FI_DEV_GPU_UTIL", str(gpu)) in values
         assert ("DCGM_FI_DEV_GPU_TEMP", str(gpu)) in values
         assert values[("nbgpu_gpu_power_limit_watts", str(gpu))] == 700
