@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
@@ -48,10 +50,6 @@ class CellRecord:
     source: str
     capture: Capture
     _figures: RunFigures | None = field(default=None, repr=False, compare=False)
-    source_hash: str = field(init=False, repr=False)  # hashed once: lookups of its last run read it
-
-    def __post_init__(self) -> None:
-        self.source_hash = source_hash(self.source)
 
     @property
     def first_line(self) -> str:
@@ -60,6 +58,11 @@ class CellRecord:
         skip = ("#", "%", "!", "import ", "from ")
         text = next((line for line in lines if not line.startswith(skip)), lines[0] if lines else "")
         return text if len(text) <= FIRST_LINE_CHARS else text[: FIRST_LINE_CHARS - 1] + "…"
+
+    @cached_property
+    def source_hash(self) -> str:
+        """The digest of the cell's text (computed once: lookups of its last run read it)."""
+        return source_hash(self.source)
 
     @property
     def start_time(self) -> float:
@@ -144,6 +147,28 @@ class SavedRecord:
 
 
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
+# The records of each cell id and each text digest as (order added, record), oldest first,
+# so a cell's last run is found without a scan of the history.
+_by_key: dict[tuple, list[tuple[int, CellRecord | SavedRecord]]] = {}
+_order = itertools.count()
+
+
+def _keys(record: CellRecord | SavedRecord) -> list[tuple]:
+    return [("text", record.source_hash)] + ([("cell", record.cell_id)] if record.cell_id else [])
+
+
+def _push(record: CellRecord | SavedRecord) -> None:
+    """Append ``record`` to the history and its index; the oldest leaves both when full."""
+    if len(_records) == _records.maxlen:
+        for key in _keys(_records[0]):  # the oldest record is the first of each of its keys
+            runs = _by_key[key]
+            del runs[0]
+            if not runs:
+                del _by_key[key]
+    _records.append(record)
+    n = next(_order)
+    for key in _keys(record):
+        _by_key.setdefault(key, []).append((n, record))
 
 
 def _key(rec: CellRecord | SavedRecord) -> tuple:
@@ -200,7 +225,8 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     live = [r for r in _records if isinstance(r, CellRecord)]
     in_file, here = {_key(r) for r in saved}, {_key(r) for r in live}
     clear()
-    _records.extend([*(r for r in saved if _key(r) not in here), *live])
+    for rec in [*(r for r in saved if _key(r) not in here), *live]:
+        _push(rec)
     _store.path, _store.env_checked, _store.warned = text, True, False
     _store.save([r for r in live if _key(r) not in in_file])
     return text
@@ -215,7 +241,7 @@ def add(record: CellRecord) -> None:
                 keep_history(None)
             except Exception as exc:
                 warn_user(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
-    _records.append(record)
+    _push(record)
     if _store.path is not None:
         _store.save([record])
 
@@ -226,15 +252,16 @@ def records() -> list[CellRecord | SavedRecord]:
 
 def earlier(record: CellRecord, limit: int = 10) -> list[CellRecord | SavedRecord]:
     """Up to ``limit`` earlier records of the same cell (same cell id or source text), newest last."""
-    runs = list(_records)
-    end = next((i for i in range(len(runs) - 1, -1, -1) if runs[i] is record), len(runs))
-    text, cell = record.source_hash, record.cell_id
-    return [r for r in runs[:end] if r.source_hash == text or (cell and r.cell_id == cell)][-limit:]
+    keys = _keys(record)
+    at = next((n for n, rec in reversed(_by_key.get(keys[0], ())) if rec is record), math.inf)
+    found = {n: rec for key in keys for n, rec in _by_key.get(key, ()) if n < at}
+    return [found[n] for n in sorted(found)][-limit:]
 
 
 def clear() -> None:
     """Forget every recorded cell (the history file, if kept, stays as it is)."""
     _records.clear()
+    _by_key.clear()
 
 
 def history(per_gpu: bool = False) -> pd.DataFrame:
