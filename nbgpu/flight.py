@@ -79,7 +79,7 @@ def _num(v) -> float:
     return _NAN if v is None else v
 
 
-def _pack_record(rec: dict, tail: bytes, size: int = 1024) -> bytes:
+def _pack_record(rec: dict, tail: bytes, size: int) -> bytes:
     """One record's slot; past the slot it keeps 2 GPUs, then drops the cell and faults."""
     gpus = rec.get("gpus") or []
     for keep, tail_kept in ((len(gpus), tail), (2, tail), (2, b"[]")):
@@ -88,7 +88,7 @@ def _pack_record(rec: dict, tail: bytes, size: int = 1024) -> bytes:
         if length <= size - 10:
             break
     body = b"".join([_REC.pack(_MARK, length, rec["seq"], *(_num(rec.get(k)) for k in _HOST), n),
-                     *(_GPU.pack(*map(_num, (*g, None, None)[:6])) for g in gpus[:n]), tail_kept])
+                     *(_GPU.pack(*map(_num, g)) for g in gpus[:n]), tail_kept])
     return b"%08x " % zlib.crc32(body) + body.ljust(size - 10) + b"\n"
 
 

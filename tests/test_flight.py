@@ -248,7 +248,7 @@ def test_a_day_on_a_fake_clock_keeps_the_file_at_its_size_and_fsyncs_bounded(cac
     rec = flight.Recorder(clock=clock)
     size = rec.path.stat().st_size
     assert size == flight.HEADER + flight.SLOTS * flight.SLOT  # its whole size from the start
-    gpus = [[140.0 * GIB, 141.0 * GIB, 100.0, 699.9, 85.0] for _ in range(8)]  # the largest record
+    gpus = [[140.0 * GIB, 141.0 * GIB, 100.0, 699.9, 85.0, 4.0] for _ in range(8)]  # the largest record
     cell = [12345, "x" * 120, clock.t]
     day = 24 * 3600
     for i in range(day):
