@@ -74,6 +74,13 @@ class NbGpu(Configurable):
     stack_samples_hz = CInt(8, help="While a profiled cell runs, how often a second the main "
                             "thread's stack is sampled (0: never).").tag(config=True)
 
+    @validate("price_per_kwh", "carbon_g_per_kwh")
+    def _check_rate(self, proposal):
+        value = proposal["value"]
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise TraitError(f"NbGpu.{proposal['trait'].name} must be a number >= 0, got {value!r}")
+        return value
+
     @validate("interval", "window_s")
     def _check_seconds(self, proposal):
         name = proposal["trait"].name

@@ -40,3 +40,17 @@ def test_every_environment_variable_sets_its_setting_from_its_text(var):
                           env=dict(os.environ, **{var: raw}))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == repr(want)
+
+
+@pytest.mark.kernel  # a fresh interpreter: the settings are read once a process
+@pytest.mark.parametrize("var", ["NBGPU_PRICE_PER_KWH", "NBGPU_CARBON_G_PER_KWH"])
+def test_a_negative_rate_in_the_environment_is_refused_in_one_line(var):
+    import os
+    import subprocess
+    import sys
+
+    code = "from nbgpu.config import settings; settings()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, **{var: "-1"}))
+    assert done.returncode != 0 and f"${var}='-1' is not a valid setting" in done.stderr
+    assert ">= 0" in done.stderr.strip().splitlines()[-1]

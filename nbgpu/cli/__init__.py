@@ -174,9 +174,9 @@ def run_export(source: str, interval: float, host: str, port: int | None,
     (``port`` None: ``NbGpu.exporter_port``)."""
     from ..config import settings
     from ..exporter import serve
+    from ..sampler import Sampler
 
     port = settings().exporter_port if port is None else port
-    from ..sampler import Sampler
 
     stop = threading.Event()
     with (Sampler(source, interval=interval, host=False) as sampler,
