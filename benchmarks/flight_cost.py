@@ -4,7 +4,7 @@ XID poll's cost per sampler tick, and the ring's size over the run.
 The recorder runs as in a kernel (``flight.start()``): one record a second of host, cgroup
 and every GPU of a running shared sampler, written at the sampler's ticks while one runs
 (its thread is awake anyway), else by the recorder's own ``nbgpu-flight`` thread, which
-otherwise only checks every few seconds. The figure is that thread's CPU, read from outside
+otherwise wakes only when those are 10 s overdue. The figure is that thread's CPU, read from outside
 it (``time.pthread_getcpuclockid``), plus the thread CPU of each record written at a tick
 (``Recorder.record`` wrapped here, so nothing is added to the product). The positive
 control adds a known cost to each record (a busy loop of ``CONTROL_BURN_S`` in

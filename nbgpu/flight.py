@@ -35,7 +35,8 @@ FSYNC_EVERY_S = 30.0  # a killed kernel's writes are in the page cache; fsync gu
 EVERY_S = 1.0  # one record a second...
 NEAR_EVERY_S = 0.25  # ...four while memory is past NEAR_LIMIT of host RAM or the cgroup's limit
 NEAR_LIMIT = 0.8
-FED_WAIT_S = 3.0  # while a sampler's ticks write the records, the recorder's thread checks this often
+STALL_S = 10.0  # while a sampler's ticks write the records, the recorder's thread wakes only when
+# they are this overdue (each wake-up costs CPU; a stalled sampler loses at most these seconds)
 EARLY_S = 0.1  # a record at a sampler's tick may come this much before its second is up
 
 
@@ -301,30 +302,31 @@ def _follow_sampler() -> bool:
     return s is not None
 
 
-def _next_wait(rec: Recorder, following: bool) -> float:
+def _next_wait(rec: Recorder, following: bool, stalled: bool) -> float:
     """Seconds until the recorder's thread looks again: a quarter second near a memory limit
-    (the last seconds before an OOM kill), a few seconds while a sampler's ticks write the
-    records, else until the next record is due."""
+    (the last seconds before an OOM kill), until the ticks' records would be ``STALL_S`` overdue
+    while a sampler's ticks write them, else until the next record is due."""
     if rec.near:
         return NEAR_EVERY_S
-    if following:
-        return FED_WAIT_S
-    return max(0.01, rec.last_at + EVERY_S - rec.monotonic())
+    due_in = (STALL_S if following and not stalled else EVERY_S) - (rec.monotonic() - rec.last_at)
+    return max(0.01, due_in)
 
 
 def _loop(rec: Recorder) -> None:
     """Write the records no sampler's tick writes: all of them while none is followed, the
-    quarter-second ones near a memory limit, and any a stalled sampler missed."""
+    quarter-second ones near a memory limit, and those of a stalled sampler."""
     try:
         following = _follow_sampler()
     except Exception:
         following = False
-    while not _stop.wait(_next_wait(rec, following)):
+    mine = -1  # ``rec.seq`` after this thread's newest record: unchanged, no tick wrote since
+    while not _stop.wait(_next_wait(rec, following, rec.seq == mine)):
         try:
             following = _follow_sampler()
             now = rec.monotonic()
-            if rec.due(now) and (rec.near or not following or now - rec.last_at >= FED_WAIT_S):
-                rec.record()
+            stalled = rec.seq == mine or now - rec.last_at >= STALL_S - EARLY_S
+            if rec.due(now) and (rec.near or not following or stalled) and rec.record():
+                mine = rec.seq
         except OSError as exc:
             _warn(exc)
             return

@@ -13,7 +13,7 @@ from .metrics import HOST_KEY
 from .sources.host import ProcFile
 
 GPU_VALUES = ("mem_used_bytes", "util_pct", "power_w", "temp_c", "clock_event_reasons")
-_HOST_RAM = ("host_ram_total_bytes", "host_ram_used_bytes")
+_HOST_ROW = ("host_ram_total_bytes", "host_ram_used_bytes", "proc_rss_bytes", "proc_cpu_pct")
 _NONE = (None, None)
 XIDS_KEPT = 4  # the newest GPU faults, in every record (older ones are in older records)
 
@@ -109,14 +109,16 @@ def _from_sampler(cursor: list, s=None) -> tuple[list[list[float | None]], list[
 SLOW_EVERY = 10  # swap, the cgroup's limit and its oom_kill count: read every 10th record
 
 
-def _host_ram(s, now: float | None) -> tuple[float, float] | None:
-    """(total, used) bytes of host RAM from sampler ``s``'s host row of tick ``now``, else None."""
+def _host_row(s, now: float | None) -> tuple[float, ...] | None:
+    """(RAM total, RAM used, this kernel's RSS and CPU %, its children's counted) from sampler
+    ``s``'s host row of tick ``now``, else None."""
     if s is None or now is None:
         return None
-    row = s.store.last_many(HOST_KEY, _HOST_RAM)
-    t, total = row.get("host_ram_total_bytes", _NONE)
-    used = row.get("host_ram_used_bytes", _NONE)[1]
-    return (total, used) if t == now and total == total and used == used else None
+    row = s.store.last_many(HOST_KEY, _HOST_ROW)
+    if row.get("host_ram_total_bytes", _NONE)[0] != now:
+        return None
+    values = tuple(row.get(k, _NONE)[1] for k in _HOST_ROW)
+    return values if all(v is not None and v == v for v in values[:3]) else None
 
 
 class Readings:
@@ -147,15 +149,17 @@ class Readings:
         one). At ``sampler``'s tick ``tick``, host RAM is the figure that tick just read."""
         slow = self._count % SLOW_EVERY == 0
         self._count += 1
-        ram = None if slow else _host_ram(sampler, tick)
-        m = _meminfo(self._read("/proc/meminfo")) if ram is None else {}
-        now, cpu = time.monotonic(), sum(os.times()[:2])
-        pct = 100.0 * (cpu - self._cpu[1]) / max(now - self._cpu[0], 1e-6)
-        self._cpu = (now, cpu)
-        pages = _int(self._read("/proc/self/statm"), 1)
-        if ram is not None:
-            total, avail = ram[0], ram[0] - ram[1]
+        row = None if slow else _host_row(sampler, tick)
+        m = _meminfo(self._read("/proc/meminfo")) if row is None else {}
+        if row is not None:  # the tick read them: no /proc read here
+            total, used, rss, pct = row
+            avail = total - used
         else:
+            now, cpu = time.monotonic(), sum(os.times()[:2])
+            pct = 100.0 * (cpu - self._cpu[1]) / max(now - self._cpu[0], 1e-6)
+            self._cpu = (now, cpu)
+            pages = _int(self._read("/proc/self/statm"), 1)
+            rss = pages * self._page if pages is not None else None
             total, avail = m.get(b"MemTotal"), m.get(b"MemAvailable")
         if slow:
             self._slow["swap_used"] = (m[b"SwapTotal"] - m[b"SwapFree"]
@@ -169,7 +173,7 @@ class Readings:
         out = {"t": self._clock(), "ram_total": total, "ram_avail": avail,
                "ram_used": total - avail if total and avail is not None else None,
                "swap_used": self._slow.get("swap_used"),
-               "rss": pages * self._page if pages is not None else None, "cpu": round(pct, 1),
+               "rss": rss, "cpu": None if pct is None or pct != pct else round(pct, 1),
                "gpus": gpus, "cell": cell}
         if self.cgroup:
             if slow:

@@ -128,8 +128,8 @@ def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkey
 def test_a_running_sampler_writes_the_records_at_its_ticks_and_the_thread_only_checks(cache, monkeypatch,
                                                                                      clock, stepped):
     """The shared sampler's thread, awake anyway, writes one record a second; the recorder's own
-    thread then wakes only every few seconds and writes nothing the ticks wrote, writes if the
-    ticks stall, and takes over again once the sampler stops."""
+    thread then wakes only when the ticks' records would be ``STALL_S`` overdue, writes each second
+    while they stall, and takes over again once the sampler stops."""
     from nbgpu import session
 
     s = stepped(count=1, interval=0.25)
@@ -144,10 +144,12 @@ def test_a_running_sampler_writes_the_records_at_its_ticks_and_the_thread_only_c
         clock.run(s, 10.0)  # 40 ticks of the sampler: 10 records, not 40
         assert 9 <= rec.seq - seq0 <= 11
         seq1 = rec.seq
+        since_record_s = clock() - rec.last_at
         waits = _waits_of_loop(rec, monkeypatch, clock, 1, step_s=0.5)  # wakes just after a tick's record
-        assert waits[0] == flight.FED_WAIT_S and rec.seq == seq1  # it only checked
-        waits = _waits_of_loop(rec, monkeypatch, clock, 1)  # no tick for 3 s: a stalled sampler
-        assert rec.seq == seq1 + 1
+        assert waits[0] == pytest.approx(flight.STALL_S - since_record_s)
+        assert rec.seq == seq1  # it only checked, and sleeps until the ticks would be overdue
+        waits = _waits_of_loop(rec, monkeypatch, clock, 3)  # no tick since: a stalled sampler
+        assert rec.seq == seq1 + 3 and waits[1:] == pytest.approx([flight.EVERY_S] * 3)
         s._test_off = True  # the sampler stopped: the thread writes once a second again
         seq2 = rec.seq
         waits = _waits_of_loop(rec, monkeypatch, clock, 3)
@@ -417,10 +419,12 @@ def test_a_record_at_a_tick_takes_host_ram_from_that_tick_and_reads_meminfo_ever
     monkeypatch.setattr(flight_reads, "_meminfo", lambda _text: dict(fake))
     s = stepped(count=1)
     rec = flight.Recorder(slots=32)
+    ticks = []  # each tick's host row
     try:
         for _ in range(flight_reads.SLOW_EVERY + 1):
             stepped.run(s, 1.0)
-            rec.record(s, s.store.last_many(HOST_KEY)["host_ram_total_bytes"][0])
+            ticks.append(s.store.last_many(HOST_KEY))
+            rec.record(s, ticks[-1]["host_ram_total_bytes"][0])
         rec.record()  # from the recorder's thread, no tick: its own read
     finally:
         rec.close()
@@ -430,3 +434,6 @@ def test_a_record_at_a_tick_takes_host_ram_from_that_tick_and_reads_meminfo_ever
     assert totals[0] == totals[flight_reads.SLOW_EVERY] == totals[-1] == 7 * gib  # full reads
     assert set(totals[1:flight_reads.SLOW_EVERY]) == {sampled} != {7 * gib}
     assert all(r["swap_used"] == 0 for r in recs)
+    for r, host in list(zip(recs, ticks, strict=False))[1:flight_reads.SLOW_EVERY]:
+        assert r["rss"] == host["proc_rss_bytes"][1]  # the tick's figures of this kernel and its children
+        assert r["cpu"] == round(host["proc_cpu_pct"][1], 1)
