@@ -150,7 +150,7 @@ def run_gpu_one(ctx: Context) -> Outcome:
     out = Outcome(raw={"runs": runs, "order": "defaults, watched, watched, defaults"})
     for name, label in (("defaults", "defaults"),
                         ("defaults_watched", "defaults, watched (a live view asks for the newest "
-                                             "values: utilisation drained every 2 s, not 10 s)")):
+                                             "values: utilisation drained every 5 s, not 10 s)")):
         each = ", ".join(f"{1000 * r['cpu_s_per_s']:.2f}" for r in runs[name])
         out.figure(f"sampler thread CPU, 1 GPU, {label} (mean of 2 runs: {each} ms/s)", mean[name],
                    "CPU s/s")

@@ -167,7 +167,7 @@ class Sampler(SamplerThread, SamplerReads):
 
     def watch(self) -> None:
         """Someone looks at the newest values now (a panel refresh, a scrape, a running cell): for
-        ``LIVE_HOLD_S`` buffers drain at their live periods (NVML utilisation every 2 s, not 10 s)."""
+        ``LIVE_HOLD_S`` buffers drain at their live periods (NVML utilisation every 5 s, not 10 s)."""
         self._watched_at = self._clock()
 
     def drained_until(self, device: object, metric: str | None = None) -> float:

@@ -120,7 +120,7 @@ def test_work_a_higher_layer_reports_counts_as_a_running_cell_for_idle():
     s, clock = sim_sampler("idle")
     remove = register_activity(lambda sampler: sampler is s)
     try:
-        drive(s, clock, 15)
+        drive(s, clock, 20)  # the 10 s window, judged up to the last 5 s drain of utilisation
         assert {a.rule for a in fired(s)} == {"idle"}
     finally:
         remove()
@@ -133,7 +133,7 @@ def test_an_open_capture_is_reported_as_work_on_its_sampler():
 
     s, clock = sim_sampler("idle")
     with Capture(sampler=s):
-        drive(s, clock, 15)
+        drive(s, clock, 20)
         assert {a.rule for a in fired(s)} == {"idle"}
 
 

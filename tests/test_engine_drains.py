@@ -84,9 +84,9 @@ def test_with_no_one_watching_utilisation_is_drained_every_10_s_and_no_sample_is
     assert np.max(np.diff(t[-150:])) == pytest.approx(0.2, abs=1e-6)  # native 200 ms kept
 
 
-def test_a_live_view_asking_every_second_gets_utilisation_drained_every_2_s(stepped):
+def test_a_live_view_asking_every_second_gets_utilisation_drained_every_5_s(stepped):
     kinds, _ = _util_drains(stepped, 1.0, 40.0)
-    assert 19 <= kinds.count(UTIL) <= 21
+    assert 8 <= kinds.count(UTIL) <= 9
 
 
 def _read_everything(s: nbgpu.Sampler) -> None:
@@ -108,7 +108,7 @@ def test_reads_keep_nothing_live(stepped):
 
 
 def test_a_live_panel_and_a_prometheus_scrape_watch(stepped):
-    # What a person looks at keeps the newest utilisation at most 2 s old: a panel on the
+    # What a person looks at keeps the newest utilisation at most 5 s old: a panel on the
     # timer refreshing every second, a Prometheus server scraping every second.
     from nbgpu.exporter import prometheus_text
     from nbgpu.widgets.monitor import GPUMonitor
@@ -123,7 +123,7 @@ def test_a_live_panel_and_a_prometheus_scrape_watch(stepped):
     try:
         for ask in (refresh, prometheus_text):
             kinds, _ = _util_drains(stepped, 1.0, 40.0, ask=ask, host=False)
-            assert 19 <= kinds.count(UTIL) <= 21, ask
+            assert 8 <= kinds.count(UTIL) <= 9, ask
     finally:
         for mon in panels:
             mon.close()

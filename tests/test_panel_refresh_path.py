@@ -119,7 +119,7 @@ def test_a_new_power_limit_is_drawn_on_at_once() -> None:
         s.stop()
 
 
-def test_an_open_panel_keeps_utilisation_drained_every_2_s_and_a_closed_one_stops_asking() -> None:
+def test_an_open_panel_keeps_utilisation_drained_every_5_s_and_a_closed_one_stops_asking() -> None:
     """The panel's refresh asks for the newest values, so the sampler drains live for it."""
     from nbgpu import Sampler, SimulatedGPUs
     from nbgpu.widgets.monitor import GPUMonitor
@@ -158,7 +158,7 @@ def test_an_open_panel_keeps_utilisation_drained_every_2_s_and_a_closed_one_stop
         seconds(20, refreshing=False)
     finally:
         s.stop()
-    assert 5 <= open_drains <= 7  # every 2 s while open
+    assert 2 <= open_drains <= 4  # every 5 s while open (and the first)
     assert 2 <= len(util_drains) <= 3  # every 10 s once closed
 
 

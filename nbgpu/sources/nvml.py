@@ -31,13 +31,13 @@ log = logging.getLogger("nbgpu")
 BUFFER_DEAD_AFTER_S = 10.0
 # After a drain found nothing, none for this share of the sample spacing (samples come late).
 EMPTY_RETRY_SHARE = 0.25
-# Drain periods: a drain costs a fixed CPU time (H200: power 0.33 ms, utilisation 2.5 ms), so
+# Drain periods: a drain costs a fixed CPU time (H200: power 0.33 ms, utilisation 2.8 ms), so
 # each buffer is drained well inside what it holds (power ~2.4 s, utilisation ~14 s); an
-# "edge" read drains all at once. Polling utilisation instead would alias with periodic loads.
-DRAIN_EVERY_S = {"power": 1.0, "util": 2.0, "memutil": 10.0}
-# While nobody watches ("live" not due), utilisation is drained every 10 s: same resolution,
-# later arrival (the rules judge up to ``drained_until``).
-UNWATCHED_DRAIN_EVERY_S = {"util": 10.0}
+# "edge" read drains all at once. Utilisation comes every 10 s at its native 200 ms, every
+# 5 s while someone watches ("live" due: a panel on screen, a scrape). Polling it instead
+# would alias with periodic loads.
+DRAIN_EVERY_S = {"power": 1.0, "util": 10.0, "memutil": 10.0}
+WATCHED_DRAIN_EVERY_S = {"util": 5.0}
 
 
 class NVMLSource:
@@ -137,7 +137,8 @@ class NVMLSource:
 
     def period_s(self, metric: str) -> float | None:
         """Drain period of a buffered ``metric`` while watched; None for one read every tick."""
-        return next((DRAIN_EVERY_S[name] for name, row in BUFFERED.items() if metric in row.metrics), None)
+        return next((WATCHED_DRAIN_EVERY_S.get(name, DRAIN_EVERY_S[name])
+                     for name, row in BUFFERED.items() if metric in row.metrics), None)
 
     def drained_until(self, key: object, metric: str | None = None) -> float:
         """Clock time up to which GPU ``key``'s sample buffers (or ``metric``'s) are read, less
@@ -209,9 +210,9 @@ class NVMLSource:
             if self._wanted(dev, row, due):
                 rows["memory" if row.tier == "memory" else "tick"].update(self._run(dev, row, reading))
         reading.batches += [Batch(dev.key, stream, now, values) for stream, values in rows.items() if values]
-        unwatched = {} if "live" in due else UNWATCHED_DRAIN_EVERY_S
+        watched = WATCHED_DRAIN_EVERY_S if "live" in due else {}
         for stream in list(dev.buffers):
-            every_s = unwatched.get(stream) or DRAIN_EVERY_S[stream]
+            every_s = watched.get(stream) or DRAIN_EVERY_S[stream]
             if now - dev.drained_at.get(stream, -np.inf) < every_s - 0.05 and "edge" not in due:
                 continue
             if self._nothing_new_yet(dev, stream, now):

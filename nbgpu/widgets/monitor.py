@@ -27,7 +27,7 @@ from .columns import (
     resolve_columns,
     shared_or_host_only,
 )
-from .panel_draw import SPARK_PX, PanelDrawing, PanelGrid, ProcessesLine, window_label
+from .panel_draw import BUCKETS, SPARK_PX, PanelDrawing, PanelGrid, ProcessesLine, window_label
 from .schedule import SCHEDULE
 from .visibility import ViewWatch
 
@@ -103,10 +103,11 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     @property
     def refresh_s(self) -> float:
-        """Seconds between updates: as given, else as often as a pixel of the window moves (1 s to 5 s)."""
+        """Seconds between updates: as given, else as often as the lines can move (one bucket of
+        2 pixels of the window, 1 s to 5 s)."""
         if self._refresh_given is not None:
             return self._refresh_given
-        return min(max(DEFAULT_REFRESH_S, self.window_s / SPARK_PX), MAX_AUTO_REFRESH_S)
+        return min(max(DEFAULT_REFRESH_S, self.window_s / BUCKETS), MAX_AUTO_REFRESH_S)
 
     @property
     def running(self) -> bool:
