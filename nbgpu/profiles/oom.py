@@ -150,21 +150,6 @@ class OomStory:
     holders: list[dict] = field(default_factory=list)  # the largest rows of memory_by_name
     freed_by: dict = field(default_factory=dict)  # what each %gpumon free option gives back
 
-    def to_json(self) -> dict:
-        """Plain data, NaN as None."""
-        def clean(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return None
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            return v
-        out = clean(asdict(self))
-        for g, d in zip(self.gpus, out["gpus"], strict=True):
-            d["outside_framework_bytes"] = clean(g.outside_framework_bytes)
-        return out
-
 
 def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
     """Gather the post-mortem of ``exc`` in ``cap`` now, while the failing frame still lives."""
@@ -192,12 +177,11 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
                     failed_gpu, gpus, history_state, allocations, rows, attrs.get("freed_by", {}))
 
 
-def write_snapshot(path: str, sampler: Sampler, alert: object = None,
-                   seconds: float = SNAPSHOT_SECONDS) -> str:
-    """Write the last ``seconds`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
+def write_snapshot(path: str, sampler: Sampler, alert: object = None) -> str:
+    """Write the last ``SNAPSHOT_SECONDS`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
     framework, figures, history_state, allocations = framework_memory()
     now = time.time()
-    window = sampler.timeline.between(now - seconds, now)
+    window = sampler.timeline.between(now - SNAPSHOT_SECONDS, now)
     data = {
         "written_at": now,
         "alert": None if alert is None else {k: getattr(alert, k, None) for k in
@@ -217,9 +201,9 @@ def write_snapshot(path: str, sampler: Sampler, alert: object = None,
 
 
 def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple[str, ...] = ("oom_risk",),
-                      severity: str = "critical", seconds: float = SNAPSHOT_SECONDS) -> Callable:
+                      severity: str = "critical") -> Callable:
     """When an alert of ``rules`` at ``severity`` or above fires on ``sampler`` (None: the running
-    one), write the last ``seconds`` of its timeline and the allocator's figures to ``path`` (JSON,
+    one), write the last two minutes of its timeline and the allocator's figures to ``path`` (JSON,
     replaced atomically); returns the callback registered with ``sampler.on_alert``."""
     from ..diagnostics.alerts import SEVERITIES
     from .capture import pick_sampler
@@ -240,7 +224,7 @@ def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple
     def on_alert(alert) -> None:
         if alert.rule in rules and SEVERITIES.index(alert.severity) >= floor:
             try:
-                write_snapshot(target, sampler, alert, seconds)
+                write_snapshot(target, sampler, alert)
             except (NbgpuError, OSError) as exc:  # known only now (disk full, folder gone): say it once
                 if not warned:
                     warned.append(exc)
