@@ -59,42 +59,10 @@ def status_of(exc_type: type[BaseException] | None) -> str:
     return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
 
 
-class TorchStats:
-    """PyTorch allocator figures of a block, read only if the user's code imported torch."""
-
-    def __init__(self) -> None:
-        self.floor: dict[int, dict[str, float]] = {}  # peaks of the block before a nested one reset them
-        self.reserved_start: dict[int, float] = {}
-        self.result: dict[int, dict[str, float]] = {}
-
-    def start(self, outer: list[Capture]) -> None:
-        if (cuda := torch_cuda()) is None:
-            return
-        for i in range(cuda.device_count()):
-            for cap in outer:  # resetting the counters must not lose an outer block's peaks
-                cap._torch.floor[i] = _torch_peaks(cuda, i, cap._torch.floor.get(i))
-            self.reserved_start[i] = float(cuda.memory_reserved(i))
-            cuda.reset_peak_memory_stats(i)
-
-    def finish(self) -> None:
-        if (cuda := torch_cuda()) is None:
-            return
-        for i in range(cuda.device_count()):
-            allocated, reserved = _torch_peaks(cuda, i, self.floor.get(i)).values()
-            self.result[i] = {
-                "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
-                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
-                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
-                "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
-                "torch_uuid": torch_uuid(cuda, i),
-            }
-
-
-def _torch_peaks(cuda: Any, i: int, floor: dict[str, float] | None) -> dict[str, float]:
+def _torch_peaks(cuda: Any, i: int, floor: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """PyTorch's peak allocated and reserved bytes of device ``i``, at least ``floor``'s."""
-    floor = floor or {}
-    return {k: max(float(read(i)), floor.get(k, 0.0)) for k, read in
-            (("allocated", cuda.max_memory_allocated), ("reserved", cuda.max_memory_reserved))}
+    return (max(float(cuda.max_memory_allocated(i)), floor[0]),
+            max(float(cuda.max_memory_reserved(i)), floor[1]))
 
 
 class Capture:
@@ -114,7 +82,9 @@ class Capture:
         self.error: str | None = None
         self.owns_sampler = False
         self.trackers: list = []
-        self._torch = TorchStats()
+        self._torch_floor: dict[int, tuple[float, float]] = {}  # peaks before a nested block reset them
+        self._torch_reserved_start: dict[int, float] = {}
+        self._torch: dict[int, dict[str, float]] = {}  # PyTorch's figures of the finished block
         self._fast = contextlib.ExitStack()
         self._kept: dict[str, object] = {}  # results of the finished block
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
@@ -148,7 +118,12 @@ class Capture:
             self.sampler.start()
             self.owns_sampler = True
         self.gpus = self._checked_gpus()
-        self._torch.start(list(_active))
+        if (cuda := torch_cuda()) is not None:
+            for i in range(cuda.device_count()):
+                for cap in _active:  # resetting the counters must not lose an outer block's peaks
+                    cap._torch_floor[i] = _torch_peaks(cuda, i, cap._torch_floor.get(i, (0.0, 0.0)))
+                self._torch_reserved_start[i] = float(cuda.memory_reserved(i))
+                cuda.reset_peak_memory_stats(i)
         self._fast.enter_context(self.sampler.fast_memory(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
         self._stacks = stacks.hold(self.sampler, self.line_offset)
@@ -174,7 +149,7 @@ class Capture:
         if self in _active:
             _active.remove(self)
         with contextlib.suppress(Exception):
-            self._torch.finish()
+            self._torch_finish()
         if (sampler := self.sampler) is None:
             return
         stacks.release(sampler, self._stacks)
@@ -191,6 +166,18 @@ class Capture:
         self._fast.close()
         if self.owns_sampler:
             sampler.stop()
+
+    def _torch_finish(self) -> None:
+        if (cuda := torch_cuda()) is None:
+            return
+        for i in range(cuda.device_count()):
+            allocated, reserved = _torch_peaks(cuda, i, self._torch_floor.get(i, (0.0, 0.0)))
+            self._torch[i] = {
+                "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
+                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
+                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
+                "torch_reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
+                "torch_uuid": torch_uuid(cuda, i)}
 
     def _clock(self) -> float:
         """Now on the sampler's clock, the one its readings are stamped with."""
@@ -252,7 +239,7 @@ class Capture:
 
     def _summarize(self) -> Summary:
         t0, t1 = self._range()
-        figures = self._torch.result  # PyTorch's, matched to GPUs by UUID (or by order where safe)
+        figures = self._torch  # PyTorch's, matched to GPUs by UUID (or by order where safe)
         torch_rows = match_torch(self.devices(), [figures[i] for i in sorted(figures)],
                                  "torch_uuid") if figures else {}
         allocator = {g: {"peak_reserved_bytes": f["torch_peak_reserved_bytes"],
@@ -355,7 +342,4 @@ class Capture:
         return static_html(self)
 
 
-def capture(sampler: Sampler | None = None, *, source: object = None, interval: float | None = None,
-            gpus: list | None = None, label: str = "") -> Capture:
-    """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``."""
-    return Capture(sampler, source=source, interval=interval, gpus=gpus, label=label)
+capture = Capture  # ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``

@@ -178,7 +178,7 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
 
 
 def write_snapshot(path: str, sampler: Sampler, alert: object = None) -> str:
-    """Write the last ``SNAPSHOT_SECONDS`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
+    """Write the last two minutes of memory/util/power and the allocator's figures to ``path`` (JSON)."""
     framework, figures, history_state, allocations = framework_memory()
     now = time.time()
     window = sampler.timeline.between(now - SNAPSHOT_SECONDS, now)
