@@ -70,13 +70,12 @@ class Capture:
     ``sampler`` it reads the running one, else starts its own (``source``, ``interval``)."""
 
     def __init__(self, sampler: Sampler | None = None, *, source: object = None,
-                 interval: float | None = None, gpus: list | None = None, label: str = "") -> None:
+                 interval: float | None = None, gpus: list | None = None) -> None:
         check_sampler(sampler, source, interval)
         self.sampler = sampler
         self._source, self._interval = source, interval
         self._asked_gpus = gpus
         self.gpus = self._checked_gpus() if sampler is not None else None
-        self.label = label
         self.start_time = self.end_time = math.nan
         self.status = "running"
         self.error: str | None = None
@@ -93,7 +92,7 @@ class Capture:
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
-        return f"<nbgpu.Capture {self.label or 'block'} {dur} {self.status}>"
+        return f"<nbgpu.Capture block {dur} {self.status}>"
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -252,11 +251,8 @@ class Capture:
             for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                         "torch_allocated_end_bytes", "torch_reserved_end_bytes") if torch_rows else ():
                 row[col] = as_count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
-            row["label"] = self.label
             row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
                                       if a.gpu is None or a.gpu == row["gpu"])
-        if result.combined:
-            result.combined["label"] = self.label
         return result
 
     @property

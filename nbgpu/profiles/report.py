@@ -104,10 +104,9 @@ def summary_html(summary, combined: dict | None = None) -> str:
 
 
 def _title(cap: Capture) -> str:
-    label = f"{cap.label} · " if cap.label else ""
     status = "" if cap.status == "ok" else f" · {cap.status}"
     src = " · SIMULATED GPUs" if cap.sampler is not None and cap.sampler.simulated else ""
-    return f"GPU profile · {label}{fmt_duration(cap.duration_s)}{status}{src}"
+    return f"GPU profile · {fmt_duration(cap.duration_s)}{status}{src}"
 
 
 NO_GPU_LINE = ("No GPU is visible here, so this block has no GPU profile; to try nbgpu on simulated "

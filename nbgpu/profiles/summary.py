@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 COARSE_SPACING_S = 1.0  # readings further apart than this: shorter peaks are not seen
 
-LEAD_COLUMNS = ("label", "iteration", "mark")
+LEAD_COLUMNS = ("iteration", "mark")
 SUMMARY_COLUMNS = (
     "gpu", "name", "status", "start", "end", "duration_s", "samples",
     "mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes", "mem_peak_source",
