@@ -25,10 +25,10 @@ def mark(label: str) -> None:
 
 
 class Tracker:
-    """Iterates like the wrapped iterable, marking the start of each iteration."""
+    """Iterates like the wrapped iterable, marking each iteration ("epoch 0", "epoch 1", …) on every
+    timeline; ``nbgpu.track(range(n))``."""
 
-    def __init__(self, iterable: Iterable | None, label: str = "epoch", start: int = 0,
-                 sampler: Sampler | None = None) -> None:
+    def __init__(self, iterable: Iterable | None, label: str = "epoch", start: int = 0) -> None:
         if iterable is not None and not isinstance(iterable, Iterable):
             raise BadArgumentError(f"track() needs something to iterate (a range, a DataLoader), "
                                    f"got {iterable!r}")
@@ -37,7 +37,7 @@ class Tracker:
         self.iterable = iterable
         self.label = str(label)
         self.start = int(start)
-        self.sampler = sampler
+        self.sampler: Sampler | None = None  # the running one, from the first iteration on
         self.spans: list[tuple[int, str, float, float, str]] = []  # (i, mark, t0, t1, status)
         self._open: tuple[int, str, float] | None = None
         self._fetched_s = -math.inf  # the buffers were read up to here for a summary
@@ -96,6 +96,4 @@ class Tracker:
                            for row in (result.rows if per_gpu else [result.combined])])
 
 
-def track(iterable: Iterable, label: str = "epoch", start: int = 0) -> Tracker:
-    """Iterate ``iterable``, marking each iteration ("epoch 0", "epoch 1", …) on every timeline."""
-    return Tracker(iterable, label, start)
+track = Tracker
