@@ -5,20 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from traitlets import TraitError
+
 from .. import config
 from ..errors import BadArgumentError
 
 J_PER_KWH = 3.6e6
-
-
-def _rate(name: str, value: object) -> float:
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        v = math.nan
-    if not (math.isfinite(v) and v >= 0):
-        raise BadArgumentError(f"{name} must be a number >= 0, got {value!r}")
-    return v
 
 
 def configure(price_per_kwh: float | None = None, currency: str | None = None,
@@ -26,12 +18,13 @@ def configure(price_per_kwh: float | None = None, currency: str | None = None,
     """Set the price of a kWh (in ``currency``, e.g. "EUR") and grams of CO₂ per kWh of your grid
     (the ``NbGpu`` traits, which start from ``NBGPU_PRICE_PER_KWH`` and its kin); None keeps a setting."""
     cfg = config.settings()
-    if price_per_kwh is not None:
-        cfg.price_per_kwh = _rate("price_per_kwh", price_per_kwh)
-    if currency is not None:
-        cfg.currency = str(currency).strip()
-    if carbon_g_per_kwh is not None:
-        cfg.carbon_g_per_kwh = _rate("carbon_g_per_kwh", carbon_g_per_kwh)
+    for name, value in (("price_per_kwh", price_per_kwh), ("currency", currency),
+                        ("carbon_g_per_kwh", carbon_g_per_kwh)):
+        try:
+            if value is not None:
+                setattr(cfg, name, str(value).strip() if name == "currency" else value)
+        except TraitError as exc:  # the trait's own check: a number >= 0
+            raise BadArgumentError(str(exc)) from None
 
 
 @dataclass(frozen=True)
