@@ -253,6 +253,10 @@ class Capture:
                 row[col] = as_count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
             row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
                                       if a.gpu is None or a.gpu == row["gpu"])
+        if torch_rows and result.combined:  # over all GPUs: the largest peak, the sum held at the end
+            result.combined.update(
+                torch_peak_allocated_bytes=max(r["torch_peak_allocated_bytes"] for r in result.rows),
+                torch_reserved_end_bytes=sum(r["torch_reserved_end_bytes"] for r in result.rows))
         return result
 
     @property

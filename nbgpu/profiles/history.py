@@ -97,13 +97,7 @@ class CellRecord:
         return self.capture.summary_rows
 
     def totals(self) -> dict:
-        rows = self.gpu_rows()
-        totals = dict(self.capture.totals)
-        peaks = [r["torch_peak_allocated_bytes"] for r in rows if "torch_peak_allocated_bytes" in r]
-        if peaks:
-            totals["torch_peak_allocated_bytes"] = max(peaks)
-            totals["torch_reserved_end_bytes"] = sum(r.get("torch_reserved_end_bytes", 0) for r in rows)
-        return totals
+        return self.capture.totals
 
     def to_json(self) -> dict:
         """The record as plain data for the persistent history file."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
 from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .summary import texts
+from .summary import Summary, texts
 
 if TYPE_CHECKING:
 
@@ -20,24 +20,16 @@ REPORT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_
                   "pcie_tx_bytes_per_s")
 
 
-def _records(summary) -> list[dict]:
-    """Summary rows from a DataFrame or a list of dicts."""
-    if summary is None:
-        return []
-    return summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
-
-
 def _isnum(v) -> bool:
     return v is not None and not isinstance(v, str) and v == v
 
 
-def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
+def one_line(summary: Summary | list[dict], status: str = "ok", combined: dict | None = None) -> str:
     """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU."""
-    if hasattr(summary, "combined"):
+    if isinstance(summary, Summary):
         summary, combined = summary.rows, summary.combined
-    rows = _records(summary)
-    cards = {r["gpu"] for r in rows}
-    rows = [r for r in rows if r.get("parent") not in cards]  # a listed card's slices left out
+    cards = {r["gpu"] for r in summary}
+    rows = [r for r in summary if r.get("parent") not in cards]  # a listed card's slices left out
     if not rows:
         return "no GPU readings"
     tail = "" if status == "ok" else f" · {status.upper()}"
@@ -79,10 +71,9 @@ _COLUMNS = {  # heading: the cell of a row (already HTML)
 }
 
 
-def summary_html(summary, combined: dict | None = None) -> str:
-    """The per-GPU summary (DataFrame or rows) as a small HTML table, with a row for all GPUs
-    (``combined``) when there are several; cells never wrap. No kernel or JavaScript needed."""
-    rows = _records(summary)
+def summary_html(rows: list[dict], combined: dict | None = None) -> str:
+    """The per-GPU summary rows as a small HTML table, with a row for all GPUs (``combined``) when
+    there are several; cells never wrap. No kernel or JavaScript needed."""
     if not rows:
         return "<p>No GPU readings in this block.</p>"
     has_sm = any(_isnum(r.get("sm_active_mean_pct")) for r in rows)

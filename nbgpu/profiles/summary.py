@@ -242,13 +242,6 @@ class Summary:
     rows: list[dict]
     combined: dict
 
-    def frame(self) -> pd.DataFrame:
-        """One row per GPU, ``start``/``end`` as UTC timestamps."""
-        return rows_frame(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
 
 def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
               gpus: list | None = None, status: str = "ok", devices: list | None = None,
