@@ -152,8 +152,7 @@ class Capture:
         if (sampler := self.sampler) is None:
             return
         stacks.release(sampler, self._stacks)
-        self.stack_samples()  # kept now: the sampler does not keep its stack samples long
-        self.split()
+        self.split()  # kept now: the sampler does not keep its stack samples long
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
         if (engine := sampler.diagnostics) is not None:
@@ -298,11 +297,6 @@ class Capture:
         """Where the main thread's time went in the block (None: no stack samples)."""
         got = stacks.samples_of(self.sampler) if self.sampler is not None else None
         return self._once("split", lambda: got.split(*self._range()) if got is not None else None)
-
-    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
-        """The main thread's stack samples in the block: (epoch s, category, line, its text)."""
-        got = stacks.samples_of(self.sampler) if self.sampler is not None else None
-        return list(self._once("samples", lambda: got.records(*self._range()) if got is not None else []))
 
     def where(self) -> pd.DataFrame:
         """Where the main thread was: a row per category (``category``, ``seconds``, ``share``);
