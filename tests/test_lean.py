@@ -163,7 +163,6 @@ def _bad_calls():
         ("to_csv(None)", with_sampler(lambda s: s.timeline.to_csv(None))),
         ("keep_history(5)", lambda: keep_history(5)),
         ("track(5)", lambda: nbgpu.track(5)),
-        ("track(start='x')", lambda: nbgpu.track([1], start="x")),
         ("Sampler(clock=5)", lambda: Sampler("sim", clock=5).stop()),
     ]
 

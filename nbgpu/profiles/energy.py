@@ -107,7 +107,6 @@ EDGE_SLACK_S = 5.0
 # Update periods of the energy counter and of the power sample buffer, measured on an H200
 # (driver 580) by scripts/gpu/nvml_periods.py.
 RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
-PERIODS_MEASURED = True
 # A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
 TARGET_ERROR = 0.02
 # Below ten counter updates a block's energy comes from its power readings (50 of them at
@@ -143,11 +142,9 @@ def line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
 
 
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
-    """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
-    i = int(t.searchsorted(at))
-    j = min((k for k in (i - 1, i) if 0 <= k < len(t)), key=lambda k: abs(float(t[k]) - at),
-            default=None)  # the earlier one on a tie
-    return j if j is not None and abs(float(t[j]) - at) <= slack else None
+    """Index of the sample nearest ``at`` (the earlier one on a tie) if within ``slack`` seconds."""
+    i = int(np.abs(t - at).argmin()) if len(t) else None
+    return i if i is not None and abs(float(t[i]) - at) <= slack else None
 
 
 def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,15 +27,12 @@ class Tracker:
     """Iterates like the wrapped iterable, marking each iteration ("epoch 0", "epoch 1", …) on every
     timeline; ``nbgpu.track(range(n))``."""
 
-    def __init__(self, iterable: Iterable | None, label: str = "epoch", start: int = 0) -> None:
+    def __init__(self, iterable: Iterable | None, label: str = "epoch") -> None:
         if iterable is not None and not isinstance(iterable, Iterable):
             raise BadArgumentError(f"track() needs something to iterate (a range, a DataLoader), "
                                    f"got {iterable!r}")
-        if isinstance(start, bool) or not isinstance(start, numbers.Integral):
-            raise BadArgumentError(f"start must be a whole number (the first iteration's), got {start!r}")
         self.iterable = iterable
         self.label = str(label)
-        self.start = int(start)
         self.sampler: Sampler | None = None  # the running one, from the first iteration on
         self.spans: list[tuple[int, str, float, float, str]] = []  # (i, mark, t0, t1, status)
         self._open: tuple[int, str, float] | None = None
@@ -71,7 +67,7 @@ class Tracker:
     def __iter__(self) -> Iterator[Any]:
         status = "done"
         try:
-            for i, item in enumerate(self.iterable, self.start):
+            for i, item in enumerate(self.iterable):
                 self.begin(i)
                 yield item
         except GeneratorExit:  # the loop stopped early (break or an exception in its body)

@@ -96,8 +96,8 @@ def _user_frames(frames: list[dict]) -> tuple[str, ...]:
                  )[:STACK_FRAMES]
 
 
-def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]]:
-    """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator."""
+def largest_allocations() -> tuple[str, list[Allocation]]:
+    """("on" | "off" | "unavailable", the largest live allocations) from PyTorch's allocator."""
     try:
         snap = torch_cuda().memory._snapshot()
     except Exception:  # no CUDA torch, or an allocator without snapshots
@@ -113,8 +113,7 @@ def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]
                                      int(seg.get("device", 0)), _user_frames(frames)))
     if not stacks:
         return "off", []
-    blocks.sort(key=lambda a: a.size_bytes, reverse=True)
-    return "on", blocks[:n]
+    return "on", sorted(blocks, key=lambda a: a.size_bytes, reverse=True)[:TOP_ALLOCATIONS]
 
 
 @dataclass
@@ -151,9 +150,9 @@ class OomStory:
     freed_by: dict = field(default_factory=dict)  # what each %gpumon free option gives back
 
 
-def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
+def build_story(cap: Capture, exc: BaseException) -> OomStory:
     """Gather the post-mortem of ``exc`` in ``cap`` now, while the failing frame still lives."""
-    failed_at = time.time() if failed_at is None else failed_at
+    failed_at = time.time()
     message = str(exc)
     framework, figures, history_state, allocations = framework_memory()
     devices = cap.devices()

@@ -109,11 +109,11 @@ def no_gpu(cap: Capture) -> bool:
     return cap.sampler is not None and not list(cap.sampler.devices)
 
 
-def static_svg(cap: Capture, width: int = 720) -> str:
+def static_svg(cap: Capture) -> str:
     """The capture's timeline as SVG, read straight from the store (no DataFrame)."""
     gpus, read = cap.gpu_keys(), cap.series(DEFAULT_METRICS)
     data = {m: {g: read[g][m] for g in gpus} for m in DEFAULT_METRICS}
-    return svg_series(data, cap.marks, width, gpus)
+    return svg_series(data, cap.marks, 720, gpus)
 
 
 def where_line(cap: Capture) -> str:
@@ -166,9 +166,9 @@ def static_html(cap: Capture, svg: str | None = None) -> str:
     return f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}{body}</div>'
 
 
-def compact_html(cap: Capture, svg: str | None = None) -> str:
+def compact_html(cap: Capture) -> str:
     """The one-line summary; a click opens the picture and table (no kernel needed)."""
     if no_gpu(cap):
         return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary>{_body(cap, svg)}</details>")
+            f"{escape(cap.one_line())}</summary>{_body(cap, None)}</details>")

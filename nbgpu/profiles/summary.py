@@ -18,7 +18,6 @@ from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
     EMPTY,
-    PERIODS_MEASURED,
     RESOLUTION_PERIODS_S,
     TARGET_ERROR,
     Readings,
@@ -104,7 +103,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
     if energy_source != "none" and duration < period / TARGET_ERROR:
         notes.append(f"energy: the block ({fmt_duration(duration)}) is shorter than {1 / TARGET_ERROR:.0f} "
                      f"updates of the {'energy counter' if counter else 'power readings'} (every "
-                     f"{period * 1000:.0f} ms, {'measured' if PERIODS_MEASURED else 'assumed'}), so it may "
+                     f"{period * 1000:.0f} ms, measured), so it may "
                      f"be off by more than {TARGET_ERROR:.0%}")
     return "; ".join(notes)
 
