@@ -55,21 +55,12 @@ def against_last(rec: CellRecord) -> str:
     prev = runs[-1]
     try:
         found = changes(prev.figures().total, rec.figures().total, repeats=[r.figures().total for r in runs])
-        said = ", ".join(f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"  # from what to what
-                         if c.metric == "util_mean_pct" and c.beyond_noise else c.phrase for c in found)
-        parts, findings = _what_changed(prev, rec)
+        parts = [", ".join(f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"  # from what to what
+                           if c.metric == "util_mean_pct" and c.beyond_noise else c.phrase for c in found)]
+        a, b = prev.tail(), rec.tail()
+        alerts = rec.capture.alerts
     except Exception as exc:  # an old run whose readings are gone: say so, briefly
         return f"vs its last run: cannot compare ({exc})"
-    where = f"In [{prev.execution_count}], " if prev.execution_count is not None else ""
-    ago = rec.start_time - prev.start_time
-    return "\n".join([f"vs its last run ({where}{fmt_duration(ago)} ago): " + "; ".join([said, *parts]),
-                      *findings])
-
-
-def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
-    """(steps a second and the main thread's split as they moved, one line per finding)."""
-    a, b = prev.tail(), rec.tail()
-    parts = []
     steps = a.get("steps_per_s"), b.get("steps_per_s")
     if all(isinstance(v, (int, float)) and v > 0 for v in steps):
         parts.append(f"steps a second {steps[0]:.3g} → {steps[1]:.3g} ({steps[1] / steps[0]:.2g}×)")
@@ -80,10 +71,13 @@ def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
         parts.append("main thread: " + ", ".join(f"{LABELS[c]} {100 * x:.0f} % → {100 * y:.0f} %"
                                                  for c, x, y in moved) if moved else "main thread the same")
     before = {r for r in str(a.get("alert_rules") or "").split(", ") if r}
-    now = {alert.rule: alert.message for alert in reversed(rec.capture.alerts)}  # each rule's first
-    findings = [f"{r}: gone" for r in sorted(before - set(now))]
-    findings += [f"{r}: {'still there' if r in before else 'new'}, {msg}" for r, msg in sorted(now.items())]
-    return parts, findings
+    now = {alert.rule: alert.message for alert in reversed(alerts)}  # each rule's first
+    where = f"In [{prev.execution_count}], " if prev.execution_count is not None else ""
+    ago = fmt_duration(rec.start_time - prev.start_time)
+    return "\n".join([f"vs its last run ({where}{ago} ago): " + "; ".join(parts),
+                      *(f"{r}: gone" for r in sorted(before - set(now))),
+                      *(f"{r}: {'still there' if r in before else 'new'}, {m}"
+                        for r, m in sorted(now.items()))])
 
 
 def _show(text: str, html: str) -> None:
