@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,14 +28,13 @@ WITNESS_S = 15.0
 EMPTY = (np.empty(0), np.empty(0))
 
 
+@dataclass
 class Readings:
     """One device's readings near a block [t0, t1]: NaN-free, time-sorted series per metric,
     and whether the block holds 10 s buckets of the store's coarse history."""
 
-    def __init__(self, merged: dict[str, tuple[np.ndarray, np.ndarray]], bucketed: bool) -> None:
-        self._merged = merged
-        self.bucketed = bucketed
-        self.has_maxima = any(c.endswith(MAX_SUFFIXES) for c in merged)
+    merged: dict[str, tuple[np.ndarray, np.ndarray]]
+    bucketed: bool
 
     @classmethod
     def of_frame(cls, df: pd.DataFrame, times: np.ndarray, t0: float, t1: float) -> Readings:
@@ -48,13 +48,9 @@ class Readings:
                else np.zeros(len(df), dtype=bool))
         return cls(merged, bool(dec[(t >= t0) & (t <= t1)].any()))
 
-    def merged(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` over all it was read for."""
-        return self._merged.get(metric, EMPTY)
-
     def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` in [a, b]."""
-        t, v = self.merged(metric)
+        """(times, values) of ``metric`` in [a, b] (all it was read for by default)."""
+        t, v = self.merged.get(metric, EMPTY)
         i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
         return t[i:j], v[i:j]
 

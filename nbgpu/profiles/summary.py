@@ -17,7 +17,6 @@ from ..timeline import epoch_seconds, to_epoch
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
-    EMPTY,
     RESOLUTION_PERIODS_S,
     TARGET_ERROR,
     Readings,
@@ -124,7 +123,7 @@ class _Lines:
 
 def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | None]:
     """(start, end, held knots) of memory used: newest at/before t0, first at/after t1."""
-    t, v = r.merged("mem_used_bytes")
+    t, v = r.series("mem_used_bytes")
     if not len(t):
         return math.nan, math.nan, None
     first = int(t.searchsorted(t0 - EDGE_SLACK_S, "left"))  # the oldest that may stand for t0
@@ -148,7 +147,7 @@ def _gpu_row(dev: Device, r: Readings, t0: float, t1: float, status: str, alloc:
              ) -> tuple[dict, _Lines]:
     def frame_max(metric: str, value: float) -> float:
         """``value``, raised to a folded frame's per-tick maximum of ``metric`` in the block."""
-        _, mv = r.series(_MAX_COLUMNS[metric], t0, t1) if r.has_maxima else EMPTY
+        _, mv = r.series(_MAX_COLUMNS[metric], t0, t1)
         return max(value, float(mv.max())) if len(mv) else value
 
     row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
