@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .. import holders
 from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
 from ..files import atomic_file, check_target
@@ -34,6 +36,7 @@ TOP_ALLOCATIONS = 5
 TOP_HOLDERS = 3
 STACK_FRAMES = 3
 SNAPSHOT_SECONDS = 120.0
+ALERT_FIELDS = ("rule", "severity", "gpu", "start", "message", "suggestion")
 
 
 def is_oom(exc: BaseException | None) -> bool:
@@ -176,27 +179,20 @@ def build_story(cap: Capture, exc: BaseException) -> OomStory:
                     failed_gpu, gpus, history_state, allocations, rows, attrs.get("freed_by", {}))
 
 
-def write_snapshot(path: str, sampler: Sampler, alert: object = None) -> str:
+def write_snapshot(path: str, sampler: Sampler, alert: object) -> None:
     """Write the last two minutes of memory/util/power and the allocator's figures to ``path`` (JSON)."""
     framework, figures, history_state, allocations = framework_memory()
     now = time.time()
     window = sampler.timeline.between(now - SNAPSHOT_SECONDS, now)
-    data = {
-        "written_at": now,
-        "alert": None if alert is None else {k: getattr(alert, k, None) for k in
-                                             ("rule", "severity", "gpu", "start", "message", "suggestion")},
-        "framework": framework,
-        "framework_memory": {str(k): v for k, v in figures.items()},
-        "allocator_history": history_state,
-        "largest_allocations": [asdict(a) for a in allocations],
-        "timeline": {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t],
-                                        "values": [float(x) for x in v]}
-                                    for m in ("mem_used_bytes", "util_pct", "power_w")
-                                    for t, v in (window.series(dev.key, m),)} for dev in sampler.devices},
-    }
+    series = {str(d.key): {m: window.series(d.key, m) for m in ("mem_used_bytes", "util_pct", "power_w")}
+              for d in sampler.devices}
+    data = {"written_at": now, "alert": {k: getattr(alert, k, None) for k in ALERT_FIELDS},
+            "framework": framework, "framework_memory": figures,  # device indices become text keys
+            "allocator_history": history_state, "largest_allocations": [asdict(a) for a in allocations],
+            "timeline": {g: {m: {"time_s": np.round(t, 3).tolist(), "values": np.asarray(v, float).tolist()}
+                             for m, (t, v) in by.items()} for g, by in series.items()}}
     with atomic_file(path) as fh:
         json.dump(data, fh, default=str)
-    return path
 
 
 def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple[str, ...] = ("oom_risk",),
