@@ -43,6 +43,11 @@ def pick_sampler() -> Sampler | None:
     return max(running_samplers(), key=lambda s: s.started_at or 0.0, default=None)
 
 
+def now_on(sampler: Sampler | None) -> float:
+    """Now on ``sampler``'s clock, the one its readings and marks are stamped with."""
+    return sampler.now() if sampler is not None else time.time()
+
+
 def active_captures() -> list[Capture]:
     """Captures currently open, outermost first."""
     return list(_active)
@@ -141,7 +146,7 @@ class Capture:
         """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""
         if not math.isnan(self.end_time):
             return
-        self.end_time = self._clock()
+        self.end_time = now_on(self.sampler)
         self.status = status
         if exc is not None:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -177,10 +182,6 @@ class Capture:
                 "torch_reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
                 "torch_uuid": torch_uuid(cuda, i)}
 
-    def _clock(self) -> float:
-        """Now on the sampler's clock, the one its readings are stamped with."""
-        return self.sampler.now() if self.sampler is not None else time.time()
-
     # -- results ----------------------------------------------------------------------------
     @property
     def duration_s(self) -> float:
@@ -188,7 +189,7 @@ class Capture:
         return t1 - t0
 
     def _range(self) -> tuple[float, float]:
-        return self.start_time, (self._clock() if math.isnan(self.end_time) else self.end_time)
+        return self.start_time, (now_on(self.sampler) if math.isnan(self.end_time) else self.end_time)
 
     @property
     def window(self) -> Timeline:

@@ -107,8 +107,7 @@ def _sem2(v: np.ndarray) -> float:
 def _peak_step(v: np.ndarray) -> float:
     """The larger step between the peak reading and its neighbours (0 for one reading)."""
     i = int(np.argmax(v))
-    steps = [abs(float(v[j] - v[i])) for j in (i - 1, i + 1) if 0 <= j < len(v)]
-    return max(steps, default=0.0)
+    return float(np.abs(v[max(i - 1, 0):i + 2] - v[i]).max())
 
 
 def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True) -> dict[str, Figure]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadArgumentError
 from ..sampler import Sampler
 from ..sampler_thread import fetch_buffered, running_samplers
-from .capture import active_captures, pick_sampler
+from .capture import active_captures, now_on, pick_sampler
 from .summary import rows_frame, summarize
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ class Tracker:
         """Start iteration ``i``: close the previous one and mark this one on every timeline."""
         if self.sampler is None:
             self.sampler = pick_sampler()
-        now = self._now()
+        now = now_on(self.sampler)
         if self._open is not None:
             self.spans.append((*self._open, now, "done"))
         text = f"{self.label} {i}"
@@ -57,12 +56,8 @@ class Tracker:
     def end(self, status: str = "done") -> None:
         """Close the running iteration, if any."""
         if self._open is not None:
-            self.spans.append((*self._open, self._now(), status))
+            self.spans.append((*self._open, now_on(self.sampler), status))
             self._open = None
-
-    def _now(self) -> float:
-        """The sampler's clock (the one its readings and marks are stamped with)."""
-        return self.sampler.now() if self.sampler is not None else time.time()
 
     def __iter__(self) -> Iterator[Any]:
         status = "done"
