@@ -125,7 +125,6 @@ class SavedRecord:
 
     execution_count = property(lambda self: self.data.get("execution_count"))
     cell_id = property(lambda self: self.data.get("cell_id"))
-    first_line = property(lambda self: self.data.get("first_line", ""))
     source_hash = property(lambda self: self.data.get("source_hash", ""))
     start_time = property(lambda self: float(self.data.get("start") or math.nan))
 
@@ -143,9 +142,6 @@ class SavedRecord:
 
     def totals(self) -> dict:
         return dict(self.data.get("totals") or {})
-
-    def to_json(self) -> dict:
-        return self.data
 
 
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
