@@ -68,26 +68,19 @@ class Allocation:
 def framework_memory() -> tuple[str | None, dict[int, dict[str, float]], str, list[Allocation]]:
     """(framework, {device index: allocated/reserved/peak bytes}, allocator history state, largest
     live allocations) from a framework the user imported."""
-    cuda = torch_cuda()
+    cuda, tf, out = torch_cuda(), sys.modules.get("tensorflow"), {}
+    with contextlib.suppress(Exception):
+        for i in range(cuda.device_count()) if cuda is not None else ():
+            out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)), "uuid": torch_uuid(cuda, i),
+                      "reserved_bytes": float(cuda.memory_reserved(i)),
+                      "peak_allocated_bytes": float(cuda.max_memory_allocated(i))}
+        for i, _ in enumerate(tf.config.list_logical_devices("GPU")) if cuda is None and tf else ():
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+            out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
+                      "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
     if cuda is not None:
-        out = {}
-        with contextlib.suppress(Exception):
-            for i in range(cuda.device_count()):
-                out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)),
-                          "reserved_bytes": float(cuda.memory_reserved(i)),
-                          "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
-                          "uuid": torch_uuid(cuda, i)}
         return "pytorch", out, *largest_allocations()
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        out = {}
-        with contextlib.suppress(Exception):
-            for i, _dev in enumerate(tf.config.list_logical_devices("GPU")):
-                info = tf.config.experimental.get_memory_info(f"GPU:{i}")
-                out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
-                          "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
-        return "tensorflow", out, "unavailable", []
-    return None, {}, "unavailable", []
+    return ("tensorflow" if tf is not None else None), out, "unavailable", []
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
