@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
-from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from ..units import finite, fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .summary import Summary, texts
 
 if TYPE_CHECKING:
@@ -20,10 +20,6 @@ REPORT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_
                   "pcie_tx_bytes_per_s")
 
 
-def _isnum(v) -> bool:
-    return v is not None and not isinstance(v, str) and v == v
-
-
 def one_line(summary: Summary | list[dict], status: str = "ok", combined: dict | None = None) -> str:
     """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU."""
     if isinstance(summary, Summary):
@@ -32,24 +28,18 @@ def one_line(summary: Summary | list[dict], status: str = "ok", combined: dict |
     rows = [r for r in summary if r.get("parent") not in cards]  # a listed card's slices left out
     if not rows:
         return "no GPU readings"
-    tail = "" if status == "ok" else f" · {status.upper()}"
+    named = [(f"GPU{r['gpu']}", r) for r in rows]
     if len(rows) > 2 and combined:
-        rows = [dict(combined, gpu=f"{len(rows)} GPUs ")]
+        named = [(f"{len(rows)} GPUs", combined)]
     parts = []
-    for r in rows:
-        delta = r["mem_delta_bytes"]
-        delta_txt = f" ({fmt_bytes(delta, signed=True)})" if _isnum(delta) else ""
-        gpu = r["gpu"]
-        name = gpu if isinstance(gpu, str) and gpu.endswith(" ") else f"GPU{gpu} "
-        bits = [f"{name}{fmt_duration(r['duration_s'])}",
-                f"util {fmt_pct(r['util_mean_pct'])}",
-                f"peak {fmt_bytes(r['mem_peak_bytes'])}{delta_txt}",
-                fmt_watts(r["power_mean_w"]),
-                fmt_energy(r["energy_j"])]
-        if isinstance(r.get("throttle_reasons"), str) and r["throttle_reasons"]:
-            bits.append("throttled")
+    for name, r in named:
+        delta = f" ({fmt_bytes(r['mem_delta_bytes'], signed=True)})" if finite(r["mem_delta_bytes"]) else ""
+        throttled = isinstance(r.get("throttle_reasons"), str) and r["throttle_reasons"]
+        bits = [f"{name} {fmt_duration(r['duration_s'])}", f"util {fmt_pct(r['util_mean_pct'])}",
+                f"peak {fmt_bytes(r['mem_peak_bytes'])}{delta}", fmt_watts(r["power_mean_w"]),
+                fmt_energy(r["energy_j"]), *(["throttled"] if throttled else [])]
         parts.append(" · ".join(bits))
-    return " | ".join(parts) + tail
+    return " | ".join(parts) + ("" if status == "ok" else f" · {status.upper()}")
 
 
 _COLUMNS = {  # heading: the cell of a row (already HTML)
@@ -63,7 +53,7 @@ _COLUMNS = {  # heading: the cell of a row (already HTML)
     "SM active": lambda r: fmt_pct(r["sm_active_mean_pct"]),
     "power mean / max": lambda r: f"{fmt_watts(r['power_mean_w'])} / {fmt_watts(r['power_max_w'])}",
     "energy": lambda r: f"{fmt_energy(r['energy_j'])} ({r['energy_source']})",
-    "temp max": lambda r: "–" if not _isnum(r["temp_max_c"]) else f"{r['temp_max_c']:.0f} °C",
+    "temp max": lambda r: "–" if not finite(r["temp_max_c"]) else f"{r['temp_max_c']:.0f} °C",
     "throttling": lambda r: escape(r["throttle_reasons"]) if r.get("throttle_reasons") else "none",
     "torch peak alloc / reserved": lambda r: f"{fmt_bytes(r.get('torch_peak_allocated_bytes'))} / "
                                              f"{fmt_bytes(r.get('torch_peak_reserved_bytes'))}",
@@ -76,7 +66,7 @@ def summary_html(rows: list[dict], combined: dict | None = None) -> str:
     there are several; cells never wrap. No kernel or JavaScript needed."""
     if not rows:
         return "<p>No GPU readings in this block.</p>"
-    has_sm = any(_isnum(r.get("sm_active_mean_pct")) for r in rows)
+    has_sm = any(finite(r.get("sm_active_mean_pct")) for r in rows)
     has_torch = any("torch_peak_allocated_bytes" in r for r in rows)
     heads = [h for h in _COLUMNS if (has_sm or h != "SM active") and (has_torch or not h.startswith("torch"))]
     th = '<th style="text-align:left;padding:2px 8px;white-space:nowrap">'
