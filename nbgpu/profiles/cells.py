@@ -211,19 +211,19 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
     cap = Capture(sampler, gpus=gpus)
     cap.line_offset = 1  # the body's line 1 is the cell's line 2, under %%gpumon
     cap.start()
+    error = story = None
     try:
         _run_body(shell, cell)
     except BaseException as exc:
-        story = _oom_story(cap, exc)
-        cap.finish(status_of(type(exc)), exc)
-        _record_and_show(shell, cell, cap, story)
+        error, story = exc, _oom_story(cap, exc)
         raise  # the user's exception, unchanged: same object, same traceback
-    cap.finish("ok")
-    _record_and_show(shell, cell, cap)
+    finally:
+        cap.finish(status_of(type(error) if error is not None else None), error)
+        _record_and_show(shell, cell, cap, story)
     return cap
 
 
-def _record_and_show(shell, cell: str, cap: Capture, story=None) -> None:
+def _record_and_show(shell, cell: str, cap: Capture, story: OomStory | None) -> None:
     """Record the cell, then show: the OOM story first (if any), the report, the comparison."""
     rec = CellRecord(current_count(shell), _cell_id(shell), cell, cap)
     add_record(rec)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
-from ..units import finite, fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from ..units import finite, fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 from .summary import Summary, texts
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ _COLUMNS = {  # heading: the cell of a row (already HTML)
     "SM active": lambda r: fmt_pct(r["sm_active_mean_pct"]),
     "power mean / max": lambda r: f"{fmt_watts(r['power_mean_w'])} / {fmt_watts(r['power_max_w'])}",
     "energy": lambda r: f"{fmt_energy(r['energy_j'])} ({r['energy_source']})",
-    "temp max": lambda r: "–" if not finite(r["temp_max_c"]) else f"{r['temp_max_c']:.0f} °C",
+    "temp max": lambda r: fmt_celsius(r["temp_max_c"]),
     "throttling": lambda r: escape(r["throttle_reasons"]) if r.get("throttle_reasons") else "none",
     "torch peak alloc / reserved": lambda r: f"{fmt_bytes(r.get('torch_peak_allocated_bytes'))} / "
                                              f"{fmt_bytes(r.get('torch_peak_reserved_bytes'))}",
