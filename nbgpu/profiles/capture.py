@@ -6,6 +6,7 @@ import contextlib
 import math
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +15,15 @@ import numpy as np
 from ..diagnostics import stacks
 from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
+from ..hooks import view
 from ..peaks import match_torch, torch_cuda, torch_uuid
 from ..sampler import Sampler, check_sampler
 from ..sampler_thread import running_samplers, wait_for_edge
 from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
+from .report import NO_GPU_LINE, no_gpu, static_html
+from .report import one_line as line_of
 from .summary import Summary, as_count, rows_frame, selected, summarize
 
 if TYPE_CHECKING:
@@ -267,11 +271,7 @@ class Capture:
     @property
     def summary(self) -> pd.DataFrame:
         """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns."""
-        from .report import NO_GPU_LINE, no_gpu
-
         if no_gpu(self):
-            import warnings
-
             warnings.warn(NO_GPU_LINE, UserWarning, stacklevel=2)
         return self._once("frame", lambda: rows_frame(self.summary_rows)).copy()
 
@@ -315,25 +315,19 @@ class Capture:
 
     def one_line(self) -> str:
         """The short summary line, e.g. ``GPU0 1m12s · util 87 % · peak 41.2 GiB (+3.1 GiB) · …``."""
-        from .report import one_line
-
         def line() -> str:
             result = self.summarized()
             sim = " · SIMULATED" if self.sampler is not None and self.sampler.simulated else ""
-            return one_line(result.rows, self.status, result.combined) + sim
+            return line_of(result.rows, self.status, result.combined) + sim
         return self._once("line", line)
 
     def report(self) -> None:
         """Display the cell report (interactive chart + static fallbacks), once (None: no second copy)."""
         from IPython.display import display
 
-        from ..hooks import view
-
         display(view("cell_report", self))
 
     def _repr_html_(self) -> str:
-        from .report import static_html
-
         return static_html(self)
 
 

@@ -13,6 +13,7 @@ from html import escape
 from IPython.display import display
 
 from ..diagnostics.stacks import CATEGORIES, LABELS
+from ..hooks import view
 from ..sampler import Sampler
 from ..units import fmt_duration, fmt_energy
 from .capture import Capture, status_of
@@ -21,6 +22,7 @@ from .cost import cost_of
 from .history import CellRecord, earlier
 from .history import add as add_record
 from .oom import OomStory, PostMortem, build_story, is_oom
+from .report import compact_html
 
 log = logging.getLogger("nbgpu")
 
@@ -87,8 +89,6 @@ def _show(text: str, html: str) -> None:
 
 def _show_one_line(cap: Capture, note: str = "") -> None:
     """The ``--cells`` line: plain text, and HTML whose click opens the report."""
-    from .report import compact_html
-
     html = compact_html(cap)
     if note:
         html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(note)}</p>'
@@ -107,8 +107,6 @@ def _oom_story(cap: Capture, exc: BaseException | None) -> OomStory | None:
 
 
 def _show_post_mortem(cap: Capture, story) -> None:
-    from ..hooks import view
-
     try:
         display(view("oom_report", PostMortem(cap, story)))
     except Exception as exc:  # never hide the user's own error behind ours
@@ -230,8 +228,6 @@ def _record_and_show(shell, cell: str, cap: Capture, story: OomStory | None) -> 
     if story is not None:
         _show_post_mortem(cap, story)
     try:
-        from ..hooks import view
-
         display(view("cell_report", cap))
         joules = cap.totals.get("energy_j", math.nan)
         cost = f"energy {fmt_energy(joules)} = {cost_of(joules).text()}"

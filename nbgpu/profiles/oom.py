@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import holders
+from ..diagnostics.alerts import SEVERITIES
 from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
 from ..files import atomic_file, check_target
 from ..peaks import match_torch, torch_cuda, torch_uuid
-from ..units import GIB, KIB, MIB, TIB, as_float
+from ..units import GIB, KIB, MIB, TIB, as_float, fmt_bytes
+from .capture import Capture, pick_sampler
 
 if TYPE_CHECKING:
     from ..sampler import Sampler
-    from .capture import Capture
 
 OOM_CLASS_NAMES = ("OutOfMemoryError", "ResourceExhaustedError")
 _OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory|RESOURCE_EXHAUSTED|"
@@ -193,9 +194,6 @@ def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple
     """When an alert of ``rules`` at ``severity`` or above fires on ``sampler`` (None: the running
     one), write the last two minutes of its timeline and the allocator's figures to ``path`` (JSON,
     replaced atomically); returns the callback registered with ``sampler.on_alert``."""
-    from ..diagnostics.alerts import SEVERITIES
-    from .capture import pick_sampler
-
     if severity not in SEVERITIES:
         raise BadArgumentError(f"severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
     sampler = sampler or pick_sampler()
@@ -231,8 +229,6 @@ class PostMortem:
 
     def text(self) -> str:
         """The memory story as plain text, one line per fact."""
-        from ..units import fmt_bytes
-
         s = self.story
         lines = [f"GPU out of memory: {s.error}"]
         if math.isfinite(s.requested_bytes):

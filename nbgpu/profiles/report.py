@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
+from ..diagnostics.engine import JUDGE_MIN_S
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
 from ..units import finite, fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
@@ -121,8 +122,6 @@ def where_line(cap: Capture) -> str:
 
 def judged_line(cap: Capture) -> str:
     """``too short to judge: idle, input_bound (it ran 0.50 s; ...)``; "" if every rule judged it."""
-    from ..diagnostics.engine import JUDGE_MIN_S
-
     _ = cap.alerts  # judging the block names the rules it was too short for
     if not cap.too_short:
         return ""
