@@ -82,17 +82,12 @@ def against_last(rec: CellRecord) -> str:
                         for r, m in sorted(now.items()))])
 
 
-def _show(text: str, html: str) -> None:
-    """Display plain text and its HTML."""
-    display({"text/plain": text, "text/html": html}, raw=True)
-
-
 def _show_one_line(cap: Capture, note: str = "") -> None:
     """The ``--cells`` line: plain text, and HTML whose click opens the report."""
     html = compact_html(cap)
     if note:
         html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(note)}</p>'
-    _show(cap.one_line() + (f" · {note}" if note else ""), html)
+    display({"text/plain": cap.one_line() + (f" · {note}" if note else ""), "text/html": html}, raw=True)
 
 
 def _oom_story(cap: Capture, exc: BaseException | None) -> OomStory | None:
@@ -232,7 +227,8 @@ def _record_and_show(shell, cell: str, cap: Capture, story: OomStory | None) -> 
         joules = cap.totals.get("energy_j", math.nan)
         cost = f"energy {fmt_energy(joules)} = {cost_of(joules).text()}"
         notes = [part for line in (against_last(rec), cost) if line for part in line.split("\n")]
-        _show("\n".join(notes), "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">'
-                                        f"{escape(line)}</p>" for line in notes))
+        html = "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">{escape(line)}</p>'
+                       for line in notes)
+        display({"text/plain": "\n".join(notes), "text/html": html}, raw=True)
     except Exception as exc:  # the report must never hide the cell's own outcome
         log.warning("nbgpu: the cell report could not be shown: %s", exc)

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import BadArgumentError
 from ..files import json_value
 from ..units import MIB, as_float, fmt_bytes, fmt_duration, fmt_energy
+from .energy import EMPTY
 
 if TYPE_CHECKING:
     from .capture import Capture
@@ -112,10 +113,9 @@ def _peak_step(v: np.ndarray) -> float:
 
 def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True) -> dict[str, Figure]:
     """The compared figures of one GPU: values from its summary ``row``, noise from its readings."""
-    empty = (np.empty(0), np.empty(0))
-    ut, uv = series.get("util_pct", empty)
-    pt, pv = series.get("power_w", empty)
-    mt, mv = series.get("mem_used_bytes", empty)
+    ut, uv = series.get("util_pct", EMPTY)
+    pt, pv = series.get("power_w", EMPTY)
+    mt, mv = series.get("mem_used_bytes", EMPTY)
     ticks = [s for s in (_spacing(ut), _spacing(mt), _spacing(pt)) if not math.isnan(s)]
     energy = as_float(row.get("energy_j"))
     mean_p = float(pv.mean()) if len(pv) >= MIN_READINGS else math.nan
