@@ -92,7 +92,7 @@ class Capture:
         self.trackers: list = []
         self._torch_floor: dict[int, tuple[float, float]] = {}  # peaks before a nested block reset them
         self._torch_reserved_start: dict[int, float] = {}
-        self._torch: dict[int, dict[str, float]] = {}  # PyTorch's figures of the finished block
+        self._torch: list[dict] = []  # PyTorch's figures of the finished block, per device index
         self._fast = contextlib.ExitStack()
         self._kept: dict[str, object] = {}  # results of the finished block
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
@@ -179,12 +179,12 @@ class Capture:
             return
         for i in range(cuda.device_count()):
             allocated, reserved = _torch_peaks(cuda, i, self._torch_floor.get(i, (0.0, 0.0)))
-            self._torch[i] = {
+            self._torch.append({
                 "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
                 "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
                 "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
                 "torch_reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
-                "torch_uuid": torch_uuid(cuda, i)}
+                "torch_uuid": torch_uuid(cuda, i)})
 
     # -- results ----------------------------------------------------------------------------
     @property
@@ -241,14 +241,12 @@ class Capture:
         return self._once("summary", self._summarize)
 
     def _summarize(self) -> Summary:
-        t0, t1 = self._range()
-        figures = self._torch  # PyTorch's, matched to GPUs by UUID (or by order where safe)
-        torch_rows = match_torch(self.devices(), [figures[i] for i in sorted(figures)],
-                                 "torch_uuid") if figures else {}
+        # PyTorch's figures, matched to GPUs by UUID (or by order where safe)
+        torch_rows = match_torch(self.devices(), self._torch, "torch_uuid") if self._torch else {}
         allocator = {g: {"peak_reserved_bytes": f["torch_peak_reserved_bytes"],
                          "reserved_start_bytes": f["torch_reserved_start_bytes"]}
                      for g, f in torch_rows.items()}
-        result = summarize(self.sampler.timeline, t0, t1, gpus=self.gpus, status=self.status,
+        result = summarize(self.sampler.timeline, *self._range(), gpus=self.gpus, status=self.status,
                            allocator=allocator)
         alerts = self.alerts
         for row in result.rows:
