@@ -256,13 +256,9 @@ def _parse(raw: bytes) -> tuple[str, dict | None]:
 
 
 def _read_bytes(path: str) -> list[bytes]:
-    try:
-        fd = _open(path, os.O_RDONLY)
-    except FileError:
-        if not os.path.lexists(path):
-            return []
-        raise
-    with os.fdopen(fd, "rb") as fh:
+    if not os.path.lexists(path):  # nothing kept there yet
+        return []
+    with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
         return fh.read().splitlines()
 
 
