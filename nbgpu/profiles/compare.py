@@ -138,14 +138,10 @@ def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
     """Figures over all GPUs: values from ``totals`` (the summary's combined row), noises combined."""
     figs = [f for f in per_gpu.values() if f]
     out = {}
-    for metric in COMPARED:
-        n = [f[metric].noise for f in figs if metric in f]
-        if not n:
-            noise = math.nan
-        elif metric in ("duration_s", "mem_peak_bytes"):  # maxima: the largest noise
-            noise = math.nan if any(math.isnan(x) for x in n) else max(n)
-        else:  # sums add in quadrature; a mean divides that by the number of GPUs
-            noise = math.sqrt(sum(x * x for x in n)) / (len(figs) if metric == "util_mean_pct" else 1)
+    for metric in COMPARED:  # maxima take the largest noise (NaN if one is unknown); sums add in
+        n = np.array([f[metric].noise for f in figs if metric in f])  # quadrature, a mean divides by the GPUs
+        noise = (math.nan if not len(n) else float(n.max()) if metric in ("duration_s", "mem_peak_bytes")
+                 else float(np.sqrt(n @ n)) / (len(figs) if metric == "util_mean_pct" else 1))
         out[metric] = Figure(as_float(totals.get(metric)), noise)
     return out
 
