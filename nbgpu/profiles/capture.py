@@ -61,11 +61,11 @@ def active_captures() -> list[Capture]:
 register_activity(lambda sampler: any(c.sampler is sampler for c in list(_active)))
 
 
-def status_of(exc_type: type[BaseException] | None) -> str:
+def status_of(exc: BaseException | None) -> str:
     """"ok", "interrupted" (KeyboardInterrupt) or "failed" (any other exception)."""
-    if exc_type is None:
+    if exc is None:
         return "ok"
-    return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
 
 
 def _torch_peaks(cuda: Any, i: int, floor: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
@@ -108,7 +108,7 @@ class Capture:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.finish(status_of(exc_type), exc)
+        self.finish(status_of(exc), exc)
         return False  # the block's exception, if any, goes on unchanged
 
     def start(self) -> Capture:

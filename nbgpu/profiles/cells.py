@@ -142,8 +142,7 @@ class _CellMode:
         skip, self.skip_current = self.skip_current, False
         story = None if skip else _oom_story(cap, error)
         long_enough = story is not None or time.time() - cap.start_time >= self.min_duration_s
-        cap.finish(status_of(type(error) if error is not None else None), error,
-                   wait=long_enough and not skip)
+        cap.finish(status_of(error), error, wait=long_enough and not skip)
         if skip:  # %%gpumon profiled this cell itself
             return
         rec = CellRecord(getattr(result, "execution_count", None), _cell_id(self.shell, info),
@@ -211,7 +210,7 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
         error, story = exc, _oom_story(cap, exc)
         raise  # the user's exception, unchanged: same object, same traceback
     finally:
-        cap.finish(status_of(type(error) if error is not None else None), error)
+        cap.finish(status_of(error), error)
         _record_and_show(shell, cell, cap, story)
     return cap
 
