@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nbgpu import config
 from nbgpu.errors import BadArgumentError
 from nbgpu.profiles import cost
 from nbgpu.profiles.compare import (
@@ -301,11 +302,11 @@ def test_relative_greater_bound_breaks_exactly_above_the_limit(base, pct, new):
 # -- cost ------------------------------------------------------------------------------------------
 @pytest.fixture
 def no_cost_config(monkeypatch):
-    for name in (cost.ENV_PRICE, cost.ENV_CURRENCY, cost.ENV_CARBON):
+    for name in ("NBGPU_PRICE_PER_KWH", "NBGPU_CURRENCY", "NBGPU_CARBON_G_PER_KWH"):
         monkeypatch.delenv(name, raising=False)
-    cost.reset()
+    config.reset()
     yield
-    cost.reset()
+    config.reset()
 
 
 def test_only_kwh_until_configured(no_cost_config):
@@ -323,17 +324,18 @@ def test_configured_price_and_carbon(no_cost_config):
 
 
 def test_environment_settings_and_bad_values(no_cost_config, monkeypatch):
-    monkeypatch.setenv(cost.ENV_PRICE, "0.25")
-    monkeypatch.setenv(cost.ENV_CURRENCY, "CHF")
-    s = cost.settings()
-    assert (s.price_per_kwh, s.currency, s.carbon_g_per_kwh) == (0.25, "CHF", None)
+    monkeypatch.setenv("NBGPU_PRICE_PER_KWH", "0.25")
+    monkeypatch.setenv("NBGPU_CURRENCY", "CHF")
+    c = cost.cost_of(3.6e6)  # the environment is read when the settings are made
+    assert (c.cost, c.currency, math.isnan(c.co2_g)) == (pytest.approx(0.25), "CHF", True)
     cost.configure(price_per_kwh=0.5)
-    assert cost.settings().price_per_kwh == 0.5  # configure wins over the environment
+    assert cost.cost_of(3.6e6).cost == pytest.approx(0.5)  # configure wins over the environment
     with pytest.raises(BadArgumentError, match="price_per_kwh must be a number >= 0"):
         cost.configure(price_per_kwh=-1)
-    monkeypatch.setenv(cost.ENV_CARBON, "lots")
+    config.reset()
+    monkeypatch.setenv("NBGPU_CARBON_G_PER_KWH", "lots")
     with pytest.raises(BadArgumentError, match="NBGPU_CARBON_G_PER_KWH"):
-        cost.settings()
+        cost.cost_of(3.6e6)
 
 
 # -- units as a person reads them ------------------------------------------------------------------

@@ -185,7 +185,7 @@ def test_a_cell_run_again_says_what_changed(clean_profiles):
     def run(step_s: float, parts) -> history.CellRecord:
         feed(s, clock.t, clock.t + 24, parts)
         cap = nbgpu.capture(sampler=s).start()
-        for _ in Tracker(range(round(24 / step_s)), sampler=s):
+        for _ in Tracker(range(round(24 / step_s))):  # on the running sampler, s
             drive(s, clock, step_s, step=0.25 if step_s >= 0.25 else step_s)
         cap.finish(wait=False)
         rec = history.CellRecord(None, "train-cell", "for x, y in dl: step(x)", cap)

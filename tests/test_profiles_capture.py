@@ -170,9 +170,9 @@ def test_exception_propagates_unchanged_and_is_recorded(fake_sampler):
 
 def test_nested_captures(fake_sampler):
     s, clock = fake_sampler
-    with nbgpu.capture(sampler=s, label="outer") as outer:
+    with nbgpu.capture(sampler=s) as outer:
         clock.advance(s, 0.3)
-        with nbgpu.capture(sampler=s, label="inner") as inner:
+        with nbgpu.capture(sampler=s) as inner:
             clock.advance(s, 0.3)
         clock.settle(s)  # the inner end's edge read, before time moves on
         clock.advance(s, 0.3)

@@ -112,7 +112,7 @@ def test_one_line_and_table_text():
     line = one_line(result)
     assert line == "GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 600 W · 43.2 kJ"
     assert one_line(result, "failed").endswith("· FAILED")
-    html = summary_html(result.frame())
+    html = summary_html(result.rows)
     assert "<table" in html and "43.2 kJ (power)" in html and "38.4 GiB" in html
     assert ">peak</th>" in html and "all GPUs" not in html  # each cell states its unit; one GPU: no total
     assert fmt_duration(3725) == "1h02m"

@@ -6,6 +6,7 @@ import contextlib
 import math
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +15,15 @@ import numpy as np
 from ..diagnostics import stacks
 from ..diagnostics.engine import cell_alerts, register_activity
 from ..errors import BadArgumentError
+from ..hooks import view
 from ..peaks import match_torch, torch_cuda, torch_uuid
 from ..sampler import Sampler, check_sampler
 from ..sampler_thread import running_samplers, wait_for_edge
 from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
+from .report import NO_GPU_LINE, no_gpu, static_html
+from .report import one_line as line_of
 from .summary import Summary, as_count, rows_frame, selected, summarize
 
 if TYPE_CHECKING:
@@ -43,6 +47,11 @@ def pick_sampler() -> Sampler | None:
     return max(running_samplers(), key=lambda s: s.started_at or 0.0, default=None)
 
 
+def now_on(sampler: Sampler | None) -> float:
+    """Now on ``sampler``'s clock, the one its readings and marks are stamped with."""
+    return sampler.now() if sampler is not None else time.time()
+
+
 def active_captures() -> list[Capture]:
     """Captures currently open, outermost first."""
     return list(_active)
@@ -52,49 +61,17 @@ def active_captures() -> list[Capture]:
 register_activity(lambda sampler: any(c.sampler is sampler for c in list(_active)))
 
 
-def status_of(exc_type: type[BaseException] | None) -> str:
+def status_of(exc: BaseException | None) -> str:
     """"ok", "interrupted" (KeyboardInterrupt) or "failed" (any other exception)."""
-    if exc_type is None:
+    if exc is None:
         return "ok"
-    return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
 
 
-class TorchStats:
-    """PyTorch allocator figures of a block, read only if the user's code imported torch."""
-
-    def __init__(self) -> None:
-        self.floor: dict[int, dict[str, float]] = {}  # peaks of the block before a nested one reset them
-        self.reserved_start: dict[int, float] = {}
-        self.result: dict[int, dict[str, float]] = {}
-
-    def start(self, outer: list[Capture]) -> None:
-        if (cuda := torch_cuda()) is None:
-            return
-        for i in range(cuda.device_count()):
-            for cap in outer:  # resetting the counters must not lose an outer block's peaks
-                cap._torch.floor[i] = _torch_peaks(cuda, i, cap._torch.floor.get(i))
-            self.reserved_start[i] = float(cuda.memory_reserved(i))
-            cuda.reset_peak_memory_stats(i)
-
-    def finish(self) -> None:
-        if (cuda := torch_cuda()) is None:
-            return
-        for i in range(cuda.device_count()):
-            allocated, reserved = _torch_peaks(cuda, i, self.floor.get(i)).values()
-            self.result[i] = {
-                "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
-                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
-                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
-                "torch_reserved_start_bytes": self.reserved_start.get(i, 0.0),
-                "torch_uuid": torch_uuid(cuda, i),
-            }
-
-
-def _torch_peaks(cuda: Any, i: int, floor: dict[str, float] | None) -> dict[str, float]:
+def _torch_peaks(cuda: Any, i: int, floor: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """PyTorch's peak allocated and reserved bytes of device ``i``, at least ``floor``'s."""
-    floor = floor or {}
-    return {k: max(float(read(i)), floor.get(k, 0.0)) for k, read in
-            (("allocated", cuda.max_memory_allocated), ("reserved", cuda.max_memory_reserved))}
+    return (max(float(cuda.max_memory_allocated(i)), floor[0]),
+            max(float(cuda.max_memory_reserved(i)), floor[1]))
 
 
 class Capture:
@@ -102,19 +79,20 @@ class Capture:
     ``sampler`` it reads the running one, else starts its own (``source``, ``interval``)."""
 
     def __init__(self, sampler: Sampler | None = None, *, source: object = None,
-                 interval: float | None = None, gpus: list | None = None, label: str = "") -> None:
+                 interval: float | None = None, gpus: list | None = None) -> None:
         check_sampler(sampler, source, interval)
         self.sampler = sampler
         self._source, self._interval = source, interval
         self._asked_gpus = gpus
         self.gpus = self._checked_gpus() if sampler is not None else None
-        self.label = label
         self.start_time = self.end_time = math.nan
         self.status = "running"
         self.error: str | None = None
         self.owns_sampler = False
         self.trackers: list = []
-        self._torch = TorchStats()
+        self._torch_floor: dict[int, tuple[float, float]] = {}  # peaks before a nested block reset them
+        self._torch_reserved_start: dict[int, float] = {}
+        self._torch: list[dict] = []  # PyTorch's figures of the finished block, per device index
         self._fast = contextlib.ExitStack()
         self._kept: dict[str, object] = {}  # results of the finished block
         self._stacks: int | None = None  # the token of the stack sampling held (diagnostics.stacks)
@@ -123,14 +101,14 @@ class Capture:
 
     def __repr__(self) -> str:
         dur = "running" if math.isnan(self.end_time) else f"{self.duration_s:.2f}s"
-        return f"<nbgpu.Capture {self.label or 'block'} {dur} {self.status}>"
+        return f"<nbgpu.Capture block {dur} {self.status}>"
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> Capture:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.finish(status_of(exc_type), exc)
+        self.finish(status_of(exc), exc)
         return False  # the block's exception, if any, goes on unchanged
 
     def start(self) -> Capture:
@@ -148,7 +126,12 @@ class Capture:
             self.sampler.start()
             self.owns_sampler = True
         self.gpus = self._checked_gpus()
-        self._torch.start(list(_active))
+        if (cuda := torch_cuda()) is not None:
+            for i in range(cuda.device_count()):
+                for cap in _active:  # resetting the counters must not lose an outer block's peaks
+                    cap._torch_floor[i] = _torch_peaks(cuda, i, cap._torch_floor.get(i, (0.0, 0.0)))
+                self._torch_reserved_start[i] = float(cuda.memory_reserved(i))
+                cuda.reset_peak_memory_stats(i)
         self._fast.enter_context(self.sampler.fast_memory(FAST_MEMORY_EVERY_S))
         self.start_time = self.sampler.now()
         self._stacks = stacks.hold(self.sampler, self.line_offset)
@@ -167,19 +150,18 @@ class Capture:
         """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""
         if not math.isnan(self.end_time):
             return
-        self.end_time = self._clock()
+        self.end_time = now_on(self.sampler)
         self.status = status
         if exc is not None:
             self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if self in _active:
             _active.remove(self)
         with contextlib.suppress(Exception):
-            self._torch.finish()
+            self._torch_finish()
         if (sampler := self.sampler) is None:
             return
         stacks.release(sampler, self._stacks)
-        self.stack_samples()  # kept now: the sampler does not keep its stack samples long
-        self.split()
+        self.split()  # kept now: the sampler does not keep its stack samples long
         if self.end_time - self.start_time >= COUNTER_MIN_S:
             sampler.request("energy")
         if (engine := sampler.diagnostics) is not None:
@@ -192,9 +174,17 @@ class Capture:
         if self.owns_sampler:
             sampler.stop()
 
-    def _clock(self) -> float:
-        """Now on the sampler's clock, the one its readings are stamped with."""
-        return self.sampler.now() if self.sampler is not None else time.time()
+    def _torch_finish(self) -> None:
+        if (cuda := torch_cuda()) is None:
+            return
+        for i in range(cuda.device_count()):
+            allocated, reserved = _torch_peaks(cuda, i, self._torch_floor.get(i, (0.0, 0.0)))
+            self._torch.append({
+                "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
+                "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
+                "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
+                "torch_reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
+                "torch_uuid": torch_uuid(cuda, i)})
 
     # -- results ----------------------------------------------------------------------------
     @property
@@ -203,7 +193,7 @@ class Capture:
         return t1 - t0
 
     def _range(self) -> tuple[float, float]:
-        return self.start_time, (self._clock() if math.isnan(self.end_time) else self.end_time)
+        return self.start_time, (now_on(self.sampler) if math.isnan(self.end_time) else self.end_time)
 
     @property
     def window(self) -> Timeline:
@@ -251,25 +241,24 @@ class Capture:
         return self._once("summary", self._summarize)
 
     def _summarize(self) -> Summary:
-        t0, t1 = self._range()
-        figures = self._torch.result  # PyTorch's, matched to GPUs by UUID (or by order where safe)
-        torch_rows = match_torch(self.devices(), [figures[i] for i in sorted(figures)],
-                                 "torch_uuid") if figures else {}
+        # PyTorch's figures, matched to GPUs by UUID (or by order where safe)
+        torch_rows = match_torch(self.devices(), self._torch, "torch_uuid") if self._torch else {}
         allocator = {g: {"peak_reserved_bytes": f["torch_peak_reserved_bytes"],
                          "reserved_start_bytes": f["torch_reserved_start_bytes"]}
                      for g, f in torch_rows.items()}
-        result = summarize(self.sampler.timeline, t0, t1, gpus=self.gpus, status=self.status,
+        result = summarize(self.sampler.timeline, *self._range(), gpus=self.gpus, status=self.status,
                            allocator=allocator)
         alerts = self.alerts
         for row in result.rows:
             for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
                         "torch_allocated_end_bytes", "torch_reserved_end_bytes") if torch_rows else ():
                 row[col] = as_count(torch_rows.get(row["gpu"], {}).get(col, math.nan))
-            row["label"] = self.label
             row["alerts"] = "; ".join(f"{a.severity}: {a.message}" for a in alerts
                                       if a.gpu is None or a.gpu == row["gpu"])
-        if result.combined:
-            result.combined["label"] = self.label
+        if torch_rows and result.combined:  # over all GPUs: the largest peak, the sum held at the end
+            result.combined.update(
+                torch_peak_allocated_bytes=max(r["torch_peak_allocated_bytes"] for r in result.rows),
+                torch_reserved_end_bytes=sum(r["torch_reserved_end_bytes"] for r in result.rows))
         return result
 
     @property
@@ -280,11 +269,7 @@ class Capture:
     @property
     def summary(self) -> pd.DataFrame:
         """One row per GPU (see ``nbgpu.profiles.summary``), plus torch and alert columns."""
-        from .report import NO_GPU_LINE, no_gpu
-
         if no_gpu(self):
-            import warnings
-
             warnings.warn(NO_GPU_LINE, UserWarning, stacklevel=2)
         return self._once("frame", lambda: rows_frame(self.summary_rows)).copy()
 
@@ -312,11 +297,6 @@ class Capture:
         got = stacks.samples_of(self.sampler) if self.sampler is not None else None
         return self._once("split", lambda: got.split(*self._range()) if got is not None else None)
 
-    def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
-        """The main thread's stack samples in the block: (epoch s, category, line, its text)."""
-        got = stacks.samples_of(self.sampler) if self.sampler is not None else None
-        return list(self._once("samples", lambda: got.records(*self._range()) if got is not None else []))
-
     def where(self) -> pd.DataFrame:
         """Where the main thread was: a row per category (``category``, ``seconds``, ``share``);
         ``attrs["top_line"]``: the cell line most time went to (``line``, ``text``, ``share``)."""
@@ -333,29 +313,20 @@ class Capture:
 
     def one_line(self) -> str:
         """The short summary line, e.g. ``GPU0 1m12s · util 87 % · peak 41.2 GiB (+3.1 GiB) · …``."""
-        from .report import one_line
-
         def line() -> str:
             result = self.summarized()
             sim = " · SIMULATED" if self.sampler is not None and self.sampler.simulated else ""
-            return one_line(result.rows, self.status, result.combined) + sim
+            return line_of(result.rows, self.status, result.combined) + sim
         return self._once("line", line)
 
     def report(self) -> None:
         """Display the cell report (interactive chart + static fallbacks), once (None: no second copy)."""
         from IPython.display import display
 
-        from ..hooks import view
-
         display(view("cell_report", self))
 
     def _repr_html_(self) -> str:
-        from .report import static_html
-
         return static_html(self)
 
 
-def capture(sampler: Sampler | None = None, *, source: object = None, interval: float | None = None,
-            gpus: list | None = None, label: str = "") -> Capture:
-    """Profile a block: ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``."""
-    return Capture(sampler, source=source, interval=interval, gpus=gpus, label=label)
+capture = Capture  # ``with nbgpu.capture() as cap: ...`` then ``cap.summary``, ``cap.report()``

@@ -13,6 +13,7 @@ from html import escape
 from IPython.display import display
 
 from ..diagnostics.stacks import CATEGORIES, LABELS
+from ..hooks import view
 from ..sampler import Sampler
 from ..units import fmt_duration, fmt_energy
 from .capture import Capture, status_of
@@ -21,6 +22,7 @@ from .cost import cost_of
 from .history import CellRecord, earlier
 from .history import add as add_record
 from .oom import OomStory, PostMortem, build_story, is_oom
+from .report import compact_html
 
 log = logging.getLogger("nbgpu")
 
@@ -55,21 +57,12 @@ def against_last(rec: CellRecord) -> str:
     prev = runs[-1]
     try:
         found = changes(prev.figures().total, rec.figures().total, repeats=[r.figures().total for r in runs])
-        said = ", ".join(f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"  # from what to what
-                         if c.metric == "util_mean_pct" and c.beyond_noise else c.phrase for c in found)
-        parts, findings = _what_changed(prev, rec)
+        parts = [", ".join(f"utilisation {c.before.value:.0f} % → {c.after.value:.0f} %"  # from what to what
+                           if c.metric == "util_mean_pct" and c.beyond_noise else c.phrase for c in found)]
+        a, b = prev.tail(), rec.tail()
+        alerts = rec.capture.alerts
     except Exception as exc:  # an old run whose readings are gone: say so, briefly
         return f"vs its last run: cannot compare ({exc})"
-    where = f"In [{prev.execution_count}], " if prev.execution_count is not None else ""
-    ago = rec.start_time - prev.start_time
-    return "\n".join([f"vs its last run ({where}{fmt_duration(ago)} ago): " + "; ".join([said, *parts]),
-                      *findings])
-
-
-def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
-    """(steps a second and the main thread's split as they moved, one line per finding)."""
-    a, b = prev.tail(), rec.tail()
-    parts = []
     steps = a.get("steps_per_s"), b.get("steps_per_s")
     if all(isinstance(v, (int, float)) and v > 0 for v in steps):
         parts.append(f"steps a second {steps[0]:.3g} → {steps[1]:.3g} ({steps[1] / steps[0]:.2g}×)")
@@ -80,25 +73,21 @@ def _what_changed(prev, rec: CellRecord) -> tuple[list[str], list[str]]:
         parts.append("main thread: " + ", ".join(f"{LABELS[c]} {100 * x:.0f} % → {100 * y:.0f} %"
                                                  for c, x, y in moved) if moved else "main thread the same")
     before = {r for r in str(a.get("alert_rules") or "").split(", ") if r}
-    now = {alert.rule: alert.message for alert in reversed(rec.capture.alerts)}  # each rule's first
-    findings = [f"{r}: gone" for r in sorted(before - set(now))]
-    findings += [f"{r}: {'still there' if r in before else 'new'}, {msg}" for r, msg in sorted(now.items())]
-    return parts, findings
-
-
-def _show(text: str, html: str) -> None:
-    """Display plain text and its HTML."""
-    display({"text/plain": text, "text/html": html}, raw=True)
+    now = {alert.rule: alert.message for alert in reversed(alerts)}  # each rule's first
+    where = f"In [{prev.execution_count}], " if prev.execution_count is not None else ""
+    ago = fmt_duration(rec.start_time - prev.start_time)
+    return "\n".join([f"vs its last run ({where}{ago} ago): " + "; ".join(parts),
+                      *(f"{r}: gone" for r in sorted(before - set(now))),
+                      *(f"{r}: {'still there' if r in before else 'new'}, {m}"
+                        for r, m in sorted(now.items()))])
 
 
 def _show_one_line(cap: Capture, note: str = "") -> None:
     """The ``--cells`` line: plain text, and HTML whose click opens the report."""
-    from .report import compact_html
-
     html = compact_html(cap)
     if note:
         html += f'<p class="nbgpu-compare" style="margin:0;font-size:12px">{escape(note)}</p>'
-    _show(cap.one_line() + (f" · {note}" if note else ""), html)
+    display({"text/plain": cap.one_line() + (f" · {note}" if note else ""), "text/html": html}, raw=True)
 
 
 def _oom_story(cap: Capture, exc: BaseException | None) -> OomStory | None:
@@ -113,8 +102,6 @@ def _oom_story(cap: Capture, exc: BaseException | None) -> OomStory | None:
 
 
 def _show_post_mortem(cap: Capture, story) -> None:
-    from ..hooks import view
-
     try:
         display(view("oom_report", PostMortem(cap, story)))
     except Exception as exc:  # never hide the user's own error behind ours
@@ -155,8 +142,7 @@ class _CellMode:
         skip, self.skip_current = self.skip_current, False
         story = None if skip else _oom_story(cap, error)
         long_enough = story is not None or time.time() - cap.start_time >= self.min_duration_s
-        cap.finish(status_of(type(error) if error is not None else None), error,
-                   wait=long_enough and not skip)
+        cap.finish(status_of(error), error, wait=long_enough and not skip)
         if skip:  # %%gpumon profiled this cell itself
             return
         rec = CellRecord(getattr(result, "execution_count", None), _cell_id(self.shell, info),
@@ -217,32 +203,31 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
     cap = Capture(sampler, gpus=gpus)
     cap.line_offset = 1  # the body's line 1 is the cell's line 2, under %%gpumon
     cap.start()
+    error = story = None
     try:
         _run_body(shell, cell)
     except BaseException as exc:
-        story = _oom_story(cap, exc)
-        cap.finish(status_of(type(exc)), exc)
-        _record_and_show(shell, cell, cap, story)
+        error, story = exc, _oom_story(cap, exc)
         raise  # the user's exception, unchanged: same object, same traceback
-    cap.finish("ok")
-    _record_and_show(shell, cell, cap)
+    finally:
+        cap.finish(status_of(error), error)
+        _record_and_show(shell, cell, cap, story)
     return cap
 
 
-def _record_and_show(shell, cell: str, cap: Capture, story=None) -> None:
+def _record_and_show(shell, cell: str, cap: Capture, story: OomStory | None) -> None:
     """Record the cell, then show: the OOM story first (if any), the report, the comparison."""
     rec = CellRecord(current_count(shell), _cell_id(shell), cell, cap)
     add_record(rec)
     if story is not None:
         _show_post_mortem(cap, story)
     try:
-        from ..hooks import view
-
         display(view("cell_report", cap))
         joules = cap.totals.get("energy_j", math.nan)
         cost = f"energy {fmt_energy(joules)} = {cost_of(joules).text()}"
         notes = [part for line in (against_last(rec), cost) if line for part in line.split("\n")]
-        _show("\n".join(notes), "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">'
-                                        f"{escape(line)}</p>" for line in notes))
+        html = "".join(f'<p class="nbgpu-compare" style="margin:2px 0;font-size:12px">{escape(line)}</p>'
+                       for line in notes)
+        display({"text/plain": "\n".join(notes), "text/html": html}, raw=True)
     except Exception as exc:  # the report must never hide the cell's own outcome
         log.warning("nbgpu: the cell report could not be shown: %s", exc)

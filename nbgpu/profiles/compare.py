@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import BadArgumentError
 from ..files import json_value
 from ..units import MIB, as_float, fmt_bytes, fmt_duration, fmt_energy
+from .energy import EMPTY
 
 if TYPE_CHECKING:
     from .capture import Capture
@@ -107,16 +108,14 @@ def _sem2(v: np.ndarray) -> float:
 def _peak_step(v: np.ndarray) -> float:
     """The larger step between the peak reading and its neighbours (0 for one reading)."""
     i = int(np.argmax(v))
-    steps = [abs(float(v[j] - v[i])) for j in (i - 1, i + 1) if 0 <= j < len(v)]
-    return max(steps, default=0.0)
+    return float(np.abs(v[max(i - 1, 0):i + 2] - v[i]).max())
 
 
 def gpu_figures(row: Mapping[str, object], series: Series, stamped: bool = True) -> dict[str, Figure]:
     """The compared figures of one GPU: values from its summary ``row``, noise from its readings."""
-    empty = (np.empty(0), np.empty(0))
-    ut, uv = series.get("util_pct", empty)
-    pt, pv = series.get("power_w", empty)
-    mt, mv = series.get("mem_used_bytes", empty)
+    ut, uv = series.get("util_pct", EMPTY)
+    pt, pv = series.get("power_w", EMPTY)
+    mt, mv = series.get("mem_used_bytes", EMPTY)
     ticks = [s for s in (_spacing(ut), _spacing(mt), _spacing(pt)) if not math.isnan(s)]
     energy = as_float(row.get("energy_j"))
     mean_p = float(pv.mean()) if len(pv) >= MIN_READINGS else math.nan
@@ -139,14 +138,10 @@ def total_figures(per_gpu: Mapping[object, Mapping[str, Figure]],
     """Figures over all GPUs: values from ``totals`` (the summary's combined row), noises combined."""
     figs = [f for f in per_gpu.values() if f]
     out = {}
-    for metric in COMPARED:
-        n = [f[metric].noise for f in figs if metric in f]
-        if not n:
-            noise = math.nan
-        elif metric in ("duration_s", "mem_peak_bytes"):  # maxima: the largest noise
-            noise = math.nan if any(math.isnan(x) for x in n) else max(n)
-        else:  # sums add in quadrature; a mean divides that by the number of GPUs
-            noise = math.sqrt(sum(x * x for x in n)) / (len(figs) if metric == "util_mean_pct" else 1)
+    for metric in COMPARED:  # maxima take the largest noise (NaN if one is unknown); sums add in
+        n = np.array([f[metric].noise for f in figs if metric in f])  # quadrature, a mean divides by the GPUs
+        noise = (math.nan if not len(n) else float(n.max()) if metric in ("duration_s", "mem_peak_bytes")
+                 else float(np.sqrt(n @ n)) / (len(figs) if metric == "util_mean_pct" else 1))
         out[metric] = Figure(as_float(totals.get(metric)), noise)
     return out
 

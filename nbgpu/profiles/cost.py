@@ -3,68 +3,28 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
+
+from traitlets import TraitError
 
 from .. import config
 from ..errors import BadArgumentError
 
 J_PER_KWH = 3.6e6
-ENV_PRICE = "NBGPU_PRICE_PER_KWH"
-ENV_CURRENCY = "NBGPU_CURRENCY"
-ENV_CARBON = "NBGPU_CARBON_G_PER_KWH"
-
-
-@dataclass(frozen=True)
-class CostSettings:
-    """What a kWh costs (``price_per_kwh`` in ``currency``) and emits (grams of CO₂); None: unknown."""
-
-    price_per_kwh: float | None = None
-    currency: str = ""
-    carbon_g_per_kwh: float | None = None
-
-
-def _rate(name: str, value: object) -> float:
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        v = math.nan
-    if not (math.isfinite(v) and v >= 0):
-        raise BadArgumentError(f"{name} must be a number >= 0, got {value!r}")
-    return v
 
 
 def configure(price_per_kwh: float | None = None, currency: str | None = None,
-              carbon_g_per_kwh: float | None = None) -> CostSettings:
-    """Set the price of a kWh (in ``currency``, e.g. "EUR") and grams of CO₂ per kWh of your grid;
-    None keeps a setting. Returns the settings."""
+              carbon_g_per_kwh: float | None = None) -> None:
+    """Set the price of a kWh (in ``currency``, e.g. "EUR") and grams of CO₂ per kWh of your grid
+    (the ``NbGpu`` traits, which start from ``NBGPU_PRICE_PER_KWH`` and its kin); None keeps a setting."""
     cfg = config.settings()
-    if price_per_kwh is not None:
-        cfg.price_per_kwh = _rate("price_per_kwh", price_per_kwh)
-    if currency is not None:
-        cfg.currency = str(currency).strip()
-    if carbon_g_per_kwh is not None:
-        cfg.carbon_g_per_kwh = _rate("carbon_g_per_kwh", carbon_g_per_kwh)
-    return settings()
-
-
-def reset() -> None:
-    """Forget what ``configure`` or ``%config`` set (the environment still applies)."""
-    cfg = config.settings()
-    cfg.price_per_kwh, cfg.currency, cfg.carbon_g_per_kwh = None, "", None
-
-
-def settings() -> CostSettings:
-    """The current settings: the ``NbGpu`` traits where set, else the environment's, else unknown."""
-    def env_rate(name: str) -> float | None:
-        text = os.environ.get(name, "").strip()
-        return _rate(name, text) if text else None
-
-    cfg = config.settings()
-    price = cfg.price_per_kwh if cfg.price_per_kwh is not None else env_rate(ENV_PRICE)
-    carbon = cfg.carbon_g_per_kwh if cfg.carbon_g_per_kwh is not None else env_rate(ENV_CARBON)
-    currency = cfg.currency or os.environ.get(ENV_CURRENCY, "").strip()
-    return CostSettings(price, str(currency), carbon)
+    for name, value in (("price_per_kwh", price_per_kwh), ("currency", currency),
+                        ("carbon_g_per_kwh", carbon_g_per_kwh)):
+        try:
+            if value is not None:
+                setattr(cfg, name, str(value).strip() if name == "currency" else value)
+        except TraitError as exc:  # the trait's own check: a number >= 0
+            raise BadArgumentError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -95,10 +55,10 @@ class Cost:
         return out
 
 
-def cost_of(energy_j: float, config: CostSettings | None = None) -> Cost:
-    """The kWh, cost and CO₂ of ``energy_j`` joules under ``config`` (default: ``settings()``)."""
-    config = config or settings()
+def cost_of(energy_j: float) -> Cost:
+    """The kWh, cost and CO₂ of ``energy_j`` joules at the configured price and carbon rate."""
+    cfg = config.settings()
     kwh = float(energy_j) / J_PER_KWH if energy_j is not None else math.nan
-    price, carbon = config.price_per_kwh, config.carbon_g_per_kwh
-    return Cost(kwh, kwh * price if price is not None else math.nan, config.currency,
+    price, carbon = cfg.price_per_kwh, cfg.carbon_g_per_kwh
+    return Cost(kwh, kwh * price if price is not None else math.nan, cfg.currency.strip(),
                 kwh * carbon if carbon is not None else math.nan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,14 +28,13 @@ WITNESS_S = 15.0
 EMPTY = (np.empty(0), np.empty(0))
 
 
+@dataclass
 class Readings:
     """One device's readings near a block [t0, t1]: NaN-free, time-sorted series per metric,
     and whether the block holds 10 s buckets of the store's coarse history."""
 
-    def __init__(self, merged: dict[str, tuple[np.ndarray, np.ndarray]], bucketed: bool) -> None:
-        self._merged = merged
-        self.bucketed = bucketed
-        self.has_maxima = any(c.endswith(MAX_SUFFIXES) for c in merged)
+    merged: dict[str, tuple[np.ndarray, np.ndarray]]
+    bucketed: bool
 
     @classmethod
     def of_frame(cls, df: pd.DataFrame, times: np.ndarray, t0: float, t1: float) -> Readings:
@@ -48,13 +48,9 @@ class Readings:
                else np.zeros(len(df), dtype=bool))
         return cls(merged, bool(dec[(t >= t0) & (t <= t1)].any()))
 
-    def merged(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` over all it was read for."""
-        return self._merged.get(metric, EMPTY)
-
     def series(self, metric: str, a: float = -math.inf, b: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) of ``metric`` in [a, b]."""
-        t, v = self.merged(metric)
+        """(times, values) of ``metric`` in [a, b] (all it was read for by default)."""
+        t, v = self.merged.get(metric, EMPTY)
         i, j = int(t.searchsorted(a, "left")), int(t.searchsorted(b, "right"))
         return t[i:j], v[i:j]
 
@@ -107,7 +103,6 @@ EDGE_SLACK_S = 5.0
 # Update periods of the energy counter and of the power sample buffer, measured on an H200
 # (driver 580) by scripts/gpu/nvml_periods.py.
 RESOLUTION_PERIODS_S = {"energy_period_s": 0.1, "power_period_s": 0.02}
-PERIODS_MEASURED = True
 # A block shorter than period / TARGET_ERROR cannot be measured to TARGET_ERROR.
 TARGET_ERROR = 0.02
 # Below ten counter updates a block's energy comes from its power readings (50 of them at
@@ -143,11 +138,9 @@ def line_stats(tt: np.ndarray, vv: np.ndarray) -> tuple[float, float, float]:
 
 
 def _nearest(t: np.ndarray, at: float, slack: float) -> int | None:
-    """Index of the sample nearest ``at`` if within ``slack`` seconds, else None."""
-    i = int(t.searchsorted(at))
-    j = min((k for k in (i - 1, i) if 0 <= k < len(t)), key=lambda k: abs(float(t[k]) - at),
-            default=None)  # the earlier one on a tie
-    return j if j is not None and abs(float(t[j]) - at) <= slack else None
+    """Index of the sample nearest ``at`` (the earlier one on a tie) if within ``slack`` seconds."""
+    i = int(np.abs(t - at).argmin()) if len(t) else None
+    return i if i is not None and abs(float(t[i]) - at) <= slack else None
 
 
 def block_energy_j(r: Readings, t0: float, t1: float) -> tuple[float, str]:

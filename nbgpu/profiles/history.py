@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import itertools
 import json
 import math
 import os
+import stat
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..diagnostics.stacks import CATEGORIES
-from ..errors import warn_user
-from ..files import as_path, file_error, json_value
+from ..errors import FileError, warn_user
+from ..files import as_path, atomic_file, file_error, json_value, kind_of, write_whole
 from ..units import as_float
-from . import history_file
 from .compare import RunFigures, capture_figures
 from .cost import cost_of
 from .summary import SUMMARY_COLUMNS
@@ -33,6 +36,11 @@ FIRST_LINE_CHARS = 80
 ENV_HISTORY_FILE = "NBGPU_HISTORY_FILE"
 _HEAD = ("execution_count", "cell_id", "first_line", "start", "duration_s", "status")
 _ROW_SKIP = ("start", "end", "alerts", "label")
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NUMBERS = ("duration_s", "alerts")
+_TYPES = {"execution_count": int, "gpus": list, "totals": dict, "figures": dict,
+          **dict.fromkeys(("cell_id", "first_line", "source_hash", "status", "error", "alert_rules"), str)}
 _TAIL = ("alerts", "alert_rules", "error", *(f"share_{c}" for c in CATEGORIES), "top_line", "steps_per_s")
 
 
@@ -97,13 +105,7 @@ class CellRecord:
         return self.capture.summary_rows
 
     def totals(self) -> dict:
-        rows = self.gpu_rows()
-        totals = dict(self.capture.totals)
-        peaks = [r["torch_peak_allocated_bytes"] for r in rows if "torch_peak_allocated_bytes" in r]
-        if peaks:
-            totals["torch_peak_allocated_bytes"] = max(peaks)
-            totals["torch_reserved_end_bytes"] = sum(r.get("torch_reserved_end_bytes", 0) for r in rows)
-        return totals
+        return self.capture.totals
 
     def to_json(self) -> dict:
         """The record as plain data for the persistent history file."""
@@ -123,7 +125,6 @@ class SavedRecord:
 
     execution_count = property(lambda self: self.data.get("execution_count"))
     cell_id = property(lambda self: self.data.get("cell_id"))
-    first_line = property(lambda self: self.data.get("first_line", ""))
     source_hash = property(lambda self: self.data.get("source_hash", ""))
     start_time = property(lambda self: float(self.data.get("start") or math.nan))
 
@@ -141,9 +142,6 @@ class SavedRecord:
 
     def totals(self) -> dict:
         return dict(self.data.get("totals") or {})
-
-    def to_json(self) -> dict:
-        return self.data
 
 
 _records: deque[CellRecord | SavedRecord] = deque(maxlen=MAX_RECORDS)
@@ -176,6 +174,115 @@ def _key(rec: CellRecord | SavedRecord) -> tuple:
     return (rec.source_hash, json_value(rec.start_time), rec.execution_count)
 
 
+# -- the persistent history file: JSON lines, appended under a lock, read line by line
+def _check_path(path: str) -> None:
+    """FileError unless ``path`` is missing or a regular file (a symlink is refused)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise file_error("use", path, exc) from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise FileError(f"cannot keep history in {path}: it is a symbolic link; give the path "
+                        "of the file itself", path=path)
+    if not stat.S_ISREG(st.st_mode):
+        what = kind_of(st.st_mode) or "a folder"
+        raise FileError(f"cannot keep history in {path}: it is {what}, not a regular file; "
+                        "give another path", path=path)
+
+
+def _open(path: str, flags: int) -> int:
+    """An fd on the regular file ``path`` (never blocking on a FIFO, never through a symlink)."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC, 0o666)
+    except OSError as exc:
+        _check_path(path)  # a symlink (ELOOP) or FIFO swapped in: say so
+        raise file_error("use", path, exc) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        _check_path(path)
+        raise FileError(f"cannot keep history in {path}: not a regular file", path=path)
+    os.set_blocking(fd, True)
+    return fd
+
+
+@contextlib.contextmanager
+def _locked(path: str, shared: bool = False) -> Iterator[None]:
+    """Hold the lock of the history file ``path`` (shared for reading, exclusive for writing)."""
+    folder, name = os.path.split(path)
+    lock = os.path.join(folder, f".{name}.lock")
+    fd = -1
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o666)
+    except OSError as exc:
+        if not shared:  # a reader in a read-only folder reads without the lock
+            raise file_error("write", path, exc) from exc
+    try:
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _valid_record(data: dict) -> bool:
+    """Whether a version-1 record has the types ``history()`` relies on."""
+    def number(v: object) -> bool:
+        return math.isfinite(as_float(v))
+
+    return (number(data.get("start")) and all(data.get(k) is None or number(data[k]) for k in _NUMBERS)
+            and all(data.get(k) is None or isinstance(data[k], kind) for k, kind in _TYPES.items())
+            and not isinstance(data.get("execution_count"), bool)
+            and all(isinstance(g, dict) for g in data.get("gpus") or ()))
+
+
+def _parse(raw: bytes) -> tuple[str, dict | None]:
+    """("record", data), ("bad", None) for a broken line or record, ("other", None) otherwise."""
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return "bad", None
+    if not text or text.startswith("#"):
+        return "other", None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return "bad", None
+    if not isinstance(data, dict) or data.get("v") != 1:
+        return "other", None
+    return ("record", data) if _valid_record(data) else ("bad", None)
+
+
+def _read_bytes(path: str) -> list[bytes]:
+    if not os.path.lexists(path):  # nothing kept there yet
+        return []
+    with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
+        return fh.read().splitlines()
+
+
+def _append_file(path: str, lines: list[str]) -> None:
+    """Append ``lines`` under the lock; past 1.5 × ``MAX_SAVED`` records, drop the oldest records
+    (never a line nbgpu does not understand)."""
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    with _locked(path):
+        fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:  # a full disk: cut back to the last whole line (we hold the lock)
+            write_whole(fd, data, path, os.fstat(fd).st_size)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if size <= 2048 * MAX_SAVED:  # cheap first test before counting the records
+            return
+        old = _read_bytes(path)
+        records = [i for i, raw in enumerate(old) if _parse(raw)[0] == "record"]
+        if len(records) > MAX_SAVED * 3 // 2:
+            gone = set(records[:len(records) - MAX_SAVED])  # the oldest records, never another line
+            with atomic_file(path, "wb") as fh:
+                fh.writelines(raw + b"\n" for i, raw in enumerate(old) if i not in gone)
+
+
 class _Store:
     """The persistent history file: its path; each record is appended under the file's lock."""
 
@@ -189,7 +296,7 @@ class _Store:
             return
         try:
             lines = [json.dumps(r.to_json(), allow_nan=False) for r in records]
-            history_file.append(self.path, lines, MAX_SAVED)
+            _append_file(self.path, lines)
         except Exception as exc:  # never break the user's cell over the history file
             if not self.warned:
                 self.warned = True
@@ -212,16 +319,17 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     text = os.path.abspath(os.path.expanduser(as_path(path)))
     if text == _store.path:
         return text
-    history_file.check_path(text)
+    _check_path(text)
     try:
         os.makedirs(os.path.dirname(text), exist_ok=True)
     except OSError as exc:
         raise file_error("keep history in", text, exc) from exc
-    data, bad = history_file.read(text)
-    if bad:
+    with _locked(text, shared=True):
+        parsed = [_parse(raw) for raw in _read_bytes(text)]
+    if bad := sum(kind == "bad" for kind, _ in parsed):
         warn_user(f"nbgpu: skipped {bad} unreadable line(s) in the history file {text} "
                   "(they stay in the file)")
-    saved = [SavedRecord(d) for d in data[-MAX_SAVED:]]
+    saved = [SavedRecord(d) for kind, d in parsed if kind == "record"][-MAX_SAVED:]
     live = [r for r in _records if isinstance(r, CellRecord)]
     in_file, here = {_key(r) for r in saved}, {_key(r) for r in live}
     clear()

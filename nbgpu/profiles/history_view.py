@@ -8,17 +8,17 @@ import pandas as pd
 
 from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
 
-SHOWN = {"In": "execution_count", "first line": "first_line", "duration": "duration_s",
-         "util mean": "util_mean_pct", "peak memory": "mem_peak_bytes", "power mean": "power_mean_w",
-         "energy": "energy_j", "status": "status", "alerts": "alert_rules"}
-FORMATS = {"duration_s": fmt_duration, "util_mean_pct": fmt_pct, "mem_peak_bytes": fmt_bytes,
-           "power_mean_w": fmt_watts, "energy_j": fmt_energy}
-
 
 def _text(v: object) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return ""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+SHOWN = {"In": ("execution_count", _text), "first line": ("first_line", _text),  # heading: (column, format)
+         "duration": ("duration_s", fmt_duration), "util mean": ("util_mean_pct", fmt_pct),
+         "peak memory": ("mem_peak_bytes", fmt_bytes), "power mean": ("power_mean_w", fmt_watts),
+         "energy": ("energy_j", fmt_energy), "status": ("status", _text), "alerts": ("alert_rules", _text)}
 
 
 class HistoryFrame(pd.DataFrame):
@@ -34,11 +34,7 @@ class HistoryFrame(pd.DataFrame):
 
     def readable(self) -> pd.DataFrame:
         """The table a notebook shows: one row per cell, units in every value."""
-        out = {}
-        for head, col in SHOWN.items():
-            if col in self.columns:
-                fmt = FORMATS.get(col, _text)
-                out[head] = [fmt(v) for v in self[col]]
+        out = {head: [fmt(v) for v in self[col]] for head, (col, fmt) in SHOWN.items() if col in self.columns}
         if "cost" in self.columns and "currency" in self.columns:
             out["cost"] = [f"{c:.3g} {u}" if c == c else ""
                            for c, u in zip(self["cost"], self["currency"], strict=True)]

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
-import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadArgumentError
 from ..sampler import Sampler
 from ..sampler_thread import fetch_buffered, running_samplers
-from .capture import active_captures, pick_sampler
+from .capture import active_captures, now_on, pick_sampler
 from .summary import rows_frame, summarize
 
 if TYPE_CHECKING:
@@ -25,19 +23,16 @@ def mark(label: str) -> None:
 
 
 class Tracker:
-    """Iterates like the wrapped iterable, marking the start of each iteration."""
+    """Iterates like the wrapped iterable, marking each iteration ("epoch 0", "epoch 1", …) on every
+    timeline; ``nbgpu.track(range(n))``."""
 
-    def __init__(self, iterable: Iterable | None, label: str = "epoch", start: int = 0,
-                 sampler: Sampler | None = None) -> None:
+    def __init__(self, iterable: Iterable | None, label: str = "epoch") -> None:
         if iterable is not None and not isinstance(iterable, Iterable):
             raise BadArgumentError(f"track() needs something to iterate (a range, a DataLoader), "
                                    f"got {iterable!r}")
-        if isinstance(start, bool) or not isinstance(start, numbers.Integral):
-            raise BadArgumentError(f"start must be a whole number (the first iteration's), got {start!r}")
         self.iterable = iterable
         self.label = str(label)
-        self.start = int(start)
-        self.sampler = sampler
+        self.sampler: Sampler | None = None  # the running one, from the first iteration on
         self.spans: list[tuple[int, str, float, float, str]] = []  # (i, mark, t0, t1, status)
         self._open: tuple[int, str, float] | None = None
         self._fetched_s = -math.inf  # the buffers were read up to here for a summary
@@ -51,7 +46,7 @@ class Tracker:
         """Start iteration ``i``: close the previous one and mark this one on every timeline."""
         if self.sampler is None:
             self.sampler = pick_sampler()
-        now = self._now()
+        now = now_on(self.sampler)
         if self._open is not None:
             self.spans.append((*self._open, now, "done"))
         text = f"{self.label} {i}"
@@ -61,17 +56,13 @@ class Tracker:
     def end(self, status: str = "done") -> None:
         """Close the running iteration, if any."""
         if self._open is not None:
-            self.spans.append((*self._open, self._now(), status))
+            self.spans.append((*self._open, now_on(self.sampler), status))
             self._open = None
-
-    def _now(self) -> float:
-        """The sampler's clock (the one its readings and marks are stamped with)."""
-        return self.sampler.now() if self.sampler is not None else time.time()
 
     def __iter__(self) -> Iterator[Any]:
         status = "done"
         try:
-            for i, item in enumerate(self.iterable, self.start):
+            for i, item in enumerate(self.iterable):
                 self.begin(i)
                 yield item
         except GeneratorExit:  # the loop stopped early (break or an exception in its body)
@@ -96,6 +87,4 @@ class Tracker:
                            for row in (result.rows if per_gpu else [result.combined])])
 
 
-def track(iterable: Iterable, label: str = "epoch", start: int = 0) -> Tracker:
-    """Iterate ``iterable``, marking each iteration ("epoch 0", "epoch 1", …) on every timeline."""
-    return Tracker(iterable, label, start)
+track = Tracker

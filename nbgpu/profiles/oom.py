@@ -13,15 +13,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .. import holders
+from ..diagnostics.alerts import SEVERITIES
 from ..errors import BadArgumentError, FileError, NbgpuError, warn_user
 from ..files import atomic_file, check_target
 from ..peaks import match_torch, torch_cuda, torch_uuid
-from ..units import GIB, KIB, MIB, TIB, as_float
+from ..units import GIB, KIB, MIB, TIB, as_float, fmt_bytes
+from .capture import Capture, pick_sampler
 
 if TYPE_CHECKING:
     from ..sampler import Sampler
-    from .capture import Capture
 
 OOM_CLASS_NAMES = ("OutOfMemoryError", "ResourceExhaustedError")
 _OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory|RESOURCE_EXHAUSTED|"
@@ -34,6 +37,7 @@ TOP_ALLOCATIONS = 5
 TOP_HOLDERS = 3
 STACK_FRAMES = 3
 SNAPSHOT_SECONDS = 120.0
+ALERT_FIELDS = ("rule", "severity", "gpu", "start", "message", "suggestion")
 
 
 def is_oom(exc: BaseException | None) -> bool:
@@ -65,26 +69,19 @@ class Allocation:
 def framework_memory() -> tuple[str | None, dict[int, dict[str, float]], str, list[Allocation]]:
     """(framework, {device index: allocated/reserved/peak bytes}, allocator history state, largest
     live allocations) from a framework the user imported."""
-    cuda = torch_cuda()
+    cuda, tf, out = torch_cuda(), sys.modules.get("tensorflow"), {}
+    with contextlib.suppress(Exception):
+        for i in range(cuda.device_count()) if cuda is not None else ():
+            out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)), "uuid": torch_uuid(cuda, i),
+                      "reserved_bytes": float(cuda.memory_reserved(i)),
+                      "peak_allocated_bytes": float(cuda.max_memory_allocated(i))}
+        for i, _ in enumerate(tf.config.list_logical_devices("GPU")) if cuda is None and tf else ():
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+            out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
+                      "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
     if cuda is not None:
-        out = {}
-        with contextlib.suppress(Exception):
-            for i in range(cuda.device_count()):
-                out[i] = {"allocated_bytes": float(cuda.memory_allocated(i)),
-                          "reserved_bytes": float(cuda.memory_reserved(i)),
-                          "peak_allocated_bytes": float(cuda.max_memory_allocated(i)),
-                          "uuid": torch_uuid(cuda, i)}
         return "pytorch", out, *largest_allocations()
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        out = {}
-        with contextlib.suppress(Exception):
-            for i, _dev in enumerate(tf.config.list_logical_devices("GPU")):
-                info = tf.config.experimental.get_memory_info(f"GPU:{i}")
-                out[i] = {"allocated_bytes": float(info["current"]), "reserved_bytes": math.nan,
-                          "peak_allocated_bytes": float(info["peak"]), "uuid": ""}
-        return "tensorflow", out, "unavailable", []
-    return None, {}, "unavailable", []
+    return ("tensorflow" if tf is not None else None), out, "unavailable", []
 
 
 def _user_frames(frames: list[dict]) -> tuple[str, ...]:
@@ -96,8 +93,8 @@ def _user_frames(frames: list[dict]) -> tuple[str, ...]:
                  )[:STACK_FRAMES]
 
 
-def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]]:
-    """("on" | "off" | "unavailable", the ``n`` largest live allocations) from PyTorch's allocator."""
+def largest_allocations() -> tuple[str, list[Allocation]]:
+    """("on" | "off" | "unavailable", the largest live allocations) from PyTorch's allocator."""
     try:
         snap = torch_cuda().memory._snapshot()
     except Exception:  # no CUDA torch, or an allocator without snapshots
@@ -113,8 +110,7 @@ def largest_allocations(n: int = TOP_ALLOCATIONS) -> tuple[str, list[Allocation]
                                      int(seg.get("device", 0)), _user_frames(frames)))
     if not stacks:
         return "off", []
-    blocks.sort(key=lambda a: a.size_bytes, reverse=True)
-    return "on", blocks[:n]
+    return "on", sorted(blocks, key=lambda a: a.size_bytes, reverse=True)[:TOP_ALLOCATIONS]
 
 
 @dataclass
@@ -150,25 +146,10 @@ class OomStory:
     holders: list[dict] = field(default_factory=list)  # the largest rows of memory_by_name
     freed_by: dict = field(default_factory=dict)  # what each %gpumon free option gives back
 
-    def to_json(self) -> dict:
-        """Plain data, NaN as None."""
-        def clean(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return None
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            return v
-        out = clean(asdict(self))
-        for g, d in zip(self.gpus, out["gpus"], strict=True):
-            d["outside_framework_bytes"] = clean(g.outside_framework_bytes)
-        return out
 
-
-def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None) -> OomStory:
+def build_story(cap: Capture, exc: BaseException) -> OomStory:
     """Gather the post-mortem of ``exc`` in ``cap`` now, while the failing frame still lives."""
-    failed_at = time.time() if failed_at is None else failed_at
+    failed_at = time.time()
     message = str(exc)
     framework, figures, history_state, allocations = framework_memory()
     devices = cap.devices()
@@ -192,38 +173,27 @@ def build_story(cap: Capture, exc: BaseException, failed_at: float | None = None
                     failed_gpu, gpus, history_state, allocations, rows, attrs.get("freed_by", {}))
 
 
-def write_snapshot(path: str, sampler: Sampler, alert: object = None,
-                   seconds: float = SNAPSHOT_SECONDS) -> str:
-    """Write the last ``seconds`` of memory/util/power and the allocator's figures to ``path`` (JSON)."""
+def write_snapshot(path: str, sampler: Sampler, alert: object) -> None:
+    """Write the last two minutes of memory/util/power and the allocator's figures to ``path`` (JSON)."""
     framework, figures, history_state, allocations = framework_memory()
     now = time.time()
-    window = sampler.timeline.between(now - seconds, now)
-    data = {
-        "written_at": now,
-        "alert": None if alert is None else {k: getattr(alert, k, None) for k in
-                                             ("rule", "severity", "gpu", "start", "message", "suggestion")},
-        "framework": framework,
-        "framework_memory": {str(k): v for k, v in figures.items()},
-        "allocator_history": history_state,
-        "largest_allocations": [asdict(a) for a in allocations],
-        "timeline": {str(dev.key): {m: {"time_s": [round(float(x), 3) for x in t],
-                                        "values": [float(x) for x in v]}
-                                    for m in ("mem_used_bytes", "util_pct", "power_w")
-                                    for t, v in (window.series(dev.key, m),)} for dev in sampler.devices},
-    }
+    window = sampler.timeline.between(now - SNAPSHOT_SECONDS, now)
+    series = {str(d.key): {m: window.series(d.key, m) for m in ("mem_used_bytes", "util_pct", "power_w")}
+              for d in sampler.devices}
+    data = {"written_at": now, "alert": {k: getattr(alert, k, None) for k in ALERT_FIELDS},
+            "framework": framework, "framework_memory": figures,  # device indices become text keys
+            "allocator_history": history_state, "largest_allocations": [asdict(a) for a in allocations],
+            "timeline": {g: {m: {"time_s": np.round(t, 3).tolist(), "values": np.asarray(v, float).tolist()}
+                             for m, (t, v) in by.items()} for g, by in series.items()}}
     with atomic_file(path) as fh:
         json.dump(data, fh, default=str)
-    return path
 
 
 def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple[str, ...] = ("oom_risk",),
-                      severity: str = "critical", seconds: float = SNAPSHOT_SECONDS) -> Callable:
+                      severity: str = "critical") -> Callable:
     """When an alert of ``rules`` at ``severity`` or above fires on ``sampler`` (None: the running
-    one), write the last ``seconds`` of its timeline and the allocator's figures to ``path`` (JSON,
+    one), write the last two minutes of its timeline and the allocator's figures to ``path`` (JSON,
     replaced atomically); returns the callback registered with ``sampler.on_alert``."""
-    from ..diagnostics.alerts import SEVERITIES
-    from .capture import pick_sampler
-
     if severity not in SEVERITIES:
         raise BadArgumentError(f"severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
     sampler = sampler or pick_sampler()
@@ -240,7 +210,7 @@ def snapshot_on_alert(path: str, sampler: Sampler | None = None, *, rules: tuple
     def on_alert(alert) -> None:
         if alert.rule in rules and SEVERITIES.index(alert.severity) >= floor:
             try:
-                write_snapshot(target, sampler, alert, seconds)
+                write_snapshot(target, sampler, alert)
             except (NbgpuError, OSError) as exc:  # known only now (disk full, folder gone): say it once
                 if not warned:
                     warned.append(exc)
@@ -259,8 +229,6 @@ class PostMortem:
 
     def text(self) -> str:
         """The memory story as plain text, one line per fact."""
-        from ..units import fmt_bytes
-
         s = self.story
         lines = [f"GPU out of memory: {s.error}"]
         if math.isfinite(s.requested_bytes):

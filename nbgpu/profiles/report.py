@@ -5,10 +5,11 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
+from ..diagnostics.engine import JUDGE_MIN_S
 from ..diagnostics.stacks import COLORS, LABELS
 from ..svg import DEFAULT_METRICS, svg_series
-from ..units import fmt_bytes, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .summary import texts
+from ..units import finite, fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
+from .summary import Summary, texts
 
 if TYPE_CHECKING:
 
@@ -20,44 +21,26 @@ REPORT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_
                   "pcie_tx_bytes_per_s")
 
 
-def _records(summary) -> list[dict]:
-    """Summary rows from a DataFrame or a list of dicts."""
-    if summary is None:
-        return []
-    return summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
-
-
-def _isnum(v) -> bool:
-    return v is not None and not isinstance(v, str) and v == v
-
-
-def one_line(summary, status: str = "ok", combined: dict | None = None) -> str:
+def one_line(summary: Summary | list[dict], status: str = "ok", combined: dict | None = None) -> str:
     """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU."""
-    if hasattr(summary, "combined"):
+    if isinstance(summary, Summary):
         summary, combined = summary.rows, summary.combined
-    rows = _records(summary)
-    cards = {r["gpu"] for r in rows}
-    rows = [r for r in rows if r.get("parent") not in cards]  # a listed card's slices left out
+    cards = {r["gpu"] for r in summary}
+    rows = [r for r in summary if r.get("parent") not in cards]  # a listed card's slices left out
     if not rows:
         return "no GPU readings"
-    tail = "" if status == "ok" else f" · {status.upper()}"
+    named = [(f"GPU{r['gpu']}", r) for r in rows]
     if len(rows) > 2 and combined:
-        rows = [dict(combined, gpu=f"{len(rows)} GPUs ")]
+        named = [(f"{len(rows)} GPUs", combined)]
     parts = []
-    for r in rows:
-        delta = r["mem_delta_bytes"]
-        delta_txt = f" ({fmt_bytes(delta, signed=True)})" if _isnum(delta) else ""
-        gpu = r["gpu"]
-        name = gpu if isinstance(gpu, str) and gpu.endswith(" ") else f"GPU{gpu} "
-        bits = [f"{name}{fmt_duration(r['duration_s'])}",
-                f"util {fmt_pct(r['util_mean_pct'])}",
-                f"peak {fmt_bytes(r['mem_peak_bytes'])}{delta_txt}",
-                fmt_watts(r["power_mean_w"]),
-                fmt_energy(r["energy_j"])]
-        if isinstance(r.get("throttle_reasons"), str) and r["throttle_reasons"]:
-            bits.append("throttled")
+    for name, r in named:
+        delta = f" ({fmt_bytes(r['mem_delta_bytes'], signed=True)})" if finite(r["mem_delta_bytes"]) else ""
+        throttled = isinstance(r.get("throttle_reasons"), str) and r["throttle_reasons"]
+        bits = [f"{name} {fmt_duration(r['duration_s'])}", f"util {fmt_pct(r['util_mean_pct'])}",
+                f"peak {fmt_bytes(r['mem_peak_bytes'])}{delta}", fmt_watts(r["power_mean_w"]),
+                fmt_energy(r["energy_j"]), *(["throttled"] if throttled else [])]
         parts.append(" · ".join(bits))
-    return " | ".join(parts) + tail
+    return " | ".join(parts) + ("" if status == "ok" else f" · {status.upper()}")
 
 
 _COLUMNS = {  # heading: the cell of a row (already HTML)
@@ -71,7 +54,7 @@ _COLUMNS = {  # heading: the cell of a row (already HTML)
     "SM active": lambda r: fmt_pct(r["sm_active_mean_pct"]),
     "power mean / max": lambda r: f"{fmt_watts(r['power_mean_w'])} / {fmt_watts(r['power_max_w'])}",
     "energy": lambda r: f"{fmt_energy(r['energy_j'])} ({r['energy_source']})",
-    "temp max": lambda r: "–" if not _isnum(r["temp_max_c"]) else f"{r['temp_max_c']:.0f} °C",
+    "temp max": lambda r: fmt_celsius(r["temp_max_c"]),
     "throttling": lambda r: escape(r["throttle_reasons"]) if r.get("throttle_reasons") else "none",
     "torch peak alloc / reserved": lambda r: f"{fmt_bytes(r.get('torch_peak_allocated_bytes'))} / "
                                              f"{fmt_bytes(r.get('torch_peak_reserved_bytes'))}",
@@ -79,13 +62,12 @@ _COLUMNS = {  # heading: the cell of a row (already HTML)
 }
 
 
-def summary_html(summary, combined: dict | None = None) -> str:
-    """The per-GPU summary (DataFrame or rows) as a small HTML table, with a row for all GPUs
-    (``combined``) when there are several; cells never wrap. No kernel or JavaScript needed."""
-    rows = _records(summary)
+def summary_html(rows: list[dict], combined: dict | None = None) -> str:
+    """The per-GPU summary rows as a small HTML table, with a row for all GPUs (``combined``) when
+    there are several; cells never wrap. No kernel or JavaScript needed."""
     if not rows:
         return "<p>No GPU readings in this block.</p>"
-    has_sm = any(_isnum(r.get("sm_active_mean_pct")) for r in rows)
+    has_sm = any(finite(r.get("sm_active_mean_pct")) for r in rows)
     has_torch = any("torch_peak_allocated_bytes" in r for r in rows)
     heads = [h for h in _COLUMNS if (has_sm or h != "SM active") and (has_torch or not h.startswith("torch"))]
     th = '<th style="text-align:left;padding:2px 8px;white-space:nowrap">'
@@ -104,10 +86,9 @@ def summary_html(summary, combined: dict | None = None) -> str:
 
 
 def _title(cap: Capture) -> str:
-    label = f"{cap.label} · " if cap.label else ""
     status = "" if cap.status == "ok" else f" · {cap.status}"
     src = " · SIMULATED GPUs" if cap.sampler is not None and cap.sampler.simulated else ""
-    return f"GPU profile · {label}{fmt_duration(cap.duration_s)}{status}{src}"
+    return f"GPU profile · {fmt_duration(cap.duration_s)}{status}{src}"
 
 
 NO_GPU_LINE = ("No GPU is visible here, so this block has no GPU profile; to try nbgpu on simulated "
@@ -119,11 +100,11 @@ def no_gpu(cap: Capture) -> bool:
     return cap.sampler is not None and not list(cap.sampler.devices)
 
 
-def static_svg(cap: Capture, width: int = 720) -> str:
+def static_svg(cap: Capture) -> str:
     """The capture's timeline as SVG, read straight from the store (no DataFrame)."""
     gpus, read = cap.gpu_keys(), cap.series(DEFAULT_METRICS)
     data = {m: {g: read[g][m] for g in gpus} for m in DEFAULT_METRICS}
-    return svg_series(data, cap.marks, width, gpus)
+    return svg_series(data, cap.marks, 720, gpus)
 
 
 def where_line(cap: Capture) -> str:
@@ -141,8 +122,6 @@ def where_line(cap: Capture) -> str:
 
 def judged_line(cap: Capture) -> str:
     """``too short to judge: idle, input_bound (it ran 0.50 s; ...)``; "" if every rule judged it."""
-    from ..diagnostics.engine import JUDGE_MIN_S
-
     _ = cap.alerts  # judging the block names the rules it was too short for
     if not cap.too_short:
         return ""
@@ -176,9 +155,9 @@ def static_html(cap: Capture, svg: str | None = None) -> str:
     return f'<div class="nbgpu-report"><b>{escape(_title(cap))}</b>{error}{body}</div>'
 
 
-def compact_html(cap: Capture, svg: str | None = None) -> str:
+def compact_html(cap: Capture) -> str:
     """The one-line summary; a click opens the picture and table (no kernel needed)."""
     if no_gpu(cap):
         return f'<p class="nbgpu-cell" style="font-size:12px;color:#444">{escape(NO_GPU_LINE)}</p>'
     return (f'<details class="nbgpu-cell"><summary style="cursor:pointer;font-size:12px;color:#444">'
-            f"{escape(cap.one_line())}</summary>{_body(cap, svg)}</details>")
+            f"{escape(cap.one_line())}</summary>{_body(cap, None)}</details>")

@@ -17,8 +17,6 @@ from ..timeline import epoch_seconds, to_epoch
 from ..units import fmt_duration
 from .energy import (
     EDGE_SLACK_S,
-    EMPTY,
-    PERIODS_MEASURED,
     RESOLUTION_PERIODS_S,
     TARGET_ERROR,
     Readings,
@@ -35,7 +33,7 @@ if TYPE_CHECKING:
 
 COARSE_SPACING_S = 1.0  # readings further apart than this: shorter peaks are not seen
 
-LEAD_COLUMNS = ("label", "iteration", "mark")
+LEAD_COLUMNS = ("iteration", "mark")
 SUMMARY_COLUMNS = (
     "gpu", "name", "status", "start", "end", "duration_s", "samples",
     "mem_start_bytes", "mem_end_bytes", "mem_peak_bytes", "mem_delta_bytes", "mem_peak_source",
@@ -104,7 +102,7 @@ def _resolution_note(r: Readings, t0: float, t1: float, energy_source: str) -> s
     if energy_source != "none" and duration < period / TARGET_ERROR:
         notes.append(f"energy: the block ({fmt_duration(duration)}) is shorter than {1 / TARGET_ERROR:.0f} "
                      f"updates of the {'energy counter' if counter else 'power readings'} (every "
-                     f"{period * 1000:.0f} ms, {'measured' if PERIODS_MEASURED else 'assumed'}), so it may "
+                     f"{period * 1000:.0f} ms, measured), so it may "
                      f"be off by more than {TARGET_ERROR:.0%}")
     return "; ".join(notes)
 
@@ -125,7 +123,7 @@ class _Lines:
 
 def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | None]:
     """(start, end, held knots) of memory used: newest at/before t0, first at/after t1."""
-    t, v = r.merged("mem_used_bytes")
+    t, v = r.series("mem_used_bytes")
     if not len(t):
         return math.nan, math.nan, None
     first = int(t.searchsorted(t0 - EDGE_SLACK_S, "left"))  # the oldest that may stand for t0
@@ -149,7 +147,7 @@ def _gpu_row(dev: Device, r: Readings, t0: float, t1: float, status: str, alloc:
              ) -> tuple[dict, _Lines]:
     def frame_max(metric: str, value: float) -> float:
         """``value``, raised to a folded frame's per-tick maximum of ``metric`` in the block."""
-        _, mv = r.series(_MAX_COLUMNS[metric], t0, t1) if r.has_maxima else EMPTY
+        _, mv = r.series(_MAX_COLUMNS[metric], t0, t1)
         return max(value, float(mv.max())) if len(mv) else value
 
     row: dict[str, object] = dict.fromkeys(SUMMARY_COLUMNS, math.nan)
@@ -241,13 +239,6 @@ class Summary:
 
     rows: list[dict]
     combined: dict
-
-    def frame(self) -> pd.DataFrame:
-        """One row per GPU, ``start``/``end`` as UTC timestamps."""
-        return rows_frame(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 def summarize(data: Timeline | pd.DataFrame, t0: object = None, t1: object = None, *,
