@@ -45,7 +45,6 @@ _HINTS = {
     errno.ELOOP: "too many symbolic links (a loop?); check the path",
     errno.ENAMETOOLONG: "the name is too long; use a shorter one",
 }
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
@@ -97,7 +96,7 @@ def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int
     while True:
         tmp = os.path.join(folder, f".{name}.nbgpu-{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o666)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break
         except FileExistsError:
             continue
@@ -152,7 +151,7 @@ class LineFile:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path, real, _ = check_target(path)
         try:
-            self._fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o666)
+            self._fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         except OSError as exc:
             raise file_error("write", self.path, exc) from exc
         self.size = 0
@@ -209,21 +208,14 @@ def json_line(record: Mapping[str, object]) -> str:
     return json.dumps(record, default=str, allow_nan=False)
 
 
-def jsonl_records(df: pd.DataFrame, filled: bool = True) -> Iterator[dict]:
-    """JSON-ready records of a timeline frame; ``filled`` repeats each GPU's latest values."""
-    if filled and len(df):
-        df = df.copy()
-        value_cols = [c for c in df.columns if c not in ("time", "gpu", "decimated")]
-        df[value_cols] = df.groupby("gpu", sort=False)[value_cols].ffill()
-    for row in df.to_dict("records"):
-        yield jsonl_record(row["time"].isoformat(), row["gpu"], row)
-
-
 def write_jsonl(df: pd.DataFrame, path: str, filled: bool = True) -> str:
-    """Write ``df`` as JSON lines, atomically; returns the path."""
+    """Write ``df`` as JSON lines, atomically (``filled``: each GPU's latest values repeated); the path."""
+    if filled and len(df):
+        value_cols = [c for c in df.columns if c not in ("time", "gpu", "decimated")]
+        df = df.assign(**df.groupby("gpu", sort=False)[value_cols].ffill())
     with atomic_file(path) as fh:
-        for rec in jsonl_records(df, filled=filled):
-            fh.write(json_line(rec) + "\n")
+        for row in df.to_dict("records"):
+            fh.write(json_line(jsonl_record(row["time"].isoformat(), row["gpu"], row)) + "\n")
     return os.fspath(path)
 
 
