@@ -171,19 +171,18 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
                  for a in _replayed(run, thresholds).alert_list()]
     if as_json:
         print(json.dumps({**doc, "findings": found}, default=str))
-    elif "cells" in doc:
-        for c in doc["cells"]:
-            print(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):")
-            for f in c["findings"]:
-                print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']}")
-            if not c["findings"]:
-                print("  no findings")
+        return 0
+    if "cells" in doc:
+        groups = [(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):",
+                   c["findings"]) for c in doc["cells"]]
     else:
-        if not found:
-            print(shown(f"{path}: no findings"))
-        for cell in dict.fromkeys(f["cell"] for f in found):
-            print(shown(f"{path}:" if cell is None else f"cell {cell}:"))
-            for f in (f for f in found if f["cell"] == cell):
-                print(shown(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']} {f['start']} to "
-                            f"{f['end'] or 'the end'}: {f['message']}"))
+        groups = [(f"{path}:" if cell is None else f"cell {cell}:", [f for f in found if f["cell"] == cell])
+                  for cell in dict.fromkeys(f["cell"] for f in found)] or [(f"{path}:", [])]
+    for head, findings in groups:
+        print(shown(head))
+        for f in findings:
+            print(shown(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']} "
+                        f"({f['start']} to {f['end'] or 'the end'})"))
+        if not findings:
+            print("  no findings")
     return 0
