@@ -129,22 +129,13 @@ def summarize_run(run: Run) -> Summary:
 
 
 def summary_lines(summary: Summary) -> list[str]:
-    """The summary as text, one line per GPU (and one for all when there are several)."""
+    """The summary's figures as text, one line per GPU (and one for all when there are several)."""
     rows = list(summary.rows)
     if len(rows) > 1 and summary.combined:
         rows.append({**summary.combined, "gpu": "all"})
-    lines = []
-    for r in rows:
-        g = r.get
-        line = (f"GPU {r['gpu']}: util mean {fmt_pct(g('util_mean_pct'))} max {fmt_pct(g('util_max_pct'))}, "
-                f"mem peak {fmt_bytes(g('mem_peak_bytes'))}, power mean {fmt_watts(g('power_mean_w'))}, "
-                f"energy {fmt_energy(g('energy_j'))}, temp max {fmt_celsius(g('temp_max_c'))}")
-        if r.get("throttle_reasons"):
-            line += f", throttled ({r['throttle_reasons']})"
-        if r.get("resolution_note"):
-            line += f"; note: {r['resolution_note']}"
-        lines.append(line)
-    return lines
+    return [f"GPU {r['gpu']}: " + ", ".join(f"{h} {fmt_metric(k, r.get(k))}" for h, k in _SUMMARY.items())
+            + (f", throttled ({r['throttle_reasons']})" if r.get("throttle_reasons") else "")
+            + (f"; note: {r['resolution_note']}" if r.get("resolution_note") else "") for r in rows]
 
 
 def load_input(path: str) -> Run:
