@@ -12,12 +12,13 @@ import math
 import numpy as np
 
 from ..errors import BadArgumentError
+from ..files import iso
 from ..metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from ..runfile import Run
 from ..sources.base import Device
 from ..store import Event, Store
 from .options import shown
-from .report import _when, load_input
+from .report import load_input
 
 EXIT_MARK = "command exited with code"  # the mark `nbgpu record` ends a run with
 
@@ -149,8 +150,8 @@ def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
 
 
 def _record(a, cell: str | None) -> dict:
-    return {"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": _when(a.start),
-            "end": None if a.end is None else _when(a.end), "start_s": a.start,
+    return {"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": iso(a.start, "seconds"),
+            "end": None if a.end is None else iso(a.end, "seconds"), "start_s": a.start,
             "end_s": a.end, "message": a.message, "suggestion": a.suggestion, "cell": cell}
 
 
@@ -173,7 +174,7 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
         print(json.dumps({**doc, "findings": found}, default=str))
         return 0
     if "cells" in doc:
-        groups = [(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):",
+        groups = [(f"cell {c['cell']} ({iso(c['start_s'], 'seconds')}, {c['end_s'] - c['start_s']:.1f} s):",
                    c["findings"]) for c in doc["cells"]]
     else:
         groups = [(f"{path}:" if cell is None else f"cell {cell}:", [f for f in found if f["cell"] == cell])

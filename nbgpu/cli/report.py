@@ -3,14 +3,13 @@ script); a torn last line is skipped and counted; a file that is not a run is on
 
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import math
 import os
 import sys
 
 from ..errors import BadArgumentError, FileError
-from ..files import atomic_file
+from ..files import atomic_file, iso
 from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
 from ..timeline import epoch_seconds
@@ -19,10 +18,6 @@ from .options import refuse_overwrite, shown
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")
-
-
-def _when(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 SIMULATED_NOTE = "SIMULATED GPUs: these numbers are made up for demos and tests"
@@ -63,7 +58,7 @@ def _info(run: Run) -> list[tuple[str, object]]:
     csv = not run.header and run.path.lower().endswith(".csv")
     return [("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd),
             ("source", run.header.get("source")),
-            ("from", t is not None and _when(float(t.min()))),
+            ("from", t is not None and iso(float(t.min()), "seconds")),
             ("duration", t is not None and fmt_duration(float(t.max() - t.min()))),
             ("result", exits and exits[-1]),
             ("note", run.skipped_lines
@@ -83,7 +78,7 @@ def render_html(run: Run, title: str | None = None) -> str:
              s["throttle_reasons"] or "no"] for s in summarize_run(run).rows]
     alerts = [[a.get("severity", ""), a.get("gpu_id", ""), a.get("start", ""),
                a.get("end") or "still active at the end", a.get("message", ""), a.get("suggestion", "")]
-              for a in run.alerts()]
+              for a in run.events if a.get("event") == "alert"]
     events = [[e["timestamp"], e.get("event"), "" if e.get("gpu_id") is None else e["gpu_id"],
                e.get("label", "")] for e in run.events if e.get("event") not in ("run", "alert")]
     plot_df = run.frame.astype({"gpu": str}) if "gpu" in run.frame else run.frame
