@@ -42,15 +42,12 @@ LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "pea
 
 @dataclass
 class Side:
-    """One run of the comparison: its file, totals and compared figures."""
+    """One run of the comparison: its file, totals, compared figures and file name."""
 
     run: Run
     totals: dict
     figures: RunFigures
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.run.path)
+    name: str
 
 
 def side_of(run: Run) -> Side:
@@ -63,7 +60,8 @@ def side_of(run: Run) -> Side:
     series = series_of_frame(run.frame, NOISE_METRICS)
     per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None)
                for r in summary.rows}
-    return Side(run, summary.combined, RunFigures(total_figures(per_gpu, summary.combined), per_gpu))
+    return Side(run, summary.combined, RunFigures(total_figures(per_gpu, summary.combined), per_gpu),
+                os.path.basename(run.path))
 
 
 def _pct(c: Change) -> str:
