@@ -156,12 +156,11 @@ class LineFile:
             raise file_error("write", self.path, exc) from exc
         self.size = 0
 
-    def write(self, lines: list[str]) -> None:
-        """Append ``lines`` (without newlines), each whole or not at all."""
-        for line in lines:
-            data = (line + "\n").encode("utf-8")
-            write_whole(self._fd, data, self.path, self.size)
-            self.size += len(data)
+    def write(self, line: str) -> None:
+        """Append ``line`` (without its newline), whole or not at all."""
+        data = (line + "\n").encode("utf-8")
+        write_whole(self._fd, data, self.path, self.size)
+        self.size += len(data)
 
     def close(self) -> None:
         """Flush to disk and close."""
