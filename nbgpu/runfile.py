@@ -184,11 +184,9 @@ def _read_parquet(path: str) -> Run:
     except ImportError as exc:
         raise FileError(f"cannot read {path}: reading Parquet needs pyarrow; run `pip install pyarrow`",
                         path=path) from exc
-    except OSError as exc:
-        if exc.errno is not None:
-            raise file_error("read", path, exc) from exc
-        raise _bad(path, "it is not a valid Parquet file") from exc
     except Exception as exc:  # pyarrow raises many kinds for a corrupt file
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise file_error("read", path, exc) from exc
         raise _bad(path, "it is not a valid Parquet file") from exc
     events = []
     raw = (table.schema.metadata or {}).get(PARQUET_EVENTS_KEY)
