@@ -32,12 +32,10 @@ from ..svg import series_of_frame
 from ..timeline import epoch_seconds
 from ..units import as_float
 from .options import refuse_overwrite, shown
-from .report import PAGE, SIMULATED_NOTE, fmt_metric, html_table, load_input
+from .report import PAGE, SIMULATED_NOTE, SUMMARY, fmt_metric, html_table, load_input
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
-LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
-          "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
-          "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
+LABELS = {metric: heading for heading, metric in SUMMARY.items()}
 
 
 @dataclass

@@ -34,10 +34,10 @@ def html_table(head: list[str], rows: list[list[object]], empty: str = "") -> st
 
 _FMT = {"_bytes": fmt_bytes, "_s": fmt_duration, "_j": fmt_energy, "_pct": fmt_pct, "_w": fmt_watts,
         "_c": fmt_celsius}
-# The columns of the report's summary table: heading and figure.
-_SUMMARY = {"duration": "duration_s", "util mean": "util_mean_pct", "util max": "util_max_pct",
-            "memory peak": "mem_peak_bytes", "power mean": "power_mean_w", "power max": "power_max_w",
-            "energy": "energy_j", "temp max": "temp_max_c"}
+# The figures of a run as record, report and compare name them: heading and figure.
+SUMMARY = {"duration": "duration_s", "util mean": "util_mean_pct", "util max": "util_max_pct",
+           "peak memory": "mem_peak_bytes", "power mean": "power_mean_w", "power max": "power_max_w",
+           "energy": "energy_j", "temp max": "temp_max_c"}
 
 
 def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
@@ -74,7 +74,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     esc = html.escape
     names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
     title = title or f"nbgpu run: {os.path.basename(run.path)}"
-    rows = [[s["gpu"], names.get(str(s["gpu"]), ""), *(fmt_metric(k, s[k]) for k in _SUMMARY.values()),
+    rows = [[s["gpu"], names.get(str(s["gpu"]), ""), *(fmt_metric(k, s[k]) for k in SUMMARY.values()),
              s["throttle_reasons"] or "no"] for s in summarize_run(run).rows]
     alerts = [[a.get("severity", ""), a.get("gpu_id", ""), a.get("start", ""),
                a.get("end") or "still active at the end", a.get("message", ""), a.get("suggestion", "")]
@@ -86,7 +86,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     parts = [f"<h1>{esc(title)}</h1>",
              "<dl>" + "".join(f"<dt>{k}</dt><dd>{esc(str(v))}</dd>" for k, v in _info(run) if v) + "</dl>",
              "<h2>Summary per GPU</h2>",
-             html_table(["GPU", "name", *_SUMMARY, "throttled"], rows, "No GPU samples were recorded."),
+             html_table(["GPU", "name", *SUMMARY, "throttled"], rows, "No GPU samples were recorded."),
              "<h2>Timeline</h2>",
              f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>',
              "<h2>Alerts</h2>",
@@ -128,7 +128,7 @@ def summary_lines(summary: Summary) -> list[str]:
     rows = list(summary.rows)
     if len(rows) > 1 and summary.combined:
         rows.append({**summary.combined, "gpu": "all"})
-    return [f"GPU {r['gpu']}: " + ", ".join(f"{h} {fmt_metric(k, r.get(k))}" for h, k in _SUMMARY.items())
+    return [f"GPU {r['gpu']}: " + ", ".join(f"{h} {fmt_metric(k, r.get(k))}" for h, k in SUMMARY.items())
             + (f", throttled ({r['throttle_reasons']})" if r.get("throttle_reasons") else "")
             + (f"; note: {r['resolution_note']}" if r.get("resolution_note") else "") for r in rows]
 
