@@ -45,7 +45,7 @@ _HINTS = {
     errno.ELOOP: "too many symbolic links (a loop?); check the path",
     errno.ENAMETOOLONG: "the name is too long; use a shorter one",
 }
-_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 
@@ -56,8 +56,8 @@ def file_error(verb: str, path: str, exc: OSError) -> FileError:
 
 
 def kind_of(mode: int) -> str | None:
-    """What a special file is ("a FIFO (named pipe)", ...); None for a regular file or a folder."""
-    return next((name for test, name in _KINDS if test(mode)), None)
+    """What a path that is not a regular file is ("a folder", "a FIFO (named pipe)", ...); None for one."""
+    return None if stat.S_ISREG(mode) else next((n for test, n in _KINDS if test(mode)), "a special file")
 
 
 def as_path(path: object) -> str:
@@ -79,11 +79,9 @@ def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | No
         st = None
     except OSError as exc:
         raise file_error("write", text, exc) from exc
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise FileError(f"cannot write {text}: it is a folder; give a file name", path=text)
-    if st is not None and kind_of(st.st_mode):
-        raise FileError(f"cannot write {text}: it is {kind_of(st.st_mode)}, not a regular file; "
-                        "nbgpu never replaces one, give another path", path=text)
+    if st is not None and (what := kind_of(st.st_mode)):
+        hint = "give a file name" if what == "a folder" else "nbgpu never replaces one, give another path"
+        raise FileError(f"cannot write {text}: it is {what}; {hint}", path=text)
     if not os.path.isdir(os.path.dirname(real)):
         raise FileError(f"cannot write {text}: folder {os.path.dirname(real)} does not exist; "
                         "create it first", path=text)

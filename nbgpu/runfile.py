@@ -6,7 +6,6 @@ import contextlib
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -143,8 +142,7 @@ def _check_regular(path: str) -> None:
         raise FileError(f"no such file: {path}; give the file `nbgpu record -o` wrote", path=path) from None
     except OSError as exc:
         raise file_error("read", path, exc) from exc
-    if not stat.S_ISREG(st.st_mode):
-        what = "a folder" if stat.S_ISDIR(st.st_mode) else kind_of(st.st_mode) or "not a regular file"
+    if what := kind_of(st.st_mode):
         raise _bad(path, f"it is {what}")
     if st.st_size == 0:
         raise _bad(path, "the file is empty")
