@@ -122,7 +122,7 @@ def _app(registry: CollectorRegistry) -> Callable:
     return app
 
 
-class Exporter:
+class Exporter(contextlib.AbstractContextManager):
     """A running exporter of ``registry``: ``url`` to scrape, ``close()`` to stop (a context manager).
     ``port`` 0 picks a free one; ``timeout_s`` closes idle connections; ``request_deadline_s``
     drops a request that trickles in slower."""
@@ -173,9 +173,6 @@ class Exporter:
             with contextlib.suppress(OSError):  # it may have ended and closed its trigger meanwhile
                 self._server.pull_trigger()  # wake the loop so it sees the stop at once
         self._thread.join(timeout=5)
-
-    def __enter__(self) -> Exporter:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
