@@ -1,7 +1,5 @@
 """Prometheus exporter: a sampler's newest GPU readings with dcgm-exporter's names, units and labels
-where it has the metric, else ``nbgpu_gpu_*`` (NaN left out, never 0), served by waitress on
-127.0.0.1 unless told. Every GPU series is a gauge (energy too, without ``_total``); the model label
-is ``model_name`` (promtool rejects dcgm's ``modelName``) unless asked."""
+where it has the metric, else ``nbgpu_gpu_*`` (NaN left out), all gauges, served by waitress."""
 
 from __future__ import annotations
 
@@ -13,7 +11,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
@@ -26,9 +23,6 @@ from .sources.prometheus_names import FAMILIES, INFO_SERIES
 if TYPE_CHECKING:
     from .sampler import Sampler
 
-log = logging.getLogger("nbgpu")
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # dcgm-exporter's int64 fields: whole numbers in its units (framebuffer MiB truncated, the rest rounded).
 WHOLE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_GPU_TEMP",
                    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_ENC_UTIL",
@@ -72,12 +66,6 @@ def families(rows: list[tuple[Device, dict]], hostname: str | None = None,
             info.add_sample(INFO_SERIES, {**labels, **extra}, 1.0)
         out.append(info)
     return out
-
-
-def to_text(metrics: Iterable[Metric]) -> str:
-    """Exposition text (format 0.0.4) of metric families, written by prometheus-client."""
-    fixed = list(metrics)
-    return generate_latest(SimpleNamespace(collect=lambda: fixed)).decode()
 
 
 class GpuCollector:
@@ -124,26 +112,17 @@ def _app(registry: CollectorRegistry) -> Callable:
     prometheus = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        def plain(status: str, text: str, *headers: tuple) -> list[bytes]:
-            body = text.encode()
-            start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
-                                    ("Content-Length", str(len(body))), *headers])
-            return [body]
-
-        if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
-            return plain("405 Method Not Allowed", "only GET and HEAD are served\n", ("Allow", "GET, HEAD"))
-        if environ.get("PATH_INFO") == "/metrics":
-            try:  # prometheus-client answers GET only; waitress drops the body of a HEAD
-                return prometheus({**environ, "REQUEST_METHOD": "GET"}, start_response)
-            except Exception as exc:  # a broken reading must not take the server down
-                log.debug("exporter scrape failed", exc_info=True)
-                return plain("500 Internal Server Error", f"nbgpu exporter failed: {exc}\n")
-        return plain("404 Not Found", "not found; the metrics are at /metrics\n")
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found; the metrics are at /metrics\n"]
+        if environ["REQUEST_METHOD"] == "HEAD":  # prometheus-client answers GET; waitress drops the body
+            environ = {**environ, "REQUEST_METHOD": "GET"}
+        return prometheus(environ, start_response)  # 405 for other methods; waitress answers 500 on errors
 
     return app
 
 
-class Exporter:
+class Exporter(contextlib.AbstractContextManager):
     """A running exporter of ``registry``: ``url`` to scrape, ``close()`` to stop (a context manager).
     ``port`` 0 picks a free one; ``timeout_s`` closes idle connections; ``request_deadline_s``
     drops a request that trickles in slower."""
@@ -195,35 +174,24 @@ class Exporter:
                 self._server.pull_trigger()  # wake the loop so it sees the stop at once
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> Exporter:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class QueueDepthOnce(logging.Filter):
-    """Lets waitress's "Task queue depth" warning through once per episode (``quiet_s`` without one)."""
+def install_queue_filter(quiet_s: float = 60.0) -> None:
+    """Let waitress's "Task queue depth" warning through once per episode (``quiet_s`` without one),
+    replacing the filter an earlier call put on the ``waitress.queue`` logger."""
+    logger, last = logging.getLogger("waitress.queue"), [-math.inf]
 
-    def __init__(self, quiet_s: float = 60.0) -> None:
-        super().__init__()
-        self.quiet_s, self._last = quiet_s, -math.inf
-
-    def filter(self, record: logging.LogRecord) -> bool:
+    def queue_depth_once(record: logging.LogRecord) -> bool:
         if not str(record.msg).startswith("Task queue depth"):
             return True
-        now, last = time.monotonic(), self._last
-        self._last = now
-        return now - last > self.quiet_s
+        before, last[0] = last[0], time.monotonic()
+        return last[0] - before > quiet_s
 
-
-def install_queue_filter(quiet_s: float = 60.0) -> QueueDepthOnce:
-    """Put one ``QueueDepthOnce`` on the ``waitress.queue`` logger (replacing an earlier one)."""
-    logger = logging.getLogger("waitress.queue")
-    for old in [f for f in logger.filters if isinstance(f, QueueDepthOnce)]:
+    for old in [f for f in logger.filters if getattr(f, "__name__", "") == queue_depth_once.__name__]:
         logger.removeFilter(old)
-    logger.addFilter(flt := QueueDepthOnce(quiet_s))
-    return flt
+    logger.addFilter(queue_depth_once)
 
 
 def _drop_slow_requests(server, deadline_s: float) -> None:

@@ -45,8 +45,7 @@ _HINTS = {
     errno.ELOOP: "too many symbolic links (a loop?); check the path",
     errno.ENAMETOOLONG: "the name is too long; use a shorter one",
 }
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 
@@ -57,8 +56,8 @@ def file_error(verb: str, path: str, exc: OSError) -> FileError:
 
 
 def kind_of(mode: int) -> str | None:
-    """What a special file is ("a FIFO (named pipe)", ...); None for a regular file or a folder."""
-    return next((name for test, name in _KINDS if test(mode)), None)
+    """What a path that is not a regular file is ("a folder", "a FIFO (named pipe)", ...); None for one."""
+    return None if stat.S_ISREG(mode) else next((n for test, n in _KINDS if test(mode)), "a special file")
 
 
 def as_path(path: object) -> str:
@@ -80,11 +79,9 @@ def check_target(path: str | os.PathLike) -> tuple[str, str, os.stat_result | No
         st = None
     except OSError as exc:
         raise file_error("write", text, exc) from exc
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise FileError(f"cannot write {text}: it is a folder; give a file name", path=text)
-    if st is not None and kind_of(st.st_mode):
-        raise FileError(f"cannot write {text}: it is {kind_of(st.st_mode)}, not a regular file; "
-                        "nbgpu never replaces one, give another path", path=text)
+    if st is not None and (what := kind_of(st.st_mode)):
+        hint = "give a file name" if what == "a folder" else "nbgpu never replaces one, give another path"
+        raise FileError(f"cannot write {text}: it is {what}; {hint}", path=text)
     if not os.path.isdir(os.path.dirname(real)):
         raise FileError(f"cannot write {text}: folder {os.path.dirname(real)} does not exist; "
                         "create it first", path=text)
@@ -97,7 +94,7 @@ def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int
     while True:
         tmp = os.path.join(folder, f".{name}.nbgpu-{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o666)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break
         except FileExistsError:
             continue
@@ -152,17 +149,16 @@ class LineFile:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path, real, _ = check_target(path)
         try:
-            self._fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o666)
+            self._fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         except OSError as exc:
             raise file_error("write", self.path, exc) from exc
         self.size = 0
 
-    def write(self, lines: list[str]) -> None:
-        """Append ``lines`` (without newlines), each whole or not at all."""
-        for line in lines:
-            data = (line + "\n").encode("utf-8")
-            write_whole(self._fd, data, self.path, self.size)
-            self.size += len(data)
+    def write(self, line: str) -> None:
+        """Append ``line`` (without its newline), whole or not at all."""
+        data = (line + "\n").encode("utf-8")
+        write_whole(self._fd, data, self.path, self.size)
+        self.size += len(data)
 
     def close(self) -> None:
         """Flush to disk and close."""
@@ -209,21 +205,14 @@ def json_line(record: Mapping[str, object]) -> str:
     return json.dumps(record, default=str, allow_nan=False)
 
 
-def jsonl_records(df: pd.DataFrame, filled: bool = True) -> Iterator[dict]:
-    """JSON-ready records of a timeline frame; ``filled`` repeats each GPU's latest values."""
-    if filled and len(df):
-        df = df.copy()
-        value_cols = [c for c in df.columns if c not in ("time", "gpu", "decimated")]
-        df[value_cols] = df.groupby("gpu", sort=False)[value_cols].ffill()
-    for row in df.to_dict("records"):
-        yield jsonl_record(row["time"].isoformat(), row["gpu"], row)
-
-
 def write_jsonl(df: pd.DataFrame, path: str, filled: bool = True) -> str:
-    """Write ``df`` as JSON lines, atomically; returns the path."""
+    """Write ``df`` as JSON lines, atomically (``filled``: each GPU's latest values repeated); the path."""
+    if filled and len(df):
+        value_cols = [c for c in df.columns if c not in ("time", "gpu", "decimated")]
+        df = df.assign(**df.groupby("gpu", sort=False)[value_cols].ffill())
     with atomic_file(path) as fh:
-        for rec in jsonl_records(df, filled=filled):
-            fh.write(json_line(rec) + "\n")
+        for row in df.to_dict("records"):
+            fh.write(json_line(jsonl_record(row["time"].isoformat(), row["gpu"], row)) + "\n")
     return os.fspath(path)
 
 

@@ -46,7 +46,7 @@ class Recorder:
         self.closed = False
         self._columns = self._csv_columns()
         if self.format == "csv":
-            self._file.write([",".join(self._columns)])
+            self._file.write(",".join(self._columns))
         else:
             status = sampler.status()
             self._event({"event": "run", "label": "started", "source": status.source_description,
@@ -147,11 +147,11 @@ class Recorder:
                 last.update((key, value) for key, value in row.items() if value == value)  # not NaN
                 lines.append(json_line(jsonl_record(iso(when), gpu, last)))
         for line in lines:  # counted line by line: a failed write leaves a true count
-            self._file.write([line])
+            self._file.write(line)
             self.rows_written += 1
 
     def _event(self, fields: dict, t: float) -> None:
-        self._file.write([json_line({"timestamp": iso(t), **fields})])
+        self._file.write(json_line({"timestamp": iso(t), **fields}))
 
     def _write_events(self, final: bool) -> None:
         if self.format == "csv":

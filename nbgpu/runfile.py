@@ -6,7 +6,6 @@ import contextlib
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -62,10 +61,6 @@ class Run:
         """(epoch seconds, label) of every mark."""
         return [(e["time_s"], str(e.get("label", ""))) for e in self.events if e.get("event") == "mark"]
 
-    def alerts(self) -> list[dict]:
-        """The alert events."""
-        return [e for e in self.events if e.get("event") == "alert"]
-
     def stack_samples(self) -> list[tuple[float, str, int | None, str]]:
         """(epoch seconds, category, cell line, its text) of the main thread's stack samples
         (the recorder's ``stacks`` lines), oldest first; malformed entries are skipped."""
@@ -101,11 +96,9 @@ def _times(path: str, values: pd.Series, where: str) -> pd.Series:
     import pandas as pd
 
     with contextlib.suppress(ValueError, TypeError, OverflowError):
-        if isinstance(values.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(values):
-            parsed = values.dt.tz_convert("UTC") if values.dt.tz is not None else values.dt.tz_localize("UTC")
-        else:
-            text = values.map(lambda v: v if isinstance(v, str) else None)
-            parsed = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
+        text = (values if pd.api.types.is_datetime64_any_dtype(values)  # else only text is a time
+                else values.map(lambda v: v if isinstance(v, str) else None))
+        parsed = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
         bad = parsed.isna()
         if not bad.any():
             return parsed.astype("datetime64[ns, UTC]")
@@ -139,8 +132,8 @@ def _numeric(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _open_regular(path: str) -> int:
-    """Size of ``path`` if it is a regular file, else FileError (a FIFO would block forever)."""
+def _check_regular(path: str) -> None:
+    """FileError unless ``path`` is a regular file that is not empty (a FIFO would block forever)."""
     if not path:
         raise FileError("cannot read '': the path is empty; give the file `nbgpu record -o` wrote", path=path)
     try:
@@ -149,12 +142,10 @@ def _open_regular(path: str) -> int:
         raise FileError(f"no such file: {path}; give the file `nbgpu record -o` wrote", path=path) from None
     except OSError as exc:
         raise file_error("read", path, exc) from exc
-    if not stat.S_ISREG(st.st_mode):
-        what = "a folder" if stat.S_ISDIR(st.st_mode) else kind_of(st.st_mode) or "not a regular file"
+    if what := kind_of(st.st_mode):
         raise _bad(path, f"it is {what}")
     if st.st_size == 0:
         raise _bad(path, "the file is empty")
-    return st.st_size
 
 
 def _check_frame(path: str, df: pd.DataFrame, lines: object = None) -> pd.DataFrame:
@@ -191,11 +182,9 @@ def _read_parquet(path: str) -> Run:
     except ImportError as exc:
         raise FileError(f"cannot read {path}: reading Parquet needs pyarrow; run `pip install pyarrow`",
                         path=path) from exc
-    except OSError as exc:
-        if exc.errno is not None:
-            raise file_error("read", path, exc) from exc
-        raise _bad(path, "it is not a valid Parquet file") from exc
     except Exception as exc:  # pyarrow raises many kinds for a corrupt file
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise file_error("read", path, exc) from exc
         raise _bad(path, "it is not a valid Parquet file") from exc
     events = []
     raw = (table.schema.metadata or {}).get(PARQUET_EVENTS_KEY)
@@ -267,6 +256,6 @@ def _read_jsonl(path: str) -> Run:
 def load_run(path: str | os.PathLike) -> Run:
     """Read a run written by ``nbgpu record`` or ``Timeline.to_jsonl/to_csv/to_parquet``."""
     text = os.fsdecode(path) if path is not None else ""
-    _open_regular(text)
+    _check_regular(text)
     ext = os.path.splitext(text)[1].lower()
     return {".csv": _read_csv, ".parquet": _read_parquet}.get(ext, _read_jsonl)(text)

@@ -16,14 +16,20 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from nbgpu import Sampler, SimulatedGPUs
-from nbgpu.exporter import Exporter, GpuCollector, to_text
+from nbgpu.exporter import Exporter, GpuCollector
 
 SCRAPE_S = 1.0
+
+
+def to_text(metrics: list) -> str:
+    """Exposition text of metric families, written by prometheus-client."""
+    return generate_latest(SimpleNamespace(collect=lambda: metrics)).decode()
 
 
 def prometheus_binary() -> str:

@@ -17,10 +17,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from conftest_cli import free_port, prometheus_binary
+from conftest_cli import free_port, prometheus_binary, to_text
 from nbgpu import Sampler, SimulatedGPUs
-from nbgpu.exporter import CONTENT_TYPE, families, prometheus_text, serve, to_text
+from nbgpu.exporter import families, prometheus_text, serve
 from nbgpu.sources.base import Device
 from nbgpu.sources.prometheus_names import FAMILIES
 
@@ -113,7 +114,7 @@ def test_http_endpoint_serves_metrics_on_localhost(sampler):
         assert exporter.host == "127.0.0.1"
         with urllib.request.urlopen(exporter.url, timeout=5) as resp:
             assert resp.status == 200
-            assert resp.headers["Content-Type"] == CONTENT_TYPE
+            assert resp.headers["Content-Type"] == CONTENT_TYPE_PLAIN_0_0_4
             body = resp.read().decode()
         assert "DCGM_FI_DEV_GPU_UTIL{" in body
         with pytest.raises(urllib.error.HTTPError) as err:
@@ -244,7 +245,7 @@ def test_head_is_answered_and_the_server_header_names_no_python(sampler):
         with urllib.request.urlopen(urllib.request.Request(exporter.url, method="HEAD"), timeout=5) as resp:
             assert resp.status == 200 and resp.read() == b""
             assert int(resp.headers["Content-Length"]) > 0
-            assert resp.headers["Content-Type"] == CONTENT_TYPE
+            assert resp.headers["Content-Type"] == CONTENT_TYPE_PLAIN_0_0_4
             server = resp.headers["Server"]
         assert "python" not in server.lower() and not re.search(r"\d+\.\d+", server), server
         with pytest.raises(urllib.error.HTTPError) as err:

@@ -114,7 +114,7 @@ def test_report_shows_summary_marks_and_alerts(tmp_path):
                              "message": "GPU 1 <idle>", "suggestion": "check the data loader"}) + "\n")
         fh.write('{"timestamp": "2026-01-01T00:00:0')  # a torn last line
     run = load_run(str(out))
-    assert run.skipped_lines == 1 and len(run.alerts()) == 1
+    assert run.skipped_lines == 1 and [e["rule"] for e in run.events if e["event"] == "alert"] == ["idle_gpu"]
     assert [label for _, label in run.marks()] == ["command started", "command exited with code 3"]
     done = nbgpu("report", str(out))
     assert done.returncode == 0, done.stderr

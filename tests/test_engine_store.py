@@ -169,11 +169,15 @@ def test_a_failed_export_leaves_the_old_file_untouched(tmp_path, monkeypatch, st
     path = tmp_path / "run.jsonl"
     path.write_text("precious\n")
 
-    def broken(*a, **k):
-        yield {"timestamp": "x"}
-        raise RuntimeError("disk on fire")
+    written = []
 
-    monkeypatch.setattr("nbgpu.files.jsonl_records", broken)
+    def broken(*a, **k):  # the first record is written, the second fails
+        if written:
+            raise RuntimeError("disk on fire")
+        written.append(1)
+        return {"timestamp": "x"}
+
+    monkeypatch.setattr("nbgpu.files.jsonl_record", broken)
     with pytest.raises(RuntimeError):
         s.timeline.to_jsonl(str(path))
     assert path.read_text() == "precious\n"

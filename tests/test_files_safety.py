@@ -205,7 +205,8 @@ def test_a_file_size_limit_fails_cleanly_in_a_real_process(tmp_path):
 def test_line_file_cuts_back_to_the_last_whole_line_on_a_full_disk(tmp_path, monkeypatch):
     path = str(tmp_path / "run.jsonl")
     out = LineFile(path)
-    out.write([json.dumps({"n": i}) for i in range(3)])
+    for i in range(3):
+        out.write(json.dumps({"n": i}))
     real_write = os.write
     calls = []
 
@@ -217,7 +218,7 @@ def test_line_file_cuts_back_to_the_last_whole_line_on_a_full_disk(tmp_path, mon
 
     monkeypatch.setattr(os, "write", half_then_full)
     with pytest.raises(FileError) as info:
-        out.write([json.dumps({"n": 3, "pad": "x" * 50})])
+        out.write(json.dumps({"n": 3, "pad": "x" * 50}))
     monkeypatch.undo()
     one_line(info.value, path)
     assert "disk is full" in str(info.value)

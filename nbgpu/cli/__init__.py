@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import signal
 import sys
 import threading
 from collections.abc import Sequence
 
 from ..errors import BadArgumentError, NbgpuError
-from .options import OnceParser, add_shared
+from .options import OnceParser, add_shared, sigterm_as_ctrl_c
 
 
 def _port(value: str) -> int:
@@ -177,22 +176,14 @@ def run_export(source: str, interval: float, host: str, port: int | None,
     from ..sampler import Sampler
 
     port = settings().exporter_port if port is None else port
-
-    stop = threading.Event()
     with (Sampler(source, interval=interval, host=False) as sampler,
-          serve(sampler, host, port, hostname) as exporter):
+          serve(sampler, host, port, hostname) as exporter, contextlib.suppress(KeyboardInterrupt)):
         label = " (SIMULATED)" if sampler.simulated else ""
         print(f"nbgpu export: serving {len(sampler.devices)} GPU(s){label} at {exporter.url}",
               file=sys.stderr, flush=True)
         if host not in ("127.0.0.1", "localhost", "::1"):
             print(f"nbgpu export: listening on {host}: other machines can read these metrics",
                   file=sys.stderr, flush=True)
-        in_main = threading.current_thread() is threading.main_thread()  # signals can be caught only there
-        old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM) if in_main}
-        try:
-            while not stop.wait(0.5):
-                pass
-        finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
+        with sigterm_as_ctrl_c():
+            threading.Event().wait()  # until Ctrl-C or SIGTERM
     return 0

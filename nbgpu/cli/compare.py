@@ -32,25 +32,20 @@ from ..svg import series_of_frame
 from ..timeline import epoch_seconds
 from ..units import as_float
 from .options import refuse_overwrite, shown
-from .report import PAGE, SIMULATED_NOTE, fmt_metric, html_table, load_input
+from .report import PAGE, SIMULATED_NOTE, SUMMARY, fmt_metric, html_table, load_input
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
-LABELS = {"energy_j": "energy", "duration_s": "duration", "mem_peak_bytes": "peak memory",
-          "util_mean_pct": "util mean", "mem_delta_bytes": "memory change", "util_max_pct": "util max",
-          "power_mean_w": "power mean", "power_max_w": "power max", "temp_max_c": "temp max"}
+LABELS = {metric: heading for heading, metric in SUMMARY.items()}
 
 
 @dataclass
 class Side:
-    """One run of the comparison: its file, totals and compared figures."""
+    """One run of the comparison: its file, totals, compared figures and file name."""
 
     run: Run
     totals: dict
     figures: RunFigures
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.run.path)
+    name: str
 
 
 def side_of(run: Run) -> Side:
@@ -63,7 +58,8 @@ def side_of(run: Run) -> Side:
     series = series_of_frame(run.frame, NOISE_METRICS)
     per_gpu = {r["gpu"]: gpu_figures(r, series.get(r["gpu"], {}), stamped=span is not None)
                for r in summary.rows}
-    return Side(run, summary.combined, RunFigures(total_figures(per_gpu, summary.combined), per_gpu))
+    return Side(run, summary.combined, RunFigures(total_figures(per_gpu, summary.combined), per_gpu),
+                os.path.basename(run.path))
 
 
 def _pct(c: Change) -> str:
@@ -123,18 +119,6 @@ def broken_lines(bounds: Sequence[Bound], a: Side, b: Side) -> list[str]:
     return out
 
 
-def _elapsed(side: Side, tag: str) -> tuple[dict, list[tuple[float, str]]]:
-    """{metric: {"GPU (tag)": (elapsed s, values)}} and the marks, from the run's first reading."""
-    t0 = float(epoch_seconds(side.run.frame["time"]).min())
-    data: dict = {}
-    for g, per in series_of_frame(side.run.frame, NOISE_METRICS).items():
-        for m in PLOT_METRICS:
-            if m in per:
-                data.setdefault(m, {})[f"{g} ({tag})"] = (per[m][0] - t0, per[m][1])
-    marks = [(mt - t0, f"{tag}: {label}") for mt, label in side.run.marks()]
-    return data, marks
-
-
 def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     """The comparison as one HTML document: the table and both timelines on one elapsed-time axis."""
     from ..svg import svg_series
@@ -151,13 +135,19 @@ def render_html(a: Side, b: Side, broken: Sequence[str] = ()) -> str:
     parts.append("<h2>Side by side</h2>")
     parts.append(html_table(["", "figure", f"A {a.name}", f"B {b.name}", "change", "noise"],
                         [[s, f, *cells] for s, f, cells in table_rows(a, b)]))
-    da, ma = _elapsed(a, "A")
-    db, mb = _elapsed(b, "B")
-    data = {m: {**da.get(m, {}), **db.get(m, {})} for m in PLOT_METRICS if m in da or m in db}
+    data: dict = {m: {} for m in PLOT_METRICS}  # {metric: {"GPU (A)": (s since A's first reading, values)}}
+    marks: list[tuple[float, str]] = []
+    for side, tag in ((a, "A"), (b, "B")):
+        t0 = float(epoch_seconds(side.run.frame["time"]).min())
+        for g, per in series_of_frame(side.run.frame, NOISE_METRICS).items():
+            for m in (m for m in PLOT_METRICS if m in per):
+                data[m][f"{g} ({tag})"] = (per[m][0] - t0, per[m][1])
+        marks += [(t - t0, f"{tag}: {label}") for t, label in side.run.marks()]
+    data = {m: per for m, per in data.items() if per}
     keys = list(dict.fromkeys(k for per in data.values() for k in per))
     parts.append("<h2>Timelines (elapsed seconds)</h2>")
-    dashed = {k for k in keys if str(k).endswith("(B)")}
-    parts.append(f'<div class="plot">{svg_series(data, ma + mb, 900, keys, dashed)}</div>')
+    dashed = {k for k in keys if k.endswith("(B)")}
+    parts.append(f'<div class="plot">{svg_series(data, marks, 900, keys, dashed)}</div>')
     return PAGE.format(title=esc(title), body="\n".join(parts))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import NbgpuError
+from .options import sigterm_as_ctrl_c
 
 NOTEBOOK = Path("notebooks") / "quickstart.ipynb"
 
@@ -41,10 +41,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run_demo(port: int = 0, browser: bool = True) -> int:
     """Start JupyterLab on the quickstart notebook (127.0.0.1 only, a fresh token, the notebook's
     folder as root), print its URL and wait until it exits."""
@@ -60,9 +56,9 @@ def run_demo(port: int = 0, browser: bool = True) -> int:
     print(f"nbgpu demo: open http://127.0.0.1:{port}/lab/tree/{rel}?token={token}", flush=True)
     print("nbgpu demo: press Ctrl-C to stop JupyterLab", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return proc.wait()
+        with sigterm_as_ctrl_c():
+            return proc.wait()
     except KeyboardInterrupt:
         proc.terminate()
         try:
@@ -70,5 +66,3 @@ def run_demo(port: int = 0, browser: bool = True) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -12,12 +12,13 @@ import math
 import numpy as np
 
 from ..errors import BadArgumentError
+from ..files import iso
 from ..metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from ..runfile import Run
 from ..sources.base import Device
 from ..store import Event, Store
 from .options import shown
-from .report import _when, load_input
+from .report import load_input
 
 EXIT_MARK = "command exited with code"  # the mark `nbgpu record` ends a run with
 
@@ -149,8 +150,8 @@ def judge_cells(run: Run, thresholds: dict | None = None) -> list[dict]:
 
 
 def _record(a, cell: str | None) -> dict:
-    return {"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": _when(a.start),
-            "end": None if a.end is None else _when(a.end), "start_s": a.start,
+    return {"rule": a.rule, "severity": a.severity, "gpu": a.gpu, "start": iso(a.start, "seconds"),
+            "end": None if a.end is None else iso(a.end, "seconds"), "start_s": a.start,
             "end_s": a.end, "message": a.message, "suggestion": a.suggestion, "cell": cell}
 
 
@@ -171,19 +172,18 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
                  for a in _replayed(run, thresholds).alert_list()]
     if as_json:
         print(json.dumps({**doc, "findings": found}, default=str))
-    elif "cells" in doc:
-        for c in doc["cells"]:
-            print(f"cell {c['cell']} ({_when(c['start_s'])}, {c['end_s'] - c['start_s']:.1f} s):")
-            for f in c["findings"]:
-                print(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']}")
-            if not c["findings"]:
-                print("  no findings")
+        return 0
+    if "cells" in doc:
+        groups = [(f"cell {c['cell']} ({iso(c['start_s'], 'seconds')}, {c['end_s'] - c['start_s']:.1f} s):",
+                   c["findings"]) for c in doc["cells"]]
     else:
-        if not found:
-            print(shown(f"{path}: no findings"))
-        for cell in dict.fromkeys(f["cell"] for f in found):
-            print(shown(f"{path}:" if cell is None else f"cell {cell}:"))
-            for f in (f for f in found if f["cell"] == cell):
-                print(shown(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']} {f['start']} to "
-                            f"{f['end'] or 'the end'}: {f['message']}"))
+        groups = [(f"{path}:" if cell is None else f"cell {cell}:", [f for f in found if f["cell"] == cell])
+                  for cell in dict.fromkeys(f["cell"] for f in found)] or [(f"{path}:", [])]
+    for head, findings in groups:
+        print(shown(head))
+        for f in findings:
+            print(shown(f"  {f['rule']} [{f['severity']}] GPU {f['gpu']}: {f['message']} "
+                        f"({f['start']} to {f['end'] or 'the end'})"))
+        if not findings:
+            print("  no findings")
     return 0

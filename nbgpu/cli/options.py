@@ -8,7 +8,8 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import BadArgumentError
 
@@ -128,6 +129,20 @@ class OnceParser(argparse.ArgumentParser):
         ns, rest = super().parse_known_args(args, namespace)
         self.given = ns.__dict__.pop("_given", {})
         return ns, rest
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Inside the block, SIGTERM raises KeyboardInterrupt as Ctrl-C does (main thread only)."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def refuse_overwrite(output: str, inputs: Sequence[str]) -> None:

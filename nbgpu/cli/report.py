@@ -3,14 +3,13 @@ script); a torn last line is skipped and counted; a file that is not a run is on
 
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import math
 import os
 import sys
 
 from ..errors import BadArgumentError, FileError
-from ..files import atomic_file
+from ..files import atomic_file, iso
 from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
 from ..timeline import epoch_seconds
@@ -19,10 +18,6 @@ from .options import refuse_overwrite, shown
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")
-
-
-def _when(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 SIMULATED_NOTE = "SIMULATED GPUs: these numbers are made up for demos and tests"
@@ -39,10 +34,10 @@ def html_table(head: list[str], rows: list[list[object]], empty: str = "") -> st
 
 _FMT = {"_bytes": fmt_bytes, "_s": fmt_duration, "_j": fmt_energy, "_pct": fmt_pct, "_w": fmt_watts,
         "_c": fmt_celsius}
-# The columns of the report's summary table: heading and figure.
-_SUMMARY = {"duration": "duration_s", "util mean": "util_mean_pct", "util max": "util_max_pct",
-            "memory peak": "mem_peak_bytes", "power mean": "power_mean_w", "power max": "power_max_w",
-            "energy": "energy_j", "temp max": "temp_max_c"}
+# The figures of a run as record, report and compare name them: heading and figure.
+SUMMARY = {"duration": "duration_s", "util mean": "util_mean_pct", "util max": "util_max_pct",
+           "peak memory": "mem_peak_bytes", "power mean": "power_mean_w", "power max": "power_max_w",
+           "energy": "energy_j", "temp max": "temp_max_c"}
 
 
 def fmt_metric(metric: str, value: float, signed: bool = False, points: bool = False) -> str:
@@ -63,7 +58,7 @@ def _info(run: Run) -> list[tuple[str, object]]:
     csv = not run.header and run.path.lower().endswith(".csv")
     return [("command", " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd),
             ("source", run.header.get("source")),
-            ("from", t is not None and _when(float(t.min()))),
+            ("from", t is not None and iso(float(t.min()), "seconds")),
             ("duration", t is not None and fmt_duration(float(t.max() - t.min()))),
             ("result", exits and exits[-1]),
             ("note", run.skipped_lines
@@ -79,11 +74,11 @@ def render_html(run: Run, title: str | None = None) -> str:
     esc = html.escape
     names = {str(d.get("index")): d.get("name", "") for d in run.devices()}
     title = title or f"nbgpu run: {os.path.basename(run.path)}"
-    rows = [[s["gpu"], names.get(str(s["gpu"]), ""), *(fmt_metric(k, s[k]) for k in _SUMMARY.values()),
+    rows = [[s["gpu"], names.get(str(s["gpu"]), ""), *(fmt_metric(k, s[k]) for k in SUMMARY.values()),
              s["throttle_reasons"] or "no"] for s in summarize_run(run).rows]
     alerts = [[a.get("severity", ""), a.get("gpu_id", ""), a.get("start", ""),
                a.get("end") or "still active at the end", a.get("message", ""), a.get("suggestion", "")]
-              for a in run.alerts()]
+              for a in run.events if a.get("event") == "alert"]
     events = [[e["timestamp"], e.get("event"), "" if e.get("gpu_id") is None else e["gpu_id"],
                e.get("label", "")] for e in run.events if e.get("event") not in ("run", "alert")]
     plot_df = run.frame.astype({"gpu": str}) if "gpu" in run.frame else run.frame
@@ -91,7 +86,7 @@ def render_html(run: Run, title: str | None = None) -> str:
     parts = [f"<h1>{esc(title)}</h1>",
              "<dl>" + "".join(f"<dt>{k}</dt><dd>{esc(str(v))}</dd>" for k, v in _info(run) if v) + "</dl>",
              "<h2>Summary per GPU</h2>",
-             html_table(["GPU", "name", *_SUMMARY, "throttled"], rows, "No GPU samples were recorded."),
+             html_table(["GPU", "name", *SUMMARY, "throttled"], rows, "No GPU samples were recorded."),
              "<h2>Timeline</h2>",
              f'<div class="plot">{svg_timeline(plot_df, metrics or None, run.marks(), width=900)}</div>',
              "<h2>Alerts</h2>",
@@ -129,22 +124,13 @@ def summarize_run(run: Run) -> Summary:
 
 
 def summary_lines(summary: Summary) -> list[str]:
-    """The summary as text, one line per GPU (and one for all when there are several)."""
+    """The summary's figures as text, one line per GPU (and one for all when there are several)."""
     rows = list(summary.rows)
     if len(rows) > 1 and summary.combined:
         rows.append({**summary.combined, "gpu": "all"})
-    lines = []
-    for r in rows:
-        g = r.get
-        line = (f"GPU {r['gpu']}: util mean {fmt_pct(g('util_mean_pct'))} max {fmt_pct(g('util_max_pct'))}, "
-                f"mem peak {fmt_bytes(g('mem_peak_bytes'))}, power mean {fmt_watts(g('power_mean_w'))}, "
-                f"energy {fmt_energy(g('energy_j'))}, temp max {fmt_celsius(g('temp_max_c'))}")
-        if r.get("throttle_reasons"):
-            line += f", throttled ({r['throttle_reasons']})"
-        if r.get("resolution_note"):
-            line += f"; note: {r['resolution_note']}"
-        lines.append(line)
-    return lines
+    return [f"GPU {r['gpu']}: " + ", ".join(f"{h} {fmt_metric(k, r.get(k))}" for h, k in SUMMARY.items())
+            + (f", throttled ({r['throttle_reasons']})" if r.get("throttle_reasons") else "")
+            + (f"; note: {r['resolution_note']}" if r.get("resolution_note") else "") for r in rows]
 
 
 def load_input(path: str) -> Run:

@@ -186,8 +186,7 @@ def _check_path(path: str) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise FileError(f"cannot keep history in {path}: it is a symbolic link; give the path "
                         "of the file itself", path=path)
-    if not stat.S_ISREG(st.st_mode):
-        what = kind_of(st.st_mode) or "a folder"
+    if what := kind_of(st.st_mode):
         raise FileError(f"cannot keep history in {path}: it is {what}, not a regular file; "
                         "give another path", path=path)
 
