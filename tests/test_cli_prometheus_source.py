@@ -180,7 +180,7 @@ def test_two_nodes_read_back_through_a_real_prometheus(prometheus_cluster):  # n
     assert by_key["node-a/1"].node == "node-a" and by_key["node-a/1"].parent is None
     assert by_key["node-a/0"].simulated is True
     assert src.resolution_s == pytest.approx(SCRAPE_S, rel=0.2)
-    assert f"every {src.resolution_s:g} s" in src.resolution_note()
+    assert f"every {float(f'{src.resolution_s:.2g}'):g} s" in src.resolution_note()  # 2 figures
     time.sleep(2 * SCRAPE_S)
     reading = src.read(time.time())
     checked = 0
