@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -204,7 +204,6 @@ class MemoryOwners:
     rows: list[dict]
     notes: list[str]
     status: str
-    frameworks: list[dict] = field(default_factory=list)
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per (GPU, owner): ``who``, ``pid``, ``processes``, ``used_bytes``, ..."""
@@ -243,8 +242,10 @@ def _row(*values) -> dict:
     return dict(zip(COLUMNS, values + ("",) * (len(COLUMNS) - len(values)), strict=True))
 
 
-def _size(used: float) -> str:
-    return "unknown" if used != used else fmt_bytes(used)
+def _size(used: float, count: int = 1) -> str:
+    """Bytes as text ("unknown" for NaN), with the count where several processes hold them."""
+    size = "unknown" if used != used else fmt_bytes(used)
+    return f"{size} ({count} processes)" if count > 1 else size
 
 
 def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> list[str]:
@@ -311,7 +312,7 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
     if status == NONE_LISTED:
         notes.append("No process holds GPU memory, or NVML does not show them here.")
     notes += _framework_notes(frameworks, sampler.devices, ours)
-    return MemoryOwners(rows, notes, status, frameworks)
+    return MemoryOwners(rows, notes, status)
 
 
 @dataclass(frozen=True)
@@ -368,19 +369,15 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
 def users_line(u: GpuUsers) -> str:
     """One line for a person: "this kernel 4.0 GiB (2) · you elsewhere 1.0 GiB · others 12 GiB (3)"."""
     if not u.attributed:
-        hidden = (f"{_amount(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
+        hidden = (f"{_size(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
                   "this PID namespace hides the host PIDs NVML lists")
         if not u.kernel_processes:
             return hidden
-        kernel = f"this kernel {_amount(u.kernel_bytes, u.kernel_processes)} (matched {u.matched})"
+        kernel = f"this kernel {_size(u.kernel_bytes, u.kernel_processes)} (matched {u.matched})"
         return f"{kernel} · {hidden}" if u.unattributed_processes else kernel
-    parts = [f"this kernel {_amount(u.kernel_bytes, u.kernel_processes)}"]
+    parts = [f"this kernel {_size(u.kernel_bytes, u.kernel_processes)}"]
     if u.user_processes:
-        parts.append(f"you elsewhere {_amount(u.user_bytes, u.user_processes)}")
+        parts.append(f"you elsewhere {_size(u.user_bytes, u.user_processes)}")
     if u.others_processes:
-        parts.append(f"others {_amount(u.others_bytes, u.others_processes)}")
+        parts.append(f"others {_size(u.others_bytes, u.others_processes)}")
     return " · ".join(parts)
-
-
-def _amount(used: float, count: int) -> str:
-    return f"{_size(used)} ({count} processes)" if count > 1 else _size(used)

@@ -134,11 +134,10 @@ class StackSamples:
         return [(ti, CATEGORIES[c], *((table[li][1], table[li][2]) if li >= 0 else (None, "")))
                 for ti, c, li in zip(t.tolist(), codes.tolist(), lines.tolist(), strict=True)]
 
-    def split(self, t0: float, t1: float, min_samples: int = MIN_SAMPLES,
-              coverage: float = 0.0) -> Split | None:
-        """The time split of [t0, t1]; None under ``min_samples`` or spanning under ``coverage`` of it."""
+    def split(self, t0: float, t1: float, coverage: float = 0.0) -> Split | None:
+        """The time split of [t0, t1]; None under ``MIN_SAMPLES`` or spanning under ``coverage`` of it."""
         t, codes, lines = self.between(t0, t1)
-        if len(t) < min_samples or t[-1] - t[0] < coverage * (t1 - t0) - 2 * self.period_s:
+        if len(t) < MIN_SAMPLES or t[-1] - t[0] < coverage * (t1 - t0) - 2 * self.period_s:
             return None
         return Split.of(t, codes, lines, self.line_table, t0, t1)
 
