@@ -37,20 +37,17 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
     **{name: functools.partial(rules.bound, rule=name) for name in rules.BOUND}}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
-# the window rules, each with the threshold naming its window
 _WINDOWS = {**dict.fromkeys(rules.BOUND, "input_window_s"), "idle": "idle_window_s", "imbalance":
             "imbalance_window_s", "throttling": "throttle_window_s", "busy_thin": "thin_window_s"}
-# Rules judging utilisation over the window ending where it is complete (``Window.end``): while
-# their inputs stay the same they would find the same, so findings are kept, not recomputed
-# (nobody watching, utilisation is drained every 10 s and the rules run every 2 s).
+# Rules judging utilisation up to where it is complete (``Window.end``): while their inputs stay the
+# same (utilisation drained every 10 s, rules run every 2 s) their findings are kept, not recomputed.
 AT_UTILISATION_END = frozenset(_WINDOWS) - {"throttling"}
 
 _activity_probes: list[Callable[[Sampler], bool]] = []
 
 
 def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
-    """Let a higher layer say when work runs on a sampler (a capture is open): the idle rule
-    judges only while a cell runs or a probe answers True. Returns a function removing it."""
+    """Let a higher layer say when work (a capture) runs on a sampler; returns a function removing it."""
     _activity_probes.append(probe)
 
     def remove() -> None:

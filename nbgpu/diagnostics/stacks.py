@@ -66,9 +66,9 @@ class StackSamples:
         return index
 
     def add(self, t: float, category: str, line: tuple[str, int] | None = None,
-            text: str | None = None, offset: int = 0) -> None:
-        """Keep one sample (a recording's, replayed); ``line``: (file, shown line: file's + ``offset``)."""
-        index = -1 if line is None else self._line_index(line[0], line[1] - offset, offset, text)
+            text: str | None = None) -> None:
+        """Keep one sample (a recording's, replayed); ``line``: (file, line)."""
+        index = -1 if line is None else self._line_index(line[0], line[1], 0, text)
         self._fresh.append((t, CODE[category], index))
 
     def __call__(self, sampler: object, now: float) -> None:
