@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .frames import CATEGORIES, CODE, LOADER_CODE, NBGPU, file_kind, inner_code, line_text, loop_of, walk_up
+from .window import hold_weights
 
 LABELS = {"gpu_wait": "waiting for the GPU", "data_loader": "data loader",
           "h2d_copy": "copies to the GPU", "gpu_issue": "issuing GPU work", "cpu": "other CPU work",
@@ -156,9 +157,7 @@ class Split:
     def of(cls, t: np.ndarray, codes: np.ndarray, lines: np.ndarray, table: list, t0: float,
            t1: float) -> Split:
         """The split of samples (each counts until the next one, at most 4 periods)."""
-        dt = np.diff(t, append=t1)
-        step = float(np.median(dt)) if len(dt) else 0.0
-        weight = np.minimum(dt, 4 * step) if step > 0 else np.ones(len(t))
+        weight = hold_weights(t, t1)
         total = float(weight.sum()) or 1.0
         shares = {c: float(weight[codes == i].sum()) / total for i, c in enumerate(CATEGORIES)}
         span = max(t1 - t0, 0.0)
