@@ -84,9 +84,7 @@ class Window:
         end = self._end(device, metric) if end is None else min(end, self.now)
         if (got := self.recent(device, metric, span_s, end)) is None:
             return math.nan
-        t, v = got
-        if len(t) < 2 or t[-1] <= t[0]:
-            return float(np.mean(v))
+        t, v = got  # at least three readings (``recent``)
         weight = hold_weights(t, end)
         return float(np.dot(v, weight) / weight.sum())
 
