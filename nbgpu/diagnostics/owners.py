@@ -268,13 +268,13 @@ def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> li
     return notes
 
 
-def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3.0) -> MemoryOwners:
+def memory_owners(sampler: Sampler, show_others: bool = False) -> MemoryOwners:
     """Who holds the memory of each GPU: this kernel and its children, then everyone else, one by
-    one with command line and user only with ``show_others``; ``wait_s`` for a first process list."""
+    one with command line and user only with ``show_others``; up to 3 s for a first process list."""
     processes = sampler.processes()
     if not processes and sampler.running:
         sampler.request("procs")
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + 3.0
         while not processes and time.monotonic() < deadline:
             time.sleep(0.05)
             processes = sampler.processes()
