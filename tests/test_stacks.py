@@ -19,7 +19,7 @@ import pytest
 
 import nbgpu
 from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
-from nbgpu.diagnostics import frames, stacks
+from nbgpu.diagnostics import stacks
 from nbgpu.recorder import Recorder
 from nbgpu.runfile import load_run
 
@@ -111,7 +111,7 @@ def _classified(fn, samples: int = 60) -> tuple[Counter, Counter]:
     try:
         for _ in range(samples):
             frame = sys._current_frames()[th.ident]
-            category, line = frames.classify(frame)
+            category, line = stacks.classify(frame)
             cats[category] += 1
             import linecache
 
@@ -146,7 +146,7 @@ def test_a_sample_carries_the_outermost_user_line():
     ("nn/modules/linear.py", "forward", "gpu_issue"), ("optim/adam.py", "step", "gpu_issue"),
 ])
 def test_frames_inside_torch_that_cannot_run_on_a_cpu_build(rel, name, category):
-    assert frames.torch_category(rel, name) == category
+    assert stacks.torch_category(rel, name) == category
 
 
 @pytest.mark.parametrize("text, category", [
@@ -158,7 +158,7 @@ def test_frames_inside_torch_that_cannot_run_on_a_cpu_build(rel, name, category)
     ("label = ', '.join(names)", "cpu"), ("worker.join()", "idle"), ("t.join(timeout=5)", "idle"),
 ])
 def test_a_c_call_from_a_user_line_is_named_by_its_text(text, category):
-    assert frames.line_category(text) == category
+    assert stacks.line_category(text) == category
 
 
 def _busy(seconds: float, fn) -> None:
@@ -333,9 +333,9 @@ def test_stack_samples_hz_zero_turns_sampling_off(clean_profiles, stack_hz):
 def test_a_tensor_read_through_a_builtin_is_a_wait_for_the_gpu():
     loss = torch.tensor(1.5)
     frame = sys._getframe()
-    assert frames.line_category("total += float(loss)", frame) == "gpu_wait"
-    assert frames.line_category("y = loss * 2", frame) == "gpu_issue"
-    assert frames.line_category("total += float(count)", frame) == "cpu"
+    assert stacks.line_category("total += float(loss)", frame) == "gpu_wait"
+    assert stacks.line_category("y = loss * 2", frame) == "gpu_issue"
+    assert stacks.line_category("total += float(count)", frame) == "cpu"
     del loss
 
 

@@ -106,13 +106,9 @@ class Episodes:
 
 def judged_in(alerts: list[Alert], t0: float, t1: float, tolerance_s: float = 1.0) -> list[Alert]:
     """A cell's alerts: those with a finding made in it resting on its readings (``tolerance_s`` at
-    the edges), or without findings (from a file) overlapping it; one begun before it says so."""
+    the edges); one begun before it says so."""
     out = []
     for a in alerts:
-        if not a.held:
-            if a.start <= t1 and (a.end is None or a.end >= t0):
-                out.append(a)
-            continue
         counted = [h for h in a.held if t0 <= h[0] <= t1 + tolerance_s
                    and t0 - tolerance_s <= h[1] <= t1 + tolerance_s]
         if not counted:

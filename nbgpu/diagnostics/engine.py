@@ -37,20 +37,17 @@ RULE_FUNCTIONS: dict[str, Callable[[Context], list[Finding]]] = {
     **{name: functools.partial(rules.bound, rule=name) for name in rules.BOUND}}
 PIDS_EVERY_S = 10.0
 JUDGE_MIN_S = 2.0  # a cell shorter than this is too short for any window rule
-# the window rules, each with the threshold naming its window
 _WINDOWS = {**dict.fromkeys(rules.BOUND, "input_window_s"), "idle": "idle_window_s", "imbalance":
             "imbalance_window_s", "throttling": "throttle_window_s", "busy_thin": "thin_window_s"}
-# Rules judging utilisation over the window ending where it is complete (``Window.end``): while
-# their inputs stay the same they would find the same, so findings are kept, not recomputed
-# (nobody watching, utilisation is drained every 10 s and the rules run every 2 s).
+# Rules judging utilisation up to where it is complete (``Window.end``): while their inputs stay the
+# same (utilisation drained every 10 s, rules run every 2 s) their findings are kept, not recomputed.
 AT_UTILISATION_END = frozenset(_WINDOWS) - {"throttling"}
 
 _activity_probes: list[Callable[[Sampler], bool]] = []
 
 
 def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
-    """Let a higher layer say when work runs on a sampler (a capture is open): the idle rule
-    judges only while a cell runs or a probe answers True. Returns a function removing it."""
+    """Let a higher layer say when work (a capture) runs on a sampler; returns a function removing it."""
     _activity_probes.append(probe)
 
     def remove() -> None:
@@ -186,7 +183,7 @@ class DiagnosticsEngine:
         return pids
 
     def context(self, sampler: Sampler, now: float, thresholds: Thresholds | None = None,
-                in_cell_s: float | None = None) -> Context:
+                in_cell_s: float = 0.0) -> Context:
         """What the rules see now: readings, GPUs in use, marks, cell state. With ``thresholds``
         (``judge_span``) readings up to ``now`` count as complete and the running state is untouched."""
         own = thresholds is not None
@@ -198,22 +195,21 @@ class DiagnosticsEngine:
         devices = [d for d in sampler.devices if d.key not in lost]
         processes, mine = sampler.processes() or None, self._my_pids(now)
         status, _ = attribute(processes, mine)
-        in_use = gpus_in_use(processes, mine, status)
+        ctx = Context(now, window, devices, th, in_cell_s, gpus_in_use(processes, mine, status), status,
+                      stacks=samples_of(sampler))
         if own:
-            return Context(now, window, devices, th, in_cell_s or 0.0, in_use, status, [], {},
-                           samples_of(sampler))
+            return ctx
         if not (self._cells or _work_active(sampler)):
             self._cell_since = None
         elif self._cell_since is None:
             self._cell_since = now
         # the newest marks at or before now (time, label), oldest first
         newest = ((t, label) for t, label, _ in reversed(self._marks.update(sampler.store)) if t <= now)
-        marks = list(itertools.islice(newest, th.leak_marks))[::-1]
+        ctx.marks, ctx.memo = list(itertools.islice(newest, th.leak_marks))[::-1], self._memo
         if len(self._memo.get("marks", ())) > 512:
             self._memo["marks"].clear()
-        in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
-        return Context(now, window, devices, th, in_cell_s, in_use, status, marks, self._memo,
-                       samples_of(sampler))
+        ctx.in_cell_s = now - self._cell_since if self._cell_since is not None else 0.0
+        return ctx
 
     def judge_span(self, sampler: Sampler, t0: float, t1: float) -> tuple[list[Alert], list[str]]:
         """Judge a cell [t0, t1] alone: each window rule once at its end, its window clipped to the
@@ -245,7 +241,9 @@ class DiagnosticsEngine:
         ctx.cell_end = cell_end
         enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}
         findings: list[Finding] = []
-        inputs = self._utilisation_inputs(ctx)
+        # what the ``AT_UTILISATION_END`` rules read besides the store up to those ends
+        inputs = (tuple((d.key, ctx.window.end(d.key, "util_pct")) for d in ctx.devices), ctx.gpus_in_use,
+                  ctx.attribution, self._cell_since, ctx.thresholds)
         for name in enabled:
             at_end = name in AT_UTILISATION_END
             if at_end and (kept := self._kept.get(name)) is not None and kept[0] == inputs:
@@ -265,12 +263,6 @@ class DiagnosticsEngine:
         for alert in changed:
             self._notify(alert)
         return changed
-
-    def _utilisation_inputs(self, ctx: Context) -> tuple:
-        """What the ``AT_UTILISATION_END`` rules read besides the store up to those ends."""
-        in_use = None if ctx.gpus_in_use is None else frozenset(ctx.gpus_in_use)
-        ends = tuple((d.key, ctx.window.end(d.key, "util_pct")) for d in ctx.devices)
-        return ends, in_use, ctx.attribution, self._cell_since, ctx.thresholds
 
     def _notify(self, alert: Alert) -> None:
         for fn in list(self._callbacks):

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,24 +47,16 @@ def used_bytes(p: ProcessInfo) -> float:
     return math.nan if p.used_bytes is None else float(p.used_bytes)
 
 
-# -- what PyTorch and TensorFlow say, asked only once the kernel started CUDA through them (nbgpu
-# never imports either and never starts CUDA)
-def torch_memory() -> list[dict]:
-    """Per CUDA device of torch: allocated and reserved bytes and the device's UUID, if known."""
-    if (cuda := torch_cuda()) is None:
-        return []
-    try:
-        return [{"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": torch_uuid(cuda, i),
-                 "allocated_bytes": float(cuda.memory_allocated(i)),
-                 "reserved_bytes": float(cuda.memory_reserved(i))} for i in range(cuda.device_count())]
-    except Exception:
-        return []
-
-
-def tensorflow_memory() -> list[dict]:
-    """Per GPU of TensorFlow's running context: ``get_memory_info`` current and peak bytes."""
-    tf, eager = sys.modules.get("tensorflow"), sys.modules.get("tensorflow.python.eager.context")
+def framework_memory() -> list[dict]:
+    """Per device of PyTorch (allocated, reserved bytes, UUID), then of TensorFlow's running context
+    (``get_memory_info`` current and peak): asked only once the kernel started CUDA through them."""
     out: list[dict] = []
+    if (cuda := torch_cuda()) is not None:
+        with contextlib.suppress(Exception):
+            out += [{"framework": "torch", "device": f"cuda:{i}", "index": i, "uuid": torch_uuid(cuda, i),
+                     "allocated_bytes": float(cuda.memory_allocated(i)),
+                     "reserved_bytes": float(cuda.memory_reserved(i))} for i in range(cuda.device_count())]
+    tf, eager = sys.modules.get("tensorflow"), sys.modules.get("tensorflow.python.eager.context")
     with contextlib.suppress(Exception):  # a GPU that cannot say ends the list
         if tf is None or eager is None or not getattr(eager.context(), "_initialized", False):
             return out  # asking would start it
@@ -178,12 +170,12 @@ def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: lis
                  root: str = "/proc", by_memory: bool = True) -> dict[int, Match]:
     """Listed PIDs tied to this kernel, its children or its container where the PID namespace hides
     them: by ``NSpid`` in ``root/<pid>``, else cgroup; then (``by_memory``) the one process per GPU
-    fitting what ``frameworks`` hold (None: ``torch_memory() + tensorflow_memory()`` now)."""
+    fitting what ``frameworks`` hold (None: ``framework_memory()`` now)."""
     own_ns, own_cgroup = _read(f"{root}/self/ns/pid", link=True), _read(f"{root}/self/cgroup").strip()
     listed = {p.pid for procs in processes.values() for p in procs}
     found = {pid: hit for pid in listed if (hit := _by_proc(pid, mine, root, own_ns, own_cgroup))}
     if by_memory and not any(m.who == "this kernel" for m in found.values()):
-        frameworks = torch_memory() + tensorflow_memory() if frameworks is None else frameworks
+        frameworks = framework_memory() if frameworks is None else frameworks
         found.update(_by_memory(processes, set(found), frameworks, devices))
     return found
 
@@ -212,7 +204,6 @@ class MemoryOwners:
     rows: list[dict]
     notes: list[str]
     status: str
-    frameworks: list[dict] = field(default_factory=list)
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per (GPU, owner): ``who``, ``pid``, ``processes``, ``used_bytes``, ..."""
@@ -251,8 +242,10 @@ def _row(*values) -> dict:
     return dict(zip(COLUMNS, values + ("",) * (len(COLUMNS) - len(values)), strict=True))
 
 
-def _size(used: float) -> str:
-    return "unknown" if used != used else fmt_bytes(used)
+def _size(used: float, count: int = 1) -> str:
+    """Bytes as text ("unknown" for NaN), with the count where several processes hold them."""
+    size = "unknown" if used != used else fmt_bytes(used)
+    return f"{size} ({count} processes)" if count > 1 else size
 
 
 def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> list[str]:
@@ -275,20 +268,20 @@ def _framework_notes(entries: list[dict], devices: list[dict], ours: dict) -> li
     return notes
 
 
-def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3.0) -> MemoryOwners:
+def memory_owners(sampler: Sampler, show_others: bool = False) -> MemoryOwners:
     """Who holds the memory of each GPU: this kernel and its children, then everyone else, one by
-    one with command line and user only with ``show_others``; ``wait_s`` for a first process list."""
+    one with command line and user only with ``show_others``; up to 3 s for a first process list."""
     processes = sampler.processes()
     if not processes and sampler.running:
         sampler.request("procs")
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + 3.0
         while not processes and time.monotonic() < deadline:
             time.sleep(0.05)
             processes = sampler.processes()
     if not processes and sampler.status().source_kind == "prometheus":
         processes = None  # Prometheus carries no process lists
     mine = tree_pids()
-    frameworks = torch_memory() + tensorflow_memory()
+    frameworks = framework_memory()
     held = sum(e.get("reserved_bytes", e["allocated_bytes"]) for e in frameworks)
     status, why = attribute(processes, mine, held)
     notes = [why] if why else []
@@ -319,7 +312,7 @@ def memory_owners(sampler: Sampler, show_others: bool = False, wait_s: float = 3
     if status == NONE_LISTED:
         notes.append("No process holds GPU memory, or NVML does not show them here.")
     notes += _framework_notes(frameworks, sampler.devices, ours)
-    return MemoryOwners(rows, notes, status, frameworks)
+    return MemoryOwners(rows, notes, status)
 
 
 @dataclass(frozen=True)
@@ -361,39 +354,30 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
     kin = {pid for pid, m in matched.items() if m.who != "this container"}
     out = {}
     for gpu, procs in processes.items():
-        if status != OK:
-            ours = [p for p in procs if p.pid in kin]
-            rest = [used_bytes(p) for p in procs if p not in ours]
-            how = sorted({matched[p.pid].how for p in ours})
-            out[gpu] = GpuUsers(gpu, _sum([used_bytes(p) for p in ours]), len(ours),
-                                unattributed_bytes=_sum(rest), unattributed_processes=len(rest),
-                                attributed=False, note=why, matched=", ".join(f"by {h}" for h in how))
-            continue
-        groups: dict[str, list[float]] = {"kernel": [], "user": [], "others": []}
+        groups: dict[str, list[float]] = {"kernel": [], "user": [], "others": [], "unattributed": []}
         for p in procs:
-            who = "kernel" if p.pid in mine or p.pid in kin else ("user" if p.user == user else "others")
+            who = "kernel" if p.pid in kin or (status == OK and p.pid in mine) else (
+                "unattributed" if status != OK else "user" if p.user == user else "others")
             groups[who].append(used_bytes(p))
-        out[gpu] = GpuUsers(gpu, _sum(groups["kernel"]), len(groups["kernel"]), _sum(groups["user"]),
-                            len(groups["user"]), _sum(groups["others"]), len(groups["others"]))
+        how = sorted({matched[p.pid].how for p in procs if p.pid in kin}) if status != OK else []
+        out[gpu] = GpuUsers(gpu, **{f"{g}_bytes": _sum(v) for g, v in groups.items()},
+                            **{f"{g}_processes": len(v) for g, v in groups.items()}, attributed=status == OK,
+                            note=why, matched=", ".join(f"by {h}" for h in how))
     return out
 
 
 def users_line(u: GpuUsers) -> str:
     """One line for a person: "this kernel 4.0 GiB (2) · you elsewhere 1.0 GiB · others 12 GiB (3)"."""
     if not u.attributed:
-        hidden = (f"{_amount(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
+        hidden = (f"{_size(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
                   "this PID namespace hides the host PIDs NVML lists")
         if not u.kernel_processes:
             return hidden
-        kernel = f"this kernel {_amount(u.kernel_bytes, u.kernel_processes)} (matched {u.matched})"
+        kernel = f"this kernel {_size(u.kernel_bytes, u.kernel_processes)} (matched {u.matched})"
         return f"{kernel} · {hidden}" if u.unattributed_processes else kernel
-    parts = [f"this kernel {_amount(u.kernel_bytes, u.kernel_processes)}"]
+    parts = [f"this kernel {_size(u.kernel_bytes, u.kernel_processes)}"]
     if u.user_processes:
-        parts.append(f"you elsewhere {_amount(u.user_bytes, u.user_processes)}")
+        parts.append(f"you elsewhere {_size(u.user_bytes, u.user_processes)}")
     if u.others_processes:
-        parts.append(f"others {_amount(u.others_bytes, u.others_processes)}")
+        parts.append(f"others {_size(u.others_bytes, u.others_processes)}")
     return " · ".join(parts)
-
-
-def _amount(used: float, count: int) -> str:
-    return f"{_size(used)} ({count} processes)" if count > 1 else _size(used)

@@ -88,7 +88,8 @@ def bound(ctx: Context, rule: str) -> list[Finding]:
     span = th.input_window_s
     for dev in ctx.used_gpus():
         end = ctx.window.end(dev.key, "util_pct")  # the CPU and the stacks over the same seconds
-        split = ctx.split(end - span, end)  # where it says ``rule`` holds the thread (input: or none)
+        # where the main thread's time went (if samples cover most): ``rule`` holds it (input: or none)
+        split = ctx.stacks.split(end - span, end, coverage=0.8) if ctx.stacks is not None else None
         if (split is None and rule != "input_bound") or (split is not None and holder(split, th) != rule):
             continue
         util = ctx.window.mean(dev.key, "util_pct", span, end)

@@ -96,15 +96,13 @@ class Thresholds:
     @classmethod
     def from_any(cls, value: object) -> Thresholds:
         """Thresholds from None (defaults), a Thresholds, or a dict of the fields to change."""
-        if value is None:
-            return cls()
         if isinstance(value, cls):
             return value
-        if isinstance(value, dict):
-            if unknown := sorted(set(value) - {f.name for f in dataclasses.fields(cls)}):
+        if value is None or isinstance(value, dict):
+            if unknown := sorted(set(value or {}) - {f.name for f in dataclasses.fields(cls)}):
                 raise BadArgumentError(f"unknown threshold(s) {', '.join(unknown)}; see "
                                        "nbgpu.Thresholds.table() for the names")
-            return cls(**value)
+            return cls(**(value or {}))
         raise BadArgumentError(f"thresholds must be a dict or nbgpu.Thresholds, got {type(value).__name__}")
 
     @classmethod

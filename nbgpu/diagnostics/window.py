@@ -19,6 +19,13 @@ def median(values: np.ndarray) -> float:
     return float(np.median(values)) if len(values) else math.nan
 
 
+def hold_weights(t: np.ndarray, end: float) -> np.ndarray:
+    """Each reading counts until the next (the newest until ``end``), at most 4 median steps."""
+    dt = np.diff(t, append=end)
+    step = median(dt)
+    return np.minimum(dt, 4 * step) if step > 0 else np.ones(len(t))
+
+
 class Window:
     """The last seconds of each metric, read once per evaluation. Buffered metrics arrive up to 10 s
     late: each is judged up to where it is complete (``end``), one ``end`` for metrics compared."""
@@ -77,12 +84,9 @@ class Window:
         end = self._end(device, metric) if end is None else min(end, self.now)
         if (got := self.recent(device, metric, span_s, end)) is None:
             return math.nan
-        t, v = got
-        if len(t) < 2 or t[-1] <= t[0]:
-            return float(np.mean(v))
-        dt = np.diff(t, append=end)  # the newest reading holds until the window's end
-        np.minimum(dt, median(dt) * 4, out=dt)  # a gap does not make one reading count for long
-        return float(np.dot(v, dt) / dt.sum())
+        t, v = got  # at least three readings (``recent``)
+        weight = hold_weights(t, end)
+        return float(np.dot(v, weight) / weight.sum())
 
 
 def held_for(t: np.ndarray, ok: np.ndarray, now: float) -> float:
@@ -109,10 +113,6 @@ class Context:
     memo: dict = field(default_factory=dict)  # what rules keep between evaluations
     stacks: object = None  # the main thread's stack samples (``stacks.StackSamples``), if any
     cell_end: bool = False  # evaluated at the end edge of a cell (or capture) that just ended
-
-    def split(self, t0: float, t1: float):
-        """Where the main thread's time went in [t0, t1]; None without samples covering most of it."""
-        return None if self.stacks is None else self.stacks.split(t0, t1, coverage=0.8)
 
     def gpus(self, whole_only: bool = True) -> list[Device]:
         """Devices to judge (whole GPUs only unless told otherwise)."""

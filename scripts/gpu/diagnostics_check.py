@@ -75,7 +75,7 @@ def main() -> int:
 
     import nbgpu
     from nbgpu.diagnostics import memory_owners
-    from nbgpu.diagnostics.owners import nvml_index_of, torch_memory
+    from nbgpu.diagnostics.owners import framework_memory, nvml_index_of
 
     if not torch.cuda.is_available():
         print("torch.cuda is not available: this check needs a GPU", file=sys.stderr)
@@ -83,7 +83,7 @@ def main() -> int:
     dev = torch.device("cuda:0")
     torch.ones(1, device=dev)
     probe = nbgpu.Sampler("nvml", interval=args.interval, diagnostics=False)
-    entry = torch_memory()[0]
+    entry = framework_memory()[0]
     gpu = nvml_index_of(entry, probe.devices)
     devices = probe.devices
     probe.stop()
@@ -220,7 +220,7 @@ def main() -> int:
     if torch.cuda.device_count() >= 2:
         other = torch.device("cuda:1")
         parked = torch.ones(256 * MiB, dtype=torch.uint8, device=other)
-        other_gpu = nvml_index_of(torch_memory()[1], devices)
+        other_gpu = nvml_index_of(framework_memory()[1], devices)
 
         def imbalance(sampler):
             took = wait_for(sampler, "imbalance", 40, lambda: matmuls(reps))
