@@ -15,7 +15,7 @@ from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, iso, json_line, jsonl_record, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .runfile import load_run
-from .timeline import fold_samples
+from .timeline import fold_samples, union_frame
 
 if TYPE_CHECKING:
     from .sampler import Sampler
@@ -81,8 +81,10 @@ class Recorder:
         """New rows of one GPU: one per sampler tick, buffered samples averaged into their tick."""
         streams = self.sampler.store.streams_of(device)
         if "tick" not in streams:
-            parts = [self._read_new(device, s, np.inf) for s in streams]
-            return _union(parts)
+            df = union_frame([self._read_new(device, s, np.inf) for s in streams])
+            if df is None:
+                return np.empty(0), {}
+            return df["time"].to_numpy(np.float64), {c: df[c].to_numpy(np.float64) for c in df if c != "time"}
         first = (device, "tick") not in self._marks
         t, cols = self._read_new(device, "tick", cap)
         if not len(t):
@@ -221,13 +223,3 @@ class Recorder:
             with contextlib.suppress(OSError, FileError):
                 self._file.close()
 
-
-def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
-    """Rows of several streams of one device on the union of their times (NaN elsewhere)."""
-    import pandas as pd
-
-    frames = [pd.DataFrame(cols, index=t) for t, cols in parts if len(t)]
-    if not frames:
-        return np.empty(0), {}
-    df = pd.concat(frames).groupby(level=0).last()  # per time, each column's reading (NaN: none)
-    return df.index.to_numpy(np.float64), {c: df[c].to_numpy(np.float64) for c in df.columns}

@@ -76,12 +76,7 @@ def on_replace(fn: Callable[[Sampler | None, Sampler], None]) -> Callable[[], No
     """Call ``fn(old, new)`` whenever the shared sampler is replaced (panels re-point); returns
     a function that unregisters ``fn`` (a stopped panel calls it, so none leak)."""
     _on_replace.append(fn)
-
-    def unregister() -> None:
-        if fn in _on_replace:
-            _on_replace.remove(fn)
-
-    return unregister
+    return lambda: _on_replace.remove(fn) if fn in _on_replace else None
 
 
 def stop_shared() -> None:
