@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
 import os
 import time
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -134,15 +134,11 @@ class Recorder:
     def _write_rows(self, rows: list[tuple[float, object, dict]]) -> None:
         lines = []
         if self.format == "csv":
-            buf = io.StringIO()
-            writer = csv.writer(buf, lineterminator="")
+            writer = csv.writer(SimpleNamespace(write=lines.append), lineterminator="")  # a line a row
             names = {d.key: d.name for d in self.sampler.devices}  # "... (simulated)" says so in CSV
             for when, gpu, row in rows:
                 cells = ["" if (v := row.get(c)) is None or v != v else v for c in self._columns[3:]]
                 writer.writerow([iso(when), gpu, names.get(gpu, ""), *cells])
-                lines.append(buf.getvalue())
-                buf.seek(0)
-                buf.truncate()
         else:
             for when, gpu, row in rows:
                 last = self._last.setdefault(gpu, {})
