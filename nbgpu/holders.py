@@ -143,19 +143,18 @@ class _Walker:
         return []
 
     def _module(self, m: object, found: _Found, seen: set[int]) -> None:
-        stack, done = [m], set()
+        """A module's parameters and buffers, and its submodules' (each once), to any depth."""
+        stack = [m]
         while stack:
-            mod = stack.pop()
-            if id(mod) in done:
-                continue
-            done.add(id(mod))
-            seen.add(id(mod))
-            d = _dict_of(mod) or {}
+            d = _dict_of(stack.pop()) or {}
             for attr, part in (("_parameters", "parameters"), ("_buffers", "buffers")):
                 for t in list(dict.values(d.get(attr) or {})):
                     if t is not None and issubclass(type(t), self.torch.Tensor):
                         self._tensor(t, found, part)
-            stack.extend(v for v in list(dict.values(d.get("_modules") or {})) if v is not None)
+            for sub in list(dict.values(d.get("_modules") or {})):
+                if sub is not None and id(sub) not in seen:
+                    seen.add(id(sub))
+                    stack.append(sub)
 
     def walk(self, obj: object, found: _Found, level: int = 0, seen: set[int] | None = None) -> None:
         """Add what ``obj`` holds to ``found``; cycles and repeats are visited once."""
