@@ -96,13 +96,8 @@ class Recorder:
             if stream == "tick":
                 continue
             bt, bcols = self._read_new(device, stream, np.inf if final else t[-1])
-            if len(bt) and bt[0] <= floor:
-                keep = bt > floor
-                bt, bcols = bt[keep], {k: v[keep] for k, v in bcols.items()}
-            if not len(bt):
-                continue
-            slot = np.minimum(np.searchsorted(t, bt, side="left"), len(t) - 1)  # (t[i-1], t[i]] -> tick i
-            fold_samples(cols, slot, bcols, len(t))  # as Timeline's tick rows
+            if len(bt) and bt[-1] > floor:
+                fold_samples(cols, t, bt, bcols, after=floor)  # as Timeline's tick rows
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:

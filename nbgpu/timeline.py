@@ -38,11 +38,15 @@ def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.where(ok | (t - t[last] <= HOLD_PERIODS * spacing), v[last], np.nan)
 
 
-def fold_samples(data: dict[str, np.ndarray], slot: np.ndarray, samples: dict, n: int) -> None:
-    """Fold buffered ``samples`` into the ``n`` ticks of ``data``, sample ``i`` into tick ``slot[i]``: each
-    column's mean (NaN skipped) and its max in ``<metric>_max``; a tick that got none keeps its own."""
+def fold_samples(data: dict[str, np.ndarray], tick_t: np.ndarray, sample_t: np.ndarray, samples: dict,
+                 after: float = -math.inf) -> None:
+    """Fold buffered ``samples`` taken after ``after`` into the tick each precedes (the last tick takes
+    later ones): each column's mean (NaN skipped) and its max in ``<metric>_max``; a tick that got none
+    keeps its own."""
+    n, keep = len(tick_t), sample_t > after
+    slot = np.minimum(np.searchsorted(tick_t, sample_t[keep], "left"), n - 1)  # (t[i-1], t[i]] -> tick i
     for col, raw in samples.items():
-        values = raw.astype(np.float64)
+        values = raw[keep].astype(np.float64)
         ok = ~np.isnan(values)
         at, values = slot[ok], values[ok]
         counts = np.bincount(at, minlength=n)
@@ -147,17 +151,14 @@ class Timeline:
         tt, tcols, tdec = self.store.read_stream(device, "tick", self.t0 - HOLD_LOOKBACK_S, self.t1)
         if not ((tt >= self.t0) & (tt <= self.t1)).any():
             return None
-        n = len(tt)
-        first_gap = float(np.median(np.diff(tt))) if n > 1 else 1.0
+        first_gap = float(np.median(np.diff(tt))) if len(tt) > 1 else 1.0
         data = {k: v.astype(np.float64) for k, v in tcols.items()}
         pending: dict[str, float] = {}
         for stream in streams:
             if stream == "tick":
                 continue
             st, scols, _ = self.store.read_stream(device, stream, tt[0] - first_gap, tt[-1])
-            idx = np.searchsorted(tt, st, "left")
-            keep = (idx < n) & (st > tt[0] - first_gap)
-            fold_samples(data, idx[keep], {col: raw[keep] for col, raw in scols.items()}, n)
+            fold_samples(data, tt, st, scols, after=tt[0] - first_gap)
             for col in scols:
                 until = self.drained(device, col) if self.drained is not None else math.inf
                 if until < tt[-1]:
