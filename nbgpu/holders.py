@@ -90,9 +90,6 @@ class _Walker:
         self.module = getattr(getattr(torch, "nn", None), "Module", None)
         self.kinds: dict[type, tuple] = {}
 
-    def _kind(self, kind: type) -> tuple:
-        return self.kinds.get(kind) or self.kinds.setdefault(kind, self._classify(kind))
-
     def _classify(self, kind: type) -> tuple:
         if issubclass(kind, self.torch.Tensor):
             return ("tensor",)
@@ -163,7 +160,8 @@ class _Walker:
             return
         if found.over_budget(1):
             return
-        what = self._kind(type(obj))
+        kind = type(obj)
+        what = self.kinds.get(kind) or self.kinds.setdefault(kind, self._classify(kind))
         tag = what[0]
         if tag == "tensor":
             self._tensor(obj, found, "tensors")
