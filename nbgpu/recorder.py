@@ -117,12 +117,9 @@ class Recorder:
         out = []
         for dev in self.sampler.devices:
             t, cols = self._device_rows(dev.key, cap, final)
-            names = list(cols)
-            arrays = [cols[n].tolist() for n in names]
+            arrays = {n: v.tolist() for n, v in cols.items()}
             for i, when in enumerate(t.tolist()):
-                row = {n: a[i] for n, a in zip(names, arrays, strict=True)}
-                row.update(host.get(when, {}))
-                out.append((when, dev.key, row))
+                out.append((when, dev.key, {**{n: a[i] for n, a in arrays.items()}, **host.get(when, {})}))
         out.sort(key=lambda r: r[0])
         return out
 
@@ -186,8 +183,7 @@ class Recorder:
         if self.closed:
             return 0
         rows = self._rows(final)
-        if rows:
-            self._write_rows(rows)
+        self._write_rows(rows)
         self._write_events(final)
         return len(rows)
 
