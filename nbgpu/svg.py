@@ -18,13 +18,9 @@ if TYPE_CHECKING:
 
 DEFAULT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct")
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-PANEL_H = 90
-GAP_H = 26
-LEFT = 64
-RIGHT = 16
-TOP = 30
-BOTTOM = 30
+PANEL_H, GAP_H, LEFT, RIGHT, TOP, BOTTOM = 90, 26, 64, 16, 30, 30  # layout, in pixels
 FONT = "font-family:sans-serif;font-size:11px"
+CHAR_W, LABEL_ROW_H = 6.8, 14  # a generous width of one character at FONT's size; a row of mark labels
 
 
 def _scale_for(metric: str, vmax: float) -> tuple[float, str]:
@@ -87,8 +83,6 @@ def series_of_frame(df: pd.DataFrame, metrics: tuple | list) -> dict[object, dic
     return out
 
 
-CHAR_W = 6.8  # a generous width of one character at FONT's size
-LABEL_ROW_H = 14
 
 
 def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[float, str, int]]:
