@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from .errors import BadArgumentError
 from .peaks import torch_cuda, torch_uuid
 from .units import fmt_bytes
 
@@ -276,8 +277,6 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        from .errors import BadArgumentError
-
         raise BadArgumentError(f"device must be like 'cuda', 'cuda:1' or 'cpu', got {device!r}") from None
     ns = _user_ns() if namespace is None else namespace
     walker = _Walker(torch, dev, max(0, int(depth)), {id(ns)})

@@ -44,7 +44,10 @@ class Recorder:
         self._last: dict[object, dict] = {}
         self.rows_written = 0
         self.closed = False
-        self._columns = self._csv_columns()
+        store = sampler.store
+        have = {m for d in sampler.devices for m in store.metrics_of(d.key)}
+        self._columns = ["time", "gpu", "name"] + [m.name for m in GPU_METRICS if m.name in have] + (
+            [m.name for m in HOST_METRICS] if HOST_KEY in store.devices() else [])
         if self.format == "csv":
             self._file.write([",".join(self._columns)])
         else:
@@ -55,14 +58,6 @@ class Recorder:
                                       "mig": d.mig, "host": d.node} for d in sampler.devices],
                          **(header or {})},
                         t=sampler.started_at or time.time())
-
-    def _csv_columns(self) -> list[str]:
-        store = self.sampler.store
-        have = {m for d in self.sampler.devices for m in store.metrics_of(d.key)}
-        cols = ["time", "gpu", "name"] + [m.name for m in GPU_METRICS if m.name in have]
-        if HOST_KEY in store.devices():
-            cols += [m.name for m in HOST_METRICS]
-        return cols
 
     def _read_new(self, device: object, stream: str, t1: float) -> tuple[np.ndarray, dict]:
         """Rows of one stream after the newest one written, up to ``t1``; advances the mark."""
