@@ -157,9 +157,7 @@ class _Walker:
     def walk(self, obj: object, found: _Found, level: int = 0, seen: set[int] | None = None) -> None:
         """Add what ``obj`` holds to ``found``; cycles and repeats are visited once."""
         seen = set() if seen is None else seen
-        if id(obj) in seen or id(obj) in self.skip or level > self.depth:
-            return
-        if found.over_budget(1):
+        if id(obj) in seen or id(obj) in self.skip or level > self.depth or found.over_budget(1):
             return
         kind = type(obj)
         what = self.kinds.get(kind) or self.kinds.setdefault(kind, self._classify(kind))
