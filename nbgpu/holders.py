@@ -282,7 +282,7 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     gc.disable()  # the walk's short-lived lists would start dozens of collections, and a full one
     try:
         rows = [(name, value, group, found) for name, value, group in _holders(ns, error)
-                if (found := _walk(walker, value)).storages]
+                if (found := _walk(walker, value)) is not None]
     finally:
         if collecting:
             gc.enable()
@@ -314,13 +314,17 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     return frame
 
 
-def _walk(walker: _Walker, value: object) -> _Found:
+def _walk(walker: _Walker, value: object) -> _Found | None:
+    """What ``value`` holds; None when nothing (a known leaf, most names, is not walked at all)."""
+    known = walker.kinds.get(type(value))
+    if known is not None and known[0] == "leaf":
+        return None
     found = _Found()
     try:
         walker.walk(value.held if type(value) is _Shallow else value, found)
     except RecursionError:
         found.capped = True
-    return found
+    return found if found.storages else None
 
 
 def _freed_by(rows: list) -> dict[str, int]:
