@@ -9,7 +9,10 @@ def _first_extremes(v: np.ndarray, bucket: np.ndarray) -> tuple[np.ndarray, ...]
     """Per run of equal ``bucket`` numbers: its start, its end, the first index of its min and of
     its max (NaN skipped; an all-NaN run: its start)."""
     n = len(v)
-    starts = np.flatnonzero(np.concatenate(([True], bucket[1:] != bucket[:-1])))
+    edge = np.empty(n, bool)
+    edge[0] = True
+    np.not_equal(bucket[1:], bucket[:-1], out=edge[1:])
+    starts = np.flatnonzero(edge)
     ends = np.append(starts[1:], n)
     nan = np.isnan(v)
     pos = positions(n)
