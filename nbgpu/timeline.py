@@ -139,7 +139,9 @@ class Timeline:
 
     def events(self) -> list:
         """All events (marks, lost GPUs, sampler starts/stops) in range."""
-        return [e for e in self.store.events_since() if self.t0 <= e.time <= self.t1]
+        with self.store.lock:
+            events = list(self.store.events)
+        return [e for e in events if self.t0 <= e.time <= self.t1]
 
     def _tick_frame(self, device: object, late: dict[str, float]):
         """One row per tick of ``device``: buffered readings folded into the tick they precede."""
