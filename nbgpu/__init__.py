@@ -6,32 +6,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-from typing import TYPE_CHECKING
 
-from .errors import (
-    BadArgumentError,
-    FileError,
-    NbgpuError,
-    NVMLUnavailableError,
-    SamplerStateError,
-    SourceError,
-)
-from .version import __version__
-
-if TYPE_CHECKING:
-    from .diagnostics import Alert, Thresholds
-    from .holders import memory_by_name
-    from .profiles import Capture, capture, mark, track
-    from .profiles.cost import configure
-    from .profiles.history import history, keep_history
-    from .profiles.oom import snapshot_on_alert
-    from .sampler import Sampler
-    from .sources.simulated import SimulatedGPUs
-    from .timeline import Timeline
-    from .widgets.monitor import GPUMonitor
+from .version import __version__ as __version__
 
 # Public name -> module that defines it, imported on first access.
 _LAZY = {name: module for module, names in {
+    ".errors": ("BadArgumentError", "FileError", "NbgpuError", "NVMLUnavailableError", "SamplerStateError",
+                "SourceError"),
     ".diagnostics": ("Alert", "Thresholds"), ".profiles": ("Capture", "capture", "mark", "track"),
     ".profiles.history": ("history", "keep_history"), ".holders": ("memory_by_name",),
     ".profiles.cost": ("configure",), ".profiles.oom": ("snapshot_on_alert",), ".sampler": ("Sampler",),
@@ -40,14 +21,7 @@ _LAZY = {name: module for module, names in {
 
 logging.getLogger("nbgpu").addHandler(logging.NullHandler())
 
-
-__all__ = [
-    "Alert", "BadArgumentError", "Capture", "FileError", "GPUMonitor", "NVMLUnavailableError",
-    "NbgpuError", "Sampler", "SamplerStateError", "SimulatedGPUs", "SourceError", "Thresholds",
-    "Timeline", "__version__", "capture", "configure", "history", "keep_history",
-    "load_ipython_extension", "mark", "memory_by_name", "snapshot_on_alert", "track",
-    "unload_ipython_extension",
-]
+__all__ = sorted(["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY])
 
 
 def __getattr__(name: str) -> object:

@@ -7,11 +7,13 @@ import gc
 import re
 import sys
 import types
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from .errors import BadArgumentError
 from .peaks import torch_cuda, torch_uuid
 from .units import fmt_bytes
 
@@ -45,21 +47,16 @@ class _Found:
 _LEAF_TYPES = (str, bytes, int, float, complex, type, types.ModuleType, types.FunctionType, type(None))
 
 
-def _dict_of(obj: object) -> dict | None:
-    """``obj.__dict__`` through the C descriptor only (never a property or ``__getattribute__``)."""
-    return _read_dict(_dict_descriptor(type(obj)), obj)
-
-
 def _dict_descriptor(kind: type) -> types.GetSetDescriptorType | None:
     desc = next((k.__dict__["__dict__"] for k in kind.__mro__ if "__dict__" in k.__dict__), None)
     return desc if isinstance(desc, types.GetSetDescriptorType) else None
 
 
-def _read_dict(desc: types.GetSetDescriptorType | None, obj: object) -> dict | None:
-    if desc is None:
-        return None
+def _dict_of(obj: object, desc: object = ...) -> dict | None:
+    """``obj.__dict__`` through the C descriptor only (never a property or ``__getattribute__``)."""
+    desc = _dict_descriptor(type(obj)) if desc is ... else desc
     try:
-        d = desc.__get__(obj, type(obj))
+        d = desc.__get__(obj, type(obj)) if desc is not None else None
     except Exception:  # an odd object holds nothing we can see
         return None
     return d if issubclass(type(d), dict) else None
@@ -93,9 +90,6 @@ class _Walker:
         self.optim = getattr(getattr(torch, "optim", None), "Optimizer", None)
         self.module = getattr(getattr(torch, "nn", None), "Module", None)
         self.kinds: dict[type, tuple] = {}
-
-    def _kind(self, kind: type) -> tuple:
-        return self.kinds.get(kind) or self.kinds.setdefault(kind, self._classify(kind))
 
     def _classify(self, kind: type) -> tuple:
         if issubclass(kind, self.torch.Tensor):
@@ -147,28 +141,26 @@ class _Walker:
         return []
 
     def _module(self, m: object, found: _Found, seen: set[int]) -> None:
-        stack, done = [m], set()
+        """A module's parameters and buffers, and its submodules' (each once), to any depth."""
+        stack = [m]
         while stack:
-            mod = stack.pop()
-            if id(mod) in done:
-                continue
-            done.add(id(mod))
-            seen.add(id(mod))
-            d = _dict_of(mod) or {}
+            d = _dict_of(stack.pop()) or {}
             for attr, part in (("_parameters", "parameters"), ("_buffers", "buffers")):
                 for t in list(dict.values(d.get(attr) or {})):
                     if t is not None and issubclass(type(t), self.torch.Tensor):
                         self._tensor(t, found, part)
-            stack.extend(v for v in list(dict.values(d.get("_modules") or {})) if v is not None)
+            for sub in list(dict.values(d.get("_modules") or {})):
+                if sub is not None and id(sub) not in seen:
+                    seen.add(id(sub))
+                    stack.append(sub)
 
     def walk(self, obj: object, found: _Found, level: int = 0, seen: set[int] | None = None) -> None:
         """Add what ``obj`` holds to ``found``; cycles and repeats are visited once."""
         seen = set() if seen is None else seen
-        if id(obj) in seen or id(obj) in self.skip or level > self.depth:
+        if id(obj) in seen or id(obj) in self.skip or level > self.depth or found.over_budget(1):
             return
-        if found.over_budget(1):
-            return
-        what = self._kind(type(obj))
+        kind = type(obj)
+        what = self.kinds.get(kind) or self.kinds.setdefault(kind, self._classify(kind))
         tag = what[0]
         if tag == "tensor":
             self._tensor(obj, found, "tensors")
@@ -190,7 +182,7 @@ class _Walker:
             args = BaseException.args.__get__(obj)
             children = [*list(dict.values(d)), args, *(_locals(f) for f in _frames(tb))]
         else:
-            d = _read_dict(what[1], obj)
+            d = _dict_of(obj, what[1])
             children = [*(self._items(d, dict, found) if d is not None else ()), *_read_slots(what[2], obj)]
         if found.over_budget(len(children)):  # every item looked at counts, leaves too
             return
@@ -245,19 +237,13 @@ class _Shallow:
 def _is_internal(frame: types.FrameType) -> bool:
     """A frame of IPython's or nbgpu's own machinery (``_run_body`` holds the namespace)."""
     module = str(frame.f_globals.get("__name__", ""))
-    return module.startswith(_SKIP_MODULES) or module == "nbgpu" or module.startswith("nbgpu.")
+    return module.startswith(_SKIP_MODULES) or f"{module}.".startswith("nbgpu.")
 
 
-def _user_ns(namespace: dict | None) -> dict:
-    if namespace is not None:
-        return namespace
+def _user_ns() -> dict:
     ipy = sys.modules.get("IPython")
     shell = ipy.get_ipython() if ipy is not None else None
-    if shell is not None:
-        return shell.user_ns
-    import __main__
-
-    return vars(__main__)
+    return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
 
 
 def _kind(value: object, found: _Found, torch: Any) -> str:
@@ -266,12 +252,12 @@ def _kind(value: object, found: _Found, torch: Any) -> str:
     if type(value) is types.FrameType:
         return "frame"
     name = value.name if type(value) is _Shallow else type(value).__name__
-    parts: dict[str, int] = {}
+    parts: Counter[str] = Counter()
     for size, part in found.storages.values():
-        parts[part] = parts.get(part, 0) + size
+        parts[part] += size
     if set(parts) - {"tensors"} and type(value) is not _Shallow:
         shown = [p for p in ("parameters", "gradients", "buffers") if p in parts or p != "gradients"]
-        return f"{name}: " + ", ".join(f"{p} {fmt_bytes(parts.get(p, 0))}" for p in shown)
+        return f"{name}: " + ", ".join(f"{p} {fmt_bytes(parts[p])}" for p in shown)
     how = "of" if name in ("list", "tuple", "dict", "set", "frozenset") else "holding"
     return f"{name} {how} {found.tensors} tensor{'s' if found.tensors != 1 else ''}"
 
@@ -289,35 +275,17 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        from .errors import BadArgumentError
-
         raise BadArgumentError(f"device must be like 'cuda', 'cuda:1' or 'cpu', got {device!r}") from None
-    ns = _user_ns(namespace)
+    ns = _user_ns() if namespace is None else namespace
     walker = _Walker(torch, dev, max(0, int(depth)), {id(ns)})
     collecting = gc.isenabled()
     gc.disable()  # the walk's short-lived lists would start dozens of collections, and a full one
     try:
-        return _table(walker, ns, error, dev, pd)
+        rows = [(name, value, group, found) for name, value, group in _holders(ns, error)
+                if (found := _walk(walker, value)) is not None]
     finally:
         if collecting:
             gc.enable()
-
-
-def _table(walker: _Walker, ns: dict, error: BaseException | None, dev: Any, pd: Any):
-    torch = walker.torch
-    rows: list[tuple[str, object, str, _Found]] = []
-    leaf = walker.kinds.get
-    for name, value, group in _holders(ns, error):
-        known = leaf(type(value))
-        if known is not None and known[0] == "leaf":
-            continue
-        found = _Found()
-        try:
-            walker.walk(value.held if type(value) is _Shallow else value, found)
-        except RecursionError:
-            found.capped = True
-        if found.storages:
-            rows.append((name, value, group, found))
     owners: dict[tuple, list[str]] = {}
     for name, _, _, found in rows:
         for key in found.storages:
@@ -346,18 +314,28 @@ def _table(walker: _Walker, ns: dict, error: BaseException | None, dev: Any, pd:
     return frame
 
 
+def _walk(walker: _Walker, value: object) -> _Found | None:
+    """What ``value`` holds; None when nothing (a known leaf, most names, is not walked at all)."""
+    known = walker.kinds.get(type(value))
+    if known is not None and known[0] == "leaf":
+        return None
+    found = _Found()
+    try:
+        walker.walk(value.held if type(value) is _Shallow else value, found)
+    except RecursionError:
+        found.capped = True
+    return found if found.storages else None
+
+
 def _freed_by(rows: list) -> dict[str, int]:
     """Bytes no name holds, held by the output cache, the traceback, or either."""
-    kept = _union([r for r in rows if r[2] == "name"])
-    out = {}
-    for what, groups in (("outputs", {"outputs"}), ("traceback", {"traceback"}),
-                         ("all_hidden", {"outputs", "traceback"})):
-        held = _union([r for r in rows if r[2] in groups])
-        out[what] = sum(size for key, (size, _) in held.items() if key not in kept)
-    return out
+    kept = _union(r for r in rows if r[2] == "name")
+    groups = {"outputs": {"outputs"}, "traceback": {"traceback"}, "all_hidden": {"outputs", "traceback"}}
+    return {what: sum(size for key, (size, _) in _union(r for r in rows if r[2] in g).items()
+                      if key not in kept) for what, g in groups.items()}
 
 
-def _union(rows: list) -> dict[tuple, tuple[int, str]]:  # storage -> (bytes, part), once each
+def _union(rows: Iterable) -> dict[tuple, tuple[int, str]]:  # storage -> (bytes, part), once each
     return {key: v for *_, found in rows for key, v in found.storages.items()}
 
 
@@ -380,8 +358,6 @@ def cuda_device(uuid: str = "", index: int | None = None) -> str | None:
 def top_holders(device: str, n: int = 3, error: BaseException | None = None) -> tuple[list[dict], dict]:
     """The ``n`` largest named rows of ``memory_by_name(device)`` and its ``attrs``; nothing
     (``[], {}``) when torch is not imported or the walk fails (a report must still show)."""
-    if sys.modules.get("torch") is None:
-        return [], {}
     try:
         frame = memory_by_name(device=device, error=error)
     except Exception:

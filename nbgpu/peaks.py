@@ -54,9 +54,7 @@ def torch_uuid(cuda: object, index: int) -> str:
         uuid = str(cuda.get_device_properties(index).uuid)
     except Exception:
         return ""
-    if not uuid:
-        return ""
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    return uuid if not uuid or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
 def allocator_now(devices: Iterable[object]) -> dict[object, dict[str, float]]:

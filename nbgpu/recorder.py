@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
 import os
 import time
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,7 +15,7 @@ from .errors import BadArgumentError, FileError
 from .files import LineFile, check_target, iso, json_line, jsonl_record, write_parquet
 from .metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from .runfile import load_run
-from .timeline import fold_samples
+from .timeline import fold_samples, union_frame
 
 if TYPE_CHECKING:
     from .sampler import Sampler
@@ -44,7 +44,10 @@ class Recorder:
         self._last: dict[object, dict] = {}
         self.rows_written = 0
         self.closed = False
-        self._columns = self._csv_columns()
+        store = sampler.store
+        have = {m for d in sampler.devices for m in store.metrics_of(d.key)}
+        self._columns = ["time", "gpu", "name"] + [m.name for m in GPU_METRICS if m.name in have] + (
+            [m.name for m in HOST_METRICS] if HOST_KEY in store.devices() else [])
         if self.format == "csv":
             self._file.write(",".join(self._columns))
         else:
@@ -55,14 +58,6 @@ class Recorder:
                                       "mig": d.mig, "host": d.node} for d in sampler.devices],
                          **(header or {})},
                         t=sampler.started_at or time.time())
-
-    def _csv_columns(self) -> list[str]:
-        store = self.sampler.store
-        have = {m for d in self.sampler.devices for m in store.metrics_of(d.key)}
-        cols = ["time", "gpu", "name"] + [m.name for m in GPU_METRICS if m.name in have]
-        if HOST_KEY in store.devices():
-            cols += [m.name for m in HOST_METRICS]
-        return cols
 
     def _read_new(self, device: object, stream: str, t1: float) -> tuple[np.ndarray, dict]:
         """Rows of one stream after the newest one written, up to ``t1``; advances the mark."""
@@ -81,8 +76,10 @@ class Recorder:
         """New rows of one GPU: one per sampler tick, buffered samples averaged into their tick."""
         streams = self.sampler.store.streams_of(device)
         if "tick" not in streams:
-            parts = [self._read_new(device, s, np.inf) for s in streams]
-            return _union(parts)
+            df = union_frame([self._read_new(device, s, np.inf) for s in streams])
+            if df is None:
+                return np.empty(0), {}
+            return df["time"].to_numpy(np.float64), {c: df[c].to_numpy(np.float64) for c in df if c != "time"}
         first = (device, "tick") not in self._marks
         t, cols = self._read_new(device, "tick", cap)
         if not len(t):
@@ -94,13 +91,8 @@ class Recorder:
             if stream == "tick":
                 continue
             bt, bcols = self._read_new(device, stream, np.inf if final else t[-1])
-            if len(bt) and bt[0] <= floor:
-                keep = bt > floor
-                bt, bcols = bt[keep], {k: v[keep] for k, v in bcols.items()}
-            if not len(bt):
-                continue
-            slot = np.minimum(np.searchsorted(t, bt, side="left"), len(t) - 1)  # (t[i-1], t[i]] -> tick i
-            fold_samples(cols, slot, bcols, len(t))  # as Timeline's tick rows
+            if len(bt) and bt[-1] > floor:
+                fold_samples(cols, t, bt, bcols, after=floor)  # as Timeline's tick rows
         return t, cols
 
     def _rows(self, final: bool) -> list[tuple[float, object, dict]]:
@@ -120,27 +112,20 @@ class Recorder:
         out = []
         for dev in self.sampler.devices:
             t, cols = self._device_rows(dev.key, cap, final)
-            names = list(cols)
-            arrays = [cols[n].tolist() for n in names]
+            arrays = {n: v.tolist() for n, v in cols.items()}
             for i, when in enumerate(t.tolist()):
-                row = {n: a[i] for n, a in zip(names, arrays, strict=True)}
-                row.update(host.get(when, {}))
-                out.append((when, dev.key, row))
+                out.append((when, dev.key, {**{n: a[i] for n, a in arrays.items()}, **host.get(when, {})}))
         out.sort(key=lambda r: r[0])
         return out
 
     def _write_rows(self, rows: list[tuple[float, object, dict]]) -> None:
         lines = []
         if self.format == "csv":
-            buf = io.StringIO()
-            writer = csv.writer(buf, lineterminator="")
+            writer = csv.writer(SimpleNamespace(write=lines.append), lineterminator="")  # a line a row
             names = {d.key: d.name for d in self.sampler.devices}  # "... (simulated)" says so in CSV
             for when, gpu, row in rows:
                 cells = ["" if (v := row.get(c)) is None or v != v else v for c in self._columns[3:]]
                 writer.writerow([iso(when), gpu, names.get(gpu, ""), *cells])
-                lines.append(buf.getvalue())
-                buf.seek(0)
-                buf.truncate()
         else:
             for when, gpu, row in rows:
                 last = self._last.setdefault(gpu, {})
@@ -193,8 +178,7 @@ class Recorder:
         if self.closed:
             return 0
         rows = self._rows(final)
-        if rows:
-            self._write_rows(rows)
+        self._write_rows(rows)
         self._write_events(final)
         return len(rows)
 
@@ -221,13 +205,3 @@ class Recorder:
             with contextlib.suppress(OSError, FileError):
                 self._file.close()
 
-
-def _union(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
-    """Rows of several streams of one device on the union of their times (NaN elsewhere)."""
-    import pandas as pd
-
-    frames = [pd.DataFrame(cols, index=t) for t, cols in parts if len(t)]
-    if not frames:
-        return np.empty(0), {}
-    df = pd.concat(frames).groupby(level=0).last()  # per time, each column's reading (NaN: none)
-    return df.index.to_numpy(np.float64), {c: df[c].to_numpy(np.float64) for c in df.columns}

@@ -23,13 +23,12 @@ def listed_source(source: str = "auto") -> object:
     sampler; raises what opening it raises (``NVMLUnavailableError`` without NVML)."""
     global _listed
     with _lock:
-        if _listed is not None and _listed[0] == source:
-            return _listed[1]
-        _take_listed(None)
-        src = resolve_source(source)
-        src.open_listing()
-        _listed = (source, src)
-        return src
+        if _listed is None or _listed[0] != source:
+            _take_listed(None)
+            src = resolve_source(source)
+            src.open_listing()
+            _listed = (source, src)
+        return _listed[1]
 
 
 def shared_sampler() -> Sampler | None:
@@ -42,10 +41,8 @@ def ensure_sampler(source: object = None, interval: float | None = None) -> Samp
     runs; first start: "auto", ``NbGpu.interval``); a bad ``interval`` replaces nothing."""
     global _shared, _settings
     with _lock:
-        if _settings:
-            cur_source, cur_interval = _settings
-        else:  # the configured default, read now (``%config NbGpu.interval``)
-            cur_source, cur_interval = "auto", check_interval(settings().interval)
+        # first start: the configured default, read now (``%config NbGpu.interval``)
+        cur_source, cur_interval = _settings or ("auto", check_interval(settings().interval))
         want_source = cur_source if source is None else source
         want_interval = cur_interval if interval is None else check_interval(interval)
         if _shared is not None and _shared.running and (want_source, want_interval) == _settings:
@@ -76,12 +73,7 @@ def on_replace(fn: Callable[[Sampler | None, Sampler], None]) -> Callable[[], No
     """Call ``fn(old, new)`` whenever the shared sampler is replaced (panels re-point); returns
     a function that unregisters ``fn`` (a stopped panel calls it, so none leak)."""
     _on_replace.append(fn)
-
-    def unregister() -> None:
-        if fn in _on_replace:
-            _on_replace.remove(fn)
-
-    return unregister
+    return lambda: _on_replace.remove(fn) if fn in _on_replace else None
 
 
 def stop_shared() -> None:

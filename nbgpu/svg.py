@@ -18,13 +18,9 @@ if TYPE_CHECKING:
 
 DEFAULT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct")
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-PANEL_H = 90
-GAP_H = 26
-LEFT = 64
-RIGHT = 16
-TOP = 30
-BOTTOM = 30
+PANEL_H, GAP_H, LEFT, RIGHT, TOP, BOTTOM = 90, 26, 64, 16, 30, 30  # layout, in pixels
 FONT = "font-family:sans-serif;font-size:11px"
+CHAR_W, LABEL_ROW_H = 6.8, 14  # a generous width of one character at FONT's size; a row of mark labels
 
 
 def _scale_for(metric: str, vmax: float) -> tuple[float, str]:
@@ -64,19 +60,12 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
-def _empty(width: int) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="40" '
-            f'viewBox="0 0 {width} 40"><text x="8" y="24" style="{FONT}">'
-            "no GPU samples in this range</text></svg>")
-
-
 def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
                  marks: list[tuple[float, str]] | None = None, width: int = 720) -> str:
     """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string: one chart
     per metric of ``metrics`` (None: ``DEFAULT_METRICS``), ``marks`` as dashed rules."""
-    width = max(240, int(width))
     if df is None or not len(df) or "time" not in df.columns:
-        return _empty(width)
+        return svg_series({}, width=width)
     wanted = [m for m in (DEFAULT_METRICS if metrics is None else metrics) if m in df.columns]
     per = series_of_frame(df, wanted)
     return svg_series({m: {g: per[g][m] for g in per} for m in wanted}, marks, width, list(per))
@@ -94,8 +83,6 @@ def series_of_frame(df: pd.DataFrame, metrics: tuple | list) -> dict[object, dic
     return out
 
 
-CHAR_W = 6.8  # a generous width of one character at FONT's size
-LABEL_ROW_H = 14
 
 
 def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[float, str, int]]:
@@ -120,10 +107,12 @@ def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
     """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string."""
     width = max(240, int(width))
     plot_w = width - LEFT - RIGHT
-    data = {m: {g: (t, _drawable(v)) for g, (t, v) in per.items()} for m, per in data.items()}
-    data = {m: per for m, per in data.items() if any(np.isfinite(v).any() for _, v in per.values())}
+    data = {m: {g: _drawable(t, v) for g, (t, v) in per.items()} for m, per in data.items()}
+    data = {m: per for m, per in data.items() if any(len(t) for t, _ in per.values())}
     if not data:
-        return _empty(width)
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="40" '
+                f'viewBox="0 0 {width} 40"><text x="8" y="24" style="{FONT}">'
+                "no GPU samples in this range</text></svg>")
     if gpus is None:
         gpus = list(dict.fromkeys(g for per in data.values() for g in per))
     mark_list = [(float(mt), str(label)) for mt, label in (marks or [])]
@@ -162,7 +151,7 @@ def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
         top = top0 + p * (PANEL_H + GAP_H)
         bottom = top + PANEL_H
         values = np.concatenate([v for _, v in data[metric].values()])
-        vmin, vmax = float(np.nanmin(values)), float(np.nanmax(values))
+        vmin, vmax = float(np.min(values)), float(np.max(values))
         percent = metric in BY_NAME and BY_NAME[metric].percent
         lo = 0.0 if (percent or vmin >= 0) else vmin
         hi = max(100.0, vmax) if percent else 1.05 * (vmax if vmax > lo else lo + 1.0)
@@ -179,17 +168,14 @@ def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
                        f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" style="{FONT}">'
                        f"{_fmt(tick)}</text>")
         for i, gpu in enumerate(gpus):
-            tt, vv = data[metric].get(gpu, (np.empty(0), np.empty(0)))
-            tt, vv = tt[~np.isnan(vv)], vv[~np.isnan(vv)]
+            tt, vv = data[metric].get(gpu, ((), ()))
             if not len(tt):
                 continue
             tt, vv = decimate_minmax(tt, vv, max(16, plot_w // 2))
             ys = bottom - (vv - lo) / (hi - lo) * PANEL_H
             xs = x_of(tt)
             gaps = _gap_breaks(tt)
-            if gaps.any():
-                xs = np.insert(xs, np.flatnonzero(gaps) + 1, np.nan)
-                ys = np.insert(ys, np.flatnonzero(gaps) + 1, np.nan)
+            xs, ys = np.insert(xs, gaps, np.nan), np.insert(ys, gaps, np.nan)
             color = COLORS[i % len(COLORS)]
             if len(tt) == 1:
                 out.append(f'<circle cx="{xs[0]:.1f}" cy="{ys[0]:.1f}" r="2" fill="{color}"/>')
@@ -210,17 +196,17 @@ def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
     return "".join(out)
 
 
-def _drawable(values: np.ndarray) -> np.ndarray:
-    """``values`` as floats, with what no chart scale can hold (infinite, beyond 1e300) as gaps."""
+def _drawable(t: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points a chart scale can hold: NaN, infinite and beyond 1e300 left out."""
     v = np.asarray(values, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        return np.where(np.abs(v) <= 1e300, v, np.nan)
+        ok = np.abs(v) <= 1e300
+    return np.asarray(t, dtype=np.float64)[ok], v[ok]
 
 
 def _gap_breaks(t: np.ndarray) -> np.ndarray:
-    """True after a point followed by a pause much longer than the usual spacing."""
+    """Where a pause much longer than the usual spacing follows a point: the indices after it."""
     if len(t) < 3:
-        return np.zeros(len(t), dtype=bool)
+        return np.empty(0, dtype=int)
     dt = np.diff(t)
-    typical = float(np.median(dt))
-    return np.r_[dt > max(10 * typical, 5.0), False]
+    return np.flatnonzero(dt > max(10 * float(np.median(dt)), 5.0)) + 1

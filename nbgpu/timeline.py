@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -32,20 +33,20 @@ def _held(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     ok = ~np.isnan(v)
     if ok.all() or not ok.any():
         return v
-    t_ok = t[ok]
-    spacing = float(np.median(np.diff(t_ok))) if len(t_ok) > 1 else math.inf
-    last = np.maximum.accumulate(np.where(ok, np.arange(len(v)), -1))
-    has = last >= 0
-    src = np.where(has, last, 0)
-    fresh = has & (t - t[src] <= HOLD_PERIODS * spacing)
-    return np.where(ok, v, np.where(fresh, v[src], np.nan))
+    spacing = float(np.median(np.diff(t[ok]))) if ok.sum() > 1 else math.inf
+    last = np.maximum.accumulate(np.where(ok, np.arange(len(v)), 0))  # before the first: v[0], NaN
+    return np.where(ok | (t - t[last] <= HOLD_PERIODS * spacing), v[last], np.nan)
 
 
-def fold_samples(data: dict[str, np.ndarray], slot: np.ndarray, samples: dict, n: int) -> None:
-    """Fold buffered ``samples`` into the ``n`` ticks of ``data``, sample ``i`` into tick ``slot[i]``: each
-    column's mean (NaN skipped) and its max in ``<metric>_max``; a tick that got none keeps its own."""
+def fold_samples(data: dict[str, np.ndarray], tick_t: np.ndarray, sample_t: np.ndarray, samples: dict,
+                 after: float = -math.inf) -> None:
+    """Fold buffered ``samples`` taken after ``after`` into the tick each precedes (the last tick takes
+    later ones): each column's mean (NaN skipped) and its max in ``<metric>_max``; a tick that got none
+    keeps its own."""
+    n, keep = len(tick_t), sample_t > after
+    slot = np.minimum(np.searchsorted(tick_t, sample_t[keep], "left"), n - 1)  # (t[i-1], t[i]] -> tick i
     for col, raw in samples.items():
-        values = raw.astype(np.float64)
+        values = raw[keep].astype(np.float64)
         ok = ~np.isnan(values)
         at, values = slot[ok], values[ok]
         counts = np.bincount(at, minlength=n)
@@ -57,6 +58,22 @@ def fold_samples(data: dict[str, np.ndarray], slot: np.ndarray, samples: dict, n
         data[col], data[max_column(col)] = np.where(counts > 0, mean, own), np.where(counts > 0, peaks, own)
 
 
+def union_frame(parts: list[tuple[np.ndarray, dict]]) -> pd.DataFrame | None:
+    """Rows of several streams of one device, by time: each column's first reading at that time
+    (``decimated``: any); None when there are none."""
+    import pandas as pd
+
+    frames = [pd.DataFrame({"time": t, **{k: v for k, v in cols.items() if not np.isnan(v).all()}})
+              for t, cols in parts if len(t)]
+    if not frames:
+        return None
+    df = pd.concat(frames, ignore_index=True, sort=False).sort_values("time", kind="stable")
+    if df["time"].duplicated().any():
+        df = df.groupby("time", sort=True, as_index=False).agg(
+            {c: ("any" if c == "decimated" else "first") for c in df.columns if c != "time"})
+    return df
+
+
 def _as_counts(df: pd.DataFrame) -> pd.DataFrame:
     for col in COUNT_COLUMNS:
         if col in df.columns and len(df) and df[col].notna().all():
@@ -66,11 +83,7 @@ def _as_counts(df: pd.DataFrame) -> pd.DataFrame:
 
 def to_epoch(t: object) -> float:
     """Seconds since the epoch from a float, a datetime (naive = UTC), a Timestamp or ISO text."""
-    if t is None:
-        return math.nan
-    if isinstance(t, bool):
-        raise BadArgumentError(f"expected a time, got {t!r}")
-    if isinstance(t, (int, float, np.floating, np.integer)):
+    if isinstance(t, numbers.Real) and not isinstance(t, bool):
         return float(t)
     import pandas as pd
 
@@ -140,17 +153,14 @@ class Timeline:
         tt, tcols, tdec = self.store.read_stream(device, "tick", self.t0 - HOLD_LOOKBACK_S, self.t1)
         if not ((tt >= self.t0) & (tt <= self.t1)).any():
             return None
-        n = len(tt)
-        first_gap = float(np.median(np.diff(tt))) if n > 1 else 1.0
+        first_gap = float(np.median(np.diff(tt))) if len(tt) > 1 else 1.0
         data = {k: v.astype(np.float64) for k, v in tcols.items()}
         pending: dict[str, float] = {}
         for stream in streams:
             if stream == "tick":
                 continue
             st, scols, _ = self.store.read_stream(device, stream, tt[0] - first_gap, tt[-1])
-            idx = np.searchsorted(tt, st, "left")
-            keep = (idx < n) & (st > tt[0] - first_gap)
-            fold_samples(data, idx[keep], {col: raw[keep] for col, raw in scols.items()}, n)
+            fold_samples(data, tt, st, scols, after=tt[0] - first_gap)
             for col in scols:
                 until = self.drained(device, col) if self.drained is not None else math.inf
                 if until < tt[-1]:
@@ -165,25 +175,10 @@ class Timeline:
         return pd.DataFrame(frame)
 
     def _device_frame(self, device: object):
-        import pandas as pd
-
-        frames = []
-        for stream in self.store.streams_of(device):
-            t, cols, decimated = self.store.read_stream(device, stream, self.t0, self.t1)
-            if not len(t):
-                continue
-            data = {"time": t}
-            data.update({k: v for k, v in cols.items() if not np.isnan(v).all()})
-            data["decimated"] = np.asarray(decimated, dtype=bool)
-            frames.append(pd.DataFrame(data))
-        if not frames:
-            return None
-        df = pd.concat(frames, ignore_index=True, sort=False)
-        df = df.sort_values("time", kind="stable")
-        if df["time"].duplicated().any():
-            df = df.groupby("time", sort=True, as_index=False).agg(
-                {c: ("any" if c == "decimated" else "first") for c in df.columns if c != "time"})
-        df["decimated"] = df["decimated"].astype(bool)
+        reads = (self.store.read_stream(device, s, self.t0, self.t1) for s in self.store.streams_of(device))
+        df = union_frame([(t, {**cols, "decimated": np.asarray(dec, dtype=bool)}) for t, cols, dec in reads])
+        if df is not None:
+            df["decimated"] = df["decimated"].astype(bool)
         return df
 
     def to_pandas(self, host: bool = True, resolution: str = "tick") -> pd.DataFrame:

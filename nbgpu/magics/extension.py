@@ -3,13 +3,9 @@ leaving no thread or panel running."""
 
 from __future__ import annotations
 
-import logging
-
 from .. import session
 from ..errors import NbgpuError
 from ..version import __version__
-
-log = logging.getLogger("nbgpu")
 
 
 def load_message() -> str:
@@ -48,10 +44,7 @@ def unload(ipython) -> None:
     for panel in registry.panels() + registry.stopped():
         panel.stop()
         registry.discard(panel)
-    try:
-        disable_cell_mode(ipython)
-    except Exception as exc:
-        log.warning("nbgpu: could not turn off cell profiling: %s", exc)
+    disable_cell_mode(ipython)
     flight.on_unload(ipython)
     session.reset()
     SCHEDULE.wait_idle()  # no panel timer thread outlives the extension

@@ -39,24 +39,18 @@ def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
                 devices = src.devices()
     except NbgpuError as exc:
         raise UsageError(f"{prog}: --gpus given but {exc}") from None
-    try:
-        return check_gpus(opts.gpus, [d.key for d in devices if d.parent is None])
-    except NbgpuError as exc:
-        raise UsageError(f"{prog}: {exc}") from None
+    return check_gpus(opts.gpus, [d.key for d in devices if d.parent is None])
 
 
-def _sampler(opts: Options, prog: str):
+def _sampler(opts: Options):
     from .. import flight
 
-    try:
-        sampler = shared_or_host_only(opts.source, opts.interval)
-    except NbgpuError as exc:
-        raise UsageError(f"{prog}: {exc}") from None
+    sampler = shared_or_host_only(opts.source, opts.interval)
     flight.resume()  # recording again after a %gpumon stop
     return sampler
 
 
-def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
+def _start_beside_imports(opts: Options) -> Callable[[], object]:
     """Start the shared sampler on a helper thread while the caller imports the panel's modules
     (NVML waits outside the GIL); simulated or running samplers start when the result is called."""
     from .. import diagnostics  # noqa: F401
@@ -65,9 +59,9 @@ def _start_beside_imports(opts: Options, prog: str) -> Callable[[], object]:
     simulated = (sim_count(opts.source) is not None if opts.source is not None
                  else shared is not None and shared.simulated)
     if simulated or (shared is not None and shared.running):
-        return lambda: _sampler(opts, prog)
+        return lambda: _sampler(opts)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=STARTER_THREAD)
-    started = pool.submit(_sampler, opts, prog)
+    started = pool.submit(_sampler, opts)
 
     def result() -> object:  # the sampler, or the helper's exception raised here
         try:
@@ -132,13 +126,22 @@ class GPUMonMagics(Magics):
 
     @line_cell_magic
     def gpumon(self, line: str = "", cell: str | None = None) -> None:
+        prog = "%gpumon" if cell is None else "%%gpumon"
         try:
-            if cell is not None:
-                return self._profile_cell(line, cell)
-            if text := self._line(line):
-                print(text)
+            if cell is None:
+                if text := self._line(line):
+                    print(text)
+                return None
+            opts = parse_cell_line(line)
+            gpus, sampler = _gpus(opts, prog), _sampler(opts)
         except HelpRequestedError as shown:
             print(shown)
+            return None
+        except NbgpuError as exc:  # one line for every mistake nbgpu names
+            raise UsageError(f"{prog}: {exc}") from None
+        from ..profiles.cells import run_profiled_cell
+
+        run_profiled_cell(self.shell, cell, sampler, gpus=list(gpus) if gpus else None)
         return None
 
     gpumon.__doc__ = help_text()
@@ -159,15 +162,12 @@ class GPUMonMagics(Magics):
         gpus = _gpus(opts, "%gpumon")
         if opts.cells is not None:
             return self._cells(opts)
-        starting = _start_beside_imports(opts, "%gpumon")
+        starting = _start_beside_imports(opts)
         from ..widgets.monitor import GPUMonitor
 
         starting()  # the shared sampler started or re-pointed; the panel follows it
-        try:
-            mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
-                             refresh_s=opts.refresh_s, start=False)
-        except NbgpuError as exc:
-            raise UsageError(f"%gpumon: {exc}") from None
+        mon = GPUMonitor(gpus=gpus, window_s=opts.window_s, metrics=opts.metrics,
+                         refresh_s=opts.refresh_s, start=False)
         display(mon)
         mon.start()  # after the display: a sampler that has read is drawn at once
         return ""
@@ -178,14 +178,7 @@ class GPUMonMagics(Magics):
         if opts.cells == "off":
             disable_cell_mode(self.shell)
             return "nbgpu: per-cell profiles off (nbgpu.history() keeps the ones made)."
-        _sampler(opts, "%gpumon")
+        _sampler(opts)
         kwargs = {} if opts.cells_min_s is None else {"min_duration_s": opts.cells_min_s}
         enable_cell_mode(self.shell, lambda: shared_or_host_only(None, None), **kwargs)
         return "nbgpu: profiling every cell; %gpumon --cells off stops, nbgpu.history() lists them."
-
-    def _profile_cell(self, line: str, cell: str) -> None:
-        opts = parse_cell_line(line)
-        gpus = _gpus(opts, "%%gpumon")
-        from ..profiles.cells import run_profiled_cell
-
-        run_profiled_cell(self.shell, cell, _sampler(opts, "%%gpumon"), gpus=list(gpus) if gpus else None)

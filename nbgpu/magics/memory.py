@@ -12,7 +12,6 @@ from IPython.core.error import UsageError
 from ..units import fmt_bytes
 from .options import parse_free
 
-_LAST = ("last_traceback", "last_value", "last_type", "last_exc")
 NVML_WAIT_S = 2.0  # how long free waits for the sampler's fresh read of memory used
 
 
@@ -78,9 +77,7 @@ def _clear_outputs(shell: Any, user_ns: dict) -> None:
         for n in list(out):
             user_ns.pop(f"_{n}", None)
         out.clear()
-    for name in ("_", "__", "___"):
-        if name in user_ns:
-            user_ns[name] = ""
+    user_ns.update({name: "" for name in ("_", "__", "___") if name in user_ns})
 
 
 def free(shell: Any, line: str) -> str:
@@ -95,7 +92,7 @@ def free(shell: Any, line: str) -> str:
     if opts.outputs:
         _clear_outputs(shell, user_ns)
     if opts.traceback:
-        for attr in _LAST:
+        for attr in ("last_traceback", "last_value", "last_type", "last_exc"):
             if hasattr(sys, attr):
                 setattr(sys, attr, None)
         # IPython's traceback formatters keep the last traceback (``.tb``), and with it its frames.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import dataclass
 
 from IPython.core.error import UsageError
 
@@ -17,19 +16,7 @@ ACTIONS = ("start", "stop", "status")
 RESTART_NOTE = "Changing it restarts the kernel's one sampler; open panels follow"
 
 
-@dataclass
-class Options:
-    """What a ``%gpumon`` line asked for; None means "not given" (keep what runs)."""
-
-    action: str = "start"
-    source: str | None = None
-    interval: float | None = None
-    window_s: float | None = None  # None: the panel's default, NbGpu.window_s
-    gpus: str | None = None
-    metrics: tuple[str, ...] | None = None
-    refresh_s: float | None = None
-    cells: str | None = None
-    cells_min_s: float | None = None
+Options = argparse.Namespace  # what a %gpumon line asked for, as its parser names it; None: not given
 
 
 class HelpRequestedError(Exception):
@@ -97,6 +84,7 @@ def cell_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%%gpumon",
                 description="Profile the cell below: timeline and summary of its GPU use.")
     _add_sampler_options(p)
+    p.set_defaults(action="start")
     return p
 
 
@@ -118,12 +106,12 @@ def parse_line(line: str) -> Options:
                          f"give them to %gpumon (start) instead")
     if ns.cells_min_s is not None and ns.cells is None:
         ns.cells = "on"
-    return Options(**vars(ns))
+    return ns
 
 
 def parse_cell_line(line: str) -> Options:
     """Options of a ``%%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
-    return Options(**vars(_parse(cell_parser(), line)))
+    return _parse(cell_parser(), line)
 
 
 def help_text() -> str:
