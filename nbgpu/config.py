@@ -56,8 +56,8 @@ class NbGpu(Configurable):
     gpus = Unicode("", help="GPUs to show, e.g. '0,1' or 'MIG-...'; empty: all.").tag(config=True)
     cells = Enum(["off", "on"], "off", help="Profile every cell (the same as "
                  "'%gpumon --cells').").tag(config=True)
-    cells_min_s = CFloat(2.0, help="In per-cell mode, cells shorter than this many seconds "
-                         "get no report.").tag(config=True)
+    cells_min_s = CFloat(1.0, help="In per-cell mode, cells shorter than this many seconds "
+                         "get no summary line (they are still in nbgpu.history()).").tag(config=True)
     thresholds_file = Unicode("", help="A JSON file of diagnostic thresholds "
                               "(see docs/diagnostics.md); empty: the defaults.").tag(config=True)
     history_path = Unicode("", help="Where the history of profiled cells is kept; empty: "

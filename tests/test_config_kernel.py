@@ -54,3 +54,26 @@ def test_a_negative_rate_in_the_environment_is_refused_in_one_line(var):
                           env=dict(os.environ, **{var: "-1"}))
     assert done.returncode != 0 and f"${var}='-1' is not a valid setting" in done.stderr
     assert ">= 0" in done.stderr.strip().splitlines()[-1]
+
+
+def test_the_cells_and_history_settings_act_in_a_running_kernel(kernel, tmp_path):
+    """``%config NbGpu.cells`` turns per-cell profiling on and off at once, ``cells_min_s``
+    decides which cells get a line, ``history_path`` keeps the history in that file."""
+    history = tmp_path / "history.jsonl"
+    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu, time\nfrom nbgpu import session\n"
+                                "session.ensure_sampler('sim', 0.1)\n"
+                                f"%config NbGpu.history_path = {str(history)!r}\n"
+                                "%config NbGpu.cells_min_s = 0\n%config NbGpu.cells = 'on'")
+    assert reply["status"] == "ok", outputs
+    assert "profiling every cell" in str(outputs)
+    _, outputs = kernel.run("time.sleep(0.3)")
+    assert outputs, "a profiled cell of 0.3 s gets its line at cells_min_s 0"
+    kernel.run("%config NbGpu.cells_min_s = 30")
+    _, outputs = kernel.run("time.sleep(0.3)")
+    assert not outputs, outputs  # profiled, kept, but too short for a line
+    kept = len(history.read_text().splitlines())
+    assert kept >= 2 and kernel.value("len(nbgpu.history())") >= kept
+    kernel.run("%config NbGpu.cells = 'off'")
+    before = kernel.value("len(nbgpu.history())")
+    kernel.run("time.sleep(0.1)")
+    assert kernel.value("len(nbgpu.history())") == before

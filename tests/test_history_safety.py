@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import nbgpu
+from nbgpu import config
 from nbgpu.errors import FileError
 from nbgpu.profiles import history
 from nbgpu.profiles.history import CellRecord, add, keep_history
@@ -50,12 +51,14 @@ def _line(n: int, **extra: object) -> str:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    monkeypatch.delenv(history.ENV_HISTORY_FILE, raising=False)
+    monkeypatch.delenv("NBGPU_HISTORY_FILE", raising=False)
+    config.reset()
     monkeypatch.setattr(history, "_store", history._Store())
     history.clear()
     yield
     history._store.path = None
     history.clear()
+    config.reset()
 
 
 def _user_warnings(caught: list) -> list[str]:
@@ -170,7 +173,8 @@ def test_a_fifo_is_refused_with_one_line(tmp_path):
 def test_a_fifo_in_the_environment_warns_and_does_not_hang(tmp_path, monkeypatch):
     fifo = tmp_path / "history.jsonl"
     os.mkfifo(fifo)
-    monkeypatch.setenv(history.ENV_HISTORY_FILE, str(fifo))
+    monkeypatch.setenv("NBGPU_HISTORY_FILE", str(fifo))
+    config.reset()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert _returns_within(lambda: add(_rec(1))) is None

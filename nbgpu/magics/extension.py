@@ -28,15 +28,35 @@ def load(ipython) -> None:
     from .. import config, flight
     from .gpumon import GPUMonMagics
 
-    config.register(ipython)  # %config NbGpu.* now reaches nbgpu's defaults
+    cfg = config.register(ipython)  # %config NbGpu.* now reaches nbgpu's defaults
     ipython.register_magics(GPUMonMagics)
     print(load_message())
     flight.on_load(ipython)
+    cfg.observe(_cells_setting, "cells")  # %config NbGpu.cells = 'on' / 'off' acts at once
+    if cfg.cells == "on":
+        _cells_setting({"new": "on", "owner": cfg})
+
+
+def _cells_setting(change) -> None:
+    """``NbGpu.cells``: profile every cell ('on'), as ``%gpumon --cells`` does, or stop ('off')."""
+    from IPython import get_ipython
+
+    from ..profiles.cells import disable_cell_mode, enable_cell_mode
+    from ..widgets.columns import shared_or_host_only
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    if change["new"] == "on":
+        enable_cell_mode(shell, lambda: shared_or_host_only(None, None))
+        print("nbgpu: profiling every cell (NbGpu.cells); nbgpu.history() lists them.")
+    else:
+        disable_cell_mode(shell)
 
 
 def unload(ipython) -> None:
     """Stop panels, cell profiling and the sampler; remove the magics."""
-    from .. import flight
+    from .. import config, flight
     from ..profiles.cells import disable_cell_mode
     from ..widgets import registry
     from ..widgets.schedule import SCHEDULE
@@ -45,6 +65,7 @@ def unload(ipython) -> None:
         panel.stop()
         registry.discard(panel)
     disable_cell_mode(ipython)
+    config.settings().unobserve(_cells_setting, "cells")
     flight.on_unload(ipython)
     session.reset()
     SCHEDULE.wait_idle()  # no panel timer thread outlives the extension

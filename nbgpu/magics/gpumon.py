@@ -179,6 +179,5 @@ class GPUMonMagics(Magics):
             disable_cell_mode(self.shell)
             return "nbgpu: per-cell profiles off (nbgpu.history() keeps the ones made)."
         _sampler(opts)
-        kwargs = {} if opts.cells_min_s is None else {"min_duration_s": opts.cells_min_s}
-        enable_cell_mode(self.shell, lambda: shared_or_host_only(None, None), **kwargs)
+        enable_cell_mode(self.shell, lambda: shared_or_host_only(None, None), opts.cells_min_s)
         return "nbgpu: profiling every cell; %gpumon --cells off stops, nbgpu.history() lists them."

@@ -12,6 +12,7 @@ from html import escape
 
 from IPython.display import display
 
+from ..config import settings
 from ..diagnostics.stacks import CATEGORIES, LABELS
 from ..hooks import view
 from ..sampler import Sampler
@@ -26,7 +27,6 @@ from .report import compact_html
 
 log = logging.getLogger("nbgpu")
 
-DEFAULT_MIN_DURATION_S = 1.0
 SPLIT_MOVED = 0.1  # a category whose share moved this much (of the cell's time) is named
 
 _mode: _CellMode | None = None
@@ -111,10 +111,10 @@ def _show_post_mortem(cap: Capture, story) -> None:
 class _CellMode:
     """The pre/post cell hooks of ``%gpumon --cells``."""
 
-    def __init__(self, shell, get_sampler: Callable[[], Sampler], min_duration_s: float) -> None:
+    def __init__(self, shell, get_sampler: Callable[[], Sampler], min_duration_s: float | None) -> None:
         self.shell = shell
         self.get_sampler = get_sampler
-        self.min_duration_s = float(min_duration_s)
+        self.min_duration_s = min_duration_s  # None: NbGpu.cells_min_s as it is at each cell
         self.pending: list[tuple[Capture, object]] = []
         self.skip_current = False
         self.failed_once = False
@@ -141,7 +141,8 @@ class _CellMode:
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         skip, self.skip_current = self.skip_current, False
         story = None if skip else _oom_story(cap, error)
-        long_enough = story is not None or time.time() - cap.start_time >= self.min_duration_s
+        least_s = settings().cells_min_s if self.min_duration_s is None else self.min_duration_s
+        long_enough = story is not None or time.time() - cap.start_time >= least_s
         cap.finish(status_of(error), error, wait=long_enough and not skip)
         if skip:  # %%gpumon profiled this cell itself
             return
@@ -158,11 +159,12 @@ class _CellMode:
 
 
 def enable_cell_mode(shell, get_sampler: Callable[[], Sampler],
-                     min_duration_s: float = DEFAULT_MIN_DURATION_S) -> None:
-    """Profile every cell from now on (``%gpumon --cells``); calling again updates the threshold."""
+                     min_duration_s: float | None = None) -> None:
+    """Profile every cell from now on (``%gpumon --cells``); calling again updates the threshold
+    (None: ``NbGpu.cells_min_s``)."""
     global _mode
     if _mode is not None and _mode.shell is shell:
-        _mode.get_sampler, _mode.min_duration_s = get_sampler, float(min_duration_s)
+        _mode.get_sampler, _mode.min_duration_s = get_sampler, min_duration_s
         return
     disable_cell_mode(shell)
     _mode = _CellMode(shell, get_sampler, min_duration_s)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..config import settings
 from ..diagnostics.stacks import CATEGORIES
 from ..errors import FileError, warn_user
 from ..files import as_path, atomic_file, file_error, json_value, kind_of, write_whole
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 MAX_RECORDS = 10_000
 MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
-ENV_HISTORY_FILE = "NBGPU_HISTORY_FILE"
 _HEAD = ("execution_count", "cell_id", "first_line", "start", "duration_s", "status")
 _ROW_SKIP = ("start", "end", "alerts", "label")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -287,7 +287,7 @@ class _Store:
 
     def __init__(self) -> None:
         self.path: str | None = None
-        self.env_checked = False
+        self.configured = ""  # NbGpu.history_path as last applied
         self.warned = False
 
     def save(self, records: list[CellRecord]) -> None:
@@ -312,9 +312,9 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     if path is False:
         _store.path = None
         return None
-    if path is None or path is True:  # $NBGPU_HISTORY_FILE, else $XDG_DATA_HOME (~/.local/share)/nbgpu
+    if path is None or path is True:  # NbGpu.history_path, else $XDG_DATA_HOME (~/.local/share)/nbgpu
         base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-        path = os.environ.get(ENV_HISTORY_FILE) or os.path.join(base, "nbgpu", "history.jsonl")
+        path = settings().history_path or os.path.join(base, "nbgpu", "history.jsonl")
     text = os.path.abspath(os.path.expanduser(as_path(path)))
     if text == _store.path:
         return text
@@ -334,20 +334,21 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     clear()
     for rec in [*(r for r in saved if _key(r) not in here), *live]:
         _push(rec)
-    _store.path, _store.env_checked, _store.warned = text, True, False
+    _store.path, _store.warned = text, False
     _store.save([r for r in live if _key(r) not in in_file])
     return text
 
 
 def add(record: CellRecord) -> None:
     """Keep a profiled cell (the oldest is dropped past ``MAX_RECORDS``); save it if asked."""
-    if not _store.env_checked:
-        _store.env_checked = True
-        if os.environ.get(ENV_HISTORY_FILE) and _store.path is None:
+    configured = settings().history_path  # %config NbGpu.history_path, $NBGPU_HISTORY_FILE
+    if configured != _store.configured:  # newly set: kept there from this cell on
+        _store.configured = configured
+        if configured:
             try:
-                keep_history(None)
+                keep_history(configured)
             except Exception as exc:
-                warn_user(f"nbgpu: {ENV_HISTORY_FILE} is set but cannot be used: {exc}")
+                warn_user(f"nbgpu: NbGpu.history_path ({configured}) cannot be used: {exc}")
     _push(record)
     if _store.path is not None:
         _store.save([record])
