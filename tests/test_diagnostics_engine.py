@@ -103,6 +103,23 @@ def test_thresholds_reject_unknown_names_and_bad_values():
     assert not sim.initialised  # bad thresholds release NVML again
 
 
+def test_thresholds_from_a_json_file_and_its_faults_in_one_line(tmp_path):
+    good = tmp_path / "thresholds.json"
+    good.write_text('{"idle_window_s": 30, "disabled": ["busy_thin"]}')
+    t = Thresholds.from_any(str(good))
+    assert t.idle_window_s == 30 and t.disabled == ("busy_thin",)
+    assert Thresholds.from_any(good) == t
+    bad_json, not_dict, unknown = (tmp_path / n for n in ("bad.json", "list.json", "unknown.json"))
+    bad_json.write_text("{idle_window_s: 30")
+    not_dict.write_text("[1, 2]")
+    unknown.write_text('{"nope": 1}')
+    for path, said in ((tmp_path / "missing.json", "No such file"), (bad_json, "not JSON"),
+                       (not_dict, "a JSON object"), (unknown, "unknown threshold")):
+        with pytest.raises(nbgpu.NbgpuError) as err:
+            Thresholds.from_any(path)
+        assert said in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value)
+
+
 def test_every_threshold_is_documented_in_code_and_in_the_readme_section():
     from pathlib import Path
 

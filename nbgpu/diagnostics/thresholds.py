@@ -4,10 +4,12 @@ follow rules of thumb for GPU training. Change any with ``Sampler(thresholds={..
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 from dataclasses import dataclass, field
 
-from ..errors import BadArgumentError
+from ..errors import BadArgumentError, FileError
 
 RULES = ("oom_risk", "memory_leak", "input_bound", "launch_bound", "sync_bound", "idle", "imbalance",
          "throttling", "busy_thin")
@@ -95,18 +97,41 @@ class Thresholds:
 
     @classmethod
     def from_any(cls, value: object) -> Thresholds:
-        """Thresholds from None (defaults), a Thresholds, or a dict of the fields to change."""
+        """Thresholds from None (defaults), a Thresholds, a dict of the fields to change, or the
+        path of a JSON file holding that dict (``NbGpu.thresholds_file``)."""
         if isinstance(value, cls):
             return value
+        if isinstance(value, (str, os.PathLike)):
+            return cls.from_any(_json_file(value))
         if value is None or isinstance(value, dict):
             if unknown := sorted(set(value or {}) - {f.name for f in dataclasses.fields(cls)}):
                 raise BadArgumentError(f"unknown threshold(s) {', '.join(unknown)}; see "
                                        "nbgpu.Thresholds.table() for the names")
             return cls(**(value or {}))
-        raise BadArgumentError(f"thresholds must be a dict or nbgpu.Thresholds, got {type(value).__name__}")
+        raise BadArgumentError("thresholds must be a dict, nbgpu.Thresholds or a JSON file's path, "
+                               f"got {type(value).__name__}")
 
     @classmethod
     def table(cls) -> list[dict]:
         """One row per threshold: name, default and what it means (for docs and help)."""
         return [{"name": f.name, "default": f.default, "help": f.metadata["help"]}
                 for f in dataclasses.fields(cls)]
+
+
+def _json_file(path: str | os.PathLike) -> dict:
+    """The object in a thresholds file; one-line errors naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except OSError as exc:
+        raise FileError(f"cannot read thresholds from {path}: {exc.strerror}", path=path) from None
+    except ValueError as exc:
+        raise FileError(f"cannot read thresholds from {path}: not JSON ({exc})", path=path) from None
+    if not isinstance(value, dict):
+        raise FileError(f"cannot read thresholds from {path}: it must hold a JSON object of "
+                        "threshold names and values", path=path)
+    try:
+        Thresholds.from_any(value)
+    except BadArgumentError as exc:
+        raise BadArgumentError(f"{path}: {exc}") from None
+    return value
