@@ -162,7 +162,7 @@ class PrometheusSource:
             try:
                 conn.request("POST", parts.path + "/api/v1/query", urllib.parse.urlencode(form), HEADERS)
                 resp = conn.getresponse()
-                raw = self._read_bounded(resp, deadline)
+                raw = resp.read(self.max_bytes + 1)  # to the end, or one byte past the limit
             finally:
                 timer.cancel()
         except (OSError, http.client.HTTPException) as exc:
@@ -171,6 +171,11 @@ class PrometheusSource:
             raise SourceError(f"Prometheus at {self.url} is unreachable ({exc})") from exc
         finally:
             conn.close()
+        if len(raw) > self.max_bytes:
+            raise SourceError(f"Prometheus at {self.url} answered more than "
+                              f"{self.max_bytes // 2**20} MiB; narrow what it scrapes")
+        if time.monotonic() > deadline:
+            raise self._slow()
         try:
             return json.loads(raw)  # Prometheus explains 4xx/5xx in JSON too
         except ValueError as exc:
@@ -179,18 +184,6 @@ class PrometheusSource:
 
     def _slow(self) -> SourceError:
         return SourceError(f"Prometheus at {self.url} answered too slowly (over {self.timeout_s:g} s)")
-
-    def _read_bounded(self, resp, deadline: float) -> bytes:
-        chunks, size = [], 0
-        while chunk := resp.read(65536):
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise SourceError(f"Prometheus at {self.url} answered more than "
-                                  f"{self.max_bytes // 2**20} MiB; narrow what it scrapes")
-            chunks.append(chunk)
-        if time.monotonic() > deadline:
-            raise self._slow()
-        return b"".join(chunks)
 
     def _fetch(self, window_s: float, at: float) -> dict[str, _Series]:
         ms = max(1000, int(window_s * 1000))
