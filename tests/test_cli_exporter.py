@@ -22,7 +22,7 @@ from conftest_cli import free_port, prometheus_binary
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.exporter import CONTENT_TYPE, families, prometheus_text, serve, to_text
 from nbgpu.sources.base import Device
-from nbgpu.sources.prometheus_names import FAMILIES
+from nbgpu.sources.prometheus import FAMILIES
 
 LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 
