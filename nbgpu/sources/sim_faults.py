@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .nvml_reads import XID_EVENT
+
 NVML_ERROR_UNINITIALIZED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED = 1, 2, 3
 NVML_ERROR_NOT_FOUND, NVML_ERROR_TIMEOUT, NVML_ERROR_GPU_IS_LOST = 6, 10, 15
 _ERROR_NAMES = {
@@ -16,7 +18,6 @@ _ERROR_NAMES = {
     6: "Not Found", 10: "Timeout", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
     13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
 }
-XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 HOST_PID_OFFSET = 2**22  # above any Linux pid_max: a "host PID" no process here has
 
 
