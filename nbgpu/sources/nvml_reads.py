@@ -62,43 +62,31 @@ class Read:
     probe_at_first_read: bool = False
 
 
-# -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
-def _calls(**metrics: tuple) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
+# -- readers: fn(gateway, device) -> {metric: value}; built as (metrics, reader) -----------
+Reader = Callable[[NVMLGateway, _Device], dict[str, float]]
+
+
+def _calls(**metrics: tuple) -> tuple[tuple[str, ...], Reader]:
     """A reader of ``metric=(function, per, *args)`` rows: ``function(handle, *args) / per``, or of
     its first item where it answers a list (``[value, sampling period]``)."""
     def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         got = {m: (g.call(fn, dev.handle, *args), per) for m, (fn, per, *args) in metrics.items()}
         return {m: float(v[0] if isinstance(v, (list, tuple)) else v) / per for m, (v, per) in got.items()}
-    return read
+    return tuple(metrics), read
 
 
-def _fields(function: str, **metrics: str) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
+def _fields(function: str, **metrics: str) -> tuple[tuple[str, ...], Reader]:
     """A reader of one call's struct: ``metric=field``."""
     def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         got = g.call(function, dev.handle)
         return {m: float(getattr(got, name)) for m, name in metrics.items()}
-    return read
+    return tuple(metrics), read
 
 
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     newer = "nvmlDeviceGetCurrentClocksEventReasons"  # older bindings: only "...ThrottleReasons"
     name = newer if hasattr(g.nvml, newer) else "nvmlDeviceGetCurrentClocksThrottleReasons"
     return {"clock_event_reasons": float(g.call(name, dev.handle))}
-
-
-_r_memory = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used", mem_total_bytes="total")
-_r_memory_used = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used")
-_r_util = _fields("nvmlDeviceGetUtilizationRates", util_pct="gpu", mem_util_pct="memory")
-_r_codec = _calls(enc_util_pct=("nvmlDeviceGetEncoderUtilization", 1.0),
-                  dec_util_pct=("nvmlDeviceGetDecoderUtilization", 1.0))
-_r_temp = _calls(temp_c=("nvmlDeviceGetTemperature", 1.0, TEMPERATURE_GPU))
-_r_power = _calls(power_w=("nvmlDeviceGetPowerUsage", 1000.0))
-_r_power_limit = _calls(power_limit_w=("nvmlDeviceGetEnforcedPowerLimit", 1000.0))
-_r_clocks = _calls(sm_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_SM),
-                   mem_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_MEM))
-_r_energy = _calls(energy_j=("nvmlDeviceGetTotalEnergyConsumption", 1000.0))
-_r_pcie = _calls(pcie_tx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_TX),
-                 pcie_rx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_RX))
 
 
 def _gpm_setup(g: NVMLGateway, dev: _Device) -> None:
@@ -140,19 +128,27 @@ def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
 
 
 READS: tuple[Read, ...] = (
-    Read("memory", ("mem_used_bytes", "mem_total_bytes"), _r_memory, "tick"),
-    Read("memory_used", ("mem_used_bytes",), _r_memory_used, "memory"),
-    Read("util", ("util_pct", "mem_util_pct"), _r_util, "tick"),
-    Read("temp", ("temp_c",), _r_temp, "tick", parent_only=True),
-    Read("power", ("power_w",), _r_power, "tick", parent_only=True),
-    Read("power_limit", ("power_limit_w",), _r_power_limit, "tick", parent_only=True),
-    Read("clocks", ("sm_clock_mhz", "mem_clock_mhz"), _r_clocks, "tick", parent_only=True),
+    Read("memory", *_fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used", mem_total_bytes="total"),
+         "tick"),
+    Read("memory_used", *_fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used"), "memory"),
+    Read("util", *_fields("nvmlDeviceGetUtilizationRates", util_pct="gpu", mem_util_pct="memory"), "tick"),
+    Read("temp", *_calls(temp_c=("nvmlDeviceGetTemperature", 1.0, TEMPERATURE_GPU)), "tick",
+         parent_only=True),
+    Read("power", *_calls(power_w=("nvmlDeviceGetPowerUsage", 1000.0)), "tick", parent_only=True),
+    Read("power_limit", *_calls(power_limit_w=("nvmlDeviceGetEnforcedPowerLimit", 1000.0)), "tick",
+         parent_only=True),
+    Read("clocks", *_calls(sm_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_SM),
+                           mem_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_MEM)), "tick",
+         parent_only=True),
     Read("reasons", ("clock_event_reasons",), _r_reasons, "tick", parent_only=True),
-    Read("codec", ("enc_util_pct", "dec_util_pct"), _r_codec, "tick", parent_only=True),
+    Read("codec", *_calls(enc_util_pct=("nvmlDeviceGetEncoderUtilization", 1.0),
+                          dec_util_pct=("nvmlDeviceGetDecoderUtilization", 1.0)), "tick", parent_only=True),
     Read("gpm", tuple(GPM_METRIC_IDS.values()), _r_gpm, "tick", parent_only=True),
-    Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
-    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie", parent_only=True,
-         probe_at_first_read=True),
+    Read("energy", *_calls(energy_j=("nvmlDeviceGetTotalEnergyConsumption", 1000.0)), "energy",
+         parent_only=True),
+    Read("pcie", *_calls(pcie_tx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_TX),
+                         pcie_rx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_RX)), "pcie",
+         parent_only=True, probe_at_first_read=True),
     Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER, scale=1e-3),
     Read("util", ("util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_GPU_UTIL),
     Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_MEM_UTIL),
