@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from .errors import BadArgumentError, NbgpuError
 from .sources.base import Device
-from .sources.prometheus_names import FAMILIES, INFO_SERIES
+from .sources.prometheus import FAMILIES, INFO_SERIES
 
 if TYPE_CHECKING:
     from .sampler import Sampler

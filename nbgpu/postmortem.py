@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import flight, flight_reads
-from .sources.nvml_events import meaning
+from .sources.nvml_reads import meaning
 from .units import GIB, fmt_bytes, fmt_rate, gib
 
 WINDOW_S = 10.0

@@ -23,7 +23,7 @@ from conftest_cli import free_port, prometheus_binary, to_text
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.exporter import families, prometheus_text, serve
 from nbgpu.sources.base import Device
-from nbgpu.sources.prometheus_names import FAMILIES
+from nbgpu.sources.prometheus import FAMILIES
 
 LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 

@@ -15,8 +15,7 @@ from conftest_cli import SCRAPE_S, prometheus_cluster  # noqa: F401 - fixture
 from nbgpu import Sampler
 from nbgpu.errors import BadArgumentError, SourceError
 from nbgpu.sources import resolve_source
-from nbgpu.sources.prometheus import PrometheusSource, parse_matrix
-from nbgpu.sources.prometheus_names import is_blank
+from nbgpu.sources.prometheus import PrometheusSource, is_blank, parse_matrix
 
 
 def answer(*series: tuple[dict, list]) -> dict:

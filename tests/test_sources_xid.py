@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from conftest_diagnostics import drive, sim_sampler
-from nbgpu.sources import nvml_events
+from nbgpu.sources import nvml_reads as nvml_events
 from nbgpu.sources.nvml import NVMLSource
 from nbgpu.sources.nvml_gateway import NVMLGateway
 from nbgpu.sources.simulated import SimulatedGPUs

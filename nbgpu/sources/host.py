@@ -161,10 +161,7 @@ class HostSource:
         self._max_pct = 100.0 * (os.cpu_count() or 1)
         self._last: tuple[float, float] | None = None
         self._ram_total = float(psutil.virtual_memory().total)
-        self._meminfo = ProcFile(MEMINFO_PATH, 512)
-        if _meminfo_available(self._meminfo.read()) is None:  # psutil answers (not Linux)
-            self._meminfo.close()
-            self._meminfo = None
+        self._meminfo = ProcFile(MEMINFO_PATH, 512)  # where absent (not Linux) psutil answers
         self._stat = ProcFile(PROC_STAT_PATH, 256)
         self._statm = ProcFile(SELF_STATM_PATH, 256)
         self._procfs = _statm_rss_bytes(self._statm.read()) is not None
@@ -172,11 +169,8 @@ class HostSource:
 
     def _machine_cpu_s(self) -> tuple[float, float]:
         """(busy, total) CPU seconds of the machine: /proc/stat, else psutil's, counted alike."""
-        if self._stat is not None and (got := _stat_cpu_s(self._stat.read())) is not None:
+        if (got := _stat_cpu_s(self._stat.read())) is not None:
             return got
-        if self._stat is not None:  # no /proc/stat here: psutil from now on
-            self._stat.close()
-            self._stat = None
         t = self._psutil.cpu_times()
         total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
         return total - t.idle - getattr(t, "iowait", 0.0), total
@@ -231,8 +225,7 @@ class HostSource:
         return cpu, rss
 
     def read(self, now: float) -> dict[str, float]:
-        available = _meminfo_available(self._meminfo.read()) if self._meminfo is not None else None
-        if available is None:
+        if (available := _meminfo_available(self._meminfo.read())) is None:
             available = float(self._psutil.virtual_memory().available)
         cpu_s, rss = self._tree_cpu_seconds(now)
         proc_pct = np.nan
@@ -250,11 +243,8 @@ class HostSource:
 
     def close(self) -> None:
         """Close the /proc files it keeps open (reading again opens them again)."""
-        for f in (self._meminfo, self._stat, self._statm):
-            if f is not None:
-                f.close()
-        for child in self._children.values():
-            child.close()
+        for f in (self._meminfo, self._stat, self._statm, *self._children.values()):
+            f.close()
         self._children = {}
         self._children_at = -np.inf
         self._last = None  # children found again start from new baselines

@@ -1,5 +1,5 @@
 """Readings from NVML (``pynvml`` or ``SimulatedGPUs``): lifecycle, due reads, buffer drains,
-processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table, probing)."""
+processes. Parts: ``nvml_gateway`` (calls, failures), ``nvml_reads`` (the table, probing, XIDs)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import numpy as np
 from ..errors import NVMLUnavailableError
 from ..metrics import BY_NAME
 from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading
-from .nvml_events import XidWatch
 from .nvml_gateway import (
     _NO_MODULE_HINT,
     FatalError,
@@ -24,7 +23,7 @@ from .nvml_gateway import (
     TransientError,
     unavailable,
 )
-from .nvml_reads import BUFFERED, POLLED, Read, _Device, _gpm_free, _str, listed, mig_devices, probe
+from .nvml_reads import BUFFERED, POLLED, Read, XidWatch, _Device, _gpm_free, _str, listed, mig_devices, probe
 
 log = logging.getLogger("nbgpu")
 

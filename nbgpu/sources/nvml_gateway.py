@@ -96,11 +96,8 @@ class NVMLGateway:
             return None
 
     def samples(self, handle, sampling_type: int, since_us: int) -> tuple[np.ndarray, np.ndarray]:
-        """(timestamps in µs, values) of one sample buffer newer than ``since_us`` (or NothingNewError).
-
-        pynvml asks the buffer's size before each read; on an H200 one C call into a kept buffer
-        saved 18 % of a power drain (469 against 568 µs) and nothing of a utilisation drain (2.8 ms):
-        the driver's cost is the read, so the binding's public call is kept."""
+        """(timestamps in µs, values) of one sample buffer newer than ``since_us`` (or NothingNewError),
+        through pynvml's public call: the driver's read is the cost (docs/performance.md)."""
         vtype, listed = self.call("nvmlDeviceGetSamples", handle, sampling_type, since_us)
         rows = np.frombuffer(_raw(listed), dtype=_LAYOUTS[min(vtype, len(_LAYOUTS) - 1)])
         return rows["ts"].astype(np.float64), rows["v"].astype(np.float64)

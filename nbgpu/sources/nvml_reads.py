@@ -1,5 +1,7 @@
-"""What is read from NVML, and how: the table ``READS`` (a row per read), its readers, GPM, and
-probing a device at open (its details, its MIG slices, which reads it has)."""
+"""What is read from NVML, and how: the table ``READS`` (a row per read), its readers, GPM,
+probing a device at open (its details, its MIG slices, which reads it has), and the critical
+XID events: one event set for every card, polled each tick with a 0 ms wait, each one a "xid"
+``DeviceEvent`` (where registering is refused there are none, logged once)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .base import DeviceEvent
 from .nvml_gateway import ERR_NOT_SUPPORTED, NothingNewError, NotSupportedError, NVMLCallError, NVMLGateway
 
 log = logging.getLogger("nbgpu")
@@ -59,43 +62,31 @@ class Read:
     probe_at_first_read: bool = False
 
 
-# -- readers: fn(gateway, device) -> {metric: value} -------------------------------------
-def _calls(**metrics: tuple) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
+# -- readers: fn(gateway, device) -> {metric: value}; built as (metrics, reader) -----------
+Reader = Callable[[NVMLGateway, _Device], dict[str, float]]
+
+
+def _calls(**metrics: tuple) -> tuple[tuple[str, ...], Reader]:
     """A reader of ``metric=(function, per, *args)`` rows: ``function(handle, *args) / per``, or of
     its first item where it answers a list (``[value, sampling period]``)."""
     def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         got = {m: (g.call(fn, dev.handle, *args), per) for m, (fn, per, *args) in metrics.items()}
         return {m: float(v[0] if isinstance(v, (list, tuple)) else v) / per for m, (v, per) in got.items()}
-    return read
+    return tuple(metrics), read
 
 
-def _fields(function: str, **metrics: str) -> Callable[[NVMLGateway, _Device], dict[str, float]]:
+def _fields(function: str, **metrics: str) -> tuple[tuple[str, ...], Reader]:
     """A reader of one call's struct: ``metric=field``."""
     def read(g: NVMLGateway, dev: _Device) -> dict[str, float]:
         got = g.call(function, dev.handle)
         return {m: float(getattr(got, name)) for m, name in metrics.items()}
-    return read
+    return tuple(metrics), read
 
 
 def _r_reasons(g: NVMLGateway, dev: _Device) -> dict[str, float]:
     newer = "nvmlDeviceGetCurrentClocksEventReasons"  # older bindings: only "...ThrottleReasons"
     name = newer if hasattr(g.nvml, newer) else "nvmlDeviceGetCurrentClocksThrottleReasons"
     return {"clock_event_reasons": float(g.call(name, dev.handle))}
-
-
-_r_memory = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used", mem_total_bytes="total")
-_r_memory_used = _fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used")
-_r_util = _fields("nvmlDeviceGetUtilizationRates", util_pct="gpu", mem_util_pct="memory")
-_r_codec = _calls(enc_util_pct=("nvmlDeviceGetEncoderUtilization", 1.0),
-                  dec_util_pct=("nvmlDeviceGetDecoderUtilization", 1.0))
-_r_temp = _calls(temp_c=("nvmlDeviceGetTemperature", 1.0, TEMPERATURE_GPU))
-_r_power = _calls(power_w=("nvmlDeviceGetPowerUsage", 1000.0))
-_r_power_limit = _calls(power_limit_w=("nvmlDeviceGetEnforcedPowerLimit", 1000.0))
-_r_clocks = _calls(sm_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_SM),
-                   mem_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_MEM))
-_r_energy = _calls(energy_j=("nvmlDeviceGetTotalEnergyConsumption", 1000.0))
-_r_pcie = _calls(pcie_tx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_TX),
-                 pcie_rx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_RX))
 
 
 def _gpm_setup(g: NVMLGateway, dev: _Device) -> None:
@@ -137,19 +128,27 @@ def _r_gpm(g: NVMLGateway, dev: _Device) -> dict[str, float]:
 
 
 READS: tuple[Read, ...] = (
-    Read("memory", ("mem_used_bytes", "mem_total_bytes"), _r_memory, "tick"),
-    Read("memory_used", ("mem_used_bytes",), _r_memory_used, "memory"),
-    Read("util", ("util_pct", "mem_util_pct"), _r_util, "tick"),
-    Read("temp", ("temp_c",), _r_temp, "tick", parent_only=True),
-    Read("power", ("power_w",), _r_power, "tick", parent_only=True),
-    Read("power_limit", ("power_limit_w",), _r_power_limit, "tick", parent_only=True),
-    Read("clocks", ("sm_clock_mhz", "mem_clock_mhz"), _r_clocks, "tick", parent_only=True),
+    Read("memory", *_fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used", mem_total_bytes="total"),
+         "tick"),
+    Read("memory_used", *_fields("nvmlDeviceGetMemoryInfo", mem_used_bytes="used"), "memory"),
+    Read("util", *_fields("nvmlDeviceGetUtilizationRates", util_pct="gpu", mem_util_pct="memory"), "tick"),
+    Read("temp", *_calls(temp_c=("nvmlDeviceGetTemperature", 1.0, TEMPERATURE_GPU)), "tick",
+         parent_only=True),
+    Read("power", *_calls(power_w=("nvmlDeviceGetPowerUsage", 1000.0)), "tick", parent_only=True),
+    Read("power_limit", *_calls(power_limit_w=("nvmlDeviceGetEnforcedPowerLimit", 1000.0)), "tick",
+         parent_only=True),
+    Read("clocks", *_calls(sm_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_SM),
+                           mem_clock_mhz=("nvmlDeviceGetClockInfo", 1.0, CLOCK_MEM)), "tick",
+         parent_only=True),
     Read("reasons", ("clock_event_reasons",), _r_reasons, "tick", parent_only=True),
-    Read("codec", ("enc_util_pct", "dec_util_pct"), _r_codec, "tick", parent_only=True),
+    Read("codec", *_calls(enc_util_pct=("nvmlDeviceGetEncoderUtilization", 1.0),
+                          dec_util_pct=("nvmlDeviceGetDecoderUtilization", 1.0)), "tick", parent_only=True),
     Read("gpm", tuple(GPM_METRIC_IDS.values()), _r_gpm, "tick", parent_only=True),
-    Read("energy", ("energy_j",), _r_energy, "energy", parent_only=True),
-    Read("pcie", ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"), _r_pcie, "pcie", parent_only=True,
-         probe_at_first_read=True),
+    Read("energy", *_calls(energy_j=("nvmlDeviceGetTotalEnergyConsumption", 1000.0)), "energy",
+         parent_only=True),
+    Read("pcie", *_calls(pcie_tx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_TX),
+                         pcie_rx_bytes_per_s=("nvmlDeviceGetPcieThroughput", 1 / 1024, PCIE_RX)), "pcie",
+         parent_only=True, probe_at_first_read=True),
     Read("power", ("power_w",), None, "drain", parent_only=True, buffer=SAMPLES_POWER, scale=1e-3),
     Read("util", ("util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_GPU_UTIL),
     Read("memutil", ("mem_util_pct",), None, "drain", parent_only=True, buffer=SAMPLES_MEM_UTIL),
@@ -225,3 +224,97 @@ def mig_devices(g: NVMLGateway, card: _Device) -> list[_Device]:
     return out
 
 
+# -- XID events ------------------------------------------------------------------------------
+XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+ERR_TIMEOUT = 10  # NVML_ERROR_TIMEOUT: no event pending
+MAX_PER_POLL = 64  # a storm of events is read over several ticks, never in one long loop
+
+# What an XID code means, after NVIDIA's XID catalogue (the commonest ones).
+MEANINGS = {
+    8: "GPU stopped processing (driver timeout)", 31: "GPU memory page fault (MMU fault)",
+    13: "graphics engine exception (often an illegal access in a kernel)",
+    32: "invalid or corrupted push buffer stream", 38: "driver firmware error",
+    43: "GPU stopped processing (a context was reset)", 45: "preemptive cleanup, after earlier errors",
+    48: "double-bit ECC error", 61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt", 63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed", 69: "graphics engine class error",
+    74: "NVLink error", 79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate",
+    94: "contained ECC error (the application was stopped)", 109: "context switch timeout",
+    95: "uncontained ECC error (the GPU needs a reset)", 119: "GSP RPC timeout", 120: "GSP error",
+    121: "C2C link error", 140: "unrecovered ECC error",
+}
+
+
+def meaning(code: int) -> str:
+    """What XID ``code`` means, in a few words."""
+    return MEANINGS.get(int(code), "see NVIDIA's XID catalogue")
+
+
+def describe(gpu: object, code: int) -> str:
+    """One line: ``GPU 0 reported XID 79: GPU has fallen off the bus``."""
+    return f"GPU {gpu} reported XID {int(code)}: {meaning(code)}"
+
+
+def decode(data: object) -> int | None:
+    """The XID code of one ``nvmlEventSetWait`` answer (a ``c_nvmlEventData_t``); None if not an XID."""
+    return int(data.eventData) if int(getattr(data, "eventType", 0)) & XID_EVENT else None
+
+
+class XidWatch:
+    """One event set registered for XIDs on ``cards`` (``_Device``s with ``handle`` and ``info``)."""
+
+    def __init__(self, gw: NVMLGateway, cards: list) -> None:
+        self._gw = gw
+        self._by_uuid: dict[str, object] = {}
+        self.events_set = None
+        try:
+            self.events_set = gw.call("nvmlEventSetCreate")
+        except NVMLCallError as exc:
+            gw.log_once(logging.INFO, ("xid",), f"no XID events: nvmlEventSetCreate: {exc.text}")
+            return
+        for dev in cards:
+            try:
+                gw.call("nvmlDeviceRegisterEvents", dev.handle, XID_EVENT, self.events_set)
+            except NVMLCallError as exc:
+                gw.log_once(logging.INFO, ("xid", dev.key), f"no XID events from GPU {dev.key}: {exc.text}")
+                continue
+            self._by_uuid[dev.info.get("uuid", "")] = dev.key
+        if not self._by_uuid:
+            self.free()
+
+    @property
+    def watching(self) -> list:
+        """Keys of the cards whose XIDs are watched."""
+        return list(self._by_uuid.values()) if self.events_set is not None else []
+
+    def poll(self) -> list[DeviceEvent]:
+        """The XID events pending now (none waits: a 0 ms timeout)."""
+        out: list[DeviceEvent] = []
+        while self.events_set is not None and len(out) < MAX_PER_POLL:
+            try:
+                data = self._gw.call("nvmlEventSetWait", self.events_set, 0)
+            except NVMLCallError as exc:
+                if exc.code != ERR_TIMEOUT:
+                    self._gw.log_once(logging.WARNING, ("xid", "wait", exc.code),
+                                      f"reading XID events failed: {exc.text}")
+                break
+            if (code := decode(data)) is not None:
+                key = self._key(data)
+                out.append(DeviceEvent(key, "xid", describe(key, code), code=code))
+        return out
+
+    def _key(self, data: object) -> object:
+        if len(self._by_uuid) == 1:  # no UUID call, which fails on a GPU fallen off the bus
+            return next(iter(self._by_uuid.values()))
+        try:
+            uuid = self._gw.call("nvmlDeviceGetUUID", data.device)
+        except NVMLCallError:
+            return None
+        return self._by_uuid.get(_str(uuid))
+
+    def free(self) -> None:
+        """Free the event set (before NVML's shutdown); nothing more is polled."""
+        if self.events_set is not None:
+            with contextlib.suppress(NVMLCallError):
+                self._gw.call("nvmlEventSetFree", self.events_set)
+        self.events_set = None

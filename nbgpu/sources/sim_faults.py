@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .nvml_gateway import _LAYOUTS
+from .nvml_reads import XID_EVENT
+
 NVML_ERROR_UNINITIALIZED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED = 1, 2, 3
 NVML_ERROR_NOT_FOUND, NVML_ERROR_TIMEOUT, NVML_ERROR_GPU_IS_LOST = 6, 10, 15
 _ERROR_NAMES = {
@@ -16,7 +19,6 @@ _ERROR_NAMES = {
     6: "Not Found", 10: "Timeout", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
     13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
 }
-XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 HOST_PID_OFFSET = 2**22  # above any Linux pid_max: a "host PID" no process here has
 
 
@@ -44,11 +46,9 @@ _EventData = namedtuple("_EventData", "device eventType eventData gpuInstanceId 
 
 
 class _Value(ctypes.Union):
-    """NVML's nvmlValue_t: the sample's value, read through the member its value type names."""
+    """NVML's nvmlValue_t (8 bytes): power and utilisation are read through ``uiVal``."""
 
-    _fields_ = (("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
-                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
-                ("usVal", ctypes.c_ushort))
+    _fields_ = (("uiVal", ctypes.c_uint), ("ullVal", ctypes.c_ulonglong))
 
 
 class _Sample(ctypes.Structure):
@@ -57,15 +57,10 @@ class _Sample(ctypes.Structure):
     _fields_ = (("timeStamp", ctypes.c_ulonglong), ("sampleValue", _Value))
 
 
-# One unsigned-int sample's bytes (NVML's type for power and utilisation), to fill an array at once.
-_UINT_SAMPLE = np.dtype({"names": ["ts", "v"], "formats": [np.ulonglong, np.uintc], "offsets": [0, 8],
-                         "itemsize": ctypes.sizeof(_Sample)})
-
-
 def _sample_array(ts_us: list[int], values: list[int]) -> list[_Sample]:
     """What pynvml's nvmlDeviceGetSamples returns: a slice of one ctypes array of samples."""
     array = (_Sample * len(ts_us))()
-    rows = np.frombuffer(array, dtype=_UINT_SAMPLE)
+    rows = np.frombuffer(array, dtype=_LAYOUTS[1])  # NVML's value type 1: unsigned int
     rows["ts"], rows["v"] = ts_us, values
     return array[0:len(ts_us)]
 

@@ -45,19 +45,10 @@ def _noise(*keys: int) -> float:
 
 
 class SimulatedGPUs(FaultInjection):
-    """A deterministic stand-in for NVML with ``count`` GPUs (0 to 64); all it reports is simulated.
-
-    Args:
-        seed: the same seed and ``clock`` give the same readings.
-        scenario: one of ``SCENARIOS``; shapes the load so diagnostics have something to find.
-        mig: ``{gpu: slices}`` puts those GPUs in MIG mode with that many instances.
-        gpm, sample_buffers: whether GPM metrics and ``nvmlDeviceGetSamples`` are offered.
-        unsupported: NVML function names that answer NotSupported on every GPU.
-        init_error: "driver_not_loaded", "library_not_found" or "no_permission" fails ``nvmlInit``.
-        hide_host_pids: NVML lists host PIDs that do not exist here (a container's PID namespace).
-        warm_s: seconds the GPUs have already run (``WARM_S``: past the start-up ramp).
-        model_process: list the simulated workload's memory under this process.
-    """
+    """A deterministic stand-in for NVML with ``count`` GPUs (0 to 64) under ``seed`` and ``clock``;
+    ``scenario`` (one of ``SCENARIOS``) shapes the load, ``mig={gpu: slices}`` makes MIG slices,
+    ``init_error`` fails ``nvmlInit``, ``hide_host_pids`` lists PIDs unknown here (a container),
+    ``warm_s``: seconds already run, ``model_process``: the workload's memory listed under this process."""
 
     SIMULATED = True
     NVML_GPM_METRICS_GET_VERSION = 1
