@@ -89,7 +89,7 @@ def test_a_fresh_samplers_utilisation_is_not_live_long_into_a_hang():
     try:
         clock.t += 1.0
         assert s.latest()[0]["states"]["util_pct"] == "live"
-        clock.t += 9.0  # 10 s: three periods of utilisation's 2 s drain are long gone
+        clock.t += 16.0  # 17 s: three periods of utilisation's 5 s drain (while watched) are gone
         row = s.latest()[0]
         assert row["states"]["util_pct"] == "stale" and math.isnan(row["util_pct"])
     finally:
