@@ -266,7 +266,7 @@ class Sampler(SamplerThread, SamplerReads):
                 values = self._host.read(now)
                 if self._host_override is not None:
                     values.update(self._host_override(now - self.started_at) or {})
-                self.store.append(HOST_KEY, "tick", now, values)
+                self.store.append_row(HOST_KEY, "tick", now, values)
                 with self._lock:
                     self._note_refreshed(HOST_KEY, {k: float(v) for k, v in values.items()}, now)
             if full_tick:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import numbers
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import BadArgumentError
+from .config import MIN_INTERVAL_S, check_seconds
 from .store_stream import Stream, oldest_time
 
 MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
@@ -52,25 +51,15 @@ class MarkFollower:
         return self.marks
 
 
-def _check_seconds(value: object, name: str, zero_ok: bool = False) -> float:
-    """A store bound as float seconds, or BadArgumentError saying what is allowed."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    seconds = float(value) if ok else math.nan
-    if not (math.isfinite(seconds) and (seconds > 0 or (zero_ok and seconds == 0))):
-        allowed = ">= 0" if zero_ok else "> 0"
-        raise BadArgumentError(f"{name} must be a finite number of seconds {allowed}, got {value!r}")
-    return seconds
-
-
 class Store:
     """All readings of one sampler, keyed by (device key, stream name); by default an hour at full
     resolution, then 10 s buckets of mean/min/max for 24 hours."""
 
     def __init__(self, full_res_s: float = 3600.0, bucket_s: float = 10.0, history_s: float = 86400.0,
                  max_events: int = 10_000) -> None:
-        self.full_res_s = _check_seconds(full_res_s, "full_res_s", zero_ok=True)
-        self.bucket_s = _check_seconds(bucket_s, "bucket_s")
-        self.history_s = _check_seconds(history_s, "history_s", zero_ok=True)
+        self.full_res_s = check_seconds(full_res_s, "full_res_s", 0.0, math.inf)
+        self.bucket_s = check_seconds(bucket_s, "bucket_s", MIN_INTERVAL_S, math.inf)
+        self.history_s = check_seconds(history_s, "history_s", 0.0, math.inf)
         self._event_seq = 0
         self.lock = threading.Lock()
         self._streams: dict[tuple[object, str], Stream] = {}
@@ -92,14 +81,9 @@ class Store:
                 if stream not in streams:
                     streams.append(stream)
 
-    def append(self, device: object, stream: str, t: float, values: dict[str, float]) -> None:
-        with self.lock:
-            self._streams[(device, stream)].append(t, values)
-            self.generation += 1
-
     def append_row(self, device: object, stream: str, t: float, values: dict[str, float]) -> None:
-        """One row of floats, kept only if newer than the stream's newest (as ``append_many``
-        keeps rows): a tick's reads, written with no array made."""
+        """One row (missing columns NaN), kept only if newer than the stream's newest, as
+        ``append_many`` keeps rows: a tick's reads, written with no array made."""
         with self.lock:
             self._streams[(device, stream)].append_row(t, values)
             self.generation += 1

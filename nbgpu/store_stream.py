@@ -132,9 +132,9 @@ class Stream:
         self.last_time = -np.inf
         self._good: dict[str, tuple[float, float]] = {}  # column -> newest non-NaN (time, value)
 
-    def append(self, t: float, values: dict[str, float]) -> None:
-        """Add one row; columns missing from ``values`` are NaN."""
-        if t < self.last_time:  # keep time sorted; a late row is dropped, not reordered
+    def append_row(self, t: float, values: dict[str, float]) -> None:
+        """Add one row if newer than the newest kept (a late row is dropped, not reordered)."""
+        if t <= self.last_time:
             return
         if not self.chunks or self.chunks[-1].n == CHUNK_ROWS:
             self.chunks.append(_Chunk(self.columns, CHUNK_ROWS))
@@ -152,11 +152,6 @@ class Stream:
         self.appended += 1
         self.last_time = t
         self._fold()
-
-    def append_row(self, t: float, values: dict[str, float]) -> None:
-        """Add one row if newer than the newest kept, as ``append_many`` keeps rows."""
-        if t > self.last_time:
-            self.append(t, values)
 
     def append_many(self, times: np.ndarray, values: dict[str, np.ndarray]) -> None:
         """Add rows in time order (rows older than the newest kept row are dropped)."""

@@ -64,18 +64,18 @@ def test_newest_of_each_metric_follows_appends_ties_and_folding() -> None:
     st = Store(full_res_s=20.0, bucket_s=5.0, history_s=60.0)
     st.declare(0, "tick", {"util": np.float32, "temp": np.float32, "clock": np.float64})
     st.declare(0, "buf", {"util": np.float64})
-    st.append(0, "tick", 10.0, {"util": 1.5, "temp": 40.0, "clock": 1400})
-    st.append(0, "buf", 10.0, {"util": 2.5})  # a tie: the first stream declared wins, as last()
+    st.append_row(0, "tick", 10.0, {"util": 1.5, "temp": 40.0, "clock": 1400})
+    st.append_row(0, "buf", 10.0, {"util": 2.5})  # a tie: the first stream declared wins, as last()
     newest = st.last_many(0)
     assert list(newest) == ["util", "temp", "clock"]
     assert newest == {"util": (10.0, 1.5), "temp": (10.0, 40.0), "clock": (10.0, 1400.0)}
     assert all(type(x) is float for tv in newest.values() for x in tv)
-    st.append(0, "buf", 11.0, {"util": 3.5})
-    st.append(0, "tick", 12.0, {"util": math.nan, "temp": 41.0})
+    st.append_row(0, "buf", 11.0, {"util": 3.5})
+    st.append_row(0, "tick", 12.0, {"util": math.nan, "temp": 41.0})
     assert st.last_many(0)["util"] == (11.0, 3.5)
     assert st.last_many(0)["clock"] == (10.0, 1400.0)
     for t in np.arange(13.0, 60.0):  # clock stops reporting; its row is folded away
-        st.append(0, "tick", float(t), {"util": 5.0, "temp": 42.0})
+        st.append_row(0, "tick", float(t), {"util": 5.0, "temp": 42.0})
     newest = st.last_many(0)
     assert math.isnan(newest["clock"][0]) and math.isnan(newest["clock"][1])
     assert newest["util"] == (59.0, 5.0)
@@ -87,7 +87,7 @@ def test_newest_of_each_metric_follows_appends_ties_and_folding() -> None:
 def test_newest_follows_a_redeclared_stream_and_many_chunks() -> None:
     st = Store()
     st.declare(0, "tick", {"util": np.float32})
-    st.append(0, "tick", 1.0, {"util": 9.0})
+    st.append_row(0, "tick", 1.0, {"util": 9.0})
     st.declare(0, "tick", {"util": np.float32, "temp": np.float32})  # replaced: old rows gone
     assert math.isnan(st.last_many(0)["util"][0])
     t = np.arange(3 * CHUNK_ROWS) * 0.25  # within full resolution: nothing folded
@@ -147,7 +147,7 @@ def test_a_reader_following_the_store_gets_every_row_once_late_ones_too() -> Non
     cursor = None
     for k in range(1, 40):
         now = start + k
-        st.append(0, "tick", now, {"util": float(k), "bw": np.nan})
+        st.append_row(0, "tick", now, {"util": float(k), "bw": np.nan})
         if k % 10 == 0:
             tb = now - 10 + np.arange(1, 51) * 0.2
             st.append_many(0, "bw", tb, {"bw": tb - start})
