@@ -1,12 +1,6 @@
-"""A crash-safe flight recorder: a fixed-size ring file per kernel, read after it died.
-
-Each kernel writes one record a second into slot ``seq % N`` of its ring with
-``os.pwrite``; every slot carries a sequence number and a CRC32, so a kill at any instant
-leaves a readable file of fixed size. The next ``%load_ext nbgpu`` (or ``nbgpu
-postmortem``) finds rings of kernels that are gone without closing them and says why
-they likely died. GPU faults (NVML's XID events, which the sampler's thread polls) reach
-the ring in the next second's record; every record carries the kernel's newest ones.
-"""
+"""A crash-safe flight recorder: each kernel ``os.pwrite``s a record a second into slot ``seq % N``
+of its fixed-size ring file, each slot with a sequence number and a CRC32, so a kill at any instant
+leaves a readable file; ``postmortem`` reads the rings of kernels gone without closing them."""
 
 from __future__ import annotations
 
@@ -59,10 +53,14 @@ def start_time(pid: int) -> int | None:
 _JSON = json.JSONEncoder(separators=(",", ":"))  # made once: a second's record is cold work
 
 
-def _pack(obj: dict, size: int) -> bytes:
-    """The header's slot: CRC, JSON, padding."""
-    body = _JSON.encode(obj).encode()[: size - 10]
+def _slot(body: bytes, size: int) -> bytes:
+    """A slot of ``size`` bytes: CRC in hex, a space, ``body``, padding, a newline."""
     return b"%08x " % zlib.crc32(body) + body.ljust(size - 10) + b"\n"
+
+
+def _pack(obj: dict, size: int) -> bytes:
+    """The header's slot (JSON)."""
+    return _slot(_JSON.encode(obj).encode()[: size - 10], size)
 
 
 # A record's slot: CRC in hex, a space, then its numbers in a fixed binary layout and the cell and
@@ -88,9 +86,8 @@ def _pack_record(rec: dict, tail: bytes, size: int) -> bytes:
         length = _REC.size + n * _GPU.size + len(tail_kept)
         if length <= size - 10:
             break
-    body = b"".join([_REC.pack(_MARK, length, rec["seq"], *(_num(rec.get(k)) for k in _HOST), n),
-                     *(_GPU.pack(*map(_num, g)) for g in gpus[:n]), tail_kept])
-    return b"%08x " % zlib.crc32(body) + body.ljust(size - 10) + b"\n"
+    return _slot(b"".join([_REC.pack(_MARK, length, rec["seq"], *(_num(rec.get(k)) for k in _HOST), n),
+                           *(_GPU.pack(*map(_num, g)) for g in gpus[:n]), tail_kept]), size)
 
 
 def _from_binary(body: bytes) -> dict:
@@ -137,11 +134,11 @@ class Recorder:
         self.cell: list | None = None
         self._clock = clock
         self.readings = Readings(clock)
-        self.cgroup = self.readings.cgroup
+        cgroup = self.readings.cgroup
         self.header = {"pid": self.pid, "start": self.started, "host": socket.gethostname(),
                        "python": sys.version.split()[0], "nbgpu": __version__, "slots": slots,
                        "began": clock(), "closed": False, "reported": False,
-                       "cg_events": self.cgroup[2] if self.cgroup else None}
+                       "cg_events": cgroup[2] if cgroup else None}
         d = directory or cache_dir()
         d.mkdir(parents=True, exist_ok=True)
         self.path = d / f"flight-{self.header['host']}-{self.pid}-{self.started}.ring"
@@ -170,7 +167,7 @@ class Recorder:
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            record = self.reading(sampler, tick)
+            record = self.readings.read(self.cell, sampler, tick)
             self.write(record)
             self.last_at = self.monotonic()
             self.near = near_limit(record)
@@ -178,13 +175,9 @@ class Recorder:
         finally:
             self._lock.release()
 
-    def reading(self, sampler=None, tick: float | None = None) -> dict:
-        """One record of the host, this process, its cgroup, the GPUs and the running cell."""
-        return self.readings.read(self.cell, sampler, tick)
-
     def write(self, record: dict | None = None) -> None:
         """Write one record into the next slot; fsync at most every ``FSYNC_EVERY_S`` (OSError on failure)."""
-        rec = dict(record if record is not None else self.reading(), seq=self.seq)
+        rec = dict(record if record is not None else self.readings.read(self.cell), seq=self.seq)
         cell, xid = rec.get("cell"), rec.get("xid")
         if self._tail[0] is not cell or self._tail[1] is not xid:  # a new cell or a new fault
             self._tail = (cell, xid, _JSON.encode([cell, xid] if cell or xid else []).encode())
@@ -338,8 +331,8 @@ def _pre(info) -> None:
     if _rec is not None:
         raw = getattr(info, "raw_cell", "") or ""
         first = next((ln.strip() for ln in raw.splitlines() if ln.strip()), "")[:120]
-        shell = _shell()
-        count = getattr(shell, "execution_count", None) if shell is not None else None
+        shell = _shell_of_load() if _shell_of_load is not None else None  # the one _pre is registered with
+        count = getattr(shell, "execution_count", None)
         if count is not None and getattr(info, "store_history", False):
             count -= 1  # IPython counts the cell before it triggers pre_run_cell
         _rec.cell = [count, first, time.time(), getattr(info, "cell_id", None)]
@@ -348,15 +341,6 @@ def _pre(info) -> None:
 def _post(result) -> None:
     if _rec is not None:
         _rec.cell = None
-
-
-def _shell():
-    try:
-        from IPython import get_ipython
-
-        return get_ipython()
-    except ImportError:  # pragma: no cover
-        return None
 
 
 def start(shell=None) -> Recorder | None:
