@@ -14,7 +14,7 @@ import numpy as np
 from .config import MIN_INTERVAL_S, check_seconds
 from .store_stream import Stream, oldest_time
 
-MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
+MAX_PLANS = 32  # read plans of series_rows kept (a panel uses one)
 _NO_VALUE = (math.nan, math.nan)  # (time, value) of a metric with no good row kept
 
 
@@ -65,7 +65,7 @@ class Store:
         self._streams: dict[tuple[object, str], Stream] = {}
         self._by_device: dict[object, dict[str, list[str]]] = {}  # device -> {metric: streams}
         self._device_streams: dict[object, list[Stream]] = {}  # in the order first declared
-        self._plans: dict[tuple, tuple] = {}  # pairs -> what series_packed reads (see _plan)
+        self._plans: dict[tuple, tuple] = {}  # pairs -> what series_rows reads (see _plan)
         self.events: deque[Event] = deque(maxlen=max_events)
         self.generation = 0  # bumped on every write; lets views skip redraws
 
@@ -159,15 +159,9 @@ class Store:
     def series_many(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
                     t1: float = np.inf, coarse: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """``series`` of each (device, metric) in ``pairs``: one lock hold, one read a stream."""
-        lengths, t, v, _ = self.series_packed(pairs, t0, t1, coarse)
-        ends = np.cumsum(lengths).tolist()
-        return [(t[a:b], v[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-
-    def series_packed(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
-                      t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
-        """``series`` of every pair at once, packed: (rows of each pair, times, values, cursor)."""
-        pair, t, v, cursor = self.series_rows(pairs, t0, t1, coarse, since)
-        return np.bincount(pair, minlength=len(pairs)), t, v, cursor
+        pair, t, v, _ = self.series_rows(pairs, t0, t1, coarse)
+        ends = np.cumsum(np.bincount(pair, minlength=len(pairs)))[:-1]
+        return list(zip(np.split(t, ends), np.split(v, ends), strict=True))[:len(pairs)]
 
     def series_rows(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
                     t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
@@ -206,7 +200,7 @@ class Store:
         return pair, t, v, cursor
 
     def _plan(self, pairs: list[tuple[object, str]]):
-        """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached."""
+        """Which streams ``series_rows`` reads for ``pairs`` (with the lock held), cached."""
         key = tuple(pairs)
         plan = self._plans.get(key)
         if plan is None:
