@@ -211,30 +211,19 @@ class Stream:
         _append_rows(self.coarse, self.coarse_columns, out_t, out)
 
     def read(self, t0: float, t1: float, coarse: bool = True):
-        """Rows in [t0, t1]: (times, {col: values}, decimated_mask)."""
-        full, old = self._pieces(t0, t1, coarse, list(self.columns))
-        times, cols = _joined(old + full, list(self.columns))
-        decimated = np.zeros(len(times), dtype=bool)
-        if old:
-            decimated[:sum(len(t) for t, _ in old)] = True
-        return times, cols, decimated
+        """Rows in [t0, t1]: (times, {col: values}, decimated_mask: the rows from buckets)."""
+        times, cols = _joined(self.pieces(t0, t1, coarse, list(self.columns)), list(self.columns))
+        return times, cols, times < oldest_time(self.chunks)  # buckets are older than every full row
 
     def pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]
                ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
-        """The rows ``read`` returns, as views of their chunks (oldest first), copied by none."""
-        full, old = self._pieces(t0, t1, coarse, columns)
-        return old + full if old else full
-
-    def _pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]):
-        """(full-resolution views, coarse views older than every full-resolution row) in [t0, t1]."""
+        """Views of the rows in [t0, t1], oldest first, copied by none: (with ``coarse``) buckets
+        older than every full-resolution row, then the full-resolution rows."""
         oldest = max(t0, self.last_time - self.history_s)
         full = _views(self.chunks, columns, oldest, t1)
-        old: list[tuple[np.ndarray, list[np.ndarray]]] = []
-        if coarse and self.coarse:
-            first_full = oldest_time(self.chunks)
-            if first_full > oldest:
-                old = _views(self.coarse, columns, oldest, t1, before=first_full)
-        return full, old
+        if coarse and self.coarse and (first_full := oldest_time(self.chunks)) > oldest:
+            return _views(self.coarse, columns, oldest, t1, before=first_full) + full
+        return full
 
     def pieces_since(self, appended: int, t0: float, t1: float, columns: list[str]
                      ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
