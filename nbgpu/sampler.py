@@ -62,11 +62,8 @@ class Sampler(SamplerThread, SamplerReads):
         self.interval = check_interval(settings().interval if interval is None else interval)
         self._every = {read: check_interval(every, f"{read}_every_s") for read, every in
                        (("energy", energy_every_s), ("pcie", pcie_every_s), ("procs", procs_every_s))}
-        store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
-                                      ("history_s", history_s)) if v is not None}
-        self.store = Store(**store_kw)  # checks the bounds before any source opens
-        if not callable(clock):
-            raise BadArgumentError(f"clock must be a function giving epoch seconds, got {clock!r}")
+        bounds = {"full_res_s": full_res_s, "bucket_s": bucket_s, "history_s": history_s}
+        self.store = Store(**{k: v for k, v in bounds.items() if v is not None})  # before a source opens
         self._clock = clock
         self.source: Source = open_source(source)
         try:
@@ -180,8 +177,6 @@ class Sampler(SamplerThread, SamplerReads):
 
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""
-        if not callable(fn):
-            raise BadArgumentError(f"add_listener needs a function fn(sampler, now), got {fn!r}")
         with self._lock:
             self._listeners.append(fn)
 
