@@ -5,6 +5,7 @@ leaves a readable file; ``postmortem`` reads the rings of kernels gone without c
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import json
 import math
@@ -277,21 +278,25 @@ def _on_tick(sampler, now: float) -> None:
         pass
 
 
-def _follow_sampler() -> bool:
-    """Listen to the shared sampler's ticks (and to no other's) while it runs at least once
-    a second; whether one is followed now."""
+def _follow(s) -> None:
+    """Listen to sampler ``s``'s ticks (None: to none's), and to no other's."""
     global _fed_by
-    from . import session
-
-    s = session.shared_sampler()
-    s = s if s is not None and s.running and s.interval <= EVERY_S else None
     old = _fed_by() if _fed_by is not None else None
     if old is not s:
         if old is not None:
             old.remove_listener(_on_tick)
         if s is not None:
             s.add_listener(_on_tick)
-        _fed_by = weakref.ref(s) if s is not None else None
+    _fed_by = weakref.ref(s) if s is not None else None
+
+
+def _follow_sampler() -> bool:
+    """Follow the shared sampler while it runs at least once a second; whether one is followed now."""
+    from . import session
+
+    s = session.shared_sampler()
+    s = s if s is not None and s.running and s.interval <= EVERY_S else None
+    _follow(s)
     return s is not None
 
 
@@ -367,24 +372,19 @@ def start(shell=None) -> Recorder | None:
 
 def stop(shell=None) -> None:
     """Stop recording and mark the ring closed (``%unload_ext``, ``%gpumon stop``, kernel exit)."""
-    global _rec, _thread, _fed_by
+    global _rec, _thread
     _stop.set()
     if _thread is not None and _thread is not threading.current_thread():
         _thread.join(timeout=3)
     _thread = None
-    old = _fed_by() if _fed_by is not None else None
-    if old is not None:
-        old.remove_listener(_on_tick)
-    _fed_by = None
+    _follow(None)
     if _rec is not None:
         _rec.close()
         _rec = None
     if shell is not None:
         for name, fn in (("pre_run_cell", _pre), ("post_run_cell", _post)):
-            try:
+            with contextlib.suppress(ValueError):
                 shell.events.unregister(name, fn)
-            except ValueError:
-                pass
 
 
 def resume() -> None:
