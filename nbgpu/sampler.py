@@ -198,8 +198,7 @@ class Sampler(SamplerThread, SamplerReads):
             with self._lock:
                 urgent = frozenset(self._urgent)
                 self._urgent.clear()
-                settings = schedule.Settings(self.interval, self._every, schedule.MAX_BUFFER_DRAIN_S,
-                                             min(self._fast) if self._fast else None)
+                settings = schedule.Settings(self.interval, self._every, min(self._fast, default=None))
             if now is None:
                 now = self._clock()
             if self.started_at is None:
