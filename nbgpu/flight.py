@@ -399,10 +399,8 @@ def resume() -> None:
 
 
 def on_load(shell) -> None:
-    """``%load_ext nbgpu``: print each dead kernel's post-mortem once, then start recording.
-
-    With ``NbGpu.flight_recorder`` off, nothing is read or written.
-    """
+    """``%load_ext nbgpu``: print each dead kernel's post-mortem once, then start recording
+    (with ``NbGpu.flight_recorder`` off, nothing is read or written)."""
     from .config import register
     from .postmortem import report_at_load
 
