@@ -206,8 +206,7 @@ def run_cli(all_: bool, as_json: bool, clear: bool) -> int:
     if not all_:
         rings = rings[:1]
     for path, _ in rings:
-        with contextlib.suppress(OSError):
-            flight.set_flag(path, reported=True)
+        claim(path)
     if as_json:
         print(json.dumps([info for _, info in rings], indent=1))
     elif not rings:
