@@ -64,6 +64,8 @@ class Sampler(SamplerThread, SamplerReads):
                        (("energy", energy_every_s), ("pcie", pcie_every_s), ("procs", procs_every_s))}
         bounds = {"full_res_s": full_res_s, "bucket_s": bucket_s, "history_s": history_s}
         self.store = Store(**{k: v for k, v in bounds.items() if v is not None})  # before a source opens
+        if not callable(clock):
+            raise BadArgumentError(f"clock must be a function giving epoch seconds, got {clock!r}")
         self._clock = clock
         self.source: Source = open_source(source)
         try:
@@ -177,6 +179,8 @@ class Sampler(SamplerThread, SamplerReads):
 
     def add_listener(self, fn: Callable[[Sampler, float], None]) -> None:
         """Call ``fn(sampler, now)`` in the sampler thread after every step (diagnostics)."""
+        if not callable(fn):
+            raise BadArgumentError(f"add_listener needs a function fn(sampler, now), got {fn!r}")
         with self._lock:
             self._listeners.append(fn)
 
