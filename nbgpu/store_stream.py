@@ -23,9 +23,6 @@ class _Chunk:
         self.n = 0
         self.start = 0
 
-    def nbytes(self) -> int:
-        return self.times.nbytes + sum(a.nbytes for a in self.cols.values())
-
 
 def _joined(pieces: list[tuple[np.ndarray, list[np.ndarray]]], columns: list[str]):
     """One copy of the rows of ``pieces`` (``_views``' output), as (times, {column: values})."""
@@ -240,4 +237,5 @@ class Stream:
         return out
 
     def nbytes(self) -> int:
-        return sum(c.nbytes() for c in self.chunks) + sum(c.nbytes() for c in self.coarse)
+        chunks = (*self.chunks, *self.coarse)
+        return sum(c.times.nbytes + sum(a.nbytes for a in c.cols.values()) for c in chunks)
