@@ -258,8 +258,11 @@ class Sampler(SamplerThread, SamplerReads):
                 self._count_error(err.device, where + err.message, now, getattr(err, "metrics", ()))
             for ev in reading.events:
                 self._on_event(ev, now)
-            if "procs" in reads:
-                self._snapshot_processes()
+            if "procs" in reads and (procs := getattr(self.source, "processes", None)) is not None:
+                procs = procs() if callable(procs) else procs
+                if snap := {k: list(v) for k, v in dict(procs or {}).items() if k in self._kept_keys}:
+                    with self._lock:
+                        self._processes.update(snap)
             if self._host is not None and full_tick:
                 values = self._host.read(now)
                 if self._host_override is not None:
@@ -290,12 +293,3 @@ class Sampler(SamplerThread, SamplerReads):
             if not seen:  # a storm of one XID is logged once
                 log.warning(ev.message)
         self.store.add_event(event)
-
-    def _snapshot_processes(self) -> None:
-        procs = getattr(self.source, "processes", None)
-        procs = procs() if callable(procs) else procs
-        if not procs:
-            return
-        snap = {k: list(v) for k, v in dict(procs).items() if k in self._kept_keys}
-        with self._lock:
-            self._processes.update(snap)
