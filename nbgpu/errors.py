@@ -25,7 +25,6 @@ class NVMLUnavailableError(NbgpuError):
 
     def __init__(self, message: str, *, code: int | None = None, hint: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.code = code
         self.hint = hint
 
@@ -39,7 +38,6 @@ class FileError(NbgpuError):
 
     def __init__(self, message: str, *, path: str | os.PathLike | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else os.fspath(path)
 
 

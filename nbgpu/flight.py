@@ -1,16 +1,11 @@
-"""A crash-safe flight recorder: a fixed-size ring file per kernel, read after it died.
-
-Each kernel writes one record a second into slot ``seq % N`` of its ring with
-``os.pwrite``; every slot carries a sequence number and a CRC32, so a kill at any instant
-leaves a readable file of fixed size. The next ``%load_ext nbgpu`` (or ``nbgpu
-postmortem``) finds rings of kernels that are gone without closing them and says why
-they likely died. GPU faults (NVML's XID events, which the sampler's thread polls) reach
-the ring in the next second's record; every record carries the kernel's newest ones.
-"""
+"""A crash-safe flight recorder: each kernel ``os.pwrite``s a record a second into slot ``seq % N``
+of its fixed-size ring file, each slot with a sequence number and a CRC32, so a kill at any instant
+leaves a readable file; ``postmortem`` reads the rings of kernels gone without closing them."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import json
 import math
@@ -59,10 +54,14 @@ def start_time(pid: int) -> int | None:
 _JSON = json.JSONEncoder(separators=(",", ":"))  # made once: a second's record is cold work
 
 
-def _pack(obj: dict, size: int) -> bytes:
-    """The header's slot: CRC, JSON, padding."""
-    body = _JSON.encode(obj).encode()[: size - 10]
+def _slot(body: bytes, size: int) -> bytes:
+    """A slot of ``size`` bytes: CRC in hex, a space, ``body``, padding, a newline."""
     return b"%08x " % zlib.crc32(body) + body.ljust(size - 10) + b"\n"
+
+
+def _pack(obj: dict, size: int) -> bytes:
+    """The header's slot (JSON)."""
+    return _slot(_JSON.encode(obj).encode()[: size - 10], size)
 
 
 # A record's slot: CRC in hex, a space, then its numbers in a fixed binary layout and the cell and
@@ -88,9 +87,8 @@ def _pack_record(rec: dict, tail: bytes, size: int) -> bytes:
         length = _REC.size + n * _GPU.size + len(tail_kept)
         if length <= size - 10:
             break
-    body = b"".join([_REC.pack(_MARK, length, rec["seq"], *(_num(rec.get(k)) for k in _HOST), n),
-                     *(_GPU.pack(*map(_num, g)) for g in gpus[:n]), tail_kept])
-    return b"%08x " % zlib.crc32(body) + body.ljust(size - 10) + b"\n"
+    return _slot(b"".join([_REC.pack(_MARK, length, rec["seq"], *(_num(rec.get(k)) for k in _HOST), n),
+                           *(_GPU.pack(*map(_num, g)) for g in gpus[:n]), tail_kept]), size)
 
 
 def _from_binary(body: bytes) -> dict:
@@ -137,11 +135,11 @@ class Recorder:
         self.cell: list | None = None
         self._clock = clock
         self.readings = Readings(clock)
-        self.cgroup = self.readings.cgroup
+        cgroup = self.readings.cgroup
         self.header = {"pid": self.pid, "start": self.started, "host": socket.gethostname(),
                        "python": sys.version.split()[0], "nbgpu": __version__, "slots": slots,
                        "began": clock(), "closed": False, "reported": False,
-                       "cg_events": self.cgroup[2] if self.cgroup else None}
+                       "cg_events": cgroup[2] if cgroup else None}
         d = directory or cache_dir()
         d.mkdir(parents=True, exist_ok=True)
         self.path = d / f"flight-{self.header['host']}-{self.pid}-{self.started}.ring"
@@ -170,7 +168,7 @@ class Recorder:
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            record = self.reading(sampler, tick)
+            record = self.readings.read(self.cell, sampler, tick)
             self.write(record)
             self.last_at = self.monotonic()
             self.near = near_limit(record)
@@ -178,13 +176,9 @@ class Recorder:
         finally:
             self._lock.release()
 
-    def reading(self, sampler=None, tick: float | None = None) -> dict:
-        """One record of the host, this process, its cgroup, the GPUs and the running cell."""
-        return self.readings.read(self.cell, sampler, tick)
-
     def write(self, record: dict | None = None) -> None:
         """Write one record into the next slot; fsync at most every ``FSYNC_EVERY_S`` (OSError on failure)."""
-        rec = dict(record if record is not None else self.reading(), seq=self.seq)
+        rec = dict(record if record is not None else self.readings.read(self.cell), seq=self.seq)
         cell, xid = rec.get("cell"), rec.get("xid")
         if self._tail[0] is not cell or self._tail[1] is not xid:  # a new cell or a new fault
             self._tail = (cell, xid, _JSON.encode([cell, xid] if cell or xid else []).encode())
@@ -284,21 +278,25 @@ def _on_tick(sampler, now: float) -> None:
         pass
 
 
-def _follow_sampler() -> bool:
-    """Listen to the shared sampler's ticks (and to no other's) while it runs at least once
-    a second; whether one is followed now."""
+def _follow(s) -> None:
+    """Listen to sampler ``s``'s ticks (None: to none's), and to no other's."""
     global _fed_by
-    from . import session
-
-    s = session.shared_sampler()
-    s = s if s is not None and s.running and s.interval <= EVERY_S else None
     old = _fed_by() if _fed_by is not None else None
     if old is not s:
         if old is not None:
             old.remove_listener(_on_tick)
         if s is not None:
             s.add_listener(_on_tick)
-        _fed_by = weakref.ref(s) if s is not None else None
+    _fed_by = weakref.ref(s) if s is not None else None
+
+
+def _follow_sampler() -> bool:
+    """Follow the shared sampler while it runs at least once a second; whether one is followed now."""
+    from . import session
+
+    s = session.shared_sampler()
+    s = s if s is not None and s.running and s.interval <= EVERY_S else None
+    _follow(s)
     return s is not None
 
 
@@ -338,8 +336,8 @@ def _pre(info) -> None:
     if _rec is not None:
         raw = getattr(info, "raw_cell", "") or ""
         first = next((ln.strip() for ln in raw.splitlines() if ln.strip()), "")[:120]
-        shell = _shell()
-        count = getattr(shell, "execution_count", None) if shell is not None else None
+        shell = _shell_of_load() if _shell_of_load is not None else None  # the one _pre is registered with
+        count = getattr(shell, "execution_count", None)
         if count is not None and getattr(info, "store_history", False):
             count -= 1  # IPython counts the cell before it triggers pre_run_cell
         _rec.cell = [count, first, time.time(), getattr(info, "cell_id", None)]
@@ -348,15 +346,6 @@ def _pre(info) -> None:
 def _post(result) -> None:
     if _rec is not None:
         _rec.cell = None
-
-
-def _shell():
-    try:
-        from IPython import get_ipython
-
-        return get_ipython()
-    except ImportError:  # pragma: no cover
-        return None
 
 
 def start(shell=None) -> Recorder | None:
@@ -383,24 +372,19 @@ def start(shell=None) -> Recorder | None:
 
 def stop(shell=None) -> None:
     """Stop recording and mark the ring closed (``%unload_ext``, ``%gpumon stop``, kernel exit)."""
-    global _rec, _thread, _fed_by
+    global _rec, _thread
     _stop.set()
     if _thread is not None and _thread is not threading.current_thread():
         _thread.join(timeout=3)
     _thread = None
-    old = _fed_by() if _fed_by is not None else None
-    if old is not None:
-        old.remove_listener(_on_tick)
-    _fed_by = None
+    _follow(None)
     if _rec is not None:
         _rec.close()
         _rec = None
     if shell is not None:
         for name, fn in (("pre_run_cell", _pre), ("post_run_cell", _post)):
-            try:
+            with contextlib.suppress(ValueError):
                 shell.events.unregister(name, fn)
-            except ValueError:
-                pass
 
 
 def resume() -> None:
@@ -415,10 +399,8 @@ def resume() -> None:
 
 
 def on_load(shell) -> None:
-    """``%load_ext nbgpu``: print each dead kernel's post-mortem once, then start recording.
-
-    With ``NbGpu.flight_recorder`` off, nothing is read or written.
-    """
+    """``%load_ext nbgpu``: print each dead kernel's post-mortem once, then start recording
+    (with ``NbGpu.flight_recorder`` off, nothing is read or written)."""
     from .config import register
     from .postmortem import report_at_load
 

@@ -45,10 +45,8 @@ UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a number near 2**63
 
 
 def memory_cgroup(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str, str, str] | None:
-    """(limit, usage, events) files of this process's memory cgroup, v2 or v1; None if none.
-
-    The events file (v2 ``memory.events``, v1 ``memory.oom_control``) has the ``oom_kill`` count.
-    """
+    """(limit, usage, events) files of this process's memory cgroup, v2 or v1 (events: the
+    ``oom_kill`` count's ``memory.events`` or ``memory.oom_control``); None if none."""
     try:
         with open(proc_cgroup) as f:
             lines = f.read().splitlines()

@@ -65,18 +65,13 @@ def oom_killed_in_log(pid: int, path: str = "/dev/kmsg", after_s: float = 0.0) -
                 continue
             if not text:
                 return False
-            if said in text and _usec(text) >= after_s * 1e6:
+            # a message is "prio,seq,usec,flags;text": usec since boot
+            if said in text and float(text.split(b",", 3)[2]) >= after_s * 1e6:
                 return True
+    except (IndexError, ValueError):  # not a kernel log
+        return None
     finally:
         os.close(fd)
-
-
-def _usec(message: bytes) -> float:
-    """Microseconds since boot of a /dev/kmsg message ("prio,seq,usec,flags;text")."""
-    try:
-        return float(message.split(b",", 3)[2])
-    except (IndexError, ValueError):
-        return 0.0
 
 
 def verdict(recs: list[dict], oom_now: int | None = None, logged_oom: bool | None = None) -> str:
@@ -211,8 +206,7 @@ def run_cli(all_: bool, as_json: bool, clear: bool) -> int:
     if not all_:
         rings = rings[:1]
     for path, _ in rings:
-        with contextlib.suppress(OSError):
-            flight.set_flag(path, reported=True)
+        claim(path)
     if as_json:
         print(json.dumps([info for _, info in rings], indent=1))
     elif not rings:

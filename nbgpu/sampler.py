@@ -62,9 +62,8 @@ class Sampler(SamplerThread, SamplerReads):
         self.interval = check_interval(settings().interval if interval is None else interval)
         self._every = {read: check_interval(every, f"{read}_every_s") for read, every in
                        (("energy", energy_every_s), ("pcie", pcie_every_s), ("procs", procs_every_s))}
-        store_kw = {k: v for k, v in (("full_res_s", full_res_s), ("bucket_s", bucket_s),
-                                      ("history_s", history_s)) if v is not None}
-        self.store = Store(**store_kw)  # checks the bounds before any source opens
+        bounds = {"full_res_s": full_res_s, "bucket_s": bucket_s, "history_s": history_s}
+        self.store = Store(**{k: v for k, v in bounds.items() if v is not None})  # before a source opens
         if not callable(clock):
             raise BadArgumentError(f"clock must be a function giving epoch seconds, got {clock!r}")
         self._clock = clock
@@ -203,8 +202,7 @@ class Sampler(SamplerThread, SamplerReads):
             with self._lock:
                 urgent = frozenset(self._urgent)
                 self._urgent.clear()
-                settings = schedule.Settings(self.interval, self._every, schedule.MAX_BUFFER_DRAIN_S,
-                                             min(self._fast) if self._fast else None)
+                settings = schedule.Settings(self.interval, self._every, min(self._fast, default=None))
             if now is None:
                 now = self._clock()
             if self.started_at is None:
@@ -260,13 +258,16 @@ class Sampler(SamplerThread, SamplerReads):
                 self._count_error(err.device, where + err.message, now, getattr(err, "metrics", ()))
             for ev in reading.events:
                 self._on_event(ev, now)
-            if "procs" in reads:
-                self._snapshot_processes()
+            if "procs" in reads and (procs := getattr(self.source, "processes", None)) is not None:
+                procs = procs() if callable(procs) else procs
+                if snap := {k: list(v) for k, v in dict(procs or {}).items() if k in self._kept_keys}:
+                    with self._lock:
+                        self._processes.update(snap)
             if self._host is not None and full_tick:
                 values = self._host.read(now)
                 if self._host_override is not None:
                     values.update(self._host_override(now - self.started_at) or {})
-                self.store.append(HOST_KEY, "tick", now, values)
+                self.store.append_row(HOST_KEY, "tick", now, values)
                 with self._lock:
                     self._note_refreshed(HOST_KEY, {k: float(v) for k, v in values.items()}, now)
             if full_tick:
@@ -292,12 +293,3 @@ class Sampler(SamplerThread, SamplerReads):
             if not seen:  # a storm of one XID is logged once
                 log.warning(ev.message)
         self.store.add_event(event)
-
-    def _snapshot_processes(self) -> None:
-        procs = getattr(self.source, "processes", None)
-        procs = procs() if callable(procs) else procs
-        if not procs:
-            return
-        snap = {k: list(v) for k, v in dict(procs).items() if k in self._kept_keys}
-        with self._lock:
-            self._processes.update(snap)

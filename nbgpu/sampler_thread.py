@@ -109,16 +109,6 @@ class SamplerThread:
                 if self._host is not None:
                     self._host.close()
 
-    def _thread_ended(self) -> None:
-        """The thread's last act: record the stop, end ongoing alerts, close the source if asked."""
-        self.stopped_at = self._clock()
-        if self.diagnostics is not None:
-            self.diagnostics.close_all()
-        self.store.add_event(Event(self.stopped_at, "sampler", "stopped"))
-        _running.discard(self)
-        if self._close_requested:
-            self._close_source()
-
     def __enter__(self) -> Sampler:
         return self.start()
 
@@ -147,8 +137,14 @@ class SamplerThread:
                 self.step()
         except SamplerStateError:
             pass
-        finally:
-            self._thread_ended()
+        finally:  # the thread's last act: record the stop, end ongoing alerts, close the source if asked
+            self.stopped_at = self._clock()
+            if self.diagnostics is not None:
+                self.diagnostics.close_all()
+            self.store.add_event(Event(self.stopped_at, "sampler", "stopped"))
+            _running.discard(self)
+            if self._close_requested:
+                self._close_source()
 
 
 def _wait(sampler: Sampler, ready: Callable[[list[float]], bool], timeout_s: float,

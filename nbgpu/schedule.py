@@ -2,7 +2,7 @@
 ``Sampler.step(now)`` with a fake clock runs the thread's schedule. Reads: "tick" (cheap reads,
 every ``interval_s``), "energy"/"pcie"/"procs" (costly, every ``every_s[read]`` or on request),
 "edge" (on request: memory and the sample buffers), "memory" (while a fast-memory lane is held).
-A wake-up with no read still drains the buffers at least every ``drain_s``."""
+A wake-up with no read still drains the buffers at least every ``MAX_BUFFER_DRAIN_S``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ class Settings:
 
     interval_s: float
     every_s: Mapping[str, float] = field(default_factory=dict)
-    drain_s: float = MAX_BUFFER_DRAIN_S
     memory_every_s: float | None = None
 
 
@@ -62,7 +61,7 @@ def plan(now: float, settings: Settings, state: State,
         last["memory"] = now
     for read in reads:
         last[read] = now
-    wake_at = min(next_tick, now + settings.drain_s)
+    wake_at = min(next_tick, now + MAX_BUFFER_DRAIN_S)
     if fast is not None:
         wake_at = min(wake_at, last["memory"] + fast)
     return Plan(frozenset(reads), State(next_tick, last), wake_at)

@@ -5,17 +5,16 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import numbers
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import BadArgumentError
+from .config import MIN_INTERVAL_S, check_seconds
 from .store_stream import Stream, oldest_time
 
-MAX_PLANS = 32  # read plans of series_packed kept (a panel uses one)
+MAX_PLANS = 32  # read plans of series_rows kept (a panel uses one)
 _NO_VALUE = (math.nan, math.nan)  # (time, value) of a metric with no good row kept
 
 
@@ -52,31 +51,21 @@ class MarkFollower:
         return self.marks
 
 
-def _check_seconds(value: object, name: str, zero_ok: bool = False) -> float:
-    """A store bound as float seconds, or BadArgumentError saying what is allowed."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    seconds = float(value) if ok else math.nan
-    if not (math.isfinite(seconds) and (seconds > 0 or (zero_ok and seconds == 0))):
-        allowed = ">= 0" if zero_ok else "> 0"
-        raise BadArgumentError(f"{name} must be a finite number of seconds {allowed}, got {value!r}")
-    return seconds
-
-
 class Store:
     """All readings of one sampler, keyed by (device key, stream name); by default an hour at full
     resolution, then 10 s buckets of mean/min/max for 24 hours."""
 
     def __init__(self, full_res_s: float = 3600.0, bucket_s: float = 10.0, history_s: float = 86400.0,
                  max_events: int = 10_000) -> None:
-        self.full_res_s = _check_seconds(full_res_s, "full_res_s", zero_ok=True)
-        self.bucket_s = _check_seconds(bucket_s, "bucket_s")
-        self.history_s = _check_seconds(history_s, "history_s", zero_ok=True)
+        self.full_res_s = check_seconds(full_res_s, "full_res_s", 0.0, math.inf)
+        self.bucket_s = check_seconds(bucket_s, "bucket_s", MIN_INTERVAL_S, math.inf)
+        self.history_s = check_seconds(history_s, "history_s", 0.0, math.inf)
         self._event_seq = 0
         self.lock = threading.Lock()
         self._streams: dict[tuple[object, str], Stream] = {}
         self._by_device: dict[object, dict[str, list[str]]] = {}  # device -> {metric: streams}
         self._device_streams: dict[object, list[Stream]] = {}  # in the order first declared
-        self._plans: dict[tuple, tuple] = {}  # pairs -> what series_packed reads (see _plan)
+        self._plans: dict[tuple, tuple] = {}  # pairs -> what series_rows reads (see _plan)
         self.events: deque[Event] = deque(maxlen=max_events)
         self.generation = 0  # bumped on every write; lets views skip redraws
 
@@ -92,14 +81,9 @@ class Store:
                 if stream not in streams:
                     streams.append(stream)
 
-    def append(self, device: object, stream: str, t: float, values: dict[str, float]) -> None:
-        with self.lock:
-            self._streams[(device, stream)].append(t, values)
-            self.generation += 1
-
     def append_row(self, device: object, stream: str, t: float, values: dict[str, float]) -> None:
-        """One row of floats, kept only if newer than the stream's newest (as ``append_many``
-        keeps rows): a tick's reads, written with no array made."""
+        """One row (missing columns NaN), kept only if newer than the stream's newest, as
+        ``append_many`` keeps rows: a tick's reads, written with no array made."""
         with self.lock:
             self._streams[(device, stream)].append_row(t, values)
             self.generation += 1
@@ -175,15 +159,9 @@ class Store:
     def series_many(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
                     t1: float = np.inf, coarse: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """``series`` of each (device, metric) in ``pairs``: one lock hold, one read a stream."""
-        lengths, t, v, _ = self.series_packed(pairs, t0, t1, coarse)
-        ends = np.cumsum(lengths).tolist()
-        return [(t[a:b], v[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-
-    def series_packed(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
-                      t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
-        """``series`` of every pair at once, packed: (rows of each pair, times, values, cursor)."""
-        pair, t, v, cursor = self.series_rows(pairs, t0, t1, coarse, since)
-        return np.bincount(pair, minlength=len(pairs)), t, v, cursor
+        pair, t, v, _ = self.series_rows(pairs, t0, t1, coarse)
+        ends = np.cumsum(np.bincount(pair, minlength=len(pairs)))[:-1]
+        return list(zip(np.split(t, ends), np.split(v, ends), strict=True))[:len(pairs)]
 
     def series_rows(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
                     t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:
@@ -222,7 +200,7 @@ class Store:
         return pair, t, v, cursor
 
     def _plan(self, pairs: list[tuple[object, str]]):
-        """Which streams ``series_packed`` reads for ``pairs`` (with the lock held), cached."""
+        """Which streams ``series_rows`` reads for ``pairs`` (with the lock held), cached."""
         key = tuple(pairs)
         plan = self._plans.get(key)
         if plan is None:

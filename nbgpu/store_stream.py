@@ -23,9 +23,6 @@ class _Chunk:
         self.n = 0
         self.start = 0
 
-    def nbytes(self) -> int:
-        return self.times.nbytes + sum(a.nbytes for a in self.cols.values())
-
 
 def _joined(pieces: list[tuple[np.ndarray, list[np.ndarray]]], columns: list[str]):
     """One copy of the rows of ``pieces`` (``_views``' output), as (times, {column: values})."""
@@ -132,9 +129,9 @@ class Stream:
         self.last_time = -np.inf
         self._good: dict[str, tuple[float, float]] = {}  # column -> newest non-NaN (time, value)
 
-    def append(self, t: float, values: dict[str, float]) -> None:
-        """Add one row; columns missing from ``values`` are NaN."""
-        if t < self.last_time:  # keep time sorted; a late row is dropped, not reordered
+    def append_row(self, t: float, values: dict[str, float]) -> None:
+        """Add one row if newer than the newest kept (a late row is dropped, not reordered)."""
+        if t <= self.last_time:
             return
         if not self.chunks or self.chunks[-1].n == CHUNK_ROWS:
             self.chunks.append(_Chunk(self.columns, CHUNK_ROWS))
@@ -152,11 +149,6 @@ class Stream:
         self.appended += 1
         self.last_time = t
         self._fold()
-
-    def append_row(self, t: float, values: dict[str, float]) -> None:
-        """Add one row if newer than the newest kept, as ``append_many`` keeps rows."""
-        if t > self.last_time:
-            self.append(t, values)
 
     def append_many(self, times: np.ndarray, values: dict[str, np.ndarray]) -> None:
         """Add rows in time order (rows older than the newest kept row are dropped)."""
@@ -216,30 +208,19 @@ class Stream:
         _append_rows(self.coarse, self.coarse_columns, out_t, out)
 
     def read(self, t0: float, t1: float, coarse: bool = True):
-        """Rows in [t0, t1]: (times, {col: values}, decimated_mask)."""
-        full, old = self._pieces(t0, t1, coarse, list(self.columns))
-        times, cols = _joined(old + full, list(self.columns))
-        decimated = np.zeros(len(times), dtype=bool)
-        if old:
-            decimated[:sum(len(t) for t, _ in old)] = True
-        return times, cols, decimated
+        """Rows in [t0, t1]: (times, {col: values}, decimated_mask: the rows from buckets)."""
+        times, cols = _joined(self.pieces(t0, t1, coarse, list(self.columns)), list(self.columns))
+        return times, cols, times < oldest_time(self.chunks)  # buckets are older than every full row
 
     def pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]
                ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
-        """The rows ``read`` returns, as views of their chunks (oldest first), copied by none."""
-        full, old = self._pieces(t0, t1, coarse, columns)
-        return old + full if old else full
-
-    def _pieces(self, t0: float, t1: float, coarse: bool, columns: list[str]):
-        """(full-resolution views, coarse views older than every full-resolution row) in [t0, t1]."""
+        """Views of the rows in [t0, t1], oldest first, copied by none: (with ``coarse``) buckets
+        older than every full-resolution row, then the full-resolution rows."""
         oldest = max(t0, self.last_time - self.history_s)
         full = _views(self.chunks, columns, oldest, t1)
-        old: list[tuple[np.ndarray, list[np.ndarray]]] = []
-        if coarse and self.coarse:
-            first_full = oldest_time(self.chunks)
-            if first_full > oldest:
-                old = _views(self.coarse, columns, oldest, t1, before=first_full)
-        return full, old
+        if coarse and self.coarse and (first_full := oldest_time(self.chunks)) > oldest:
+            return _views(self.coarse, columns, oldest, t1, before=first_full) + full
+        return full
 
     def pieces_since(self, appended: int, t0: float, t1: float, columns: list[str]
                      ) -> list[tuple[np.ndarray, list[np.ndarray]]]:
@@ -256,4 +237,5 @@ class Stream:
         return out
 
     def nbytes(self) -> int:
-        return sum(c.nbytes() for c in self.chunks) + sum(c.nbytes() for c in self.coarse)
+        chunks = (*self.chunks, *self.coarse)
+        return sum(c.times.nbytes + sum(a.nbytes for a in c.cols.values()) for c in chunks)

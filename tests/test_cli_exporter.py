@@ -158,7 +158,7 @@ def test_a_scrape_of_eight_gpus_reads_only_the_newest_values(monkeypatch):
         while s.ticks < 2 and time.monotonic() < deadline:  # values to scrape
             time.sleep(0.02)
         monkeypatch.setattr(NVMLGateway, "call", call)
-        for name in ("series", "read_stream", "series_rows", "series_packed"):
+        for name in ("series", "read_stream", "series_rows"):
             monkeypatch.setattr(Store, name, reading(name))
         with serve(s, port=0) as exporter:
             bodies = [urllib.request.urlopen(exporter.url, timeout=5).read().decode() for _ in range(20)]

@@ -46,7 +46,7 @@ def tick_rows(store: Store, seconds: float, every_s: float, start: float = 1e9) 
     store.declare(0, "tick", {"mem_used_bytes": np.float64})
     times = start + np.arange(0, seconds, every_s)
     for i, t in enumerate(times):
-        store.append(0, "tick", float(t), {"mem_used_bytes": float(i)})
+        store.append_row(0, "tick", float(t), {"mem_used_bytes": float(i)})
     return times
 
 

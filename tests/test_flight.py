@@ -41,7 +41,7 @@ def test_file_size_stays_bounded(cache):
 
 def test_a_real_reading_fits_a_slot(cache):
     rec = flight.Recorder()
-    r = rec.reading()
+    r = rec.readings.read(rec.cell)
     assert r["ram_total"] > 0 and r["rss"] > 0
     rec.write(r)
     assert flight.read_ring(rec.path)[1][0]["rss"] == r["rss"]
@@ -50,7 +50,7 @@ def test_a_real_reading_fits_a_slot(cache):
 
 def test_a_record_reads_back_as_it_was_written_and_a_new_cell_or_fault_is_in_the_next(cache):
     rec = flight.Recorder()
-    r = dict(rec.reading(), gpus=[[80.5 * GIB, 141.0 * GIB, 97.0, 612.3, 71.0, 4.0], [None] * 6],
+    r = dict(rec.readings.read(None), gpus=[[80.5 * GIB, 141.0 * GIB, 97.0, 612.3, 71.0, 4.0], [None] * 6],
              cell=[7, "train(model)", 1.7e9, "cell-id-1"], cg_max=None, cg_cur=12 * GIB, cg_oom=0)
     rec.write(r)
     rec.write(dict(r, cell=[8, "evaluate()", 1.7e9 + 5, None], xid=[[1.7e9 + 6, 0, 79]]))
@@ -116,7 +116,8 @@ def _waits_of_loop(rec, monkeypatch, clock, times: int, step_s: float | None = N
 def test_records_come_four_a_second_while_memory_is_near_its_limit(cache, monkeypatch, clock):
     rec = flight.Recorder(slots=8)
     used = iter([50, 85, 50])  # % of host RAM
-    monkeypatch.setattr(rec, "reading", lambda *_: {"t": clock(), "ram_total": 100, "ram_used": next(used)})
+    monkeypatch.setattr(rec.readings, "read",
+                        lambda *_: {"t": clock(), "ram_total": 100, "ram_used": next(used)})
     monkeypatch.setattr(rec, "monotonic", clock)
     rec.record()  # as start() does
     waits = _waits_of_loop(rec, monkeypatch, clock, 2)
@@ -378,7 +379,7 @@ def test_gpus_of_a_running_sampler_are_recorded(cache):
         time.sleep(0.5)
         session._shared = s
         rec = flight.Recorder(slots=4)
-        r = rec.reading()
+        r = rec.readings.read(rec.cell)
         rec.close()
     finally:
         session._shared = None

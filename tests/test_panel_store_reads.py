@@ -20,7 +20,7 @@ def _store() -> Store:
         temp[-30:] = np.nan  # temp stopped reporting 15 s ago
         st.append_many(dev, "tick", t, {"util": rng.random(len(t)) * 100, "temp": temp})
         for k, tk in enumerate(np.arange(100.0, 101.0, 0.1)):
-            st.append(dev, "power", tk, {"power": 50.0 + k, "util": np.nan if k % 2 else 10.0 + k})
+            st.append_row(dev, "power", tk, {"power": 50.0 + k, "util": np.nan if k % 2 else 10.0 + k})
     st.declare(2, "tick", {"temp": np.float32})
     st.append_many(2, "tick", np.arange(0.0, 100.0), {"temp": np.r_[1.0, np.full(99, np.nan)]})
     return st

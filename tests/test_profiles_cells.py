@@ -177,7 +177,7 @@ def _sampler_with(util: float, power_w: float, mem: float, t0: float, n: int = 5
     s = nbgpu.Sampler(nbgpu.SimulatedGPUs(count=1, seed=0), interval=dt)
     for i in range(n):
         t = t0 + i * dt
-        s.store.append(0, "tick", t, {"util_pct": util, "power_w": power_w, "mem_used_bytes": mem})
+        s.store.append_row(0, "tick", t, {"util_pct": util, "power_w": power_w, "mem_used_bytes": mem})
     return s
 
 

@@ -11,6 +11,12 @@ from nbgpu.store import Store
 from nbgpu.store_stream import CHUNK_ROWS
 
 
+def _packed(st: Store, pairs: list, *args, **kwargs) -> tuple:
+    """``series_rows`` with each pair's row count: (rows of each pair, times, values, cursor)."""
+    pair, t, v, cursor = st.series_rows(pairs, *args, **kwargs)
+    return np.bincount(pair, minlength=len(pairs)), t, v, cursor
+
+
 def _two_stream_store(start: float) -> Store:
     """A metric kept in two streams (a tick and a buffer), interleaved, with ties and NaNs."""
     st = Store(full_res_s=30.0, bucket_s=5.0, history_s=120.0)
@@ -34,7 +40,7 @@ def test_packed_series_is_series_of_each_pair_end_to_end(start: float) -> None:
     pairs = [(0, "util"), (1, "temp"), (0, "temp"), (1, "util"), (7, "util"), (0, "util")]
     for t0, t1 in [(-np.inf, np.inf), (start + 150.0, start + 199.5), (start + 60.0, start + 60.0),
                    (start + 10.0, start + 175.0)]:
-        lengths, t, v, _ = st.series_packed(pairs, t0, t1)
+        lengths, t, v, _ = _packed(st, pairs, t0, t1)
         assert len(lengths) == len(pairs) and lengths.sum() == len(t) == len(v)
         ends = np.cumsum(lengths)
         for i, (dev, metric) in enumerate(pairs):
@@ -45,7 +51,7 @@ def test_packed_series_is_series_of_each_pair_end_to_end(start: float) -> None:
 
 def test_packed_series_reads_only_full_resolution_when_asked() -> None:
     st = _two_stream_store(1000.0)
-    lengths, t, _, _ = st.series_packed([(0, "temp")], coarse=False)
+    lengths, t, _, _ = _packed(st, [(0, "temp")], coarse=False)
     want_t, _ = st.series(0, "temp", coarse=False)
     np.testing.assert_array_equal(t, want_t)
     assert lengths[0] < len(st.series(0, "temp")[0])  # the coarse rows were left out
@@ -53,10 +59,10 @@ def test_packed_series_reads_only_full_resolution_when_asked() -> None:
 
 def test_packed_series_of_nothing_is_empty() -> None:
     st = Store()
-    lengths, t, v, _ = st.series_packed([])
+    lengths, t, v, _ = _packed(st, [])
     assert len(lengths) == len(t) == len(v) == 0
     st.declare(0, "tick", {"util": np.float32})
-    lengths, t, v, _ = st.series_packed([(0, "util")])
+    lengths, t, v, _ = _packed(st, [(0, "util")])
     assert list(lengths) == [0] and len(t) == 0
 
 
@@ -64,18 +70,18 @@ def test_newest_of_each_metric_follows_appends_ties_and_folding() -> None:
     st = Store(full_res_s=20.0, bucket_s=5.0, history_s=60.0)
     st.declare(0, "tick", {"util": np.float32, "temp": np.float32, "clock": np.float64})
     st.declare(0, "buf", {"util": np.float64})
-    st.append(0, "tick", 10.0, {"util": 1.5, "temp": 40.0, "clock": 1400})
-    st.append(0, "buf", 10.0, {"util": 2.5})  # a tie: the first stream declared wins, as last()
+    st.append_row(0, "tick", 10.0, {"util": 1.5, "temp": 40.0, "clock": 1400})
+    st.append_row(0, "buf", 10.0, {"util": 2.5})  # a tie: the first stream declared wins, as last()
     newest = st.last_many(0)
     assert list(newest) == ["util", "temp", "clock"]
     assert newest == {"util": (10.0, 1.5), "temp": (10.0, 40.0), "clock": (10.0, 1400.0)}
     assert all(type(x) is float for tv in newest.values() for x in tv)
-    st.append(0, "buf", 11.0, {"util": 3.5})
-    st.append(0, "tick", 12.0, {"util": math.nan, "temp": 41.0})
+    st.append_row(0, "buf", 11.0, {"util": 3.5})
+    st.append_row(0, "tick", 12.0, {"util": math.nan, "temp": 41.0})
     assert st.last_many(0)["util"] == (11.0, 3.5)
     assert st.last_many(0)["clock"] == (10.0, 1400.0)
     for t in np.arange(13.0, 60.0):  # clock stops reporting; its row is folded away
-        st.append(0, "tick", float(t), {"util": 5.0, "temp": 42.0})
+        st.append_row(0, "tick", float(t), {"util": 5.0, "temp": 42.0})
     newest = st.last_many(0)
     assert math.isnan(newest["clock"][0]) and math.isnan(newest["clock"][1])
     assert newest["util"] == (59.0, 5.0)
@@ -87,7 +93,7 @@ def test_newest_of_each_metric_follows_appends_ties_and_folding() -> None:
 def test_newest_follows_a_redeclared_stream_and_many_chunks() -> None:
     st = Store()
     st.declare(0, "tick", {"util": np.float32})
-    st.append(0, "tick", 1.0, {"util": 9.0})
+    st.append_row(0, "tick", 1.0, {"util": 9.0})
     st.declare(0, "tick", {"util": np.float32, "temp": np.float32})  # replaced: old rows gone
     assert math.isnan(st.last_many(0)["util"][0])
     t = np.arange(3 * CHUNK_ROWS) * 0.25  # within full resolution: nothing folded
@@ -147,11 +153,11 @@ def test_a_reader_following_the_store_gets_every_row_once_late_ones_too() -> Non
     cursor = None
     for k in range(1, 40):
         now = start + k
-        st.append(0, "tick", now, {"util": float(k), "bw": np.nan})
+        st.append_row(0, "tick", now, {"util": float(k), "bw": np.nan})
         if k % 10 == 0:
             tb = now - 10 + np.arange(1, 51) * 0.2
             st.append_many(0, "bw", tb, {"bw": tb - start})
-        lengths, t, _, cursor = st.series_packed(pairs, start, np.inf, since=cursor)
+        lengths, t, _, cursor = _packed(st, pairs, start, np.inf, since=cursor)
         ends = np.cumsum(lengths)
         for i in range(2):
             got_t[i].append(t[ends[i] - lengths[i]:ends[i]])
@@ -183,7 +189,7 @@ def test_a_follower_gets_each_new_row_once_within_chunks_and_across_them() -> No
             want_v.append(v[ok].astype(np.float64))
             want_pair.append(np.full(int(ok.sum()), i))
         pair, t, v, new_cursor = st.series_rows(pairs, t0, since=cursor)
-        lengths, t2, v2, _ = st.series_packed(pairs, t0, since=cursor)
+        lengths, t2, v2, _ = _packed(st, pairs, t0, since=cursor)
         cursor = new_cursor
         np.testing.assert_array_equal(pair, np.concatenate(want_pair))
         np.testing.assert_array_equal(t, np.concatenate(want_t))

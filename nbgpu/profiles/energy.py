@@ -82,12 +82,10 @@ def timeline_readings(full: Timeline, gpus: list, a: float, b: float, t0: float,
     store = full.store
     plans = [(g, _witnesses(store, g)) for g in gpus]
     pairs = [(g, m) for g in gpus for m in SUMMARY_METRICS]
-    lengths, times, values, _ = store.series_packed(pairs, a, b)
+    per_pair = store.series_many(pairs, a, b)
     seen = [(g, w) for g, wit in plans for _, w in wit if w is not None]
-    wl, _, _, _ = store.series_packed(seen, t0 - WITNESS_S, t0, coarse=False)
-    witnessed = {pair for pair, n in zip(seen, wl.tolist(), strict=True) if n}
-    ends = np.cumsum(lengths)[:-1]
-    per_pair = list(zip(np.split(times, ends), np.split(values, ends), strict=True))
+    witnessed = {pair for pair, (t, _) in zip(seen, store.series_many(seen, t0 - WITNESS_S, t0, coarse=False),
+                                              strict=True) if len(t)}
     out, n = [], len(SUMMARY_METRICS)
     for i, (g, wit) in enumerate(plans):
         merged = dict(zip(SUMMARY_METRICS, per_pair[i * n:(i + 1) * n], strict=True))
