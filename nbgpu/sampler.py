@@ -129,7 +129,8 @@ class Sampler(SamplerThread, SamplerReads):
             try:
                 from .diagnostics.engine import attach
 
-                self.diagnostics = attach(self, thresholds)
+                self.diagnostics = attach(self, thresholds if thresholds is not None
+                                          else settings().thresholds_file or None)
             except Exception:
                 self.source.close()
                 raise

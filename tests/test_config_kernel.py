@@ -77,3 +77,17 @@ def test_the_cells_and_history_settings_act_in_a_running_kernel(kernel, tmp_path
     before = kernel.value("len(nbgpu.history())")
     kernel.run("time.sleep(0.1)")
     assert kernel.value("len(nbgpu.history())") == before
+
+
+def test_a_thresholds_file_reaches_a_new_sampler_given_none(kernel, tmp_path):
+    path = tmp_path / "thresholds.json"
+    path.write_text('{"idle_window_s": 30}')
+    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu\n"
+                                f"%config NbGpu.thresholds_file = {str(path)!r}")
+    assert reply["status"] == "ok", outputs
+    try:
+        assert kernel.value("nbgpu.Sampler('sim').diagnostics.thresholds.idle_window_s") == 30
+        given = "nbgpu.Sampler('sim', thresholds={'eval_every_s': 3}).diagnostics.thresholds"
+        assert kernel.value(f"{given}.idle_window_s") == 10  # given thresholds win, whole
+    finally:
+        kernel.run("%config NbGpu.thresholds_file = ''")
