@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import io
 import time
 from collections import Counter
@@ -169,9 +168,9 @@ def run(ctx: Context) -> Outcome:
         raise UnavailableError(f"cell mode not available in this tree: {exc}") from exc
     from IPython.core.interactiveshell import InteractiveShell
 
-    default_min = inspect.signature(enable_cell_mode).parameters["min_duration_s"].default
-    if default_min is inspect.Parameter.empty:
-        default_min = 0.0
+    from nbgpu.config import settings
+
+    default_min = settings().cells_min_s  # what a cell mode given no threshold uses
     rounds, runs = (3, 10) if ctx.quick else (8, 25)
     shell = InteractiveShell.instance()
     raw: dict = {"cell": CELL, "source": "simulated GPUs (reads over-state real NVML's cost)"}

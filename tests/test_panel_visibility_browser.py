@@ -53,20 +53,20 @@ def _tab_shown(page, shown: bool) -> None:
 
 
 def _off_and_on(page, updates: PageUpdates, seen: int) -> None:
-    """Shown: at least ``seen`` updates in 3 s; scrolled away or tab hidden: none; back: again."""
-    assert updates.during(3.0) >= seen, "no updates while the panel is on screen"
+    """Shown: at least ``seen`` updates in 4 s; scrolled away or tab hidden: none; back: again."""
+    assert updates.during(4.0) >= seen, "no updates while the panel is on screen"
     page.evaluate(TO_END)
     page.wait_for_function(f"() => !({IN_VIEW})()", timeout=10_000)
     updates.during(1.0)  # what was on its way
     assert updates.during(4.0) == 0, "updates kept coming with the panel scrolled out of view"
     page.evaluate(TO_TOP)
     page.wait_for_function(IN_VIEW, timeout=10_000)
-    assert updates.during(3.0) >= seen, "updates did not resume back in view"
+    assert updates.during(4.0) >= seen, "updates did not resume back in view"
     _tab_shown(page, False)
     updates.during(1.0)
     assert updates.during(4.0) == 0, "updates kept coming with the tab hidden"
     _tab_shown(page, True)
-    assert updates.during(3.0) >= seen, "updates did not resume with the tab shown"
+    assert updates.during(4.0) >= seen, "updates did not resume with the tab shown"
 
 
 def test_jupyterlab_sends_nothing_to_a_panel_out_of_sight(tmp_path: Path) -> None:
@@ -89,4 +89,4 @@ def test_voila_sends_nothing_to_a_panel_out_of_sight(tmp_path: Path) -> None:
         updates = PageUpdates(page)
         page.goto(url, timeout=120_000)
         page.wait_for_selector(".nbgpu-spark path.line", state="attached", timeout=120_000)
-        _off_and_on(page, updates, seen=2)
+        _off_and_on(page, updates, seen=2)  # its 1 min window refreshes every 1.6 s
