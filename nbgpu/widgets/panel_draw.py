@@ -335,16 +335,14 @@ class PanelDrawing:
         self._header.value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
 
 
-EVERY_S = 2.0
-
-
 class ProcessesLine:
     """The "who is using the GPU" line under the rows: this kernel, this user elsewhere, others
     (a total and a count, never names); recomputed at most every ``every_s``, "" with none."""
 
-    def __init__(self, every_s: float = EVERY_S) -> None:
+    every_s = 2.0
+
+    def __init__(self) -> None:
         self.html = ""
-        self.every_s = float(every_s)
         self._at = -float("inf")
         self._walked: frozenset[int] = frozenset()  # the PIDs listed at the last walk
         self._mine: set[int] = set()
