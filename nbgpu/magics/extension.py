@@ -43,7 +43,6 @@ def unload(ipython) -> None:
     from .. import flight
     from ..profiles.cells import disable_cell_mode
     from ..widgets import registry
-    from ..widgets.schedule import SCHEDULE
 
     for panel in registry.panels() + registry.stopped():
         panel.stop()
@@ -54,7 +53,7 @@ def unload(ipython) -> None:
         log.warning("nbgpu: could not turn off cell profiling: %s", exc)
     flight.on_unload(ipython)
     session.reset()
-    SCHEDULE.wait_idle()  # no panel timer thread outlives the extension
+    registry.SCHEDULE.wait_idle()  # no panel timer thread outlives the extension
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):
         magics[kind].pop("gpumon", None)

@@ -28,7 +28,7 @@ from .columns import (
     shared_or_host_only,
 )
 from .panel_draw import BUCKETS, SPARK_PX, PanelDrawing, PanelGrid, ProcessesLine, window_label
-from .schedule import SCHEDULE
+from .registry import SCHEDULE
 from .visibility import ViewWatch
 
 log = logging.getLogger("nbgpu")
