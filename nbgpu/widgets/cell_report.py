@@ -4,6 +4,7 @@ post-mortem (static HTML and SVG only)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 from html import escape
 from typing import TYPE_CHECKING
@@ -12,19 +13,7 @@ import numpy as np
 
 from ..decimate import decimate_minmax
 from ..metrics import BY_NAME, GPU_METRICS
-from ..profiles.report import (
-    NO_GPU_LINE,
-    REPORT_METRICS,
-    WIDGET_MAX_POINTS,
-    _title,
-    judged_line,
-    no_gpu,
-    static_html,
-    static_svg,
-    summary_html,
-    where_html,
-    where_line,
-)
+from ..profiles import report
 from ..svg import COLORS, _scale_for, label_rows, svg_series
 from ..units import GIB
 
@@ -40,23 +29,18 @@ class CellReport:
 
     def __init__(self, cap: Capture) -> None:
         self.cap = cap
-        self.widget = None
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        if no_gpu(self.cap):  # one line saying so and how to simulate GPUs, no empty chart
-            return {"text/plain": f"{_title(self.cap)}\n{NO_GPU_LINE}", "text/html": static_html(self.cap)}
-        svg = static_svg(self.cap)
-        bundle = {
-            "text/plain": "\n".join(x for x in (_title(self.cap), self.cap.one_line(),
-                                                 where_line(self.cap), judged_line(self.cap)) if x),
-            "text/html": static_html(self.cap, svg),
-            "image/svg+xml": svg,
-        }
-        try:
-            self.widget = build_widget(self.cap)
-            bundle[WIDGET_VIEW] = self.widget._repr_mimebundle_()[WIDGET_VIEW]
-        except Exception:  # no widget front end (plain IPython, scripts)
-            pass
+        cap = self.cap
+        if report.no_gpu(cap):  # one line saying so and how to simulate GPUs, no empty chart
+            return {"text/plain": f"{report._title(cap)}\n{report.NO_GPU_LINE}",
+                    "text/html": report.static_html(cap)}
+        svg = report.static_svg(cap)
+        lines = (report._title(cap), cap.one_line(), report.where_line(cap), report.judged_line(cap))
+        bundle = {"text/plain": "\n".join(x for x in lines if x), "text/html": report.static_html(cap, svg),
+                  "image/svg+xml": svg}
+        with contextlib.suppress(Exception):  # no widget front end (plain IPython, scripts)
+            bundle[WIDGET_VIEW] = build_widget(cap)._repr_mimebundle_()[WIDGET_VIEW]
         return bundle
 
 
@@ -95,10 +79,8 @@ def build_widget(cap: Capture):
     import bqplot as bq
     import ipywidgets as w
 
-    if no_gpu(cap):
-        return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), w.HTML(escape(NO_GPU_LINE))])
     window, gpus = cap.window, cap.gpu_keys()
-    candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
+    candidates = list(dict.fromkeys([*report.REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
     metrics = [m for m in candidates if m not in ("mem_total_bytes", "energy_j")
                and any(len(window.series(g, m)[0]) for g in gpus)]
     x_sc, y_sc = bq.LinearScale(min=0.0, max=max(float(cap.duration_s), 1e-3)), bq.LinearScale()
@@ -134,7 +116,7 @@ def build_widget(cap: Capture):
         if metric is None:
             return
         ax_y.label, scale = _axis(metric)
-        series = (decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2) for g in gpus)
+        series = (decimate_minmax(*window.series(g, metric), report.WIDGET_MAX_POINTS // 2) for g in gpus)
         drawn = [(t - cap.start_time, v * scale) for t, v in series]
         with fig.hold_sync():
             y_sc.min, y_sc.max = y_range(metric, np.concatenate([v for _, v in drawn]) if drawn else [])
@@ -143,8 +125,8 @@ def build_widget(cap: Capture):
 
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
-    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, w.HTML(legend_html(gpus, COLORS)), fig,
-                   w.HTML(where_html(cap) + summary_html(cap.summary_rows, cap.totals))])
+    return w.VBox([w.HTML(f"<b>{escape(report._title(cap))}</b>"), picker, w.HTML(legend_html(gpus, COLORS)),
+                   fig, w.HTML(report.where_html(cap) + report.summary_html(cap.summary_rows, cap.totals))])
 
 
 class OomReport:
