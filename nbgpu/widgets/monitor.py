@@ -49,7 +49,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
     def __init__(self, source: object = None, interval: float | None = None, *,
                  gpus: object = None, window_s: float | None = None, metrics: object = None,
                  refresh_s: float | None = None, sampler=None, start: bool = True,
-                 processes: bool = True, **kwargs) -> None:
+                 processes: bool = True) -> None:
         if window_s is None:  # read now: %config NbGpu.window_s applies to the next panel
             from ..config import settings
 
@@ -58,9 +58,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._refresh_given = None if refresh_s is None else check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
         check_sampler(sampler, source, interval)
-        self._own_layout = "layout" in kwargs
-        kwargs.setdefault("layout", widgets.Layout(**PANEL_LAYOUT))
-        super().__init__(**kwargs)
+        super().__init__(layout=widgets.Layout(**PANEL_LAYOUT))
         self.add_class("nbgpu-panel")
         self._lock = threading.RLock()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
@@ -175,9 +173,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             # Keep only the header, on layouts and a style all stopped panels share (two widgets).
             doomed = registry.descendants(self)
             panel_layout, header_layout, header_style = _stopped_parts()
-            self._header.layout, self._header.style = header_layout, header_style
-            if not self._own_layout:
-                self.layout = panel_layout
+            self._header.layout, self._header.style, self.layout = header_layout, header_style, panel_layout
             self.children = [self._header]
             self._torn_down = True
             self._drop(doomed, [self._header, self.layout], release=self._shared)
