@@ -85,8 +85,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self.origin = registry.current_cell()
         registry.close_from_cell(self.origin, keep=self)  # re-running a cell replaces its panel
         registry.add(self)
-        if self._shared:
-            self._unsubscribe = session.on_replace(_repointer(self))
+        self._follow()
         if start:
             self.start()
 
@@ -134,8 +133,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             if self._torn_down:
                 self._torn_down = False
                 self._build()
-            if self._shared and self._unsubscribe is None:
-                self._unsubscribe = session.on_replace(_repointer(self))
+            self._follow()
             registry.add(self)
             self._wanted = True
             self._schedule()
@@ -146,6 +144,16 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         if self.running and self.on_screen and not SCHEDULE.has(self):
             first_s = 0.0 if getattr(self.sampler, "ticks", 0) else FIRST_DRAW_S
             SCHEDULE.add(self, first_s)  # its first tick draws the header too
+
+    def _follow(self) -> None:
+        """Follow the shared sampler's replacements; the listener holds the panel weakly."""
+        if self._shared and self._unsubscribe is None:
+            ref = weakref.WeakMethod(self._repoint)
+            self._unsubscribe = session.on_replace(lambda old, new: (f := ref()) is not None and f(old, new))
+
+    def _repoint(self, old, new) -> None:
+        if not self._closed and self.sampler is old:
+            self._attach(new, self._gpus, strict=False)
 
     def stop(self) -> None:
         """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on."""
@@ -349,16 +357,4 @@ def _stopped_parts() -> list:
         _stopped[:] = [registry.share(widgets.Layout(**PANEL_LAYOUT)),
                        registry.share(widgets.Layout(**HEADER_LAYOUT)), registry.share(HTMLStyle())]
     return _stopped
-
-
-def _repointer(panel: GPUMonitor):
-    """An ``on_replace`` listener that re-points ``panel`` (held weakly) at the new sampler."""
-    ref = weakref.ref(panel)
-
-    def repoint(old, new) -> None:
-        mon = ref()
-        if mon is not None and not mon._closed and mon.sampler is old:
-            mon._attach(new, mon._gpus, strict=False)
-
-    return repoint
 
