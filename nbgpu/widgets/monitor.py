@@ -162,8 +162,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     def _halt(self, keep_header: bool) -> None:
         """Leave the timer and the sampler's replacements; with ``keep_header``, tear down to it."""
-        if not hasattr(self, "_lock"):  # construction failed before the panel existed
-            return
         SCHEDULE.remove(self)
         with self._lock:
             self._wanted = False
@@ -188,8 +186,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
-        self._halt(keep_header=False)
         if hasattr(self, "_lock"):  # (absent: construction failed before the panel existed)
+            self._halt(keep_header=False)
             with self._lock:
                 self._closed = True
                 registry.discard(self)
