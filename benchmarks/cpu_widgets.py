@@ -220,7 +220,7 @@ def refresh_cost(window_s: float, refreshes: int, refresh_every_s: float = 1.0,
     import numpy as np
 
     import nbgpu
-    from nbgpu.widgets import GPUMonitor
+    from nbgpu.widgets.monitor import GPUMonitor
 
     from .comm_recorder import counted_sends, install
 

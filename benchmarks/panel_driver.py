@@ -105,9 +105,9 @@ def show(panel) -> None:
 
 
 def find_panel() -> PanelAPI:
-    """The panel class (``nbgpu.widgets.GPUMonitor``) if it and its refresh path exist here."""
+    """The panel class (``nbgpu.widgets.monitor.GPUMonitor``) if it and its refresh path exist here."""
     try:
-        from nbgpu.widgets import GPUMonitor
+        from nbgpu.widgets.monitor import GPUMonitor
     except ImportError as exc:
         return PanelAPI(False, f"panel unavailable: {exc}")
     if not callable(getattr(GPUMonitor, "refresh", None)):

@@ -74,7 +74,7 @@ def test_the_oom_post_mortem_names_the_holders_and_what_freeing_the_traceback_gi
     assert "`fill: spare (traceback)`: tensor float32 (2500000,), 9.5 MiB" in story
     assert "`%gpumon free --traceback` gives back 9.5 MiB (the failed cell's locals)" in story
     html = next(o["data"]["text/html"] for o in outputs if o["msg_type"] == "display_data")
-    assert "<code>`blocks`: list of 4 tensors, 16.0 MiB" in html
+    assert "`blocks`: list of 4 tensors, 16.0 MiB" in html
     reply, outputs = kernel.run("import weakref\n_w = [weakref.ref(t) for t in blocks]")
     assert reply["status"] == "ok", outputs
     reply, outputs = kernel.run("%gpumon free blocks --traceback")

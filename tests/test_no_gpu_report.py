@@ -8,7 +8,7 @@ import pytest
 
 from nbgpu import Sampler, capture
 from nbgpu.profiles.report import NO_GPU_LINE, static_html
-from nbgpu.widgets.cell_report import CellReport, build_widget
+from nbgpu.widgets.cell_report import CellReport
 from nbgpu.widgets.columns import HostOnlySource
 
 
@@ -26,16 +26,6 @@ def cap():
 
 def test_the_line_names_the_real_ways_to_simulate():
     assert "--source sim" in NO_GPU_LINE and 'nbgpu.capture(source="sim")' in NO_GPU_LINE
-
-
-def test_widget_is_one_line_without_a_chart(cap):
-    import ipywidgets as w
-
-    widget = build_widget(cap)
-    kinds = {type(c) for c in widget.children}
-    assert kinds == {w.HTML}, kinds  # no metric menu, no bqplot figure
-    assert "No GPU is visible" in widget.children[-1].value
-    assert "--source sim" in widget.children[-1].value
 
 
 def test_display_has_no_empty_chart(cap):

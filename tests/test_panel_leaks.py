@@ -15,7 +15,7 @@ from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.widgets import registry
 from nbgpu.widgets.monitor import GPUMonitor
 from nbgpu.widgets.panel_draw import BUCKETS
-from nbgpu.widgets.schedule import SCHEDULE
+from nbgpu.widgets.registry import SCHEDULE
 
 _mine: list[Sampler] = []
 

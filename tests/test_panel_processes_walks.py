@@ -28,7 +28,7 @@ def counting_walks(monkeypatch, extra: set[int]) -> list[int]:
 def test_same_listed_pids_walk_the_tree_once(monkeypatch):
     walks = counting_walks(monkeypatch, set())
     s, clock = sim_sampler(source=SimulatedGPUs(count=2))
-    line = ProcessesLine(every_s=2.0)
+    line = ProcessesLine()
     for _ in range(6):
         drive(s, clock, 2.0)
         line.refresh(s, clock.t)
@@ -42,7 +42,7 @@ def test_a_newly_listed_pid_is_looked_up_and_counted_as_the_kernels(monkeypatch)
     walks = counting_walks(monkeypatch, children)
     sim = SimulatedGPUs(count=1)
     s, clock = sim_sampler(source=sim)
-    line = ProcessesLine(every_s=2.0)
+    line = ProcessesLine()
     drive(s, clock, 3.0)
     line.refresh(s, clock.t)
     sim.add_process(0, CHILD_PID, 2 * GIB)  # a DataLoader worker started after the first look

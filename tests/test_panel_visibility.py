@@ -13,7 +13,7 @@ import nbgpu
 from conftest_panel import show
 from nbgpu.sources.simulated import SimulatedGPUs
 from nbgpu.widgets import monitor, registry
-from nbgpu.widgets.schedule import RefreshSchedule
+from nbgpu.widgets.registry import RefreshSchedule
 
 
 @pytest.fixture

@@ -429,7 +429,7 @@ def test_bad_arguments(make) -> None:
 
 
 def test_a_panel_is_ticked_again_soon_until_its_sampler_has_read() -> None:
-    from nbgpu.widgets.schedule import RefreshSchedule
+    from nbgpu.widgets.registry import RefreshSchedule
 
     class Panel:
         refresh_s = 1.0

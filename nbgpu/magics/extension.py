@@ -59,7 +59,6 @@ def unload(ipython) -> None:
     from .. import config, flight
     from ..profiles.cells import disable_cell_mode
     from ..widgets import registry
-    from ..widgets.schedule import SCHEDULE
 
     for panel in registry.panels() + registry.stopped():
         panel.stop()
@@ -68,7 +67,7 @@ def unload(ipython) -> None:
     config.settings().unobserve(_cells_setting, "cells")
     flight.on_unload(ipython)
     session.reset()
-    SCHEDULE.wait_idle()  # no panel timer thread outlives the extension
+    registry.SCHEDULE.wait_idle()  # no panel timer thread outlives the extension
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):
         magics[kind].pop("gpumon", None)

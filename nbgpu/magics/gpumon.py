@@ -107,7 +107,6 @@ def _stop(shell) -> str:
     from .. import flight
     from ..profiles.cells import cell_mode_enabled, disable_cell_mode
     from ..widgets import registry
-    from ..widgets.schedule import SCHEDULE
 
     n = registry.stop_all()
     cells = cell_mode_enabled()
@@ -115,7 +114,7 @@ def _stop(shell) -> str:
         disable_cell_mode(shell)
     session.stop_shared()
     flight.stop(shell)  # a clean stop: the ring is marked closed
-    SCHEDULE.wait_idle()  # the panels' timer thread has ended when this returns
+    registry.SCHEDULE.wait_idle()  # the panels' timer thread has ended when this returns
     also = " and per-cell profiles" if cells else ""
     return f"nbgpu: stopped the sampler and {n} panel(s){also}; %gpumon starts again."
 

@@ -4,31 +4,18 @@ post-mortem (static HTML and SVG only)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-import math
 from html import escape
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..decimate import decimate_minmax
-from ..holders import holder_line, release_line
 from ..metrics import BY_NAME, GPU_METRICS
-from ..profiles.report import (
-    NO_GPU_LINE,
-    REPORT_METRICS,
-    WIDGET_MAX_POINTS,
-    _title,
-    judged_line,
-    no_gpu,
-    static_html,
-    static_svg,
-    summary_html,
-    where_html,
-    where_line,
-)
-from ..svg import COLORS, label_rows, svg_series
-from ..units import GIB, fmt_bytes
+from ..profiles import report
+from ..svg import COLORS, _scale_for, label_rows, svg_series
+from ..units import GIB
 
 if TYPE_CHECKING:
     from ..profiles.capture import Capture
@@ -42,34 +29,26 @@ class CellReport:
 
     def __init__(self, cap: Capture) -> None:
         self.cap = cap
-        self.widget = None
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        if no_gpu(self.cap):  # one line saying so and how to simulate GPUs, no empty chart
-            return {"text/plain": f"{_title(self.cap)}\n{NO_GPU_LINE}", "text/html": static_html(self.cap)}
-        svg = static_svg(self.cap)
-        bundle = {
-            "text/plain": "\n".join(x for x in (_title(self.cap), self.cap.one_line(),
-                                                 where_line(self.cap), judged_line(self.cap)) if x),
-            "text/html": static_html(self.cap, svg),
-            "image/svg+xml": svg,
-        }
-        try:
-            self.widget = build_widget(self.cap)
-            bundle[WIDGET_VIEW] = self.widget._repr_mimebundle_()[WIDGET_VIEW]
-        except Exception:  # no widget front end (plain IPython, scripts)
-            pass
+        cap = self.cap
+        if report.no_gpu(cap):  # one line saying so and how to simulate GPUs, no empty chart
+            return {"text/plain": f"{report._title(cap)}\n{report.NO_GPU_LINE}",
+                    "text/html": report.static_html(cap)}
+        svg = report.static_svg(cap)
+        lines = (report._title(cap), cap.one_line(), report.where_line(cap), report.judged_line(cap))
+        bundle = {"text/plain": "\n".join(x for x in lines if x), "text/html": report.static_html(cap, svg),
+                  "image/svg+xml": svg}
+        with contextlib.suppress(Exception):  # no widget front end (plain IPython, scripts)
+            bundle[WIDGET_VIEW] = build_widget(cap)._repr_mimebundle_()[WIDGET_VIEW]
         return bundle
 
 
 def _axis(metric: str) -> tuple[str, float]:
-    """The axis label of ``metric`` (``memory (GiB)``: memory and rates in GiB, as nvidia-smi)
-    and the factor from its stored unit."""
-    m = BY_NAME.get(metric)
-    if m is None:
-        return metric, 1.0
-    unit, scale = ("GiB" + m.unit[1:], 1 / GIB) if m.unit in ("B", "B/s") else (m.unit, 1.0)
-    return f"{m.label} ({unit})", scale
+    """The axis label of ``metric`` (memory and rates in GiB, as nvidia-smi) and the factor from
+    its stored unit."""
+    div, unit = _scale_for(metric, GIB)
+    return (f"{BY_NAME[metric].label} ({unit})", 1 / div) if metric in BY_NAME else (metric, 1.0)
 
 
 LINES_TOP = 0.8  # lines stay below this fraction of the chart's height; mark labels sit above
@@ -100,10 +79,8 @@ def build_widget(cap: Capture):
     import bqplot as bq
     import ipywidgets as w
 
-    if no_gpu(cap):
-        return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), w.HTML(escape(NO_GPU_LINE))])
     window, gpus = cap.window, cap.gpu_keys()
-    candidates = list(dict.fromkeys([*REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
+    candidates = list(dict.fromkeys([*report.REPORT_METRICS, *(m.name for m in GPU_METRICS)]))
     metrics = [m for m in candidates if m not in ("mem_total_bytes", "energy_j")
                and any(len(window.series(g, m)[0]) for g in gpus)]
     x_sc, y_sc = bq.LinearScale(min=0.0, max=max(float(cap.duration_s), 1e-3)), bq.LinearScale()
@@ -139,7 +116,7 @@ def build_widget(cap: Capture):
         if metric is None:
             return
         ax_y.label, scale = _axis(metric)
-        series = (decimate_minmax(*window.series(g, metric), WIDGET_MAX_POINTS // 2) for g in gpus)
+        series = (decimate_minmax(*window.series(g, metric), report.WIDGET_MAX_POINTS // 2) for g in gpus)
         drawn = [(t - cap.start_time, v * scale) for t, v in series]
         with fig.hold_sync():
             y_sc.min, y_sc.max = y_range(metric, np.concatenate([v for _, v in drawn]) if drawn else [])
@@ -148,57 +125,21 @@ def build_widget(cap: Capture):
 
     picker.observe(lambda change: show(change["new"]), names="value")
     show(picker.value)
-    return w.VBox([w.HTML(f"<b>{escape(_title(cap))}</b>"), picker, w.HTML(legend_html(gpus, COLORS)), fig,
-                   w.HTML(where_html(cap) + summary_html(cap.summary_rows, cap.totals))])
+    return w.VBox([w.HTML(f"<b>{escape(report._title(cap))}</b>"), picker, w.HTML(legend_html(gpus, COLORS)),
+                   fig, w.HTML(report.where_html(cap) + report.summary_html(cap.summary_rows, cap.totals))])
 
 
 class OomReport:
-    """Display data of a ``PostMortem``: text, and HTML leading with the memory story."""
+    """Display data of a ``PostMortem``: its plain-text story, and as HTML the story over the
+    cell's memory used per GPU with the failure marked."""
 
     def __init__(self, post_mortem: PostMortem) -> None:
         self.post_mortem = post_mortem
 
-    def svg(self) -> str:
-        """The cell's memory used per GPU, with the failure marked."""
-        cap, story = self.post_mortem.capture, self.post_mortem.story
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        cap, story, text = self.post_mortem.capture, self.post_mortem.story, self.post_mortem.text()
         window = cap.sampler.timeline.between(cap.start_time, max(story.failed_at, cap.start_time))
         data = {"mem_used_bytes": {g.gpu: window.series(g.gpu, "mem_used_bytes") for g in story.gpus}}
-        return svg_series(data, [(story.failed_at, "out of memory")], 720, [g.gpu for g in story.gpus])
-
-    def html(self) -> str:
-        story = self.post_mortem.story
-        head = ["GPU", "NVML used at failure", "NVML peak in cell", "total"]
-        sizes = ["nvml_used_bytes", "nvml_peak_bytes", "mem_total_bytes"]
-        if story.framework is not None and any(math.isfinite(g.allocated_bytes) for g in story.gpus):
-            head += [f"{story.framework} allocated", f"{story.framework} reserved", "outside the framework"]
-            sizes += ["allocated_bytes", "reserved_bytes", "outside_framework_bytes"]
-        rows = "".join("<tr>" + "".join(f'<td style="padding:2px 8px">{c}</td>' for c in [
-            f"{escape(str(g.gpu))}{' ✗' if g.gpu == story.failed_gpu else ''}",
-            *(fmt_bytes(getattr(g, name)) for name in sizes)]) + "</tr>" for g in story.gpus)
-        table = ('<table class="nbgpu-oom" style="border-collapse:collapse;font-size:12px"><thead><tr>'
-                 + "".join(f'<th style="text-align:left;padding:2px 8px">{escape(h)}</th>' for h in head)
-                 + f"</tr></thead><tbody>{rows}</tbody></table>")
-        parts = [f'<div class="nbgpu-oom-report"><b style="color:#a33">GPU out of memory</b> '
-                 f"<code>{escape(story.error)}</code>"]
-        if math.isfinite(story.requested_bytes):
-            parts.append(f"<p>The failed request: {fmt_bytes(story.requested_bytes)}.</p>")
-        parts.append(table)
-        if story.holders:
-            items = "".join(f"<li><code>{escape(holder_line(r))}</code></li>" for r in story.holders)
-            parts.append(f"<p>Held by (<code>%gpumon memory</code> lists every name):</p><ul>{items}</ul>")
-        if release := release_line(story.holders, story.freed_by):
-            parts.append(f"<p>{escape(release)}.</p>")
-        if story.allocations:
-            items = "".join(f"<li>{fmt_bytes(a.size_bytes)} on cuda:{a.device}: "
-                            f"<code>{escape(' < '.join(a.stack) or '?')}</code></li>"
-                            for a in story.allocations)
-            parts.append(f"<p>Largest live allocations at the failure:</p><ol>{items}</ol>")
-        elif story.allocator_history == "off":
-            parts.append("<p style=\"color:#666\">PyTorch's allocator history is off; "
-                         "<code>torch.cuda.memory._record_memory_history()</code> before the cell lists the "
-                         "largest allocations with their stacks (it slows allocation down).</p>")
-        parts.append(f"<div>{self.svg()}</div></div>")
-        return "".join(parts)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/plain": self.post_mortem.text(), "text/html": self.html()}
+        svg = svg_series(data, [(story.failed_at, "out of memory")], 720, [g.gpu for g in story.gpus])
+        return {"text/plain": text, "text/html": f'<div class="nbgpu-oom-report"><pre class="nbgpu-oom" '
+                f'style="white-space:pre-wrap">{escape(text)}</pre><div>{svg}</div></div>'}

@@ -28,7 +28,7 @@ from .columns import (
     shared_or_host_only,
 )
 from .panel_draw import BUCKETS, SPARK_PX, PanelDrawing, PanelGrid, ProcessesLine, window_label
-from .schedule import SCHEDULE
+from .registry import SCHEDULE
 from .visibility import ViewWatch
 
 log = logging.getLogger("nbgpu")
@@ -49,7 +49,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
     def __init__(self, source: object = None, interval: float | None = None, *,
                  gpus: object = None, window_s: float | None = None, metrics: object = None,
                  refresh_s: float | None = None, sampler=None, start: bool = True,
-                 processes: bool = True, **kwargs) -> None:
+                 processes: bool = True) -> None:
         if window_s is None:  # read now: %config NbGpu.window_s applies to the next panel
             from ..config import settings
 
@@ -58,9 +58,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self._refresh_given = None if refresh_s is None else check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
         check_sampler(sampler, source, interval)
-        self._own_layout = "layout" in kwargs
-        kwargs.setdefault("layout", widgets.Layout(**PANEL_LAYOUT))
-        super().__init__(**kwargs)
+        super().__init__(layout=widgets.Layout(**PANEL_LAYOUT))
         self.add_class("nbgpu-panel")
         self._lock = threading.RLock()
         self.stats: dict[str, int] = {"refreshes": 0, "skipped": 0, "errors": 0}
@@ -87,8 +85,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         self.origin = registry.current_cell()
         registry.close_from_cell(self.origin, keep=self)  # re-running a cell replaces its panel
         registry.add(self)
-        if self._shared:
-            self._unsubscribe = session.on_replace(_repointer(self))
+        self._follow()
         if start:
             self.start()
 
@@ -136,8 +133,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             if self._torn_down:
                 self._torn_down = False
                 self._build()
-            if self._shared and self._unsubscribe is None:
-                self._unsubscribe = session.on_replace(_repointer(self))
+            self._follow()
             registry.add(self)
             self._wanted = True
             self._schedule()
@@ -149,6 +145,16 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             first_s = 0.0 if getattr(self.sampler, "ticks", 0) else FIRST_DRAW_S
             SCHEDULE.add(self, first_s)  # its first tick draws the header too
 
+    def _follow(self) -> None:
+        """Follow the shared sampler's replacements; the listener holds the panel weakly."""
+        if self._shared and self._unsubscribe is None:
+            ref = weakref.WeakMethod(self._repoint)
+            self._unsubscribe = session.on_replace(lambda old, new: (f := ref()) is not None and f(old, new))
+
+    def _repoint(self, old, new) -> None:
+        if not self._closed and self.sampler is old:
+            self._attach(new, self._gpus, strict=False)
+
     def stop(self) -> None:
         """Stop this panel's updates (it stays on screen, marked stopped); the sampler goes on."""
         self._halt(keep_header=True)
@@ -156,8 +162,6 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
 
     def _halt(self, keep_header: bool) -> None:
         """Leave the timer and the sampler's replacements; with ``keep_header``, tear down to it."""
-        if not hasattr(self, "_lock"):  # construction failed before the panel existed
-            return
         SCHEDULE.remove(self)
         with self._lock:
             self._wanted = False
@@ -175,17 +179,15 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             # Keep only the header, on layouts and a style all stopped panels share (two widgets).
             doomed = registry.descendants(self)
             panel_layout, header_layout, header_style = _stopped_parts()
-            self._header.layout, self._header.style = header_layout, header_style
-            if not self._own_layout:
-                self.layout = panel_layout
+            self._header.layout, self._header.style, self.layout = header_layout, header_style, panel_layout
             self.children = [self._header]
             self._torn_down = True
             self._drop(doomed, [self._header, self.layout], release=self._shared)
 
     def close(self) -> None:
         """Stop updates and remove the panel and all its widgets."""
-        self._halt(keep_header=False)
         if hasattr(self, "_lock"):  # (absent: construction failed before the panel existed)
+            self._halt(keep_header=False)
             with self._lock:
                 self._closed = True
                 registry.discard(self)
@@ -353,16 +355,4 @@ def _stopped_parts() -> list:
         _stopped[:] = [registry.share(widgets.Layout(**PANEL_LAYOUT)),
                        registry.share(widgets.Layout(**HEADER_LAYOUT)), registry.share(HTMLStyle())]
     return _stopped
-
-
-def _repointer(panel: GPUMonitor):
-    """An ``on_replace`` listener that re-points ``panel`` (held weakly) at the new sampler."""
-    ref = weakref.ref(panel)
-
-    def repoint(old, new) -> None:
-        mon = ref()
-        if mon is not None and not mon._closed and mon.sampler is old:
-            mon._attach(new, mon._gpus, strict=False)
-
-    return repoint
 

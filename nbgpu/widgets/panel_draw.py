@@ -20,7 +20,7 @@ from ..store import MarkFollower
 from . import text
 from .columns import Column, HostOnlySource, plain_reason
 from .spark import SparkSet
-from .text import COLUMN_PX, SPARK_PX, _escape, band_scale, fixed_scale, value_texts
+from .text import _NO_ROW, COLUMN_PX, SPARK_PX, _escape, band_scale, fixed_scale, value_texts
 
 INSET = 0.12  # fraction of a band left empty above and below the line
 RULE_COLOR = "#8a8a8a"
@@ -28,7 +28,6 @@ NO_TRACE_COLOR = "#888"
 LOST_COLOR = "#9ca3af"
 MARK_LABEL_PX = 40  # closer mark labels are dropped (the older one), the rules stay
 BUCKETS = SPARK_PX // 2  # min and max of each 2-pixel slice: about one point per pixel
-_NO_ROW: dict = {}  # a GPU with no readings yet
 HOST_COLOR = "#0d9488"
 MIN_SPAN_S = 10.0  # a fresh sampler's panel shows at least this many seconds
 SPAN_GROWTH = 1.5  # and then spans this much longer each time its history outgrows one
@@ -168,7 +167,8 @@ class PanelGrid:
                                   min_height=height, margin=f"{text.TITLE_PX}px 0 0 {text.LABEL_PX}px",
                                   padding="0", overflow="hidden", grid_area="cell"))
         self.figure.add_class("nbgpu-spark")
-        self.titles = [text.title_html(col.title, col.help) for col in columns]
+        self.titles = [f'<div class="nbgpu-p nbgpu-m nbgpu-t" title="{_escape(col.help)}">'
+                       f'{_escape(col.title) or "&nbsp;"}</div>' for col in columns]  # static
         self.tips = [col.help for col in columns]  # what a live value's row says on hover
         self.values = widgets.HTML(text.grid_html("", self.titles, [[] for _ in columns]),
                                    layout=widgets.Layout(margin="0", grid_area="cell"))
@@ -335,16 +335,14 @@ class PanelDrawing:
         self._header.value = text.header_html(describe, status.simulated, state, color, " ".join(notes))
 
 
-EVERY_S = 2.0
-
-
 class ProcessesLine:
     """The "who is using the GPU" line under the rows: this kernel, this user elsewhere, others
     (a total and a count, never names); recomputed at most every ``every_s``, "" with none."""
 
-    def __init__(self, every_s: float = EVERY_S) -> None:
+    every_s = 2.0
+
+    def __init__(self) -> None:
         self.html = ""
-        self.every_s = float(every_s)
         self._at = -float("inf")
         self._walked: frozenset[int] = frozenset()  # the PIDs listed at the last walk
         self._mine: set[int] = set()

@@ -14,8 +14,7 @@ import numpy as np
 
 from ..metrics import HOST_KEY
 from ..sources.base import Device
-from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_pct, fmt_rate, fmt_watts, gib
-from ..units import fmt_used_of as used_of
+from ..units import MISSING, fmt_bytes, fmt_celsius, fmt_pct, fmt_rate, fmt_used_of, fmt_watts, gib
 from .columns import Column
 
 ROW_PX = 30
@@ -105,7 +104,7 @@ def gpu_value(col: Column, row: dict, info: Device) -> str:
         return MISSING
     v0, k = vals[0], col.key
     if k == "mem":
-        return used_of(v0, row.get("mem_total_bytes", info.mem_total_bytes))
+        return fmt_used_of(v0, row.get("mem_total_bytes", info.mem_total_bytes))
     if k == "power":
         limit = row.get("power_limit_w", info.power_limit_w)
         return f"{v0:.0f}/{limit:.0f} W" if _ok(limit) and _ok(v0) else fmt_watts(v0)
@@ -126,7 +125,7 @@ def host_value(col: Column, host: dict) -> str:
         return ""
     v = host.get(col.host, math.nan)
     if col.host == "host_ram_used_bytes":
-        value = used_of(v, host.get("host_ram_total_bytes"))
+        value = fmt_used_of(v, host.get("host_ram_total_bytes"))
     else:
         value = fmt_bytes(v) if col.host == "proc_rss_bytes" else fmt_pct(v)
     return f"{HOST_LABELS[col.host][0]}\n{value}"
@@ -261,7 +260,3 @@ def snapshot_html(cols: list[Column], rows: list[Device], values: list[list[tupl
     return (f'<div class="nbgpu-p nbgpu-m" style="font-size:11px"><table class="nbgpu-n" '
             f'style="border-collapse:collapse"><tr><th>last values</th>{head}</tr>{body}</table></div>')
 
-
-def title_html(text: str, tip: str) -> str:
-    """A column title (static)."""
-    return f'<div class="nbgpu-p nbgpu-m nbgpu-t" title="{_escape(tip)}">{_escape(text) or "&nbsp;"}</div>'

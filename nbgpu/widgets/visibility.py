@@ -54,9 +54,8 @@ class ViewWatch(anywidget.AnyWidget):
     _esm = ESM
     views_visible = traitlets.Int(0)
 
-    def __init__(self, on_change: Callable[[bool], None], **kwargs) -> None:
-        kwargs.setdefault("layout", {"width": "0", "height": "0", "margin": "0"})
-        super().__init__(**kwargs)
+    def __init__(self, on_change: Callable[[bool], None]) -> None:
+        super().__init__(layout={"width": "0", "height": "0", "margin": "0"})
         self._on_change = on_change
         self._visible: set[str] = set()
         self.on_msg(self._on_view)
