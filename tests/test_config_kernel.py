@@ -79,6 +79,17 @@ def test_the_cells_and_history_settings_act_in_a_running_kernel(kernel, tmp_path
     assert kernel.value("len(nbgpu.history())") == before
 
 
+def test_the_gpus_setting_reaches_a_new_panel_given_none(kernel):
+    reply, outputs = kernel.run("%load_ext nbgpu\nimport nbgpu\n%config NbGpu.gpus = '1'")
+    assert reply["status"] == "ok", outputs
+    try:
+        assert kernel.value("nbgpu.GPUMonitor(source='sim:2', start=False).gpus") == [1]
+        assert kernel.value("nbgpu.GPUMonitor(source='sim:2', gpus=0, start=False).gpus") == [0]
+    finally:
+        kernel.run("%config NbGpu.gpus = ''")
+    assert kernel.value("nbgpu.GPUMonitor(source='sim:2', start=False).gpus") is None
+
+
 def test_a_thresholds_file_reaches_a_new_sampler_given_none(kernel, tmp_path):
     path = tmp_path / "thresholds.json"
     path.write_text('{"idle_window_s": 30}')

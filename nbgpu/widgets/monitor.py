@@ -50,10 +50,10 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                  gpus: object = None, window_s: float | None = None, metrics: object = None,
                  refresh_s: float | None = None, sampler=None, start: bool = True,
                  processes: bool = True) -> None:
-        if window_s is None:  # read now: %config NbGpu.window_s applies to the next panel
-            from ..config import settings
+        from ..config import settings  # read now: %config NbGpu.* applies to the next panel
 
-            window_s = settings().window_s
+        window_s = settings().window_s if window_s is None else window_s
+        gpus = (settings().gpus or None) if gpus is None else gpus
         self.window_s = check_window(window_s)
         self._refresh_given = None if refresh_s is None else check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
@@ -97,6 +97,11 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
             raise BadArgumentError("this stopped panel's sampler was replaced and released; "
                                    "read nbgpu.session.shared_sampler().timeline instead")
         return s.timeline
+
+    @property
+    def gpus(self) -> tuple | None:
+        """The GPUs shown (``gpus=``, else ``NbGpu.gpus``); None: all."""
+        return self._gpus
 
     @property
     def refresh_s(self) -> float:
