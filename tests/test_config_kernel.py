@@ -85,6 +85,9 @@ def test_the_gpus_setting_reaches_a_new_panel_given_none(kernel):
     try:
         assert kernel.value("nbgpu.GPUMonitor(source='sim:2', start=False).gpus") == [1]
         assert kernel.value("nbgpu.GPUMonitor(source='sim:2', gpus=0, start=False).gpus") == [0]
+        reply, outputs = kernel.run("%config NbGpu.gpus = '5'\n%gpumon --source sim:2")
+        said = str(outputs)  # a magic's one line, naming the setting the list came from
+        assert "out of range" in said and "NbGpu.gpus = '5'" in said and "Traceback" not in said, said
     finally:
         kernel.run("%config NbGpu.gpus = ''")
     assert kernel.value("nbgpu.GPUMonitor(source='sim:2', start=False).gpus") is None

@@ -53,7 +53,8 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
         from ..config import settings  # read now: %config NbGpu.* applies to the next panel
 
         window_s = settings().window_s if window_s is None else window_s
-        gpus = (settings().gpus or None) if gpus is None else gpus
+        configured = settings().gpus if gpus is None else ""  # a GPU list set long ago
+        gpus = configured or gpus
         self.window_s = check_window(window_s)
         self._refresh_given = None if refresh_s is None else check_refresh(refresh_s)
         self._chosen = check_metrics(metrics)
@@ -79,6 +80,12 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
                 sampler = shared_or_host_only(source, interval)
             self.sampler = sampler
             self._attach(sampler, gpus, strict=True)
+        except BadArgumentError as exc:
+            self.close()  # a panel that cannot be built leaves no widget behind
+            if configured:  # say where the list came from
+                raise BadArgumentError(f"{exc} (the GPUs of NbGpu.gpus = {configured!r}; "
+                                       "%config NbGpu.gpus = '' shows them all)") from None
+            raise
         except BaseException:
             self.close()  # a panel that cannot be built leaves no widget behind
             raise
