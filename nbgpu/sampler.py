@@ -15,7 +15,7 @@ import numpy as np
 
 from . import schedule
 from .config import check_interval, settings
-from .errors import BadArgumentError, SamplerStateError
+from .errors import BadArgumentError, FileError, SamplerStateError
 from .metrics import HOST_COLUMNS, HOST_KEY
 from .sampler_reads import SamplerReads
 from .sampler_thread import SamplerThread
@@ -126,13 +126,17 @@ class Sampler(SamplerThread, SamplerReads):
         self._listeners: list[Callable[[Sampler, float], None]] = []
         self.diagnostics = None  # the DiagnosticsEngine naming problems (nbgpu.diagnostics)
         if diagnostics:
+            configured = settings().thresholds_file if thresholds is None else ""
             try:
                 from .diagnostics.engine import attach
 
-                self.diagnostics = attach(self, thresholds if thresholds is not None
-                                          else settings().thresholds_file or None)
-            except Exception:
+                self.diagnostics = attach(self, configured or thresholds)
+            except Exception as exc:
                 self.source.close()
+                if configured and isinstance(exc, FileError):  # say where the file was named
+                    raise FileError(f"{exc} (NbGpu.thresholds_file)", path=exc.path) from None
+                if configured and isinstance(exc, BadArgumentError):
+                    raise BadArgumentError(f"{exc} (NbGpu.thresholds_file)") from None
                 raise
 
     def now(self) -> float:

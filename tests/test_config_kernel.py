@@ -103,5 +103,10 @@ def test_a_thresholds_file_reaches_a_new_sampler_given_none(kernel, tmp_path):
         assert kernel.value("nbgpu.Sampler('sim').diagnostics.thresholds.idle_window_s") == 30
         given = "nbgpu.Sampler('sim', thresholds={'eval_every_s': 3}).diagnostics.thresholds"
         assert kernel.value(f"{given}.idle_window_s") == 10  # given thresholds win, whole
+        kernel.run(f"%config NbGpu.thresholds_file = {str(path) + '.gone'!r}")
+        reply, outputs = kernel.run("try:\n    nbgpu.Sampler('sim')\nexcept nbgpu.NbgpuError as e:\n"
+                                    "    print('said:', e)")
+        said = str(outputs)
+        assert "cannot read thresholds from" in said and "(NbGpu.thresholds_file)" in said, said
     finally:
         kernel.run("%config NbGpu.thresholds_file = ''")
