@@ -285,7 +285,7 @@ def loaded_shell():
     """An IPython shell with nbgpu loaded; afterwards unloaded, panels closed, session reset."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from nbgpu import session
+    from nbgpu import config, session
     from nbgpu.widgets import registry
 
     registry.close_all()  # panels another test of this process left open are not this shell's
@@ -296,6 +296,7 @@ def loaded_shell():
         sh.run_line_magic("unload_ext", "nbgpu")
     registry.close_all()
     session.reset()
+    config.reset()  # a setting a magic changed (NbGpu.cells) is not the next test's
 
 
 # -- a panel as the front end sees it ------------------------------------------------------------

@@ -141,6 +141,20 @@ def test_cells_mode_switches(shell, monkeypatch) -> None:
     assert registry.panels() == []  # --cells alone opens no panel
 
 
+def test_the_cells_setting_says_what_the_magics_did_and_turns_profiling_back_on(shell) -> None:
+    from nbgpu.config import settings
+    from nbgpu.profiles.cells import cell_mode_enabled
+
+    shell.run_line_magic("gpumon", "--source sim --cells")
+    assert settings().cells == "on" and cell_mode_enabled()
+    shell.run_line_magic("gpumon", "stop")
+    assert settings().cells == "off" and not cell_mode_enabled()
+    shell.run_line_magic("config", "NbGpu.cells = 'on'")  # on again after a stop
+    assert cell_mode_enabled()
+    shell.run_line_magic("gpumon", "--cells off")
+    assert settings().cells == "off" and not cell_mode_enabled()
+
+
 def test_stop_also_ends_per_cell_profiles(shell, capsys) -> None:
     from nbgpu.profiles.cells import cell_mode_enabled
 

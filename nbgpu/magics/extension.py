@@ -34,20 +34,22 @@ def load(ipython) -> None:
     flight.on_load(ipython)
     cfg.observe(_cells_setting, "cells")  # %config NbGpu.cells = 'on' / 'off' acts at once
     if cfg.cells == "on":
-        _cells_setting({"new": "on", "owner": cfg})
+        _cells_setting({"new": "on"})
 
 
 def _cells_setting(change) -> None:
-    """``NbGpu.cells``: profile every cell ('on'), as ``%gpumon --cells`` does, or stop ('off')."""
+    """``NbGpu.cells``: profile every cell ('on'), as ``%gpumon --cells`` does, or stop ('off');
+    nothing when the mode already is so (the magics set the setting after acting)."""
     from IPython import get_ipython
 
-    from ..profiles.cells import disable_cell_mode, enable_cell_mode
+    from ..profiles.cells import cell_mode_enabled, disable_cell_mode, enable_cell_mode
     from ..widgets.columns import shared_or_host_only
 
     shell = get_ipython()
-    if shell is None:
+    on = change["new"] == "on"
+    if shell is None or on == cell_mode_enabled():
         return
-    if change["new"] == "on":
+    if on:
         enable_cell_mode(shell, lambda: shared_or_host_only(None, None))
         print("nbgpu: profiling every cell (NbGpu.cells); nbgpu.history() lists them.")
     else:

@@ -11,6 +11,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .. import session
+from ..config import settings
 from ..errors import NbgpuError
 from ..sources import sim_count
 from ..sources.base import check_gpus
@@ -112,6 +113,7 @@ def _stop(shell) -> str:
     cells = cell_mode_enabled()
     if cells:  # otherwise the next profiled cell would start the sampler again
         disable_cell_mode(shell)
+    settings().cells = "off"  # the setting says what runs
     session.stop_shared()
     flight.stop(shell)  # a clean stop: the ring is marked closed
     registry.SCHEDULE.wait_idle()  # the panels' timer thread has ended when this returns
@@ -176,7 +178,9 @@ class GPUMonMagics(Magics):
 
         if opts.cells == "off":
             disable_cell_mode(self.shell)
+            settings().cells = "off"  # the setting says what runs (its observer finds it done)
             return "nbgpu: per-cell profiles off (nbgpu.history() keeps the ones made)."
         _sampler(opts)
         enable_cell_mode(self.shell, lambda: shared_or_host_only(None, None), opts.cells_min_s)
+        settings().cells = "on"
         return "nbgpu: profiling every cell; %gpumon --cells off stops, nbgpu.history() lists them."
