@@ -102,7 +102,10 @@ class Thresholds:
         if isinstance(value, cls):
             return value
         if isinstance(value, (str, os.PathLike)):
-            return cls.from_any(_json_file(value))
+            try:
+                return cls.from_any(_json_file(value))
+            except BadArgumentError as exc:  # a bad name or value in the file: say which file
+                raise BadArgumentError(f"{value}: {exc}") from None
         if value is None or isinstance(value, dict):
             if unknown := sorted(set(value or {}) - {f.name for f in dataclasses.fields(cls)}):
                 raise BadArgumentError(f"unknown threshold(s) {', '.join(unknown)}; see "
@@ -130,8 +133,4 @@ def _json_file(path: str | os.PathLike) -> dict:
     if not isinstance(value, dict):
         raise FileError(f"cannot read thresholds from {path}: it must hold a JSON object of "
                         "threshold names and values", path=path)
-    try:
-        Thresholds.from_any(value)
-    except BadArgumentError as exc:
-        raise BadArgumentError(f"{path}: {exc}") from None
     return value
