@@ -221,16 +221,26 @@ PATHS = """() => Array.from(document.querySelectorAll('.nbgpu-spark path.line'))
 VALUES = "() => Array.from(document.querySelectorAll('.nbgpu-v')).map(e => e.textContent)"
 
 
+MOTION_WAIT_S = 12.0  # a watched sampler drains utilisation every 5 s; a refresh is 1-5 s
+
+
 def panel_motion(page, timeout_ms: int = 90_000) -> tuple[list, list, list]:
-    """Once the panel drew lines and numbers: its line paths, again 2 s later, and its values."""
+    """Once the panel drew lines and numbers: its line paths, the same paths once every drawn
+    line has moved (or ``MOTION_WAIT_S`` passed), and its values."""
     page.wait_for_selector(".nbgpu-spark path.line", state="attached", timeout=timeout_ms)
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('.nbgpu-v')).some(e => /\\d/.test(e.textContent))",
         timeout=30_000)
     time.sleep(1.0)
     before = page.evaluate(PATHS)
-    time.sleep(2.0)
-    return before, page.evaluate(PATHS), page.evaluate(VALUES)
+    deadline = time.monotonic() + MOTION_WAIT_S
+    while True:
+        time.sleep(0.5)
+        after = page.evaluate(PATHS)
+        moved = len(after) == len(before) and all(
+            a != b for a, b in zip(before, after) if b.count("L") >= 2)
+        if moved or time.monotonic() > deadline:
+            return before, after, page.evaluate(VALUES)
 
 
 def assert_sparklines_moved(before: list[str], after: list[str]) -> None:
@@ -240,7 +250,7 @@ def assert_sparklines_moved(before: list[str], after: list[str]) -> None:
     drawn = [i for i, d in enumerate(before) if d.count("L") >= 2]
     assert len(drawn) >= 4, before
     for i in drawn:
-        assert before[i] != after[i], f"sparkline {i} did not change over 2 s"
+        assert before[i] != after[i], f"sparkline {i} did not change within {MOTION_WAIT_S:g} s"
 
 
 def stop_process(proc: subprocess.Popen) -> None:
