@@ -131,7 +131,8 @@ class Store:
     def series(self, device: object, metric: str, t0: float = -np.inf, t1: float = np.inf,
                coarse: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of one metric of one device in [t0, t1], NaN rows dropped."""
-        return self.series_many([(device, metric)], t0, t1, coarse)[0]
+        _, t, v, _ = self.series_rows([(device, metric)], t0, t1, coarse)  # every row is the pair's
+        return t, v
 
     def last(self, device: object, metric: str) -> tuple[float, float]:
         """Newest (time, value) of a metric that is not NaN; (nan, nan) if none."""
