@@ -209,25 +209,26 @@ def throttling(ctx: Context) -> list[Finding]:
         gpu, parts, evidence, thermal = dev.key, [], {"window_s": span}, False
         if (got := ctx.window.recent(gpu, "clock_event_reasons", span)) is not None:
             bits = got[1].astype(np.int64)
-            shares = {b: float(np.mean((bits & b) != 0)) for b in CLOCK_EVENT_REASONS if b & THROTTLE_BITS}
-            if float(np.mean((bits & THROTTLE_BITS) != 0)) >= least:
+            if float(np.mean((bits & THROTTLE_BITS) != 0)) >= least:  # then each reason's share
+                shares = {b: float(np.mean((bits & b) != 0))
+                          for b in CLOCK_EVENT_REASONS if b & THROTTLE_BITS}
                 named = {CLOCK_EVENT_REASONS[b]: round(s, 2) for b, s in shares.items() if s > 0}
                 thermal = any(b & THERMAL_BITS and s >= least for b, s in shares.items())
                 parts.append("clock-event reasons " + ", ".join(
                     f"{n} ({100 * s:.0f} % of readings)" for n, s in named.items()))
                 evidence["reasons"] = named
-        slowdown = dev.slowdown_temp_c or math.nan
-        temp = ctx.window.mean(gpu, "temp_c", span)
-        if slowdown > 0 and temp >= slowdown - th.throttle_temp_margin_c:
+        slowdown = dev.slowdown_temp_c or math.nan  # (no slowdown temperature: no read)
+        near = slowdown - th.throttle_temp_margin_c
+        if slowdown > 0 and (temp := ctx.window.mean(gpu, "temp_c", span)) >= near:
             thermal = True
             parts.append(f"temperature {temp:.0f} °C, {slowdown - temp:.0f} °C from its slowdown "
                          f"threshold ({slowdown:.0f} °C)")
             evidence.update(temp_c=round(temp, 1), slowdown_temp_c=slowdown)
         limit = dev.power_limit_w or math.nan
         if (got := ctx.window.recent(gpu, "power_w", span)) is not None and limit > 0:
-            watts = float(np.mean(got[1]))
             pinned = float(np.mean(got[1] >= th.throttle_power_fraction * limit))
             if pinned >= th.throttle_power_share:
+                watts = float(np.mean(got[1]))
                 parts.append(f"power {watts:.0f} W pinned at its {limit:.0f} W limit "
                              f"({100 * pinned:.0f} % of readings)")
                 evidence.update(power_w=round(watts, 1), power_limit_w=limit, pinned_share=round(pinned, 2))
