@@ -238,7 +238,7 @@ def panel_motion(page, timeout_ms: int = 90_000) -> tuple[list, list, list]:
         time.sleep(0.5)
         after = page.evaluate(PATHS)
         moved = len(after) == len(before) and all(
-            a != b for a, b in zip(before, after) if b.count("L") >= 2)
+            a != b for a, b in zip(before, after, strict=True) if b.count("L") >= 2)
         if moved or time.monotonic() > deadline:
             return before, after, page.evaluate(VALUES)
 
