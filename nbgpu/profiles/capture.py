@@ -84,7 +84,7 @@ class Capture:
         self.sampler = sampler
         self._source, self._interval = source, interval
         self._asked_gpus = gpus
-        self.gpus = self._checked_gpus() if sampler is not None else None
+        self.gpus: list | None = None  # the block's GPUs, checked at the start (None: all)
         self.start_time = self.end_time = math.nan
         self.status = "running"
         self.error: str | None = None
@@ -120,12 +120,13 @@ class Capture:
                 raise BadArgumentError(
                     f"capture({asked}=...) needs a sampler of its own, but {self.sampler!r} is "
                     "already running; pass capture(sampler=...) to use it, or stop it first")
-        if self.sampler is None or not self.sampler.running:
             if self.sampler is None:
                 self.sampler = Sampler(self._source or "auto", self._interval or OWN_SAMPLER_INTERVAL_S)
+        keep = check_gpus(self._asked_gpus, [d.key for d in self.sampler.devices if d.parent is None])
+        self.gpus = None if keep is None else list(keep)  # checked before a sampler of its own starts
+        if not self.sampler.running:
             self.sampler.start()
             self.owns_sampler = True
-        self.gpus = self._checked_gpus()
         if (cuda := torch_cuda()) is not None:
             for i in range(cuda.device_count()):
                 for cap in _active:  # resetting the counters must not lose an outer block's peaks
@@ -141,10 +142,6 @@ class Capture:
             self.sampler.request("energy")
         _active.append(self)
         return self
-
-    def _checked_gpus(self) -> list | None:
-        keep = check_gpus(self._asked_gpus, [d.key for d in self.sampler.devices if d.parent is None])
-        return None if keep is None else list(keep)
 
     def finish(self, status: str = "ok", exc: BaseException | None = None, wait: bool = True) -> None:
         """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""
@@ -281,16 +278,15 @@ class Capture:
     @property
     def alerts(self) -> list:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
+        def find() -> list:
+            found, self.too_short = cell_alerts(self.sampler, *self._range(), self.split(),
+                                                not math.isnan(self.end_time))
+            parents = {d.key: d.parent for d in self.sampler.devices}
+            return [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
         try:
-            return self._once("alerts", self._find_alerts)
+            return self._once("alerts", find)
         except Exception:
             return []
-
-    def _find_alerts(self) -> list:
-        t0, t1 = self._range()
-        found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), not math.isnan(self.end_time))
-        parents = {d.key: d.parent for d in self.sampler.devices}
-        return [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
 
     def split(self) -> stacks.Split | None:
         """Where the main thread's time went in the block (None: no stack samples)."""
@@ -313,11 +309,8 @@ class Capture:
 
     def one_line(self) -> str:
         """The short summary line, e.g. ``GPU0 1m12s · util 87 % · peak 41.2 GiB (+3.1 GiB) · …``."""
-        def line() -> str:
-            result = self.summarized()
-            sim = " · SIMULATED" if self.sampler is not None and self.sampler.simulated else ""
-            return line_of(result.rows, self.status, result.combined) + sim
-        return self._once("line", line)
+        sim = " · SIMULATED" if self.sampler is not None and self.sampler.simulated else ""
+        return self._once("line", lambda: line_of(self.summarized(), self.status) + sim)
 
     def report(self) -> None:
         """Display the cell report (interactive chart + static fallbacks), once (None: no second copy)."""
