@@ -36,8 +36,6 @@ MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
 _HEAD = ("execution_count", "cell_id", "first_line", "start", "duration_s", "status")
 _ROW_SKIP = ("start", "end", "alerts", "label")
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NUMBERS = ("duration_s", "alerts")
 _TYPES = {"execution_count": int, "gpus": list, "totals": dict, "figures": dict,
           **dict.fromkeys(("cell_id", "first_line", "source_hash", "status", "error", "alert_rules"), str)}
@@ -194,14 +192,14 @@ def _check_path(path: str) -> None:
 def _open(path: str, flags: int) -> int:
     """An fd on the regular file ``path`` (never blocking on a FIFO, never through a symlink)."""
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC, 0o666)
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)  # not inherited (PEP 446)
     except OSError as exc:
         _check_path(path)  # a symlink (ELOOP) or FIFO swapped in: say so
         raise file_error("use", path, exc) from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    if what := kind_of(os.fstat(fd).st_mode):  # a FIFO or folder swapped in since the check
         os.close(fd)
-        _check_path(path)
-        raise FileError(f"cannot keep history in {path}: not a regular file", path=path)
+        raise FileError(f"cannot keep history in {path}: it is {what}, not a regular file; "
+                        "give another path", path=path)
     os.set_blocking(fd, True)
     return fd
 
@@ -213,7 +211,7 @@ def _locked(path: str, shared: bool = False) -> Iterator[None]:
     lock = os.path.join(folder, f".{name}.lock")
     fd = -1
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o666)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as exc:
         if not shared:  # a reader in a read-only folder reads without the lock
             raise file_error("write", path, exc) from exc
