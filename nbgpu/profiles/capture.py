@@ -180,7 +180,8 @@ class Capture:
                 "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
                 "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
                 "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
-                "torch_reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
+                "peak_reserved_bytes": reserved,  # these two: what summarize(allocator=) folds in
+                "reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
                 "torch_uuid": torch_uuid(cuda, i)})
 
     # -- results ----------------------------------------------------------------------------
@@ -240,11 +241,8 @@ class Capture:
     def _summarize(self) -> Summary:
         # PyTorch's figures, matched to GPUs by UUID (or by order where safe)
         torch_rows = match_torch(self.devices(), self._torch, "torch_uuid") if self._torch else {}
-        allocator = {g: {"peak_reserved_bytes": f["torch_peak_reserved_bytes"],
-                         "reserved_start_bytes": f["torch_reserved_start_bytes"]}
-                     for g, f in torch_rows.items()}
         result = summarize(self.sampler.timeline, *self._range(), gpus=self.gpus, status=self.status,
-                           allocator=allocator)
+                           allocator=torch_rows)
         alerts = self.alerts
         for row in result.rows:
             for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
