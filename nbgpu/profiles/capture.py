@@ -84,7 +84,7 @@ class Capture:
         self.sampler = sampler
         self._source, self._interval = source, interval
         self._asked_gpus = gpus
-        self.gpus: list | None = None  # the block's GPUs, checked at the start (None: all)
+        self.gpus = self._checked_gpus() if sampler is not None else None  # None: all
         self.start_time = self.end_time = math.nan
         self.status = "running"
         self.error: str | None = None
@@ -122,8 +122,7 @@ class Capture:
                     "already running; pass capture(sampler=...) to use it, or stop it first")
             if self.sampler is None:
                 self.sampler = Sampler(self._source or "auto", self._interval or OWN_SAMPLER_INTERVAL_S)
-        keep = check_gpus(self._asked_gpus, [d.key for d in self.sampler.devices if d.parent is None])
-        self.gpus = None if keep is None else list(keep)  # checked before a sampler of its own starts
+            self.gpus = self._checked_gpus()  # before a sampler of its own starts
         if not self.sampler.running:
             self.sampler.start()
             self.owns_sampler = True
@@ -142,6 +141,10 @@ class Capture:
             self.sampler.request("energy")
         _active.append(self)
         return self
+
+    def _checked_gpus(self) -> list | None:
+        keep = check_gpus(self._asked_gpus, [d.key for d in self.sampler.devices if d.parent is None])
+        return None if keep is None else list(keep)
 
     def finish(self, status: str = "ok", exc: BaseException | None = None, wait: bool = True) -> None:
         """Note the end time and status; with ``wait``, give the sampler a moment to read the edge."""
