@@ -84,7 +84,7 @@ class Capture:
         self.sampler = sampler
         self._source, self._interval = source, interval
         self._asked_gpus = gpus
-        self.gpus = self._checked_gpus() if sampler is not None else None
+        self.gpus = self._checked_gpus() if sampler is not None else None  # None: all
         self.start_time = self.end_time = math.nan
         self.status = "running"
         self.error: str | None = None
@@ -120,12 +120,12 @@ class Capture:
                 raise BadArgumentError(
                     f"capture({asked}=...) needs a sampler of its own, but {self.sampler!r} is "
                     "already running; pass capture(sampler=...) to use it, or stop it first")
-        if self.sampler is None or not self.sampler.running:
             if self.sampler is None:
                 self.sampler = Sampler(self._source or "auto", self._interval or OWN_SAMPLER_INTERVAL_S)
+            self.gpus = self._checked_gpus()  # before a sampler of its own starts
+        if not self.sampler.running:
             self.sampler.start()
             self.owns_sampler = True
-        self.gpus = self._checked_gpus()
         if (cuda := torch_cuda()) is not None:
             for i in range(cuda.device_count()):
                 for cap in _active:  # resetting the counters must not lose an outer block's peaks
@@ -183,7 +183,8 @@ class Capture:
                 "torch_peak_allocated_bytes": allocated, "torch_peak_reserved_bytes": reserved,
                 "torch_allocated_end_bytes": float(cuda.memory_allocated(i)),
                 "torch_reserved_end_bytes": float(cuda.memory_reserved(i)),
-                "torch_reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
+                "peak_reserved_bytes": reserved,  # these two: what summarize(allocator=) folds in
+                "reserved_start_bytes": self._torch_reserved_start.get(i, 0.0),
                 "torch_uuid": torch_uuid(cuda, i)})
 
     # -- results ----------------------------------------------------------------------------
@@ -243,11 +244,8 @@ class Capture:
     def _summarize(self) -> Summary:
         # PyTorch's figures, matched to GPUs by UUID (or by order where safe)
         torch_rows = match_torch(self.devices(), self._torch, "torch_uuid") if self._torch else {}
-        allocator = {g: {"peak_reserved_bytes": f["torch_peak_reserved_bytes"],
-                         "reserved_start_bytes": f["torch_reserved_start_bytes"]}
-                     for g, f in torch_rows.items()}
         result = summarize(self.sampler.timeline, *self._range(), gpus=self.gpus, status=self.status,
-                           allocator=allocator)
+                           allocator=torch_rows)
         alerts = self.alerts
         for row in result.rows:
             for col in ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
@@ -281,16 +279,15 @@ class Capture:
     @property
     def alerts(self) -> list:
         """Alerts whose condition held inside the block, as seen there (empty if none run)."""
+        def find() -> list:
+            found, self.too_short = cell_alerts(self.sampler, *self._range(), self.split(),
+                                                not math.isnan(self.end_time))
+            parents = {d.key: d.parent for d in self.sampler.devices}
+            return [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
         try:
-            return self._once("alerts", self._find_alerts)
+            return self._once("alerts", find)
         except Exception:
             return []
-
-    def _find_alerts(self) -> list:
-        t0, t1 = self._range()
-        found, self.too_short = cell_alerts(self.sampler, t0, t1, self.split(), not math.isnan(self.end_time))
-        parents = {d.key: d.parent for d in self.sampler.devices}
-        return [a for a in found if a.gpu is None or selected(a.gpu, self.gpus, parents.get(a.gpu))]
 
     def split(self) -> stacks.Split | None:
         """Where the main thread's time went in the block (None: no stack samples)."""
@@ -313,11 +310,8 @@ class Capture:
 
     def one_line(self) -> str:
         """The short summary line, e.g. ``GPU0 1m12s · util 87 % · peak 41.2 GiB (+3.1 GiB) · …``."""
-        def line() -> str:
-            result = self.summarized()
-            sim = " · SIMULATED" if self.sampler is not None and self.sampler.simulated else ""
-            return line_of(result.rows, self.status, result.combined) + sim
-        return self._once("line", line)
+        sim = " · SIMULATED" if self.sampler is not None and self.sampler.simulated else ""
+        return self._once("line", lambda: line_of(self.summarized(), self.status) + sim)
 
     def report(self) -> None:
         """Display the cell report (interactive chart + static fallbacks), once (None: no second copy)."""

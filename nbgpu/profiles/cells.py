@@ -101,13 +101,6 @@ def _oom_story(cap: Capture, exc: BaseException | None) -> OomStory | None:
         return None
 
 
-def _show_post_mortem(cap: Capture, story) -> None:
-    try:
-        display(view("oom_report", PostMortem(cap, story)))
-    except Exception as exc:  # never hide the user's own error behind ours
-        log.warning("nbgpu: the out-of-memory report could not be shown: %s", exc)
-
-
 class _CellMode:
     """The pre/post cell hooks of ``%gpumon --cells``."""
 
@@ -148,14 +141,8 @@ class _CellMode:
             return
         rec = CellRecord(getattr(result, "execution_count", None), _cell_id(self.shell, info),
                          getattr(info, "raw_cell", "") or "", cap)
-        add_record(rec)
-        if long_enough and cap.sampler.devices:  # no GPU visible: nothing worth a line
-            if story is not None:
-                _show_post_mortem(cap, story)
-            try:
-                _show_one_line(cap, against_last(rec))
-            except Exception as exc:  # never disturb the user's cell over a summary
-                log.debug("cell summary failed: %s", exc)
+        # no GPU visible: nothing worth a line
+        _record_and_show(rec, story, "line" if long_enough and cap.sampler.devices else "")
 
 
 def enable_cell_mode(shell, get_sampler: Callable[[], Sampler],
@@ -213,16 +200,28 @@ def run_profiled_cell(shell, cell: str, sampler: Sampler, gpus: list | None = No
         raise  # the user's exception, unchanged: same object, same traceback
     finally:
         cap.finish(status_of(error), error)
-        _record_and_show(shell, cell, cap, story)
+        _record_and_show(CellRecord(current_count(shell), _cell_id(shell), cell, cap), story, "report")
     return cap
 
 
-def _record_and_show(shell, cell: str, cap: Capture, story: OomStory | None) -> None:
-    """Record the cell, then show: the OOM story first (if any), the report, the comparison."""
-    rec = CellRecord(current_count(shell), _cell_id(shell), cell, cap)
+def _record_and_show(rec: CellRecord, story: OomStory | None, show: str) -> None:
+    """Record the cell, then show: the OOM story first (if any), then ``show``: "line" (``--cells``),
+    "report" (the cell report and the comparison, ``%%gpumon``) or "" (nothing)."""
     add_record(rec)
+    cap = rec.capture
+    if not show:
+        return
     if story is not None:
-        _show_post_mortem(cap, story)
+        try:
+            display(view("oom_report", PostMortem(cap, story)))
+        except Exception as exc:  # never hide the user's own error behind ours
+            log.warning("nbgpu: the out-of-memory report could not be shown: %s", exc)
+    if show == "line":
+        try:
+            _show_one_line(cap, against_last(rec))
+        except Exception as exc:  # never disturb the user's cell over a summary
+            log.debug("cell summary failed: %s", exc)
+        return
     try:
         display(view("cell_report", cap))
         joules = cap.totals.get("energy_j", math.nan)

@@ -4,7 +4,6 @@ straight-line arithmetic every summary figure uses."""
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,7 +14,6 @@ from ..metrics import BY_NAME
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..store import Store
     from ..timeline import Timeline
 
 # The metrics a summary reads (``summary._gpu_row``); other metrics are never merged.
@@ -55,42 +53,18 @@ class Readings:
         return t[i:j], v[i:j]
 
 
-# Per store and device: (its streams, (stream, a metric kept in it alone or None) per stream).
-_witness_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _witnesses(store: Store, gpu: object) -> list[tuple[str, str | None]]:
-    """For each stream of ``gpu``, a metric kept in that stream alone (None: no such metric)."""
-    streams = tuple(store.streams_of(gpu))
-    per_store = _witness_cache.setdefault(store, {})
-    hit = per_store.get(gpu)
-    if hit is not None and hit[0] == streams:
-        return hit[1]
-    columns = {s: list(store.read_stream(gpu, s, math.inf, math.inf)[1]) for s in streams}
-    found = []
-    for s in streams:
-        others = {c for o in streams if o != s for c in columns[o]}
-        alone = [c for c in columns[s] if c not in others]
-        found.append((s, next((c for c in alone if c in SUMMARY_METRICS), alone[0] if alone else None)))
-    per_store[gpu] = (streams, found)
-    return found
-
-
 def timeline_readings(full: Timeline, gpus: list, a: float, b: float, t0: float, t1: float
                       ) -> list[Readings]:
     """The ``Readings`` of each of ``gpus`` over [a, b] for the block [t0, t1], read in one pass."""
     store = full.store
-    plans = [(g, _witnesses(store, g)) for g in gpus]
-    pairs = [(g, m) for g in gpus for m in SUMMARY_METRICS]
-    per_pair = store.series_many(pairs, a, b)
-    seen = [(g, w) for g, wit in plans for _, w in wit if w is not None]
-    witnessed = {pair for pair, (t, _) in zip(seen, store.series_many(seen, t0 - WITNESS_S, t0, coarse=False),
-                                              strict=True) if len(t)}
+    per_pair = store.series_many([(g, m) for g in gpus for m in SUMMARY_METRICS], a, b)
     out, n = [], len(SUMMARY_METRICS)
-    for i, (g, wit) in enumerate(plans):
+    for i, g in enumerate(gpus):
         merged = dict(zip(SUMMARY_METRICS, per_pair[i * n:(i + 1) * n], strict=True))
-        bucketed = any((g, w) not in witnessed and store.read_stream(g, s, t0, t1)[2].any()
-                       for s, w in wit)
+        # buckets are older than every full-resolution row: a stream with such rows just before
+        # t0 holds none in the block, and only the others are read over the block
+        bucketed = any(not len(store.read_stream(g, s, t0 - WITNESS_S, t0, coarse=False)[0])
+                       and store.read_stream(g, s, t0, t1)[2].any() for s in store.streams_of(g))
         out.append(Readings(merged, bucketed))
     return out
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import itertools
 import json
 import math
 import os
-import stat
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,8 +36,6 @@ MAX_SAVED = 1_000
 FIRST_LINE_CHARS = 80
 _HEAD = ("execution_count", "cell_id", "first_line", "start", "duration_s", "status")
 _ROW_SKIP = ("start", "end", "alerts", "label")
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NUMBERS = ("duration_s", "alerts")
 _TYPES = {"execution_count": int, "gpus": list, "totals": dict, "figures": dict,
           **dict.fromkeys(("cell_id", "first_line", "source_hash", "status", "error", "alert_rules"), str)}
@@ -175,33 +173,19 @@ def _key(rec: CellRecord | SavedRecord) -> tuple:
 
 
 # -- the persistent history file: JSON lines, appended under a lock, read line by line
-def _check_path(path: str) -> None:
-    """FileError unless ``path`` is missing or a regular file (a symlink is refused)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise file_error("use", path, exc) from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise FileError(f"cannot keep history in {path}: it is a symbolic link; give the path "
-                        "of the file itself", path=path)
-    if what := kind_of(st.st_mode):
-        raise FileError(f"cannot keep history in {path}: it is {what}, not a regular file; "
-                        "give another path", path=path)
-
-
 def _open(path: str, flags: int) -> int:
     """An fd on the regular file ``path`` (never blocking on a FIFO, never through a symlink)."""
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC, 0o666)
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)  # not inherited (PEP 446)
     except OSError as exc:
-        _check_path(path)  # a symlink (ELOOP) or FIFO swapped in: say so
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise FileError(f"cannot keep history in {path}: it is a symbolic link; give the path "
+                            "of the file itself", path=path) from None
         raise file_error("use", path, exc) from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    if what := kind_of(os.fstat(fd).st_mode):  # a FIFO, a folder, a device
         os.close(fd)
-        _check_path(path)
-        raise FileError(f"cannot keep history in {path}: not a regular file", path=path)
+        raise FileError(f"cannot keep history in {path}: it is {what}, not a regular file; "
+                        "give another path", path=path)
     os.set_blocking(fd, True)
     return fd
 
@@ -213,7 +197,7 @@ def _locked(path: str, shared: bool = False) -> Iterator[None]:
     lock = os.path.join(folder, f".{name}.lock")
     fd = -1
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o666)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as exc:
         if not shared:  # a reader in a read-only folder reads without the lock
             raise file_error("write", path, exc) from exc
@@ -318,7 +302,6 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     text = os.path.abspath(os.path.expanduser(as_path(path)))
     if text == _store.path:
         return text
-    _check_path(text)
     try:
         os.makedirs(os.path.dirname(text), exist_ok=True)
     except OSError as exc:

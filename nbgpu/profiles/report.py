@@ -21,17 +21,15 @@ REPORT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_
                   "pcie_tx_bytes_per_s")
 
 
-def one_line(summary: Summary | list[dict], status: str = "ok", combined: dict | None = None) -> str:
+def one_line(summary: Summary, status: str = "ok") -> str:
     """``GPU0 1m12s · util 87 % · peak 38.4 GiB (+2.9 GiB) · 612 W · 44.1 kJ`` for each GPU."""
-    if isinstance(summary, Summary):
-        summary, combined = summary.rows, summary.combined
-    cards = {r["gpu"] for r in summary}
-    rows = [r for r in summary if r.get("parent") not in cards]  # a listed card's slices left out
+    cards = {r["gpu"] for r in summary.rows}
+    rows = [r for r in summary.rows if r.get("parent") not in cards]  # a listed card's slices left out
     if not rows:
         return "no GPU readings"
     named = [(f"GPU{r['gpu']}", r) for r in rows]
-    if len(rows) > 2 and combined:
-        named = [(f"{len(rows)} GPUs", combined)]
+    if len(rows) > 2 and summary.combined:
+        named = [(f"{len(rows)} GPUs", summary.combined)]
     parts = []
     for name, r in named:
         delta = f" ({fmt_bytes(r['mem_delta_bytes'], signed=True)})" if finite(r["mem_delta_bytes"]) else ""

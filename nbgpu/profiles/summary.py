@@ -68,9 +68,7 @@ def _throttle(t: np.ndarray, bits: np.ndarray, t0: float, t1: float) -> tuple[st
     present = int(np.bitwise_or.reduce(ints))
     if not present & THROTTLE_BITS:  # no throttling bit in any reading
         return "", 0.0
-    starts = np.clip(t, t0, t1)
-    ends = np.clip(np.r_[t[1:], t1], t0, t1)
-    held = np.maximum(ends - starts, 0.0)
+    held = np.diff(np.clip(np.r_[t, t1], t0, t1))  # each reading holds until the next (or t1)
     if not held.sum():  # a single reading in a very short range
         held = np.full(len(t), (t1 - t0) / len(t))
     seen = [f"{name} {float(held[(ints & bit) != 0].sum()):.1f}s"
@@ -126,10 +124,9 @@ def _memory(r: Readings, t0: float, t1: float) -> tuple[float, float, tuple | No
     t, v = r.series("mem_used_bytes")
     if not len(t):
         return math.nan, math.nan, None
-    first = int(t.searchsorted(t0 - EDGE_SLACK_S, "left"))  # the oldest that may stand for t0
-    last = int(t.searchsorted(t1 + EDGE_SLACK_S, "right"))  # past the newest that may stand for t1
-    in_lo, upto_t0 = int(t.searchsorted(t0, "left")), int(t.searchsorted(t0, "right"))
-    from_t1, in_hi = int(t.searchsorted(t1, "left")), int(t.searchsorted(t1, "right"))
+    # first: the oldest that may stand for t0; last: past the newest that may stand for t1
+    first, in_lo, from_t1 = t.searchsorted((t0 - EDGE_SLACK_S, t0, t1), "left").tolist()
+    upto_t0, in_hi, last = t.searchsorted((t0, t1, t1 + EDGE_SLACK_S), "right").tolist()
     inside = in_hi > in_lo  # readings in [t0, t1]
     start = (float(v[upto_t0 - 1]) if upto_t0 > first
              else float(v[in_lo]) if inside else math.nan)
