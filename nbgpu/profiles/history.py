@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import itertools
 import json
 import math
 import os
+import stat
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -173,16 +173,30 @@ def _key(rec: CellRecord | SavedRecord) -> tuple:
 
 
 # -- the persistent history file: JSON lines, appended under a lock, read line by line
+def _check_path(path: str) -> None:
+    """FileError unless ``path`` is missing or a regular file (a symlink is refused)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise file_error("use", path, exc) from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise FileError(f"cannot keep history in {path}: it is a symbolic link; give the path "
+                        "of the file itself", path=path)
+    if what := kind_of(st.st_mode):
+        raise FileError(f"cannot keep history in {path}: it is {what}, not a regular file; "
+                        "give another path", path=path)
+
+
 def _open(path: str, flags: int) -> int:
     """An fd on the regular file ``path`` (never blocking on a FIFO, never through a symlink)."""
     try:
         fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)  # not inherited (PEP 446)
     except OSError as exc:
-        if exc.errno == errno.ELOOP and os.path.islink(path):
-            raise FileError(f"cannot keep history in {path}: it is a symbolic link; give the path "
-                            "of the file itself", path=path) from None
+        _check_path(path)  # a symlink (ELOOP) or FIFO swapped in: say so
         raise file_error("use", path, exc) from exc
-    if what := kind_of(os.fstat(fd).st_mode):  # a FIFO, a folder, a device
+    if what := kind_of(os.fstat(fd).st_mode):  # a FIFO or folder swapped in since the check
         os.close(fd)
         raise FileError(f"cannot keep history in {path}: it is {what}, not a regular file; "
                         "give another path", path=path)
@@ -302,6 +316,7 @@ def keep_history(path: str | os.PathLike | bool | None = None) -> str | None:
     text = os.path.abspath(os.path.expanduser(as_path(path)))
     if text == _store.path:
         return text
+    _check_path(text)
     try:
         os.makedirs(os.path.dirname(text), exist_ok=True)
     except OSError as exc:
