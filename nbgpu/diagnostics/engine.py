@@ -17,7 +17,7 @@ from ..errors import BadArgumentError
 from ..store import MarkFollower
 from . import rules
 from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
-from .owners import attribute, gpus_in_use, tree_pids
+from .owners import OK, attribute, tree_pids
 from .rules_memory import memory_leak, oom_risk
 from .stacks import samples_of
 from .thresholds import Thresholds
@@ -59,13 +59,7 @@ def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
 
 def _work_active(sampler: Sampler) -> bool:
     """Whether a registered probe says work (a capture, a profiled cell) runs on this sampler."""
-    for probe in list(_activity_probes):
-        try:
-            if probe(sampler):
-                return True
-        except Exception:
-            log.debug("diagnostics activity probe failed", exc_info=True)
-    return False
+    return any(probe(sampler) for probe in list(_activity_probes))
 
 
 def _run(name: str, ctx: Context) -> list[Finding] | None:
@@ -195,8 +189,9 @@ class DiagnosticsEngine:
         devices = [d for d in sampler.devices if d.key not in lost]
         processes, mine = sampler.processes() or None, self._my_pids(now)
         status, _ = attribute(processes, mine)
-        ctx = Context(now, window, devices, th, in_cell_s, gpus_in_use(processes, mine, status), status,
-                      stacks=samples_of(sampler))
+        # the GPUs this kernel's processes hold memory on; None (judge all) where that cannot be told
+        used = {g for g, ps in processes.items() if {p.pid for p in ps} & mine} if status == OK else None
+        ctx = Context(now, window, devices, th, in_cell_s, used, status, stacks=samples_of(sampler))
         if own:
             return ctx
         if not (self._cells or _work_active(sampler)):

@@ -180,13 +180,6 @@ def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: lis
     return found
 
 
-def gpus_in_use(processes: dict | None, mine: set[int], status: str) -> set | None:
-    """GPUs this kernel's processes hold memory on; None when that cannot be told."""
-    if status != OK or processes is None:
-        return None
-    return {gpu for gpu, procs in processes.items() if any(p.pid in mine for p in procs)}
-
-
 def _command(pid: int) -> tuple[str, str]:
     import psutil
 
