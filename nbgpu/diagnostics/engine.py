@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import itertools
@@ -49,12 +48,7 @@ _activity_probes: list[Callable[[Sampler], bool]] = []
 def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
     """Let a higher layer say when work (a capture) runs on a sampler; returns a function removing it."""
     _activity_probes.append(probe)
-
-    def remove() -> None:
-        with contextlib.suppress(ValueError):
-            _activity_probes.remove(probe)
-
-    return remove
+    return functools.partial(_activity_probes.remove, probe)
 
 
 def _work_active(sampler: Sampler) -> bool:
@@ -169,12 +163,9 @@ class DiagnosticsEngine:
         self.evaluate(sampler, now, cell_end)
 
     def _my_pids(self, now: float) -> set[int]:
-        at, pids = self._pids
-        if now - at >= PIDS_EVERY_S or now < at:
-            with contextlib.suppress(Exception):  # keep the last PIDs
-                pids = tree_pids()
-            self._pids = (now, pids)
-        return pids
+        if not 0 <= now - self._pids[0] < PIDS_EVERY_S:  # every 10 s, or the clock went back
+            self._pids = (now, tree_pids())
+        return self._pids[1]
 
     def context(self, sampler: Sampler, now: float, thresholds: Thresholds | None = None,
                 in_cell_s: float = 0.0) -> Context:
