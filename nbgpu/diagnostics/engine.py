@@ -225,7 +225,7 @@ class DiagnosticsEngine:
         opened or escalated."""
         ctx = self.context(sampler, now)
         ctx.cell_end = cell_end
-        enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}
+        enabled = [r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled]  # in one order
         findings: list[Finding] = []
         # what the ``AT_UTILISATION_END`` rules read besides the store up to those ends
         inputs = (tuple((d.key, ctx.window.end(d.key, "util_pct")) for d in ctx.devices), ctx.gpus_in_use,
