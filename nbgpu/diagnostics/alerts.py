@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,7 +62,7 @@ class Episodes:
         self._open: dict[tuple[str, object], Alert] = {}
         self._seen: dict[tuple[str, object], float] = {}
 
-    def update(self, findings: list[Finding], now: float, rules: set[str]) -> list[Alert]:
+    def update(self, findings: list[Finding], now: float, rules: Collection[str]) -> list[Alert]:
         """Apply one evaluation of ``rules``; returns alerts that were opened or escalated."""
         changed = []
         for f in findings:

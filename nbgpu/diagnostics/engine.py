@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import itertools
@@ -17,7 +16,7 @@ from ..errors import BadArgumentError
 from ..store import MarkFollower
 from . import rules
 from .alerts import Alert, Episodes, Finding, alerts_frame, judged_in
-from .owners import attribute, gpus_in_use, tree_pids
+from .owners import OK, attribute, tree_pids
 from .rules_memory import memory_leak, oom_risk
 from .stacks import samples_of
 from .thresholds import Thresholds
@@ -49,23 +48,12 @@ _activity_probes: list[Callable[[Sampler], bool]] = []
 def register_activity(probe: Callable[[Sampler], bool]) -> Callable[[], None]:
     """Let a higher layer say when work (a capture) runs on a sampler; returns a function removing it."""
     _activity_probes.append(probe)
-
-    def remove() -> None:
-        with contextlib.suppress(ValueError):
-            _activity_probes.remove(probe)
-
-    return remove
+    return functools.partial(_activity_probes.remove, probe)
 
 
 def _work_active(sampler: Sampler) -> bool:
     """Whether a registered probe says work (a capture, a profiled cell) runs on this sampler."""
-    for probe in list(_activity_probes):
-        try:
-            if probe(sampler):
-                return True
-        except Exception:
-            log.debug("diagnostics activity probe failed", exc_info=True)
-    return False
+    return any(probe(sampler) for probe in list(_activity_probes))
 
 
 def _run(name: str, ctx: Context) -> list[Finding] | None:
@@ -175,12 +163,9 @@ class DiagnosticsEngine:
         self.evaluate(sampler, now, cell_end)
 
     def _my_pids(self, now: float) -> set[int]:
-        at, pids = self._pids
-        if now - at >= PIDS_EVERY_S or now < at:
-            with contextlib.suppress(Exception):  # keep the last PIDs
-                pids = tree_pids()
-            self._pids = (now, pids)
-        return pids
+        if not 0 <= now - self._pids[0] < PIDS_EVERY_S:  # every 10 s, or the clock went back
+            self._pids = (now, tree_pids())
+        return self._pids[1]
 
     def context(self, sampler: Sampler, now: float, thresholds: Thresholds | None = None,
                 in_cell_s: float = 0.0) -> Context:
@@ -195,8 +180,9 @@ class DiagnosticsEngine:
         devices = [d for d in sampler.devices if d.key not in lost]
         processes, mine = sampler.processes() or None, self._my_pids(now)
         status, _ = attribute(processes, mine)
-        ctx = Context(now, window, devices, th, in_cell_s, gpus_in_use(processes, mine, status), status,
-                      stacks=samples_of(sampler))
+        # the GPUs this kernel's processes hold memory on; None (judge all) where that cannot be told
+        used = {g for g, ps in processes.items() if {p.pid for p in ps} & mine} if status == OK else None
+        ctx = Context(now, window, devices, th, in_cell_s, used, status, stacks=samples_of(sampler))
         if own:
             return ctx
         if not (self._cells or _work_active(sampler)):
@@ -239,7 +225,7 @@ class DiagnosticsEngine:
         opened or escalated."""
         ctx = self.context(sampler, now)
         ctx.cell_end = cell_end
-        enabled = {r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled}
+        enabled = [r for r in RULE_FUNCTIONS if r not in self.thresholds.disabled]  # in one order
         findings: list[Finding] = []
         # what the ``AT_UTILISATION_END`` rules read besides the store up to those ends
         inputs = (tuple((d.key, ctx.window.end(d.key, "util_pct")) for d in ctx.devices), ctx.gpus_in_use,

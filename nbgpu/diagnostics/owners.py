@@ -180,13 +180,6 @@ def match_hidden(processes: dict, mine: set[int], devices: list, frameworks: lis
     return found
 
 
-def gpus_in_use(processes: dict | None, mine: set[int], status: str) -> set | None:
-    """GPUs this kernel's processes hold memory on; None when that cannot be told."""
-    if status != OK or processes is None:
-        return None
-    return {gpu for gpu, procs in processes.items() if any(p.pid in mine for p in procs)}
-
-
 def _command(pid: int) -> tuple[str, str]:
     import psutil
 
@@ -368,16 +361,12 @@ def who_uses(sampler: Sampler, mine: set[int] | None = None, user: str | None = 
 
 def users_line(u: GpuUsers) -> str:
     """One line for a person: "this kernel 4.0 GiB (2) · you elsewhere 1.0 GiB · others 12 GiB (3)"."""
-    if not u.attributed:
-        hidden = (f"{_size(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
-                  "this PID namespace hides the host PIDs NVML lists")
-        if not u.kernel_processes:
-            return hidden
-        kernel = f"this kernel {_size(u.kernel_bytes, u.kernel_processes)} (matched {u.matched})"
-        return f"{kernel} · {hidden}" if u.unattributed_processes else kernel
-    parts = [f"this kernel {_size(u.kernel_bytes, u.kernel_processes)}"]
-    if u.user_processes:
-        parts.append(f"you elsewhere {_size(u.user_bytes, u.user_processes)}")
-    if u.others_processes:
-        parts.append(f"others {_size(u.others_bytes, u.others_processes)}")
-    return " · ".join(parts)
+    kernel = f"this kernel {_size(u.kernel_bytes, u.kernel_processes)}"
+    parts = [(True, kernel), (u.user_processes, f"you elsewhere {_size(u.user_bytes, u.user_processes)}"),
+             (u.others_processes, f"others {_size(u.others_bytes, u.others_processes)}")]
+    if not u.attributed:  # the kernel where a match found it, then what stays hidden
+        parts = [(u.kernel_processes, f"{kernel} (matched {u.matched})"),
+                 (u.unattributed_processes or not u.kernel_processes,
+                  f"{_size(u.unattributed_bytes, u.unattributed_processes)} held; not attributed: "
+                  "this PID namespace hides the host PIDs NVML lists")]
+    return " · ".join(text for shown, text in parts if shown)

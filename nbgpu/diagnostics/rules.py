@@ -11,7 +11,7 @@ import numpy as np
 from ..metrics import CLOCK_EVENT_REASONS, HOST_KEY, THROTTLE_BITS
 from .alerts import Finding
 from .stacks import LABELS
-from .window import Context, fmt_gpus
+from .window import Context
 
 INPUT_HINT = ("Feed the GPU faster: DataLoader(num_workers=4 or more, pin_memory=True, "
               "persistent_workers=True, prefetch_factor=2 or more) with .to(device, non_blocking=True); "
@@ -152,6 +152,17 @@ def idle(ctx: Context) -> list[Finding]:
             "util_pct": round(util, 1), "proc_cpu_pct": round(cpu, 1), "window_s": span,
             "in_cell_s": round(ctx.in_cell_s - (ctx.now - end), 1)}))  # by the window's end
     return out
+
+
+def fmt_gpus(keys: list) -> str:
+    """GPU keys as text with ranges: [0, 1, 2, 5] -> "0–2, 5"."""
+    parts = []
+    ints = sorted(k for k in keys if isinstance(k, int))
+    for _, run in itertools.groupby(enumerate(ints), lambda pair: pair[1] - pair[0]):
+        run = [k for _, k in run]
+        parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)))
+    parts += [str(k) for k in keys if not isinstance(k, int)]
+    return ", ".join(parts)
 
 
 def imbalance(ctx: Context) -> list[Finding]:

@@ -420,13 +420,12 @@ def hold(sampler: object, line_offset: int = 0) -> int | None:
     """Start sampling the calling thread's stack on ``sampler``'s thread; a token for ``release``
     (None when ``NbGpu.stack_samples_hz`` is 0). ``line_offset``: 1 under a ``%%gpumon`` line."""
     got = samples_of(sampler, create=True)
-    if got is None or not math.isfinite(got.period_s) or not callable(getattr(sampler, "add_listener", None)):
+    if not math.isfinite(got.period_s):
         return None
     anchor = _anchor(sys._getframe(1))
     with _registry_lock:
         if not got._holders:
-            now = sampler.now() if callable(getattr(sampler, "now", None)) else 0.0
-            got._trim(now - KEEP_S)
+            got._trim(sampler.now() - KEEP_S)
             sampler.add_listener(got)
         got._token += 1
         got._holders[got._token] = got._holder = (threading.get_ident(), anchor, int(line_offset))

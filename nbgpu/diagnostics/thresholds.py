@@ -101,9 +101,19 @@ class Thresholds:
         path of a JSON file holding that dict (``NbGpu.thresholds_file``)."""
         if isinstance(value, cls):
             return value
-        if isinstance(value, (str, os.PathLike)):
+        if isinstance(value, (str, os.PathLike)):  # one-line errors naming the file
+            why = "it must hold a JSON object of threshold names and values"
             try:
-                return cls.from_any(_json_file(value))
+                with open(value, encoding="utf-8") as f:
+                    doc = json.load(f)
+            except OSError as exc:
+                doc, why = None, exc.strerror
+            except ValueError as exc:
+                doc, why = None, f"not JSON ({exc})"
+            if not isinstance(doc, dict):
+                raise FileError(f"cannot read thresholds from {value}: {why}", path=value) from None
+            try:
+                return cls.from_any(doc)
             except BadArgumentError as exc:  # a bad name or value in the file: say which file
                 raise BadArgumentError(f"{value}: {exc}") from None
         if value is None or isinstance(value, dict):
@@ -119,18 +129,3 @@ class Thresholds:
         """One row per threshold: name, default and what it means (for docs and help)."""
         return [{"name": f.name, "default": f.default, "help": f.metadata["help"]}
                 for f in dataclasses.fields(cls)]
-
-
-def _json_file(path: str | os.PathLike) -> dict:
-    """The object in a thresholds file; one-line errors naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except OSError as exc:
-        raise FileError(f"cannot read thresholds from {path}: {exc.strerror}", path=path) from None
-    except ValueError as exc:
-        raise FileError(f"cannot read thresholds from {path}: not JSON ({exc})", path=path) from None
-    if not isinstance(value, dict):
-        raise FileError(f"cannot read thresholds from {path}: it must hold a JSON object of "
-                        "threshold names and values", path=path)
-    return value

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,14 +120,3 @@ class Context:
     def used_gpus(self) -> list[Device]:
         """Whole GPUs this kernel uses (all of them when that cannot be told)."""
         return [d for d in self.gpus() if self.gpus_in_use is None or d.key in self.gpus_in_use]
-
-
-def fmt_gpus(keys: list) -> str:
-    """GPU keys as text with ranges: [0, 1, 2, 5] -> "0–2, 5"."""
-    parts = []
-    ints = sorted(k for k in keys if isinstance(k, int))
-    for _, run in itertools.groupby(enumerate(ints), lambda pair: pair[1] - pair[0]):
-        run = [k for _, k in run]
-        parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)))
-    parts += [str(k) for k in keys if not isinstance(k, int)]
-    return ", ".join(parts)
