@@ -87,8 +87,9 @@ class _Walker:
 
     def __init__(self, torch: Any, device: Any, depth: int, skip: set[int]) -> None:
         self.torch, self.device, self.depth, self.skip = torch, device, depth, skip
-        self.optim = getattr(getattr(torch, "optim", None), "Optimizer", None)
-        self.module = getattr(getattr(torch, "nn", None), "Module", None)
+        self.bases = ((torch.nn.Module, "module"), (torch.optim.Optimizer, "optim"),
+                      *((b, "items") for b in (dict, list, tuple, set, frozenset)),
+                      (BaseException, "exception"))
         self.kinds: dict[type, tuple] = {}
 
     def _classify(self, kind: type) -> tuple:
@@ -96,26 +97,13 @@ class _Walker:
             return ("tensor",)
         if issubclass(kind, _LEAF_TYPES) or str(getattr(kind, "__module__", "")).startswith(_SKIP_MODULES):
             return ("leaf",)
-        for base, name in ((self.module, "module"), (self.optim, "optim")):
-            if base is not None and issubclass(kind, base):
-                return (name,)
-        for base in (dict, list, tuple, set, frozenset):
-            if issubclass(kind, base):
-                return ("items", base)
-        if issubclass(kind, BaseException):
-            return ("exception",)
-        return ("object", _dict_descriptor(kind), _slot_descriptors(kind))
-
-    def _on_device(self, t: Any) -> bool:
-        want = self.device
-        if want.type == "cuda":
-            return t.is_cuda and (want.index is None or t.get_device() == want.index)
-        d = t.device
-        return d.type == want.type and (want.index is None or d.index == want.index)
+        return next(((tag, base) for base, tag in self.bases if issubclass(kind, base)),
+                    ("object", _dict_descriptor(kind), _slot_descriptors(kind)))
 
     def _tensor(self, t: Any, found: _Found, part: str) -> None:
+        want = self.device
         try:
-            if not self._on_device(t):
+            if t.device.type != want.type or want.index not in (None, t.device.index):
                 return
             st = t.untyped_storage()
             key, size = (t.device.type, t.device.index, st.data_ptr()), int(st.nbytes())
