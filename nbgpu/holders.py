@@ -334,12 +334,9 @@ def cuda_device(uuid: str = "", index: int | None = None) -> str | None:
     if cuda is None:
         return None
     want = uuid.lower().removeprefix("gpu-")
-    try:
-        for i in range(cuda.device_count() if want else 0):
-            if torch_uuid(cuda, i).lower().removeprefix("gpu-") == want:
-                return f"cuda:{i}"
-    except Exception:  # a CUDA that cannot say: match by index only
-        pass
+    for i in range(cuda.device_count() if want else 0):
+        if torch_uuid(cuda, i).lower().removeprefix("gpu-") == want:  # "" where CUDA cannot say
+            return f"cuda:{i}"
     return None if index is None else f"cuda:{index}"
 
 
