@@ -116,18 +116,17 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         raise file_error("write", text, exc) from exc
     kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
     try:
-        try:
-            with open(fd, mode, **kw) as fh:
-                yield fh
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, final_mode)
-            os.replace(tmp, real)
-        except OSError as exc:
-            raise file_error("write", text, exc) from exc
-    except BaseException:
+        with open(fd, mode, **kw) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, final_mode)
+        os.replace(tmp, real)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise file_error("write", text, exc) from exc
         raise
 
 
