@@ -99,9 +99,13 @@ def settings() -> NbGpu:
     ``NBGPU_*`` variables (``ENV``) are applied when it is made."""
     global _instance
     if _instance is None:
-        from IPython import get_ipython
-
-        cfg = NbGpu(parent=get_ipython())
+        try:  # the core runs in scripts and CI jobs without the notebook stack
+            from IPython import get_ipython
+        except ImportError:
+            shell = None
+        else:
+            shell = get_ipython()
+        cfg = NbGpu(parent=shell)
         for var, trait in ENV.items():
             if not (raw := os.environ.get(var)):
                 continue
