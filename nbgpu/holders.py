@@ -284,19 +284,16 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
         notes = [f"capped: {CAP:,} items per container, {BUDGET:,} objects"] if found.capped else []
         if len(found.storages) < found.tensors:
             notes.append("views share storage, counted once")
-        table.append({"name": name, "kind": _kind(value, found, torch),
-                      "bytes": sum(s for s, _ in found.storages.values()), "tensors": found.tensors,
-                      "shared_with": ", ".join(shared), "hidden": group != "name", "note": "; ".join(notes)})
-    table.sort(key=lambda r: (-r["bytes"], r["name"]))
+        table.append((name, _kind(value, found, torch), sum(s for s, _ in found.storages.values()),
+                      found.tensors, ", ".join(shared), group != "name", "; ".join(notes)))  # as COLUMNS
+    table.sort(key=lambda r: (-r[2], r[0]))
     named = sum(size for size, _ in _union(rows).values())
     if dev.type == "cuda" and torch.cuda.is_available():
         allocated, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
-        for name, kind, size, note in (
-                (UNREACHABLE, "autograd graphs, caches, other threads", allocated - named, ""),
-                (RESERVED_FREE, "PyTorch's caching allocator", reserved - allocated,
-                 "torch.cuda.empty_cache() returns it")):
-            table.append({"name": name, "kind": kind, "bytes": max(0, size), "tensors": 0,
-                          "shared_with": "", "hidden": True, "note": note})
+        table += [(UNREACHABLE, "autograd graphs, caches, other threads", max(0, allocated - named), 0, "",
+                   True, ""),
+                  (RESERVED_FREE, "PyTorch's caching allocator", max(0, reserved - allocated), 0, "", True,
+                   "torch.cuda.empty_cache() returns it")]
     frame = pd.DataFrame(table, columns=COLUMNS)
     frame.attrs.update(named_bytes=named, freed_by=_freed_by(rows))
     return frame
