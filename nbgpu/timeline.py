@@ -176,10 +176,7 @@ class Timeline:
 
     def _device_frame(self, device: object):
         reads = (self.store.read_stream(device, s, self.t0, self.t1) for s in self.store.streams_of(device))
-        df = union_frame([(t, {**cols, "decimated": np.asarray(dec, dtype=bool)}) for t, cols, dec in reads])
-        if df is not None:
-            df["decimated"] = df["decimated"].astype(bool)
-        return df
+        return union_frame([(t, {**cols, "decimated": np.asarray(dec, bool)}) for t, cols, dec in reads])
 
     def to_pandas(self, host: bool = True, resolution: str = "tick") -> pd.DataFrame:
         """One row per (tick, gpu), UTC ``time``, NaN where unknown, ``host`` columns too; "tick" folds
