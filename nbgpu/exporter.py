@@ -88,9 +88,7 @@ class GpuCollector:
         yield from families(rows, self.hostname, self.model_label, simulated=status.simulated)
         for name, what, value in (("ticks", "Sampler ticks since it started.", status.ticks),
                                   ("errors", "Sampler reads that failed since it started.", status.errors)):
-            counter = CounterMetricFamily(f"nbgpu_sampler_{name}", what)
-            counter.add_metric([], float(value))
-            yield counter
+            yield CounterMetricFamily(f"nbgpu_sampler_{name}", what, value=float(value))
 
 
 def registry_for(sampler: Sampler, hostname: str | None = None,

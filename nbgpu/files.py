@@ -93,11 +93,9 @@ def _open_new(real: str, existing: os.stat_result | None) -> tuple[int, str, int
     folder, name = os.path.split(real)
     while True:
         tmp = os.path.join(folder, f".{name}.nbgpu-{secrets.token_hex(4)}.tmp")
-        try:
+        with contextlib.suppress(FileExistsError):  # a name taken: draw another
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break
-        except FileExistsError:
-            continue
     mode = stat.S_IMODE(existing.st_mode if existing is not None else os.fstat(fd).st_mode)
     os.fchmod(fd, 0o600)
     if existing is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -116,18 +114,17 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         raise file_error("write", text, exc) from exc
     kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
     try:
-        try:
-            with open(fd, mode, **kw) as fh:
-                yield fh
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, final_mode)
-            os.replace(tmp, real)
-        except OSError as exc:
-            raise file_error("write", text, exc) from exc
-    except BaseException:
+        with open(fd, mode, **kw) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, final_mode)
+        os.replace(tmp, real)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise file_error("write", text, exc) from exc
         raise
 
 

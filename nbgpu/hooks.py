@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 _VIEWS: dict[str, Callable[[object], object]] = {}
+_DEFAULTS = {"cell_report": "CellReport", "oom_report": "OomReport"}  # kind -> class in widgets/cell_report
 
 
 def register_view(kind: str, factory: Callable[[object], object]) -> None:
@@ -15,15 +16,11 @@ def register_view(kind: str, factory: Callable[[object], object]) -> None:
 
 def default_view(kind: str) -> Callable[[object], object] | None:
     """nbgpu's own view for ``kind`` (its widget class, imported now), or None for other kinds."""
-    if kind == "cell_report":
-        from .widgets.cell_report import CellReport
+    if kind not in _DEFAULTS:
+        return None
+    from .widgets import cell_report
 
-        return CellReport
-    if kind == "oom_report":
-        from .widgets.cell_report import OomReport
-
-        return OomReport
-    return None
+    return getattr(cell_report, _DEFAULTS[kind])
 
 
 def view(kind: str, obj: object) -> object:

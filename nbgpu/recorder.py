@@ -62,12 +62,9 @@ class Recorder:
     def _read_new(self, device: object, stream: str, t1: float) -> tuple[np.ndarray, dict]:
         """Rows of one stream after the newest one written, up to ``t1``; advances the mark."""
         done = self._marks.get((device, stream), -np.inf)
-        if done >= t1:
-            return np.empty(0), {}
         t, cols, _ = self.sampler.store.read_stream(device, stream, done, t1, coarse=False)
-        keep = t > done
-        if not keep.all():
-            t, cols = t[keep], {k: v[keep] for k, v in cols.items()}
+        keep = t > done  # the newest row written is read again
+        t, cols = t[keep], {k: v[keep] for k, v in cols.items()}
         if len(t):
             self._marks[(device, stream)] = float(t[-1])
         return t, cols

@@ -20,10 +20,6 @@ if TYPE_CHECKING:
 _TEXT = ("name", "uuid", "parent", "host")  # device labels: text (or an index) or None
 
 
-def _label(v: object) -> bool:
-    return v is None or (isinstance(v, (str, int)) and not isinstance(v, bool))
-
-
 @dataclass
 class Run:
     """A recorded run: its rows, its events (run header, marks, alerts, ...) and skipped lines."""
@@ -43,7 +39,8 @@ class Run:
         without a header (CSV), each GPU's first ``name`` in the rows."""
         devices = self.header.get("devices")
         if isinstance(devices, list):
-            return [{k: (v if k not in _TEXT or _label(v) else None) for k, v in d.items()}
+            return [{k: (v if k not in _TEXT or v is None or type(v) in (str, int) else None)
+                     for k, v in d.items()}
                     for d in devices if isinstance(d, dict) and isinstance(d.get("index"), (int, str))]
         if "name" not in self.frame.columns or not len(self.frame):
             return []
@@ -155,7 +152,7 @@ def _check_frame(path: str, df: pd.DataFrame, lines: object = None) -> pd.DataFr
             raise _bad(path, f"it has no `{column}` column")
     df = _numeric(df.reset_index(drop=True))
     where = range(1, len(df) + 1) if lines is None else lines
-    df["time"] = _times(path, df["time"].set_axis(where), "row" if lines is None else "line").to_numpy()
+    df["time"] = _times(path, df["time"].set_axis(where), "row" if lines is None else "line").array
     return df
 
 
@@ -240,17 +237,13 @@ def _read_jsonl(path: str) -> Run:
         raise file_error("read", path, exc) from exc
     if not rows and not events:
         raise _bad(path, "it holds no nbgpu records")
-    events = _events(path, events)
-    if not rows:
-        df = pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"), "gpu": pd.Series(dtype=object)})
-        return Run(df, events, skipped, path)
-    df = pd.DataFrame(rows).drop(columns=["gpu"], errors="ignore").rename(
+    df = pd.DataFrame(rows or {"timestamp": [], "_line": []}).drop(columns=["gpu"], errors="ignore").rename(
         columns={"gpu_id": "gpu", "timestamp": "time"})
     if "gpu" not in df:
         df["gpu"] = None
     lines = df.pop("_line")
-    return Run(_check_frame(path, df[["time", *(c for c in df.columns if c != "time")]], lines), events,
-               skipped, path)
+    return Run(_check_frame(path, df[["time", *(c for c in df.columns if c != "time")]], lines),
+               _events(path, events), skipped, path)
 
 
 def load_run(path: str | os.PathLike) -> Run:

@@ -64,25 +64,20 @@ def svg_timeline(df: pd.DataFrame, metrics: list[str] | None = None,
                  marks: list[tuple[float, str]] | None = None, width: int = 720) -> str:
     """Draw ``df`` (as from ``Timeline.to_pandas()``) as a standalone SVG document string: one chart
     per metric of ``metrics`` (None: ``DEFAULT_METRICS``), ``marks`` as dashed rules."""
-    if df is None or not len(df) or "time" not in df.columns:
-        return svg_series({}, width=width)
     wanted = [m for m in (DEFAULT_METRICS if metrics is None else metrics) if m in df.columns]
     per = series_of_frame(df, wanted)
     return svg_series({m: {g: per[g][m] for g in per} for m in wanted}, marks, width, list(per))
 
 
 def series_of_frame(df: pd.DataFrame, metrics: tuple | list) -> dict[object, dict[str, tuple]]:
-    """{gpu: {metric: (epoch seconds, values)}} of ``df``, NaN dropped (no ``gpu`` column: GPU None)."""
-    t = epoch_seconds(df["time"])
-    gpus = df["gpu"].to_numpy() if "gpu" in df.columns else np.full(len(df), None)
+    """{gpu: {metric: (epoch seconds, values)}} of ``df``, NaN dropped."""
+    t, gpus = epoch_seconds(df["time"]), df["gpu"].to_numpy()
     cols = {m: df[m].to_numpy(dtype=np.float64, na_value=np.nan) for m in metrics if m in df.columns}
     out = {}
     for g in dict.fromkeys(gpus.tolist()):
         rows = gpus == g
         out[g] = {m: (t[ok], v[ok]) for m, v in cols.items() for ok in (rows & ~np.isnan(v),)}
     return out
-
-
 
 
 def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[float, str, int]]:
@@ -103,8 +98,9 @@ def label_rows(xs: list[float], texts: list[str], width: int) -> list[tuple[floa
 
 def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
                marks: list[tuple[float, str]] | None = None, width: int = 720,
-               gpus: list | None = None, dashed: frozenset | set = frozenset()) -> str:
-    """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string."""
+               gpus: list = (), dashed: frozenset | set = frozenset()) -> str:
+    """Draw ``{metric: {gpu: (epoch seconds, values)}}`` as a standalone SVG document string, a line
+    per GPU of ``gpus`` (``dashed``: those drawn dashed)."""
     width = max(240, int(width))
     plot_w = width - LEFT - RIGHT
     data = {m: {g: _drawable(t, v) for g, (t, v) in per.items()} for m, per in data.items()}
@@ -113,8 +109,6 @@ def svg_series(data: dict[str, dict[object, tuple[np.ndarray, np.ndarray]]],
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="40" '
                 f'viewBox="0 0 {width} 40"><text x="8" y="24" style="{FONT}">'
                 "no GPU samples in this range</text></svg>")
-    if gpus is None:
-        gpus = list(dict.fromkeys(g for per in data.values() for g in per))
     mark_list = [(float(mt), str(label)) for mt, label in (marks or [])]
     ends = [float(f(t)) for per in data.values() for t, _ in per.values() if len(t) for f in (np.min, np.max)]
     t0, t1 = min(ends + [mt for mt, _ in mark_list]), max(ends + [mt for mt, _ in mark_list])

@@ -176,10 +176,7 @@ class Timeline:
 
     def _device_frame(self, device: object):
         reads = (self.store.read_stream(device, s, self.t0, self.t1) for s in self.store.streams_of(device))
-        df = union_frame([(t, {**cols, "decimated": np.asarray(dec, dtype=bool)}) for t, cols, dec in reads])
-        if df is not None:
-            df["decimated"] = df["decimated"].astype(bool)
-        return df
+        return union_frame([(t, {**cols, "decimated": np.asarray(dec, bool)}) for t, cols, dec in reads])
 
     def to_pandas(self, host: bool = True, resolution: str = "tick") -> pd.DataFrame:
         """One row per (tick, gpu), UTC ``time``, NaN where unknown, ``host`` columns too; "tick" folds
@@ -198,7 +195,6 @@ class Timeline:
                 continue
             df.insert(1, "gpu", dev.key)
             parts.append(df)
-        order = ["time", "gpu"] + [m.name for m in GPU_METRICS]
         if not parts:
             return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"),
                                  "gpu": pd.Series(dtype="float64")})
@@ -209,9 +205,8 @@ class Timeline:
         df = df.sort_values(["time", "gpu"] if df["gpu"].map(type).nunique() == 1 else ["time"],
                             kind="stable").reset_index(drop=True)
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
-        known = [c for c in order if c in df.columns]
-        rest = [c for c in df.columns if c not in known]
-        df = _as_counts(df[known + rest].copy())
+        rank = {c: i for i, c in enumerate(["time", "gpu"] + [m.name for m in GPU_METRICS])}  # then the rest
+        df = _as_counts(df[sorted(df.columns, key=lambda c: rank.get(c, len(rank)))].copy())
         if late:  # say why the newest ticks are NaN there: read again after the next drain
             df.attrs["not_drained"] = {k: pd.Timestamp(v, unit="s", tz="UTC") if math.isfinite(v) else pd.NaT
                                        for k, v in late.items()}
