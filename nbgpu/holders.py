@@ -87,9 +87,8 @@ class _Walker:
 
     def __init__(self, torch: Any, device: Any, depth: int, skip: set[int]) -> None:
         self.torch, self.device, self.depth, self.skip = torch, device, depth, skip
-        self.bases = ((torch.nn.Module, "module"), (torch.optim.Optimizer, "optim"),
-                      *((b, "items") for b in (dict, list, tuple, set, frozenset)),
-                      (BaseException, "exception"))
+        self.optim = getattr(getattr(torch, "optim", None), "Optimizer", None)
+        self.module = getattr(getattr(torch, "nn", None), "Module", None)
         self.kinds: dict[type, tuple] = {}
 
     def _classify(self, kind: type) -> tuple:
@@ -97,13 +96,26 @@ class _Walker:
             return ("tensor",)
         if issubclass(kind, _LEAF_TYPES) or str(getattr(kind, "__module__", "")).startswith(_SKIP_MODULES):
             return ("leaf",)
-        return next(((tag, base) for base, tag in self.bases if issubclass(kind, base)),
-                    ("object", _dict_descriptor(kind), _slot_descriptors(kind)))
+        for base, name in ((self.module, "module"), (self.optim, "optim")):
+            if base is not None and issubclass(kind, base):
+                return (name,)
+        for base in (dict, list, tuple, set, frozenset):
+            if issubclass(kind, base):
+                return ("items", base)
+        if issubclass(kind, BaseException):
+            return ("exception",)
+        return ("object", _dict_descriptor(kind), _slot_descriptors(kind))
+
+    def _on_device(self, t: Any) -> bool:
+        want = self.device
+        if want.type == "cuda":
+            return t.is_cuda and (want.index is None or t.get_device() == want.index)
+        d = t.device
+        return d.type == want.type and (want.index is None or d.index == want.index)
 
     def _tensor(self, t: Any, found: _Found, part: str) -> None:
-        want = self.device
         try:
-            if t.device.type != want.type or want.index not in (None, t.device.index):
+            if not self._on_device(t):
                 return
             st = t.untyped_storage()
             key, size = (t.device.type, t.device.index, st.data_ptr()), int(st.nbytes())
@@ -284,16 +296,19 @@ def memory_by_name(device: str = "cuda", namespace: dict | None = None, depth: i
         notes = [f"capped: {CAP:,} items per container, {BUDGET:,} objects"] if found.capped else []
         if len(found.storages) < found.tensors:
             notes.append("views share storage, counted once")
-        table.append((name, _kind(value, found, torch), sum(s for s, _ in found.storages.values()),
-                      found.tensors, ", ".join(shared), group != "name", "; ".join(notes)))  # as COLUMNS
-    table.sort(key=lambda r: (-r[2], r[0]))
+        table.append({"name": name, "kind": _kind(value, found, torch),
+                      "bytes": sum(s for s, _ in found.storages.values()), "tensors": found.tensors,
+                      "shared_with": ", ".join(shared), "hidden": group != "name", "note": "; ".join(notes)})
+    table.sort(key=lambda r: (-r["bytes"], r["name"]))
     named = sum(size for size, _ in _union(rows).values())
     if dev.type == "cuda" and torch.cuda.is_available():
         allocated, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
-        table += [(UNREACHABLE, "autograd graphs, caches, other threads", max(0, allocated - named), 0, "",
-                   True, ""),
-                  (RESERVED_FREE, "PyTorch's caching allocator", max(0, reserved - allocated), 0, "", True,
-                   "torch.cuda.empty_cache() returns it")]
+        for name, kind, size, note in (
+                (UNREACHABLE, "autograd graphs, caches, other threads", allocated - named, ""),
+                (RESERVED_FREE, "PyTorch's caching allocator", reserved - allocated,
+                 "torch.cuda.empty_cache() returns it")):
+            table.append({"name": name, "kind": kind, "bytes": max(0, size), "tensors": 0,
+                          "shared_with": "", "hidden": True, "note": note})
     frame = pd.DataFrame(table, columns=COLUMNS)
     frame.attrs.update(named_bytes=named, freed_by=_freed_by(rows))
     return frame
@@ -331,9 +346,12 @@ def cuda_device(uuid: str = "", index: int | None = None) -> str | None:
     if cuda is None:
         return None
     want = uuid.lower().removeprefix("gpu-")
-    for i in range(cuda.device_count() if want else 0):
-        if torch_uuid(cuda, i).lower().removeprefix("gpu-") == want:  # "" where CUDA cannot say
-            return f"cuda:{i}"
+    try:
+        for i in range(cuda.device_count() if want else 0):
+            if torch_uuid(cuda, i).lower().removeprefix("gpu-") == want:
+                return f"cuda:{i}"
+    except Exception:  # a CUDA that cannot say: match by index only
+        pass
     return None if index is None else f"cuda:{index}"
 
 
