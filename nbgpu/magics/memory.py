@@ -21,13 +21,13 @@ def _cuda():
     return torch if torch is not None and torch.cuda.is_available() else None
 
 
-def memory_text(user_ns: dict, device: str | None = None) -> str:
+def memory_text(user_ns: dict) -> str:
     """The table of ``memory_by_name`` as text, sizes in GiB/MiB."""
     if sys.modules.get("torch") is None:
         return "nbgpu: torch is not imported, so no name holds tensors."
     from ..holders import memory_by_name
 
-    device = device or ("cuda" if _cuda() else "cpu")
+    device = "cuda" if _cuda() else "cpu"
     frame = memory_by_name(device=device, namespace=user_ns)
     if frame.empty:
         return f"nbgpu: no name holds {device} tensors."
@@ -68,18 +68,6 @@ def _nvml_used(wait_s: float = NVML_WAIT_S) -> dict[object, float]:
         time.sleep(0.02)
 
 
-def _clear_outputs(shell: Any, user_ns: dict) -> None:
-    hook = getattr(shell, "displayhook", None)
-    if hook is not None and getattr(hook, "do_full_cache", False):
-        hook.flush()
-    out = user_ns.get("Out")
-    if isinstance(out, dict):
-        for n in list(out):
-            user_ns.pop(f"_{n}", None)
-        out.clear()
-    user_ns.update({name: "" for name in ("_", "__", "___") if name in user_ns})
-
-
 def free(shell: Any, line: str) -> str:
     """Delete what the line names, collect, empty PyTorch's cache; before -> after as text."""
     opts = parse_free(line)
@@ -89,8 +77,8 @@ def free(shell: Any, line: str) -> str:
     before, used_before = _readings(), _nvml_used()
     for name in opts.names:
         del user_ns[name]
-    if opts.outputs:
-        _clear_outputs(shell, user_ns)
+    if opts.outputs and shell.displayhook.do_full_cache:
+        shell.displayhook.flush()  # Out, _N, _, __ and ___
     if opts.traceback:
         for attr in ("last_traceback", "last_value", "last_type", "last_exc"):
             if hasattr(sys, attr):
