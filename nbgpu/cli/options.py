@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import re
 import signal
@@ -63,8 +62,6 @@ def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
             value = float(text)
         except ValueError:
             raise BadArgumentError(f"expected a number of seconds, got {text!r}") from None
-        if not math.isfinite(value):
-            raise BadArgumentError(f"expected a finite number of seconds, got {text!r}")
         return check(value)
     return argtype(convert)
 

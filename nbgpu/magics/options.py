@@ -32,9 +32,6 @@ class _Parser(OnceParser):
             message += f"; allowed options: {allowed}"
         raise UsageError(f"{self.prog}: {message} (see {self.prog}?)")
 
-    def exit(self, status: int = 0, message: str | None = None):
-        raise UsageError(message or f"{self.prog}: see {self.prog}? for the options")
-
     def print_help(self, file: object = None) -> None:
         raise HelpRequestedError(self.format_help())  # -h: the magic prints it and does nothing else
 
