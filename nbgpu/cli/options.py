@@ -143,11 +143,9 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def refuse_overwrite(output: str, inputs: Sequence[str]) -> None:
-    """BadArgumentError when ``output`` would replace one of ``inputs`` (the same inode or real path)."""
+    """BadArgumentError when ``output`` would replace one of ``inputs`` (the same file, through any link)."""
     for path in inputs:
-        same = os.path.realpath(output) == os.path.realpath(path)
-        with contextlib.suppress(OSError):
-            same = same or os.path.samefile(output, path)
-        if same:
-            raise BadArgumentError(f"the output {output} is the same file as the input {path}; "
-                                   "give another output with -o")
+        with contextlib.suppress(OSError):  # an output that does not exist yet replaces nothing
+            if os.path.samefile(output, path):
+                raise BadArgumentError(f"the output {output} is the same file as the input {path}; "
+                                       "give another output with -o")
