@@ -17,7 +17,7 @@ from ..sources import sim_count
 from ..sources.base import check_gpus
 from ..units import fmt_bytes
 from ..widgets.columns import shared_or_host_only
-from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
+from .options import HelpRequestedError, Options, line_parser, parse_cell_line, parse_line
 
 STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports
 
@@ -145,7 +145,7 @@ class GPUMonMagics(Magics):
         run_profiled_cell(self.shell, cell, sampler, gpus=list(gpus) if gpus else None)
         return None
 
-    gpumon.__doc__ = help_text()
+    gpumon.__doc__ = line_parser().format_help()  # %gpumon?: every option of both magics
 
     def _line(self, line: str) -> str:
         word, _, rest = line.strip().partition(" ")

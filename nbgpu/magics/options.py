@@ -111,11 +111,6 @@ def parse_cell_line(line: str) -> Options:
     return _parse(cell_parser(), line)
 
 
-def help_text() -> str:
-    """``%gpumon?``: every option of the line and cell magics."""
-    return line_parser().format_help()
-
-
 def parse_free(line: str) -> argparse.Namespace:
     """Options of ``%gpumon free NAME... [--outputs] [--traceback] [--all-hidden]``; UsageError when
     nothing or something wrong is asked."""
