@@ -8,7 +8,6 @@ import dataclasses
 import datetime as _dt
 import json
 import math
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -45,12 +44,15 @@ def parse_thresholds(items: list[str] | None) -> dict:
     return out
 
 
-def _replay(devices: list[Device], interval: float, engine) -> SimpleNamespace:
-    """What the engine reads of a sampler, over a store filled from a recording: no one looks, no
-    process lists, every reading is in; ``stack_samples``: the recording's, if it has any."""
-    return SimpleNamespace(store=Store(), devices=devices, interval=interval, lost={}, diagnostics=engine,
-                           alert_list=engine.alert_list, stack_samples=None, watch=lambda: None,
-                           processes=dict, drained_until=lambda device, metric=None: math.inf)
+class _Replay:
+    """What the engine reads of a sampler, over a store filled from a recording."""
+
+    def __init__(self, devices: list[Device], interval: float, engine) -> None:
+        self.store, self.devices, self.interval, self.lost = Store(), devices, interval, {}
+        self.diagnostics, self.alert_list = engine, engine.alert_list
+        self.stack_samples = None  # the recording's main-thread stack samples, if it has any
+        self.watch, self.processes = lambda: None, dict  # no one looks; no process lists recorded
+        self.drained_until = lambda device, metric=None: math.inf  # every reading is in
 
 
 def _devices(run: Run, df) -> list[Device]:
@@ -76,19 +78,19 @@ def cells_of(run: Run) -> list[tuple[str, float, float]]:
     return sorted(out, key=lambda c: c[1])
 
 
-def _replayed(run: Run, thresholds: dict | None = None) -> SimpleNamespace:
+def _replayed(run: Run, thresholds: dict | None = None) -> _Replay:
     """The replayed sampler (its engine in ``.diagnostics``) after ``run``'s readings went through."""
     from ..diagnostics.engine import DiagnosticsEngine
 
     engine = DiagnosticsEngine(thresholds)
     df = run.frame
     if not len(df):
-        return _replay([], 1.0, engine)
+        return _Replay([], 1.0, engine)
     df = df[df["gpu"].notna()].copy()
     df["_t"] = df["time"].astype("int64") / 1e9
     df = df.sort_values("_t", kind="stable")
     steps = np.diff(np.unique(df["_t"].to_numpy()))
-    sim = _replay(_devices(run, df), float(np.median(steps)) if len(steps) else 1.0, engine)
+    sim = _Replay(_devices(run, df), float(np.median(steps)) if len(steps) else 1.0, engine)
     if records := run.stack_samples():
         from ..diagnostics.stacks import StackSamples
 
