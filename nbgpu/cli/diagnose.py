@@ -45,7 +45,8 @@ def parse_thresholds(items: list[str] | None) -> dict:
 
 
 class _Replay:
-    """What the engine reads of a sampler, over a store filled from a recording."""
+    """What the engine reads of a sampler, over a store filled from a recording (a class: the
+    engine keeps weak references to its samplers, which a SimpleNamespace cannot take)."""
 
     def __init__(self, devices: list[Device], interval: float, engine) -> None:
         self.store, self.devices, self.interval, self.lost = Store(), devices, interval, {}
