@@ -107,8 +107,8 @@ def _once(base: type[argparse.Action]) -> type[argparse.Action]:
 
 
 class OnceParser(argparse.ArgumentParser):
-    """argparse whose options may each be given once (``given``: those of the last parse) and whose
-    usage error is one line and exit code 2, not the whole usage text."""
+    """argparse whose options may each be given once (the result's ``_given``: dest -> the flag used)
+    and whose usage error is one line and exit code 2, not the whole usage text."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -117,15 +117,9 @@ class OnceParser(argparse.ArgumentParser):
         self.register("action", "store", store)
         self.register("action", "store_true", _once(argparse._StoreTrueAction))
         self.register("action", "store_false", _once(argparse._StoreFalseAction))
-        self.given: dict[str, str] = {}
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
-        ns, rest = super().parse_known_args(args, namespace)
-        self.given = ns.__dict__.pop("_given", {})
-        return ns, rest
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -95,10 +95,9 @@ def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
 
 def parse_line(line: str) -> Options:
     """Options of a ``%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
-    parser = line_parser()
-    ns = _parse(parser, line)
-    if ns.action in ("stop", "status") and parser.given:
-        given = ", ".join(sorted(parser.given.values()))
+    ns = _parse(line_parser(), line)
+    if ns.action in ("stop", "status") and (flags := vars(ns).pop("_given", None)):
+        given = ", ".join(sorted(flags.values()))
         raise UsageError(f"%gpumon {ns.action}: takes no options, got {given}; "
                          f"give them to %gpumon (start) instead")
     if ns.cells_min_s is not None and ns.cells is None:
