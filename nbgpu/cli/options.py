@@ -9,6 +9,7 @@ import os
 import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
+from importlib import import_module
 
 from ..errors import BadArgumentError
 
@@ -66,18 +67,12 @@ def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
     return argtype(convert)
 
 
-def check_interval(value: float) -> float:
-    """The sampler's own interval check (floor and ceiling), imported only when an interval is given."""
-    from ..config import check_interval as check
-
-    return check(value)
-
-
 # name: the argparse type, metavar and help of ``--name``; each command gives its own default.
 SHARED: dict[str, dict] = {
     "source": {"type": argtype(check_source), "metavar": "SRC",
                "help": f"where readings come from: {SOURCES}"},
-    "interval": {"type": seconds(check_interval), "metavar": "S",
+    # the sampler's own check; nbgpu.config (traitlets) is imported only when an interval is given
+    "interval": {"type": seconds(lambda v: import_module("nbgpu.config").check_interval(v)), "metavar": "S",
                  "help": "seconds between sampler ticks, 0.01 to 3600"},
     "gpus": {"type": argtype(check_gpu_list), "metavar": "LIST", "help": "GPU indices to show, like 0,2"},
 }
