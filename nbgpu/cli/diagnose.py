@@ -45,7 +45,8 @@ def parse_thresholds(items: list[str] | None) -> dict:
 
 
 class _Replay:
-    """What the engine reads of a sampler, over a store filled from a recording."""
+    """What the engine reads of a sampler, over a store filled from a recording (a class: the
+    engine keeps weak references to its samplers, which a SimpleNamespace cannot take)."""
 
     def __init__(self, devices: list[Device], interval: float, engine) -> None:
         self.store, self.devices, self.interval, self.lost = Store(), devices, interval, {}
@@ -57,14 +58,10 @@ class _Replay:
 
 def _devices(run: Run, df) -> list[Device]:
     names = {str(d.get("index")): str(d.get("name", "")) for d in run.devices()}
-    out = []
-    for gpu, rows in df.groupby("gpu", sort=False):
-        newest = rows.reindex(columns=["mem_total_bytes", "power_limit_w"]).astype(float).ffill()
-        mem, limit = newest.iloc[-1]
-        out.append(Device(key=gpu, name=names.get(str(gpu), ""),
-                          mem_total_bytes=None if mem != mem else int(mem),
-                          power_limit_w=None if limit != limit else float(limit)))
-    return out
+    last = df.reindex(columns=["gpu", "mem_total_bytes", "power_limit_w"]).groupby("gpu", sort=False).last()
+    return [Device(key=gpu, name=names.get(str(gpu), ""), mem_total_bytes=None if mem != mem else int(mem),
+                   power_limit_w=None if limit != limit else float(limit))
+            for gpu, mem, limit in last.astype(float).itertuples()]  # each GPU's newest known values
 
 
 def cells_of(run: Run) -> list[tuple[str, float, float]]:
@@ -165,20 +162,18 @@ def run_diagnose(path: str, threshold_items: list[str] | None = None, as_json: b
         for c in cells:
             c["findings"] = [_record(a, c["cell"]) for a in c.pop("alerts")]
         found = [f for c in cells for f in c["findings"]]
+        groups = [(f"cell {c['cell']} ({iso(c['start_s'], 'seconds')}, {c['end_s'] - c['start_s']:.1f} s):",
+                   c["findings"]) for c in cells]
     else:
         marks = [m for m in sorted(run.marks()) if not m[1].startswith(EXIT_MARK)]  # not a cell
         spans = [(-math.inf, "before the first mark"), *marks] if marks else [(-math.inf, None)]
         found = [_record(a, [name for t, name in spans if t <= a.start][-1])
                  for a in _replayed(run, thresholds).alert_list()]
+        groups = [(f"{path}:" if cell is None else f"cell {cell}:", [f for f in found if f["cell"] == cell])
+                  for cell in dict.fromkeys(f["cell"] for f in found)] or [(f"{path}:", [])]
     if as_json:
         print(json.dumps({**doc, "findings": found}, default=str))
         return 0
-    if "cells" in doc:
-        groups = [(f"cell {c['cell']} ({iso(c['start_s'], 'seconds')}, {c['end_s'] - c['start_s']:.1f} s):",
-                   c["findings"]) for c in doc["cells"]]
-    else:
-        groups = [(f"{path}:" if cell is None else f"cell {cell}:", [f for f in found if f["cell"] == cell])
-                  for cell in dict.fromkeys(f["cell"] for f in found)] or [(f"{path}:", [])]
     for head, findings in groups:
         print(shown(head))
         for f in findings:

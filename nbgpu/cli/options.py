@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
+from importlib import import_module
 
 from ..errors import BadArgumentError
 
@@ -63,24 +63,16 @@ def seconds(check: Callable[[float], float]) -> Callable[[str], object]:
             value = float(text)
         except ValueError:
             raise BadArgumentError(f"expected a number of seconds, got {text!r}") from None
-        if not math.isfinite(value):
-            raise BadArgumentError(f"expected a finite number of seconds, got {text!r}")
         return check(value)
     return argtype(convert)
-
-
-def check_interval(value: float) -> float:
-    """The sampler's own interval check (floor and ceiling), imported only when an interval is given."""
-    from ..config import check_interval as check
-
-    return check(value)
 
 
 # name: the argparse type, metavar and help of ``--name``; each command gives its own default.
 SHARED: dict[str, dict] = {
     "source": {"type": argtype(check_source), "metavar": "SRC",
                "help": f"where readings come from: {SOURCES}"},
-    "interval": {"type": seconds(check_interval), "metavar": "S",
+    # the sampler's own check; nbgpu.config (traitlets) is imported only when an interval is given
+    "interval": {"type": seconds(lambda v: import_module("nbgpu.config").check_interval(v)), "metavar": "S",
                  "help": "seconds between sampler ticks, 0.01 to 3600"},
     "gpus": {"type": argtype(check_gpu_list), "metavar": "LIST", "help": "GPU indices to show, like 0,2"},
 }
@@ -110,8 +102,8 @@ def _once(base: type[argparse.Action]) -> type[argparse.Action]:
 
 
 class OnceParser(argparse.ArgumentParser):
-    """argparse whose options may each be given once (``given``: those of the last parse) and whose
-    usage error is one line and exit code 2, not the whole usage text."""
+    """argparse whose options may each be given once (the result's ``_given``: dest -> the flag used)
+    and whose usage error is one line and exit code 2, not the whole usage text."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -120,15 +112,9 @@ class OnceParser(argparse.ArgumentParser):
         self.register("action", "store", store)
         self.register("action", "store_true", _once(argparse._StoreTrueAction))
         self.register("action", "store_false", _once(argparse._StoreFalseAction))
-        self.given: dict[str, str] = {}
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
-        ns, rest = super().parse_known_args(args, namespace)
-        self.given = ns.__dict__.pop("_given", {})
-        return ns, rest
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -146,11 +132,9 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def refuse_overwrite(output: str, inputs: Sequence[str]) -> None:
-    """BadArgumentError when ``output`` would replace one of ``inputs`` (the same inode or real path)."""
+    """BadArgumentError when ``output`` would replace one of ``inputs`` (the same file, through any link)."""
     for path in inputs:
-        same = os.path.realpath(output) == os.path.realpath(path)
-        with contextlib.suppress(OSError):
-            same = same or os.path.samefile(output, path)
-        if same:
-            raise BadArgumentError(f"the output {output} is the same file as the input {path}; "
-                                   "give another output with -o")
+        with contextlib.suppress(OSError):  # an output that does not exist yet replaces nothing
+            if os.path.samefile(output, path):
+                raise BadArgumentError(f"the output {output} is the same file as the input {path}; "
+                                       "give another output with -o")

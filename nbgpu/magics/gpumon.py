@@ -1,10 +1,15 @@
-"""``%gpumon`` (live panel, stop, status, per-cell mode) and ``%%gpumon`` (profile one cell)."""
+"""``%gpumon`` (live panel, stop, status, per-cell mode, ``memory``: which names hold device memory,
+``free``: release them) and ``%%gpumon`` (profile one cell)."""
 
 from __future__ import annotations
 
+import gc
+import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -17,9 +22,10 @@ from ..sources import sim_count
 from ..sources.base import check_gpus
 from ..units import fmt_bytes
 from ..widgets.columns import shared_or_host_only
-from .options import HelpRequestedError, Options, help_text, parse_cell_line, parse_line
+from .options import HelpRequestedError, Options, line_parser, parse_cell_line, parse_free, parse_line
 
 STARTER_THREAD = "nbgpu-start"  # opens the source and starts the sampler beside the imports
+NVML_WAIT_S = 2.0  # how long free waits for the sampler's fresh read of memory used
 
 
 def _gpus(opts: Options, prog: str) -> tuple[object, ...] | None:
@@ -121,6 +127,90 @@ def _stop(shell) -> str:
     return f"nbgpu: stopped the sampler and {n} panel(s){also}; %gpumon starts again."
 
 
+def _cuda():
+    """torch, when it is imported and sees a GPU; else None."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and torch.cuda.is_available() else None
+
+
+def memory_text(user_ns: dict) -> str:
+    """The table of ``memory_by_name`` as text, sizes in GiB/MiB."""
+    if sys.modules.get("torch") is None:
+        return "nbgpu: torch is not imported, so no name holds tensors."
+    from ..holders import memory_by_name
+
+    device = "cuda" if _cuda() else "cpu"
+    frame = memory_by_name(device=device, namespace=user_ns)
+    if frame.empty:
+        return f"nbgpu: no name holds {device} tensors."
+    width = max(12, *(len(str(n)) for n in frame["name"]))
+    lines = [f"{'name':<{width}}  {'size':>10}  what"]
+    for row in frame.itertuples(index=False):
+        extra = [x for x in (f"shared with {row.shared_with}" if row.shared_with else "",
+                             "hidden" if row.hidden else "", row.note) if x]
+        lines.append(f"{row.name!s:<{width}}  {fmt_bytes(row.bytes):>10}  {row.kind}"
+                     + (f" ({'; '.join(extra)})" if extra else ""))
+    freed_by = frame.attrs.get("freed_by", {})
+    gives = [f"--{k.replace('_', '-')} {fmt_bytes(v)}" for k, v in freed_by.items() if v]
+    lines += [f"%gpumon free gives back: {', '.join(gives)}"] if gives else []
+    return "\n".join(lines)
+
+
+def _readings() -> dict[str, int]:
+    if (torch := _cuda()) is None:
+        return {}
+    return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+
+
+def _nvml_used() -> dict[object, float]:
+    """NVML's memory used per GPU from an "edge" read of the running sampler after now; or {}."""
+    s = session.shared_sampler()
+    if s is None or not s.running:
+        return {}
+    asked, deadline = time.time(), time.monotonic() + NVML_WAIT_S
+    s.request("edge")
+    keys = [d.key for d in s.devices if d.parent is None]
+    while True:
+        got = {k: v for k in keys if (tv := s.store.last_many(k).get("mem_used_bytes")) and tv[0] >= asked
+               for v in (tv[1],)}
+        if len(got) == len(keys) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
+
+
+def free(shell: Any, line: str) -> str:
+    """Delete what the line names, collect, empty PyTorch's cache; before -> after as text."""
+    opts = parse_free(line)
+    user_ns = shell.user_ns
+    if unknown := [n for n in opts.names if n not in user_ns]:
+        raise UsageError(f"%gpumon free: no variable named {', '.join(unknown)}; nothing was deleted")
+    before, used_before = _readings(), _nvml_used()
+    for name in opts.names:
+        del user_ns[name]
+    if opts.outputs and shell.displayhook.do_full_cache:
+        shell.displayhook.flush()  # Out, _N, _, __ and ___
+    if opts.traceback:
+        for attr in ("last_traceback", "last_value", "last_type", "last_exc"):
+            if hasattr(sys, attr):
+                setattr(sys, attr, None)
+        # IPython's traceback formatters keep the last traceback (``.tb``), and with it its frames.
+        for formatter in filter(None, (getattr(shell, n, None) for n in ("InteractiveTB", "SyntaxTB"))):
+            for obj in (formatter, *vars(formatter).values()):
+                if "tb" in getattr(obj, "__dict__", {}):
+                    obj.tb = None
+    gc.collect()
+    if torch := _cuda():
+        torch.cuda.empty_cache()
+    after, used_after = _readings(), _nvml_used()
+    freed = [*opts.names, *(["the output cache"] if opts.outputs else []),
+             *(["the last traceback"] if opts.traceback else [])]
+    lines = [f"nbgpu: freed {', '.join(freed)}"]
+    lines.extend(f"nbgpu: NVML used, GPU {k}: {fmt_bytes(v)} -> {fmt_bytes(used_after.get(k))}"
+                 for k, v in used_before.items())
+    lines.extend(f"nbgpu: PyTorch {k}: {fmt_bytes(before[k])} -> {fmt_bytes(after[k])}" for k in before)
+    return "\n".join(lines)
+
+
 @magics_class
 class GPUMonMagics(Magics):
     """The ``gpumon`` line and cell magics."""
@@ -145,13 +235,11 @@ class GPUMonMagics(Magics):
         run_profiled_cell(self.shell, cell, sampler, gpus=list(gpus) if gpus else None)
         return None
 
-    gpumon.__doc__ = help_text()
+    gpumon.__doc__ = line_parser().format_help()  # %gpumon?: every option of both magics
 
     def _line(self, line: str) -> str:
         word, _, rest = line.strip().partition(" ")
         if word in ("memory", "free"):
-            from .memory import free, memory_text
-
             if word == "free":
                 return free(self.shell, rest)
             if rest.strip():

@@ -32,9 +32,6 @@ class _Parser(OnceParser):
             message += f"; allowed options: {allowed}"
         raise UsageError(f"{self.prog}: {message} (see {self.prog}?)")
 
-    def exit(self, status: int = 0, message: str | None = None):
-        raise UsageError(message or f"{self.prog}: see {self.prog}? for the options")
-
     def print_help(self, file: object = None) -> None:
         raise HelpRequestedError(self.format_help())  # -h: the magic prints it and does nothing else
 
@@ -98,10 +95,9 @@ def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
 
 def parse_line(line: str) -> Options:
     """Options of a ``%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
-    parser = line_parser()
-    ns = _parse(parser, line)
-    if ns.action in ("stop", "status") and parser.given:
-        given = ", ".join(sorted(parser.given.values()))
+    ns = _parse(line_parser(), line)
+    if ns.action in ("stop", "status") and (flags := vars(ns).pop("_given", None)):
+        given = ", ".join(sorted(flags.values()))
         raise UsageError(f"%gpumon {ns.action}: takes no options, got {given}; "
                          f"give them to %gpumon (start) instead")
     if ns.cells_min_s is not None and ns.cells is None:
@@ -112,11 +108,6 @@ def parse_line(line: str) -> Options:
 def parse_cell_line(line: str) -> Options:
     """Options of a ``%%gpumon`` line; UsageError for anything wrong, HelpRequestedError for ``-h``."""
     return _parse(cell_parser(), line)
-
-
-def help_text() -> str:
-    """``%gpumon?``: every option of the line and cell magics."""
-    return line_parser().format_help()
 
 
 def parse_free(line: str) -> argparse.Namespace:
