@@ -134,3 +134,27 @@ def test_report_diagnose_on_a_real_recording_prints_per_cell_and_takes_threshold
     assert main(["report", "--diagnose", path, "--threshold", "sync_util_below_pct=lots"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sync_util_below_pct" in err
+
+
+_ALERT_ORDER = """
+import glob, json, sys
+from nbgpu.cli.diagnose import _replayed
+from nbgpu.runfile import load_run
+out = []
+for path in sorted(glob.glob(sys.argv[1] + "/cell-*.jsonl")):
+    out.append([(a.rule, str(a.gpu), a.start) for a in _replayed(load_run(path)).diagnostics.alert_list()])
+print(json.dumps(out))
+"""
+
+
+def test_the_alerts_of_a_replay_come_in_the_same_order_whatever_the_hash_seed():
+    # One evaluation's new alerts were listed in a set's order, which changed with PYTHONHASHSEED.
+    import subprocess
+    import sys
+
+    folder = os.path.join(DATA, RUNS[0])
+    lists = [subprocess.run([sys.executable, "-c", _ALERT_ORDER, folder], capture_output=True, text=True,
+                            check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+             for seed in ("0", "1", "2")]
+    assert sum(len(cell) for cell in json.loads(lists[0])) >= 10
+    assert lists[0] == lists[1] == lists[2]
