@@ -11,6 +11,7 @@ import pytest
 import nbgpu
 from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
 from nbgpu.profiles.energy import COUNTER_MIN_S
+from nbgpu.sampler_thread import wait_for_edge
 
 ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
 
@@ -51,6 +52,11 @@ def test_a_long_block_reads_the_counter_at_its_end(sim_and_sampler):
     before = sim.calls[ENERGY]
     cap = nbgpu.capture(sampler=s).start()
     clock.t += COUNTER_MIN_S + 0.1
+    # The thread may tick at the new time before the end asks for the counter; a second row of
+    # a stream at the very same time is not kept (a fake clock's artefact): let that tick come
+    # first, then end the block a millisecond later, as a real clock would.
+    assert wait_for_edge(s, clock.t)
+    clock.t += 1e-3
     cap.finish()
     assert sim.calls[ENERGY] == before + 1
     assert cap.summarized().rows[0]["energy_source"] == "counter"
