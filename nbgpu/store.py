@@ -161,8 +161,8 @@ class Store:
                     t1: float = np.inf, coarse: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """``series`` of each (device, metric) in ``pairs``: one lock hold, one read a stream."""
         pair, t, v, _ = self.series_rows(pairs, t0, t1, coarse)
-        ends = np.cumsum(np.bincount(pair, minlength=len(pairs)))[:-1]
-        return list(zip(np.split(t, ends), np.split(v, ends), strict=True))[:len(pairs)]
+        ends = np.cumsum(np.bincount(pair, minlength=len(pairs))).tolist()
+        return [(t[a:b], v[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
     def series_rows(self, pairs: list[tuple[object, str]], t0: float = -np.inf,
                     t1: float = np.inf, coarse: bool = True, since: dict | None = None) -> tuple:

@@ -1,4 +1,5 @@
-"""The rules' Window: one store read per metric, and the same rows as reading each span."""
+"""The rules' Window: one store read per metric (of every GPU at once), and the same rows as
+reading each span of each GPU."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ class CountingStore(Store):
         super().__init__(**kw)
         self.reads = 0
 
-    def series(self, *args, **kwargs):
+    def series_rows(self, *args, **kwargs):  # every read of series and series_many
         self.reads += 1
-        return super().series(*args, **kwargs)
+        return super().series_rows(*args, **kwargs)
 
 
 def _store() -> CountingStore:
@@ -62,6 +63,20 @@ def test_a_metric_is_read_once_per_evaluation_once_its_widest_span_is_known():
     second = Window(store, NOW + 1.0, 5.0, 1.0, spans=shared)
     for span in (15.0, 120.0, 600.0):
         second.series(0, "mem", span)
+    assert store.reads == 1
+
+
+def test_every_gpus_same_metric_comes_in_one_read_with_the_rows_of_its_own():
+    store, direct = _store(), _store()
+    for s in (store, direct):
+        s.declare(1, "tick", {"mem": np.float64})
+        s.append_many(1, "tick", np.arange(NOW - 100.0, NOW + 0.5, 0.5), {"mem": np.arange(201.0)})
+    window = Window(store, NOW, 5.0, 1.0, keys=(0, 1))
+    for gpu in (0, 1):
+        t, v = window.series(gpu, "mem", 60.0)
+        want_t, want_v = direct.series(gpu, "mem", NOW - 60.0, NOW)
+        np.testing.assert_array_equal(t, want_t)
+        np.testing.assert_array_equal(v, want_v)
     assert store.reads == 1
 
 

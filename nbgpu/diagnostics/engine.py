@@ -173,11 +173,12 @@ class DiagnosticsEngine:
         (``judge_span``) readings up to ``now`` count as complete and the running state is untouched."""
         own = thresholds is not None
         th = thresholds if own else self.thresholds
-        window = Window(sampler.store, now, max(th.stale_after_s, 2.5 * sampler.interval),
-                        tolerance_s=max(1.0, 2.0 * sampler.interval),
-                        spans={} if own else self._spans, complete=None if own else sampler.drained_until)
         lost = sampler.lost
         devices = [d for d in sampler.devices if d.key not in lost]
+        window = Window(sampler.store, now, max(th.stale_after_s, 2.5 * sampler.interval),
+                        tolerance_s=max(1.0, 2.0 * sampler.interval),
+                        spans={} if own else self._spans, complete=None if own else sampler.drained_until,
+                        keys=tuple(d.key for d in devices if d.parent is None))
         processes, mine = sampler.processes() or None, self._my_pids(now)
         status, _ = attribute(processes, mine)
         # the GPUs this kernel's processes hold memory on; None (judge all) where that cannot be told
