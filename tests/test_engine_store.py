@@ -266,3 +266,14 @@ def test_a_row_of_floats_is_kept_as_append_many_keeps_a_one_row_array():
         assert by_row.last(0, metric) == by_array.last(0, metric)
     assert by_row.series(0, "a")[1].tolist() == [1.5, 2.5] and by_row.last(0, "b") == (12.0, 4.0)
     assert by_row.generation == by_array.generation
+
+
+def test_series_many_gives_one_pair_of_arrays_per_pair_asked_and_none_for_none():
+    from nbgpu.store import Store
+
+    store = Store()
+    store.declare(0, "tick", {"util_pct": np.float64})
+    store.append_many(0, "tick", np.array([1.0, 2.0, 3.0]), {"util_pct": np.array([10.0, np.nan, 30.0])})
+    assert store.series_many([]) == []
+    (t0, v0), (t1, v1) = store.series_many([(0, "util_pct"), (1, "util_pct")])
+    assert t0.tolist() == [1.0, 3.0] and v0.tolist() == [10.0, 30.0] and len(t1) == len(v1) == 0
