@@ -39,6 +39,11 @@ DRAIN_EVERY_S = {"power": 1.0, "util": 10.0, "memutil": 10.0}
 WATCHED_DRAIN_EVERY_S = {"util": 5.0}
 
 
+def drain_every_s(stream: str, watched: bool) -> float:
+    """Seconds between two drains of a sample buffer, watched or not."""
+    return (WATCHED_DRAIN_EVERY_S if watched else DRAIN_EVERY_S).get(stream, DRAIN_EVERY_S[stream])
+
+
 class NVMLSource:
     """GPUs read through NVML (real or simulated)."""
 
@@ -136,8 +141,8 @@ class NVMLSource:
 
     def period_s(self, metric: str) -> float | None:
         """Drain period of a buffered ``metric`` while watched; None for one read every tick."""
-        return next((WATCHED_DRAIN_EVERY_S.get(name, DRAIN_EVERY_S[name])
-                     for name, row in BUFFERED.items() if metric in row.metrics), None)
+        return next((drain_every_s(name, watched=True) for name, row in BUFFERED.items()
+                     if metric in row.metrics), None)
 
     def drained_until(self, key: object, metric: str | None = None) -> float:
         """Clock time up to which GPU ``key``'s sample buffers (or ``metric``'s) are read, less
@@ -209,9 +214,8 @@ class NVMLSource:
             if self._wanted(dev, row, due):
                 rows["memory" if row.tier == "memory" else "tick"].update(self._run(dev, row, reading))
         reading.batches += [Batch(dev.key, stream, now, values) for stream, values in rows.items() if values]
-        watched = WATCHED_DRAIN_EVERY_S if "live" in due else {}
         for stream in list(dev.buffers):
-            every_s = watched.get(stream) or DRAIN_EVERY_S[stream]
+            every_s = drain_every_s(stream, watched="live" in due)
             if now - dev.drained_at.get(stream, -np.inf) < every_s - 0.05 and "edge" not in due:
                 continue
             if self._nothing_new_yet(dev, stream, now):
