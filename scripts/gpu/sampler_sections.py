@@ -30,6 +30,8 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--source", default="nvml")
     ap.add_argument("--seconds", type=float, default=31.0)
+    ap.add_argument("--watched", action="store_true", help="a listener calls watch() every step, "
+                    "as an open panel keeps the sampler watched")
     args = ap.parse_args()
 
     import nbgpu
@@ -41,9 +43,20 @@ def main() -> int:
 
     sections = SectionTimers()
     sections.wrap(NVMLGateway, "call", "nvml calls")
+    by_function = SectionTimers()  # the same calls again, one section a function
+    inner_call = NVMLGateway.call
+
+    def call(self, function, *a):
+        c0 = time.thread_time_ns()
+        try:
+            return inner_call(self, function, *a)
+        finally:
+            by_function.cpu_ns[f"nvml: {function}"] += time.thread_time_ns() - c0
+            by_function.calls[f"nvml: {function}"] += 1
+
+    NVMLGateway.call = call
     sections.wrap(HostSource, "read", "host reads")
     sections.wrap(Store, "append_many", "store appends")
-    sections.wrap(Store, "append", "store appends")
     sections.wrap(Store, "append_row", "store appends")  # a tick's reads
     sections.wrap(engine.DiagnosticsEngine, "evaluate", "diagnostics")
     sections.wrap(engine.DiagnosticsEngine, "context", "diagnostics: context")
@@ -51,22 +64,27 @@ def main() -> int:
         sections.wrap(engine.RULE_FUNCTIONS, rule, f"diagnostics: {rule}")
 
     s = nbgpu.Sampler(args.source)
+    if args.watched:
+        s.add_listener(lambda sampler, now: sampler.watch())
     sections.wrap(s, "step", "step")
     s.start()
     time.sleep(2.5)  # the first tick reads everything once: not the steady state
     sections.reset()
+    by_function.reset()
     t0 = time.perf_counter()
     time.sleep(args.seconds)
     wall_s = time.perf_counter() - t0
-    cpu = {k: ns / 1e9 for k, ns in sections.cpu_ns.items()}
-    calls = dict(sections.calls)
+    cpu = {k: ns / 1e9 for k, ns in (sections.cpu_ns + by_function.cpu_ns).items()}
+    calls = dict(sections.calls + by_function.calls)
     s.stop()
+    NVMLGateway.call = inner_call
     sections.undo()
 
     step = cpu.get("step", 0.0)
     parts = {k: v for k, v in cpu.items() if k in PARTS}
     rest = step - sum(parts.values())
     out = {"command": " ".join(["python", *sys.argv]), "source": s.status().source_description,
+           "watched": args.watched,
            "seconds": wall_s, "steps": calls.get("step", 0),
            "ms_per_s": {k: 1000 * v / wall_s for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])},
            "calls_per_s": {k: v / wall_s for k, v in calls.items()},
