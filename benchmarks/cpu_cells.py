@@ -120,8 +120,8 @@ PHASES = (
     ("figures (incl. summary)", "nbgpu.profiles.history", "capture_figures"),
     ("summarize", "nbgpu.profiles.capture", "summarize"),
     ("display (incl. html/svg)", "nbgpu.profiles.cells", "_show_one_line"),
-    ("static_svg", "nbgpu.profiles.report", "static_svg"),
-    ("summary_html", "nbgpu.profiles.report", "summary_html"),
+    ("static_svg", "nbgpu.profiles.render", "static_svg"),
+    ("summary_html", "nbgpu.profiles.render", "summary_html"),
 )
 
 

@@ -27,7 +27,6 @@ from .timeline import Timeline
 
 log = logging.getLogger("nbgpu")
 
-LIVE_HOLD_S = 5.0  # after a watch(), the source drains its buffers at their live periods
 MAX_XIDS_KEPT = 8  # GPU faults (XID events) kept for status(); the store keeps them as events
 _LIVE = frozenset({"live"})
 
@@ -171,7 +170,7 @@ class Sampler(SamplerThread, SamplerReads):
 
     def watch(self) -> None:
         """Someone looks at the newest values now (a panel refresh, a scrape, a running cell): for
-        ``LIVE_HOLD_S`` buffers drain at their live periods (NVML utilisation every 5 s, not 10 s)."""
+        ``schedule.LIVE_HOLD_S`` buffers drain at their watched periods (``schedule.drain_every_s``)."""
         self._watched_at = self._clock()
 
     def drained_until(self, device: object, metric: str | None = None) -> float:
@@ -247,7 +246,7 @@ class Sampler(SamplerThread, SamplerReads):
     def _read(self, now: float, reads: frozenset[str]) -> None:
         """One pass over the source ("tick" in ``reads``: cheap reads, host, a counted tick)."""
         full_tick = "tick" in reads
-        if now - self._watched_at <= LIVE_HOLD_S:
+        if now - self._watched_at <= schedule.LIVE_HOLD_S:
             reads = reads | _LIVE
         try:
             reading = self.source.read(now, reads)

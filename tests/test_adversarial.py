@@ -14,8 +14,8 @@ from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.cli import main
 from nbgpu.errors import BadArgumentError
 from nbgpu.profiles.capture import Capture
-from nbgpu.profiles.compare import parse_bound
-from nbgpu.profiles.report import static_html, summary_html
+from nbgpu.profiles.comparison import parse_bound
+from nbgpu.profiles.render import static_html, summary_html
 
 EVIL = "<img src=x onerror=alert(1)>"
 ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"

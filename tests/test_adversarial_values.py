@@ -88,7 +88,7 @@ def test_a_file_name_that_is_not_utf8_is_not_a_traceback(command, run_file, tmp_
 
 def test_a_cell_fed_crafted_prometheus_values_shows_none_of_them():
     from nbgpu.profiles.capture import Capture
-    from nbgpu.profiles.report import static_html
+    from nbgpu.profiles.render import static_html
     from nbgpu.sources.prometheus import PrometheusSource
 
     good = {"gpu": "0", "Hostname": "n1", "modelName": "H200"}

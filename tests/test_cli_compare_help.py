@@ -7,7 +7,7 @@ import re
 import pytest
 
 from nbgpu.cli import main
-from nbgpu.profiles.compare import METRIC_UNITS, parse_bound
+from nbgpu.profiles.comparison import METRIC_UNITS, parse_bound
 
 
 @pytest.fixture

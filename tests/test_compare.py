@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nbgpu import config
 from nbgpu.errors import BadArgumentError
 from nbgpu.profiles import cost
-from nbgpu.profiles.compare import (
+from nbgpu.profiles.comparison import (
     METRIC_UNITS,
     MIB,
     Change,
@@ -360,7 +360,7 @@ def test_compare_gives_utilisation_changes_in_points_and_cost_only_with_a_price(
 
 
 def test_cell_summary_headers_name_no_unit_their_cells_do_not_use():
-    from nbgpu.profiles.report import summary_html
+    from nbgpu.profiles.render import summary_html
 
     row = {"gpu": 0, "name": "NVIDIA H200 (simulated)", "duration_s": 2.0, "mem_start_bytes": 2**30,
            "mem_end_bytes": 2**31, "mem_peak_bytes": 2**31, "mem_delta_bytes": 2**30, "util_mean_pct": 50.0,

@@ -12,7 +12,7 @@ import pytest
 from nbgpu import Sampler, SimulatedGPUs
 from nbgpu.errors import BadArgumentError
 from nbgpu.profiles.capture import Capture
-from nbgpu.profiles.report import one_line, static_svg
+from nbgpu.profiles.render import one_line, static_svg
 from nbgpu.profiles.summary import summarize
 from nbgpu.sources.base import Batch, Device, Reading
 

@@ -158,7 +158,7 @@ def test_a_cell_shorter_than_the_window_is_judged_on_its_own_readings(clean_prof
 
 
 def test_a_cell_too_short_to_judge_says_so(clean_profiles):
-    from nbgpu.profiles.report import judged_line
+    from nbgpu.profiles.render import judged_line
 
     s, clock = shaped(util=25.0, cpu=380.0)
     drive(s, clock, 20.0)

@@ -108,10 +108,11 @@ def test_sample_buffer_not_found_means_nothing_new_not_an_error(stepped):
 
 
 def test_an_empty_buffer_for_long_falls_back_to_polling(monkeypatch, stepped):
+    import nbgpu.schedule as schedule
     import nbgpu.sources.nvml as nvml_mod
 
     monkeypatch.setattr(nvml_mod, "BUFFER_DEAD_AFTER_S", 0.3)
-    monkeypatch.setattr(nvml_mod, "DRAIN_EVERY_S", dict.fromkeys(nvml_mod.DRAIN_EVERY_S, 0.1))
+    monkeypatch.setattr(schedule, "DRAIN_EVERY_S", dict.fromkeys(schedule.DRAIN_EVERY_S, 0.1))
     sim, clock = sim_and_clock(stepped)
     s = nbgpu.Sampler(source=sim, interval=0.1, clock=clock)
     advance(s, clock, 0.1)

@@ -6,7 +6,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from nbgpu import Sampler
-from nbgpu.cli.options import check_source
+from nbgpu.cli.shared_options import check_source
 from nbgpu.errors import BadArgumentError
 from nbgpu.magics.options import parse_cell_line, parse_line
 

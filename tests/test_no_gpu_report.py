@@ -7,9 +7,9 @@ import time
 import pytest
 
 from nbgpu import Sampler, capture
-from nbgpu.profiles.report import NO_GPU_LINE, static_html
+from nbgpu.profiles.render import NO_GPU_LINE, static_html
+from nbgpu.sources.base import HostOnlySource
 from nbgpu.widgets.cell_report import CellReport
-from nbgpu.widgets.columns import HostOnlySource
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_summary_warns_with_the_same_line(cap):
 
 
 def test_cell_mode_line_has_no_chart(cap):
-    from nbgpu.profiles.report import compact_html
+    from nbgpu.profiles.render import compact_html
 
     html = compact_html(cap)
     assert "<svg" not in html and "--source sim" in html

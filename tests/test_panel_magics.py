@@ -239,7 +239,7 @@ def test_status_shows_errors_and_processes_per_gpu(shell, capsys, monkeypatch) -
 
 def test_the_command_and_the_magic_share_one_option_table(capsys) -> None:
     from nbgpu.cli import build_parser
-    from nbgpu.cli.options import SHARED
+    from nbgpu.cli.shared_options import SHARED
 
     sub = build_parser()._subparsers._group_actions[0].choices
     for parser in (options.line_parser(), options.cell_parser(), sub["record"], sub["export"]):

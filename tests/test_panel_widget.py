@@ -14,8 +14,8 @@ import pytest
 from conftest_panel import parts, row_titles, show
 from nbgpu import Sampler, session
 from nbgpu.errors import BadArgumentError
+from nbgpu.sources.base import HostOnlySource
 from nbgpu.widgets import registry
-from nbgpu.widgets.columns import HostOnlySource
 from nbgpu.widgets.monitor import GPUMonitor
 from nbgpu.widgets.panel_draw import BUCKETS, COLUMN_PX, INSET, SPARK_PX, pad_rows, spaced_labels
 from nbgpu.widgets.panel_draw import rules as mark_rules

@@ -22,7 +22,7 @@ import nbgpu
 from conftest_profiles import clean_profiles_fixture  # noqa: F401 - fixture
 from nbgpu import Sampler, SimulatedGPUs, session
 from nbgpu.errors import BadArgumentError
-from nbgpu.profiles import report
+from nbgpu.profiles import render as report
 from nbgpu.profiles.energy import integrate_power_j
 from nbgpu.profiles.summary import summarize
 from nbgpu.sampler_thread import running_samplers

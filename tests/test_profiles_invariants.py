@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbgpu.metrics import BY_NAME
-from nbgpu.profiles.report import one_line
+from nbgpu.profiles.render import one_line
 from nbgpu.profiles.summary import summarize
 from nbgpu.sources.base import Device
 from nbgpu.store import Store

@@ -9,7 +9,7 @@ import pytest
 
 from nbgpu.metrics import BY_NAME
 from nbgpu.profiles.energy import integrate_power_j
-from nbgpu.profiles.report import fmt_duration, one_line, summary_html
+from nbgpu.profiles.render import fmt_duration, one_line, summary_html
 from nbgpu.profiles.summary import summarize
 from nbgpu.sources.base import Device
 from nbgpu.store import Store

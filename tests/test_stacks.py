@@ -201,7 +201,7 @@ def test_a_capture_splits_its_time_and_names_its_top_line(clean_profiles, stack_
         assert 40 * 1.6 * 0.5 <= where.attrs["samples"] <= 40 * 1.6 * 1.5  # about 40 a second
         del batch
         # The report says it: a bar and the line where most time went.
-        from nbgpu.profiles.report import where_line
+        from nbgpu.profiles.render import where_line
 
         assert "data loader" in where_line(cap) and "`batch = next(dl)`" in where_line(cap)
         assert 'class="nbgpu-where"' in cap._repr_html_()

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 
 from ..errors import BadArgumentError, NbgpuError
-from .options import OnceParser, add_shared, sigterm_as_ctrl_c
+from .shared_options import OnceParser, add_shared, sigterm_as_ctrl_c
 
 
 def _port(value: str) -> int:

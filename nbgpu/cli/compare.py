@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import BadArgumentError
 from ..files import atomic_file
-from ..profiles.compare import (
+from ..profiles.comparison import (
     NOISE_METRICS,
     Bound,
     Change,
@@ -31,8 +31,8 @@ from ..runfile import Run
 from ..svg import series_of_frame
 from ..timeline import epoch_seconds
 from ..units import as_float
-from .options import refuse_overwrite, shown
 from .report import PAGE, SIMULATED_NOTE, SUMMARY, fmt_metric, html_table, load_input
+from .shared_options import refuse_overwrite, shown
 
 PLOT_METRICS = ("mem_used_bytes", "util_pct", "power_w")
 LABELS = {metric: heading for heading, metric in SUMMARY.items()}

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import NbgpuError
-from .options import sigterm_as_ctrl_c
+from .shared_options import sigterm_as_ctrl_c
 
 NOTEBOOK = Path("notebooks") / "quickstart.ipynb"
 

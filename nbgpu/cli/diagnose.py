@@ -17,8 +17,8 @@ from ..metrics import GPU_METRICS, HOST_KEY, HOST_METRICS
 from ..runfile import Run
 from ..sources.base import Device
 from ..store import Event, Store
-from .options import shown
 from .report import load_input
+from .shared_options import shown
 
 EXIT_MARK = "command exited with code"  # the mark `nbgpu record` ends a run with
 

@@ -20,8 +20,8 @@ from ..recorder import Recorder
 from ..runfile import load_run
 from ..sampler import Sampler
 from ..units import fmt_celsius, fmt_pct, fmt_used_of, fmt_watts
-from .options import shown
 from .report import summarize_run, summary_lines
+from .shared_options import shown
 
 FLUSH_EVERY_S = 1.0
 PR_SET_PDEATHSIG = 1

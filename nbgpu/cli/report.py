@@ -14,7 +14,7 @@ from ..profiles.summary import Summary, summarize
 from ..runfile import Run, load_run
 from ..timeline import epoch_seconds
 from ..units import fmt_bytes, fmt_celsius, fmt_duration, fmt_energy, fmt_pct, fmt_watts
-from .options import refuse_overwrite, shown
+from .shared_options import refuse_overwrite, shown
 
 PLOT_METRICS = ("util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_active_pct", "sm_clock_mhz",
                 "proc_cpu_pct")

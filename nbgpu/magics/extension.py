@@ -11,7 +11,8 @@ from ..version import __version__
 def load_message() -> str:
     """One line: how many GPUs, their names and the driver, or why none are visible (listed once,
     not probed, and kept for the sampler ``%gpumon`` starts)."""
-    from ..widgets.columns import HostOnlySource, plain_reason
+    from ..sources.base import HostOnlySource
+    from ..widgets.columns import plain_reason
 
     shared = session.shared_sampler()
     try:

@@ -8,7 +8,7 @@ import shlex
 
 from IPython.core.error import UsageError
 
-from ..cli.options import OnceParser, add_shared, argtype, seconds
+from ..cli.shared_options import OnceParser, add_shared, argtype, seconds
 from ..config import check_seconds, check_window
 from ..widgets.columns import COLUMNS, DEFAULT_REFRESH_S, DEFAULT_WINDOW_S, check_metrics, check_refresh
 

@@ -22,8 +22,8 @@ from ..sampler_thread import running_samplers, wait_for_edge
 from ..sources.base import check_gpus
 from ..timeline import Timeline
 from .energy import COUNTER_MIN_S
-from .report import NO_GPU_LINE, no_gpu, static_html
-from .report import one_line as line_of
+from .render import NO_GPU_LINE, no_gpu, static_html
+from .render import one_line as line_of
 from .summary import Summary, as_count, rows_frame, selected, summarize
 
 if TYPE_CHECKING:

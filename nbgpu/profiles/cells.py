@@ -18,12 +18,12 @@ from ..hooks import view
 from ..sampler import Sampler
 from ..units import fmt_duration, fmt_energy
 from .capture import Capture, status_of
-from .compare import changes
+from .comparison import changes
 from .cost import cost_of
 from .history import CellRecord, earlier
 from .history import add as add_record
 from .oom import OomStory, PostMortem, build_story, is_oom
-from .report import compact_html
+from .render import compact_html
 
 log = logging.getLogger("nbgpu")
 

@@ -21,7 +21,7 @@ from ..diagnostics.stacks import CATEGORIES
 from ..errors import FileError, warn_user
 from ..files import as_path, atomic_file, file_error, json_value, kind_of, write_whole
 from ..units import as_float
-from .compare import RunFigures, capture_figures
+from .comparison import RunFigures, capture_figures
 from .cost import cost_of
 from .summary import SUMMARY_COLUMNS
 

@@ -142,3 +142,32 @@ class Source(Protocol):
     def read(self, now: float, due: frozenset[str]) -> Reading: ...
 
     def describe(self) -> str: ...
+
+
+class HostOnlySource:
+    """No devices, no readings; ``reason`` says why there are no GPUs (the NVML error)."""
+
+    kind = "none"
+    simulated = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def devices(self) -> list[dict]:
+        return []
+
+    def streams(self) -> dict[object, dict[str, dict[str, np.dtype]]]:
+        return {}
+
+    def read(self, now: float, due: frozenset[str]) -> Reading:
+        return Reading()
+
+    def describe(self) -> str:
+        """Why no GPU is visible: views read it from the sampler's status."""
+        return self.reason

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import NVMLUnavailableError
 from ..metrics import BY_NAME
+from ..schedule import drain_every_s
 from .base import Batch, Device, DeviceEvent, ProcessInfo, ReadError, Reading
 from .nvml_gateway import (
     _NO_MODULE_HINT,
@@ -30,18 +31,6 @@ log = logging.getLogger("nbgpu")
 BUFFER_DEAD_AFTER_S = 10.0
 # After a drain found nothing, none for this share of the sample spacing (samples come late).
 EMPTY_RETRY_SHARE = 0.25
-# Drain periods: a drain costs a fixed CPU time (H200: power 0.33 ms, utilisation 2.8 ms), so
-# each buffer is drained well inside what it holds (power ~2.4 s, utilisation ~14 s); an
-# "edge" read drains all at once. Utilisation comes every 10 s at its native 200 ms, every
-# 5 s while someone watches ("live" due: a panel on screen, a scrape). Polling it instead
-# would alias with periodic loads.
-DRAIN_EVERY_S = {"power": 1.0, "util": 10.0, "memutil": 10.0}
-WATCHED_DRAIN_EVERY_S = {"util": 5.0}
-
-
-def drain_every_s(stream: str, watched: bool) -> float:
-    """Seconds between two drains of a sample buffer, watched or not."""
-    return (WATCHED_DRAIN_EVERY_S if watched else DRAIN_EVERY_S).get(stream, DRAIN_EVERY_S[stream])
 
 
 class NVMLSource:

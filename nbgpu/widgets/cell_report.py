@@ -13,7 +13,7 @@ import numpy as np
 
 from ..decimate import decimate_minmax
 from ..metrics import BY_NAME, GPU_METRICS
-from ..profiles import report
+from ..profiles import render as report
 from ..svg import COLORS, _scale_for, label_rows, svg_series
 from ..units import GIB
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
-
 from .. import session
 from ..config import check_seconds
 from ..errors import BadArgumentError, NVMLUnavailableError
-from ..sources.base import Reading
+from ..sources.base import HostOnlySource
 
 
 @dataclass(frozen=True)
@@ -92,35 +90,6 @@ def resolve_columns(chosen: tuple[str, ...] | None, reported: set[str]) -> list[
         return [COLUMNS[k] for k in chosen]
     return [COLUMNS[k] for k in DEFAULT_COLUMNS + tuple(k for k in OPTIONAL_DEFAULTS
                                                         if reported & set(COLUMNS[k].metrics))]
-
-
-class HostOnlySource:
-    """No devices, no readings; ``reason`` says why there are no GPUs (the NVML error)."""
-
-    kind = "none"
-    simulated = False
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def open(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def devices(self) -> list[dict]:
-        return []
-
-    def streams(self) -> dict[object, dict[str, dict[str, np.dtype]]]:
-        return {}
-
-    def read(self, now: float, due: frozenset[str]) -> Reading:
-        return Reading()
-
-    def describe(self) -> str:
-        """Why no GPU is visible: views read it from the sampler's status."""
-        return self.reason
 
 
 def shared_or_host_only(source: object, interval: float | None):

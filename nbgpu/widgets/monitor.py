@@ -16,12 +16,11 @@ from ..config import check_window
 from ..errors import BadArgumentError
 from ..metrics import HOST_KEY
 from ..sampler import check_sampler
-from ..sources.base import Device, check_gpus
+from ..sources.base import Device, HostOnlySource, check_gpus
 from . import registry, text
 from .columns import (
     DEFAULT_REFRESH_S,
     WINDOW_CHOICES_S,
-    HostOnlySource,
     check_metrics,
     check_refresh,
     resolve_columns,
