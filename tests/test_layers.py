@@ -219,3 +219,12 @@ def test_every_module_is_at_most_450_lines():
     long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450}
     assert long == {}
+
+
+def test_no_two_modules_share_a_name():
+    """A newcomer finds a module by its name: ``cli/report.py`` beside ``profiles/report.py`` misleads."""
+    names: dict[str, list[str]] = {}
+    for p in PACKAGE.rglob("*.py"):
+        if p.name not in ("__init__.py", "__main__.py"):
+            names.setdefault(p.stem, []).append(str(p.relative_to(ROOT)))
+    assert {k: v for k, v in names.items() if len(v) > 1} == {}
