@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from conftest import FakeClock
 from nbgpu import Sampler
 from nbgpu.sources.simulated import SimulatedGPUs
@@ -46,9 +48,14 @@ class ShapedGPUs(SimulatedGPUs):
         self._fns = {"mem": mem, "util": util, "power": power, "temp": temp, "reasons": reasons}
         self._host_fn = host
 
-    def _shape(self, name: str, base, gpu: int, t: float):
+    def _shape(self, name: str, base, gpu: int, t):
         fn = self._fns[name]
-        return base(gpu, t) if fn is None else fn(gpu, t, base(gpu, t))
+        if fn is None:
+            return base(gpu, t)
+        if isinstance(t, np.ndarray):  # a buffer's samples at once: the test's curve sample by sample
+            pairs = zip(t.ravel(), np.broadcast_to(base(gpu, t), t.shape).ravel(), strict=True)
+            return np.array([fn(gpu, float(x), float(b)) for x, b in pairs]).reshape(t.shape)
+        return fn(gpu, t, base(gpu, t))
 
     def mem_used_at(self, gpu: int, t: float) -> float:
         return self._shape("mem", super().mem_used_at, gpu, t)

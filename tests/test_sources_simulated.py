@@ -132,3 +132,21 @@ def test_the_sim_source_starts_at_its_steady_load():
     assert len(first) == 2, df
     assert (first["mem_used_bytes"] > 0.45 * first["mem_total_bytes"]).all(), first
     assert (first["sm_active_pct"] > 50).all(), first  # loaded, not the idle start of the ramp
+
+
+@pytest.mark.parametrize("scenario", ["steady", "input_bound", "throttle", "idle"])
+def test_a_buffer_drain_holds_the_load_models_value_at_each_samples_time(scenario):
+    """A drain computes its samples as arrays; each must equal the model asked at that one time."""
+    t = [1_700_000_000.0]
+    sim = SimulatedGPUs(count=2, scenario=scenario, clock=lambda: t[0], warm_s=0.9)  # the ramp too
+    sim.nvmlInit()
+    h = sim.nvmlDeviceGetHandleByIndex(1)
+    t[0] += 2.0
+    for kind, period, model in ((0, 0.02, lambda s: sim.power_at(1, s) * 1000.0),
+                                (1, 0.2, lambda s: sim.util_window(1, s, 0.2)),
+                                (2, 0.2, lambda s: sim.util_window(1, s, 0.2) * 0.45)):
+        _, samples = sim.nvmlDeviceGetSamples(h, kind, 0)
+        assert len(samples) > 5
+        for x in samples:
+            at_s = round((x.timeStamp / 1e6 - sim.start_time) / period) * period
+            assert x.sampleValue.uiVal == max(round(model(at_s)), 0), (kind, at_s)

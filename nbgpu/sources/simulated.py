@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import ClassVar
 
+import numpy as np
+
 from ..errors import BadArgumentError
 from .sim_faults import (
     NVML_ERROR_INVALID_ARGUMENT,
@@ -33,22 +35,50 @@ SCENARIOS = ("steady", "input_bound", "leak", "oom", "imbalance", "throttle", "t
 _INIT_ERRORS = {"driver_not_loaded": 9, "library_not_found": 12, "no_permission": 4}
 
 
-def _noise(*keys: int) -> float:
-    """Deterministic pseudo-random number in [0, 1) from integer keys."""
-    h = 0x9E3779B1
+_U64 = tuple(np.uint64(c) for c in (0xFFFFFFFF, 0x85EBCA6B, 0xC2B2AE35, 13, 16))
+
+
+def _noise(*keys):
+    """Deterministic pseudo-random number in [0, 1) from integer keys (or, elementwise, arrays)."""
+    h, low, c1, c2, s13, s16 = 0x9E3779B1, 0xFFFFFFFF, 0x85EBCA6B, 0xC2B2AE35, 13, 16
     for k in keys:
-        h = ((h ^ (k & 0xFFFFFFFF)) * 0x85EBCA6B) & 0xFFFFFFFF
-        h ^= h >> 13
-        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-        h ^= h >> 16
+        if isinstance(k, np.ndarray) or not isinstance(h, int):  # from here on uint64 arrays
+            if isinstance(h, int):
+                h, (low, c1, c2, s13, s16) = np.uint64(h), _U64
+            k = np.asarray(k, np.int64).astype(np.uint64)  # wraps a negative key as Python's & does
+        h = ((h ^ (k & low)) * c1) & low
+        h ^= h >> s13
+        h = (h * c2) & low
+        h ^= h >> s16
     return h / 2**32
+
+
+# The load model takes seconds as a number or, for a buffer's samples at once, an array:
+def _whole(x):
+    """``int(x)`` (toward zero), elementwise for an array."""
+    return np.trunc(x).astype(np.int64) if isinstance(x, np.ndarray) else int(x)
+
+
+def _pick(cond, yes, no):
+    """``yes if cond else no``, elementwise where ``cond`` is an array."""
+    return np.where(cond, yes, no) if isinstance(cond, np.ndarray) else (yes if cond else no)
+
+
+def _at_least(low: float, x):
+    return np.maximum(low, x) if isinstance(x, np.ndarray) else max(low, x)
+
+
+def _at_most(high: float, x):
+    return np.minimum(high, x) if isinstance(x, np.ndarray) else min(high, x)
 
 
 class SimulatedGPUs(FaultInjection):
     """A deterministic stand-in for NVML with ``count`` GPUs (0 to 64) under ``seed`` and ``clock``;
     ``scenario`` (one of ``SCENARIOS``) shapes the load, ``mig={gpu: slices}`` makes MIG slices,
     ``init_error`` fails ``nvmlInit``, ``hide_host_pids`` lists PIDs unknown here (a container),
-    ``warm_s``: seconds already run, ``model_process``: the workload's memory listed under this process."""
+    ``warm_s``: seconds already run, ``model_process``: the workload's memory listed under this process.
+    The load model (``util_at``, ``power_at``, ...) takes seconds as a number or, for a drain's
+    samples at once, an array; a subclass may return one number for a flat curve."""
 
     SIMULATED = True
     NVML_GPM_METRICS_GET_VERSION = 1
@@ -96,24 +126,27 @@ class SimulatedGPUs(FaultInjection):
     def _t(self) -> float:
         return self.clock() - self.start_time
 
-    def util_at(self, gpu: int, t: float) -> float:
+    def util_at(self, gpu: int, t):
         """Percent of time a kernel ran on ``gpu`` around ``t`` seconds after start."""
         s = self.scenario
         if s == "idle" or (s == "imbalance" and gpu == self.count - 1):
-            return 2.0 * _noise(self.seed, gpu, int(t * 5))
+            return 2.0 * _noise(self.seed, gpu, _whole(t * 5))
         if s == "input_bound":
-            return 100.0 if (t + 0.13 * gpu) % 1.0 < 0.25 else 0.0
-        if t < 1.5:
-            return max(0.0, 10.0 * t)
-        k = int(t * 5)
+            return _pick((t + 0.13 * gpu) % 1.0 < 0.25, 100.0, 0.0)
+        k = _whole(t * 5)
         base = 93.0 + 6.0 * (_noise(self.seed, gpu, k) - 0.5)
-        if (t % 8.0) < 0.6:  # a short evaluation / data pause every 8 s
-            base = 35.0 + 10 * _noise(self.seed, gpu, k, 1)
-        return min(100.0, base)
+        # a short evaluation / data pause every 8 s
+        base = _pick((t % 8.0) < 0.6, 35.0 + 10 * _noise(self.seed, gpu, k, 1), base)
+        return _pick(t < 1.5, _at_least(0.0, 10.0 * t), _at_most(100.0, base))
 
-    def util_window(self, gpu: int, t: float, window: float = 0.2) -> float:
+    def util_window(self, gpu: int, t, window: float = 0.2):
         """Mean utilisation over the ``window`` seconds before ``t`` (what NVML reports)."""
-        return sum(self.util_at(gpu, max(0.0, t - window * (i + 0.5) / 8)) for i in range(8)) / 8
+        at = _at_least(0.0, np.asarray(t, np.float64)[..., None] - window * (np.arange(8) + 0.5) / 8)
+        each = np.broadcast_to(self.util_at(gpu, at), at.shape)  # (a subclass's curve may be flat)
+        total = 0  # summed in order, as ``sum`` would
+        for i in range(8):
+            total = total + each[..., i]
+        return total / 8 if isinstance(t, np.ndarray) else float(total / 8)
 
     def mem_used_at(self, gpu: int, t: float) -> float:
         total, base, s = self.mem_total_bytes, 0.55e9, self.scenario
@@ -128,13 +161,13 @@ class SimulatedGPUs(FaultInjection):
             used += 31e6 * t  # about +310 MB every 10 s, never freed
         return min(used + 64e6 * _noise(self.seed, gpu, int(t)), total)
 
-    def power_at(self, gpu: int, t: float) -> float:
+    def power_at(self, gpu: int, t):
         if self.scenario == "throttle":
-            return self.power_limit_w * (0.985 + 0.02 * _noise(self.seed, gpu, int(t * 50)))
+            return self.power_limit_w * (0.985 + 0.02 * _noise(self.seed, gpu, _whole(t * 50)))
         util = self.util_window(gpu, t, 0.1) if self.scenario == "input_bound" else self.util_at(gpu, t)
         idle = 75.0
         p = idle + (self.power_limit_w * 0.86 - idle) * util / 100.0
-        return p + 8.0 * (_noise(self.seed, gpu, int(t * 50), 7) - 0.5)
+        return p + 8.0 * (_noise(self.seed, gpu, _whole(t * 50), 7) - 0.5)
 
     def temp_at(self, gpu: int, t: float) -> float:
         if self.scenario == "throttle":
@@ -248,9 +281,13 @@ class SimulatedGPUs(FaultInjection):
         t = self._t()
         with self._lock:
             k, joules = self._energy.get(h.gpu, (0.0, 5.0e6 + 1e5 * h.gpu))
-            while k + 0.02 <= t:
-                k += 0.02
-                joules += self.power_at(h.gpu, k) * 0.02
+            # Steps of 20 ms added one by one (as a loop would: the same float sums), up to t.
+            steps = np.add.accumulate(np.r_[k, np.full(max(int((t - k) / 0.02) + 2, 0), 0.02)])[1:]
+            steps = steps[:np.searchsorted(steps, t, side="right")]
+            if len(steps):
+                k = float(steps[-1])
+                watts = np.broadcast_to(self.power_at(h.gpu, steps), steps.shape)
+                joules = float(np.add.accumulate(np.r_[joules, watts * 0.02])[-1])
             self._energy[h.gpu] = (k, joules)
         return int(joules * 1000)
 
@@ -280,18 +317,21 @@ class SimulatedGPUs(FaultInjection):
             raise _error(NVML_ERROR_NOT_SUPPORTED)
         period, kept = self._BUFFERS[sampling_type]
         newest = math.floor(self._t() / period)
-        fresh = [(k * period, ts) for k in range(max(newest - kept + 1, 0), newest + 1)
-                 if (ts := round((self.start_time + k * period) * 1e6)) > last_seen_us]
-        if not fresh:
+        k = np.arange(max(newest - kept + 1, 0), newest + 1)
+        ts_us = np.round((self.start_time + k * period) * 1e6)
+        fresh = ts_us > last_seen_us
+        if not fresh.any():
             raise _error(NVML_ERROR_NOT_FOUND)
-        return 1, _sample_array([ts for _t, ts in fresh],
-                                [self._buffered(h.gpu, sampling_type, t, period) for t, _ts in fresh])
+        return 1, _sample_array(ts_us[fresh].astype(np.int64), self._buffered(h.gpu, sampling_type,
+                                                                               k[fresh] * period, period))
 
-    def _buffered(self, gpu: int, sampling_type: int, t: float, period: float) -> int:
-        """One buffered sample at ``t`` s after start: power in mW, or a utilisation in percent."""
+    def _buffered(self, gpu: int, sampling_type: int, t: np.ndarray, period: float) -> np.ndarray:
+        """Buffered samples at ``t`` s after start: power in mW, or a utilisation in percent."""
         if sampling_type == 0:
-            return max(round(self.power_at(gpu, t) * 1000.0), 0)
-        return max(round(self.util_window(gpu, t, period) * (1.0 if sampling_type == 1 else 0.45)), 0)
+            v = self.power_at(gpu, t) * 1000.0
+        else:
+            v = self.util_window(gpu, t, period) * (1.0 if sampling_type == 1 else 0.45)
+        return np.maximum(np.round(np.broadcast_to(v, t.shape)), 0)
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:  # noqa: N802
         if h.mig is not None:
@@ -335,7 +375,8 @@ class SimulatedGPUs(FaultInjection):
         a, b = get.sample1, get.sample2
         if a is None or b is None or a.gpu != b.gpu or not b.t > a.t:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
-        util = sum(self.util_at(b.gpu, a.t + (b.t - a.t) * (i + 0.5) / 8) for i in range(8)) / 8
+        at = a.t + (b.t - a.t) * (np.arange(8) + 0.5) / 8
+        util = float(sum(np.broadcast_to(self.util_at(b.gpu, at), at.shape))) / 8
         thin = self.scenario == "thin"
         values = {2: util * (0.18 if thin else 0.95), 3: util * (0.05 if thin else 0.14),
                   5: util * (0.02 if thin else 0.6), 10: util * 0.35}
