@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 
 def _proc_thread_cpu_s(tid: int) -> float | None:
@@ -96,8 +97,9 @@ class SectionTimers:
         self.calls: Counter = Counter()
         self._undo: list[tuple[object, str, object]] = []
 
-    def wrap(self, owner: object, attr: str, name: str) -> None:
-        """Count ``owner.attr`` (a class's or an instance's function, or a dict's item) as ``name``."""
+    def wrap(self, owner: object, attr: str, name: str | Callable[..., str]) -> None:
+        """Count ``owner.attr`` (a class's or an instance's function, or a dict's item) as ``name``
+        (or as ``name(*args)``, a label from each call's arguments)."""
         is_dict = isinstance(owner, dict)
         inner = owner[attr] if is_dict else getattr(owner, attr)
         cpu_ns, calls = self.cpu_ns, self.calls
@@ -107,8 +109,9 @@ class SectionTimers:
             try:
                 return inner(*args, **kwargs)
             finally:
-                cpu_ns[name] += time.thread_time_ns() - c0
-                calls[name] += 1
+                label = name(*args) if callable(name) else name
+                cpu_ns[label] += time.thread_time_ns() - c0
+                calls[label] += 1
 
         if is_dict:
             owner[attr] = timed

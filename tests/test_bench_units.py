@@ -162,6 +162,11 @@ def test_section_timers_count_each_wrapped_function_and_put_it_back() -> None:
     w.busy(10)
     table["rule"](1)
     assert not timers.calls  # the originals are back: nothing counts
+    timers.wrap(Worker, "busy", lambda worker, n: f"busy {n}")  # a label from each call's arguments
+    for n in (5, 5, 7):
+        w.busy(n)
+    timers.undo()
+    assert timers.calls == {"busy 5": 2, "busy 7": 1}
 
 
 def test_whole_cost_reads_each_threads_cpu_and_the_gil_holder_holds_what_it_says() -> None:

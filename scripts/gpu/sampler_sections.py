@@ -44,17 +44,7 @@ def main() -> int:
     sections = SectionTimers()
     sections.wrap(NVMLGateway, "call", "nvml calls")
     by_function = SectionTimers()  # the same calls again, one section a function
-    inner_call = NVMLGateway.call
-
-    def call(self, function, *a):
-        c0 = time.thread_time_ns()
-        try:
-            return inner_call(self, function, *a)
-        finally:
-            by_function.cpu_ns[f"nvml: {function}"] += time.thread_time_ns() - c0
-            by_function.calls[f"nvml: {function}"] += 1
-
-    NVMLGateway.call = call
+    by_function.wrap(NVMLGateway, "call", lambda gateway, function, *args: f"nvml: {function}")
     sections.wrap(HostSource, "read", "host reads")
     sections.wrap(Store, "append_many", "store appends")
     sections.wrap(Store, "append_row", "store appends")  # a tick's reads
@@ -77,7 +67,7 @@ def main() -> int:
     cpu = {k: ns / 1e9 for k, ns in (sections.cpu_ns + by_function.cpu_ns).items()}
     calls = dict(sections.calls + by_function.calls)
     s.stop()
-    NVMLGateway.call = inner_call
+    by_function.undo()
     sections.undo()
 
     step = cpu.get("step", 0.0)
