@@ -89,4 +89,4 @@ def test_voila_sends_nothing_to_a_panel_out_of_sight(tmp_path: Path) -> None:
         updates = PageUpdates(page)
         page.goto(url, timeout=120_000)
         page.wait_for_selector(".nbgpu-spark path.line", state="attached", timeout=120_000)
-        _off_and_on(page, updates, seen=2)  # its 1 min window refreshes every 1.6 s
+        _off_and_on(page, updates, seen=2)  # its 1 min window refreshes every 2 s

@@ -66,8 +66,8 @@ def line_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", type=seconds(check_refresh), default=None,
                    metavar="S", dest="refresh_s",
                    help=f"seconds between panel updates, 0.25 to 60 (default: as often as the "
-                        f"lines can move, window / 38 s, from {DEFAULT_REFRESH_S:g} s to 5 s: 1.6 s "
-                        "for a 1 min window); per panel")
+                        f"lines can move, window / 38 s, from {DEFAULT_REFRESH_S:g} s to 5 s: 2 s "
+                        "for windows to 1 min); per panel")
     p.add_argument("--cells", choices=("on", "off"), nargs="?", const="on", default=None,
                    metavar="on|off", help="profile every cell from now on (off: stop)")
     p.add_argument("--cells-min", type=seconds(lambda v: check_seconds(v, "--cells-min", 0, 86400)),

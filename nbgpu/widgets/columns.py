@@ -58,7 +58,7 @@ DEFAULT_COLUMNS = ("util", "mem", "power", "temp")
 OPTIONAL_DEFAULTS = ("sm",)  # added by default when some GPU reports them
 
 DEFAULT_WINDOW_S = 60.0
-DEFAULT_REFRESH_S = 1.0
+DEFAULT_REFRESH_S = 2.0  # the shortest default refresh: numbers read at the pace of `watch` and nvitop
 MIN_REFRESH_S = 0.25  # at most 4 updates a second per widget
 WINDOW_CHOICES_S = (30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 

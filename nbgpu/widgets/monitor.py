@@ -112,7 +112,7 @@ class GPUMonitor(PanelDrawing, widgets.VBox):
     @property
     def refresh_s(self) -> float:
         """Seconds between updates: as given, else as often as the lines can move (one bucket of
-        2 pixels of the window, 1 s to 5 s)."""
+        2 pixels of the window), 2 s to 5 s: numbers change at a pace a person reads."""
         if self._refresh_given is not None:
             return self._refresh_given
         return min(max(DEFAULT_REFRESH_S, self.window_s / BUCKETS), MAX_AUTO_REFRESH_S)
