@@ -40,6 +40,25 @@ _U64 = tuple(np.uint64(c) for c in (0xFFFFFFFF, 0x85EBCA6B, 0xC2B2AE35, 13, 16))
 
 def _noise(*keys):
     """Deterministic pseudo-random number in [0, 1) from integer keys (or, elementwise, arrays)."""
+    for k in keys:
+        if isinstance(k, np.ndarray):
+            return _noise_arrays(keys)
+    return _noise_ints(keys)
+
+
+@functools.lru_cache(maxsize=4096)  # a drain and the next tick ask for the same slots again
+def _noise_ints(keys: tuple) -> float:
+    h = 0x9E3779B1
+    for k in keys:
+        h = ((h ^ (k & 0xFFFFFFFF)) * 0x85EBCA6B) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        h ^= h >> 16
+    return h / 2**32
+
+
+def _noise_arrays(keys: tuple) -> np.ndarray:
+    """``_noise`` elementwise, in uint64 from the first array key on (the same numbers)."""
     h, low, c1, c2, s13, s16 = 0x9E3779B1, 0xFFFFFFFF, 0x85EBCA6B, 0xC2B2AE35, 13, 16
     for k in keys:
         if isinstance(k, np.ndarray) or not isinstance(h, int):  # from here on uint64 arrays
@@ -141,12 +160,14 @@ class SimulatedGPUs(FaultInjection):
 
     def util_window(self, gpu: int, t, window: float = 0.2):
         """Mean utilisation over the ``window`` seconds before ``t`` (what NVML reports)."""
-        at = _at_least(0.0, np.asarray(t, np.float64)[..., None] - window * (np.arange(8) + 0.5) / 8)
+        if not isinstance(t, np.ndarray):  # one time: eight numbers cost less than arrays
+            return float(sum(self.util_at(gpu, max(0.0, t - window * (i + 0.5) / 8)) for i in range(8)) / 8)
+        at = _at_least(0.0, t[..., None] - window * (np.arange(8) + 0.5) / 8)
         each = np.broadcast_to(self.util_at(gpu, at), at.shape)  # (a subclass's curve may be flat)
         total = 0  # summed in order, as ``sum`` would
         for i in range(8):
             total = total + each[..., i]
-        return total / 8 if isinstance(t, np.ndarray) else float(total / 8)
+        return total / 8
 
     def mem_used_at(self, gpu: int, t: float) -> float:
         total, base, s = self.mem_total_bytes, 0.55e9, self.scenario
@@ -375,8 +396,7 @@ class SimulatedGPUs(FaultInjection):
         a, b = get.sample1, get.sample2
         if a is None or b is None or a.gpu != b.gpu or not b.t > a.t:
             raise _error(NVML_ERROR_INVALID_ARGUMENT)
-        at = a.t + (b.t - a.t) * (np.arange(8) + 0.5) / 8
-        util = float(sum(np.broadcast_to(self.util_at(b.gpu, at), at.shape))) / 8
+        util = sum(self.util_at(b.gpu, a.t + (b.t - a.t) * (i + 0.5) / 8) for i in range(8)) / 8
         thin = self.scenario == "thin"
         values = {2: util * (0.18 if thin else 0.95), 3: util * (0.05 if thin else 0.14),
                   5: util * (0.02 if thin else 0.6), 10: util * 0.35}
