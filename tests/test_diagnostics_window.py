@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nbgpu.diagnostics.window import Window
+from nbgpu.diagnostics.window import Window, median
 from nbgpu.store import Store
 
 NOW = 10_000.0
@@ -151,3 +151,17 @@ def test_the_leak_trend_needs_every_slice_higher_and_the_last_still_rising(n):
     assert _segments_rising(t, warm_up, 0.0, 120.0, n) is None
     gap = (t < 30) | (t >= 60)  # the second of four slices without readings decides nothing
     assert _segments_rising(t[gap], 1e9 + 1e7 * t[gap], 0.0, 120.0, 4) is None
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 31, 60, 1501])
+def test_the_rules_median_is_numpys_to_the_bit(n):
+    """The rules' median (one partition) gives what ``np.median`` gives, NaN included."""
+    rng = np.random.default_rng(n)
+    for values in (rng.random(n) * 1e9, np.round(rng.random(n) * 7), rng.integers(0, 9, n),
+                   np.sort(rng.random(n))[::-1]):
+        assert median(values) == float(np.median(values))
+        with_nan = values.astype(np.float64)
+        with_nan[rng.integers(n)] = np.nan
+        assert np.isnan(median(with_nan))
+    assert np.isnan(median(np.empty(0)))
+

@@ -14,8 +14,16 @@ from .thresholds import Thresholds
 
 
 def median(values: np.ndarray) -> float:
-    """``np.median`` as a float; NaN for no values (numpy would warn)."""
-    return float(np.median(values)) if len(values) else math.nan
+    """``np.median`` as a float, NaN for no values (numpy would warn); one partition, as
+    ``np.median`` does inside, without its 10 µs of checks (the rules ask dozens of times a second)."""
+    n = len(values)
+    if not n:
+        return math.nan
+    k = n // 2
+    part = np.partition(values, (k - 1, k, n - 1) if n > 1 else (0,))
+    if part[-1] != part[-1]:  # NaN sorts last: the median is NaN, as numpy's
+        return math.nan
+    return float(part[k]) if n % 2 else float((part[k - 1] + part[k]) / 2)
 
 
 def hold_weights(t: np.ndarray, end: float) -> np.ndarray:
