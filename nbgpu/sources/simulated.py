@@ -50,26 +50,40 @@ def _noise(*keys):
 def _noise_ints(keys: tuple) -> float:
     h = 0x9E3779B1
     for k in keys:
-        h = ((h ^ (k & 0xFFFFFFFF)) * 0x85EBCA6B) & 0xFFFFFFFF
-        h ^= h >> 13
-        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-        h ^= h >> 16
+        h = _noise_round(h, k)
     return h / 2**32
+
+
+def _noise_round(h: int, k: int) -> int:
+    """One key mixed into the 32-bit hash ``h``."""
+    h = ((h ^ (k & 0xFFFFFFFF)) * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
 
 
 def _noise_arrays(keys: tuple) -> np.ndarray:
-    """``_noise`` elementwise, in uint64 from the first array key on (the same numbers)."""
-    h, low, c1, c2, s13, s16 = 0x9E3779B1, 0xFFFFFFFF, 0x85EBCA6B, 0xC2B2AE35, 13, 16
+    """``_noise`` elementwise: integer keys before the first array as numbers, then uint64 arrays
+    updated in place (the same numbers: every step keeps 32 bits)."""
+    h, arr = 0x9E3779B1, None
+    low, c1, c2, s13, s16 = _U64
     for k in keys:
-        if isinstance(k, np.ndarray) or not isinstance(h, int):  # from here on uint64 arrays
-            if isinstance(h, int):
-                h, (low, c1, c2, s13, s16) = np.uint64(h), _U64
-            k = np.asarray(k, np.int64).astype(np.uint64)  # wraps a negative key as Python's & does
-        h = ((h ^ (k & low)) * c1) & low
-        h ^= h >> s13
-        h = (h * c2) & low
-        h ^= h >> s16
-    return h / 2**32
+        if arr is None and not isinstance(k, np.ndarray):
+            h = _noise_round(h, k)
+            continue
+        k = np.asarray(k, np.int64).astype(np.uint64)  # wraps a negative key as Python's & does
+        k &= low
+        if arr is None or np.shape(k) != arr.shape:
+            arr = k ^ (np.uint64(h) if arr is None else arr)
+        else:
+            arr ^= k
+        arr *= c1
+        arr &= low
+        arr ^= arr >> s13
+        arr *= c2
+        arr &= low
+        arr ^= arr >> s16
+    return arr / 2**32
 
 
 # The load model takes seconds as a number or, for a buffer's samples at once, an array:
