@@ -80,6 +80,23 @@ def test_every_gpus_same_metric_comes_in_one_read_with_the_rows_of_its_own():
     assert store.reads == 1
 
 
+def test_a_wider_ask_reads_every_gpus_same_metric_again_in_one_read():
+    """A rule asking wider than the first read re-reads the metric of every GPU at once, not each
+    GPU alone as its turn comes (a cell's judgment widens spans rule after rule)."""
+    store, direct = _store(), _store()
+    for s in (store, direct):
+        s.declare(1, "tick", {"mem": np.float64})
+        s.append_many(1, "tick", np.arange(NOW - 700.0, NOW + 0.5, 0.5), {"mem": np.arange(1401.0)})
+    window = Window(store, NOW, 5.0, 1.0, keys=(0, 1))
+    for span in (15.0, 300.0):
+        for gpu in (0, 1):
+            t, v = window.series(gpu, "mem", span)
+            want_t, want_v = direct.series(gpu, "mem", NOW - span, NOW)
+            np.testing.assert_array_equal(t, want_t)
+            np.testing.assert_array_equal(v, want_v)
+    assert store.reads == 2
+
+
 def test_an_unknown_metric_is_empty():
     window = Window(_store(), NOW, 5.0, 1.0)
     t, v = window.series(0, "power_w", 10.0)

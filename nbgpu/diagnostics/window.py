@@ -73,10 +73,10 @@ class Window:
             self.spans[pair] = widest
             # The rules ask each GPU in turn: the others' same metric comes in the same store call.
             pairs, cover = [pair], widest
-            for key in self.keys:
-                if key != device and (key, metric) not in self._read:
+            for key in self.keys:  # (and any whose own read is narrower than this ask)
+                wide = span_s + (self.now - self._end(key, metric))
+                if key != device and ((key, metric) not in self._read or self._read[(key, metric)][0] < wide):
                     pairs.append((key, metric))
-                    wide = span_s + (self.now - self._end(key, metric))
                     cover = max(cover, wide, self.spans.get((key, metric), wide))
             got = self.store.series_many(pairs, self.now - cover, self.now)
             for each, (t, v) in zip(pairs, got, strict=True):
