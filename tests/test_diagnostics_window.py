@@ -66,35 +66,22 @@ def test_a_metric_is_read_once_per_evaluation_once_its_widest_span_is_known():
     assert store.reads == 1
 
 
-def test_every_gpus_same_metric_comes_in_one_read_with_the_rows_of_its_own():
-    store, direct = _store(), _store()
-    for s in (store, direct):
-        s.declare(1, "tick", {"mem": np.float64})
-        s.append_many(1, "tick", np.arange(NOW - 100.0, NOW + 0.5, 0.5), {"mem": np.arange(201.0)})
-    window = Window(store, NOW, 5.0, 1.0, keys=(0, 1))
-    for gpu in (0, 1):
-        t, v = window.series(gpu, "mem", 60.0)
-        want_t, want_v = direct.series(gpu, "mem", NOW - 60.0, NOW)
-        np.testing.assert_array_equal(t, want_t)
-        np.testing.assert_array_equal(v, want_v)
-    assert store.reads == 1
-
-
-def test_a_wider_ask_reads_every_gpus_same_metric_again_in_one_read():
-    """A rule asking wider than the first read re-reads the metric of every GPU at once, not each
-    GPU alone as its turn comes (a cell's judgment widens spans rule after rule)."""
+@pytest.mark.parametrize("spans", [(60.0,), (15.0, 300.0)])
+def test_every_gpus_same_metric_comes_in_one_read_with_the_rows_of_its_own(spans):
+    """The rules ask each GPU in turn: one store read serves them all, and a wider ask re-reads
+    every GPU's same metric at once, not each GPU alone as its turn comes."""
     store, direct = _store(), _store()
     for s in (store, direct):
         s.declare(1, "tick", {"mem": np.float64})
         s.append_many(1, "tick", np.arange(NOW - 700.0, NOW + 0.5, 0.5), {"mem": np.arange(1401.0)})
     window = Window(store, NOW, 5.0, 1.0, keys=(0, 1))
-    for span in (15.0, 300.0):
+    for span in spans:
         for gpu in (0, 1):
             t, v = window.series(gpu, "mem", span)
             want_t, want_v = direct.series(gpu, "mem", NOW - span, NOW)
             np.testing.assert_array_equal(t, want_t)
             np.testing.assert_array_equal(v, want_v)
-    assert store.reads == 2
+    assert store.reads == len(spans)
 
 
 def test_an_unknown_metric_is_empty():
