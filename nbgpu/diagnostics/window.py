@@ -74,8 +74,10 @@ class Window:
             # The rules ask each GPU in turn: the others' same metric comes in the same store call.
             pairs, cover = [pair], widest
             for key in self.keys:  # (and any whose own read is narrower than this ask)
+                if key == device:
+                    continue
                 wide = span_s + (self.now - self._end(key, metric))
-                if key != device and ((key, metric) not in self._read or self._read[(key, metric)][0] < wide):
+                if (held := self._read.get((key, metric))) is None or held[0] < wide:
                     pairs.append((key, metric))
                     cover = max(cover, wide, self.spans.get((key, metric), wide))
             got = self.store.series_many(pairs, self.now - cover, self.now)

@@ -15,10 +15,10 @@ from bqplot import Figure, Label, LinearScale, Lines
 from ..decimate import positions
 from ..diagnostics.owners import tree_pids, users_line, who_uses
 from ..metrics import HOST_KEY
-from ..sources.base import Device
+from ..sources.base import Device, HostOnlySource
 from ..store import MarkFollower
 from . import text
-from .columns import Column, HostOnlySource, plain_reason
+from .columns import Column, plain_reason
 from .spark import SparkSet
 from .text import _NO_ROW, COLUMN_PX, SPARK_PX, _escape, band_scale, fixed_scale, value_texts
 
